@@ -1,0 +1,8 @@
+from django.apps import AppConfig
+
+
+class CapvcoWebConfig(AppConfig):
+    """The project package is an app too: it holds the shared models (heartbeat, audit)."""
+
+    name = "capvco_web"
+    verbose_name = "capvco-web"

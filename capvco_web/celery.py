@@ -1,0 +1,11 @@
+"""The Celery app. Its configuration is the CELERY_* settings; the beat schedule too."""
+
+import os
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "capvco_web.settings")
+
+app = Celery("capvco_web")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks()

@@ -1,0 +1,115 @@
+"""Reading configuration from the environment.
+
+Pure functions, so that settings parsing can be tested without reloading Django.
+Every error names the variable that caused it.
+"""
+
+from __future__ import annotations
+
+import secrets
+import socket
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import environ
+from cryptography.fernet import Fernet
+from django.core.exceptions import ImproperlyConfigured
+
+SUPPORTED_DATABASE_SCHEMES = ("sqlite", "postgres", "postgresql", "pgsql")
+
+
+def database_config(url: str) -> dict[str, Any]:
+    """Parse DATABASE_URL into Django's DATABASES["default"]."""
+    scheme = urlparse(url).scheme
+    if not url or scheme not in SUPPORTED_DATABASE_SCHEMES:
+        raise ImproperlyConfigured(
+            f"DATABASE_URL={url!r} is not a supported database URL: use "
+            "postgres://USER@HOST:PORT/NAME or sqlite:////absolute/path.sqlite3"
+        )
+    try:
+        config: dict[str, Any] = environ.Env.db_url_config(url)
+    except Exception as exc:  # django-environ raises several types for malformed URLs
+        raise ImproperlyConfigured(f"DATABASE_URL={url!r} cannot be parsed: {exc}") from exc
+    if config["ENGINE"] != "django.db.backends.sqlite3" and not config.get("NAME"):
+        raise ImproperlyConfigured(f"DATABASE_URL={url!r} names no database")
+    if config["ENGINE"] == "django.db.backends.sqlite3":
+        # SQLite under concurrent web + worker processes: wait for locks instead of failing.
+        config.setdefault("OPTIONS", {}).update({"timeout": 20, "transaction_mode": "IMMEDIATE"})
+    else:
+        config["CONN_MAX_AGE"] = 60
+        config["CONN_HEALTH_CHECKS"] = True
+    return config
+
+
+def redis_answers(host: str = "127.0.0.1", port: int = 6379, timeout: float = 0.3) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as conn:
+            conn.sendall(b"PING\r\n")
+            return conn.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+def default_broker_url(var_dir: Path) -> str:
+    """Redis on 127.0.0.1:6379 when it answers, otherwise a broker on the filesystem."""
+    if redis_answers():
+        return "redis://127.0.0.1:6379/0"
+    return f"filesystem://{var_dir / 'broker'}"
+
+
+def filesystem_broker_options(broker_url: str) -> dict[str, Any]:
+    """Folders for Celery's filesystem transport (created here: kombu expects them)."""
+    if not broker_url.startswith("filesystem://"):
+        return {}
+    folder = Path(broker_url.removeprefix("filesystem://") or "var/broker")
+    for sub in ("queue", "processed"):
+        (folder / sub).mkdir(parents=True, exist_ok=True)
+    return {
+        "data_folder_in": str(folder / "queue"),
+        "data_folder_out": str(folder / "queue"),
+        "processed_folder": str(folder / "processed"),
+        "store_processed": False,
+    }
+
+
+def secret_from_env(
+    value: str, *, name: str, path: Path, debug: bool, make: Callable[[], str]
+) -> str:
+    """A secret from the environment; in DEBUG, generated once into var/ when unset."""
+    if value:
+        return value
+    if not debug:
+        raise ImproperlyConfigured(f"{name} must be set when DEBUG is off")
+    if path.exists():
+        return path.read_text().strip()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    new = make()
+    path.write_text(new)
+    path.chmod(0o600)
+    return new
+
+
+def new_secret_key() -> str:
+    return secrets.token_urlsafe(50)
+
+
+def new_encryption_key() -> str:
+    return Fernet.generate_key().decode()
+
+
+def encryption_keys(value: str) -> list[str]:
+    """FIELD_ENCRYPTION_KEY: comma-separated Fernet keys, newest first (for rotation)."""
+    keys = [k.strip() for k in value.split(",") if k.strip()]
+    for key in keys:
+        try:
+            Fernet(key)
+        except ValueError as exc:
+            raise ImproperlyConfigured(
+                "FIELD_ENCRYPTION_KEY holds a key that is not a Fernet key "
+                "(32 url-safe base64-encoded bytes)"
+            ) from exc
+    if not keys:
+        raise ImproperlyConfigured("FIELD_ENCRYPTION_KEY is empty")
+    return keys

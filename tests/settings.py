@@ -1,0 +1,26 @@
+"""Settings for the test suite: production settings (DEBUG off) with test secrets.
+
+The environment wins: bin/test sets DATABASE_URL and REDIS_URL to the real services.
+"""
+
+import os
+
+os.environ.setdefault("SECRET_KEY", "test-only-secret-key-0123456789-abcdefghijklmnopqrstuvwxyz")
+os.environ.setdefault("FIELD_ENCRYPTION_KEY", "htgXJP0UgilcdVIebSR-PxKBoKLHkse9A0IAUXYzPSI=")
+os.environ.setdefault("ALLOWED_HOSTS", "testserver,127.0.0.1,localhost")
+# The test client and the live server speak plain HTTP.
+for name in ("SECURE_SSL_REDIRECT", "SESSION_COOKIE_SECURE", "CSRF_COOKIE_SECURE"):
+    os.environ.setdefault(name, "false")
+REDIS_URL = os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379")
+# Database 15 keeps the tests' queues apart from a control plane running beside them.
+os.environ.setdefault("CELERY_BROKER_URL", f"{REDIS_URL}/15")
+
+from capvco_web.settings import *  # noqa: E402,F403
+
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+}
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast, tests only
+WHITENOISE_USE_FINDERS = True  # serve static/ without collectstatic
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # noqa: F405
