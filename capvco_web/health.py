@@ -1,0 +1,94 @@
+"""Liveness (/healthz) and readiness (/readyz): each readiness check reported by name."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.contrib.auth.decorators import login_not_required
+from django.db import connection
+from django.http import HttpRequest, JsonResponse
+from django.utils import timezone
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET
+from kombu import Connection
+
+from capvco_web.models import Heartbeat
+from capvco_web.tasks import BEAT
+
+BROKER_TIMEOUT_SECONDS = 2
+
+
+def check_database() -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+    return "ok"
+
+
+def check_broker() -> str:
+    with Connection(
+        settings.CELERY_BROKER_URL,
+        connect_timeout=BROKER_TIMEOUT_SECONDS,
+        transport_options=settings.CELERY_BROKER_TRANSPORT_OPTIONS,
+    ) as conn:
+        conn.ensure_connection(max_retries=1, timeout=BROKER_TIMEOUT_SECONDS)
+    return "ok"
+
+
+def check_beat() -> str:
+    beat = Heartbeat.objects.filter(name=BEAT).first()
+    if beat is None:
+        raise RuntimeError("no beat tick recorded yet")
+    age = timezone.now() - beat.ticked_at
+    limit = 2 * settings.HEARTBEAT_INTERVAL
+    if age > limit:
+        raise RuntimeError(
+            f"last beat tick {age.total_seconds():.0f}s ago (limit {limit.total_seconds():.0f}s)"
+        )
+    return f"ok, {age.total_seconds():.0f}s ago"
+
+
+READINESS_CHECKS: dict[str, Callable[[], str]] = {
+    "database": check_database,
+    "broker": check_broker,
+    "beat": check_beat,
+}
+
+
+@login_not_required
+@never_cache
+@require_GET
+def healthz(request: HttpRequest) -> JsonResponse:
+    return JsonResponse({"status": "ok"})
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    ok: bool
+    detail: str
+
+
+def readiness() -> dict[str, CheckResult]:
+    results: dict[str, CheckResult] = {}
+    for name, check in READINESS_CHECKS.items():
+        try:
+            results[name] = CheckResult(ok=True, detail=check())
+        except Exception as exc:  # a failing dependency is reported, never raised
+            results[name] = CheckResult(ok=False, detail=f"{type(exc).__name__}: {exc}")
+    return results
+
+
+@login_not_required
+@never_cache
+@require_GET
+def readyz(request: HttpRequest) -> JsonResponse:
+    results = readiness()
+    ready = all(r.ok for r in results.values())
+    checks = {
+        name: {"status": "ok" if r.ok else "fail", "detail": r.detail}
+        for name, r in results.items()
+    }
+    return JsonResponse(
+        {"status": "ok" if ready else "fail", "checks": checks}, status=200 if ready else 503
+    )

@@ -1,0 +1,8 @@
+"""Typing for requests that went through django-htmx's middleware."""
+
+from django.http import HttpRequest
+from django_htmx.middleware import HtmxDetails
+
+
+class HtmxHttpRequest(HttpRequest):
+    htmx: HtmxDetails

@@ -1,0 +1,70 @@
+"""Starting the project's real processes from tests, and stopping them for sure."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def environment_for_subprocess(**overrides: str) -> dict[str, str]:
+    """The test settings, pointed at the test database this process uses."""
+    db = connection.settings_dict
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "DATABASE_URL": (
+            f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+        ),
+        "PYTHONPATH": str(ROOT),
+    }
+    env.update(overrides)
+    return env
+
+
+@contextmanager
+def celery_worker(tmp_path: Path, **env_overrides: str) -> Iterator[subprocess.Popen[bytes]]:
+    """A real Celery worker with embedded beat, in its own process group."""
+    log = (tmp_path / "celery.log").open("wb")
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "capvco_web",
+            "worker",
+            "-B",
+            "--pool",
+            "solo",
+            "--loglevel",
+            "INFO",
+            "--without-mingle",
+            "--without-gossip",
+            "-s",
+            str(tmp_path / "celerybeat-schedule"),
+        ],
+        cwd=ROOT,
+        env=environment_for_subprocess(**env_overrides),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        yield process
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        log.close()

@@ -1,0 +1,65 @@
+from datetime import timedelta
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+
+from capvco_web.models import Heartbeat
+from capvco_web.tasks import BEAT, heartbeat
+
+pytestmark = pytest.mark.django_db
+
+
+def test_healthz_answers_without_login(client: Client) -> None:
+    response = client.get("/healthz")
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok"}
+
+
+def test_readyz_is_ready_with_database_broker_and_a_fresh_beat_tick(client: Client) -> None:
+    heartbeat()  # what a worker does when beat ticks
+    response = client.get("/readyz")
+    body = response.json()
+    assert response.status_code == 200, body
+    assert {name: check["status"] for name, check in body["checks"].items()} == {
+        "database": "ok",
+        "broker": "ok",
+        "beat": "ok",
+    }
+
+
+def test_readyz_is_503_naming_the_broker_when_the_broker_is_unreachable(
+    client: Client, settings
+) -> None:  # type: ignore[no-untyped-def]
+    heartbeat()
+    settings.CELERY_BROKER_URL = "redis://127.0.0.1:1/0"  # nothing listens on port 1
+    response = client.get("/readyz")
+    body = response.json()
+    assert response.status_code == 503
+    assert body["checks"]["broker"]["status"] == "fail"
+    assert body["checks"]["database"]["status"] == "ok"
+    assert "127.0.0.1:1" in body["checks"]["broker"]["detail"] or body["checks"]["broker"]["detail"]
+
+
+def test_readyz_is_503_when_beat_never_ticked(client: Client) -> None:
+    body = client.get("/readyz").json()
+    assert body["checks"]["beat"] == {
+        "status": "fail",
+        "detail": "RuntimeError: no beat tick recorded yet",
+    }
+
+
+def test_readyz_is_503_when_the_last_beat_tick_is_older_than_twice_its_interval(
+    client: Client, settings
+) -> None:  # type: ignore[no-untyped-def]
+    stale = timezone.now() - 2 * settings.HEARTBEAT_INTERVAL - timedelta(seconds=1)
+    Heartbeat.objects.create(name=BEAT, ticked_at=stale)
+    response = client.get("/readyz")
+    assert response.status_code == 503
+    assert "last beat tick" in response.json()["checks"]["beat"]["detail"]
+
+
+def test_heartbeat_task_moves_the_tick_forward() -> None:
+    Heartbeat.objects.create(name=BEAT, ticked_at=timezone.now() - timedelta(hours=1))
+    heartbeat()
+    assert timezone.now() - Heartbeat.objects.get(name=BEAT).ticked_at < timedelta(seconds=5)
