@@ -64,12 +64,13 @@ def filesystem_broker_options(broker_url: str) -> dict[str, Any]:
     if not broker_url.startswith("filesystem://"):
         return {}
     folder = Path(broker_url.removeprefix("filesystem://") or "var/broker")
-    for sub in ("queue", "processed"):
+    for sub in ("queue", "processed", "control"):
         (folder / sub).mkdir(parents=True, exist_ok=True)
     return {
         "data_folder_in": str(folder / "queue"),
         "data_folder_out": str(folder / "queue"),
         "processed_folder": str(folder / "processed"),
+        "control_folder": str(folder / "control"),
         "store_processed": False,
     }
 
