@@ -1,9 +1,16 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any
 
 import pytest
 from django.db import connection
+
+from capvco_web import celery_app
+
+pytest_plugins = ["tests.whitesky_sim"]
 
 IN_CI = bool(os.environ.get("CI"))
 
@@ -31,3 +38,22 @@ def user(django_user_model):  # type: ignore[no-untyped-def]
 def logged_in_client(client, user):  # type: ignore[no-untyped-def]
     client.force_login(user)
     return client
+
+
+@pytest.fixture
+def run_tasks(
+    django_capture_on_commit_callbacks: Any,
+) -> Callable[[], AbstractContextManager[None]]:
+    """`with run_tasks(): ...`: tasks sent inside run in this process when the block ends,
+    as a worker would run them (the end-to-end tests use a real worker)."""
+
+    @contextmanager
+    def running() -> Iterator[None]:
+        celery_app.conf.task_always_eager = True
+        try:
+            with django_capture_on_commit_callbacks(execute=True):
+                yield
+        finally:
+            celery_app.conf.task_always_eager = False
+
+    return running

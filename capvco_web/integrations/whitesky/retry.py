@@ -1,0 +1,31 @@
+"""How long to wait between attempts of a call that is safe to repeat."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Exponential backoff with jitter, honouring the server's Retry-After up to a cap.
+
+    `attempts` counts the first try: 1 means never retry.
+    """
+
+    attempts: int = 4
+    base_delay: float = 0.5
+    max_delay: float = 8.0
+    max_retry_after: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise ValueError("attempts must be at least 1")
+
+    def delay(self, retry: int, *, retry_after: float | None, rng: random.Random) -> float:
+        """Seconds to wait before retry number `retry` (0 for the first retry)."""
+        if retry_after is not None and retry_after >= 0:
+            return min(retry_after, self.max_retry_after)
+        ceiling = min(self.max_delay, self.base_delay * (2.0**retry))
+        # "Equal jitter": at least half the backoff, so retries never bunch up at zero.
+        return ceiling / 2 + rng.uniform(0, ceiling / 2)
