@@ -57,6 +57,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "drf_spectacular",
+    "django_filters",
     "django_htmx",
     "template_partials",
     "capvco_web",
@@ -152,6 +153,7 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
     "PAGE_SIZE": 100,
 }
@@ -179,13 +181,25 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 # The beat schedule, in one place. Readiness fails when the last heartbeat is older than
 # twice its interval.
 HEARTBEAT_INTERVAL = timedelta(seconds=env.float("HEARTBEAT_INTERVAL_SECONDS", default=15))
+OBSERVE_INTERVAL = timedelta(seconds=env.float("OBSERVE_INTERVAL_SECONDS", default=30))
+RECONCILE_INTERVAL = timedelta(seconds=env.float("RECONCILE_INTERVAL_SECONDS", default=30))
+ORPHAN_SWEEP_INTERVAL = timedelta(seconds=env.float("ORPHAN_SWEEP_INTERVAL_SECONDS", default=60))
+
+
+def _every(task: str, interval: timedelta) -> dict[str, object]:
+    # A tick that waited longer than its interval is dropped: the next one does the same.
+    return {"task": task, "schedule": interval, "options": {"expires": interval.total_seconds()}}
+
+
 CELERY_BEAT_SCHEDULE = {
-    "heartbeat": {
-        "task": "capvco_web.tasks.heartbeat",
-        "schedule": HEARTBEAT_INTERVAL,
-        "options": {"expires": HEARTBEAT_INTERVAL.total_seconds()},
-    },
+    "heartbeat": _every("capvco_web.tasks.heartbeat", HEARTBEAT_INTERVAL),
+    "observe": _every("clusters.tasks.observe_all", OBSERVE_INTERVAL),
+    "reconcile": _every("clusters.tasks.reconcile_all", RECONCILE_INTERVAL),
+    "orphan-sweep": _every("gpus.tasks.orphan_sweep_all", ORPHAN_SWEEP_INTERVAL),
 }
+
+# whitesky: vGPU reservations are listed in pages of this size (all pages, always).
+WHITESKY_VGPU_PAGE_SIZE = env.int("WHITESKY_VGPU_PAGE_SIZE", default=500)
 
 LOGGING = {
     "version": 1,

@@ -1,6 +1,10 @@
-from celery import shared_task
+from typing import Any
+
+from celery import Task, shared_task
+from django.db import transaction
 from django.utils import timezone
 
+from capvco_web.integrations.whitesky import WhiteskyError
 from capvco_web.models import Heartbeat
 
 BEAT = "beat"
@@ -10,3 +14,16 @@ BEAT = "beat"
 def heartbeat() -> None:
     """Sent by beat, run by a worker: its time proves beat, broker and worker all work."""
     Heartbeat.objects.update_or_create(name=BEAT, defaults={"ticked_at": timezone.now()})
+
+
+def retry_if_transient(
+    task: Task[Any, Any], exc: WhiteskyError, *, base_delay: float = 5.0
+) -> None:
+    """Retry the task with exponential backoff when trying again can help."""
+    if exc.retryable and task.request.retries < (task.max_retries or 0):
+        raise task.retry(exc=exc, countdown=base_delay * 2**task.request.retries)
+
+
+def send_on_commit(task: Task[Any, Any], *args: Any) -> None:
+    """Send a task once the current transaction commits (at once outside of one)."""
+    transaction.on_commit(lambda: task.delay(*args))

@@ -2,12 +2,8 @@ from __future__ import annotations
 
 from django.http import HttpResponse
 from django.shortcuts import render
-from django.urls import reverse
 from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
-from rest_framework.request import Request
-from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from capvco_web.health import readiness
 from capvco_web.htmx import HtmxHttpRequest
@@ -19,12 +15,3 @@ def dashboard(request: HtmxHttpRequest) -> HttpResponse:
     # HTMX polls this same URL for the status panel only.
     template = "dashboard.html#system-status" if request.htmx else "dashboard.html"
     return render(request, template, {"checks": readiness()})
-
-
-class ApiRootView(APIView):
-    """Index of the API: where its schema is."""
-
-    schema = None  # not an operation of the API itself
-
-    def get(self, request: Request) -> Response:
-        return Response({"schema": request.build_absolute_uri(reverse("api-schema"))})

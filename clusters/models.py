@@ -1,36 +1,65 @@
 from __future__ import annotations
 
-from django.core.validators import RegexValidator
+from datetime import timedelta
+from decimal import Decimal
+
+from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 
 from capvco_web.encryption import EncryptedTextField
+from gpus import naming
 
-# Cluster names end up in vGPU names (capvco-<cluster>-<machine>-gpu-<n>) and DNS labels.
+# Cluster, pool and machine names end up in VM and vGPU names
+# (capvco-<cluster>-<machine>-gpu-<n>), so they are DNS labels.
 dns_label = RegexValidator(
-    r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$",
+    r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$",
     "Use lowercase letters, digits and dashes; start and end with a letter or digit.",
 )
 
+MAX_GPUS_PER_MACHINE = 8
+
 
 class Account(models.Model):
-    """A whitesky customer account, and the credential to act on it."""
+    """A whitesky customer account, the credential to act on it, and its orphan policy."""
 
     name = models.CharField(max_length=100, unique=True)
     api_url = models.URLField(help_text="The VCO API base, e.g. https://vco.example/api/1")
     iam_url = models.URLField(help_text="The IAM host that refreshes the JWT")
     customer_id = models.CharField(max_length=100)
     credential = EncryptedTextField(help_text="The JWT; stored encrypted, never shown.")
+    orphan_auto_release = models.BooleanField(
+        default=False,
+        help_text="Release orphaned vGPU reservations automatically after the grace period; "
+        "otherwise they wait for a person.",
+    )
+    orphan_grace_period = models.DurationField(default=timedelta(hours=1))
+    orphan_confirmations = models.PositiveSmallIntegerField(
+        default=3,
+        validators=[MinValueValidator(1)],
+        help_text="Consecutive complete listings that must show a reservation orphaned "
+        "before it is released automatically.",
+    )
 
     def __str__(self) -> str:
         return self.name
 
 
 class Location(models.Model):
-    """A whitesky location as the account sees it (mirrored)."""
+    """A whitesky location as the account sees it (mirrored), and how well it was observed."""
 
     account = models.ForeignKey(Account, on_delete=models.CASCADE, related_name="locations")
     name = models.CharField(max_length=100)
-    last_seen_at = models.DateTimeField(null=True, blank=True)
+    currency = models.CharField(max_length=8, blank=True)
+    vgu_price = models.DecimalField(
+        max_digits=12, decimal_places=4, default=Decimal(0), help_text="Per vGPU and month"
+    )
+    observation_complete = models.BooleanField(
+        default=False,
+        help_text="Whether the last observation listed everything. A partially observed "
+        "location takes no destructive decision.",
+    )
+    observation_error = models.TextField(blank=True)
 
     class Meta:
         constraints = [
@@ -44,9 +73,154 @@ class Location(models.Model):
 class Cluster(models.Model):
     """A Kubernetes cluster whose machines are whitesky VMs."""
 
+    class State(models.TextChoices):
+        ACTIVE = "active"
+        DELETING = "deleting"
+
     name = models.CharField(max_length=40, unique=True, validators=[dns_label])
     account = models.ForeignKey(Account, on_delete=models.PROTECT, related_name="clusters")
+    state = models.CharField(max_length=16, choices=State, default=State.ACTIVE)
+    deletion_blockers = models.JSONField(
+        default=list, blank=True, help_text="While deleting: what still exists."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     def __str__(self) -> str:
         return self.name
+
+
+class ClusterSite(models.Model):
+    """Where a cluster runs in one location: its cloudspace and the image of its VMs."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="sites")
+    location = models.ForeignKey(Location, on_delete=models.PROTECT, related_name="sites")
+    cloudspace_id = models.CharField(max_length=100)
+    image_id = models.PositiveIntegerField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "location"], name="one_site_per_location")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster} in {self.location}"
+
+    def clean(self) -> None:
+        if (
+            self.location_id
+            and self.cluster_id
+            and self.location.account_id != self.cluster.account_id
+        ):
+            raise ValidationError(
+                {"location": "The location belongs to another account than the cluster."}
+            )
+
+
+class MachinePool(models.Model):
+    """A set of identical machines in one site; GPUs are asked for by type, never by id."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="pools")
+    site = models.ForeignKey(ClusterSite, on_delete=models.CASCADE, related_name="pools")
+    name = models.CharField(max_length=20, validators=[dns_label])
+    replicas = models.PositiveSmallIntegerField(default=1, validators=[MaxValueValidator(100)])
+    vcpus = models.PositiveSmallIntegerField(default=4, validators=[MinValueValidator(1)])
+    memory_mib = models.PositiveIntegerField(default=8192, validators=[MinValueValidator(512)])
+    disk_gib = models.PositiveIntegerField(default=50, validators=[MinValueValidator(10)])
+    user_data = models.TextField(blank=True)
+    gpu_type = models.CharField(
+        max_length=100, blank=True, help_text='e.g. "NVIDIA A100"; resolved per location'
+    )
+    gpu_profile_id = models.CharField(
+        max_length=100, blank=True, help_text="Escape hatch: one exact GPU profile (card) id"
+    )
+    gpu_count = models.PositiveSmallIntegerField(
+        default=0, validators=[MaxValueValidator(MAX_GPUS_PER_MACHINE)]
+    )
+    gpu_driver_version = models.CharField(max_length=40, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["cluster", "name"], name="pool_name_unique_per_cluster"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(gpu_count__lte=MAX_GPUS_PER_MACHINE),
+                name="gpu_count_at_most_8",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster}/{self.name}"
+
+    def clean(self) -> None:
+        errors: dict[str, str] = {}
+        if self.gpu_count and not (self.gpu_type.strip() or self.gpu_profile_id.strip()):
+            errors["gpu_type"] = "A pool with GPUs needs a GPU type (or a profile id)."
+        if not self.gpu_count and (self.gpu_type or self.gpu_profile_id):
+            errors["gpu_count"] = f"Give a GPU count from 1 to {MAX_GPUS_PER_MACHINE}."
+        if self.site_id and self.cluster_id and self.site.cluster_id != self.cluster_id:
+            errors["site"] = "The site (location) does not belong to this cluster."
+        if errors:
+            raise ValidationError(errors)
+
+    @property
+    def wants_gpus(self) -> bool:
+        return self.gpu_count > 0
+
+
+class Machine(models.Model):
+    """One VM of a pool, and how far its provisioning or teardown got."""
+
+    class Phase(models.TextChoices):
+        PENDING = "pending"
+        CREATING = "creating", "creating VM"
+        ATTACHING = "attaching", "attaching GPUs"
+        STARTING = "starting"
+        RUNNING = "running"
+        FAILED = "failed"
+        DELETING = "deleting"
+
+    pool = models.ForeignKey(MachinePool, on_delete=models.CASCADE, related_name="machines")
+    name = models.CharField(max_length=64, validators=[dns_label])
+    index = models.PositiveSmallIntegerField()
+    vm_id = models.BigIntegerField(null=True, blank=True)
+    phase = models.CharField(max_length=16, choices=Phase, default=Phase.PENDING)
+    failure_message = models.TextField(blank=True)
+    delete_requested = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["pool", "index"], name="machine_index_unique_per_pool"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.pool.cluster.name}/{self.name}"
+
+    @property
+    def vm_name(self) -> str:
+        return naming.vm_name(self.pool.cluster.name, self.name)
+
+    def vgpu_name(self, n: int) -> str:
+        return naming.vgpu_name(self.pool.cluster.name, self.name, n)
+
+
+class VirtualMachine(models.Model):
+    """A VM listed in a cloudspace of a cluster site (mirrored)."""
+
+    location = models.ForeignKey(Location, on_delete=models.CASCADE, related_name="vms")
+    cloudspace_id = models.CharField(max_length=100)
+    vm_id = models.BigIntegerField()
+    name = models.CharField(max_length=200)
+    status = models.CharField(max_length=32)
+    last_seen_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["location", "vm_id"], name="vm_unique_per_location")
+        ]
+        indexes = [models.Index(fields=["location", "name"])]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.vm_id})"

@@ -1,9 +1,116 @@
-from django.contrib import admin
+"""The admin for GPU cards and vGPU reservations: mirrored, so read-only; released only
+through the audited service, with a reason."""
 
-from gpus.models import GpuProfile
+from __future__ import annotations
+
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.template.response import TemplateResponse
+
+from capvco_web.admin import reason_asked
+from capvco_web.tasks import send_on_commit
+from gpus.models import GpuProfile, VgpuReservation
+from gpus.tasks import reservation_release_task
 
 
 @admin.register(GpuProfile)
 class GpuProfileAdmin(admin.ModelAdmin[GpuProfile]):
     list_display = ["vendor", "model", "location", "available_instances", "last_seen_at"]
     list_filter = ["location", "vendor"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # cards come from the whitesky listing
+
+    def get_readonly_fields(self, request: HttpRequest, obj: GpuProfile | None = None) -> list[str]:
+        return [f.name for f in GpuProfile._meta.fields]
+
+
+class OrphanedFilter(admin.SimpleListFilter):
+    title = "orphaned"
+    parameter_name = "orphaned"
+
+    def lookups(
+        self, request: HttpRequest, model_admin: admin.ModelAdmin[VgpuReservation]
+    ) -> list[tuple[str, str]]:
+        return [("yes", "Yes"), ("no", "No")]
+
+    def queryset(
+        self, request: HttpRequest, queryset: QuerySet[VgpuReservation]
+    ) -> QuerySet[VgpuReservation]:
+        if self.value() == "yes":
+            return queryset.filter(orphaned_since__isnull=False)
+        if self.value() == "no":
+            return queryset.filter(orphaned_since__isnull=True)
+        return queryset
+
+
+@admin.register(VgpuReservation)
+class VgpuReservationAdmin(admin.ModelAdmin[VgpuReservation]):
+    list_display = [
+        "name",
+        "location",
+        "state",
+        "vm_id",
+        "owner",
+        "orphaned_since",
+        "accrued_cost",
+    ]
+    list_filter = ["state", "location", OrphanedFilter]
+    list_select_related = ["location"]
+    search_fields = ["name", "vgpu_id", "owner_cluster", "owner_machine"]
+    actions = ["release_selected"]
+
+    # Rows mirror whitesky (or record a call in flight): nobody edits, adds or deletes
+    # them here. Deleting a row would not stop the charge; the release action does.
+    def get_readonly_fields(
+        self, request: HttpRequest, obj: VgpuReservation | None = None
+    ) -> list[str]:
+        return [f.name for f in VgpuReservation._meta.fields]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_delete_permission(
+        self, request: HttpRequest, obj: VgpuReservation | None = None
+    ) -> bool:
+        return False
+
+    @admin.display(description="owner")
+    def owner(self, row: VgpuReservation) -> str:
+        if row.owner_cluster and row.owner_machine:
+            return f"{row.owner_cluster}/{row.owner_machine}"
+        return "unknown"
+
+    @admin.display(description="accrued cost")
+    def accrued_cost(self, row: VgpuReservation) -> str:
+        if row.orphaned_since is None:
+            return "-"
+        return f"{row.accrued_cost()} {row.location.currency}"
+
+    @admin.action(description="Release selected reservations", permissions=["change"])
+    def release_selected(
+        self, request: HttpRequest, queryset: QuerySet[VgpuReservation]
+    ) -> TemplateResponse | None:
+        reason = reason_asked(
+            self,
+            request,
+            queryset,
+            action="release_selected",
+            title="Release selected reservations",
+            template="admin/gpus/release_confirm.html",
+        )
+        if isinstance(reason, TemplateResponse):
+            return reason
+        # Views never call whitesky: a worker releases, and the audit log tells how it went.
+        for row in queryset:
+            if row.vgpu_id is None or row.state == VgpuReservation.State.RELEASED:
+                self.message_user(request, f"{row.name}: nothing to release.", messages.WARNING)
+                continue
+            send_on_commit(reservation_release_task, row.pk, request.user.pk, reason)
+            self.message_user(
+                request,
+                f"{row.name}: release queued; the audit log shows its outcome.",
+                messages.SUCCESS,
+            )
+        return None

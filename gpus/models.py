@@ -1,8 +1,14 @@
 from __future__ import annotations
 
-from django.db import models
+from datetime import datetime
+from decimal import Decimal
 
-from clusters.models import Location
+from django.db import models
+from django.utils import timezone
+
+from clusters.models import Location, Machine
+
+HOURS_PER_MONTH = Decimal(730)  # whitesky prices are per month; 365 * 24 / 12
 
 
 class GpuProfile(models.Model):
@@ -11,9 +17,7 @@ class GpuProfile(models.Model):
     location = models.ForeignKey(Location, on_delete=models.CASCADE, related_name="gpu_profiles")
     profile_id = models.CharField(max_length=100)
     vendor = models.CharField(max_length=100)
-    model = models.CharField(
-        max_length=200, help_text="Model string as listed, PCI address included"
-    )
+    model = models.CharField(max_length=200, help_text="As listed, PCI address included")
     pci_address = models.CharField(max_length=32, blank=True)
     description = models.TextField(blank=True)
     available_instances = models.PositiveIntegerField(default=0)
@@ -28,3 +32,75 @@ class GpuProfile(models.Model):
 
     def __str__(self) -> str:
         return f"{self.vendor} {self.model}"
+
+
+class VgpuReservation(models.Model):
+    """A vGPU reservation: billed from the moment it exists, attached or not.
+
+    Our own rows are written before the reserve call (state `reserving`, no vgpu id yet), so
+    that a crash or a lost answer leaves a record to resolve by name. Rows for reservations
+    we did not make are mirrored from the listing, and their owner parsed from the name.
+    """
+
+    class State(models.TextChoices):
+        RESERVING = "reserving", "reserving (asked for, not yet confirmed)"
+        RESERVED = "reserved", "reserved, not attached"
+        ATTACHED = "attached"
+        RELEASING = "releasing"
+        RELEASED = "released"
+
+    location = models.ForeignKey(Location, on_delete=models.PROTECT, related_name="reservations")
+    name = models.CharField(max_length=200)
+    # NULL, not "": unique only once whitesky gave the id.
+    vgpu_id = models.CharField(max_length=100, null=True, blank=True)  # noqa: DJ001
+    gpu_id = models.CharField(max_length=100, blank=True, help_text="The profile (card) id")
+    state = models.CharField(max_length=16, choices=State, default=State.RESERVING)
+    vm_id = models.BigIntegerField(null=True, blank=True)
+    machine = models.ForeignKey(
+        Machine, null=True, blank=True, on_delete=models.SET_NULL, related_name="reservations"
+    )
+    owner_cluster = models.CharField(max_length=64, blank=True)
+    owner_machine = models.CharField(max_length=64, blank=True)
+    owner_index = models.PositiveSmallIntegerField(null=True, blank=True)
+    first_seen_at = models.DateTimeField(null=True, blank=True)
+    last_seen_at = models.DateTimeField(null=True, blank=True)
+    unassigned_since = models.DateTimeField(null=True, blank=True)
+    orphaned_since = models.DateTimeField(null=True, blank=True)
+    orphan_confirmations = models.PositiveSmallIntegerField(
+        default=0, help_text="Consecutive complete listings that showed it orphaned"
+    )
+    released_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["location", "vgpu_id"],
+                condition=models.Q(vgpu_id__isnull=False),
+                name="vgpu_id_unique_per_location",
+            ),
+            models.UniqueConstraint(
+                fields=["location", "name"],
+                condition=models.Q(vgpu_id__isnull=True),
+                name="one_pending_reservation_per_name",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["location", "name"]),
+            models.Index(fields=["owner_cluster"]),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def is_live(self) -> bool:
+        return self.state != self.State.RELEASED
+
+    def accrued_cost(self, now: datetime | None = None) -> Decimal:
+        """What this orphan cost since it was flagged, at the location's vGPU price."""
+        if self.orphaned_since is None:
+            return Decimal(0)
+        end = now or timezone.now()
+        hours = Decimal((end - self.orphaned_since).total_seconds()) / Decimal(3600)
+        return (hours * self.location.vgu_price / HOURS_PER_MONTH).quantize(Decimal("0.01"))

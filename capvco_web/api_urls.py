@@ -1,0 +1,24 @@
+"""The REST API, version 1: one router for every app."""
+
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView
+from rest_framework.routers import DefaultRouter
+
+from clusters.api import views as clusters
+from gpus.api import views as gpus
+
+router = DefaultRouter()
+router.register("accounts", clusters.AccountViewSet)
+router.register("locations", clusters.LocationViewSet)
+router.register("clusters", clusters.ClusterViewSet)
+router.register("sites", clusters.ClusterSiteViewSet)
+router.register("pools", clusters.MachinePoolViewSet)
+router.register("machines", clusters.MachineViewSet)
+router.register("gpu-profiles", gpus.GpuProfileViewSet)
+router.register("reservations", gpus.VgpuReservationViewSet)
+
+urlpatterns = [
+    path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("gpu-types/", gpus.GpuTypesView.as_view(), name="gpu-types"),
+    path("", include(router.urls)),
+]

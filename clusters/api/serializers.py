@@ -1,0 +1,92 @@
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from capvco_web.api import ModelCleanMixin
+from clusters.models import Account, Cluster, ClusterSite, Location, Machine, MachinePool
+
+
+class AccountSerializer(ModelCleanMixin):
+    credential = serializers.CharField(
+        write_only=True, style={"input_type": "password"}, help_text="The JWT; never returned."
+    )
+
+    class Meta:
+        model = Account
+        fields = [
+            "id", "name", "api_url", "iam_url", "customer_id", "credential",
+            "orphan_auto_release", "orphan_grace_period", "orphan_confirmations",
+        ]  # fmt: skip
+
+    def create(self, validated_data: dict[str, Any]) -> Account:
+        return Account.objects.create(**validated_data)
+
+
+class LocationSerializer(serializers.ModelSerializer[Location]):
+    class Meta:
+        model = Location
+        fields = [
+            "id", "account", "name", "currency", "vgu_price",
+            "observation_complete", "observation_error",
+        ]  # fmt: skip
+        read_only_fields = fields
+
+
+class ClusterSiteSerializer(ModelCleanMixin):
+    class Meta:
+        model = ClusterSite
+        fields = ["id", "cluster", "location", "cloudspace_id", "image_id"]
+
+
+class ClusterSerializer(ModelCleanMixin):
+    sites = ClusterSiteSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = Cluster
+        fields = ["id", "name", "account", "state", "deletion_blockers", "created_at", "sites"]
+        read_only_fields = ["state", "deletion_blockers", "created_at"]
+
+
+class GpuRequestSerializer(serializers.Serializer[MachinePool]):
+    """`gpu: {type, profileId, count, driverVersion}`: what a pool asks for, by type."""
+
+    type = serializers.CharField(source="gpu_type", required=False, allow_blank=True, default="")
+    profileId = serializers.CharField(
+        source="gpu_profile_id", required=False, allow_blank=True, default=""
+    )
+    count = serializers.IntegerField(source="gpu_count", min_value=0, max_value=8, default=0)
+    driverVersion = serializers.CharField(
+        source="gpu_driver_version", required=False, allow_blank=True, default=""
+    )
+
+
+class MachinePoolSerializer(ModelCleanMixin):
+    gpu = GpuRequestSerializer(source="*", required=False)
+    error_paths = {
+        "gpu_type": ("gpu", "type"),
+        "gpu_profile_id": ("gpu", "profileId"),
+        "gpu_count": ("gpu", "count"),
+        "gpu_driver_version": ("gpu", "driverVersion"),
+    }
+
+    class Meta:
+        model = MachinePool
+        fields = [
+            "id", "cluster", "site", "name", "replicas", "vcpus", "memory_mib", "disk_gib",
+            "user_data", "gpu",
+        ]  # fmt: skip
+
+
+class MachineSerializer(serializers.ModelSerializer[Machine]):
+    cluster = serializers.CharField(source="pool.cluster.name", read_only=True)
+    vm_name = serializers.CharField(read_only=True)
+
+    class Meta:
+        model = Machine
+        fields = [
+            "id", "cluster", "pool", "name", "vm_name", "vm_id", "phase", "failure_message",
+            "delete_requested", "created_at", "updated_at",
+        ]  # fmt: skip
+        read_only_fields = fields

@@ -1,0 +1,70 @@
+"""Periodic, idempotent tasks: observe every location, reconcile every cluster.
+
+Tasks take ids and call one reconciler; beat sends the fan-out ones (see settings).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celery import Task, shared_task
+
+from capvco_web.integrations import whitesky as ws
+from capvco_web.locks import object_lock
+from capvco_web.tasks import retry_if_transient, send_on_commit
+from clusters.models import Account, Cluster, Location
+from clusters.observe import account_locations_observe, location_observe
+from clusters.reconcile import cluster_reconcile
+from clusters.whitesky import whitesky_client
+
+logger = logging.getLogger(__name__)
+
+
+@shared_task
+def observe_all() -> None:
+    for account_id in Account.objects.values_list("pk", flat=True):
+        send_on_commit(observe_account, account_id)
+
+
+@shared_task(bind=True, max_retries=3)
+def observe_account(self: Task[Any, Any], account_id: int) -> None:
+    account = Account.objects.get(pk=account_id)
+    with object_lock(f"observe-account:{account_id}") as taken:
+        if not taken:
+            return
+        with whitesky_client(account) as client:
+            try:
+                locations = account_locations_observe(client=client, account=account)
+            except ws.WhiteskyError as exc:
+                retry_if_transient(self, exc)
+                raise
+    for location in locations:
+        send_on_commit(observe_location, location.pk)
+
+
+@shared_task
+def observe_location(location_id: int) -> None:
+    location = Location.objects.select_related("account").get(pk=location_id)
+    with object_lock(f"observe-location:{location_id}") as taken:
+        if not taken:
+            return
+        with whitesky_client(location.account) as client:
+            location_observe(client=client, location=location)
+
+
+@shared_task
+def reconcile_all() -> None:
+    for cluster_id in Cluster.objects.values_list("pk", flat=True):
+        send_on_commit(reconcile_cluster, cluster_id)
+
+
+@shared_task
+def reconcile_cluster(cluster_id: int) -> None:
+    cluster = Cluster.objects.select_related("account").filter(pk=cluster_id).first()
+    if cluster is None:
+        return  # deleted since the fan-out
+    with whitesky_client(cluster.account) as client:
+        result = cluster_reconcile(client=client, cluster=cluster)
+    for error in result.errors:
+        logger.warning("reconcile %s: %s", cluster.name, error)

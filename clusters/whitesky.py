@@ -1,0 +1,23 @@
+"""The whitesky client of an account; a refreshed token is stored (encrypted) at once."""
+
+from __future__ import annotations
+
+from django.conf import settings
+
+from capvco_web.integrations import whitesky as ws
+from clusters.models import Account
+
+
+def whitesky_client(account: Account) -> ws.WhiteskyClient:
+    def token_store(token: str) -> None:
+        Account.objects.filter(pk=account.pk).update(credential=token)
+        account.credential = token
+
+    return ws.WhiteskyClient(
+        api_url=account.api_url,
+        customer_id=account.customer_id,
+        token=account.credential,
+        iam_url=account.iam_url or None,
+        on_token_refreshed=token_store,
+        page_size=settings.WHITESKY_VGPU_PAGE_SIZE,
+    )

@@ -1,0 +1,70 @@
+"""GPU cards, the types they make up, and vGPU reservations. Database reads only; a
+release is recorded here and carried out by a worker."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from capvco_web.api import ReasonSerializer
+from capvco_web.tasks import send_on_commit
+from clusters.models import Location
+from gpus.api.serializers import (
+    GpuProfileSerializer,
+    GpuTypeOfferSerializer,
+    VgpuReservationSerializer,
+)
+from gpus.filtersets import VgpuReservationFilterSet
+from gpus.models import GpuProfile, VgpuReservation
+from gpus.resolve import offers
+from gpus.tasks import reservation_release_task
+
+
+class GpuProfileViewSet(viewsets.ReadOnlyModelViewSet[GpuProfile]):
+    queryset = GpuProfile.objects.order_by("location", "profile_id")
+    serializer_class = GpuProfileSerializer
+    filterset_fields = ["location", "vendor"]
+
+
+class GpuTypesView(APIView):
+    """The GPU types each location offers, with free instances: what a pool can ask for."""
+
+    @extend_schema(responses=GpuTypeOfferSerializer(many=True))
+    def get(self, request: Request) -> Response:
+        locations = Location.objects.prefetch_related("gpu_profiles").order_by("name")
+        rows = [
+            {"location": location.name, **vars(offer)}
+            for location in locations
+            for offer in offers(list(location.gpu_profiles.all()))
+        ]
+        return Response(GpuTypeOfferSerializer(rows, many=True).data)
+
+
+class VgpuReservationViewSet(viewsets.ReadOnlyModelViewSet[VgpuReservation]):
+    queryset = VgpuReservation.objects.select_related("location").order_by("location", "name")
+    serializer_class = VgpuReservationSerializer
+    filterset_class = VgpuReservationFilterSet
+
+    @extend_schema(request=ReasonSerializer, responses={202: VgpuReservationSerializer})
+    @action(detail=True, methods=["post"])
+    def release(self, request: Request, pk: str | None = None) -> Response:
+        """Release the reservation (detach, permanently), with a reason; a worker does it."""
+        reservation = self.get_object()
+        reason = ReasonSerializer(data=request.data)
+        reason.is_valid(raise_exception=True)
+        if reservation.vgpu_id is None or reservation.state == VgpuReservation.State.RELEASED:
+            raise ValidationError({"state": f"{reservation.name} is {reservation.state}."})
+        send_on_commit(
+            reservation_release_task,
+            reservation.pk,
+            request.user.pk,
+            reason.validated_data["reason"],
+        )
+        return Response(
+            VgpuReservationSerializer(reservation).data, status=status.HTTP_202_ACCEPTED
+        )

@@ -1,0 +1,22 @@
+from __future__ import annotations
+
+import django_filters
+from django.db.models import QuerySet
+
+from gpus.models import VgpuReservation
+
+
+class VgpuReservationFilterSet(django_filters.FilterSet):
+    orphaned = django_filters.BooleanFilter(method="filter_orphaned")
+    cluster = django_filters.CharFilter(field_name="owner_cluster")
+
+    class Meta:
+        model = VgpuReservation
+        fields = ["location", "state", "cluster", "orphaned"]
+
+    def filter_orphaned(
+        self, queryset: QuerySet[VgpuReservation], name: str, value: bool | None
+    ) -> QuerySet[VgpuReservation]:
+        if value is None:
+            return queryset
+        return queryset.filter(orphaned_since__isnull=not value)

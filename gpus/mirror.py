@@ -1,0 +1,177 @@
+"""Mirroring a location's GPU cards and vGPU reservations, and flagging orphans.
+
+Rows change only when what was observed changed. Absence means "gone" only in a complete
+listing; a partial one adds and updates what it shows and decides nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db.models import Q
+
+from capvco_web.integrations import whitesky as ws
+from capvco_web.mirror import fields_assign
+from clusters.models import Account, Location, Machine
+from gpus.models import GpuProfile, VgpuReservation
+from gpus.naming import owner_parse
+
+State = VgpuReservation.State
+
+
+@dataclass
+class SyncCounts:
+    created: int = 0
+    updated: int = 0
+    deleted: int = 0
+
+    @property
+    def writes(self) -> int:
+        return self.created + self.updated + self.deleted
+
+
+def gpu_profiles_sync(
+    *, location: Location, profiles: Sequence[ws.GpuProfile], now: datetime
+) -> SyncCounts:
+    """Mirror the cards of a location (the listing is whole: it is not paginated)."""
+    counts = SyncCounts()
+    existing = {p.profile_id: p for p in GpuProfile.objects.filter(location=location)}
+    to_create: list[GpuProfile] = []
+    to_update: list[GpuProfile] = []
+    fields: set[str] = set()
+    for card in profiles:
+        data = {
+            "vendor": card.vendor,
+            "model": card.model,
+            "pci_address": card.pci_address or "",
+            "description": card.description,
+            "available_instances": card.available_instances,
+        }
+        row = existing.pop(card.id, None)
+        if row is None:
+            to_create.append(
+                GpuProfile(location=location, profile_id=card.id, last_seen_at=now, **data)
+            )
+        elif changed := fields_assign(row, data):
+            row.last_seen_at = now
+            fields.update(changed, {"last_seen_at"})
+            to_update.append(row)
+    GpuProfile.objects.bulk_create(to_create)
+    if to_update:
+        GpuProfile.objects.bulk_update(to_update, sorted(fields))
+    if existing:
+        GpuProfile.objects.filter(pk__in=[p.pk for p in existing.values()]).delete()
+    counts.created, counts.updated, counts.deleted = len(to_create), len(to_update), len(existing)
+    return counts
+
+
+def _machines_by_owner(account: Account) -> dict[tuple[str, str], int]:
+    rows = Machine.objects.filter(pool__cluster__account=account).values_list(
+        "pool__cluster__name", "name", "pk"
+    )
+    return {(cluster, machine): pk for cluster, machine, pk in rows}
+
+
+def vgpus_sync(
+    *,
+    location: Location,
+    listing: ws.Listing[ws.Vgpu],
+    pools_by_cluster: Mapping[str, Collection[str]],
+    now: datetime,
+) -> SyncCounts:
+    """Mirror the reservations of a location; from a complete listing, also flag orphans.
+
+    An orphan is a reservation whose owning machine does not exist. It gets `orphaned_since`
+    once, and one more confirmation per complete listing, up to the account's threshold.
+    """
+    account = location.account
+    machines = _machines_by_owner(account)
+    listed_ids = [v.vgpu_id for v in listing.items]
+    rows = list(
+        VgpuReservation.objects.filter(location=location).filter(
+            ~Q(state=State.RELEASED) | Q(vgpu_id__in=listed_ids)
+        )
+    )
+    by_id = {r.vgpu_id: r for r in rows if r.vgpu_id}
+    pending_by_name = {r.name: r for r in rows if not r.vgpu_id}
+    to_create: list[VgpuReservation] = []
+    to_update: dict[int, VgpuReservation] = {}
+    fields: set[str] = set()
+
+    def changed(row: VgpuReservation, names_changed: list[str]) -> None:
+        if names_changed and row.pk:
+            fields.update(names_changed)
+            to_update[row.pk] = row
+
+    for vgpu in listing.items:
+        row = by_id.pop(vgpu.vgpu_id, None) or pending_by_name.pop(vgpu.name, None)
+        owner = owner_parse(vgpu.name, pools_by_cluster)
+        machine_id = machines.get((owner.cluster, owner.machine)) if owner else None
+        data = {
+            "vgpu_id": vgpu.vgpu_id,
+            "name": vgpu.name,
+            "gpu_id": vgpu.gpu_id,
+            "vm_id": vgpu.vm_id,
+            "owner_cluster": owner.cluster if owner else "",
+            "owner_machine": owner.machine if owner else "",
+            "owner_index": owner.index if owner else None,
+            "machine_id": machine_id,
+        }
+        if row is None:
+            row = VgpuReservation(location=location, first_seen_at=now, last_seen_at=now, **data)
+            to_create.append(row)
+        else:
+            changes = fields_assign(row, data)
+            if row.first_seen_at is None:
+                changes += fields_assign(row, {"first_seen_at": now})
+            changed(row, changes)
+        # A release in flight stays `releasing` until the listing no longer shows it.
+        if row.state != State.RELEASING:
+            state = State.ATTACHED if vgpu.vm_id else State.RESERVED
+            changed(row, fields_assign(row, {"state": state, "released_at": None}))
+        if vgpu.vm_id:
+            changed(row, fields_assign(row, {"unassigned_since": None}))
+        elif row.unassigned_since is None:
+            changed(row, fields_assign(row, {"unassigned_since": now}))
+        if listing.complete:
+            changed(row, _orphan_flags(row, account, now))
+
+    if listing.complete:
+        # Listed nowhere in a whole listing: the reservation is gone.
+        for row in by_id.values():
+            if row.state != State.RELEASED:
+                changed(
+                    row,
+                    fields_assign(
+                        row,
+                        {
+                            "state": State.RELEASED,
+                            "released_at": now,
+                            "orphaned_since": None,
+                            "orphan_confirmations": 0,
+                        },
+                    ),
+                )
+
+    for row in to_update.values():
+        row.last_seen_at = now
+    VgpuReservation.objects.bulk_create(to_create)
+    if to_update:
+        VgpuReservation.objects.bulk_update(
+            list(to_update.values()), sorted(fields | {"last_seen_at"})
+        )
+    return SyncCounts(created=len(to_create), updated=len(to_update))
+
+
+def _orphan_flags(row: VgpuReservation, account: Account, now: datetime) -> list[str]:
+    if row.machine_id is not None:
+        return fields_assign(row, {"orphaned_since": None, "orphan_confirmations": 0})
+    return fields_assign(
+        row,
+        {
+            "orphaned_since": row.orphaned_since or now,
+            "orphan_confirmations": min(row.orphan_confirmations + 1, account.orphan_confirmations),
+        },
+    )

@@ -1,0 +1,90 @@
+"""`manage.py gpucheck`: orphans with their cost, as text or JSON; exit 1 when any."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from django.utils import timezone
+
+from gpus.models import VgpuReservation
+from tests.gpus.conftest import NL, Plane
+from tests.gpus.support import orphan_made
+
+
+def gpucheck(*args: str) -> tuple[int, str]:
+    """Run the command; answers (exit status, stdout)."""
+    out = StringIO()
+    try:
+        call_command("gpucheck", *args, stdout=out)
+    except SystemExit as exc:
+        return int(exc.code or 0), out.getvalue()
+    return 0, out.getvalue()
+
+
+def orphaned_hours_ago(row: VgpuReservation, hours: int) -> None:
+    """As if the reservation had been orphaned `hours` ago (time passing, not a shortcut
+    past the orphan path: the row was flagged by a real observation)."""
+    VgpuReservation.objects.filter(pk=row.pk).update(
+        orphaned_since=timezone.now() - timedelta(hours=hours)
+    )
+
+
+def test_orphans_are_listed_with_owner_and_cost_and_exit_1(plane: Plane) -> None:
+    orphaned_hours_ago(orphan_made(plane), 73)  # a tenth of a month at 300 EUR
+
+    status, out = gpucheck("--orphans")
+
+    assert status == 1
+    [header, line, total] = out.splitlines()
+    assert header.split()[:3] == ["NAME", "LOCATION", "OWNER"]
+    assert line.split()[:3] == ["capvco-demo-a100-0-gpu-0", NL, "demo/a100-0"]
+    assert line.endswith(" 30.00 EUR")
+    assert total == "Total: 30.00 EUR (1 orphaned)"
+
+
+def test_orphans_as_json_give_each_orphan_and_a_total_per_currency(plane: Plane) -> None:
+    row = orphan_made(plane)
+    orphaned_hours_ago(row, 73)
+    row.refresh_from_db()
+
+    status, out = gpucheck("--orphans", "--json")
+
+    assert status == 1
+    document = json.loads(out)
+    [orphan] = document["orphans"]
+    assert orphan["name"] == "capvco-demo-a100-0-gpu-0"
+    assert orphan["location"] == NL
+    assert orphan["owner"] == "demo/a100-0"
+    assert orphan["orphaned_since"] == row.orphaned_since.isoformat()  # type: ignore[union-attr]
+    assert orphan["currency"] == "EUR"
+    assert orphan["accrued_cost"] == "30.00"
+    assert document["total"] == {"EUR": "30.00"}
+
+
+def test_exit_0_when_nothing_is_orphaned(plane: Plane) -> None:
+    cluster = plane.cluster()
+    plane.pool(cluster, "a100", gpu_type="NVIDIA A100", gpu_count=1)
+    plane.converge(cluster)
+
+    assert gpucheck("--orphans") == (0, "No orphaned reservations.\n")
+    status, out = gpucheck("--orphans", "--json")
+    assert (status, json.loads(out)) == (0, {"orphans": [], "total": {}})
+
+
+def test_summary_counts_reservations_per_location_and_state_and_exits_0(plane: Plane) -> None:
+    orphan_made(plane)
+
+    status, out = gpucheck()
+
+    assert status == 0
+    assert f"{NL}: attached 1" in out.splitlines()
+    assert "Orphaned: 1" in out
+
+
+@pytest.mark.parametrize("args", [(), ("--json",)])
+def test_summary_exits_0_with_no_reservations(plane: Plane, args: tuple[str, ...]) -> None:
+    assert gpucheck(*args)[0] == 0
