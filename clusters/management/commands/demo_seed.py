@@ -1,0 +1,99 @@
+"""Seed the demo: an account on the whitesky simulator and a GPU cluster that converges.
+
+Only for the simulator (it takes its token from the simulator's control API). Run again,
+it refreshes the token and leaves what exists alone.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import requests
+from django.core.management.base import BaseCommand, CommandError
+from django.db import transaction
+
+from capvco_web.integrations import whitesky as ws
+from clusters.models import Account, Cluster, ClusterSite, MachinePool
+from clusters.observe import account_locations_observe
+from clusters.whitesky import whitesky_client
+
+
+def _ubuntu(images: list[ws.Image]) -> ws.Image | None:
+    return next((image for image in images if "ubuntu" in image.name.lower()), None)
+
+
+# (pool, location index in the account's list, replicas, GPU type)
+DEMO_POOLS = [("a100", 0, 2, "NVIDIA A100"), ("t4", 1, 1, "NVIDIA T4")]
+
+
+class Command(BaseCommand):
+    help = "Create the demo account and cluster against the whitesky simulator."
+
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument("--simulator", required=True, help="e.g. http://127.0.0.1:8081")
+
+    def handle(self, *args: Any, simulator: str, **options: Any) -> None:
+        root = simulator.rstrip("/")
+        try:
+            token = requests.get(f"{root}/_sim/token", timeout=5)
+            token.raise_for_status()
+        except requests.RequestException as exc:
+            raise CommandError(f"the simulator at {root} does not answer: {exc}") from exc
+        issued = token.json()
+        account, _ = Account.objects.update_or_create(
+            name="demo",
+            defaults={
+                "api_url": f"{root}/api/1",
+                "iam_url": root,
+                "customer_id": issued["customer_id"],
+                "credential": issued["jwt"],
+            },
+        )
+        with whitesky_client(account) as client:
+            locations = sorted(
+                account_locations_observe(client=client, account=account), key=lambda loc: loc.name
+            )[::-1]
+            cloudspaces = {cs.location: cs for cs in client.list_cloudspaces()}
+            images = {
+                loc.name: next(
+                    (
+                        i
+                        for i in client.list_images(location=loc.name)
+                        if "ubuntu" in i.name.lower()
+                    ),
+                    None,
+                )
+                for loc in locations
+            }
+        if Cluster.objects.filter(name="demo").exists():
+            self.stdout.write("The demo cluster exists already.")
+            return
+        with transaction.atomic():
+            cluster = Cluster.objects.create(name="demo", account=account)
+            for pool_name, index, replicas, gpu_type in DEMO_POOLS:
+                location = locations[index]
+                image = images[location.name]
+                if location.name not in cloudspaces or image is None:
+                    raise CommandError(f"{location.name} has no cloudspace or Ubuntu image")
+                site, _ = ClusterSite.objects.get_or_create(
+                    cluster=cluster,
+                    location=location,
+                    defaults={
+                        "cloudspace_id": cloudspaces[location.name].cloudspace_id,
+                        "image_id": image.image_id,
+                    },
+                )
+                MachinePool.objects.create(
+                    cluster=cluster,
+                    site=site,
+                    name=pool_name,
+                    replicas=replicas,
+                    gpu_type=gpu_type,
+                    gpu_count=1,
+                )
+        self.stdout.write(
+            self.style.SUCCESS(
+                "Demo cluster 'demo': 2 x NVIDIA A100 machines in "
+                f"{locations[0].name}, 1 x NVIDIA T4 machine in {locations[1].name}."
+            )
+        )
