@@ -93,10 +93,6 @@ class VgpuReservation(models.Model):
     def __str__(self) -> str:
         return self.name
 
-    @property
-    def is_live(self) -> bool:
-        return self.state != self.State.RELEASED
-
     def accrued_cost(self, now: datetime | None = None) -> Decimal:
         """What this orphan cost since it was flagged, at the location's vGPU price."""
         if self.orphaned_since is None:
