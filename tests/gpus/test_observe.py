@@ -1,0 +1,60 @@
+"""Observe: mirror what whitesky lists; decide "gone" only from a complete listing."""
+
+from __future__ import annotations
+
+from clusters.models import Location, VirtualMachine
+from clusters.whitesky import whitesky_client
+from gpus.models import GpuProfile, VgpuReservation
+from tests.gpus.conftest import NL, Plane
+
+
+def test_a_reservation_released_elsewhere_is_mirrored_as_released(plane: Plane) -> None:
+    plane.observe()
+    card = GpuProfile.objects.filter(location__name=NL).first()
+    assert card is not None
+    with whitesky_client(plane.account) as client:
+        vgpu_id = client.reserve_vgpu(location=NL, gpu_id=card.profile_id, name="capvco-x-y-gpu-0")
+        plane.observe()
+        assert VgpuReservation.objects.get(vgpu_id=vgpu_id).state == "reserved"
+        client.release_vgpu(location=NL, vgpu_id=vgpu_id)
+
+    plane.observe()
+
+    row = VgpuReservation.objects.get(vgpu_id=vgpu_id)
+    assert (row.state, row.orphaned_since) == ("released", None)
+    assert row.released_at is not None
+
+
+def test_a_failing_vm_listing_marks_the_location_partial_and_forgets_nothing(
+    plane: Plane,
+) -> None:
+    cluster = plane.cluster()
+    plane.pool(cluster, "cpu", replicas=2)
+    plane.converge(cluster)
+    plane.observe()
+    assert VirtualMachine.objects.filter(location__name=NL).count() == 2
+
+    plane.sim.fault(operation="listCloudspaceVirtualMachines", status=503, retry_after=0)
+    plane.observe()
+
+    location = Location.objects.get(name=NL)
+    assert not location.observation_complete
+    assert "VMs of cloudspace cs-demo-nl" in location.observation_error
+    assert VirtualMachine.objects.filter(location__name=NL).count() == 2  # nothing dropped
+    plane.sim.clear_faults()
+    plane.observe()
+    location.refresh_from_db()
+    assert (location.observation_complete, location.observation_error) == (True, "")
+
+
+def test_cards_follow_the_listing_and_free_instances_fall_as_machines_reserve(
+    plane: Plane,
+) -> None:
+    plane.observe()
+    free_before = sum(c.available_instances for c in GpuProfile.objects.filter(location__name=NL))
+    cluster = plane.cluster()
+    plane.pool(cluster, "a100", gpu_type="NVIDIA A100", gpu_count=2)
+    plane.converge(cluster)
+    plane.observe()
+    free_after = sum(c.available_instances for c in GpuProfile.objects.filter(location__name=NL))
+    assert free_before - free_after == 2
