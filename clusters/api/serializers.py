@@ -90,3 +90,9 @@ class MachineSerializer(serializers.ModelSerializer[Machine]):
             "delete_requested", "created_at", "updated_at",
         ]  # fmt: skip
         read_only_fields = fields
+
+
+class PlanStepSerializer(serializers.Serializer[object]):
+    action = serializers.CharField(help_text="create, provision, recreate, delete or reclaim")
+    target = serializers.CharField(help_text="The machine (or, for reclaim, the cluster)")
+    detail = serializers.CharField()

@@ -17,9 +17,11 @@ from clusters.api.serializers import (
     LocationSerializer,
     MachinePoolSerializer,
     MachineSerializer,
+    PlanStepSerializer,
 )
 from clusters.filtersets import MachineFilterSet
 from clusters.models import Account, Cluster, ClusterSite, Location, Machine, MachinePool
+from clusters.reconcile import cluster_plan
 from clusters.services import cluster_delete, machine_force_delete
 
 
@@ -49,6 +51,13 @@ class ClusterViewSet(
     queryset = Cluster.objects.prefetch_related("sites").order_by("name")
     serializer_class = ClusterSerializer
     filterset_fields = ["account", "state"]
+
+    @extend_schema(responses=PlanStepSerializer(many=True))
+    @action(detail=True, methods=["get"])
+    def plan(self, request: Request, pk: str | None = None) -> Response:
+        """What the next reconcile pass would do (a dry run, from the database only)."""
+        steps = cluster_plan(self.get_object())
+        return Response(PlanStepSerializer([vars(step) for step in steps], many=True).data)
 
     @extend_schema(request=ReasonSerializer, responses={202: ClusterSerializer})
     def destroy(self, request: Request, pk: str | None = None) -> Response:

@@ -147,3 +147,20 @@ def test_openapi_schema_describes_the_api(api: APIClient) -> None:
     schema = api.get("/api/v1/schema/", HTTP_ACCEPT="application/json").json()
     for path in ("/api/v1/pools/", "/api/v1/reservations/{id}/release/", "/api/v1/gpu-types/"):
         assert path in schema["paths"]
+
+
+def test_plan_shows_what_the_next_pass_would_do_without_doing_it(
+    api: APIClient, site: ClusterSite
+) -> None:
+    pool = MachinePool.objects.create(cluster=site.cluster, site=site, name="gpu", replicas=2)
+    Machine.objects.create(pool=pool, name="gpu-0", index=0, phase=Machine.Phase.RUNNING)
+    Machine.objects.create(pool=pool, name="gpu-5", index=5, phase=Machine.Phase.RUNNING)
+
+    response = api.get(f"/api/v1/clusters/{site.cluster_id}/plan/")
+
+    assert response.status_code == 200
+    assert response.json() == [
+        {"action": "create", "target": "gpu-1", "detail": "pool gpu"},
+        {"action": "delete", "target": "gpu-5", "detail": "pool gpu scaled down"},
+    ]
+    assert Machine.objects.count() == 2
