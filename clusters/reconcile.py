@@ -320,11 +320,7 @@ def _pending_resolve(ctx: PassContext, row: VgpuReservation) -> VgpuReservation 
     listing = ctx.vgpus(row.location, fresh=True)
     found = next((v for v in listing.items if v.name == row.name), None)
     if found is not None:
-        row.vgpu_id, row.vm_id = found.vgpu_id, found.vm_id
-        row.state = RState.ATTACHED if found.vm_id else RState.RESERVED
-        row.first_seen_at = row.last_seen_at = timezone.now()
-        row.save(update_fields=["vgpu_id", "vm_id", "state", "first_seen_at", "last_seen_at"])
-        return row
+        return _row_adopt(row, found)
     if not listing.complete:
         raise StepWaiting(
             f"cannot tell whether {row.name} was reserved: the vGPU listing is incomplete "
@@ -405,15 +401,7 @@ def _machine_teardown(ctx: PassContext, machine: Machine) -> None:
         vm_remove(ctx.client, cloudspace_id=site.cloudspace_id, vm_id=machine.vm_id)
         Machine.objects.filter(pk=machine.pk).update(vm_id=None)
         machine.vm_id = None
-    known = pools_by_cluster(pool.cluster.account_id)
-
-    def is_ours(name: str) -> bool:
-        owner = naming.owner_parse(name, known)
-        return owner is not None and (owner.cluster, owner.machine) == (
-            pool.cluster.name,
-            machine.name,
-        )
-
+    is_ours = _owned_by(pool.cluster, machine=machine.name)
     blockers = _reservations_release(
         ctx, site.location, is_ours, reason=f"machine {machine} deleted"
     )
@@ -424,6 +412,21 @@ def _machine_teardown(ctx: PassContext, machine: Machine) -> None:
         actor=ACTOR, action="machine.delete", obj=machine, reason="torn down", before=before
     )
     machine.delete()
+
+
+def _owned_by(cluster: Cluster, machine: str | None = None) -> Callable[[str], bool]:
+    """Whether a VM or vGPU name belongs to the cluster (and to `machine`, if given)."""
+    known = pools_by_cluster(cluster.account_id)
+
+    def is_ours(name: str) -> bool:
+        owner = naming.owner_parse(name, known)
+        return (
+            owner is not None
+            and owner.cluster == cluster.name
+            and (machine is None or owner.machine == machine)
+        )
+
+    return is_ours
 
 
 def vm_remove(client: ws.WhiteskyClient, *, cloudspace_id: str, vm_id: int) -> None:
@@ -484,10 +487,17 @@ def _row_for(location: Location, vgpu: ws.Vgpu) -> VgpuReservation:
             location=location, name=vgpu.name, vgpu_id__isnull=True
         ).first()
     if row is None:
-        row = VgpuReservation(location=location, name=vgpu.name, first_seen_at=timezone.now())
+        row = VgpuReservation(location=location, name=vgpu.name)
+    return _row_adopt(row, vgpu)
+
+
+def _row_adopt(row: VgpuReservation, vgpu: ws.Vgpu) -> VgpuReservation:
+    """Make a row (a pending one, or one the mirror lacks) say what the listing says."""
     row.vgpu_id, row.gpu_id, row.vm_id = vgpu.vgpu_id, vgpu.gpu_id, vgpu.vm_id
     if row.state in (RState.RESERVING, RState.RELEASED):
         row.state = RState.ATTACHED if vgpu.vm_id else RState.RESERVED
+    row.first_seen_at = row.first_seen_at or timezone.now()
+    row.last_seen_at = timezone.now()
     row.save()
     return row
 
@@ -506,11 +516,7 @@ def cluster_leftovers_reclaim(ctx: PassContext, cluster: Cluster) -> bool:
         )
         return False
     blockers: list[str] = []
-    known = pools_by_cluster(cluster.account_id)
-
-    def is_ours(name: str) -> bool:
-        owner = naming.owner_parse(name, known)
-        return owner is not None and owner.cluster == cluster.name
+    is_ours = _owned_by(cluster)
 
     for site in ClusterSite.objects.filter(cluster=cluster).select_related("location"):
         for vm in ctx.client.list_vms(cloudspace_id=site.cloudspace_id):
