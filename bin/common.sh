@@ -44,6 +44,10 @@ except OSError:
 PYEOF
 }
 
+free_port() {  # a port nothing listens on now, so that two runs on one host never share one
+  "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
 wait_for_port() {  # host port seconds
   local i
   for ((i = 0; i < $3 * 10; i++)); do port_answers "$1" "$2" && return 0; sleep 0.1; done
@@ -61,7 +65,8 @@ ensure_postgres() {
   local bin
   bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
   if [ -z "$bin" ]; then apt_install postgresql; bin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1); fi
-  local dir="$ROOT/var/pg" port=55432 run=()
+  local dir="$ROOT/var/pg" port run=()
+  port=$(free_port)
   [ "$(id -u)" = 0 ] && run=(su postgres -s /bin/sh -c)
   mkdir -p "$dir"
   [ "$(id -u)" = 0 ] && chown postgres "$dir"
@@ -86,7 +91,8 @@ ensure_redis() {
     return
   fi
   command -v redis-server >/dev/null || apt_install redis-server
-  local port=56379
+  local port
+  port=$(free_port)
   say "starting Redis on 127.0.0.1:$port"
   mkdir -p "$ROOT/var"
   redis-server --port $port --bind 127.0.0.1 --save '' --appendonly no --daemonize yes \

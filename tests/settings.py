@@ -4,7 +4,11 @@ The environment wins: bin/test sets DATABASE_URL and REDIS_URL to the real servi
 """
 
 import os
+import secrets
 
+# One id per test run, inherited by the processes the tests start: the test database and
+# the broker's Redis keys carry it, so two runs on one host never clobber each other.
+RUN_ID = os.environ.setdefault("CAPVCO_TEST_RUN", secrets.token_hex(4))
 os.environ.setdefault("SECRET_KEY", "test-only-secret-key-0123456789-abcdefghijklmnopqrstuvwxyz")
 os.environ.setdefault("FIELD_ENCRYPTION_KEY", "htgXJP0UgilcdVIebSR-PxKBoKLHkse9A0IAUXYzPSI=")
 os.environ.setdefault("ALLOWED_HOSTS", "testserver,127.0.0.1,localhost")
@@ -12,8 +16,10 @@ os.environ.setdefault("ALLOWED_HOSTS", "testserver,127.0.0.1,localhost")
 for name in ("SECURE_SSL_REDIRECT", "SESSION_COOKIE_SECURE", "CSRF_COOKIE_SECURE"):
     os.environ.setdefault(name, "false")
 REDIS_URL = os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379")
-# Database 15 keeps the tests' queues apart from a control plane running beside them.
+# Database 15 keeps the tests' queues apart from a control plane running beside them;
+# the run's key prefix keeps two test runs apart.
 os.environ.setdefault("CELERY_BROKER_URL", f"{REDIS_URL}/15")
+BROKER_KEY_PREFIX = f"capvco-test-{RUN_ID}:"
 
 from capvco_web.settings import *  # noqa: E402,F403
 
@@ -24,3 +30,8 @@ STORAGES = {
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast, tests only
 WHITENOISE_USE_FINDERS = True  # serve static/ without collectstatic
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # noqa: F405
+
+if DATABASES["default"]["ENGINE"] != "django.db.backends.sqlite3":  # noqa: F405
+    DATABASES["default"]["TEST"] = {"NAME": f"test_capvco_{RUN_ID}"}  # noqa: F405
+if CELERY_BROKER_URL.startswith("redis://"):  # noqa: F405
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"global_keyprefix": BROKER_KEY_PREFIX}

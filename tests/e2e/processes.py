@@ -10,6 +10,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import redis
+from django.conf import settings
 from django.db import connection
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,6 +30,16 @@ def environment_for_subprocess(**overrides: str) -> dict[str, str]:
     }
     env.update(overrides)
     return env
+
+
+def broker_flush() -> None:
+    """Drop this run's messages left in the broker by an earlier test (only this run's keys:
+    another run on the same Redis database keeps its own)."""
+    prefix = settings.CELERY_BROKER_TRANSPORT_OPTIONS["global_keyprefix"]
+    client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    keys = list(client.scan_iter(match=f"{prefix}*"))
+    if keys:
+        client.delete(*keys)
 
 
 @contextmanager

@@ -2,12 +2,10 @@ import time
 from pathlib import Path
 
 import pytest
-import redis
 
 from capvco_web.models import Heartbeat
 from capvco_web.tasks import BEAT
-from tests.e2e.processes import celery_worker
-from tests.settings import REDIS_URL
+from tests.e2e.processes import broker_flush, celery_worker
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -15,11 +13,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 def test_worker_with_beat_records_the_heartbeat_in_the_database(
     tmp_path: Path, require_postgres: None
 ) -> None:
-    broker = f"{REDIS_URL}/14"
-    redis.Redis.from_url(broker).flushdb()  # no stale messages from an earlier run
-    with celery_worker(
-        tmp_path, CELERY_BROKER_URL=broker, HEARTBEAT_INTERVAL_SECONDS="1"
-    ) as worker:
+    broker_flush()  # no stale messages from an earlier test of this run
+    with celery_worker(tmp_path, HEARTBEAT_INTERVAL_SECONDS="1") as worker:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not Heartbeat.objects.filter(name=BEAT).exists():
             assert worker.poll() is None, (tmp_path / "celery.log").read_text()

@@ -7,8 +7,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-import redis
-from django.conf import settings
 from django.contrib.auth.models import User
 from django.test import Client
 
@@ -17,7 +15,7 @@ from clusters.models import Account, Cluster, ClusterSite, Location, Machine, Ma
 from clusters.observe import account_locations_observe
 from clusters.whitesky import whitesky_client
 from gpus.models import VgpuReservation
-from tests.e2e.processes import celery_worker
+from tests.e2e.processes import broker_flush, celery_worker
 from tests.whitesky_sim import WhiteskySimulator
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -66,7 +64,7 @@ def test_worker_provisions_scales_down_and_releases_on_request(
     pool = MachinePool.objects.create(
         cluster=cluster, site=site, name="gpu", replicas=2, gpu_type="NVIDIA A100", gpu_count=1
     )
-    redis.Redis.from_url(settings.CELERY_BROKER_URL).flushdb()
+    broker_flush()
     log = tmp_path / "celery.log"
 
     with celery_worker(tmp_path, **FAST):
