@@ -14,7 +14,7 @@ from decimal import Decimal
 from django.utils import timezone
 
 from capvco_web.integrations import whitesky as ws
-from capvco_web.mirror import fields_assign
+from capvco_web.rows import fields_assign
 from clusters.models import Account, ClusterSite, Location, VirtualMachine
 from clusters.selectors import pools_by_cluster
 from gpus.mirror import gpu_profiles_sync, vgpus_sync

@@ -13,7 +13,7 @@ from datetime import datetime
 from django.db.models import Q
 
 from capvco_web.integrations import whitesky as ws
-from capvco_web.mirror import fields_assign
+from capvco_web.rows import fields_assign
 from clusters.models import Account, Location, Machine
 from gpus.models import GpuProfile, VgpuReservation
 from gpus.naming import owner_parse
