@@ -200,6 +200,14 @@ CELERY_BEAT_SCHEDULE = {
 
 # whitesky: vGPU reservations are listed in pages of this size (all pages, always).
 WHITESKY_VGPU_PAGE_SIZE = env.int("WHITESKY_VGPU_PAGE_SIZE", default=500)
+# Seconds to wait for whitesky: to connect, for an answer, for the answer of a long call
+# (VM create, reserve). A create or reserve whose answer was lost is judged "did not
+# happen" only from a listing begun after connect + long read have passed.
+WHITESKY_CONNECT_TIMEOUT = env.float("WHITESKY_CONNECT_TIMEOUT_SECONDS", default=5)
+WHITESKY_READ_TIMEOUT = env.float("WHITESKY_READ_TIMEOUT_SECONDS", default=30)
+WHITESKY_LONG_READ_TIMEOUT = env.float("WHITESKY_LONG_READ_TIMEOUT_SECONDS", default=300)
+# At most this many whitesky calls of one account in flight, over all workers.
+WHITESKY_CALLS_IN_FLIGHT_PER_ACCOUNT = env.int("WHITESKY_CALLS_IN_FLIGHT_PER_ACCOUNT", default=8)
 
 LOGGING = {
     "version": 1,

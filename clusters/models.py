@@ -17,6 +17,10 @@ dns_label = RegexValidator(
     "Use lowercase letters, digits and dashes; start and end with a letter or digit.",
 )
 
+driver_version = RegexValidator(
+    r"^[0-9]+(\.[0-9]+){0,3}$", "Give a driver version such as 550.90.07, or leave it empty."
+)
+
 MAX_GPUS_PER_MACHINE = 8
 
 
@@ -56,10 +60,19 @@ class Location(models.Model):
     )
     observation_complete = models.BooleanField(
         default=False,
-        help_text="Whether the last observation listed everything. A partially observed "
-        "location takes no destructive decision.",
+        help_text="Whether the last observation listed every GPU card and vGPU. A partially "
+        "observed location takes no GPU decision.",
     )
     observation_error = models.TextField(blank=True)
+    observation_started_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When the listings of the last observation began: what they show is true "
+        "of that moment, not of anything changed later.",
+    )
+    last_complete_observation_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the listings of the last complete one began."
+    )
 
     class Meta:
         constraints = [
@@ -96,6 +109,11 @@ class ClusterSite(models.Model):
     location = models.ForeignKey(Location, on_delete=models.PROTECT, related_name="sites")
     cloudspace_id = models.CharField(max_length=100)
     image_id = models.PositiveIntegerField()
+    observation_error = models.TextField(
+        blank=True,
+        help_text="Why the last observation could not list the VMs of this cloudspace; while "
+        "set, nothing is decided about the site's VMs.",
+    )
 
     class Meta:
         constraints = [
@@ -136,7 +154,16 @@ class MachinePool(models.Model):
     gpu_count = models.PositiveSmallIntegerField(
         default=0, validators=[MaxValueValidator(MAX_GPUS_PER_MACHINE)]
     )
-    gpu_driver_version = models.CharField(max_length=40, blank=True)
+    gpu_driver_version = models.CharField(
+        max_length=40,
+        blank=True,
+        validators=[driver_version],
+        help_text="The NVIDIA driver the VM installs at first boot (cloud-init); empty: the "
+        "image has the driver.",
+    )
+    next_index = models.PositiveIntegerField(
+        default=0, editable=False, help_text="The index of the next machine: never reused."
+    )
 
     class Meta:
         constraints = [
@@ -182,8 +209,23 @@ class Machine(models.Model):
 
     pool = models.ForeignKey(MachinePool, on_delete=models.CASCADE, related_name="machines")
     name = models.CharField(max_length=64, validators=[dns_label])
-    index = models.PositiveSmallIntegerField()
+    index = models.PositiveIntegerField()
     vm_id = models.BigIntegerField(null=True, blank=True)
+    vm_created_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When the VM was known to exist: only a VM listing begun after this can "
+        "say that it vanished.",
+    )
+    vm_create_deadline = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="A VM create was sent and its answer not recorded: before this moment it "
+        "may still land, so no second one is sent.",
+    )
+    gpu_driver_version = models.CharField(
+        max_length=40, blank=True, help_text="The driver its VM was created to install"
+    )
     phase = models.CharField(max_length=16, choices=Phase, default=Phase.PENDING)
     failure_message = models.TextField(blank=True)
     delete_requested = models.BooleanField(default=False)
@@ -214,7 +256,6 @@ class VirtualMachine(models.Model):
     vm_id = models.BigIntegerField()
     name = models.CharField(max_length=200)
     status = models.CharField(max_length=32)
-    last_seen_at = models.DateTimeField()
 
     class Meta:
         constraints = [

@@ -8,9 +8,11 @@ and no destructive decision is taken from it. A pass over unchanged data writes 
 from __future__ import annotations
 
 import logging
+from collections import defaultdict
 from dataclasses import dataclass, field
 from decimal import Decimal
 
+from django.db import transaction
 from django.utils import timezone
 
 from capvco_web.integrations import whitesky as ws
@@ -27,7 +29,9 @@ class ObservationResult:
     location: str
     complete: bool
     errors: list[str] = field(default_factory=list)
+    site_errors: list[str] = field(default_factory=list)
     writes: int = 0
+    """Row writes beyond the one that stamps the location with this pass."""
 
 
 def account_locations_observe(*, client: ws.WhiteskyClient, account: Account) -> list[Location]:
@@ -50,7 +54,7 @@ def account_locations_observe(*, client: ws.WhiteskyClient, account: Account) ->
 
 
 def vms_sync(*, location: Location, cloudspace_id: str, vms: list[ws.Vm]) -> int:
-    now = timezone.now()
+    """Mirror the VMs of one cloudspace from a whole listing of it."""
     existing = {
         vm.vm_id: vm
         for vm in VirtualMachine.objects.filter(location=location, cloudspace_id=cloudspace_id)
@@ -62,64 +66,91 @@ def vms_sync(*, location: Location, cloudspace_id: str, vms: list[ws.Vm]) -> int
         if row is None:
             to_create.append(
                 VirtualMachine(
-                    location=location,
-                    cloudspace_id=cloudspace_id,
-                    vm_id=vm.vm_id,
-                    last_seen_at=now,
-                    **data,
+                    location=location, cloudspace_id=cloudspace_id, vm_id=vm.vm_id, **data
                 )
             )
         elif fields_assign(row, data):
-            row.last_seen_at = now
             to_update.append(row)
     VirtualMachine.objects.bulk_create(to_create)
     if to_update:
-        VirtualMachine.objects.bulk_update(to_update, ["name", "status", "last_seen_at"])
+        VirtualMachine.objects.bulk_update(to_update, ["name", "status"])
     if existing:
         VirtualMachine.objects.filter(pk__in=[vm.pk for vm in existing.values()]).delete()
     return len(to_create) + len(to_update) + len(existing)
 
 
 def location_observe(*, client: ws.WhiteskyClient, location: Location) -> ObservationResult:
-    now = timezone.now()
+    """List everything first, then write it in one transaction, stamped with the time the
+    listings began: a reconciler reads either the whole old picture or the whole new one.
+
+    A cloudspace that cannot be listed flags its own sites; the location's GPU listings,
+    and every other cloudspace, are still decided on.
+    """
+    started = timezone.now()
     result = ObservationResult(location=location.name, complete=True)
+    profiles: list[ws.GpuProfile] | None = None
     try:
         profiles = client.list_gpu_profiles(location=location.name)
-        result.writes += gpu_profiles_sync(location=location, profiles=profiles, now=now).writes
     except ws.WhiteskyError as exc:
         result.errors.append(f"GPU profiles: {exc}")
-
     listing = client.list_vgpus(location=location.name)
     if not listing.complete:
         result.errors.append(f"vGPU listing: {listing.error}")
-    result.writes += vgpus_sync(
-        location=location,
-        listing=listing,
-        pools_by_cluster=pools_by_cluster(location.account_id),
-        now=now,
-    ).writes
-
     cloudspaces = (
         ClusterSite.objects.filter(location=location)
         .values_list("cloudspace_id", flat=True)
         .distinct()
     )
+    vms: dict[str, list[ws.Vm] | ws.WhiteskyError] = {}
     for cloudspace_id in cloudspaces:
         try:
-            vms = client.list_vms(cloudspace_id=cloudspace_id)
+            vms[cloudspace_id] = client.list_vms(cloudspace_id=cloudspace_id)
         except ws.WhiteskyError as exc:
-            result.errors.append(f"VMs of cloudspace {cloudspace_id}: {exc}")
-            continue
-        result.writes += vms_sync(location=location, cloudspace_id=cloudspace_id, vms=vms)
+            vms[cloudspace_id] = exc
 
     result.complete = not result.errors
-    marker = {
-        "observation_complete": result.complete,
-        "observation_error": "; ".join(result.errors),
-    }
-    if changed := fields_assign(location, marker):
-        location.save(update_fields=changed)
-        result.writes += 1
-    if result.errors:
-        logger.warning("observe %s: partial: %s", location.name, marker["observation_error"])
+    with transaction.atomic():
+        if profiles is not None:
+            result.writes += gpu_profiles_sync(location=location, profiles=profiles).writes
+        result.writes += vgpus_sync(
+            location=location,
+            listing=listing,
+            pools_by_cluster=pools_by_cluster(location.account_id),
+            listed_at=started,
+            now=timezone.now(),
+        ).writes
+        shown: dict[str, set[str]] = defaultdict(set)  # what each cloudspace's sites say now
+        for cloudspace_id, shown_error in ClusterSite.objects.filter(location=location).values_list(
+            "cloudspace_id", "observation_error"
+        ):
+            shown[cloudspace_id].add(shown_error)
+        for cloudspace_id, listed in vms.items():
+            error = ""
+            if isinstance(listed, ws.WhiteskyError):
+                error = f"VMs of cloudspace {cloudspace_id}: {listed}"
+                result.site_errors.append(error)
+            else:
+                result.writes += vms_sync(
+                    location=location, cloudspace_id=cloudspace_id, vms=listed
+                )
+            if shown[cloudspace_id] != {error}:
+                result.writes += ClusterSite.objects.filter(
+                    location=location, cloudspace_id=cloudspace_id
+                ).update(observation_error=error)
+        # One write per location and pass: when its listings began, and whether whole.
+        location.observation_complete = result.complete
+        location.observation_error = "; ".join(result.errors)
+        location.observation_started_at = started
+        if result.complete:
+            location.last_complete_observation_at = started
+        location.save(
+            update_fields=[
+                "observation_complete",
+                "observation_error",
+                "observation_started_at",
+                "last_complete_observation_at",
+            ]
+        )
+    for problem in result.errors + result.site_errors:
+        logger.warning("observe %s: %s", location.name, problem)
     return result

@@ -1,34 +1,49 @@
-"""Plan and act for one cluster: machines to create, provision, tear down; leftovers to reclaim.
+"""Act on a cluster's plan: make machine rows, provision, replace, tear down, reclaim.
 
-`cluster_plan` reads the database only and returns the plan as data (shown as a dry run
-or on the drift page); `cluster_reconcile` applies it, one step per machine, under the
-cluster's lock, so there is never more than one mutation in flight per VM.
+`cluster_reconcile` takes the cluster's lock only for what is the cluster's own: new
+machine rows (fresh indexes, never reused), marking the surplus of a scaled-down pool,
+and reclaiming a deleted cluster's leftovers. Each machine's work is `machine_reconcile`,
+under that machine's own lock, re-planned from the database when it runs: the beat task
+fans machines out to the worker pool, the in-process path runs them one after another.
+There is never more than one mutation in flight per VM.
 
-Every step is re-entrant. A write whose answer was lost is resolved on the next pass by
-looking the object up by name, in a listing fetched for that purpose only.
+Every step is re-entrant. A write whose answer was lost is resolved by its name, from a
+listing begun after the call could no longer land.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from contextlib import suppress
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
-from typing import Literal
+from datetime import datetime, timedelta
 
+from django.conf import settings
+from django.db import transaction
 from django.utils import timezone
 
 from capvco_web.audit import audit_record
 from capvco_web.integrations import whitesky as ws
 from capvco_web.locks import object_lock
+from capvco_web.rows import model_update
+from clusters.cloud_init import machine_user_data
 from clusters.models import Cluster, ClusterSite, Location, Machine, MachinePool, VirtualMachine
-from clusters.selectors import pools_by_cluster
-from gpus import naming
-from gpus.models import GpuProfile, VgpuReservation
-from gpus.resolve import GpuUnavailable, gpu_profile_resolve
+from clusters.plan import (
+    VM_GONE,
+    CardBook,
+    Step,
+    cluster_plan,
+    gpus_held,
+    machine_step,
+    owned_by,
+)
+from gpus.models import VgpuReservation
+from gpus.resolve import GpuUnavailable
 from gpus.services import (
-    outcome_unknown,
-    reservation_confirm_released,
+    OutcomePending,
+    reservation_adopt,
+    reservation_pending_resolve,
     reservation_release,
     reservation_reserve_and_attach,
 )
@@ -37,14 +52,6 @@ logger = logging.getLogger(__name__)
 Phase = Machine.Phase
 RState = VgpuReservation.State
 ACTOR = "reconciler"
-VM_GONE = {"DELETED", "DESTROYED"}
-
-
-@dataclass(frozen=True)
-class Step:
-    action: Literal["create", "provision", "recreate", "delete", "reclaim"]
-    target: str
-    detail: str = ""
 
 
 @dataclass
@@ -57,155 +64,212 @@ class ReconcileResult:
     cluster_deleted: bool = False
 
 
-# --- plan ------------------------------------------------------------------------------
-
-
-def cluster_plan(cluster: Cluster) -> list[Step]:
-    if cluster.state == Cluster.State.DELETING:
-        teardowns = [
-            Step("delete", m.name, "cluster is being deleted")
-            for m in Machine.objects.filter(pool__cluster=cluster).order_by("name")
-        ]
-        return [*teardowns, Step("reclaim", cluster.name, "VMs and vGPUs with its prefix")]
-    steps: list[Step] = []
-    vms = _observed_vms(cluster)
-    pools = cluster.pools.select_related("site__location").prefetch_related("machines")
-    for pool in pools.order_by("name"):
-        machines = {m.index: m for m in pool.machines.all()}
-        for index in range(pool.replicas):
-            machine = machines.pop(index, None)
-            if machine is None:
-                steps.append(Step("create", f"{pool.name}-{index}", f"pool {pool.name}"))
-            elif machine.delete_requested:
-                steps.append(Step("delete", machine.name, "deletion requested"))
-            elif machine.phase != Phase.RUNNING:
-                steps.append(Step("provision", machine.name, f"phase {machine.phase}"))
-            elif _vm_vanished(machine, pool, vms):
-                steps.append(Step("recreate", machine.name, "its VM is no longer listed"))
-        for machine in sorted(machines.values(), key=lambda m: m.index):
-            steps.append(Step("delete", machine.name, f"pool {pool.name} scaled down"))
-    return steps
-
-
-def _observed_vms(cluster: Cluster) -> dict[tuple[int, int], VirtualMachine]:
-    locations = ClusterSite.objects.filter(cluster=cluster).values("location")
-    return {
-        (vm.location_id, vm.vm_id): vm
-        for vm in VirtualMachine.objects.filter(location__in=locations)
-    }
-
-
-def _vm_vanished(
-    machine: Machine, pool: MachinePool, vms: dict[tuple[int, int], VirtualMachine]
-) -> bool:
-    location = pool.site.location
-    if machine.vm_id is None or not location.observation_complete:
-        return False
-    vm = vms.get((location.pk, machine.vm_id))
-    return vm is None or vm.status in VM_GONE
-
-
-# --- act -------------------------------------------------------------------------------
-
-
-class PassContext:
-    """What one pass knows beyond the mirror: fresh listings (fetched only to resolve an
-    unknown outcome, at most once per object per pass) and cards with instances taken."""
-
-    def __init__(self, client: ws.WhiteskyClient) -> None:
-        self.client = client
-        self._vgpus: dict[int, ws.Listing[ws.Vgpu]] = {}
-        self._vms: dict[str, list[ws.Vm]] = {}
-        self._cards: dict[int, list[GpuProfile]] = {}
-
-    def vgpus(self, location: Location, *, fresh: bool = False) -> ws.Listing[ws.Vgpu]:
-        if fresh or location.pk not in self._vgpus:
-            self._vgpus[location.pk] = self.client.list_vgpus(location=location.name)
-        return self._vgpus[location.pk]
-
-    def vm_by_name(self, site: ClusterSite, name: str) -> ws.Vm | None:
-        if site.cloudspace_id not in self._vms:
-            self._vms[site.cloudspace_id] = self.client.list_vms(cloudspace_id=site.cloudspace_id)
-        return next(
-            (
-                vm
-                for vm in self._vms[site.cloudspace_id]
-                if vm.name == name and vm.status not in VM_GONE
-            ),
-            None,
-        )
-
-    def cards(self, location: Location) -> list[GpuProfile]:
-        if location.pk not in self._cards:
-            self._cards[location.pk] = list(location.gpu_profiles.order_by("profile_id"))
-        return self._cards[location.pk]
-
-
 class StepFailed(Exception):
     """A step cannot go on until something changes; the machine fails with this message."""
 
 
 class StepWaiting(Exception):
-    """A step must wait for a complete observation; the machine keeps its phase."""
+    """A step must wait (a listing, an outcome still in flight); the machine keeps its phase."""
+
+
+class PassContext:
+    """Listings fetched while acting, to resolve lost answers, each with the moment it
+    began; one per object and pass unless a later one is needed."""
+
+    def __init__(self, client: ws.WhiteskyClient) -> None:
+        self.client = client
+        self._vgpus: dict[int, tuple[datetime, ws.Listing[ws.Vgpu]]] = {}
+        self._vms: dict[str, tuple[datetime, list[ws.Vm]]] = {}
+
+    def vgpus(
+        self, location: Location, *, begun_after: datetime | None = None
+    ) -> tuple[datetime, ws.Listing[ws.Vgpu]]:
+        cached = self._vgpus.get(location.pk)
+        if cached is None or (begun_after is not None and cached[0] <= begun_after):
+            began = timezone.now()
+            cached = self._vgpus[location.pk] = (
+                began,
+                self.client.list_vgpus(location=location.name),
+            )
+        return cached
+
+    def forget_vgpus(self, location: Location) -> None:
+        self._vgpus.pop(location.pk, None)
+
+    def vms(
+        self, site: ClusterSite, *, begun_after: datetime | None = None
+    ) -> tuple[datetime, list[ws.Vm]]:
+        cached = self._vms.get(site.cloudspace_id)
+        if cached is None or (begun_after is not None and cached[0] <= begun_after):
+            began = timezone.now()
+            cached = self._vms[site.cloudspace_id] = (
+                began,
+                self.client.list_vms(cloudspace_id=site.cloudspace_id),
+            )
+        return cached
+
+
+# --- the cluster -----------------------------------------------------------------------
 
 
 def cluster_reconcile(
-    *, client: ws.WhiteskyClient, cluster: Cluster, dry_run: bool = False
+    *,
+    client: ws.WhiteskyClient,
+    cluster: Cluster,
+    dry_run: bool = False,
+    fan_out: Callable[[list[int]], None] | None = None,
 ) -> ReconcileResult:
+    """Apply the cluster's plan. With `fan_out`, machines' steps are handed to it (the
+    worker pool); without, they run here, one after another."""
     plan = cluster_plan(cluster)
-    result = ReconcileResult(cluster=cluster.name, plan=plan)
+    result = ReconcileResult(cluster=cluster.name, plan=plan.steps)
     if dry_run or not plan:
         return result
     with object_lock(f"cluster:{cluster.pk}") as taken:
         if not taken:
             result.skipped = "another pass holds the cluster's lock"
             return result
-        ctx = PassContext(client)
-        for step in plan:
+        machine_ids = _cluster_rows_apply(cluster, plan.steps)
+        if fan_out is not None:
+            fan_out(machine_ids)
+            result.applied += [f"sent machine {pk}" for pk in machine_ids]
+        else:
+            ctx = PassContext(client)
+            for machine_id in machine_ids:
+                _merge(result, machine_reconcile(ctx, machine_id))
+        if any(step.action == "reclaim" for step in plan.steps):
             try:
-                _apply(ctx, cluster, step, result)
-                result.applied.append(f"{step.action} {step.target}")
-            except (StepFailed, StepWaiting, GpuUnavailable, ws.WhiteskyError) as exc:
-                result.errors.append(f"{step.action} {step.target}: {exc}")
-                logger.warning("cluster %s: %s %s: %s", cluster.name, step.action, step.target, exc)
+                result.cluster_deleted = cluster_leftovers_reclaim(PassContext(client), cluster)
+                result.applied.append(f"reclaim {cluster.name}")
+            except ws.WhiteskyError as exc:
+                result.errors.append(f"reclaim {cluster.name}: {exc}")
+    for error in result.errors:
+        logger.warning("cluster %s: %s", cluster.name, error)
     return result
 
 
-def _apply(ctx: PassContext, cluster: Cluster, step: Step, result: ReconcileResult) -> None:
-    if step.action == "reclaim":
-        result.cluster_deleted = cluster_leftovers_reclaim(ctx, cluster)
-        return
-    if step.action == "create":
-        pool_name, _, index = step.target.rpartition("-")
-        pool = cluster.pools.get(name=pool_name)
-        machine, _ = Machine.objects.get_or_create(
-            pool=pool, index=int(index), defaults={"name": step.target}
-        )
-        machine_provision(ctx, machine)
-        return
-    machine = Machine.objects.select_related("pool__site__location", "pool__cluster").get(
-        pool__cluster=cluster, name=step.target
+def _merge(result: ReconcileResult, machine: MachineResult) -> None:
+    if machine.applied:
+        result.applied.append(machine.applied)
+    if machine.error:
+        result.errors.append(machine.error)
+
+
+def _cluster_rows_apply(cluster: Cluster, steps: list[Step]) -> list[int]:
+    """Make the rows of new machines and mark a scaled-down pool's surplus for teardown;
+    answer the machines that have work to do."""
+    machine_ids: list[int] = []
+    for step in steps:
+        if step.action == "create":
+            assert step.pool_id is not None
+            machine_ids.append(machine_create(pool_id=step.pool_id).pk)
+        elif step.machine_id is not None:
+            if step.action == "teardown":
+                Machine.objects.filter(pk=step.machine_id, delete_requested=False).update(
+                    delete_requested=True, updated_at=timezone.now()
+                )
+            machine_ids.append(step.machine_id)
+    return machine_ids
+
+
+def machine_create(*, pool_id: int) -> Machine:
+    """A new machine with the pool's next index. Indexes are never reused, and skip any
+    that a name still listed in the mirror carries (a pool deleted and made again), so a
+    new machine never adopts a VM or vGPU left by an earlier one."""
+    with transaction.atomic():
+        pool = MachinePool.objects.select_for_update().select_related("cluster").get(pk=pool_id)
+        index = max(pool.next_index, _index_after_leftovers(pool))
+        MachinePool.objects.filter(pk=pool.pk).update(next_index=index + 1)
+        return Machine.objects.create(pool=pool, index=index, name=f"{pool.name}-{index}")
+
+
+def _index_after_leftovers(pool: MachinePool) -> int:
+    prefix = f"capvco-{pool.cluster.name}-{pool.name}-"
+    names = list(
+        VirtualMachine.objects.filter(name__startswith=prefix).values_list("name", flat=True)
+    ) + list(
+        VgpuReservation.objects.filter(name__startswith=prefix)
+        .exclude(state=RState.RELEASED)
+        .values_list("name", flat=True)
     )
-    if step.action == "recreate":
-        machine_vm_replace(ctx, machine)
-    if step.action in ("provision", "recreate"):
-        machine_provision(ctx, machine)
-    else:
+    indexes = [
+        int(head)
+        for head in (name.removeprefix(prefix).split("-", 1)[0] for name in names)
+        if head.isdigit()
+    ]
+    return max(indexes, default=-1) + 1
+
+
+# --- one machine -----------------------------------------------------------------------
+
+
+@dataclass
+class MachineResult:
+    applied: str = ""
+    error: str = ""
+
+
+@contextmanager
+def account_slot(account_id: int) -> Iterator[bool]:
+    """One of the account's call slots, if one is free: a cap on its calls in flight over
+    every worker, so a large scale-up does not flood whitesky."""
+    for slot in range(settings.WHITESKY_CALLS_IN_FLIGHT_PER_ACCOUNT):
+        with object_lock(f"account-calls:{account_id}:{slot}") as taken:
+            if taken:
+                yield True
+                return
+    yield False
+
+
+def machine_reconcile(ctx: PassContext, machine_id: int) -> MachineResult:
+    """Re-plan one machine from the database and apply its step, under its lock."""
+    with object_lock(f"machine:{machine_id}") as taken:
+        if not taken:
+            return MachineResult()
+        machine = (
+            Machine.objects.select_related("pool__site__location__account", "pool__cluster")
+            .filter(pk=machine_id)
+            .first()
+        )
+        if machine is None:
+            return MachineResult()
+        step = machine_step(machine, {}, _listed_vm(machine))
+        if step is None:
+            return MachineResult()
+        with account_slot(machine.pool.cluster.account_id) as slot:
+            if not slot:
+                return MachineResult(error=f"{step.action} {machine.name}: account busy")
+            try:
+                _machine_apply(ctx, machine, step)
+            except (StepFailed, StepWaiting, GpuUnavailable, OutcomePending) as exc:
+                return MachineResult(error=f"{step.action} {machine.name}: {exc}")
+            except ws.WhiteskyError as exc:
+                return MachineResult(error=f"{step.action} {machine.name}: {exc}")
+    return MachineResult(applied=f"{step.action} {machine.name}")
+
+
+def _listed_vm(machine: Machine) -> dict[tuple[int, int], VirtualMachine]:
+    if machine.vm_id is None:
+        return {}
+    location_id = machine.pool.site.location_id
+    vm = VirtualMachine.objects.filter(location_id=location_id, vm_id=machine.vm_id).first()
+    return {(location_id, machine.vm_id): vm} if vm else {}
+
+
+def _machine_apply(ctx: PassContext, machine: Machine, step: Step) -> None:
+    if step.action == "teardown":
         machine_teardown(ctx, machine)
+        return
+    if step.action == "replace_vm":
+        machine_vm_replace(ctx, machine, reason=step.reason)
+    machine_provision(ctx, machine)
 
 
 # --- provisioning ----------------------------------------------------------------------
 
 
-def _fail(machine: Machine, message: str) -> None:
-    Machine.objects.filter(pk=machine.pk).update(phase=Phase.FAILED, failure_message=message)
-    machine.phase, machine.failure_message = Phase.FAILED, message
-
-
-def _set_phase(machine: Machine, phase: str, message: str = "") -> None:
-    if (machine.phase, machine.failure_message) != (phase, message):
-        Machine.objects.filter(pk=machine.pk).update(phase=phase, failure_message=message)
-        machine.phase, machine.failure_message = phase, message
+def _phase_set(machine: Machine, phase: str, message: str = "") -> None:
+    model_update(machine, {"phase": phase, "failure_message": message})
 
 
 def machine_provision(ctx: PassContext, machine: Machine) -> None:
@@ -218,116 +282,120 @@ def machine_provision(ctx: PassContext, machine: Machine) -> None:
                 f"{location.name} is not completely observed yet; no vGPU is reserved "
                 "until its listing is whole"
             )
-        card_id = _gpu_card_for(ctx, machine)
+        _pending_resolve(ctx, machine)
+        book = CardBook.load(location) if pool.wants_gpus else None
+        if book is not None and (missing := _missing_gpus(machine)):
+            book.resolve(pool, len(missing))  # no VM is made for GPUs that are not there
         _vm_ensure(ctx, machine)
-        _gpus_ensure(ctx, machine, card_id)
+        _gpus_ensure(ctx, machine, book)
         _vm_start(ctx, machine)
     except (GpuUnavailable, StepFailed) as exc:
-        _fail(machine, str(exc))
+        _phase_set(machine, Phase.FAILED, str(exc))
         raise
-    except StepWaiting as exc:
-        _set_phase(machine, machine.phase, str(exc))
+    except (StepWaiting, OutcomePending) as exc:
+        _phase_set(machine, machine.phase, str(exc))
         raise
     except ws.WhiteskyError as exc:
-        if outcome_unknown(exc):
-            # Keep the phase: the next pass resolves the outcome by name.
-            Machine.objects.filter(pk=machine.pk).update(failure_message=str(exc))
-        else:
-            _fail(machine, str(exc))
+        # An unknown outcome keeps the phase: the next pass resolves it by name.
+        _phase_set(machine, machine.phase if exc.outcome_unknown else Phase.FAILED, str(exc))
         raise
 
 
 def _missing_gpus(machine: Machine) -> list[int]:
-    held = set(
-        VgpuReservation.objects.filter(machine=machine)
-        .exclude(state=RState.RELEASED)
-        .values_list("owner_index", flat=True)
-    )
+    held = {row.owner_index for row in gpus_held(machine)}
     return [n for n in range(machine.pool.gpu_count) if n not in held]
 
 
-def _gpu_card_for(ctx: PassContext, machine: Machine) -> str:
-    """The card for the machine's missing vGPUs (all on one card), before any VM exists."""
-    pool = machine.pool
-    missing = _missing_gpus(machine)
-    if not missing:
-        return ""
-    location = pool.site.location
-    card = gpu_profile_resolve(
-        ctx.cards(location),
-        location=location.name,
-        count=len(missing),
-        gpu_type=pool.gpu_type,
-        profile_id=pool.gpu_profile_id,
-    )
-    return card.profile_id
+def _pending_resolve(ctx: PassContext, machine: Machine) -> None:
+    """Reserves of this machine whose answers were lost: adopted, forgotten, or waited for."""
+    pending = [row for row in gpus_held(machine) if row.vgpu_id is None]
+    location = machine.pool.site.location
+    for row in pending:
+        after = row.reserve_deadline
+        began, listing = ctx.vgpus(location, begun_after=after)
+        reservation_pending_resolve(row=row, listing=listing, listed_at=began)
 
 
 def _vm_ensure(ctx: PassContext, machine: Machine) -> None:
     if machine.vm_id is not None:
         return
     pool = machine.pool
-    if machine.phase != Phase.PENDING:
-        # A create may have been sent before and its answer lost: look by name first.
-        found = ctx.vm_by_name(pool.site, machine.vm_name)
-        if found is not None:
-            Machine.objects.filter(pk=machine.pk).update(vm_id=found.vm_id)
-            machine.vm_id = found.vm_id
+    site = pool.site
+    if machine.vm_create_deadline is not None:
+        # A create was sent and its answer not recorded: find it by name first.
+        began, vms = ctx.vms(site, begun_after=machine.vm_create_deadline - _window(ctx))
+        found = sorted(
+            (vm for vm in vms if vm.name == machine.vm_name and vm.status not in VM_GONE),
+            key=lambda vm: vm.vm_id,
+        )
+        if found:
+            model_update(
+                machine,
+                {
+                    "vm_id": found[0].vm_id,
+                    "vm_created_at": timezone.now(),
+                    "vm_create_deadline": None,
+                },
+            )
             return
-    _set_phase(machine, Phase.CREATING)
-    vm_id = ctx.client.create_vm(
-        cloudspace_id=pool.site.cloudspace_id,
-        name=machine.vm_name,
-        description=f"capvco-web machine {machine} (pool {pool.name})",
-        vcpus=pool.vcpus,
-        memory_mib=pool.memory_mib,
-        image_id=pool.site.image_id,
-        disk_size_gib=pool.disk_gib,
-        start=False,
-        user_data=pool.user_data or None,
+        if began <= machine.vm_create_deadline:
+            raise StepWaiting(
+                f"a create of {machine.vm_name} sent earlier may still land until "
+                f"{machine.vm_create_deadline:%H:%M:%S} UTC; no second one before"
+            )
+    model_update(
+        machine,
+        {
+            "phase": Phase.CREATING,
+            "vm_create_deadline": timezone.now() + _window(ctx),
+            "gpu_driver_version": pool.gpu_driver_version if pool.wants_gpus else "",
+        },
     )
-    Machine.objects.filter(pk=machine.pk).update(vm_id=vm_id)
-    machine.vm_id = vm_id
+    try:
+        vm_id = ctx.client.create_vm(
+            cloudspace_id=site.cloudspace_id,
+            name=machine.vm_name,
+            description=f"capvco-web machine {machine} (pool {pool.name})",
+            vcpus=pool.vcpus,
+            memory_mib=pool.memory_mib,
+            image_id=site.image_id,
+            disk_size_gib=pool.disk_gib,
+            start=False,
+            user_data=machine_user_data(pool),
+        )
+    except ws.WhiteskyError as exc:
+        if not exc.outcome_unknown:
+            model_update(machine, {"vm_create_deadline": None})  # refused: nothing made
+        raise
+    model_update(
+        machine, {"vm_id": vm_id, "vm_created_at": timezone.now(), "vm_create_deadline": None}
+    )
 
 
-def _gpus_ensure(ctx: PassContext, machine: Machine, card_id: str) -> None:
+def _window(ctx: PassContext) -> timedelta:
+    return timedelta(seconds=ctx.client.outcome_window)
+
+
+def _gpus_ensure(ctx: PassContext, machine: Machine, book: CardBook | None) -> None:
     pool = machine.pool
-    if not pool.wants_gpus:
+    if book is None:
         return
-    location = pool.site.location
-    for n in range(pool.gpu_count):
-        name = machine.vgpu_name(n)
-        row = (
-            VgpuReservation.objects.filter(location=location, name=name)
-            .exclude(state=RState.RELEASED)
-            .first()
-        )
-        if row is not None and row.vgpu_id is None:
-            row = _pending_resolve(ctx, row)
-        if row is not None:
-            _attached_ensure(ctx, machine, row)
-            continue
-        if machine.phase != Phase.ATTACHING:
-            _set_phase(machine, Phase.ATTACHING)
-        reservation_reserve_and_attach(client=ctx.client, machine=machine, n=n, gpu_id=card_id)
-        for card in ctx.cards(location):
-            if card.profile_id == card_id:
-                card.available_instances -= 1  # what the next machine of this pass sees
-
-
-def _pending_resolve(ctx: PassContext, row: VgpuReservation) -> VgpuReservation | None:
-    """A reserve whose answer was lost: adopt the reservation if the listing has it."""
-    listing = ctx.vgpus(row.location, fresh=True)
-    found = next((v for v in listing.items if v.name == row.name), None)
-    if found is not None:
-        return _row_adopt(row, found)
-    if not listing.complete:
-        raise StepWaiting(
-            f"cannot tell whether {row.name} was reserved: the vGPU listing is incomplete "
-            f"({listing.error})"
-        )
-    row.delete()  # a whole listing without it: the reserve never happened
-    return None
+    for row in gpus_held(machine):
+        _attached_ensure(ctx, machine, row)
+    missing = _missing_gpus(machine)
+    refused: set[str] = set()
+    while missing:
+        card_id = book.resolve(pool, len(missing), excluded=frozenset(refused))
+        _phase_set(machine, Phase.ATTACHING)
+        try:
+            for n in list(missing):
+                reservation_reserve_and_attach(
+                    client=ctx.client, machine=machine, n=n, gpu_id=card_id
+                )
+                book.take(card_id, 1)
+                missing.remove(n)
+        except ws.CapacityExhausted:
+            refused.add(card_id)  # taken since the listing (another worker): try another
 
 
 def _attached_ensure(ctx: PassContext, machine: Machine, row: VgpuReservation) -> None:
@@ -336,11 +404,13 @@ def _attached_ensure(ctx: PassContext, machine: Machine, row: VgpuReservation) -
     if row.vm_id is not None:
         raise StepFailed(f"{row.name} is attached to VM {row.vm_id}, not to this machine's VM")
     assert machine.vm_id is not None and row.vgpu_id is not None
+    _phase_set(machine, Phase.ATTACHING)
     ctx.client.attach_vgpu(
         cloudspace_id=machine.pool.site.cloudspace_id, vm_id=machine.vm_id, vgpu_id=row.vgpu_id
     )
-    VgpuReservation.objects.filter(pk=row.pk).update(
-        vm_id=machine.vm_id, state=RState.ATTACHED, machine=machine, unassigned_since=None
+    model_update(
+        row,
+        {"vm_id": machine.vm_id, "state": RState.ATTACHED, "unassigned_since": None},
     )
 
 
@@ -352,59 +422,82 @@ def _vm_start(ctx: PassContext, machine: Machine) -> None:
         machine.phase in (Phase.STARTING, Phase.FAILED)
         and ctx.client.get_vm(cloudspace_id=cloudspace_id, vm_id=machine.vm_id).status == "RUNNING"
     ):
-        _set_phase(machine, Phase.RUNNING)
+        _phase_set(machine, Phase.RUNNING)
         return
-    _set_phase(machine, Phase.STARTING)
+    _phase_set(machine, Phase.STARTING)
     ctx.client.start_vm(cloudspace_id=cloudspace_id, vm_id=machine.vm_id)
-    _set_phase(machine, Phase.RUNNING)
+    _phase_set(machine, Phase.RUNNING)
 
 
-def machine_vm_replace(ctx: PassContext, machine: Machine) -> None:
-    """The machine's VM vanished (deleted outside the control plane): make sure it is gone
-    for good, so that its vGPUs come free, and provision the machine anew."""
+def machine_vm_replace(ctx: PassContext, machine: Machine, *, reason: str) -> None:
+    """The machine's VM vanished (deleted outside the control plane), as a listing begun
+    after the VM was made shows: make sure it is gone for good, so that its vGPUs come
+    free, and provision the machine anew."""
     assert machine.vm_id is not None
-    vm_remove(ctx.client, cloudspace_id=machine.pool.site.cloudspace_id, vm_id=machine.vm_id)
+    old_vm = machine.vm_id
+    vm_remove(ctx.client, cloudspace_id=machine.pool.site.cloudspace_id, vm_id=old_vm)
     audit_record(
         actor=ACTOR,
         action="machine.recreate",
         obj=machine,
-        reason="its VM was no longer listed",
-        before={"vm_id": machine.vm_id, "phase": machine.phase},
+        reason=reason,
+        before={"vm_id": old_vm, "phase": machine.phase},
     )
-    Machine.objects.filter(pk=machine.pk).update(vm_id=None, phase=Phase.PENDING)
-    VgpuReservation.objects.filter(machine=machine, vm_id=machine.vm_id).update(
-        vm_id=None, state=RState.RESERVED
-    )
-    machine.vm_id, machine.phase = None, Phase.PENDING
+    model_update(machine, {"vm_id": None, "vm_created_at": None, "phase": Phase.PENDING})
+    for row in VgpuReservation.objects.filter(machine=machine, vm_id=old_vm):
+        model_update(
+            row,
+            {"vm_id": None, "state": RState.RESERVED},
+            expect={"state": RState.ATTACHED, "vm_id": old_vm},
+        )
 
 
 # --- teardown --------------------------------------------------------------------------
 
 
 def machine_teardown(ctx: PassContext, machine: Machine) -> None:
-    """Stop the VM, delete it permanently, release every vGPU, confirm, drop the machine."""
-    _set_phase(machine, Phase.DELETING, machine.failure_message)
+    """Stop the VM, delete it permanently, release every vGPU of the machine, drop it."""
+    _phase_set(machine, Phase.DELETING, machine.failure_message)
     try:
         _machine_teardown(ctx, machine)
-    except (StepFailed, ws.WhiteskyError) as exc:
-        _set_phase(machine, Phase.DELETING, str(exc))
+    except (StepFailed, StepWaiting, OutcomePending, ws.WhiteskyError) as exc:
+        _phase_set(machine, Phase.DELETING, str(exc))
         raise
 
 
 def _machine_teardown(ctx: PassContext, machine: Machine) -> None:
     pool = machine.pool
     site = pool.site
-    if machine.vm_id is None:
-        found = ctx.vm_by_name(site, machine.vm_name)  # a create whose answer was lost
-        machine.vm_id = found.vm_id if found else None
+    if machine.vm_id is None and machine.vm_create_deadline is not None:
+        began, vms = ctx.vms(site, begun_after=machine.vm_create_deadline - _window(ctx))
+        for vm in vms:  # a create whose answer was lost: remove what it made
+            if vm.name == machine.vm_name and vm.status != "DESTROYED":
+                vm_remove(ctx.client, cloudspace_id=site.cloudspace_id, vm_id=vm.vm_id)
+        if began <= machine.vm_create_deadline:
+            raise StepWaiting(
+                f"a create of {machine.vm_name} may still land until "
+                f"{machine.vm_create_deadline:%H:%M:%S} UTC; the machine goes after that"
+            )
+        model_update(machine, {"vm_create_deadline": None})
     if machine.vm_id is not None:
         vm_remove(ctx.client, cloudspace_id=site.cloudspace_id, vm_id=machine.vm_id)
-        Machine.objects.filter(pk=machine.pk).update(vm_id=None)
-        machine.vm_id = None
-    is_ours = _owned_by(pool.cluster, machine=machine.name)
-    blockers = _reservations_release(
-        ctx, site.location, is_ours, reason=f"machine {machine} deleted"
-    )
+        model_update(machine, {"vm_id": None})
+    _pending_resolve(ctx, machine)
+    blockers = []
+    for row in gpus_held(machine):
+        try:
+            reservation_release(
+                client=ctx.client, reservation=row, actor=ACTOR, reason=f"machine {machine} deleted"
+            )
+        except (ws.WhiteskyError, ValueError) as exc:
+            blockers.append(f"{row.name}: {exc}")
+            continue
+        # whitesky answered: the reservation is released (the charge stopped).
+        model_update(
+            row,
+            {"state": RState.RELEASED, "released_at": timezone.now(), "orphaned_since": None},
+            expect={"state": RState.RELEASING},
+        )
     if blockers:
         raise StepFailed("; ".join(blockers))
     before = {"name": machine.name, "pool": pool.name, "vm_name": machine.vm_name}
@@ -412,21 +505,6 @@ def _machine_teardown(ctx: PassContext, machine: Machine) -> None:
         actor=ACTOR, action="machine.delete", obj=machine, reason="torn down", before=before
     )
     machine.delete()
-
-
-def _owned_by(cluster: Cluster, machine: str | None = None) -> Callable[[str], bool]:
-    """Whether a VM or vGPU name belongs to the cluster (and to `machine`, if given)."""
-    known = pools_by_cluster(cluster.account_id)
-
-    def is_ours(name: str) -> bool:
-        owner = naming.owner_parse(name, known)
-        return (
-            owner is not None
-            and owner.cluster == cluster.name
-            and (machine is None or owner.machine == machine)
-        )
-
-    return is_ours
 
 
 def vm_remove(client: ws.WhiteskyClient, *, cloudspace_id: str, vm_id: int) -> None:
@@ -445,38 +523,56 @@ def vm_remove(client: ws.WhiteskyClient, *, cloudspace_id: str, vm_id: int) -> N
         )
 
 
-def _reservations_release(
-    ctx: PassContext, location: Location, is_ours: Callable[[str], bool], *, reason: str
-) -> list[str]:
-    """Release every listed reservation of `location` that `is_ours`, from a fresh listing.
+# --- cluster deletion ------------------------------------------------------------------
 
-    Returns what still blocks; empty once a complete listing shows none of ours left.
-    """
-    listing = ctx.vgpus(location, fresh=True)
-    ours = [v for v in listing.items if is_ours(v.name)]
+
+def cluster_leftovers_reclaim(ctx: PassContext, cluster: Cluster) -> bool:
+    """After its machines: remove VMs and release vGPUs that carry the cluster's name, in
+    every location of the account, attached or not. The cluster goes only when a whole
+    listing of each location, begun after the last release, shows none. True when gone."""
+    machines = Machine.objects.filter(pool__cluster=cluster).order_by("name")
+    if machines:
+        _blockers_set(
+            cluster,
+            [f"machine {m.name}: {m.failure_message or 'being torn down'}" for m in machines],
+        )
+        return False
     blockers: list[str] = []
-    for vgpu in ours:
-        try:
-            reservation_release(
-                client=ctx.client, reservation=_row_for(location, vgpu), actor=ACTOR, reason=reason
-            )
-        except ws.WhiteskyError as exc:
-            blockers.append(f"{vgpu.name} in {location.name}: {exc}")
-    after = ctx.vgpus(location, fresh=True) if ours else listing
-    if not after.complete:
-        return [*blockers, f"{location.name}: vGPU listing incomplete ({after.error})"]
-    left = [v.name for v in after.items if is_ours(v.name)]
-    if left:
-        blockers.append(f"{location.name}: still listed: {', '.join(left)}")
-    listed = {v.vgpu_id for v in after.items}
-    for row in VgpuReservation.objects.filter(location=location).exclude(state=RState.RELEASED):
-        if not is_ours(row.name):
-            continue
-        if row.vgpu_id is None:
-            row.delete()  # a whole listing without it: its reserve never happened
-        else:
-            reservation_confirm_released(reservation=row, listed_ids=listed)
-    return blockers
+    is_ours = owned_by(cluster)
+    for site in ClusterSite.objects.filter(cluster=cluster).select_related("location"):
+        _, vms = ctx.vms(site)
+        for vm in vms:
+            if vm.status != "DESTROYED" and is_ours(vm.name):
+                vm_remove(ctx.client, cloudspace_id=site.cloudspace_id, vm_id=vm.vm_id)
+                audit_record(
+                    actor=ACTOR,
+                    action="vm.delete",
+                    obj=cluster,
+                    reason=f"cluster deleted: VM {vm.name} ({vm.vm_id}) carried its name",
+                )
+    for location in Location.objects.filter(account=cluster.account):
+        _, listing = ctx.vgpus(location)
+        ours = [v for v in listing.items if is_ours(v.name)]
+        for vgpu in ours:
+            try:
+                reservation_release(
+                    client=ctx.client,
+                    reservation=_row_for(location, vgpu),
+                    actor=ACTOR,
+                    reason=f"cluster {cluster.name} deleted",
+                )
+            except (ws.WhiteskyError, ValueError) as exc:
+                blockers.append(f"{vgpu.name} in {location.name}: {exc}")
+        if ours:
+            blockers.append(f"{location.name}: released {len(ours)}; confirming on the next pass")
+        elif not listing.complete:
+            blockers.append(f"{location.name}: vGPU listing incomplete ({listing.error})")
+    if blockers:
+        _blockers_set(cluster, blockers)
+        return False
+    audit_record(actor=ACTOR, action="cluster.delete", obj=cluster, reason="no reservation left")
+    cluster.delete()
+    return True
 
 
 def _row_for(location: Location, vgpu: ws.Vgpu) -> VgpuReservation:
@@ -486,61 +582,8 @@ def _row_for(location: Location, vgpu: ws.Vgpu) -> VgpuReservation:
         row = VgpuReservation.objects.filter(
             location=location, name=vgpu.name, vgpu_id__isnull=True
         ).first()
-    if row is None:
-        row = VgpuReservation(location=location, name=vgpu.name)
-    return _row_adopt(row, vgpu)
-
-
-def _row_adopt(row: VgpuReservation, vgpu: ws.Vgpu) -> VgpuReservation:
-    """Make a row (a pending one, or one the mirror lacks) say what the listing says."""
-    row.vgpu_id, row.gpu_id, row.vm_id = vgpu.vgpu_id, vgpu.gpu_id, vgpu.vm_id
-    if row.state in (RState.RESERVING, RState.RELEASED):
-        row.state = RState.ATTACHED if vgpu.vm_id else RState.RESERVED
-    row.first_seen_at = row.first_seen_at or timezone.now()
-    row.last_seen_at = timezone.now()
-    row.save()
-    return row
-
-
-# --- cluster deletion ------------------------------------------------------------------
-
-
-def cluster_leftovers_reclaim(ctx: PassContext, cluster: Cluster) -> bool:
-    """After its machines: remove VMs and release vGPUs that carry the cluster's prefix,
-    in every location of the account, attached or not. True when the cluster is gone."""
-    machines = Machine.objects.filter(pool__cluster=cluster).order_by("name")
-    if machines:
-        _blockers_set(
-            cluster,
-            [f"machine {m.name}: {m.failure_message or 'being torn down'}" for m in machines],
-        )
-        return False
-    blockers: list[str] = []
-    is_ours = _owned_by(cluster)
-
-    for site in ClusterSite.objects.filter(cluster=cluster).select_related("location"):
-        for vm in ctx.client.list_vms(cloudspace_id=site.cloudspace_id):
-            if vm.status not in VM_GONE and is_ours(vm.name):
-                vm_remove(ctx.client, cloudspace_id=site.cloudspace_id, vm_id=vm.vm_id)
-                audit_record(
-                    actor=ACTOR,
-                    action="vm.delete",
-                    obj=cluster,
-                    reason=f"cluster deleted: VM {vm.name} ({vm.vm_id}) carried its prefix",
-                )
-    for location in Location.objects.filter(account=cluster.account):
-        blockers += _reservations_release(
-            ctx, location, is_ours, reason=f"cluster {cluster.name} deleted"
-        )
-    if blockers:
-        _blockers_set(cluster, blockers)
-        return False
-    audit_record(actor=ACTOR, action="cluster.delete", obj=cluster, reason="no reservation left")
-    cluster.delete()
-    return True
+    return reservation_adopt(row or VgpuReservation(location=location, name=vgpu.name), vgpu)
 
 
 def _blockers_set(cluster: Cluster, blockers: list[str]) -> None:
-    if cluster.deletion_blockers != blockers:
-        Cluster.objects.filter(pk=cluster.pk).update(deletion_blockers=blockers)
-        cluster.deletion_blockers = blockers
+    model_update(cluster, {"deletion_blockers": blockers})

@@ -9,13 +9,14 @@ import logging
 from typing import Any
 
 from celery import Task, shared_task
+from django.conf import settings
 
 from capvco_web.integrations import whitesky as ws
 from capvco_web.locks import object_lock
 from capvco_web.tasks import retry_if_transient, send_on_commit
 from clusters.models import Account, Cluster, Location
 from clusters.observe import account_locations_observe, location_observe
-from clusters.reconcile import cluster_reconcile
+from clusters.reconcile import PassContext, cluster_reconcile, machine_reconcile
 from clusters.whitesky import whitesky_client
 
 logger = logging.getLogger(__name__)
@@ -61,10 +62,28 @@ def reconcile_all() -> None:
 
 @shared_task
 def reconcile_cluster(cluster_id: int) -> None:
+    """The cluster's own part of the plan here; each machine's step on the worker pool."""
     cluster = Cluster.objects.select_related("account").filter(pk=cluster_id).first()
     if cluster is None:
         return  # deleted since the fan-out
+
+    def fan_out(machine_ids: list[int]) -> None:
+        for machine_id in machine_ids:
+            # Dropped when it waited past the next tick: that tick sends it again.
+            reconcile_machine.apply_async(
+                (machine_id,), expires=settings.RECONCILE_INTERVAL.total_seconds()
+            )
+
     with whitesky_client(cluster.account) as client:
-        result = cluster_reconcile(client=client, cluster=cluster)
-    for error in result.errors:
-        logger.warning("reconcile %s: %s", cluster.name, error)
+        cluster_reconcile(client=client, cluster=cluster, fan_out=fan_out)
+
+
+@shared_task
+def reconcile_machine(machine_id: int) -> None:
+    account = Account.objects.filter(clusters__pools__machines=machine_id).first()
+    if account is None:
+        return  # torn down since the fan-out
+    with whitesky_client(account) as client:
+        result = machine_reconcile(PassContext(client), machine_id)
+    if result.error:
+        logger.warning("reconcile machine %s: %s", machine_id, result.error)

@@ -20,4 +20,6 @@ def whitesky_client(account: Account) -> ws.WhiteskyClient:
         iam_url=account.iam_url or None,
         on_token_refreshed=token_store,
         page_size=settings.WHITESKY_VGPU_PAGE_SIZE,
+        timeout=(settings.WHITESKY_CONNECT_TIMEOUT, settings.WHITESKY_READ_TIMEOUT),
+        long_timeout=(settings.WHITESKY_CONNECT_TIMEOUT, settings.WHITESKY_LONG_READ_TIMEOUT),
     )

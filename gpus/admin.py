@@ -16,7 +16,7 @@ from gpus.tasks import reservation_release_task
 
 @admin.register(GpuProfile)
 class GpuProfileAdmin(admin.ModelAdmin[GpuProfile]):
-    list_display = ["vendor", "model", "location", "available_instances", "last_seen_at"]
+    list_display = ["vendor", "model", "location", "available_instances"]
     list_filter = ["location", "vendor"]
 
     def has_add_permission(self, request: HttpRequest) -> bool:

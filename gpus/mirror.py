@@ -32,9 +32,7 @@ class SyncCounts:
         return self.created + self.updated + self.deleted
 
 
-def gpu_profiles_sync(
-    *, location: Location, profiles: Sequence[ws.GpuProfile], now: datetime
-) -> SyncCounts:
+def gpu_profiles_sync(*, location: Location, profiles: Sequence[ws.GpuProfile]) -> SyncCounts:
     """Mirror the cards of a location (the listing is whole: it is not paginated)."""
     counts = SyncCounts()
     existing = {p.profile_id: p for p in GpuProfile.objects.filter(location=location)}
@@ -51,12 +49,9 @@ def gpu_profiles_sync(
         }
         row = existing.pop(card.id, None)
         if row is None:
-            to_create.append(
-                GpuProfile(location=location, profile_id=card.id, last_seen_at=now, **data)
-            )
+            to_create.append(GpuProfile(location=location, profile_id=card.id, **data))
         elif changed := fields_assign(row, data):
-            row.last_seen_at = now
-            fields.update(changed, {"last_seen_at"})
+            fields.update(changed)
             to_update.append(row)
     GpuProfile.objects.bulk_create(to_create)
     if to_update:
@@ -79,9 +74,14 @@ def vgpus_sync(
     location: Location,
     listing: ws.Listing[ws.Vgpu],
     pools_by_cluster: Mapping[str, Collection[str]],
+    listed_at: datetime,
     now: datetime,
 ) -> SyncCounts:
     """Mirror the reservations of a location; from a complete listing, also flag orphans.
+
+    `listed_at` is when the listing began. A row changed after that (a reserve, attach or
+    release recorded while the listing was on its way) is newer than the listing says, and
+    is left as it is: the next listing tells.
 
     An orphan is a reservation whose owning machine does not exist. It gets `orphaned_since`
     once, and one more confirmation per complete listing, up to the account's threshold.
@@ -89,11 +89,15 @@ def vgpus_sync(
     account = location.account
     machines = _machines_by_owner(account)
     listed_ids = [v.vgpu_id for v in listing.items]
-    rows = list(
+    candidates = list(
         VgpuReservation.objects.filter(location=location).filter(
             ~Q(state=State.RELEASED) | Q(vgpu_id__in=listed_ids)
         )
     )
+    rows = [row for row in candidates if row.updated_at <= listed_at]
+    newer = [row for row in candidates if row.updated_at > listed_at]
+    newer_ids = {row.vgpu_id for row in newer if row.vgpu_id}
+    newer_names = {row.name for row in newer}
     by_id = {r.vgpu_id: r for r in rows if r.vgpu_id}
     pending_by_name = {r.name: r for r in rows if not r.vgpu_id}
     to_create: list[VgpuReservation] = []
@@ -106,6 +110,8 @@ def vgpus_sync(
             to_update[row.pk] = row
 
     for vgpu in listing.items:
+        if vgpu.vgpu_id in newer_ids or vgpu.name in newer_names:
+            continue
         row = by_id.pop(vgpu.vgpu_id, None) or pending_by_name.pop(vgpu.name, None)
         owner = owner_parse(vgpu.name, pools_by_cluster)
         machine_id = machines.get((owner.cluster, owner.machine)) if owner else None
@@ -120,7 +126,7 @@ def vgpus_sync(
             "machine_id": machine_id,
         }
         if row is None:
-            row = VgpuReservation(location=location, first_seen_at=now, last_seen_at=now, **data)
+            row = VgpuReservation(location=location, first_seen_at=now, **data)
             to_create.append(row)
         else:
             changes = fields_assign(row, data)
@@ -156,11 +162,11 @@ def vgpus_sync(
                 )
 
     for row in to_update.values():
-        row.last_seen_at = now
+        row.updated_at = now
     VgpuReservation.objects.bulk_create(to_create)
     if to_update:
         VgpuReservation.objects.bulk_update(
-            list(to_update.values()), sorted(fields | {"last_seen_at"})
+            list(to_update.values()), sorted(fields | {"updated_at"})
         )
     return SyncCounts(created=len(to_create), updated=len(to_update))
 

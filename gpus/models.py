@@ -21,7 +21,6 @@ class GpuProfile(models.Model):
     pci_address = models.CharField(max_length=32, blank=True)
     description = models.TextField(blank=True)
     available_instances = models.PositiveIntegerField(default=0)
-    last_seen_at = models.DateTimeField()
 
     class Meta:
         constraints = [
@@ -62,8 +61,13 @@ class VgpuReservation(models.Model):
     owner_cluster = models.CharField(max_length=64, blank=True)
     owner_machine = models.CharField(max_length=64, blank=True)
     owner_index = models.PositiveSmallIntegerField(null=True, blank=True)
+    reserve_deadline = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="While reserving: the reserve call may still land until then, so only a "
+        "listing begun later can tell that it never happened.",
+    )
     first_seen_at = models.DateTimeField(null=True, blank=True)
-    last_seen_at = models.DateTimeField(null=True, blank=True)
     unassigned_since = models.DateTimeField(null=True, blank=True)
     orphaned_since = models.DateTimeField(null=True, blank=True)
     orphan_confirmations = models.PositiveSmallIntegerField(
@@ -71,6 +75,11 @@ class VgpuReservation(models.Model):
     )
     released_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(
+        auto_now=True,
+        help_text="Last change by us or by an observation: a listing begun before it does "
+        "not overwrite the row.",
+    )
 
     class Meta:
         constraints = [

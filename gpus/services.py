@@ -6,6 +6,7 @@ answer leaves something to resolve by name on the next pass. Every release is au
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib.auth.models import AnonymousUser, User
@@ -13,15 +14,11 @@ from django.utils import timezone
 
 from capvco_web.audit import audit_record
 from capvco_web.integrations import whitesky as ws
+from capvco_web.rows import model_update
 from clusters.models import Machine
 from gpus.models import VgpuReservation
 
 State = VgpuReservation.State
-
-
-def outcome_unknown(exc: ws.WhiteskyError) -> bool:
-    """Whether a failed write may still have happened on the server."""
-    return isinstance(exc, ws.ResponseLost) or exc.status is None or exc.status >= 500
 
 
 def reservation_snapshot(row: VgpuReservation) -> dict[str, Any]:
@@ -39,14 +36,19 @@ def reservation_snapshot(row: VgpuReservation) -> dict[str, Any]:
 def reservation_reserve_and_attach(
     *, client: ws.WhiteskyClient, machine: Machine, n: int, gpu_id: str
 ) -> VgpuReservation:
-    """Reserve vGPU `n` of a machine on card `gpu_id` and attach it to the machine's VM."""
-    assert machine.vm_id is not None
+    """Reserve vGPU `n` of a machine on card `gpu_id` and attach it to the machine's VM.
+
+    The row is written first, with the deadline after which the call can no longer land;
+    only a listing begun after it may decide that the reserve never happened.
+    """
+    assert machine.vm_id is not None and gpu_id, "a reserve needs a VM and a card"
     pool = machine.pool
     row = VgpuReservation.objects.create(
         location=pool.site.location,
         name=machine.vgpu_name(n),
         gpu_id=gpu_id,
         state=State.RESERVING,
+        reserve_deadline=timezone.now() + timedelta(seconds=client.outcome_window),
         machine=machine,
         owner_cluster=pool.cluster.name,
         owner_machine=machine.name,
@@ -57,13 +59,66 @@ def reservation_reserve_and_attach(
             cloudspace_id=pool.site.cloudspace_id, vm_id=machine.vm_id, gpu_id=gpu_id, name=row.name
         )
     except ws.WhiteskyError as exc:
-        if not outcome_unknown(exc):
+        if not exc.outcome_unknown:
             row.delete()  # the server said no: nothing was reserved
         raise
-    now = timezone.now()
-    row.vgpu_id, row.state, row.vm_id = vgpu_id, State.ATTACHED, machine.vm_id
-    row.first_seen_at = row.last_seen_at = now
-    row.save(update_fields=["vgpu_id", "state", "vm_id", "first_seen_at", "last_seen_at"])
+    done = {
+        "vgpu_id": vgpu_id,
+        "state": State.ATTACHED,
+        "vm_id": machine.vm_id,
+        "first_seen_at": timezone.now(),
+        "reserve_deadline": None,
+        "unassigned_since": None,
+    }
+    if not model_update(row, done, expect={"state": State.RESERVING}):
+        row.refresh_from_db()  # an observation recorded it first
+    return row
+
+
+class OutcomePending(Exception):
+    """A reserve whose answer was lost may still land: nothing is decided about it yet."""
+
+
+def reservation_pending_resolve(
+    *, row: VgpuReservation, listing: ws.Listing[ws.Vgpu], listed_at: datetime
+) -> VgpuReservation | None:
+    """A reserve whose answer was lost: the listed reservation when the listing has it;
+    None (the row dropped) when a whole listing begun after the call's deadline lacks it;
+    otherwise OutcomePending."""
+    found = next((v for v in listing.items if v.name == row.name), None)
+    if found is not None:
+        return reservation_adopt(row, found)
+    if not listing.complete:
+        raise OutcomePending(
+            f"cannot tell whether {row.name} was reserved: the vGPU listing is incomplete "
+            f"({listing.error})"
+        )
+    if row.reserve_deadline is not None and listed_at <= row.reserve_deadline:
+        raise OutcomePending(
+            f"the reserve of {row.name} may still land until "
+            f"{row.reserve_deadline:%H:%M:%S} UTC; nothing is reserved again before"
+        )
+    row.delete()  # a whole listing, begun after it could land, without it: never happened
+    return None
+
+
+def reservation_adopt(row: VgpuReservation, vgpu: ws.Vgpu) -> VgpuReservation:
+    """Make a row (a pending one, or one the mirror lacks) say what the listing says."""
+    data: dict[str, Any] = {
+        "vgpu_id": vgpu.vgpu_id,
+        "gpu_id": vgpu.gpu_id,
+        "vm_id": vgpu.vm_id,
+        "reserve_deadline": None,
+    }
+    if row.state in (State.RESERVING, State.RELEASED):
+        data["state"] = State.ATTACHED if vgpu.vm_id else State.RESERVED
+    data["first_seen_at"] = row.first_seen_at or timezone.now()
+    if row.pk is None:
+        for field, value in data.items():
+            setattr(row, field, value)
+        row.save()
+    else:
+        model_update(row, data)
     return row
 
 
@@ -100,7 +155,7 @@ def reservation_release(
     except ws.NotFound:
         pass  # gone already: what we wanted
     except ws.WhiteskyError as exc:
-        if not outcome_unknown(exc):
+        if not exc.outcome_unknown:
             # The server said no: nothing changed, and the row says so again.
             action, error = "vgpu.release_refused", str(exc)
             VgpuReservation.objects.filter(pk=reservation.pk).update(state=before["state"])

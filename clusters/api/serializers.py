@@ -93,6 +93,16 @@ class MachineSerializer(serializers.ModelSerializer[Machine]):
 
 
 class PlanStepSerializer(serializers.Serializer[object]):
-    action = serializers.CharField(help_text="create, provision, recreate, delete or reclaim")
+    """One step of the plan, with every decision it carries."""
+
+    action = serializers.CharField(help_text="create, provision, replace_vm, teardown or reclaim")
     target = serializers.CharField(help_text="The machine (or, for reclaim, the cluster)")
-    detail = serializers.CharField()
+    reason = serializers.CharField()
+    pool_id = serializers.IntegerField(allow_null=True)
+    machine_id = serializers.IntegerField(allow_null=True, help_text="None: made by the step")
+    card_id = serializers.CharField(help_text="The GPU card the missing vGPUs go on")
+    reserve = serializers.ListField(child=serializers.CharField(), help_text="vGPUs to reserve")
+    release = serializers.ListField(child=serializers.CharField(), help_text="vGPUs to release")
+    remove_vms = serializers.ListField(child=serializers.CharField(), help_text="VMs to remove")
+    blocked = serializers.CharField(help_text="Why it cannot happen yet; empty: it can")
+    description = serializers.CharField(source="describe", help_text="The step in words")

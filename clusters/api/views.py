@@ -21,7 +21,7 @@ from clusters.api.serializers import (
 )
 from clusters.filtersets import MachineFilterSet
 from clusters.models import Account, Cluster, ClusterSite, Location, Machine, MachinePool
-from clusters.reconcile import cluster_plan
+from clusters.plan import cluster_plan
 from clusters.services import cluster_delete, machine_force_delete
 
 
@@ -56,8 +56,8 @@ class ClusterViewSet(
     @action(detail=True, methods=["get"])
     def plan(self, request: Request, pk: str | None = None) -> Response:
         """What the next reconcile pass would do (a dry run, from the database only)."""
-        steps = cluster_plan(self.get_object())
-        return Response(PlanStepSerializer([vars(step) for step in steps], many=True).data)
+        plan = cluster_plan(self.get_object())
+        return Response(PlanStepSerializer(plan.steps, many=True).data)
 
     @extend_schema(request=ReasonSerializer, responses={202: ClusterSerializer})
     def destroy(self, request: Request, pk: str | None = None) -> Response:

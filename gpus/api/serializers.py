@@ -15,7 +15,7 @@ class GpuProfileSerializer(serializers.ModelSerializer[GpuProfile]):
         model = GpuProfile
         fields = [
             "id", "location", "profile_id", "gpu_type", "vendor", "model", "pci_address",
-            "description", "available_instances", "last_seen_at",
+            "description", "available_instances",
         ]  # fmt: skip
         read_only_fields = fields
 
@@ -41,7 +41,7 @@ class VgpuReservationSerializer(serializers.ModelSerializer[VgpuReservation]):
         fields = [
             "id", "location", "location_name", "name", "vgpu_id", "gpu_id", "state", "vm_id",
             "machine", "owner_cluster", "owner_machine", "owner_index", "first_seen_at",
-            "last_seen_at", "unassigned_since", "orphaned_since", "orphan_confirmations",
+            "updated_at", "unassigned_since", "orphaned_since", "orphan_confirmations",
             "released_at", "accrued_cost", "currency",
         ]  # fmt: skip
         read_only_fields = fields

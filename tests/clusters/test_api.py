@@ -152,15 +152,27 @@ def test_openapi_schema_describes_the_api(api: APIClient) -> None:
 def test_plan_shows_what_the_next_pass_would_do_without_doing_it(
     api: APIClient, site: ClusterSite
 ) -> None:
-    pool = MachinePool.objects.create(cluster=site.cluster, site=site, name="gpu", replicas=2)
+    pool = MachinePool.objects.create(
+        cluster=site.cluster, site=site, name="gpu", replicas=2, next_index=6
+    )
     Machine.objects.create(pool=pool, name="gpu-0", index=0, phase=Machine.Phase.RUNNING)
-    Machine.objects.create(pool=pool, name="gpu-5", index=5, phase=Machine.Phase.RUNNING)
+    Machine.objects.create(pool=pool, name="gpu-5", index=5, phase=Machine.Phase.FAILED)
+    Machine.objects.create(pool=pool, name="gpu-4", index=4, phase=Machine.Phase.RUNNING)
+    plan = f"/api/v1/clusters/{site.cluster_id}/plan/"
 
-    response = api.get(f"/api/v1/clusters/{site.cluster_id}/plan/")
-
+    pool.replicas = 4
+    pool.save()
+    response = api.get(plan)
     assert response.status_code == 200
-    assert response.json() == [
-        {"action": "create", "target": "gpu-1", "detail": "pool gpu"},
-        {"action": "delete", "target": "gpu-5", "detail": "pool gpu scaled down"},
-    ]
-    assert Machine.objects.count() == 2
+    steps = [(s["action"], s["target"], s["machine_id"] is None) for s in response.json()]
+    # The failed machine is provisioned again; the new one gets a fresh index, never one
+    # an earlier machine had.
+    assert steps == [("provision", "gpu-5", False), ("create", "gpu-6", True)]
+
+    pool.replicas = 1
+    pool.save()
+    steps = [(s["action"], s["target"]) for s in api.get(plan).json()]
+    # Scaling down takes machines that do not run first, then the newest.
+    assert steps == [("teardown", "gpu-4"), ("teardown", "gpu-5")]
+    assert Machine.objects.count() == 3
+    assert not Machine.objects.filter(delete_requested=True).exists()  # a dry run

@@ -25,9 +25,7 @@ def test_a_reservation_released_elsewhere_is_mirrored_as_released(plane: Plane) 
     assert row.released_at is not None
 
 
-def test_a_failing_vm_listing_marks_the_location_partial_and_forgets_nothing(
-    plane: Plane,
-) -> None:
+def test_a_failing_vm_listing_flags_its_site_only_and_forgets_nothing(plane: Plane) -> None:
     cluster = plane.cluster()
     plane.pool(cluster, "cpu", replicas=2)
     plane.converge(cluster)
@@ -37,14 +35,16 @@ def test_a_failing_vm_listing_marks_the_location_partial_and_forgets_nothing(
     plane.sim.fault(operation="listCloudspaceVirtualMachines", status=503, retry_after=0)
     plane.observe()
 
+    site = cluster.sites.get(location__name=NL)
+    assert "VMs of cloudspace cs-demo-nl" in site.observation_error
+    # The location's GPU listings were whole: GPU decisions there go on.
     location = Location.objects.get(name=NL)
-    assert not location.observation_complete
-    assert "VMs of cloudspace cs-demo-nl" in location.observation_error
+    assert (location.observation_complete, location.observation_error) == (True, "")
     assert VirtualMachine.objects.filter(location__name=NL).count() == 2  # nothing dropped
     plane.sim.clear_faults()
     plane.observe()
-    location.refresh_from_db()
-    assert (location.observation_complete, location.observation_error) == (True, "")
+    site.refresh_from_db()
+    assert site.observation_error == ""
 
 
 def test_cards_follow_the_listing_and_free_instances_fall_as_machines_reserve(

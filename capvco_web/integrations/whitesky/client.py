@@ -129,6 +129,13 @@ class WhiteskyClient:
         )
         self._session = session or requests.Session()
 
+    @property
+    def outcome_window(self) -> float:
+        """Seconds from sending a write to the moment its outcome is settled: by then it
+        has landed, or it never will (we stopped waiting for its answer). Only a listing
+        begun after that can say a lost create or reserve did not happen."""
+        return sum(self.long_timeout)
+
     def __repr__(self) -> str:
         return f"WhiteskyClient(api_url={self.api_url!r}, customer_id={self.customer_id!r})"
 

@@ -36,6 +36,12 @@ class WhiteskyError(Exception):
         self.retryable = self.default_retryable if retryable is None else retryable
         super().__init__(message)
 
+    @property
+    def outcome_unknown(self) -> bool:
+        """Whether the call may have acted although it failed: no answer came, or the
+        server failed midway (5xx). A refusal (4xx) means nothing happened."""
+        return isinstance(self, ResponseLost) or self.status is None or self.status >= 500
+
     def __str__(self) -> str:
         where = self.operation or "whitesky"
         if self.status is None:
