@@ -3,6 +3,7 @@ adds (the NVIDIA driver version a GPU pool asks for), as cloud-init reads it."""
 
 from __future__ import annotations
 
+from email.charset import Charset
 from email.mime.multipart import MIMEMultipart
 from email.mime.text import MIMEText
 
@@ -33,8 +34,10 @@ def machine_user_data(pool: MachinePool) -> str | None:
     if not pool.user_data:
         return ours
     archive = MIMEMultipart(boundary="capvco-user-data")
+    readable = Charset("utf-8")
+    readable.body_encoding = None  # type: ignore[assignment]  # 8bit: readable, not base64
     for text, subtype in ((pool.user_data, _subtype(pool.user_data)), (ours, "cloud-config")):
-        archive.attach(MIMEText(text, subtype, "utf-8"))
+        archive.attach(MIMEText(text, subtype, readable))  # type: ignore[arg-type]
     return archive.as_string()
 
 

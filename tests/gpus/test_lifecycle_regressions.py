@@ -1,0 +1,304 @@
+"""Findings of the GPU lifecycle, each reproduced against the simulator over real HTTP:
+a fresh VM destroyed as vanished, a force delete that broke its replacement, a bad site
+that stopped a whole location, a lost create or reserve sent twice, a driver version
+ignored, timestamps that never moved."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from capvco_web.models import AuditEvent
+from clusters.models import ClusterSite, Location, Machine
+from clusters.services import machine_force_delete
+from clusters.whitesky import whitesky_client
+from gpus.mirror import vgpus_sync
+from gpus.models import VgpuReservation
+from gpus.orphans import orphans_list
+from tests.gpus.conftest import NL, Plane
+
+RState = VgpuReservation.State
+
+
+def vm_names(plane: Plane) -> list[str]:
+    return sorted(vm["name"] for vm in plane.sim_vms())
+
+
+# --- 1. "vanished" only from a listing begun after the VM was made ---------------------
+
+
+def test_a_vm_made_after_the_last_listing_began_is_not_taken_for_vanished(plane: Plane) -> None:
+    cluster = plane.cluster()
+    plane.pool(cluster, "a100", gpu_type="NVIDIA A100", gpu_count=1, replicas=2)
+    plane.observe()
+    # Both VMs are made after that observation's listings began; the passes below run on
+    # that older picture, which does not show them.
+    for _ in range(3):
+        plane.reconcile(cluster)
+    machines = {m.name: m.vm_id for m in Machine.objects.all()}
+
+    assert set(Machine.objects.values_list("phase", flat=True)) == {Machine.Phase.RUNNING}
+    assert not AuditEvent.objects.filter(action="machine.recreate").exists()
+    plane.observe()  # a listing begun after they were made shows them
+    plane.reconcile(cluster)
+    assert {m.name: m.vm_id for m in Machine.objects.all()} == machines
+    assert not AuditEvent.objects.filter(action="machine.recreate").exists()
+    assert vm_names(plane) == ["capvco-demo-a100-0", "capvco-demo-a100-1"]
+
+
+def test_a_vm_deleted_outside_is_replaced_once_a_later_listing_lacks_it(plane: Plane) -> None:
+    cluster = plane.cluster()
+    plane.pool(cluster, "a100", gpu_type="NVIDIA A100", gpu_count=1)
+    plane.converge(cluster)
+    machine = Machine.objects.get()
+    old_vm = machine.vm_id
+    with whitesky_client(plane.account) as client:
+        client.stop_vm(cloudspace_id="cs-demo-nl", vm_id=old_vm)
+        client.delete_vm(
+            cloudspace_id="cs-demo-nl", vm_id=old_vm, permanently=True, detach_gpu=True
+        )
+
+    plane.converge(cluster)
+
+    machine.refresh_from_db()
+    assert machine.phase == Machine.Phase.RUNNING and machine.vm_id not in (None, old_vm)
+    assert AuditEvent.objects.filter(action="machine.recreate").count() == 1
+    [vgpu] = plane.sim_vgpus()
+    assert vgpu["vm_id"] == machine.vm_id  # the same reservation, on the new VM
+
+
+def test_a_listing_begun_before_an_attach_does_not_undo_it_in_the_mirror(plane: Plane) -> None:
+    cluster = plane.cluster()
+    plane.pool(cluster, "a100", gpu_type="NVIDIA A100", gpu_count=1)
+    plane.observe()
+    location = Location.objects.get(name=NL)
+    began = timezone.now()
+    with whitesky_client(plane.account) as client:
+        before_attach = client.list_vgpus(location=NL)  # begun before the reserve
+    plane.reconcile(cluster)
+    row = VgpuReservation.objects.get()
+    assert row.state == RState.ATTACHED
+
+    vgpus_sync(
+        location=location,
+        listing=before_attach,
+        pools_by_cluster={"demo": {"a100"}},
+        listed_at=began,
+        now=timezone.now(),
+    )
+
+    row.refresh_from_db()
+    assert (row.state, row.vm_id) == (RState.ATTACHED, Machine.objects.get().vm_id)
+
+
+# --- 2. a force-deleted machine's leftovers are orphans; its replacement is new ----------
+
+
+def test_force_delete_leaves_orphans_and_the_replacement_is_a_new_machine(plane: Plane) -> None:
+    cluster = plane.cluster()
+    plane.pool(cluster, "t4", location="be-mac-dc01-001", gpu_type="NVIDIA T4", gpu_count=1)
+    plane.converge(cluster)
+    old = Machine.objects.get()
+    machine_force_delete(machine=old, actor="test", reason="stuck")
+
+    plane.converge(cluster)
+
+    new = Machine.objects.get()
+    assert new.name == "t4-1" and new.phase == Machine.Phase.RUNNING, new.failure_message
+    assert new.vm_id != old.vm_id
+    leftover = VgpuReservation.objects.get(name="capvco-demo-t4-0-gpu-0")
+    assert leftover.machine_id is None and leftover.orphaned_since is not None
+    assert list(orphans_list()) == [leftover]
+    assert VgpuReservation.objects.get(name="capvco-demo-t4-1-gpu-0").machine_id == new.pk
+
+
+def test_a_pool_made_again_never_reuses_an_index_whose_names_are_still_listed(
+    plane: Plane,
+) -> None:
+    cluster = plane.cluster()
+    pool = plane.pool(cluster, "a100", gpu_type="NVIDIA A100", gpu_count=1)
+    plane.converge(cluster)
+    machine_force_delete(machine=Machine.objects.get(), actor="test", reason="stuck")
+    plane.observe()
+    pool.next_index = 0  # as a pool deleted and made again under the same name would be
+    pool.replicas = 1
+    pool.save()
+
+    plane.converge(cluster)
+
+    assert Machine.objects.get().name == "a100-1"
+
+
+# --- 6. one bad site flags itself, not its location --------------------------------------
+
+
+def test_a_site_whose_cloudspace_does_not_exist_does_not_stop_its_location(plane: Plane) -> None:
+    broken = plane.cluster("broken", sites=())
+    ClusterSite.objects.create(
+        cluster=broken, location=plane.location(NL), cloudspace_id="cs-gone", image_id=11
+    )
+    good = plane.cluster("good", sites=(NL,))
+    plane.pool(good, "a100", gpu_type="NVIDIA A100", gpu_count=1)
+
+    plane.converge(good)
+
+    assert Machine.objects.get(pool__cluster=good).phase == Machine.Phase.RUNNING
+    assert Location.objects.get(name=NL).observation_complete
+    assert "cs-gone" in broken.sites.get().observation_error
+    assert good.sites.get().observation_error == ""
+
+
+# --- 11. a create or reserve in flight is never sent twice -------------------------------
+
+
+def test_a_create_that_may_still_land_is_not_sent_again(plane: Plane) -> None:
+    cluster = plane.cluster()
+    plane.pool(cluster, "cpu")
+    plane.converge(cluster, passes=1)
+    machine = Machine.objects.get()
+    # As a worker killed after sending the create leaves it: no VM id recorded, and the
+    # create may still land (here: it never will, but nobody can know before the deadline).
+    with whitesky_client(plane.account) as client:
+        client.stop_vm(cloudspace_id="cs-demo-nl", vm_id=machine.vm_id)
+        client.delete_vm(cloudspace_id="cs-demo-nl", vm_id=machine.vm_id, permanently=True)
+    deadline = timezone.now() + timedelta(minutes=5)
+    Machine.objects.filter(pk=machine.pk).update(
+        vm_id=None, phase=Machine.Phase.CREATING, vm_create_deadline=deadline
+    )
+    plane.sim.clear_calls()
+
+    result = plane.reconcile(cluster)
+
+    assert "may still land" in result.errors[0]
+    assert plane.sim.calls()["writes"] == 0 and vm_names(plane) == []
+    # Once the deadline has passed, a listing without it says it never happened.
+    Machine.objects.filter(pk=machine.pk).update(vm_create_deadline=timezone.now())
+    plane.converge(cluster)
+    assert vm_names(plane) == ["capvco-demo-cpu-0"]
+    assert Machine.objects.get().phase == Machine.Phase.RUNNING
+
+
+def test_a_create_whose_answer_was_lost_is_adopted_not_repeated(plane: Plane) -> None:
+    cluster = plane.cluster()
+    plane.pool(cluster, "a100", gpu_type="NVIDIA A100", gpu_count=1)
+    plane.observe()
+    plane.sim.fault(operation="createVirtualMachine", lost_response="drop", times=1)
+
+    plane.converge(cluster)
+
+    assert vm_names(plane) == ["capvco-demo-a100-0"]
+    assert Machine.objects.get().phase == Machine.Phase.RUNNING
+
+
+def test_a_reserve_in_flight_is_waited_for_and_never_made_twice(plane: Plane) -> None:
+    cluster = plane.cluster()
+    plane.pool(cluster, "a100", gpu_type="NVIDIA A100", gpu_count=1)
+    plane.observe()
+    plane.sim.fault(operation="reserveAndAttachVGPUToVM", lost_response="drop", times=1)
+    plane.reconcile(cluster)
+    pending = VgpuReservation.objects.get()
+    assert (pending.vgpu_id, pending.reserve_deadline is not None) == (None, True)
+    # The listing used to resolve it began before the reserve landed (as when a worker
+    # dies mid-call and the task is redelivered at once): pretend it is not there yet.
+    plane.sim.fault(operation="listCustomerVGPUS", status=503, times=2, retry_after=0)
+
+    plane.converge(cluster)
+
+    [vgpu] = plane.sim_vgpus()
+    assert vgpu["vgpu_name"] == "capvco-demo-a100-0-gpu-0" and vgpu["gpu_id"]
+    assert VgpuReservation.objects.exclude(state=RState.RELEASED).count() == 1
+    assert Machine.objects.get().phase == Machine.Phase.RUNNING
+
+
+def test_a_reserve_that_never_happened_is_made_on_a_real_card_after_its_deadline(
+    plane: Plane,
+) -> None:
+    cluster = plane.cluster()
+    plane.pool(cluster, "a100", gpu_type="NVIDIA A100", gpu_count=1)
+    plane.converge(cluster)
+    machine = Machine.objects.get()
+    # A reserve recorded but never sent (the worker died first); its deadline has passed.
+    row = VgpuReservation.objects.get()
+    with whitesky_client(plane.account) as client:
+        client.stop_vm(cloudspace_id="cs-demo-nl", vm_id=machine.vm_id)
+        client.release_vgpu(location=NL, vgpu_id=row.vgpu_id)
+    VgpuReservation.objects.filter(pk=row.pk).update(
+        vgpu_id=None, state=RState.RESERVING, reserve_deadline=timezone.now(), vm_id=None
+    )
+    Machine.objects.filter(pk=machine.pk).update(phase=Machine.Phase.ATTACHING)
+
+    plane.converge(cluster)
+
+    [vgpu] = plane.sim_vgpus()
+    assert vgpu["gpu_id"] and vgpu["vm_id"] == machine.vm_id
+    assert Machine.objects.get().phase == Machine.Phase.RUNNING
+
+
+# --- 8. the driver version reaches the VM ------------------------------------------------
+
+
+def test_the_pool_driver_version_is_in_the_vms_user_data_and_on_the_machine(
+    plane: Plane,
+) -> None:
+    cluster = plane.cluster()
+    plane.pool(
+        cluster,
+        "a100",
+        gpu_type="NVIDIA A100",
+        gpu_count=1,
+        gpu_driver_version="550.90.07",
+        user_data="#!/bin/sh\necho hello\n",
+    )
+    plane.converge(cluster)
+
+    machine = Machine.objects.get()
+    [vm] = plane.sim_vms()
+    assert machine.gpu_driver_version == "550.90.07"
+    assert 'content: "550.90.07\\n"' in vm["user_data"]
+    assert "echo hello" in vm["user_data"]  # the pool's own part is kept
+
+
+@pytest.mark.parametrize("version", ["latest", "550;rm -rf /", "5.5.5.5.5"])
+def test_a_driver_version_that_is_not_one_is_refused(
+    plane: Plane, admin_user: object, version: str
+) -> None:
+    cluster = plane.cluster()
+    api = APIClient()
+    api.force_authenticate(admin_user)
+    body = {
+        "cluster": cluster.pk,
+        "site": cluster.sites.get(location__name=NL).pk,
+        "name": "a100",
+        "gpu": {"type": "NVIDIA A100", "count": 1, "driverVersion": version},
+    }
+    response = api.post("/api/v1/pools/", body, format="json")
+    assert response.status_code == 400
+    assert "driverVersion" in response.json()["gpu"]
+
+
+# --- 10. timestamps that move --------------------------------------------------------------
+
+
+def test_timestamps_say_when_things_changed_and_were_last_wholly_seen(plane: Plane) -> None:
+    cluster = plane.cluster()
+    plane.pool(cluster, "cpu")
+    plane.observe()
+    location = Location.objects.get(name=NL)
+    first = location.last_complete_observation_at
+    assert first is not None
+
+    plane.converge(cluster)
+    machine = Machine.objects.get()
+    assert machine.updated_at > machine.created_at  # phases moved it
+
+    plane.sim.fault(operation="listCustomerVGPUS", status=400, times=1)
+    plane.observe()
+    location.refresh_from_db()
+    assert not location.observation_complete
+    assert location.last_complete_observation_at is not None
+    assert location.last_complete_observation_at > first  # converge observed meanwhile
+    partial_at = location.observation_started_at
+    assert partial_at is not None and partial_at > location.last_complete_observation_at
