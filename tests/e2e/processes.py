@@ -73,10 +73,18 @@ def celery_worker(tmp_path: Path, **env_overrides: str) -> Iterator[subprocess.P
     try:
         yield process
     finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
         log.close()
+
+
+def worker_kill(process: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the worker and every process of its group, as the kernel or an operator's
+    `kill -9` would: no task gets to finish, nothing is acknowledged."""
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
