@@ -23,6 +23,7 @@ from capvco_web.integrations import whitesky as ws
 from capvco_web.locks import object_lock
 from clusters.models import Cluster, ClusterSite, Location, Machine, MachinePool, VirtualMachine
 from clusters.selectors import pools_by_cluster
+from clusters.services import cluster_rows_delete
 from gpus import naming
 from gpus.models import GpuProfile, VgpuReservation
 from gpus.resolve import GpuUnavailable, gpu_profile_resolve
@@ -536,7 +537,7 @@ def cluster_leftovers_reclaim(ctx: PassContext, cluster: Cluster) -> bool:
         _blockers_set(cluster, blockers)
         return False
     audit_record(actor=ACTOR, action="cluster.delete", obj=cluster, reason="no reservation left")
-    cluster.delete()
+    cluster_rows_delete(cluster=cluster, actor=ACTOR, reason="no reservation left")
     return True
 
 

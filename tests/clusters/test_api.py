@@ -9,30 +9,10 @@ from django.db import connection
 from rest_framework.test import APIClient
 
 from capvco_web.models import AuditEvent
-from clusters.models import Account, Cluster, ClusterSite, Location, Machine, MachinePool
+from clusters.models import Account, Cluster, ClusterSite, Machine, MachinePool
+from tests.clusters.conftest import JWT
 
 pytestmark = pytest.mark.django_db
-JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhcGkifQ.c2lnbmF0dXJl"
-
-
-@pytest.fixture
-def api(django_user_model: Any) -> APIClient:
-    client = APIClient()
-    client.force_authenticate(django_user_model.objects.create_user("ops", password="x"))
-    return client
-
-
-@pytest.fixture
-def site() -> ClusterSite:
-    account = Account.objects.create(
-        name="acme", api_url="https://vco.example/api/1", iam_url="https://iam.example",
-        customer_id="c1", credential=JWT,
-    )  # fmt: skip
-    location = Location.objects.create(account=account, name="nl-1")
-    cluster = Cluster.objects.create(name="prod", account=account)
-    return ClusterSite.objects.create(
-        cluster=cluster, location=location, cloudspace_id="cs-1", image_id=1
-    )
 
 
 def pool_body(site: ClusterSite, **gpu: Any) -> dict[str, Any]:
@@ -131,16 +111,6 @@ def test_machine_force_delete_needs_a_reason_and_is_audited(
     assert not Machine.objects.exists()
     event = AuditEvent.objects.get(action="machine.force_delete")
     assert event.before == {"name": "cpu-0", "pool": "cpu", "vm_id": 7, "phase": "pending"}
-
-
-def test_pool_with_machines_cannot_be_deleted_around_their_teardown(
-    api: APIClient, site: ClusterSite
-) -> None:
-    pool = MachinePool.objects.create(cluster=site.cluster, site=site, name="cpu")
-    Machine.objects.create(pool=pool, name="cpu-0", index=0)
-    response = api.delete(f"/api/v1/pools/{pool.pk}/")
-    assert response.status_code == 400
-    assert MachinePool.objects.exists()
 
 
 def test_openapi_schema_describes_the_api(api: APIClient) -> None:
