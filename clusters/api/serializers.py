@@ -96,3 +96,12 @@ class PlanStepSerializer(serializers.Serializer[object]):
     action = serializers.CharField(help_text="create, provision, recreate, delete or reclaim")
     target = serializers.CharField(help_text="The machine (or, for reclaim, the cluster)")
     detail = serializers.CharField()
+
+
+class DeleteReasonSerializer(serializers.Serializer[object]):
+    """Deleting an empty pool, site or account destroys nothing billed: a reason is
+    welcome (it goes into the audit record) but not required."""
+
+    reason = serializers.CharField(
+        max_length=1000, trim_whitespace=True, required=False, allow_blank=True, default=""
+    )
