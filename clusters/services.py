@@ -193,7 +193,9 @@ def account_delete(*, account: Account, actor: Actor, reason: str = "") -> None:
     with transaction.atomic():
         account = Account.objects.select_for_update().get(pk=account.pk)
         account_delete_check(account=account)
-        released = VgpuReservation.objects.filter(location__account=account)
+        released = VgpuReservation.objects.filter(
+            location__account=account, state=VgpuReservation.State.RELEASED
+        )
         before: dict[str, Any] = {
             "name": account.name,
             "api_url": account.api_url,
