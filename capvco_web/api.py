@@ -8,7 +8,11 @@ from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import models
-from rest_framework import serializers
+from django.db.models import ProtectedError, RestrictedError
+from rest_framework import serializers, status
+from rest_framework.exceptions import APIException
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
 
 
 class ModelCleanMixin(serializers.ModelSerializer):  # type: ignore[type-arg]
@@ -50,3 +54,35 @@ class ReasonSerializer(serializers.Serializer):  # type: ignore[type-arg]
     """Every destructive call says why; the reason goes into the audit record."""
 
     reason = serializers.CharField(max_length=1000, trim_whitespace=True)
+
+
+class InUseConflict(APIException):
+    status_code = status.HTTP_409_CONFLICT
+    default_detail = "Still in use."
+    default_code = "in_use"
+
+
+class ConflictSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    """A 409: what is in the way, and what to do about it."""
+
+    detail = serializers.CharField()
+
+
+def in_use_detail(exc: ProtectedError | RestrictedError) -> str:
+    """What a refused delete says. The services' refusals name what is in the way and
+    what to do; Django's own (a foreign key met on a path no service guards) name the
+    rows that hold on."""
+    if type(exc) not in (ProtectedError, RestrictedError):
+        return str(exc)
+    objs = exc.protected_objects if isinstance(exc, ProtectedError) else exc.restricted_objects
+    names = sorted(f"{o._meta.verbose_name} {o}" for o in objs)
+    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    return f"Still in use by {shown}: delete or tear down those first."
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    """DRF's handler, and a delete refused because something still hangs from the object
+    answers 409 naming it (never a 500)."""
+    if isinstance(exc, ProtectedError | RestrictedError):
+        exc = InUseConflict(in_use_detail(exc))
+    return drf_exception_handler(exc, context)

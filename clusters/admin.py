@@ -2,26 +2,117 @@
 
 Destructive changes go through the audited services with a reason (force delete, cluster
 deletion), never through a plain row delete, which would leave VMs and vGPUs billed with
-no record. Names that end up in VM and vGPU names cannot be changed once created: a
-renamed cluster would make its own reservations look like orphans.
+no record. Deleting an account, a site or a pool (delete page, bulk action, the inline
+checkbox on the cluster page) goes through its audited service, which refuses while
+anything still hangs from it and says what to do. Names that end up in VM and vGPU
+names cannot be changed once created: a renamed cluster would make its own reservations
+look like orphans.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from django import forms
 from django.contrib import admin, messages
-from django.db import models
-from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.contrib.admin.actions import delete_selected as django_delete_selected
+from django.contrib.auth.models import AnonymousUser, User
+from django.core.exceptions import ValidationError
+from django.db import models, transaction
+from django.db.models import ProtectedError, QuerySet
+from django.forms.formsets import DELETION_FIELD_NAME
+from django.forms.models import BaseInlineFormSet
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
+from django.utils.translation import gettext_lazy
 
 from capvco_web.admin import reason_asked
+from capvco_web.api import in_use_detail
 from capvco_web.integrations.whitesky.auth import jwt_expiry
 from clusters.models import Account, Cluster, ClusterSite, Location, Machine, MachinePool
-from clusters.services import cluster_delete, machine_force_delete
+from clusters.services import (
+    InUse,
+    account_delete,
+    account_delete_check,
+    cluster_delete,
+    machine_force_delete,
+    pool_delete,
+    pool_delete_check,
+    site_delete,
+    site_delete_check,
+)
+from gpus.models import VgpuReservation
+
+M = TypeVar("M", bound=models.Model)
+
+
+class DeleteThroughServiceAdmin(admin.ModelAdmin[M]):
+    """Row deletes (the delete page and the bulk action) go through the model's audited
+    delete service. The confirmation page lists, as what protects the rows, the service's
+    refusals, which say what is in the way and what to do."""
+
+    actions = ["delete_selected"]  # replaces Django's, which would not catch a late refusal
+    # Rows that the service deletes on its own, whatever the admin of their model allows.
+    deleted_by_service: tuple[type[models.Model], ...] = ()
+
+    def delete_check(self, obj: M) -> None:
+        raise NotImplementedError
+
+    def delete_through_service(self, obj: M, actor: User | AnonymousUser) -> None:
+        raise NotImplementedError
+
+    def get_deleted_objects(
+        self, objs: Sequence[M] | QuerySet[M], request: HttpRequest
+    ) -> tuple[list[str], dict[str, int], set[str], list[str]]:
+        to_delete, counts, perms_needed, _protected = super().get_deleted_objects(objs, request)
+        # The service decides: it refuses for every PROTECT a person can resolve, and
+        # deletes what it may (an account's released reservations) on its own.
+        refusals = []
+        for obj in objs:
+            try:
+                self.delete_check(obj)
+            except InUse as exc:
+                refusals.append(str(exc))
+        if refusals:
+            # Django counts the protected rows (machines, which nobody may delete here) as
+            # rows to delete without permission; the refusal says more.
+            return to_delete, counts, set(), refusals
+        ours = {str(model._meta.verbose_name) for model in self.deleted_by_service}
+        return to_delete, counts, perms_needed - ours, []
+
+    def delete_model(self, request: HttpRequest, obj: M) -> None:
+        self.delete_through_service(obj, request.user)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[M]) -> None:
+        with transaction.atomic():
+            for obj in queryset:
+                self.delete_through_service(obj, request.user)
+
+    def delete_view(
+        self, request: HttpRequest, object_id: str, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        try:
+            return super().delete_view(request, object_id, extra_context)
+        except ProtectedError as exc:  # in use since the page was checked
+            self.message_user(request, in_use_detail(exc), messages.ERROR)
+            return HttpResponseRedirect(request.path)
+
+    @admin.action(
+        description=gettext_lazy("Delete selected %(verbose_name_plural)s"),
+        permissions=["delete"],
+    )
+    def delete_selected(
+        self, request: HttpRequest, queryset: QuerySet[M]
+    ) -> TemplateResponse | None:
+        try:
+            with transaction.atomic():
+                response: TemplateResponse | None = django_delete_selected(self, request, queryset)
+                return response
+        except ProtectedError as exc:  # in use since the page was checked
+            self.message_user(request, in_use_detail(exc), messages.ERROR)
+            return None
 
 
 class AccountForm(forms.ModelForm[Account]):
@@ -56,11 +147,19 @@ class AccountForm(forms.ModelForm[Account]):
 
 
 @admin.register(Account)
-class AccountAdmin(admin.ModelAdmin[Account]):
+class AccountAdmin(DeleteThroughServiceAdmin[Account]):
     form = AccountForm
     formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
     list_display = ["name", "api_url", "customer_id", "orphan_auto_release"]
     readonly_fields = ["credential_status"]
+
+    deleted_by_service = (VgpuReservation,)  # the released ones, history
+
+    def delete_check(self, obj: Account) -> None:
+        account_delete_check(account=obj)
+
+    def delete_through_service(self, obj: Account, actor: User | AnonymousUser) -> None:
+        account_delete(account=obj, actor=actor)
 
     @admin.display(description="credential")
     def credential_status(self, account: Account) -> str:
@@ -90,13 +189,42 @@ class LocationAdmin(admin.ModelAdmin[Location]):
         return False
 
 
+class DeleteCheckedFormSet(BaseInlineFormSet[Any, Cluster, Any]):
+    """The inline delete checkbox: a row that is still in use is refused on the page, with
+    what is in the way; `ClusterAdmin.save_formset` deletes the others through the
+    audited services."""
+
+    def clean(self) -> None:
+        # Before the base class, whose check of the same foreign keys would only list them.
+        refusals = []
+        for form in self.forms:
+            if form.instance.pk is None or not form.cleaned_data.get(DELETION_FIELD_NAME):
+                continue
+            try:
+                _delete_check(form.instance)
+            except InUse as exc:
+                refusals.append(str(exc))
+        if refusals:
+            raise ValidationError(refusals)
+        super().clean()
+
+
+def _delete_check(obj: models.Model) -> None:
+    if isinstance(obj, MachinePool):
+        pool_delete_check(pool=obj)
+    elif isinstance(obj, ClusterSite):
+        site_delete_check(site=obj)
+
+
 class ClusterSiteInline(admin.TabularInline[ClusterSite, Cluster]):
     model = ClusterSite
+    formset = DeleteCheckedFormSet
     extra = 0
 
 
 class MachinePoolInline(admin.StackedInline[MachinePool, Cluster]):
     model = MachinePool
+    formset = DeleteCheckedFormSet
     extra = 0
 
     def get_formset(self, request: HttpRequest, obj: Cluster | None = None, **kwargs: Any) -> Any:
@@ -121,6 +249,20 @@ class ClusterAdmin(admin.ModelAdmin[Cluster]):
     def has_delete_permission(self, request: HttpRequest, obj: Cluster | None = None) -> bool:
         return False  # a row delete would skip teardown: use the action
 
+    def save_formset(self, request: HttpRequest, form: Any, formset: Any, change: Any) -> None:
+        instances = formset.save(commit=False)  # collects the deleted rows, deletes none
+        for obj in formset.deleted_objects:
+            try:
+                if isinstance(obj, MachinePool):
+                    pool_delete(pool=obj, actor=request.user)
+                elif isinstance(obj, ClusterSite):
+                    site_delete(site=obj, actor=request.user)
+            except ProtectedError as exc:  # in use since the form was checked
+                self.message_user(request, in_use_detail(exc), messages.ERROR)
+        for instance in instances:
+            instance.save()
+        formset.save_m2m()
+
     @admin.action(description="Delete selected clusters (tear down)", permissions=["change"])
     def delete_selected_clusters(
         self, request: HttpRequest, queryset: QuerySet[Cluster]
@@ -142,9 +284,15 @@ class ClusterAdmin(admin.ModelAdmin[Cluster]):
 
 
 @admin.register(ClusterSite)
-class ClusterSiteAdmin(admin.ModelAdmin[ClusterSite]):
+class ClusterSiteAdmin(DeleteThroughServiceAdmin[ClusterSite]):
     list_display = ["cluster", "location", "cloudspace_id", "image_id"]
     list_filter = ["location"]
+
+    def delete_check(self, obj: ClusterSite) -> None:
+        site_delete_check(site=obj)
+
+    def delete_through_service(self, obj: ClusterSite, actor: User | AnonymousUser) -> None:
+        site_delete(site=obj, actor=actor)
 
     def get_readonly_fields(
         self, request: HttpRequest, obj: ClusterSite | None = None
@@ -154,9 +302,15 @@ class ClusterSiteAdmin(admin.ModelAdmin[ClusterSite]):
 
 
 @admin.register(MachinePool)
-class MachinePoolAdmin(admin.ModelAdmin[MachinePool]):
+class MachinePoolAdmin(DeleteThroughServiceAdmin[MachinePool]):
     list_display = ["__str__", "site", "replicas", "gpu_type", "gpu_count"]
     list_filter = ["cluster"]
+
+    def delete_check(self, obj: MachinePool) -> None:
+        pool_delete_check(pool=obj)
+
+    def delete_through_service(self, obj: MachinePool, actor: User | AnonymousUser) -> None:
+        pool_delete(pool=obj, actor=actor)
 
     def get_readonly_fields(
         self, request: HttpRequest, obj: MachinePool | None = None

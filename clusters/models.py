@@ -105,7 +105,7 @@ class Cluster(models.Model):
 class ClusterSite(models.Model):
     """Where a cluster runs in one location: its cloudspace and the image of its VMs."""
 
-    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="sites")
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="sites")
     location = models.ForeignKey(Location, on_delete=models.PROTECT, related_name="sites")
     cloudspace_id = models.CharField(max_length=100)
     image_id = models.PositiveIntegerField()
@@ -137,8 +137,8 @@ class ClusterSite(models.Model):
 class MachinePool(models.Model):
     """A set of identical machines in one site; GPUs are asked for by type, never by id."""
 
-    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="pools")
-    site = models.ForeignKey(ClusterSite, on_delete=models.CASCADE, related_name="pools")
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="pools")
+    site = models.ForeignKey(ClusterSite, on_delete=models.PROTECT, related_name="pools")
     name = models.CharField(max_length=20, validators=[dns_label])
     replicas = models.PositiveSmallIntegerField(default=1, validators=[MaxValueValidator(100)])
     vcpus = models.PositiveSmallIntegerField(default=4, validators=[MinValueValidator(1)])
@@ -207,7 +207,7 @@ class Machine(models.Model):
         FAILED = "failed"
         DELETING = "deleting"
 
-    pool = models.ForeignKey(MachinePool, on_delete=models.CASCADE, related_name="machines")
+    pool = models.ForeignKey(MachinePool, on_delete=models.PROTECT, related_name="machines")
     name = models.CharField(max_length=64, validators=[dns_label])
     index = models.PositiveIntegerField()
     vm_id = models.BigIntegerField(null=True, blank=True)

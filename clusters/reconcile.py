@@ -38,6 +38,7 @@ from clusters.plan import (
     machine_step,
     owned_by,
 )
+from clusters.services import cluster_rows_delete
 from gpus.models import VgpuReservation
 from gpus.resolve import GpuUnavailable
 from gpus.services import (
@@ -570,8 +571,7 @@ def cluster_leftovers_reclaim(ctx: PassContext, cluster: Cluster) -> bool:
     if blockers:
         _blockers_set(cluster, blockers)
         return False
-    audit_record(actor=ACTOR, action="cluster.delete", obj=cluster, reason="no reservation left")
-    cluster.delete()
+    cluster_rows_delete(cluster=cluster, actor=ACTOR, reason="no reservation left")
     return True
 
 

@@ -106,3 +106,12 @@ class PlanStepSerializer(serializers.Serializer[object]):
     remove_vms = serializers.ListField(child=serializers.CharField(), help_text="VMs to remove")
     blocked = serializers.CharField(help_text="Why it cannot happen yet; empty: it can")
     description = serializers.CharField(source="describe", help_text="The step in words")
+
+
+class DeleteReasonSerializer(serializers.Serializer[object]):
+    """Deleting an empty pool, site or account destroys nothing billed: a reason is
+    welcome (it goes into the audit record) but not required."""
+
+    reason = serializers.CharField(
+        max_length=1000, trim_whitespace=True, required=False, allow_blank=True, default=""
+    )

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
-from drf_spectacular.utils import extend_schema
-from rest_framework import mixins, status, viewsets
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from capvco_web.api import ReasonSerializer
+from capvco_web.api import ConflictSerializer, ReasonSerializer
 from clusters.api.serializers import (
     AccountSerializer,
     ClusterSerializer,
     ClusterSiteSerializer,
+    DeleteReasonSerializer,
     LocationSerializer,
     MachinePoolSerializer,
     MachineSerializer,
@@ -22,18 +25,51 @@ from clusters.api.serializers import (
 from clusters.filtersets import MachineFilterSet
 from clusters.models import Account, Cluster, ClusterSite, Location, Machine, MachinePool
 from clusters.plan import cluster_plan
-from clusters.services import cluster_delete, machine_force_delete
+from clusters.services import (
+    account_delete,
+    cluster_delete,
+    machine_force_delete,
+    pool_delete,
+    site_delete,
+)
 
 
-def _reason(request: Request) -> str:
-    serializer = ReasonSerializer(data=request.data)
+def _reason(
+    request: Request, serializer_class: type[serializers.Serializer[Any]] = ReasonSerializer
+) -> str:
+    serializer = serializer_class(data=request.data)
     serializer.is_valid(raise_exception=True)
     return str(serializer.validated_data["reason"])
+
+
+View = TypeVar("View", bound=Callable[..., Response])
+
+
+def _delete_schema(in_use_by: str) -> Callable[[View], View]:
+    return extend_schema(
+        request=DeleteReasonSerializer,
+        responses={
+            204: None,
+            409: OpenApiResponse(
+                ConflictSerializer,
+                description=f"Still in use by {in_use_by}: the detail names what is in "
+                "the way and what to do.",
+            ),
+        },
+    )
 
 
 class AccountViewSet(viewsets.ModelViewSet[Account]):
     queryset = Account.objects.order_by("name")
     serializer_class = AccountSerializer
+
+    @_delete_schema("its clusters, or by vGPU reservations not released")
+    def destroy(self, request: Request, pk: str | None = None) -> Response:
+        """Delete an account with no cluster and no reservation still billed, with its
+        locations and what was mirrored from them. Audited."""
+        reason = _reason(request, DeleteReasonSerializer)
+        account_delete(account=self.get_object(), actor=request.user, reason=reason)
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
 
 class LocationViewSet(viewsets.ReadOnlyModelViewSet[Location]):
@@ -73,19 +109,26 @@ class ClusterSiteViewSet(viewsets.ModelViewSet[ClusterSite]):
     serializer_class = ClusterSiteSerializer
     filterset_fields = ["cluster", "location"]
 
+    @_delete_schema("its pools")
+    def destroy(self, request: Request, pk: str | None = None) -> Response:
+        """Delete a site with no pool left. Audited."""
+        reason = _reason(request, DeleteReasonSerializer)
+        site_delete(site=self.get_object(), actor=request.user, reason=reason)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
 
 class MachinePoolViewSet(viewsets.ModelViewSet[MachinePool]):
     queryset = MachinePool.objects.order_by("cluster", "name")
     serializer_class = MachinePoolSerializer
     filterset_fields = ["cluster", "site"]
 
-    def perform_destroy(self, instance: MachinePool) -> None:
-        # Dropping machine rows would skip their teardown and leak their vGPUs.
-        if instance.machines.exists():
-            raise ValidationError(
-                {"replicas": "Scale the pool to 0 and wait for its machines to go first."}
-            )
-        instance.delete()
+    @_delete_schema("its machines (scale it to 0 replicas first)")
+    def destroy(self, request: Request, pk: str | None = None) -> Response:
+        """Delete a pool with no machine left: scale it to 0 replicas and wait for the
+        teardown of its machines first. Audited."""
+        reason = _reason(request, DeleteReasonSerializer)
+        pool_delete(pool=self.get_object(), actor=request.user, reason=reason)
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
 
 class MachineViewSet(viewsets.ReadOnlyModelViewSet[Machine]):

@@ -1,4 +1,5 @@
-"""The REST API: validation names the field, secrets stay in, destructive calls need a reason."""
+"""The REST API: validation names the field, secrets stay in, destructive calls need a reason,
+a delete of what is still in use answers 409 saying what is in the way."""
 
 from __future__ import annotations
 
@@ -6,33 +7,23 @@ from typing import Any
 
 import pytest
 from django.db import connection
+from django.db.models import ProtectedError
 from rest_framework.test import APIClient
 
+from capvco_web.api import exception_handler
 from capvco_web.models import AuditEvent
-from clusters.models import Account, Cluster, ClusterSite, Location, Machine, MachinePool
+from clusters.models import Account, Cluster, ClusterSite, Machine, MachinePool
+from tests.clusters.conftest import (
+    ACCOUNT_IN_USE,
+    JWT,
+    POOL_IN_USE,
+    SITE_IN_USE,
+    deletes_audited,
+    empty_pool,
+    machines_left,
+)
 
 pytestmark = pytest.mark.django_db
-JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhcGkifQ.c2lnbmF0dXJl"
-
-
-@pytest.fixture
-def api(django_user_model: Any) -> APIClient:
-    client = APIClient()
-    client.force_authenticate(django_user_model.objects.create_user("ops", password="x"))
-    return client
-
-
-@pytest.fixture
-def site() -> ClusterSite:
-    account = Account.objects.create(
-        name="acme", api_url="https://vco.example/api/1", iam_url="https://iam.example",
-        customer_id="c1", credential=JWT,
-    )  # fmt: skip
-    location = Location.objects.create(account=account, name="nl-1")
-    cluster = Cluster.objects.create(name="prod", account=account)
-    return ClusterSite.objects.create(
-        cluster=cluster, location=location, cloudspace_id="cs-1", image_id=1
-    )
 
 
 def pool_body(site: ClusterSite, **gpu: Any) -> dict[str, Any]:
@@ -133,14 +124,74 @@ def test_machine_force_delete_needs_a_reason_and_is_audited(
     assert event.before == {"name": "cpu-0", "pool": "cpu", "vm_id": 7, "phase": "pending"}
 
 
-def test_pool_with_machines_cannot_be_deleted_around_their_teardown(
+def test_api_pool_delete_with_machines_answers_409_and_keeps_them(
+    api: APIClient, pool: MachinePool
+) -> None:
+    response = api.delete(f"/api/v1/pools/{pool.pk}/")
+
+    assert response.status_code == 409
+    assert response.json() == {"detail": POOL_IN_USE}
+    assert machines_left() == ["gpu-0", "gpu-1"]
+    assert deletes_audited() == []
+
+
+def test_api_site_delete_with_machines_answers_409_and_keeps_them(
+    api: APIClient, pool: MachinePool
+) -> None:
+    response = api.delete(f"/api/v1/sites/{pool.site_id}/")
+
+    assert response.status_code == 409
+    assert response.json() == {"detail": SITE_IN_USE}
+    assert machines_left() == ["gpu-0", "gpu-1"]
+    assert ClusterSite.objects.filter(pk=pool.site_id).exists()
+    assert deletes_audited() == []
+
+
+def test_api_account_delete_with_a_cluster_answers_409(api: APIClient, site: ClusterSite) -> None:
+    response = api.delete(f"/api/v1/accounts/{site.cluster.account_id}/")
+
+    assert response.status_code == 409
+    assert response.json() == {"detail": ACCOUNT_IN_USE}
+    assert Account.objects.filter(name="acme").exists()
+
+
+def test_api_empty_pool_and_site_delete_is_audited_as_the_user_with_the_reason(
     api: APIClient, site: ClusterSite
 ) -> None:
-    pool = MachinePool.objects.create(cluster=site.cluster, site=site, name="cpu")
-    Machine.objects.create(pool=pool, name="cpu-0", index=0)
-    response = api.delete(f"/api/v1/pools/{pool.pk}/")
-    assert response.status_code == 400
-    assert MachinePool.objects.exists()
+    pool = empty_pool(site)
+
+    pool_deleted = api.delete(f"/api/v1/pools/{pool.pk}/", {"reason": "unused"}, format="json")
+    site_deleted = api.delete(f"/api/v1/sites/{site.pk}/")
+
+    assert (pool_deleted.status_code, site_deleted.status_code) == (204, 204)
+    assert not ClusterSite.objects.exists()
+    events = AuditEvent.objects.order_by("pk")
+    assert [(e.action, e.actor_name, e.reason) for e in events] == [
+        ("pool.delete", "ops", "unused"),
+        ("site.delete", "ops", ""),
+    ]
+
+
+def test_a_protected_row_met_on_any_path_answers_409_naming_it(pool: MachinePool) -> None:
+    # A delete that no service guards (or a race past the guard) meets the foreign key.
+    with pytest.raises(ProtectedError) as met:
+        pool.delete()
+
+    response = exception_handler(met.value, {})
+
+    assert response is not None
+    assert response.status_code == 409
+    assert response.data == {
+        "detail": "Still in use by machine prod/gpu-0, machine prod/gpu-1: "
+        "delete or tear down those first."
+    }
+
+
+def test_api_documents_the_409_of_its_deletes(api: APIClient) -> None:
+    schema = api.get("/api/v1/schema/", HTTP_ACCEPT="application/json").json()
+
+    for path in ("/api/v1/pools/{id}/", "/api/v1/sites/{id}/", "/api/v1/accounts/{id}/"):
+        assert "409" in schema["paths"][path]["delete"]["responses"], path
 
 
 def test_openapi_schema_describes_the_api(api: APIClient) -> None:
