@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import secrets
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -18,6 +18,10 @@ from cryptography.fernet import Fernet
 from django.core.exceptions import ImproperlyConfigured
 
 SUPPORTED_DATABASE_SCHEMES = ("sqlite", "postgres", "postgresql", "pgsql")
+
+# Written by `make run` (bin/run) into the var dir: the settings it chose, so that a later
+# manage.py or celery in the same checkout, in any shell, runs with the same ones.
+RUN_ENV = "run.env"
 
 
 def database_config(url: str) -> dict[str, Any]:
@@ -41,6 +45,31 @@ def database_config(url: str) -> dict[str, Any]:
         config["CONN_MAX_AGE"] = 60
         config["CONN_HEALTH_CHECKS"] = True
     return config
+
+
+def run_env_read(path: Path) -> dict[str, str]:
+    """The NAME=value lines of a run.env (comments and blank lines aside); {} without one."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return {}
+    values: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        name, equals, value = line.partition("=")
+        if not equals or not name.isidentifier():
+            raise ImproperlyConfigured(
+                f"{path}, line {number}: not a NAME=value line (written by `make run`; "
+                "delete the file or run `make run` again)"
+            )
+        values[name] = value
+    return values
+
+
+def settings_environment(var_dir: Path, environ: Mapping[str, str]) -> dict[str, str]:
+    """What settings read: the environment, over what `make run` wrote to the var dir."""
+    return {**run_env_read(var_dir / RUN_ENV), **environ}
 
 
 def redis_answers(host: str = "127.0.0.1", port: int = 6379, timeout: float = 0.3) -> bool:

@@ -1,7 +1,9 @@
-"""Settings, all read from the environment in this one place (see README: Configuration)."""
+"""Settings, all read in this one place from the environment, over what `make run` chose
+(see README: Configuration)."""
 
 from __future__ import annotations
 
+import os
 from datetime import timedelta
 from pathlib import Path
 
@@ -16,14 +18,19 @@ from capvco_web.environment import (
     new_encryption_key,
     new_secret_key,
     secret_from_env,
+    settings_environment,
 )
 
 django_stubs_ext.monkeypatch()
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-env = environ.Env()
+VAR_DIR = Path(os.environ.get("CAPVCO_VAR_DIR") or BASE_DIR / "var")
 
-VAR_DIR = Path(env.str("CAPVCO_VAR_DIR", default=str(BASE_DIR / "var")))
+# The environment, over what `make run` chose for this checkout (var/run.env, when there is
+# one): a later manage.py or celery gets the same settings as the processes it started.
+env = environ.Env()
+env.ENVIRON = settings_environment(VAR_DIR, os.environ)
+
 DEBUG = env.bool("DEBUG", default=False)
 
 SECRET_KEY = secret_from_env(
