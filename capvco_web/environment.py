@@ -88,6 +88,34 @@ def default_broker_url(var_dir: Path) -> str:
     return f"filesystem://{var_dir / 'broker'}"
 
 
+def broker_transport_options(broker_url: str, *, task_time_limit: int) -> dict[str, Any]:
+    """CELERY_BROKER_TRANSPORT_OPTIONS for the broker of this URL."""
+    if broker_url.startswith("filesystem://"):
+        return filesystem_broker_options(broker_url)
+    if urlparse(broker_url).scheme in ("redis", "rediss", "sentinel"):
+        return redis_broker_options(task_time_limit)
+    return {}
+
+
+def redis_broker_options(task_time_limit: int) -> dict[str, Any]:
+    """Redis hands a message that stayed unacknowledged for visibility_timeout to another
+    worker. Tasks are acknowledged once they ran, at most task_time_limit, so the task of a
+    killed worker runs again soon after that limit rather than after Redis's default hour.
+
+    The margin, a quarter of the limit and at least 5 s, covers the acknowledgement after
+    the limit, and a retry's countdown (up to 20 s), during which the message waits in the
+    worker unacknowledged: shorter, and a live worker's task would run twice.
+    """
+    visibility_timeout = task_time_limit + max(5, task_time_limit // 4)
+    return {
+        "visibility_timeout": visibility_timeout,
+        # kombu looks for such messages every 10 s but scans only on every 10th look: scan
+        # on each look, often enough that the timeout and not the sweep sets the delay.
+        "unacked_restore_interval": min(10, max(1, visibility_timeout // 10)),
+        "unacked_restore_throttle": 1,
+    }
+
+
 def filesystem_broker_options(broker_url: str) -> dict[str, Any]:
     """Folders for Celery's filesystem transport (created here: kombu expects them)."""
     if not broker_url.startswith("filesystem://"):

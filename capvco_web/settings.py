@@ -11,10 +11,10 @@ import django_stubs_ext
 import environ
 
 from capvco_web.environment import (
+    broker_transport_options,
     database_config,
     default_broker_url,
     encryption_keys,
-    filesystem_broker_options,
     new_encryption_key,
     new_secret_key,
     secret_from_env,
@@ -174,15 +174,18 @@ SPECTACULAR_SETTINGS = {
 
 # Celery. Tasks are idempotent: they are acknowledged after they ran and redelivered
 # when a worker dies mid-task.
+CELERY_TASK_SOFT_TIME_LIMIT = env.int("CELERY_TASK_SOFT_TIME_LIMIT", default=120)
+CELERY_TASK_TIME_LIMIT = env.int("CELERY_TASK_TIME_LIMIT", default=180)
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="") or default_broker_url(VAR_DIR)
-CELERY_BROKER_TRANSPORT_OPTIONS = filesystem_broker_options(CELERY_BROKER_URL)
+# With Redis, the task of a killed worker is delivered again a little after the time limit.
+CELERY_BROKER_TRANSPORT_OPTIONS = broker_transport_options(
+    CELERY_BROKER_URL, task_time_limit=CELERY_TASK_TIME_LIMIT
+)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
-CELERY_TASK_SOFT_TIME_LIMIT = env.int("CELERY_TASK_SOFT_TIME_LIMIT", default=120)
-CELERY_TASK_TIME_LIMIT = env.int("CELERY_TASK_TIME_LIMIT", default=180)
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 
 # The beat schedule, in one place. Readiness fails when the last heartbeat is older than

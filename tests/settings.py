@@ -36,4 +36,7 @@ STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # noqa: F405
 if DATABASES["default"]["ENGINE"] != "django.db.backends.sqlite3":  # noqa: F405
     DATABASES["default"]["TEST"] = {"NAME": f"test_capvco_{RUN_ID}"}  # noqa: F405
 if CELERY_BROKER_URL.startswith("redis://"):  # noqa: F405
-    CELERY_BROKER_TRANSPORT_OPTIONS = {"global_keyprefix": BROKER_KEY_PREFIX}
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        **CELERY_BROKER_TRANSPORT_OPTIONS,  # noqa: F405
+        "global_keyprefix": BROKER_KEY_PREFIX,
+    }

@@ -8,6 +8,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from capvco_web.environment import (
     RUN_ENV,
+    broker_transport_options,
     database_config,
     default_broker_url,
     encryption_keys,
@@ -68,6 +69,33 @@ def test_broker_prefers_redis_when_it_answers(tmp_path: Path) -> None:
     if not redis_answers():
         pytest.skip("no Redis on 127.0.0.1:6379 (bin/test started one elsewhere)")
     assert default_broker_url(tmp_path) == "redis://127.0.0.1:6379/0"
+
+
+@pytest.mark.parametrize("limit", [2, 30, 180, 3600])
+def test_redis_gives_a_lost_task_up_soon_after_the_task_time_limit(limit: int) -> None:
+    options = broker_transport_options("redis://127.0.0.1:6379/0", task_time_limit=limit)
+    # Never while a live worker may still run it (limit and at least 5 s for the ack), and
+    # not much later either: the sweep for lost messages runs well within the timeout.
+    assert limit + 5 <= options["visibility_timeout"] <= limit * 1.25 + 5
+    sweep = options["unacked_restore_interval"] * options["unacked_restore_throttle"]
+    assert sweep <= max(1, options["visibility_timeout"] / 10)
+
+
+def test_broker_options_of_the_settings_keep_the_test_key_prefix(settings) -> None:  # type: ignore[no-untyped-def]
+    derived = broker_transport_options(
+        settings.CELERY_BROKER_URL, task_time_limit=settings.CELERY_TASK_TIME_LIMIT
+    )
+    assert settings.CELERY_BROKER_TRANSPORT_OPTIONS["global_keyprefix"].startswith("capvco-test-")
+    assert (
+        settings.CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"]
+        == (derived["visibility_timeout"])
+    )
+
+
+def test_filesystem_broker_keeps_its_folders(tmp_path: Path) -> None:
+    options = broker_transport_options(f"filesystem://{tmp_path}/broker", task_time_limit=180)
+    assert options["data_folder_in"] == str(tmp_path / "broker" / "queue")
+    assert "visibility_timeout" not in options
 
 
 def test_secret_is_refused_missing_when_debug_is_off(tmp_path: Path) -> None:
