@@ -9,30 +9,29 @@ from django.db import connection
 from rest_framework.test import APIClient
 
 from capvco_web.models import AuditEvent
-from clusters.models import Account, Cluster, ClusterSite, Location, Machine, MachinePool
+from clusters.models import Account, Cluster, ClusterSite, Machine, MachinePool
+from tests.factories import (
+    JWT,
+    ClusterFactory,
+    ClusterSiteFactory,
+    MachineFactory,
+    MachinePoolFactory,
+    UserFactory,
+)
 
 pytestmark = pytest.mark.django_db
-JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhcGkifQ.c2lnbmF0dXJl"
 
 
 @pytest.fixture
-def api(django_user_model: Any) -> APIClient:
+def api() -> APIClient:
     client = APIClient()
-    client.force_authenticate(django_user_model.objects.create_user("ops", password="x"))
+    client.force_authenticate(UserFactory(username="ops"))
     return client
 
 
 @pytest.fixture
 def site() -> ClusterSite:
-    account = Account.objects.create(
-        name="acme", api_url="https://vco.example/api/1", iam_url="https://iam.example",
-        customer_id="c1", credential=JWT,
-    )  # fmt: skip
-    location = Location.objects.create(account=account, name="nl-1")
-    cluster = Cluster.objects.create(name="prod", account=account)
-    return ClusterSite.objects.create(
-        cluster=cluster, location=location, cloudspace_id="cs-1", image_id=1
-    )
+    return ClusterSiteFactory()
 
 
 def pool_body(site: ClusterSite, **gpu: Any) -> dict[str, Any]:
@@ -70,7 +69,7 @@ def test_pool_gpu_count_above_eight_is_refused(api: APIClient, site: ClusterSite
 def test_pool_in_a_location_of_another_cluster_is_refused(
     api: APIClient, site: ClusterSite
 ) -> None:
-    other = Cluster.objects.create(name="other", account=site.cluster.account)
+    other = ClusterFactory(account=site.cluster.account)
     body = {**pool_body(site, type="T4", count=1), "cluster": other.pk}
     response = api.post("/api/v1/pools/", body, format="json")
     assert response.status_code == 400
@@ -78,9 +77,7 @@ def test_pool_in_a_location_of_another_cluster_is_refused(
 
 
 def test_updating_a_pool_validates_the_whole_pool(api: APIClient, site: ClusterSite) -> None:
-    pool = MachinePool.objects.create(
-        cluster=site.cluster, site=site, name="gpu", gpu_type="T4", gpu_count=1
-    )
+    pool = MachinePoolFactory(site=site, gpu_type="T4", gpu_count=1)
     response = api.patch(
         f"/api/v1/pools/{pool.pk}/", {"gpu": {"type": "", "count": 1}}, format="json"
     )
@@ -121,8 +118,7 @@ def test_cluster_delete_needs_a_reason_and_is_audited(api: APIClient, site: Clus
 def test_machine_force_delete_needs_a_reason_and_is_audited(
     api: APIClient, site: ClusterSite
 ) -> None:
-    pool = MachinePool.objects.create(cluster=site.cluster, site=site, name="cpu")
-    machine = Machine.objects.create(pool=pool, name="cpu-0", index=0, vm_id=7)
+    machine = MachineFactory(pool__site=site, pool__name="cpu", index=0, vm_id=7)
     url = f"/api/v1/machines/{machine.pk}/force-delete/"
     assert api.post(url, {"reason": "  "}, format="json").status_code == 400
 
@@ -136,8 +132,8 @@ def test_machine_force_delete_needs_a_reason_and_is_audited(
 def test_pool_with_machines_cannot_be_deleted_around_their_teardown(
     api: APIClient, site: ClusterSite
 ) -> None:
-    pool = MachinePool.objects.create(cluster=site.cluster, site=site, name="cpu")
-    Machine.objects.create(pool=pool, name="cpu-0", index=0)
+    pool = MachinePoolFactory(site=site)
+    MachineFactory(pool=pool)
     response = api.delete(f"/api/v1/pools/{pool.pk}/")
     assert response.status_code == 400
     assert MachinePool.objects.exists()
@@ -152,9 +148,9 @@ def test_openapi_schema_describes_the_api(api: APIClient) -> None:
 def test_plan_shows_what_the_next_pass_would_do_without_doing_it(
     api: APIClient, site: ClusterSite
 ) -> None:
-    pool = MachinePool.objects.create(cluster=site.cluster, site=site, name="gpu", replicas=2)
-    Machine.objects.create(pool=pool, name="gpu-0", index=0, phase=Machine.Phase.RUNNING)
-    Machine.objects.create(pool=pool, name="gpu-5", index=5, phase=Machine.Phase.RUNNING)
+    pool = MachinePoolFactory(site=site, name="gpu", replicas=2)
+    MachineFactory(pool=pool, index=0, phase=Machine.Phase.RUNNING)
+    MachineFactory(pool=pool, index=5, phase=Machine.Phase.RUNNING)
 
     response = api.get(f"/api/v1/clusters/{site.cluster_id}/plan/")
 
