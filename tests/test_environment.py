@@ -124,7 +124,17 @@ def test_encryption_key_that_is_not_fernet_is_refused_naming_the_variable() -> N
 # `make run` in one shell, `manage.py` or `celery` later in another: a copy of this checkout
 # (its virtualenv linked, no var/ yet), and commands run in it with a clean environment.
 ROOT = Path(__file__).resolve().parents[1]
-CHECKOUT = ("manage.py", "bin", "capvco_web", "clusters", "gpus", "sriov", "templates", "static")
+CHECKOUT = (
+    "manage.py",
+    "bin",
+    "capvco_web",
+    "clusters",
+    "gpus",
+    "sriov",
+    "templates",
+    "static",
+    "tests",
+)
 CLEAN_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
 
 
@@ -167,8 +177,13 @@ def test_manage_py_in_another_shell_gets_what_make_run_configured(checkout: Path
 
     result = shell(checkout, ".venv/bin/python", "manage.py", "gpucheck", "--orphans")
 
-    # gpucheck --orphans: exit 0 and says so when there is no orphan.
+    # gpucheck --orphans: exit 0 and says so when there is no orphan, exit 1 when any.
     assert (result.returncode, result.stdout) == (0, "No orphaned reservations.\n"), result.stderr
+    orphan = "from tests.factories import VgpuReservationFactory as F; F(orphaned=True)"
+    assert shell(checkout, ".venv/bin/python", "manage.py", "shell", "-c", orphan).returncode == 0
+    result = shell(checkout, ".venv/bin/python", "manage.py", "gpucheck", "--orphans")
+    assert result.returncode == 1, result.stderr
+    assert result.stdout.splitlines()[-1].startswith("Total: 0.00 EUR (1 orphaned)")
 
 
 def test_celery_in_another_shell_gets_the_broker_make_run_chose(checkout: Path) -> None:
