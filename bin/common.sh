@@ -1,4 +1,5 @@
-# Shared by bin/run and bin/test: the virtualenv, and the services the tests need.
+# Shared by bin/run and bin/test: the virtualenv, what `make run` configures, and the
+# services the tests need.
 # shellcheck shell=bash
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -32,6 +33,30 @@ ensure_venv() {
     "$PY" -m pip install -q --disable-pip-version-check -r "$ROOT/$reqs"
     touch "$stamp"
   fi
+}
+
+# The settings `make run` chooses: DEBUG on, and one broker for every process it starts
+# (Redis when it answers, else the filesystem), unless the environment says otherwise.
+# Exported for the processes started here, and written to $VAR_DIR/run.env, which settings
+# read under the environment: a later manage.py or celery in this checkout, in any shell,
+# gets the same ones.
+run_configure() {
+  VAR_DIR="${CAPVCO_VAR_DIR:-$ROOT/var}"
+  mkdir -p "$VAR_DIR/log"
+  export DEBUG="${DEBUG:-true}"
+  export CELERY_BROKER_URL="${CELERY_BROKER_URL:-$(cd "$ROOT" && "$PY" -c '
+import sys
+from pathlib import Path
+from capvco_web.environment import default_broker_url
+print(default_broker_url(Path(sys.argv[1]).resolve()))' "$VAR_DIR")}"
+  (
+    umask 077
+    {
+      echo "# Written by make run (bin/run): the settings it chose. The environment wins."
+      printf '%s=%s\n' DEBUG "$DEBUG" CELERY_BROKER_URL "$CELERY_BROKER_URL"
+    } >"$VAR_DIR/run.env.tmp"
+  )
+  mv "$VAR_DIR/run.env.tmp" "$VAR_DIR/run.env"
 }
 
 port_answers() {  # host port

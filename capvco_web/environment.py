@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import secrets
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -18,6 +18,10 @@ from cryptography.fernet import Fernet
 from django.core.exceptions import ImproperlyConfigured
 
 SUPPORTED_DATABASE_SCHEMES = ("sqlite", "postgres", "postgresql", "pgsql")
+
+# Written by `make run` (bin/run) into the var dir: the settings it chose, so that a later
+# manage.py or celery in the same checkout, in any shell, runs with the same ones.
+RUN_ENV = "run.env"
 
 
 def database_config(url: str) -> dict[str, Any]:
@@ -43,6 +47,31 @@ def database_config(url: str) -> dict[str, Any]:
     return config
 
 
+def run_env_read(path: Path) -> dict[str, str]:
+    """The NAME=value lines of a run.env (comments and blank lines aside); {} without one."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return {}
+    values: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        name, equals, value = line.partition("=")
+        if not equals or not name.isidentifier():
+            raise ImproperlyConfigured(
+                f"{path}, line {number}: not a NAME=value line (written by `make run`; "
+                "delete the file or run `make run` again)"
+            )
+        values[name] = value
+    return values
+
+
+def settings_environment(var_dir: Path, environ: Mapping[str, str]) -> dict[str, str]:
+    """What settings read: the environment, over what `make run` wrote to the var dir."""
+    return {**run_env_read(var_dir / RUN_ENV), **environ}
+
+
 def redis_answers(host: str = "127.0.0.1", port: int = 6379, timeout: float = 0.3) -> bool:
     try:
         with socket.create_connection((host, port), timeout=timeout) as conn:
@@ -57,6 +86,34 @@ def default_broker_url(var_dir: Path) -> str:
     if redis_answers():
         return "redis://127.0.0.1:6379/0"
     return f"filesystem://{var_dir / 'broker'}"
+
+
+def broker_transport_options(broker_url: str, *, task_time_limit: int) -> dict[str, Any]:
+    """CELERY_BROKER_TRANSPORT_OPTIONS for the broker of this URL."""
+    if broker_url.startswith("filesystem://"):
+        return filesystem_broker_options(broker_url)
+    if urlparse(broker_url).scheme in ("redis", "rediss", "sentinel"):
+        return redis_broker_options(task_time_limit)
+    return {}
+
+
+def redis_broker_options(task_time_limit: int) -> dict[str, Any]:
+    """Redis hands a message that stayed unacknowledged for visibility_timeout to another
+    worker. Tasks are acknowledged once they ran, at most task_time_limit, so the task of a
+    killed worker runs again soon after that limit rather than after Redis's default hour.
+
+    The margin, a quarter of the limit and at least 5 s, covers the acknowledgement after
+    the limit, and a retry's countdown (up to 20 s), during which the message waits in the
+    worker unacknowledged: shorter, and a live worker's task would run twice.
+    """
+    visibility_timeout = task_time_limit + max(5, task_time_limit // 4)
+    return {
+        "visibility_timeout": visibility_timeout,
+        # kombu looks for such messages every 10 s but scans only on every 10th look: scan
+        # on each look, often enough that the timeout and not the sweep sets the delay.
+        "unacked_restore_interval": min(10, max(1, visibility_timeout // 10)),
+        "unacked_restore_throttle": 1,
+    }
 
 
 def filesystem_broker_options(broker_url: str) -> dict[str, Any]:

@@ -1,7 +1,9 @@
-"""Settings, all read from the environment in this one place (see README: Configuration)."""
+"""Settings, all read in this one place from the environment, over what `make run` chose
+(see README: Configuration)."""
 
 from __future__ import annotations
 
+import os
 from datetime import timedelta
 from pathlib import Path
 
@@ -9,21 +11,26 @@ import django_stubs_ext
 import environ
 
 from capvco_web.environment import (
+    broker_transport_options,
     database_config,
     default_broker_url,
     encryption_keys,
-    filesystem_broker_options,
     new_encryption_key,
     new_secret_key,
     secret_from_env,
+    settings_environment,
 )
 
 django_stubs_ext.monkeypatch()
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-env = environ.Env()
+VAR_DIR = Path(os.environ.get("CAPVCO_VAR_DIR") or BASE_DIR / "var")
 
-VAR_DIR = Path(env.str("CAPVCO_VAR_DIR", default=str(BASE_DIR / "var")))
+# The environment, over what `make run` chose for this checkout (var/run.env, when there is
+# one): a later manage.py or celery gets the same settings as the processes it started.
+env = environ.Env()
+env.ENVIRON = settings_environment(VAR_DIR, os.environ)
+
 DEBUG = env.bool("DEBUG", default=False)
 
 SECRET_KEY = secret_from_env(
@@ -168,15 +175,18 @@ SPECTACULAR_SETTINGS = {
 
 # Celery. Tasks are idempotent: they are acknowledged after they ran and redelivered
 # when a worker dies mid-task.
+CELERY_TASK_SOFT_TIME_LIMIT = env.int("CELERY_TASK_SOFT_TIME_LIMIT", default=120)
+CELERY_TASK_TIME_LIMIT = env.int("CELERY_TASK_TIME_LIMIT", default=180)
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="") or default_broker_url(VAR_DIR)
-CELERY_BROKER_TRANSPORT_OPTIONS = filesystem_broker_options(CELERY_BROKER_URL)
+# With Redis, the task of a killed worker is delivered again a little after the time limit.
+CELERY_BROKER_TRANSPORT_OPTIONS = broker_transport_options(
+    CELERY_BROKER_URL, task_time_limit=CELERY_TASK_TIME_LIMIT
+)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
-CELERY_TASK_SOFT_TIME_LIMIT = env.int("CELERY_TASK_SOFT_TIME_LIMIT", default=120)
-CELERY_TASK_TIME_LIMIT = env.int("CELERY_TASK_TIME_LIMIT", default=180)
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 
 # The beat schedule, in one place. Readiness fails when the last heartbeat is older than

@@ -9,6 +9,8 @@ import secrets
 # One id per test run, inherited by the processes the tests start: the test database and
 # the broker's Redis keys carry it, so two runs on one host never clobber each other.
 RUN_ID = os.environ.setdefault("CAPVCO_TEST_RUN", secrets.token_hex(4))
+# Production settings, whatever a `make run` in this checkout chose (var/run.env).
+os.environ.setdefault("DEBUG", "false")
 os.environ.setdefault("SECRET_KEY", "test-only-secret-key-0123456789-abcdefghijklmnopqrstuvwxyz")
 os.environ.setdefault("FIELD_ENCRYPTION_KEY", "htgXJP0UgilcdVIebSR-PxKBoKLHkse9A0IAUXYzPSI=")
 os.environ.setdefault("ALLOWED_HOSTS", "testserver,127.0.0.1,localhost")
@@ -34,4 +36,7 @@ STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # noqa: F405
 if DATABASES["default"]["ENGINE"] != "django.db.backends.sqlite3":  # noqa: F405
     DATABASES["default"]["TEST"] = {"NAME": f"test_capvco_{RUN_ID}"}  # noqa: F405
 if CELERY_BROKER_URL.startswith("redis://"):  # noqa: F405
-    CELERY_BROKER_TRANSPORT_OPTIONS = {"global_keyprefix": BROKER_KEY_PREFIX}
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        **CELERY_BROKER_TRANSPORT_OPTIONS,  # noqa: F405
+        "global_keyprefix": BROKER_KEY_PREFIX,
+    }

@@ -1,15 +1,22 @@
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 from capvco_web.environment import (
+    RUN_ENV,
+    broker_transport_options,
     database_config,
     default_broker_url,
     encryption_keys,
     filesystem_broker_options,
     new_secret_key,
+    run_env_read,
     secret_from_env,
+    settings_environment,
 )
 
 
@@ -64,6 +71,33 @@ def test_broker_prefers_redis_when_it_answers(tmp_path: Path) -> None:
     assert default_broker_url(tmp_path) == "redis://127.0.0.1:6379/0"
 
 
+@pytest.mark.parametrize("limit", [2, 30, 180, 3600])
+def test_redis_gives_a_lost_task_up_soon_after_the_task_time_limit(limit: int) -> None:
+    options = broker_transport_options("redis://127.0.0.1:6379/0", task_time_limit=limit)
+    # Never while a live worker may still run it (limit and at least 5 s for the ack), and
+    # not much later either: the sweep for lost messages runs well within the timeout.
+    assert limit + 5 <= options["visibility_timeout"] <= limit * 1.25 + 5
+    sweep = options["unacked_restore_interval"] * options["unacked_restore_throttle"]
+    assert sweep <= max(1, options["visibility_timeout"] / 10)
+
+
+def test_broker_options_of_the_settings_keep_the_test_key_prefix(settings) -> None:  # type: ignore[no-untyped-def]
+    derived = broker_transport_options(
+        settings.CELERY_BROKER_URL, task_time_limit=settings.CELERY_TASK_TIME_LIMIT
+    )
+    assert settings.CELERY_BROKER_TRANSPORT_OPTIONS["global_keyprefix"].startswith("capvco-test-")
+    assert (
+        settings.CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"]
+        == (derived["visibility_timeout"])
+    )
+
+
+def test_filesystem_broker_keeps_its_folders(tmp_path: Path) -> None:
+    options = broker_transport_options(f"filesystem://{tmp_path}/broker", task_time_limit=180)
+    assert options["data_folder_in"] == str(tmp_path / "broker" / "queue")
+    assert "visibility_timeout" not in options
+
+
 def test_secret_is_refused_missing_when_debug_is_off(tmp_path: Path) -> None:
     with pytest.raises(ImproperlyConfigured, match="SECRET_KEY must be set when DEBUG is off"):
         secret_from_env(
@@ -85,3 +119,109 @@ def test_secret_is_generated_once_into_var_in_debug(tmp_path: Path) -> None:
 def test_encryption_key_that_is_not_fernet_is_refused_naming_the_variable() -> None:
     with pytest.raises(ImproperlyConfigured, match="FIELD_ENCRYPTION_KEY"):
         encryption_keys("not-a-key")
+
+
+# `make run` in one shell, `manage.py` or `celery` later in another: a copy of this checkout
+# (its virtualenv linked, no var/ yet), and commands run in it with a clean environment.
+ROOT = Path(__file__).resolve().parents[1]
+CHECKOUT = (
+    "manage.py",
+    "bin",
+    "capvco_web",
+    "clusters",
+    "gpus",
+    "sriov",
+    "templates",
+    "static",
+    "tests",
+)
+CLEAN_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
+
+
+@pytest.fixture
+def checkout(tmp_path: Path) -> Path:
+    copy = tmp_path / "capvco-web"
+    copy.mkdir()
+    for part in CHECKOUT:
+        if (ROOT / part).is_dir():
+            shutil.copytree(ROOT / part, copy / part, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(ROOT / part, copy / part)
+    (copy / ".venv").symlink_to(sys.prefix)
+    return copy
+
+
+def shell(checkout: Path, *command: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """A command typed in a new shell in the checkout: nothing exported but `env`, and the
+    virtualenv not activated."""
+    return subprocess.run(
+        command,
+        cwd=checkout,
+        env={**CLEAN_ENV, "HOME": str(checkout.parent), **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def make_run_configures(checkout: Path) -> None:
+    """What `make run` (bin/run) does before it starts anything."""
+    configured = shell(checkout, "bash", "-c", "source bin/common.sh && run_configure")
+    assert configured.returncode == 0, configured.stderr
+
+
+def test_manage_py_in_another_shell_gets_what_make_run_configured(checkout: Path) -> None:
+    make_run_configures(checkout)
+    assert shell(checkout, ".venv/bin/python", "manage.py", "migrate", "-v0").returncode == 0
+
+    result = shell(checkout, ".venv/bin/python", "manage.py", "gpucheck", "--orphans")
+
+    # gpucheck --orphans: exit 0 and says so when there is no orphan, exit 1 when any.
+    assert (result.returncode, result.stdout) == (0, "No orphaned reservations.\n"), result.stderr
+    orphan = "from tests.factories import VgpuReservationFactory as F; F(orphaned=True)"
+    assert shell(checkout, ".venv/bin/python", "manage.py", "shell", "-c", orphan).returncode == 0
+    result = shell(checkout, ".venv/bin/python", "manage.py", "gpucheck", "--orphans")
+    assert result.returncode == 1, result.stderr
+    assert result.stdout.splitlines()[-1].startswith("Total: 0.00 EUR (1 orphaned)")
+
+
+def test_celery_in_another_shell_gets_the_broker_make_run_chose(checkout: Path) -> None:
+    make_run_configures(checkout)
+    chosen = run_env_read(checkout / "var" / RUN_ENV)
+
+    result = shell(checkout, ".venv/bin/celery", "-A", "capvco_web", "report")
+
+    assert result.returncode == 0, result.stderr
+    assert f"CELERY_BROKER_URL: '{chosen['CELERY_BROKER_URL']}'" in result.stdout
+    assert "\nDEBUG: True\n" in result.stdout
+
+
+def test_the_environment_wins_over_what_make_run_configured(checkout: Path) -> None:
+    make_run_configures(checkout)
+
+    result = shell(checkout, ".venv/bin/python", "manage.py", "check", DEBUG="false")
+
+    assert result.returncode == 1
+    assert "SECRET_KEY must be set when DEBUG is off" in result.stderr
+
+
+def test_without_make_run_debug_is_off_and_the_secret_key_required(checkout: Path) -> None:
+    result = shell(checkout, ".venv/bin/python", "manage.py", "check")
+
+    assert result.returncode == 1
+    assert "SECRET_KEY must be set when DEBUG is off" in result.stderr
+    assert not (checkout / "var" / "secret_key").exists()
+
+
+def test_run_env_line_that_is_not_name_value_is_refused_naming_the_file(tmp_path: Path) -> None:
+    (tmp_path / RUN_ENV).write_text("# comment\n\nDEBUG=true\nCELERY_BROKER_URL\n")
+    with pytest.raises(ImproperlyConfigured, match=r"run\.env, line 4: not a NAME=value line"):
+        run_env_read(tmp_path / RUN_ENV)
+
+
+def test_settings_read_the_environment_over_what_make_run_chose(tmp_path: Path) -> None:
+    (tmp_path / RUN_ENV).write_text("DEBUG=true\nCELERY_BROKER_URL=redis://h:1/0?x=a=b\n")
+    values = settings_environment(tmp_path, {"DEBUG": "false"})
+    assert values == {"DEBUG": "false", "CELERY_BROKER_URL": "redis://h:1/0?x=a=b"}
+    assert settings_environment(tmp_path / "none", {}) == {}

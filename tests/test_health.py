@@ -6,6 +6,7 @@ from django.utils import timezone
 
 from capvco_web.models import Heartbeat
 from capvco_web.tasks import BEAT, heartbeat
+from tests.factories import HeartbeatFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -53,13 +54,13 @@ def test_readyz_is_503_when_the_last_beat_tick_is_older_than_twice_its_interval(
     client: Client, settings
 ) -> None:  # type: ignore[no-untyped-def]
     stale = timezone.now() - 2 * settings.HEARTBEAT_INTERVAL - timedelta(seconds=1)
-    Heartbeat.objects.create(name=BEAT, ticked_at=stale)
+    HeartbeatFactory(ticked_at=stale)
     response = client.get("/readyz")
     assert response.status_code == 503
     assert "last beat tick" in response.json()["checks"]["beat"]["detail"]
 
 
 def test_heartbeat_task_moves_the_tick_forward() -> None:
-    Heartbeat.objects.create(name=BEAT, ticked_at=timezone.now() - timedelta(hours=1))
+    HeartbeatFactory(ticked_at=timezone.now() - timedelta(hours=1))
     heartbeat()
     assert timezone.now() - Heartbeat.objects.get(name=BEAT).ticked_at < timedelta(seconds=5)

@@ -7,17 +7,15 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from capvco_web.rows import model_update
-from clusters.models import Account, Cluster
+from clusters.models import Cluster
+from tests.factories import ClusterFactory
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
 def cluster() -> Cluster:
-    account = Account.objects.create(
-        name="a", api_url="https://x", iam_url="https://y", customer_id="c", credential="t"
-    )
-    return Cluster.objects.create(name="c", account=account)
+    return ClusterFactory()
 
 
 def test_update_without_a_change_writes_nothing(cluster: Cluster) -> None:
@@ -39,6 +37,6 @@ def test_only_one_of_two_claims_from_the_same_state_wins(cluster: Cluster) -> No
 
 def test_update_writes_only_the_changed_fields(cluster: Cluster) -> None:
     Cluster.objects.filter(pk=cluster.pk).update(deletion_blockers=["written elsewhere"])
-    assert model_update(cluster, {"state": Cluster.State.DELETING, "name": "c"}) is True
+    assert model_update(cluster, {"state": Cluster.State.DELETING, "name": cluster.name}) is True
     row = Cluster.objects.get(pk=cluster.pk)
     assert (row.state, row.deletion_blockers) == (Cluster.State.DELETING, ["written elsewhere"])

@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import redis
@@ -43,8 +43,11 @@ def broker_flush() -> None:
 
 
 @contextmanager
-def celery_worker(tmp_path: Path, **env_overrides: str) -> Iterator[subprocess.Popen[bytes]]:
-    """A real Celery worker with embedded beat, in its own process group."""
+def celery_worker(
+    tmp_path: Path, *worker_args: str, **env_overrides: str
+) -> Iterator[subprocess.Popen[bytes]]:
+    """A real Celery worker with embedded beat, in its own process group; `worker_args` go
+    to `celery worker`, its log to tmp_path/celery.log."""
     log = (tmp_path / "celery.log").open("wb")
     process = subprocess.Popen(
         [
@@ -63,6 +66,7 @@ def celery_worker(tmp_path: Path, **env_overrides: str) -> Iterator[subprocess.P
             "--without-gossip",
             "-s",
             str(tmp_path / "celerybeat-schedule"),
+            *worker_args,
         ],
         cwd=ROOT,
         env=environment_for_subprocess(**env_overrides),
@@ -73,13 +77,13 @@ def celery_worker(tmp_path: Path, **env_overrides: str) -> Iterator[subprocess.P
     try:
         yield process
     finally:
-        if process.poll() is None:
+        with suppress(ProcessLookupError):  # a test may have killed the group already
             os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
         log.close()
 
 

@@ -1,0 +1,189 @@
+"""Model factories: valid rows, deterministic names (sequences, no randomness).
+
+Each factory builds what its row needs through SubFactory: `MachineFactory()` makes an
+account, a location of that account, a cluster of that account, its site there, a pool in
+that site and the machine. Pass the parent you have (`MachinePoolFactory(site=site)`,
+`MachineFactory(pool=pool)`) to build under it; a pool's cluster is its site's.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import factory
+from django.conf import settings
+from django.utils import timezone
+from factory.django import DjangoModelFactory, Password
+
+from capvco_web.models import Heartbeat
+from capvco_web.tasks import BEAT
+from clusters.models import (
+    Account,
+    Cluster,
+    ClusterSite,
+    Location,
+    Machine,
+    MachinePool,
+    VirtualMachine,
+)
+from gpus.models import GpuProfile, VgpuReservation
+
+# The shape of a whitesky JWT; no service sees it.
+JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhcGkifQ.c2lnbmF0dXJl"
+PASSWORD = "s3cret-pass"
+
+
+class UserFactory(DjangoModelFactory):
+    class Meta:
+        model = settings.AUTH_USER_MODEL
+
+    username = factory.Sequence(lambda n: f"user-{n}")
+    password = Password(PASSWORD)
+
+
+class AccountFactory(DjangoModelFactory):
+    class Meta:
+        model = Account
+
+    name = factory.Sequence(lambda n: f"account-{n}")
+    api_url = "https://vco.example/api/1"
+    iam_url = "https://iam.example"
+    customer_id = factory.Sequence(lambda n: f"customer-{n}")
+    credential = JWT
+
+
+class LocationFactory(DjangoModelFactory):
+    class Meta:
+        model = Location
+
+    account = factory.SubFactory(AccountFactory)
+    name = factory.Sequence(lambda n: f"nl-test-dc01-{n:03d}")
+    currency = "EUR"
+    vgu_price = Decimal("300.0000")  # per vGPU and month
+    observation_complete = True
+
+
+class ClusterFactory(DjangoModelFactory):
+    class Meta:
+        model = Cluster
+
+    name = factory.Sequence(lambda n: f"cluster-{n}")
+    account = factory.SubFactory(AccountFactory)
+
+
+class ClusterSiteFactory(DjangoModelFactory):
+    class Meta:
+        model = ClusterSite
+
+    cluster = factory.SubFactory(ClusterFactory)
+    # A site's location belongs to the cluster's account (ClusterSite.clean).
+    location = factory.SubFactory(
+        LocationFactory, account=factory.SelfAttribute("..cluster.account")
+    )
+    cloudspace_id = factory.Sequence(lambda n: f"cs-{n}")
+    image_id = factory.Sequence(lambda n: 100 + n)
+
+
+class MachinePoolFactory(DjangoModelFactory):
+    """A pool of one CPU machine; `gpus=True` asks for one NVIDIA A100 per machine."""
+
+    class Meta:
+        model = MachinePool
+
+    class Params:
+        gpus = factory.Trait(gpu_type="NVIDIA A100", gpu_count=1)
+
+    site = factory.SubFactory(ClusterSiteFactory)
+    cluster = factory.SelfAttribute("site.cluster")
+    name = factory.Sequence(lambda n: f"pool-{n}")
+    replicas = 1
+
+
+class MachineFactory(DjangoModelFactory):
+    """A machine not provisioned yet (pending, no VM), named `<pool>-<index>`."""
+
+    class Meta:
+        model = Machine
+
+    pool = factory.SubFactory(MachinePoolFactory)
+    index = factory.Sequence(lambda n: n)
+    name = factory.LazyAttribute(lambda machine: f"{machine.pool.name}-{machine.index}")
+
+
+class VirtualMachineFactory(DjangoModelFactory):
+    class Meta:
+        model = VirtualMachine
+
+    location = factory.SubFactory(LocationFactory)
+    cloudspace_id = factory.Sequence(lambda n: f"cs-{n}")
+    vm_id = factory.Sequence(lambda n: 5000 + n)
+    name = factory.Sequence(lambda n: f"vm-{n}")
+    status = "RUNNING"
+
+
+class GpuProfileFactory(DjangoModelFactory):
+    """One A100 card with room for seven vGPUs."""
+
+    class Meta:
+        model = GpuProfile
+
+    location = factory.SubFactory(LocationFactory)
+    profile_id = factory.Sequence(lambda n: f"gpu-profile-{n}")
+    vendor = "NVIDIA"
+    pci_address = factory.Sequence(lambda n: f"0000:{n % 256:02x}:00.0")
+    model = factory.LazyAttribute(lambda card: f"A100-SXM4-80GB ({card.pci_address})")
+    available_instances = 7
+
+
+def _owned(declaration: object, otherwise: object) -> factory.Maybe:
+    """`declaration` for a reservation of a machine, `otherwise` for one without."""
+    return factory.Maybe("machine", yes_declaration=declaration, no_declaration=otherwise)
+
+
+class VgpuReservationFactory(DjangoModelFactory):
+    """A vGPU attached to a running GPU machine, as provisioning leaves it; `orphaned=True`
+    gives one that no machine owns, flagged orphaned now, named after a machine that is
+    gone."""
+
+    class Meta:
+        model = VgpuReservation
+
+    class Params:
+        orphaned = factory.Trait(
+            machine=None,
+            state=VgpuReservation.State.RESERVED,
+            orphaned_since=factory.LazyFunction(timezone.now),
+            orphan_confirmations=1,
+        )
+
+    machine = factory.SubFactory(
+        MachineFactory,
+        pool__gpus=True,
+        phase=Machine.Phase.RUNNING,
+        vm_id=factory.Sequence(lambda n: 9000 + n),
+    )
+    location = _owned(
+        factory.SelfAttribute("machine.pool.site.location"), factory.SubFactory(LocationFactory)
+    )
+    owner_index = 0
+    owner_cluster = _owned(factory.SelfAttribute("machine.pool.cluster.name"), "")
+    owner_machine = _owned(factory.SelfAttribute("machine.name"), "")
+    name = _owned(
+        factory.LazyAttribute(lambda row: row.machine.vgpu_name(row.owner_index)),
+        factory.Sequence(lambda n: f"capvco-gone-m-{n}-gpu-0"),
+    )
+    vm_id = _owned(factory.SelfAttribute("machine.vm_id"), None)
+    vgpu_id = factory.Sequence(lambda n: f"vgpu-{n}")
+    gpu_id = factory.Sequence(lambda n: f"gpu-profile-{n}")
+    state = VgpuReservation.State.ATTACHED
+    first_seen_at = factory.LazyFunction(timezone.now)
+
+
+class HeartbeatFactory(DjangoModelFactory):
+    """Beat's tick, just now."""
+
+    class Meta:
+        model = Heartbeat
+
+    name = BEAT
+    ticked_at = factory.LazyFunction(timezone.now)
