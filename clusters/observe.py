@@ -16,6 +16,7 @@ from django.utils import timezone
 from capvco_web.integrations import whitesky as ws
 from capvco_web.rows import fields_assign
 from clusters.models import Account, ClusterSite, Location, VirtualMachine
+from clusters.orphans import vm_orphans_flag
 from clusters.selectors import pools_by_cluster
 from gpus.mirror import gpu_profiles_sync, vgpus_sync
 
@@ -111,6 +112,9 @@ def location_observe(*, client: ws.WhiteskyClient, location: Location) -> Observ
             result.errors.append(f"VMs of cloudspace {cloudspace_id}: {exc}")
             continue
         result.writes += vms_sync(location=location, cloudspace_id=cloudspace_id, vms=vms)
+        result.writes += vm_orphans_flag(
+            location=location, cloudspace_id=cloudspace_id, vms=vms, complete=True
+        )
 
     result.complete = not result.errors
     marker = {
