@@ -32,10 +32,13 @@ class Account(models.Model):
     iam_url = models.URLField(help_text="The IAM host that refreshes the JWT")
     customer_id = models.CharField(max_length=100)
     credential = EncryptedTextField(help_text="The JWT; stored encrypted, never shown.")
+    # On: an orphan named by us (our prefix, and a cluster of this account or none at all)
+    # costs money every hour and nothing can take it over; docs/guides/gpu.md says more.
     orphan_auto_release = models.BooleanField(
-        default=False,
-        help_text="Release orphaned vGPU reservations automatically after the grace period; "
-        "otherwise they wait for a person.",
+        default=True,
+        help_text="Release orphaned vGPU reservations and remove orphaned VMs named by us "
+        "automatically, after the grace period and the confirmations; otherwise they wait "
+        "for a person. Orphans not named by us always wait for a person.",
     )
     orphan_grace_period = models.DurationField(default=timedelta(hours=1))
     orphan_confirmations = models.PositiveSmallIntegerField(
@@ -256,6 +259,13 @@ class VirtualMachine(models.Model):
     vm_id = models.BigIntegerField()
     name = models.CharField(max_length=200)
     status = models.CharField(max_length=32)
+    # A VM named by us that no machine owns is an orphan, billed like a reservation.
+    orphaned_since = models.DateTimeField(null=True, blank=True)
+    orphan_confirmations = models.PositiveSmallIntegerField(
+        default=0,
+        help_text="Consecutive complete listings of its cloudspace that showed it orphaned",
+    )
+    orphan_reason = models.CharField(max_length=300, blank=True, help_text="Why no machine owns it")
 
     class Meta:
         constraints = [

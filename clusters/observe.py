@@ -18,6 +18,7 @@ from django.utils import timezone
 from capvco_web.integrations import whitesky as ws
 from capvco_web.rows import fields_assign
 from clusters.models import Account, ClusterSite, Location, VirtualMachine
+from clusters.orphans import vm_orphans_flag
 from clusters.selectors import pools_by_cluster
 from gpus.mirror import gpu_profiles_sync, vgpus_sync
 
@@ -132,6 +133,9 @@ def location_observe(*, client: ws.WhiteskyClient, location: Location) -> Observ
             else:
                 result.writes += vms_sync(
                     location=location, cloudspace_id=cloudspace_id, vms=listed
+                )
+                result.writes += vm_orphans_flag(
+                    location=location, cloudspace_id=cloudspace_id, vms=listed, complete=True
                 )
             if shown[cloudspace_id] != {error}:
                 result.writes += ClusterSite.objects.filter(

@@ -487,18 +487,14 @@ def _machine_teardown(ctx: PassContext, machine: Machine) -> None:
     blockers = []
     for row in gpus_held(machine):
         try:
-            reservation_release(
+            claimed = reservation_release(
                 client=ctx.client, reservation=row, actor=ACTOR, reason=f"machine {machine} deleted"
             )
         except (ws.WhiteskyError, ValueError) as exc:
             blockers.append(f"{row.name}: {exc}")
             continue
-        # whitesky answered: the reservation is released (the charge stopped).
-        model_update(
-            row,
-            {"state": RState.RELEASED, "released_at": timezone.now(), "orphaned_since": None},
-            expect={"state": RState.RELEASING},
-        )
+        if not claimed:
+            blockers.append(f"{row.name}: another worker is releasing it")
     if blockers:
         raise StepFailed("; ".join(blockers))
     before = {"name": machine.name, "pool": pool.name, "vm_name": machine.vm_name}

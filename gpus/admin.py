@@ -11,6 +11,7 @@ from django.template.response import TemplateResponse
 from capvco_web.admin import reason_asked
 from capvco_web.tasks import send_on_commit
 from gpus.models import GpuProfile, VgpuReservation
+from gpus.services import ReleaseRefused, reservation_release_request
 from gpus.tasks import reservation_release_task
 
 
@@ -55,6 +56,7 @@ class VgpuReservationAdmin(admin.ModelAdmin[VgpuReservation]):
         "owner",
         "orphaned_since",
         "accrued_cost",
+        "release_requested_at",
     ]
     list_filter = ["state", "location", OrphanedFilter]
     list_select_related = ["location"]
@@ -102,15 +104,19 @@ class VgpuReservationAdmin(admin.ModelAdmin[VgpuReservation]):
         )
         if isinstance(reason, TemplateResponse):
             return reason
-        # Views never call whitesky: a worker releases, and the audit log tells how it went.
+        # Views never call whitesky: the request is recorded on the row now, and a worker
+        # carries it out (this task, or the orphan sweep if the task never runs).
         for row in queryset:
-            if row.vgpu_id is None or row.state == VgpuReservation.State.RELEASED:
-                self.message_user(request, f"{row.name}: nothing to release.", messages.WARNING)
+            try:
+                reservation_release_request(reservation=row, actor=request.user, reason=reason)
+            except ReleaseRefused as exc:
+                self.message_user(request, f"Refused: {exc}", messages.ERROR)
                 continue
-            send_on_commit(reservation_release_task, row.pk, request.user.pk, reason)
+            send_on_commit(reservation_release_task, row.pk)
             self.message_user(
                 request,
-                f"{row.name}: release queued; the audit log shows its outcome.",
+                f"{row.name}: release requested; a worker carries it out and the audit log "
+                "shows the outcome.",
                 messages.SUCCESS,
             )
         return None

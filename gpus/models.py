@@ -3,6 +3,7 @@ from __future__ import annotations
 from datetime import datetime
 from decimal import Decimal
 
+from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
@@ -74,6 +75,21 @@ class VgpuReservation(models.Model):
         default=0, help_text="Consecutive complete listings that showed it orphaned"
     )
     released_at = models.DateTimeField(null=True, blank=True)
+    # A person's release request, recorded before any worker acts on it, so that a lost
+    # task message or a killed worker cannot lose it: the orphan sweep carries it out.
+    release_requested_at = models.DateTimeField(null=True, blank=True)
+    release_requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    release_reason = models.TextField(blank=True)
+    release_attempted_at = models.DateTimeField(
+        null=True, blank=True, help_text="When a worker last claimed the row to release it"
+    )
+    release_error = models.TextField(blank=True, help_text="Why the last release was refused")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(
         auto_now=True,

@@ -1,29 +1,54 @@
-"""Orphans: billed reservations that no machine owns. Shown with their cost; reclaimed.
+"""Orphans (billed reservations and VMs that no machine owns) and the sweep that reclaims
+them, carries out the releases people asked for, and sends again the releases whose
+outcome was lost.
 
-A reservation is released automatically only when the account allows it, after the grace
-period, after enough consecutive complete listings, from a completely observed location,
-and only when its name says it is ours. Anything else waits for a person.
+Automatic reclaim needs all of: the account allows it, the grace period is over, enough
+consecutive complete listings saw the orphan, the location's last observation was
+complete, and the name says it is provably ours (our prefix, and a cluster of this
+account or one that exists nowhere). Anything else waits for a person. A person's request
+and a release already started are carried on whatever the listing: they decide nothing
+about what is gone.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 
 from django.contrib.auth.models import AnonymousUser, User
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from capvco_web.audit import audit_record
 from capvco_web.integrations import whitesky as ws
+from capvco_web.rows import model_update
 from clusters.models import Location, Machine, VirtualMachine
+from clusters.orphans import VmOwners, other_accounts_prefixes, vm_orphans_due
 from clusters.reconcile import vm_remove
-from clusters.selectors import pools_by_cluster
 from gpus import naming
 from gpus.models import VgpuReservation
-from gpus.services import reservation_release
+from gpus.services import (
+    PENDING_REQUESTS,
+    RELEASABLE,
+    RELEASE_DEADLINE,
+    ReleaseRefused,
+    release_blocker,
+    release_request_pending,
+    reservation_release,
+)
 
 State = VgpuReservation.State
 ACTOR = "orphan-sweep"
+Actor = User | AnonymousUser | str
+
+
+@dataclass
+class SweepResult:
+    released: list[str] = field(default_factory=list)  # reservations
+    removed: list[str] = field(default_factory=list)  # VMs
+    errors: list[str] = field(default_factory=list)
 
 
 def orphans_list(*, location: Location | None = None) -> QuerySet[VgpuReservation]:
@@ -35,83 +60,188 @@ def orphans_list(*, location: Location | None = None) -> QuerySet[VgpuReservatio
     return rows.order_by("orphaned_since", "name")
 
 
-def orphans_due(*, location: Location, now: datetime) -> QuerySet[VgpuReservation]:
+def orphans_due(*, location: Location, now: datetime) -> list[VgpuReservation]:
     account = location.account
     if not (account.orphan_auto_release and location.observation_complete):
-        return VgpuReservation.objects.none()
-    return orphans_list(location=location).filter(
+        return []
+    rows = orphans_list(location=location).filter(
         orphaned_since__lte=now - account.orphan_grace_period,
         orphan_confirmations__gte=account.orphan_confirmations,
         name__startswith=naming.PREFIX,
-        state__in=[State.RESERVED, State.ATTACHED],
+        state__in=RELEASABLE,
         vgpu_id__isnull=False,
+    )
+    # Refused by whitesky lately: tried again once per grace period, not every pass.
+    refused_lately = Q(release_attempted_at__gt=now - account.orphan_grace_period) & ~Q(
+        release_error=""
+    )
+    foreign = other_accounts_prefixes(account)
+    # Exact names, whatever the owner parser read: a vGPU named for a machine that exists
+    # is that machine's, never an orphan to release without a person.
+    machines = Machine.objects.filter(pool__cluster__account=account)
+    live = {naming.vm_name(c, m) for c, m in machines.values_list("pool__cluster__name", "name")}
+    return [
+        row
+        for row in rows.exclude(refused_lately)
+        if not row.name.startswith(foreign) and row.name.rpartition("-gpu-")[0] not in live
+    ]
+
+
+def stalled_releases(now: datetime) -> Q:
+    """Releases not confirmed although the deadline of any call of theirs is over: the
+    answer (or the worker) was lost. They are sent again."""
+    stale = Q(release_attempted_at__isnull=True) | Q(
+        release_attempted_at__lte=now - RELEASE_DEADLINE
+    )
+    return Q(state=State.RELEASING, vgpu_id__isnull=False) & stale
+
+
+def releases_stalled(*, location: Location, now: datetime) -> QuerySet[VgpuReservation]:
+    return (
+        VgpuReservation.objects.filter(stalled_releases(now), location=location)
+        .select_related("location__account", "release_requested_by")
+        .order_by("name")
+    )
+
+
+def orphan_vm_remove(
+    *, client: ws.WhiteskyClient, vm: VirtualMachine, actor: Actor, reason: str
+) -> None:
+    """Stop and delete (permanently, vGPUs detached) a VM of ours that no machine owns.
+
+    Who owns it is read again now, so a VM a machine took over meanwhile is refused. The
+    vGPUs it held are unassigned afterwards, still billed until they are released."""
+    owner = VmOwners(vm.location).of(vm.name, vm.vm_id)
+    if owner.kind != "orphan":
+        what = f"machine {owner.machine}'s" if owner.machine else "not our"
+        raise ReleaseRefused(f"VM {vm.name} ({vm.vm_id}) is {what} VM, not an orphan")
+    before = {
+        "vm_id": vm.vm_id,
+        "name": vm.name,
+        "status": vm.status,
+        "cloudspace_id": vm.cloudspace_id,
+        "orphaned_since": vm.orphaned_since.isoformat() if vm.orphaned_since else None,
+        "why": owner.why,
+    }
+    vm_remove(client, cloudspace_id=vm.cloudspace_id, vm_id=vm.vm_id)
+    audit_record(actor=actor, action="vm.delete", obj=vm, reason=reason, before=before)
+    for row in VgpuReservation.objects.filter(location=vm.location, vm_id=vm.vm_id):
+        detached: dict[str, object] = {"vm_id": None}
+        if row.state == State.ATTACHED:
+            detached["state"] = State.RESERVED
+        model_update(row, detached, expect={"vm_id": vm.vm_id, "state": row.state})
+    # Not due again before a listing shows it again (a delete that did not happen).
+    seen = {"orphaned_since": vm.orphaned_since, "orphan_confirmations": vm.orphan_confirmations}
+    model_update(vm, {"orphaned_since": None, "orphan_confirmations": 0}, expect=seen)
+
+
+def release_carry_out(
+    *, client: ws.WhiteskyClient, reservation: VgpuReservation, actor: Actor, reason: str
+) -> bool:
+    """Release a reservation for a person or the sweep, in one step: once the row is
+    claimed, the orphan VM that holds it goes first; a machine's VM, or a running VM that
+    is not ours, makes it a refusal (recorded on the row and audited). False: another
+    worker had claimed it."""
+
+    def vm_first() -> None:
+        vm = release_blocker(reservation)
+        if vm is not None:
+            why = vm.orphan_reason or "no machine owns it"
+            orphan_vm_remove(
+                client=client,
+                vm=vm,
+                actor=actor,
+                reason=f"{why}; it held {reservation.name}, released: {reason}",
+            )
+
+    return reservation_release(
+        client=client, reservation=reservation, actor=actor, reason=reason, prepare=vm_first
+    )
+
+
+def release_request_carry_out(*, client: ws.WhiteskyClient, reservation: VgpuReservation) -> bool:
+    """Carry out the release a person asked for, audited as that person with their reason."""
+    if not release_request_pending(reservation):
+        return False
+    return release_carry_out(
+        client=client,
+        reservation=reservation,
+        actor=_requester(reservation),
+        reason=reservation.release_reason,
     )
 
 
 def orphan_sweep(
     *, client: ws.WhiteskyClient, location: Location, now: datetime | None = None
-) -> tuple[list[str], list[str]]:
-    """Release the orphans that are due; returns (released names, errors)."""
-    released: list[str] = []
-    errors: list[str] = []
-    for row in orphans_due(location=location, now=now or timezone.now()):
+) -> SweepResult:
+    """One pass over a location: people's requests, stalled releases, then due orphans
+    (VMs first, then the reservations they held and the others)."""
+    now = now or timezone.now()
+    result = SweepResult()
+
+    def attempt(name: str, act: Callable[[], bool], done: list[str]) -> None:
+        try:
+            if act():
+                done.append(name)
+        except (ws.WhiteskyError, ReleaseRefused, ValueError) as exc:
+            result.errors.append(f"{name}: {exc}")
+
+    requests = VgpuReservation.objects.filter(PENDING_REQUESTS, location=location)
+    for row in requests.select_related("location__account", "release_requested_by"):
+        attempt(
+            row.name,
+            partial(release_request_carry_out, client=client, reservation=row),
+            result.released,
+        )
+
+    for row in releases_stalled(location=location, now=now):
+        actor, reason = _stalled_actor(row)
+        again = partial(
+            release_carry_out, client=client, reservation=row, actor=actor, reason=reason
+        )
+        attempt(row.name, again, result.released)
+
+    for vm in vm_orphans_due(location=location, now=now):
+        reason = (
+            f"orphaned since {vm.orphaned_since:%Y-%m-%d %H:%M} UTC, {vm.orphan_reason} "
+            f"({vm.orphan_confirmations} complete listings), auto-release on"
+        )
+        attempt(vm.name, partial(_vm_remove, client=client, vm=vm, reason=reason), result.removed)
+
+    foreign = other_accounts_prefixes(location.account)
+    for row in orphans_due(location=location, now=now):
+        try:
+            # Read-only first: a standing refusal is not claimed and audited every pass.
+            holder = release_blocker(row)
+            if holder is not None and holder.name.startswith(foreign):
+                raise ReleaseRefused(f"it is attached to VM {holder.name}, of another account")
+        except ReleaseRefused as exc:
+            result.errors.append(f"{row.name}: {exc}")
+            continue
         reason = (
             f"orphaned since {row.orphaned_since:%Y-%m-%d %H:%M} UTC, no owning machine "
             f"({row.orphan_confirmations} complete listings), auto-release on"
         )
-        try:
-            orphan_release(client=client, reservation=row, actor=ACTOR, reason=reason)
-            released.append(row.name)
-        except (ws.WhiteskyError, OrphanBlocked) as exc:
-            errors.append(f"{row.name}: {exc}")
-    return released, errors
-
-
-def orphan_release(
-    *,
-    client: ws.WhiteskyClient,
-    reservation: VgpuReservation,
-    actor: User | AnonymousUser | str,
-    reason: str,
-) -> VgpuReservation:
-    """Release an orphan, by the sweep or by a person. One still attached to the VM a
-    force-deleted machine left behind cannot be detached while that VM runs, so the VM
-    goes first (only when it is ours and has no machine). Both steps are audited."""
-    if not reason.strip():
-        raise ValueError("A release needs a reason.")
-    if reservation.vm_id is not None:
-        _orphan_vm_remove(
-            client, location=reservation.location, vm_id=reservation.vm_id, actor=actor
+        release = partial(
+            release_carry_out, client=client, reservation=row, actor=ACTOR, reason=reason
         )
-    return reservation_release(client=client, reservation=reservation, actor=actor, reason=reason)
+        attempt(row.name, release, result.released)
+    return result
 
 
-class OrphanBlocked(Exception):
-    """The orphan is attached to a VM that is not ours to remove."""
+def _vm_remove(*, client: ws.WhiteskyClient, vm: VirtualMachine, reason: str) -> bool:
+    orphan_vm_remove(client=client, vm=vm, actor=ACTOR, reason=reason)
+    return True
 
 
-def _orphan_vm_remove(
-    client: ws.WhiteskyClient,
-    *,
-    location: Location,
-    vm_id: int,
-    actor: User | AnonymousUser | str,
-) -> None:
-    """An orphan attached to a VM: the VM may go only when it is ours and has no machine
-    (a machine deleted with force leaves its VM behind)."""
-    vm = VirtualMachine.objects.filter(location=location, vm_id=vm_id).first()
-    if vm is None:
-        raise OrphanBlocked(f"attached to VM {vm_id}, which is in no cluster cloudspace")
-    owner = naming.owner_parse(vm.name, pools_by_cluster(location.account_id))
-    if owner is None:
-        raise OrphanBlocked(f"attached to VM {vm.name}, which is not ours")
-    if Machine.objects.filter(pool__cluster__name=owner.cluster, name=owner.machine).exists():
-        raise OrphanBlocked(f"attached to VM {vm.name}, whose machine still exists")
-    vm_remove(client, cloudspace_id=vm.cloudspace_id, vm_id=vm_id)
-    audit_record(
-        actor=actor,
-        action="vm.delete",
-        obj=vm,
-        reason=f"held orphaned vGPUs and belongs to no machine ({vm.name})",
-        before={"vm_id": vm_id, "name": vm.name, "status": vm.status},
-    )
+def _requester(row: VgpuReservation) -> Actor:
+    return row.release_requested_by or "deleted user"
+
+
+def _stalled_actor(row: VgpuReservation) -> tuple[Actor, str]:
+    """A release sent again is the same decision: the person's, when one asked for it."""
+    requested, attempted = row.release_requested_at, row.release_attempted_at
+    if requested is not None and attempted is not None and attempted >= requested:
+        return _requester(row), row.release_reason
+    since = f" started {attempted:%Y-%m-%d %H:%M} UTC" if attempted else ""
+    return ACTOR, f"sent again: the release{since} was never confirmed"

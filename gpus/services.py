@@ -6,19 +6,43 @@ answer leaves something to resolve by name on the next pass. Every release is au
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import suppress
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib.auth.models import AnonymousUser, User
+from django.db.models import F, Q
 from django.utils import timezone
 
 from capvco_web.audit import audit_record
 from capvco_web.integrations import whitesky as ws
 from capvco_web.rows import model_update
-from clusters.models import Machine
+from clusters.models import Machine, VirtualMachine
+from clusters.orphans import VmOwners
 from gpus.models import VgpuReservation
 
 State = VgpuReservation.State
+
+
+def _call_budget(timeout: tuple[float, float], retry: ws.RetryPolicy) -> float:
+    """The longest one client call can take, every attempt and wait included."""
+    return retry.attempts * sum(timeout) + (retry.attempts - 1) * retry.max_retry_after
+
+
+_RETRY = ws.RetryPolicy()
+# The longest a claimed release can be in flight: the removal of the VM that holds it
+# (get, stop, a long-running delete), then the release call. A row still `releasing`
+# after this lost its answer, or its worker: the sweep sends it again (about 33 minutes).
+RELEASE_DEADLINE = timedelta(
+    seconds=3 * _call_budget(ws.DEFAULT_TIMEOUT, _RETRY)
+    + _call_budget(ws.DEFAULT_LONG_TIMEOUT, _RETRY)
+)
+RELEASABLE = (State.RESERVED, State.ATTACHED)
+# A person's request that no worker has acted on yet (no claim since it was made).
+PENDING_REQUESTS = Q(release_requested_at__isnull=False, state__in=RELEASABLE) & (
+    Q(release_attempted_at__isnull=True) | Q(release_attempted_at__lt=F("release_requested_at"))
+)
 
 
 def reservation_snapshot(row: VgpuReservation) -> dict[str, Any]:
@@ -122,44 +146,167 @@ def reservation_adopt(row: VgpuReservation, vgpu: ws.Vgpu) -> VgpuReservation:
     return row
 
 
+class ReleaseRefused(Exception):
+    """A release that cannot happen as things stand; the message says why and what to do."""
+
+
+def release_blocker(reservation: VgpuReservation) -> VirtualMachine | None:
+    """What stands before releasing a reservation, from the database alone.
+
+    None: nothing, it can go at once (unassigned, or on a halted VM that is not ours).
+    A VM: the VM of ours that holds it and that no machine owns; that VM goes first
+    (a vGPU cannot be detached from a running VM). Refused (ReleaseRefused): it holds a
+    machine's GPU, which whitesky would refuse to detach while the VM runs and which the
+    machine would lose otherwise; or a VM we cannot remove holds it.
+    """
+    name, vm_id = reservation.name, reservation.vm_id
+    if vm_id is None:
+        return None
+    location = reservation.location
+    vm = VirtualMachine.objects.filter(location=location, vm_id=vm_id).first()
+    owners = VmOwners(location)
+    owner = owners.of(vm.name if vm else "", vm_id)
+    if owner.kind == "machine":
+        raise ReleaseRefused(
+            f"{name} is attached to machine {owner.machine} (VM {vm_id}): scale pool "
+            f"{owner.pool} down or delete the machine"
+        )
+    if vm is None:
+        raise ReleaseRefused(
+            f"{name} is attached to VM {vm_id}, which is in no cloudspace of a cluster in "
+            f"{location.name}: detach it from that VM (stopped) in whitesky first"
+        )
+    if owner.kind == "creating":
+        raise ReleaseRefused(
+            f"{name} is attached to VM {vm.name} ({vm_id}), which machine {owner.machine} "
+            "may be taking over right now: try again once that machine runs or is gone"
+        )
+    if owner.kind == "orphan":
+        return vm
+    if vm.status == "RUNNING":
+        raise ReleaseRefused(
+            f"{name} is attached to VM {vm.name} ({vm_id}), which is not ours and runs: "
+            "stop that VM, or detach the vGPU from it, first"
+        )
+    return None
+
+
+def release_request_pending(reservation: VgpuReservation) -> bool:
+    """Whether a person asked to release it and no worker has acted on that yet."""
+    requested, attempted = reservation.release_requested_at, reservation.release_attempted_at
+    return (
+        requested is not None
+        and reservation.state in RELEASABLE
+        and (attempted is None or attempted < requested)
+    )
+
+
+def reservation_release_request(
+    *, reservation: VgpuReservation, actor: User | AnonymousUser, reason: str
+) -> VgpuReservation:
+    """A person asks to release a reservation: refused at once when it cannot happen,
+    else recorded on the row (who, why, when) and audited. A worker carries it out: the
+    task sent after this, or the orphan sweep when that task never runs."""
+    if not isinstance(actor, User):
+        raise ValueError("A release request needs a signed-in person.")
+    reason = reason.strip()
+    if not reason:
+        raise ValueError("A release needs a reason.")
+    name = reservation.name
+    if reservation.vgpu_id is None:
+        raise ReleaseRefused(f"{name} has no vGPU id yet: nothing to release.")
+    if reservation.state == State.RELEASING:
+        raise ReleaseRefused(f"{name} is being released already.")
+    if reservation.state not in RELEASABLE:
+        raise ReleaseRefused(f"{name} is {reservation.state}: nothing to release.")
+    if release_request_pending(reservation):
+        by = reservation.release_requested_by
+        raise ReleaseRefused(
+            f"{name}: {by.get_username() if by else 'someone'} asked for its release already; "
+            "a worker carries it out."
+        )
+    release_blocker(reservation)
+    before = reservation_snapshot(reservation)
+    seen = {
+        "state": reservation.state,
+        "release_requested_at": reservation.release_requested_at,
+        "release_attempted_at": reservation.release_attempted_at,
+    }
+    request = {
+        "release_requested_at": timezone.now(),
+        "release_requested_by": actor,
+        "release_reason": reason,
+        "release_error": "",
+    }
+    if not model_update(reservation, request, expect=seen):
+        raise ReleaseRefused(f"{name} changed meanwhile: look at it again.")
+    audit_record(
+        actor=actor,
+        action="vgpu.release_requested",
+        obj=reservation,
+        reason=reason,
+        before=before,
+        after=reservation_snapshot(reservation),
+    )
+    return reservation
+
+
 def reservation_release(
     *,
     client: ws.WhiteskyClient,
     reservation: VgpuReservation,
     actor: User | AnonymousUser | str,
     reason: str,
-) -> VgpuReservation:
+    prepare: Callable[[], None] | None = None,
+) -> bool:
     """Release a reservation (detach, permanently): the charge stops. Audited.
 
-    The row goes to `releasing`; the next complete listing that no longer shows it makes
-    it `released`. A reservation already gone counts as released.
+    The row is claimed first, compare-and-set: `releasing`, stamped `release_attempted_at`.
+    Of two releases of one row only the one that claims it acts; the other returns False
+    and does nothing. `prepare` runs once claimed, before the call (the orphan VM holding
+    the reservation goes first). A reservation already gone counts as released. A lost
+    outcome leaves
+    it `releasing`, and the orphan sweep sends it again after RELEASE_DEADLINE. An answer
+    makes it `released` at once. A refusal
+    puts the row back as whitesky still shows it (compare-and-set too).
     """
     if not reason.strip():
         raise ValueError("A release needs a reason.")
     if reservation.vgpu_id is None:
         raise ValueError(f"{reservation.name} has no vGPU id yet: nothing to release.")
-    before = reservation_snapshot(reservation)
-    live = [State.RESERVED, State.ATTACHED, State.RELEASING]
-    VgpuReservation.objects.filter(pk=reservation.pk, state__in=live).update(state=State.RELEASING)
-    reservation.refresh_from_db()
-    if reservation.state != State.RELEASING:
+    if reservation.state not in (*RELEASABLE, State.RELEASING):
         raise ValueError(f"{reservation.name} is {reservation.state}: nothing to release.")
+    before = reservation_snapshot(reservation)
+    seen = {"state": reservation.state, "release_attempted_at": reservation.release_attempted_at}
+    claim = {"state": State.RELEASING, "release_attempted_at": timezone.now()}
+    if not model_update(reservation, claim, expect=seen):
+        return False  # another worker claimed it first (or it changed): that one acts
+    claimed = {"state": State.RELEASING, "release_attempted_at": reservation.release_attempted_at}
     action, error = "vgpu.release", ""
     try:
-        client.release_vgpu(
-            location=reservation.location.name,
-            vgpu_id=reservation.vgpu_id,
-            detach=True,
-            permanently=True,
-        )
-    except ws.NotFound:
-        pass  # gone already: what we wanted
-    except ws.WhiteskyError as exc:
-        if not exc.outcome_unknown:
-            # The server said no: nothing changed, and the row says so again.
+        if prepare is not None:
+            prepare()
+            reservation.refresh_from_db(fields=["vm_id"])  # its VM may be gone now
+        with suppress(ws.NotFound):  # gone already: what we wanted
+            client.release_vgpu(
+                location=reservation.location.name,
+                vgpu_id=reservation.vgpu_id,
+                detach=True,
+                permanently=True,
+            )
+        # whitesky answered: the reservation is gone and the charge stopped.
+        released = {"state": State.RELEASED, "released_at": timezone.now(), "orphaned_since": None}
+        model_update(reservation, released, expect=claimed)
+    except (ws.WhiteskyError, ReleaseRefused) as exc:
+        if isinstance(exc, ws.WhiteskyError) and exc.outcome_unknown:
+            error = f"outcome unknown (sent again later): {exc}"
+        else:
+            # Nothing was released: the row says again what whitesky shows.
             action, error = "vgpu.release_refused", str(exc)
-            VgpuReservation.objects.filter(pk=reservation.pk).update(state=before["state"])
-            reservation.refresh_from_db()
+            restored = before["state"]
+            if restored == State.RELEASING:
+                restored = State.ATTACHED if reservation.vm_id else State.RESERVED
+            model_update(reservation, {"state": restored, "release_error": error}, expect=claimed)
         raise
     finally:
         after = reservation_snapshot(reservation)
@@ -171,14 +318,12 @@ def reservation_release(
             before=before,
             after={**after, "error": error} if error else after,
         )
-    return reservation
+    return True
 
 
 def reservation_confirm_released(*, reservation: VgpuReservation, listed_ids: set[str]) -> bool:
     """From a complete listing: a releasing reservation that is no longer listed is gone."""
     if reservation.vgpu_id in listed_ids:
         return False
-    VgpuReservation.objects.filter(pk=reservation.pk).update(
-        state=State.RELEASED, released_at=timezone.now(), orphaned_since=None
-    )
-    return True
+    gone = {"state": State.RELEASED, "released_at": timezone.now(), "orphaned_since": None}
+    return model_update(reservation, gone, expect={"state": reservation.state})

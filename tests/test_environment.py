@@ -178,12 +178,12 @@ def test_manage_py_in_another_shell_gets_what_make_run_configured(checkout: Path
     result = shell(checkout, ".venv/bin/python", "manage.py", "gpucheck", "--orphans")
 
     # gpucheck --orphans: exit 0 and says so when there is no orphan, exit 1 when any.
-    assert (result.returncode, result.stdout) == (0, "No orphaned reservations.\n"), result.stderr
+    assert (result.returncode, result.stdout) == (0, "No orphaned reservations or VMs.\n"), result.stderr
     orphan = "from tests.factories import VgpuReservationFactory as F; F(orphaned=True)"
     assert shell(checkout, ".venv/bin/python", "manage.py", "shell", "-c", orphan).returncode == 0
     result = shell(checkout, ".venv/bin/python", "manage.py", "gpucheck", "--orphans")
     assert result.returncode == 1, result.stderr
-    assert result.stdout.splitlines()[-1].startswith("Total: 0.00 EUR (1 orphaned)")
+    assert result.stdout.splitlines()[-1].startswith("Total: 0.00 EUR (1 orphaned reservation(s))")
 
 
 def test_celery_in_another_shell_gets_the_broker_make_run_chose(checkout: Path) -> None:

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+from django.contrib.auth.models import User
 from rest_framework import serializers
 
 from gpus.models import GpuProfile, VgpuReservation
@@ -35,6 +36,7 @@ class VgpuReservationSerializer(serializers.ModelSerializer[VgpuReservation]):
     location_name = serializers.CharField(source="location.name", read_only=True)
     accrued_cost = serializers.SerializerMethodField(help_text="Since it was flagged orphaned")
     currency = serializers.CharField(source="location.currency", read_only=True)
+    release_requested_by = serializers.SlugRelatedField[User](slug_field="username", read_only=True)
 
     class Meta:
         model = VgpuReservation
@@ -42,7 +44,8 @@ class VgpuReservationSerializer(serializers.ModelSerializer[VgpuReservation]):
             "id", "location", "location_name", "name", "vgpu_id", "gpu_id", "state", "vm_id",
             "machine", "owner_cluster", "owner_machine", "owner_index", "first_seen_at",
             "updated_at", "unassigned_since", "orphaned_since", "orphan_confirmations",
-            "released_at", "accrued_cost", "currency",
+            "released_at", "accrued_cost", "currency", "release_requested_at",
+            "release_requested_by", "release_reason", "release_attempted_at", "release_error",
         ]  # fmt: skip
         read_only_fields = fields
 

@@ -3,10 +3,10 @@ release is recorded here and carried out by a worker."""
 
 from __future__ import annotations
 
-from drf_spectacular.utils import extend_schema
-from rest_framework import status, viewsets
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import serializers, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import ValidationError
+from rest_framework.exceptions import APIException
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -22,6 +22,7 @@ from gpus.api.serializers import (
 from gpus.filtersets import VgpuReservationFilterSet
 from gpus.models import GpuProfile, VgpuReservation
 from gpus.resolve import offers
+from gpus.services import ReleaseRefused, reservation_release_request
 from gpus.tasks import reservation_release_task
 
 
@@ -45,26 +46,46 @@ class GpuTypesView(APIView):
         return Response(GpuTypeOfferSerializer(rows, many=True).data)
 
 
+class ReleaseConflict(APIException):
+    status_code = status.HTTP_409_CONFLICT
+    default_code = "release_refused"
+
+
+class ReleaseRefusedSerializer(serializers.Serializer[object]):
+    detail = serializers.CharField()
+
+
 class VgpuReservationViewSet(viewsets.ReadOnlyModelViewSet[VgpuReservation]):
     queryset = VgpuReservation.objects.select_related("location").order_by("location", "name")
     serializer_class = VgpuReservationSerializer
     filterset_class = VgpuReservationFilterSet
 
-    @extend_schema(request=ReasonSerializer, responses={202: VgpuReservationSerializer})
+    @extend_schema(
+        request=ReasonSerializer,
+        responses={
+            202: VgpuReservationSerializer,
+            409: OpenApiResponse(
+                ReleaseRefusedSerializer,
+                description="Refused, saying why and what to do instead (e.g. the GPU of a "
+                "machine: scale its pool down or delete the machine)",
+            ),
+        },
+    )
     @action(detail=True, methods=["post"])
     def release(self, request: Request, pk: str | None = None) -> Response:
-        """Release the reservation (detach, permanently), with a reason; a worker does it."""
+        """Ask for the reservation's release (detach, permanently), with a reason. The
+        request is recorded on the row at once; a worker carries it out. One attached to a
+        VM that no machine owns goes with that VM."""
         reservation = self.get_object()
         reason = ReasonSerializer(data=request.data)
         reason.is_valid(raise_exception=True)
-        if reservation.vgpu_id is None or reservation.state == VgpuReservation.State.RELEASED:
-            raise ValidationError({"state": f"{reservation.name} is {reservation.state}."})
-        send_on_commit(
-            reservation_release_task,
-            reservation.pk,
-            request.user.pk,
-            reason.validated_data["reason"],
-        )
+        try:
+            reservation_release_request(
+                reservation=reservation, actor=request.user, reason=reason.validated_data["reason"]
+            )
+        except ReleaseRefused as exc:
+            raise ReleaseConflict(str(exc)) from exc
+        send_on_commit(reservation_release_task, reservation.pk)
         return Response(
             VgpuReservationSerializer(reservation).data, status=status.HTTP_202_ACCEPTED
         )

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
-from clusters.models import Account, Machine
+from clusters.models import Account, Location, Machine
 from clusters.services import machine_force_delete
+from clusters.whitesky import whitesky_client
 from gpus.models import VgpuReservation
+from gpus.orphans import SweepResult, orphan_sweep
 from tests.gpus.conftest import NL, Plane
 
 
@@ -29,3 +31,9 @@ def auto_release_set(
     account.orphan_confirmations = confirmations
     account.orphan_grace_period = timedelta(seconds=grace_seconds)
     account.save()
+
+
+def sweep(plane: Plane, location: str = NL, now: datetime | None = None) -> SweepResult:
+    """One pass of the orphan sweep over a location, as the beat's task runs it."""
+    with whitesky_client(plane.account) as client:
+        return orphan_sweep(client=client, location=Location.objects.get(name=location), now=now)

@@ -70,7 +70,8 @@ def test_release_with_a_reason_stops_the_charge_and_audits_the_user(
 
     assert response.status_code == 302
     assert [str(m) for m in get_messages(response.wsgi_request)] == [
-        "capvco-demo-a100-0-gpu-0: release queued; the audit log shows its outcome."
+        "capvco-demo-a100-0-gpu-0: release requested; a worker carries it out and the audit "
+        "log shows the outcome."
     ]
     assert plane.sim_vgpus() == []
     assert plane.unassigned_billed() == {}
@@ -81,13 +82,14 @@ def test_release_with_a_reason_stops_the_charge_and_audits_the_user(
     assert AuditEvent.objects.get(action="vm.delete").actor == admin_user
 
 
-def test_release_of_a_running_machines_gpu_is_refused_and_the_refusal_audited(
+def test_release_of_a_running_machines_gpu_is_refused_up_front_saying_what_to_do(
     plane: Plane, admin_client: Client, run_tasks: Any
 ) -> None:
     cluster = plane.cluster()
     plane.pool(cluster, "a100", gpu_type="NVIDIA A100", gpu_count=1)
     plane.converge(cluster)
     row = VgpuReservation.objects.get()
+    vm_id = Machine.objects.get().vm_id
 
     with run_tasks():
         response = action_post(
@@ -95,11 +97,30 @@ def test_release_of_a_running_machines_gpu_is_refused_and_the_refusal_audited(
         )
 
     assert response.status_code == 302
-    refusal = AuditEvent.objects.get(action="vgpu.release_refused")
-    assert "RUNNING" in refusal.after["error"]
-    assert VgpuReservation.objects.get(pk=row.pk).state == VgpuReservation.State.ATTACHED
+    assert [str(m) for m in get_messages(response.wsgi_request)] == [
+        f"Refused: capvco-demo-a100-0-gpu-0 is attached to machine demo/a100-0 (VM {vm_id}): "
+        "scale pool a100 down or delete the machine"
+    ]
+    row.refresh_from_db()
+    assert (row.state, row.release_requested_at) == (VgpuReservation.State.ATTACHED, None)
+    assert not AuditEvent.objects.filter(action__startswith="vgpu.release").exists()
     assert len(plane.sim_vgpus()) == 1
     assert [vm["status"] for vm in plane.sim_vms()] == ["RUNNING"]
+    assert "deleteVGPU" not in {c["operation"] for c in plane.sim.calls()["calls"]}
+
+
+def test_confirmation_page_says_what_happens_to_a_machines_gpu_and_an_orphans_vm(
+    plane: Plane, admin_client: Client
+) -> None:
+    row = orphan_made(plane)
+
+    page = action_post(admin_client, RESERVATIONS, "release_selected", [row.pk])
+
+    text = " ".join(page.content.decode().split())
+    assert "loses its GPU" not in text
+    assert "attached to a machine's VM is <strong>refused</strong>" in text
+    assert "Scale the machine's pool down or delete the machine instead" in text
+    assert "the VM is stopped and deleted first" in text
 
 
 def test_release_failure_is_audited_not_an_error_page(

@@ -10,6 +10,7 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
+from clusters.models import VirtualMachine
 from gpus.models import VgpuReservation
 from tests.gpus.conftest import NL, Plane
 from tests.gpus.support import orphan_made
@@ -35,15 +36,24 @@ def orphaned_hours_ago(row: VgpuReservation, hours: int) -> None:
 
 def test_orphans_are_listed_with_owner_and_cost_and_exit_1(plane: Plane) -> None:
     orphaned_hours_ago(orphan_made(plane), 73)  # a tenth of a month at 300 EUR
+    vm = VirtualMachine.objects.get()
 
     status, out = gpucheck("--orphans")
 
     assert status == 1
-    [header, line, total] = out.splitlines()
-    assert header.split()[:3] == ["NAME", "LOCATION", "OWNER"]
-    assert line.split()[:3] == ["capvco-demo-a100-0-gpu-0", NL, "demo/a100-0"]
-    assert line.endswith(" 30.00 EUR")
-    assert total == "Total: 30.00 EUR (1 orphaned)"
+    [header, vgpu, vm_line, total, vm_note] = out.splitlines()
+    assert header.split()[:3] == ["KIND", "NAME", "LOCATION"]
+    assert vgpu.split()[:3] == ["vGPU", "capvco-demo-a100-0-gpu-0", NL]
+    assert vgpu.split()[-3:] == ["30.00", "EUR", "demo/a100-0"]
+    # The force-deleted machine's VM is an orphan too; its cost is not known, and it says so.
+    assert vm_line.split()[:4] == ["VM", "capvco-demo-a100-0", f"({vm.vm_id})", NL]
+    assert " unknown* " in vm_line
+    assert vm_line.endswith("  machine demo/a100-0 does not exist")
+    assert total == "Total: 30.00 EUR (1 orphaned reservation(s))"
+    assert vm_note == (
+        "1 orphaned VM(s), not in the total: * no price known for VMs: the location's "
+        "mirrored prices cover vGPUs only"
+    )
 
 
 def test_orphans_as_json_give_each_orphan_and_a_total_per_currency(plane: Plane) -> None:
@@ -55,13 +65,16 @@ def test_orphans_as_json_give_each_orphan_and_a_total_per_currency(plane: Plane)
 
     assert status == 1
     document = json.loads(out)
-    [orphan] = document["orphans"]
+    [orphan, vm] = document["orphans"]
+    assert orphan["kind"] == "vgpu"
     assert orphan["name"] == "capvco-demo-a100-0-gpu-0"
     assert orphan["location"] == NL
     assert orphan["owner"] == "demo/a100-0"
     assert orphan["orphaned_since"] == row.orphaned_since.isoformat()  # type: ignore[union-attr]
     assert orphan["currency"] == "EUR"
     assert orphan["accrued_cost"] == "30.00"
+    assert (vm["kind"], vm["name"], vm["accrued_cost"]) == ("vm", "capvco-demo-a100-0", None)
+    assert vm["owner"] == "machine demo/a100-0 does not exist"
     assert document["total"] == {"EUR": "30.00"}
 
 
@@ -70,7 +83,7 @@ def test_exit_0_when_nothing_is_orphaned(plane: Plane) -> None:
     plane.pool(cluster, "a100", gpu_type="NVIDIA A100", gpu_count=1)
     plane.converge(cluster)
 
-    assert gpucheck("--orphans") == (0, "No orphaned reservations.\n")
+    assert gpucheck("--orphans") == (0, "No orphaned reservations or VMs.\n")
     status, out = gpucheck("--orphans", "--json")
     assert (status, json.loads(out)) == (0, {"orphans": [], "total": {}})
 
@@ -82,7 +95,7 @@ def test_summary_counts_reservations_per_location_and_state_and_exits_0(plane: P
 
     assert status == 0
     assert f"{NL}: attached 1" in out.splitlines()
-    assert "Orphaned: 1" in out
+    assert "Orphaned: 1 reservation(s), 1 VM(s) (details: gpucheck --orphans)" in out
 
 
 @pytest.mark.parametrize("args", [(), ("--json",)])

@@ -10,16 +10,11 @@ from clusters.models import Location, Machine
 from clusters.services import machine_force_delete
 from clusters.whitesky import whitesky_client
 from gpus.models import GpuProfile, VgpuReservation
-from gpus.orphans import orphan_sweep
+from gpus.orphans import SweepResult
 from tests.gpus.conftest import NL, Plane
-from tests.gpus.support import auto_release_set, orphan_made
+from tests.gpus.support import auto_release_set, orphan_made, sweep
 
 State = VgpuReservation.State
-
-
-def sweep(plane: Plane, location: str = NL) -> tuple[list[str], list[str]]:
-    with whitesky_client(plane.account) as client:
-        return orphan_sweep(client=client, location=Location.objects.get(name=location))
 
 
 def test_force_deleted_machine_leaves_an_orphan_whose_cost_grows_with_time(plane: Plane) -> None:
@@ -39,7 +34,7 @@ def test_orphan_is_never_released_when_the_account_does_not_allow_it(plane: Plan
     orphan_made(plane)
     plane.observe()
 
-    assert sweep(plane) == ([], [])
+    assert sweep(plane) == SweepResult()
     assert [v["vgpu_name"] for v in plane.sim_vgpus()] == ["capvco-demo-a100-0-gpu-0"]
     assert not AuditEvent.objects.filter(action="vgpu.release").exists()
 
@@ -52,11 +47,13 @@ def test_orphan_is_released_after_enough_complete_observations_with_its_vm(
     assert row.orphan_confirmations == 1
     assert [vm["name"] for vm in plane.sim_vms()] == ["capvco-demo-a100-0"]
 
-    assert sweep(plane) == ([], [])
+    assert sweep(plane) == SweepResult()
     assert len(plane.sim_vgpus()) == 1
 
     plane.observe()  # second complete observation
-    assert sweep(plane) == (["capvco-demo-a100-0-gpu-0"], [])
+    assert sweep(plane) == SweepResult(
+        released=["capvco-demo-a100-0-gpu-0"], removed=["capvco-demo-a100-0"]
+    )
 
     assert plane.sim_vgpus() == []
     assert plane.sim_vms() == []  # the machine's VM was ours and had no machine
@@ -103,7 +100,7 @@ def test_sweep_refuses_from_partial_listing_even_when_the_orphan_is_due(plane: P
     plane.sim.fault(operation="listCustomerVGPUS", status=400)
     plane.observe()
 
-    assert sweep(plane) == ([], [])
+    assert sweep(plane) == SweepResult()
     plane.sim.clear_faults()
     assert [v["vgpu_name"] for v in plane.sim_vgpus()] == ["capvco-demo-a100-0-gpu-0"]
     assert len(plane.sim_vms()) == 1
@@ -123,6 +120,6 @@ def test_reservation_not_named_by_us_is_flagged_but_never_auto_released(plane: P
     row = VgpuReservation.objects.get(name="someone-elses")
     assert row.orphaned_since is not None
     assert (row.owner_cluster, row.owner_machine) == ("", "")
-    assert sweep(plane) == ([], [])
+    assert sweep(plane) == SweepResult()
     assert [v["vgpu_name"] for v in plane.sim_vgpus(prefix="someone-")] == ["someone-elses"]
     assert VgpuReservation.objects.get(pk=row.pk).state == State.RESERVED

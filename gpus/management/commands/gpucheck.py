@@ -1,9 +1,12 @@
 """Check the vGPU reservations: a summary, or the orphans and what they cost.
 
     manage.py gpucheck              reservations per location and state; exit 0
-    manage.py gpucheck --orphans    the orphans, their accrued cost and a total;
-                                    exit 1 when there is any (for cron and monitoring)
+    manage.py gpucheck --orphans    orphaned reservations and VMs, their accrued cost and a
+                                    total; exit 1 when there is any (cron, monitoring)
     manage.py gpucheck --orphans --json   the same as one JSON document
+
+A VM's cost is not known: the location's mirrored prices hold the vGPU unit only. An
+orphaned VM is listed with "unknown" as its cost and left out of the total, which says so.
 
 The exit status follows `makemigrations --check`: finding orphans is the answer, not a
 failure of the command, so it is `sys.exit(1)` after the output, not a CommandError.
@@ -22,8 +25,12 @@ from django.core.management.base import BaseCommand, CommandParser
 from django.db.models import Count
 from django.utils import timezone
 
+from clusters.models import VirtualMachine
+from clusters.orphans import vm_orphans_list
 from gpus.models import VgpuReservation
 from gpus.orphans import orphans_list
+
+NO_VM_PRICE = "no price known for VMs: the location's mirrored prices cover vGPUs only"
 
 
 def _owner(row: VgpuReservation) -> str:
@@ -32,12 +39,18 @@ def _owner(row: VgpuReservation) -> str:
     return "unknown"
 
 
+def _since(row: VgpuReservation | VirtualMachine) -> str | None:
+    return row.orphaned_since.isoformat() if row.orphaned_since else None
+
+
 class Command(BaseCommand):
     help = "Summarise vGPU reservations; with --orphans, list orphans and exit 1 if any."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
-            "--orphans", action="store_true", help="List orphaned reservations; exit 1 if any."
+            "--orphans",
+            action="store_true",
+            help="List orphaned reservations and VMs; exit 1 if any.",
         )
         parser.add_argument("--json", action="store_true", help="Print a JSON document.")
 
@@ -51,53 +64,85 @@ class Command(BaseCommand):
 
     def _orphans(self, *, as_json: bool) -> int:
         now = timezone.now()  # one instant for every row, so that the total adds up
-        rows = [(row, row.accrued_cost(now=now)) for row in orphans_list()]
+        vgpus = [(row, row.accrued_cost(now=now)) for row in orphans_list()]
+        vms = list(vm_orphans_list())
         # Locations may bill in different currencies: one total per currency.
         totals: dict[str, Decimal] = defaultdict(Decimal)
-        for row, cost in rows:
+        for row, cost in vgpus:
             totals[row.location.currency] += cost
         total = {currency: str(amount) for currency, amount in sorted(totals.items())}
         if as_json:
-            orphans = [
+            orphans: list[dict[str, Any]] = [
                 {
+                    "kind": "vgpu",
                     "name": row.name,
                     "location": row.location.name,
                     "owner": _owner(row),
-                    "orphaned_since": row.orphaned_since.isoformat()
-                    if row.orphaned_since
-                    else None,
+                    "orphaned_since": _since(row),
                     "accrued_cost": str(cost),
                     "currency": row.location.currency,
                 }
-                for row, cost in rows
+                for row, cost in vgpus
+            ]
+            orphans += [
+                {
+                    "kind": "vm",
+                    "name": vm.name,
+                    "vm_id": vm.vm_id,
+                    "location": vm.location.name,
+                    "owner": vm.orphan_reason,
+                    "orphaned_since": _since(vm),
+                    "accrued_cost": None,
+                    "currency": vm.location.currency,
+                    "cost_note": NO_VM_PRICE,
+                }
+                for vm in vms
             ]
             self.stdout.write(json.dumps({"orphans": orphans, "total": total}, indent=2))
-        elif not rows:
-            self.stdout.write("No orphaned reservations.")
+        elif not (vgpus or vms):
+            self.stdout.write("No orphaned reservations or VMs.")
         else:
-            self._orphans_table(rows, total)
-        return len(rows)
+            self._orphans_table(vgpus, vms, total)
+        return len(vgpus) + len(vms)
 
     def _orphans_table(
-        self, rows: list[tuple[VgpuReservation, Decimal]], total: dict[str, str]
+        self,
+        vgpus: list[tuple[VgpuReservation, Decimal]],
+        vms: list[VirtualMachine],
+        total: dict[str, str],
     ) -> None:
-        table = [["NAME", "LOCATION", "OWNER", "ORPHANED SINCE", "ACCRUED COST"]]
+        table = [["KIND", "NAME", "LOCATION", "ORPHANED SINCE", "ACCRUED COST", "OWNER"]]
         table += [
             [
+                "vGPU",
                 row.name,
                 row.location.name,
-                _owner(row),
                 f"{row.orphaned_since:%Y-%m-%d %H:%M} UTC",
                 f"{cost} {row.location.currency}",
+                _owner(row),
             ]
-            for row, cost in rows
+            for row, cost in vgpus
+        ]
+        table += [
+            [
+                "VM",
+                f"{vm.name} ({vm.vm_id})",
+                vm.location.name,
+                f"{vm.orphaned_since:%Y-%m-%d %H:%M} UTC",
+                "unknown*",
+                vm.orphan_reason,
+            ]
+            for vm in vms
         ]
         widths = [max(len(cell) for cell in column) for column in zip(*table, strict=True)]
         for line in table:
             cells = (cell.ljust(width) for cell, width in zip(line, widths, strict=True))
             self.stdout.write("  ".join(cells).rstrip())
+        counted = f"{len(vgpus)} orphaned reservation(s)"
         for currency, amount in total.items():
-            self.stdout.write(f"Total: {amount} {currency} ({len(rows)} orphaned)")
+            self.stdout.write(f"Total: {amount} {currency} ({counted})")
+        if vms:
+            self.stdout.write(f"{len(vms)} orphaned VM(s), not in the total: * {NO_VM_PRICE}")
 
     def _summary(self, *, as_json: bool) -> None:
         counts = (
@@ -109,8 +154,13 @@ class Command(BaseCommand):
         for c in counts:
             by_location[c["location__name"]][c["state"]] = c["n"]
         orphaned = orphans_list().count()
+        orphaned_vms = vm_orphans_list().count()
         if as_json:
-            document = {"reservations": by_location, "orphaned": orphaned}
+            document = {
+                "reservations": by_location,
+                "orphaned": orphaned,
+                "orphaned_vms": orphaned_vms,
+            }
             self.stdout.write(json.dumps(document, indent=2))
             return
         if not by_location:
@@ -118,4 +168,7 @@ class Command(BaseCommand):
         for location, states in by_location.items():
             listed = ", ".join(f"{state} {n}" for state, n in states.items())
             self.stdout.write(f"{location}: {listed}")
-        self.stdout.write(f"Orphaned: {orphaned} (details: gpucheck --orphans)")
+        self.stdout.write(
+            f"Orphaned: {orphaned} reservation(s), {orphaned_vms} VM(s) "
+            "(details: gpucheck --orphans)"
+        )

@@ -1,0 +1,161 @@
+"""Orphaned VMs: VMs named by us that no machine owns. They cost money like a reservation.
+
+Who owns a VM is decided by exact names and ids, not by parsing: a machine owns the VM
+whose id it recorded; a VM carrying a machine's VM name while that machine holds another
+VM is a stray duplicate; a machine that has not recorded a VM yet may be creating that VM
+right now, so that VM is not an orphan. A VM not named by us is not ours to judge (a
+bastion in the cluster's cloudspace).
+
+Flags change only from a complete listing of the VM's cloudspace. This module reads the
+database and writes flags; it never calls whitesky (the sweep in gpus/orphans.py does).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from capvco_web.integrations import whitesky as ws
+from capvco_web.rows import model_update
+from clusters.models import Account, Cluster, ClusterSite, Location, Machine, VirtualMachine
+from clusters.selectors import pools_by_cluster
+from gpus import naming
+
+
+@dataclass(frozen=True)
+class VmOwner:
+    """What the database says, now, about the owner of a listed VM."""
+
+    kind: Literal["machine", "creating", "orphan", "foreign"]
+    machine: str = ""  # "<cluster>/<machine>" when a machine is concerned
+    pool: str = ""
+    why: str = ""  # for an orphan: why no machine owns it
+
+
+class VmOwners:
+    """The machines of a location's account, by the VM id they recorded and by VM name."""
+
+    def __init__(self, location: Location) -> None:
+        self.pools = pools_by_cluster(location.account_id)
+        rows = Machine.objects.filter(pool__cluster__account_id=location.account_id).values_list(
+            "pool__cluster__name", "pool__name", "name", "vm_id", "pool__site__location_id"
+        )
+        self.by_vm_id: dict[int, tuple[str, str]] = {}
+        self.by_vm_name: dict[str, tuple[str, str, int | None]] = {}
+        for cluster, pool, machine, vm_id, location_id in rows:
+            owner = f"{cluster}/{machine}"
+            if vm_id is not None and location_id == location.pk:
+                self.by_vm_id[vm_id] = (owner, pool)
+            self.by_vm_name[naming.vm_name(cluster, machine)] = (owner, pool, vm_id)
+
+    def of(self, name: str, vm_id: int) -> VmOwner:
+        if vm_id in self.by_vm_id:
+            machine, pool = self.by_vm_id[vm_id]
+            return VmOwner("machine", machine=machine, pool=pool)
+        if name in self.by_vm_name:
+            machine, pool, held = self.by_vm_name[name]
+            if held is None:
+                return VmOwner("creating", machine=machine, pool=pool)
+            why = f"machine {machine} holds VM {held}, not this one"
+            return VmOwner("orphan", machine=machine, pool=pool, why=why)
+        if not name.startswith(naming.PREFIX):
+            return VmOwner("foreign")
+        # Parsed only to say whose it was. A VM name has no "-gpu-<n>" suffix: read it as
+        # the name of that VM's first vGPU, which the parser expects.
+        owner = naming.owner_parse(f"{name}-gpu-0", self.pools)
+        if owner is not None and owner.cluster:
+            machine = f"{owner.cluster}/{owner.machine}"
+            return VmOwner("orphan", machine=machine, why=f"machine {machine} does not exist")
+        return VmOwner("orphan", why="no cluster of this account carries its name")
+
+
+def vm_orphans_flag(
+    *,
+    location: Location,
+    cloudspace_id: str,
+    vms: Sequence[ws.Vm],
+    complete: bool,
+    now: datetime | None = None,
+) -> int:
+    """Flag (or clear) the orphans among the listed VMs of a cloudspace; returns the rows
+    written. Call it after the VMs are mirrored. A listing that is not complete changes
+    nothing: it cannot show that a machine's VM is missing, nor that a flag still holds.
+
+    An orphan gets `orphaned_since` once and one more confirmation per complete listing,
+    up to the account's threshold, so a pass over unchanged data writes nothing.
+    """
+    if not complete:
+        return 0
+    now = now or timezone.now()
+    threshold = location.account.orphan_confirmations
+    owners = VmOwners(location)
+    rows = {
+        vm.vm_id: vm
+        for vm in VirtualMachine.objects.filter(
+            location=location, cloudspace_id=cloudspace_id, vm_id__in=[v.vm_id for v in vms]
+        )
+    }
+    writes = 0
+    for listed in vms:
+        row = rows.get(listed.vm_id)
+        if row is None:
+            continue  # not mirrored (yet): nothing to flag
+        owner = owners.of(listed.name, listed.vm_id)
+        if owner.kind == "orphan":
+            data = {
+                "orphaned_since": row.orphaned_since or now,
+                "orphan_confirmations": min(row.orphan_confirmations + 1, threshold),
+                "orphan_reason": owner.why[:300],
+            }
+        else:
+            data = {"orphaned_since": None, "orphan_confirmations": 0, "orphan_reason": ""}
+        seen = {
+            "orphaned_since": row.orphaned_since,
+            "orphan_confirmations": row.orphan_confirmations,
+        }
+        writes += model_update(row, data, expect=seen)
+    return writes
+
+
+def vm_orphans_list(*, location: Location | None = None) -> QuerySet[VirtualMachine]:
+    rows = VirtualMachine.objects.filter(orphaned_since__isnull=False).select_related(
+        "location__account"
+    )
+    if location is not None:
+        rows = rows.filter(location=location)
+    return rows.order_by("orphaned_since", "name")
+
+
+def vm_orphans_due(*, location: Location, now: datetime) -> list[VirtualMachine]:
+    """The orphan VMs the sweep may remove now without a person: the account allows it,
+    the last listing of the VM's cloudspace was whole, the grace period is over, enough
+    complete listings saw it, and its name says it is provably ours. A location whose GPU
+    listings were partial decides nothing either: the VM may hold vGPUs."""
+    account = location.account
+    if not (account.orphan_auto_release and location.observation_complete):
+        return []
+    unlisted = ClusterSite.objects.filter(location=location).exclude(observation_error="")
+    rows = (
+        vm_orphans_list(location=location)
+        .filter(
+            orphaned_since__lte=now - account.orphan_grace_period,
+            orphan_confirmations__gte=account.orphan_confirmations,
+            name__startswith=naming.PREFIX,
+        )
+        .exclude(cloudspace_id__in=unlisted.values("cloudspace_id"))
+    )
+    foreign = other_accounts_prefixes(account)
+    return [vm for vm in rows if not vm.name.startswith(foreign)]
+
+
+def other_accounts_prefixes(account: Account) -> tuple[str, ...]:
+    """Name prefixes of the clusters of other accounts. A name with our prefix is provably
+    ours when it names a cluster of this account or a cluster that exists nowhere (gone);
+    one of another account's clusters is that account's business, not an orphan of ours."""
+    names = Cluster.objects.exclude(account=account).values_list("name", flat=True)
+    return tuple(f"{naming.PREFIX}{name}-" for name in names)
