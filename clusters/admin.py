@@ -22,6 +22,7 @@ from capvco_web.admin import reason_asked
 from capvco_web.integrations.whitesky.auth import jwt_expiry
 from clusters.models import Account, Cluster, ClusterSite, Location, Machine, MachinePool
 from clusters.services import cluster_delete, machine_force_delete
+from gpus import naming
 
 
 class AccountForm(forms.ModelForm[Account]):
@@ -95,8 +96,27 @@ class ClusterSiteInline(admin.TabularInline[ClusterSite, Cluster]):
     extra = 0
 
 
+class MachinePoolFormSet(
+    forms.BaseInlineFormSet[MachinePool, Cluster, forms.ModelForm[MachinePool]]
+):
+    def clean(self) -> None:
+        super().clean()
+        # MachinePool.clean compares a pool with the saved ones; pools added together
+        # are compared here, by the same rule.
+        names: list[str] = []
+        for form in self.forms:
+            data = form.cleaned_data if form.is_valid() else {}
+            name = data.get("name")
+            if not name or data.get("DELETE"):
+                continue
+            if conflict := naming.pool_name_conflict(name, names, cluster=self.instance.name):
+                form.add_error("name", conflict)
+            names.append(name)
+
+
 class MachinePoolInline(admin.StackedInline[MachinePool, Cluster]):
     model = MachinePool
+    formset = MachinePoolFormSet
     extra = 0
 
     def get_formset(self, request: HttpRequest, obj: Cluster | None = None, **kwargs: Any) -> Any:
