@@ -43,6 +43,7 @@ from clusters.services import (
     site_delete,
     site_delete_check,
 )
+from gpus import naming
 from gpus.models import VgpuReservation
 
 M = TypeVar("M", bound=models.Model)
@@ -222,9 +223,25 @@ class ClusterSiteInline(admin.TabularInline[ClusterSite, Cluster]):
     extra = 0
 
 
+class MachinePoolFormSet(DeleteCheckedFormSet):
+    def clean(self) -> None:
+        super().clean()
+        # MachinePool.clean compares a pool with the saved ones; pools added together
+        # are compared here, by the same rule.
+        names: list[str] = []
+        for form in self.forms:
+            data = form.cleaned_data if form.is_valid() else {}
+            name = data.get("name")
+            if not name or data.get("DELETE"):
+                continue
+            if conflict := naming.pool_name_conflict(name, names, cluster=self.instance.name):
+                form.add_error("name", conflict)
+            names.append(name)
+
+
 class MachinePoolInline(admin.StackedInline[MachinePool, Cluster]):
     model = MachinePool
-    formset = DeleteCheckedFormSet
+    formset = MachinePoolFormSet
     extra = 0
 
     def get_formset(self, request: HttpRequest, obj: Cluster | None = None, **kwargs: Any) -> Any:

@@ -104,6 +104,18 @@ class Cluster(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    def clean(self) -> None:
+        # VM and vGPU names carry the cluster name: they must read as this cluster's only
+        # (see gpus.naming), against every cluster of every account, deleting ones too.
+        if self.pk and Cluster.objects.filter(pk=self.pk).exclude(name=self.name).exists():
+            raise ValidationError(
+                {"name": "A cluster's name cannot change: its VM and vGPU names carry it."}
+            )
+        others = Cluster.objects.exclude(pk=self.pk) if self.pk else Cluster.objects.all()
+        names = others.values_list("name", flat=True)
+        if conflict := naming.cluster_name_conflict(self.name, names):
+            raise ValidationError({"name": conflict})
+
 
 class ClusterSite(models.Model):
     """Where a cluster runs in one location: its cloudspace and the image of its VMs."""
@@ -190,8 +202,23 @@ class MachinePool(models.Model):
             errors["gpu_count"] = f"Give a GPU count from 1 to {MAX_GPUS_PER_MACHINE}."
         if self.site_id and self.cluster_id and self.site.cluster_id != self.cluster_id:
             errors["site"] = "The site (location) does not belong to this cluster."
+        if name_error := self._name_error():
+            errors["name"] = name_error
         if errors:
             raise ValidationError(errors)
+
+    def _name_error(self) -> str | None:
+        # VM and vGPU names carry the pool name: within its cluster they must read as
+        # this pool's only (see gpus.naming).
+        if self.pk and MachinePool.objects.filter(pk=self.pk).exclude(name=self.name).exists():
+            return "A pool's name cannot change: its VM and vGPU names carry it."
+        if not self.cluster_id:
+            return None  # a pool of a cluster being added: its formset compares the names
+        siblings = MachinePool.objects.filter(cluster_id=self.cluster_id)
+        if self.pk:
+            siblings = siblings.exclude(pk=self.pk)
+        names = siblings.values_list("name", flat=True)
+        return naming.pool_name_conflict(self.name, names, cluster=self.cluster.name)
 
     @property
     def wants_gpus(self) -> bool:

@@ -178,7 +178,9 @@ def test_manage_py_in_another_shell_gets_what_make_run_configured(checkout: Path
     result = shell(checkout, ".venv/bin/python", "manage.py", "gpucheck", "--orphans")
 
     # gpucheck --orphans: exit 0 and says so when there is no orphan, exit 1 when any.
-    assert (result.returncode, result.stdout) == (0, "No orphaned reservations or VMs.\n"), result.stderr
+    assert (result.returncode, result.stdout) == (0, "No orphaned reservations or VMs.\n"), (
+        result.stderr
+    )
     orphan = "from tests.factories import VgpuReservationFactory as F; F(orphaned=True)"
     assert shell(checkout, ".venv/bin/python", "manage.py", "shell", "-c", orphan).returncode == 0
     result = shell(checkout, ".venv/bin/python", "manage.py", "gpucheck", "--orphans")

@@ -6,7 +6,15 @@ from dataclasses import dataclass
 
 import pytest
 
-from gpus.naming import Owner, owner_parse, vgpu_name
+from gpus.naming import (
+    NOBODY,
+    Owner,
+    cluster_name_conflict,
+    owner_parse,
+    pool_name_conflict,
+    vgpu_name,
+    vm_name,
+)
 from gpus.resolve import GpuUnavailable, gpu_profile_resolve, gpu_type_of
 
 
@@ -27,26 +35,97 @@ CARDS = [
 ]
 
 
-def test_name_round_trips_to_its_owner_with_dashes_in_cluster_and_machine() -> None:
+def test_name_round_trips_to_its_owner_with_dashes_in_cluster_and_pool() -> None:
     name = vgpu_name("prod-eu", "gpu-a100-3", 1)
     assert name == "capvco-prod-eu-gpu-a100-3-gpu-1"
-    assert owner_parse(name, {"prod": {"x"}, "prod-eu": {"gpu-a100"}}) == Owner(
-        cluster="prod-eu", machine="gpu-a100-3", index=1
+    assert owner_parse(name, {"staging": {"x"}, "prod-eu": {"gpu-a100"}}) == Owner(
+        cluster="prod-eu", machine="gpu-a100-3", index=1, pool="gpu-a100", machine_index=3
     )
 
 
-def test_longest_cluster_name_wins_unless_the_shorter_one_has_the_pool() -> None:
-    clusters = {"demo": {"a"}, "demo-a": {"x"}}
-    assert owner_parse("capvco-demo-a-x-0-gpu-0", clusters) == Owner("demo-a", "x-0", 0)
-    assert owner_parse("capvco-demo-a-0-gpu-0", clusters) == Owner("demo", "a-0", 0)
+def test_vm_name_parses_to_its_machine_without_a_gpu_index() -> None:
+    assert owner_parse(vm_name("demo", "a100-12"), {"demo": {"a100"}}) == Owner(
+        cluster="demo", machine="a100-12", index=None, pool="a100", machine_index=12
+    )
+
+
+@pytest.mark.parametrize("pool", ["gpu", "x-gpu", "gpu-1", "gpu-gpu"])
+def test_pools_named_like_the_gpu_suffix_parse_to_their_machine(pool: str) -> None:
+    pools = {"c": {pool, "cpu"}, "d": {"gpu"}}
+    machine = f"{pool}-0"
+    assert owner_parse(vm_name("c", machine), pools) == Owner("c", machine, None, pool, 0)
+    assert owner_parse(vgpu_name("c", machine, 2), pools) == Owner("c", machine, 2, pool, 0)
 
 
 def test_our_prefix_without_a_known_cluster_is_ours_and_owned_by_nobody() -> None:
-    assert owner_parse("capvco-gone-x-0-gpu-2", {"demo": {"a"}}) == Owner("", "", 2)
+    assert owner_parse("capvco-gone-x-0-gpu-2", {"demo": {"a"}}) == NOBODY
+    assert NOBODY.cluster == ""
+
+
+def test_a_known_cluster_without_the_pool_is_owned_by_nobody() -> None:
+    assert owner_parse("capvco-demo-b-0", {"demo": {"a"}}) == NOBODY
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "capvco-demo-a",  # no machine index
+        "capvco-demo-a-",
+        "capvco-demo-a-x",
+        "capvco-demo-a-01",  # we never write a leading zero
+        "capvco-demo-a-0-gpu",
+        "capvco-demo-a-0-gpu-",
+        "capvco-demo-a-0-gpu-01",
+        "capvco-demo-a-0-gpu-1-gpu-1",
+        "capvco-demo-a-0-extra",
+        "capvco-demo-a-0 ",
+        "capvco-demo-a-0\n",
+        "capvco-demo-a-\u0661",  # a digit, but not one we write
+        "capvco-demo-a-1234567890",  # more digits than any index has
+    ],
+)
+def test_a_name_not_exactly_of_our_structure_is_owned_by_nobody(name: str) -> None:
+    assert owner_parse(name, {"demo": {"a"}}) == NOBODY
 
 
 def test_a_name_without_our_prefix_is_not_ours() -> None:
     assert owner_parse("someone-elses-gpu", {"demo": {"a"}}) is None
+    assert owner_parse("capvco", {"demo": {"a"}}) is None
+    assert owner_parse("Capvco-demo-a-0", {"demo": {"a"}}) is None
+
+
+def test_a_name_that_reads_as_two_owners_is_not_claimed_by_either() -> None:
+    # Only clusters named before the rules were enforced can overlap like this.
+    legacy = {"x": {"y-z"}, "x-y": {"z"}}
+    assert owner_parse("capvco-x-y-z-0", legacy) is None
+    assert owner_parse("capvco-x-y-z-0-gpu-0", legacy) is None
+
+
+def test_cluster_names_that_begin_one_another_conflict_whichever_comes_first() -> None:
+    assert cluster_name_conflict("x-y", ["x"]) == (
+        "Cluster 'x' exists: VM names of cluster 'x-y' (capvco-x-y-...) "
+        "could be read as names of cluster 'x'."
+    )
+    assert cluster_name_conflict("x", ["a", "x-y"]) == (
+        "Cluster 'x-y' exists: VM names of cluster 'x-y' (capvco-x-y-...) "
+        "could be read as names of cluster 'x'."
+    )
+    assert cluster_name_conflict("x", ["x"]) == "Cluster 'x' exists."
+
+
+def test_cluster_names_that_only_share_letters_do_not_conflict() -> None:
+    assert cluster_name_conflict("x", ["xy", "y-x", "x1"]) is None
+    assert cluster_name_conflict("xy-z", ["x", "x-z", "xy-zz"]) is None
+
+
+def test_pool_names_of_one_cluster_that_begin_one_another_conflict() -> None:
+    assert pool_name_conflict("gpu-a100", ["gpu"], cluster="c") == (
+        "Pool 'gpu' exists in cluster 'c': VM names of pool 'gpu-a100' "
+        "(capvco-c-gpu-a100-...) could be read as names of pool 'gpu'."
+    )
+    assert pool_name_conflict("a", ["a-1"], cluster="c") is not None
+    assert pool_name_conflict("a", ["a"], cluster="c") == "Pool 'a' exists in cluster 'c'."
+    assert pool_name_conflict("a", ["ab", "b-a"], cluster="c") is None
 
 
 def test_type_is_vendor_and_model_without_the_pci_address() -> None:

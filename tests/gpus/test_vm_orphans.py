@@ -75,7 +75,7 @@ def test_stray_vm_named_by_us_is_flagged_reported_and_removed_after_confirmation
     assert sim_vm_status(plane, stray) in (None, "DESTROYED")
     event = AuditEvent.objects.get(action="vm.delete")
     assert (event.actor_name, event.before["vm_id"]) == ("orphan-sweep", stray)
-    assert "machine demo/gone-7 does not exist" in event.reason
+    assert "no cluster of this account carries its name" in event.reason
     # The live machine, its VM and its vGPU were not touched.
     assert sim_vm_status(plane, machine.vm_id or 0) == "RUNNING"
     assert [v["vgpu_name"] for v in plane.sim_vgpus()] == ["capvco-demo-a100-0-gpu-0"]
