@@ -187,33 +187,27 @@ def machine_step(
     if machine.delete_requested or machine.phase == Phase.DELETING:
         return machine_teardown_step(machine, "deletion requested")
     site = pool.site
+    action: Action = "provision"
+    reason = f"phase {machine.phase}"
+    remove_vms: tuple[str, ...] = ()
     if machine.phase == Phase.RUNNING:
         listed = vms.get((site.location_id, machine.vm_id or 0))
         if not vm_vanished(machine, site, listed):
             return None
-        card_id, reserve, blocked = machine_gpu_decision(machine, books)
-        return Step(
-            "replace_vm",
-            machine.name,
-            f"its VM {machine.vm_id} is not in the listing of {site.cloudspace_id}",
-            cluster_id=pool.cluster_id,
-            pool_id=pool.pk,
-            machine_id=machine.pk,
-            card_id=card_id,
-            reserve=reserve,
-            remove_vms=(f"{machine.vm_name} ({machine.vm_id})",),
-            blocked=blocked,
-        )
+        action = "replace_vm"
+        reason = f"its VM {machine.vm_id} is not in the listing of {site.cloudspace_id}"
+        remove_vms = (f"{machine.vm_name} ({machine.vm_id})",)
     card_id, reserve, blocked = machine_gpu_decision(machine, books)
     return Step(
-        "provision",
+        action,
         machine.name,
-        f"phase {machine.phase}",
+        reason,
         cluster_id=pool.cluster_id,
         pool_id=pool.pk,
         machine_id=machine.pk,
         card_id=card_id,
         reserve=reserve,
+        remove_vms=remove_vms,
         blocked=blocked,
     )
 

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import TypeVar
 
 from django.conf import settings
 from django.db import transaction
@@ -50,6 +51,8 @@ from gpus.services import (
 )
 
 logger = logging.getLogger(__name__)
+K = TypeVar("K")
+L = TypeVar("L")
 Phase = Machine.Phase
 RState = VgpuReservation.State
 ACTOR = "reconciler"
@@ -85,29 +88,34 @@ class PassContext:
     def vgpus(
         self, location: Location, *, begun_after: datetime | None = None
     ) -> tuple[datetime, ws.Listing[ws.Vgpu]]:
-        cached = self._vgpus.get(location.pk)
-        if cached is None or (begun_after is not None and cached[0] <= begun_after):
-            began = timezone.now()
-            cached = self._vgpus[location.pk] = (
-                began,
-                self.client.list_vgpus(location=location.name),
-            )
-        return cached
-
-    def forget_vgpus(self, location: Location) -> None:
-        self._vgpus.pop(location.pk, None)
+        return _listing(
+            self._vgpus,
+            location.pk,
+            begun_after,
+            lambda: self.client.list_vgpus(location=location.name),
+        )
 
     def vms(
         self, site: ClusterSite, *, begun_after: datetime | None = None
     ) -> tuple[datetime, list[ws.Vm]]:
-        cached = self._vms.get(site.cloudspace_id)
-        if cached is None or (begun_after is not None and cached[0] <= begun_after):
-            began = timezone.now()
-            cached = self._vms[site.cloudspace_id] = (
-                began,
-                self.client.list_vms(cloudspace_id=site.cloudspace_id),
-            )
-        return cached
+        return _listing(
+            self._vms,
+            site.cloudspace_id,
+            begun_after,
+            lambda: self.client.list_vms(cloudspace_id=site.cloudspace_id),
+        )
+
+
+def _listing(
+    cache: dict[K, tuple[datetime, L]], key: K, begun_after: datetime | None, fetch: Callable[[], L]
+) -> tuple[datetime, L]:
+    """The cached listing, or a new one when none is cached or the cached one began too
+    early to tell about what happened after `begun_after`."""
+    cached = cache.get(key)
+    if cached is None or (begun_after is not None and cached[0] <= begun_after):
+        began = timezone.now()
+        cached = cache[key] = (began, fetch())
+    return cached
 
 
 # --- the cluster -----------------------------------------------------------------------
