@@ -710,7 +710,7 @@ def main() -> int:
     # One machine, one at a time: create the VM, reserve and attach its vGPU, start it.
     per_machine = args.create_latency + 2 * args.write_latency
     serial_computed = n * per_machine
-    timeout = 2 * serial_computed + 120
+    timeout = 3 * serial_computed + 120  # one slot also plans and observes between machines
     world = bench_world(n)
     print(
         f"scale-out: {n} one-GPU machines, {args.slots} slots, account cap {args.account_cap}, "
