@@ -130,13 +130,17 @@ def cluster_reconcile(
 ) -> ReconcileResult:
     """Apply the cluster's plan. With `fan_out`, machines' steps are handed to it (the
     worker pool); without, they run here, one after another."""
-    plan = cluster_plan(cluster)
-    result = ReconcileResult(cluster=cluster.name, plan=plan.steps)
-    if dry_run or not plan:
-        return result
+    if dry_run:
+        return ReconcileResult(cluster=cluster.name, plan=cluster_plan(cluster).steps)
+    # The lock before the plan: two passes that both planned would waste one plan.
     with object_lock(f"cluster:{cluster.pk}") as taken:
         if not taken:
-            result.skipped = "another pass holds the cluster's lock"
+            return ReconcileResult(
+                cluster=cluster.name, plan=[], skipped="another pass holds the cluster's lock"
+            )
+        plan = cluster_plan(cluster)
+        result = ReconcileResult(cluster=cluster.name, plan=plan.steps)
+        if not plan:
             return result
         machine_ids = _cluster_rows_apply(cluster, plan.steps)
         if fan_out is not None:

@@ -69,9 +69,10 @@ def reconcile_cluster(cluster_id: int) -> None:
 
     def fan_out(machine_ids: list[int]) -> None:
         for machine_id in machine_ids:
-            # Dropped when it waited past the next tick: that tick sends it again.
+            # Dropped when it waited two ticks: those sent it again (the machine's lock
+            # makes a duplicate cheap); one tick would leave slots idle between ticks.
             reconcile_machine.apply_async(
-                (machine_id,), expires=settings.RECONCILE_INTERVAL.total_seconds()
+                (machine_id,), expires=2 * settings.RECONCILE_INTERVAL.total_seconds()
             )
 
     with whitesky_client(cluster.account) as client:
