@@ -124,6 +124,7 @@ def vgpus_sync(
             "owner_machine": owner.machine if owner else "",
             "owner_index": owner.index if owner else None,
             "machine_id": machine_id,
+            "reserve_deadline": None,
         }
         if row is None:
             row = VgpuReservation(location=location, first_seen_at=now, **data)
@@ -161,6 +162,13 @@ def vgpus_sync(
                     ),
                 )
 
+    # A reserve the whole listing lacks although it began after the call could land: it
+    # never happened (whoever sent it, a machine since deleted with force included).
+    never = [
+        row.pk
+        for row in pending_by_name.values()
+        if listing.complete and (row.reserve_deadline is None or row.reserve_deadline < listed_at)
+    ]
     for row in to_update.values():
         row.updated_at = now
     VgpuReservation.objects.bulk_create(to_create)
@@ -168,7 +176,9 @@ def vgpus_sync(
         VgpuReservation.objects.bulk_update(
             list(to_update.values()), sorted(fields | {"updated_at"})
         )
-    return SyncCounts(created=len(to_create), updated=len(to_update))
+    if never:
+        VgpuReservation.objects.filter(pk__in=never, vgpu_id__isnull=True).delete()
+    return SyncCounts(created=len(to_create), updated=len(to_update), deleted=len(never))
 
 
 def _orphan_flags(row: VgpuReservation, account: Account, now: datetime) -> list[str]:

@@ -302,3 +302,29 @@ def test_timestamps_say_when_things_changed_and_were_last_wholly_seen(plane: Pla
     assert location.last_complete_observation_at > first  # converge observed meanwhile
     partial_at = location.observation_started_at
     assert partial_at is not None and partial_at > location.last_complete_observation_at
+
+
+def test_a_pending_reserve_of_a_machine_deleted_with_force_is_settled_by_the_listing(
+    plane: Plane,
+) -> None:
+    cluster = plane.cluster()
+    plane.pool(cluster, "a100", gpu_type="NVIDIA A100", gpu_count=1)
+    plane.observe()
+    # The reserve's answer is lost and the call never landed (5xx before acting); then
+    # the machine is deleted with force, so no reconcile resolves the row any more.
+    plane.sim.fault(operation="reserveAndAttachVGPUToVM", status=500, times=1)
+    plane.reconcile(cluster)
+    pending = VgpuReservation.objects.get()
+    assert pending.vgpu_id is None
+    machine_force_delete(machine=Machine.objects.get(), actor="test", reason="stuck")
+    pool = cluster.pools.get()
+    pool.replicas = 0
+    pool.save()
+
+    plane.observe()  # begun before the deadline: nothing decided
+    assert VgpuReservation.objects.filter(pk=pending.pk).exists()
+    VgpuReservation.objects.filter(pk=pending.pk).update(reserve_deadline=timezone.now())
+    plane.observe()  # a whole listing begun after it, without the name: it never happened
+
+    assert not VgpuReservation.objects.filter(pk=pending.pk).exists()
+    assert plane.sim_vgpus() == []
