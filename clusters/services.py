@@ -15,7 +15,8 @@ from django.db import models, transaction
 from django.db.models import ProtectedError
 
 from capvco_web.audit import audit_record
-from clusters.models import Account, Cluster, ClusterSite, Machine, MachinePool
+from clusters.models import Account, Cluster, ClusterSite, Machine, MachinePool, VirtualMachine
+from gpus import naming
 from gpus.models import VgpuReservation
 
 Actor = User | AnonymousUser | str
@@ -128,17 +129,31 @@ def pool_delete(*, pool: MachinePool, actor: Actor, reason: str = "") -> None:
 
 
 def site_delete_check(*, site: ClusterSite) -> None:
-    """Raise `InUse` while the site has pools: their machines live in its cloudspace."""
+    """Raise `InUse` while the site has pools (their machines live in its cloudspace), or
+    while its cloudspace still lists VMs named for the cluster (left by a force delete):
+    once the site is gone nothing would look for them there."""
     pools = list(site.pools.order_by("name"))
-    if not pools:
-        return
-    names = [p.name for p in pools]
-    them = _them(names)
-    raise InUse(
-        f"site {site} still has {_counted(names, 'pool')}: "
-        f"scale {them} to 0 replicas and delete {them} first",
-        pools,
+    if pools:
+        names = [p.name for p in pools]
+        them = _them(names)
+        raise InUse(
+            f"site {site} still has {_counted(names, 'pool')}: "
+            f"scale {them} to 0 replicas and delete {them} first",
+            pools,
+        )
+    prefix = f"{naming.PREFIX}{site.cluster.name}-"
+    left = list(
+        VirtualMachine.objects.filter(
+            location=site.location_id, cloudspace_id=site.cloudspace_id, name__startswith=prefix
+        ).order_by("name")
     )
+    if left:
+        raise InUse(
+            f"site {site} still has {_counted([vm.name for vm in left], 'VM')} of the cluster "
+            f"in cloudspace {site.cloudspace_id}: orphans, removed by the orphan sweep or by "
+            "deleting the cluster; delete the site after that",
+            left,
+        )
 
 
 def site_delete(*, site: ClusterSite, actor: Actor, reason: str = "") -> None:

@@ -12,7 +12,14 @@ import pytest
 from django.db.models import ProtectedError
 
 from capvco_web.models import AuditEvent
-from clusters.models import Account, Cluster, ClusterSite, Location, MachinePool
+from clusters.models import (
+    Account,
+    Cluster,
+    ClusterSite,
+    Location,
+    MachinePool,
+    VirtualMachine,
+)
 from clusters.services import (
     InUse,
     account_delete,
@@ -77,6 +84,29 @@ def test_site_delete_refuses_naming_its_pools(pool: MachinePool) -> None:
     assert str(refused.value) == SITE_IN_USE
     assert machines_left() == ["gpu-0", "gpu-1"]
     assert deletes_audited() == []
+
+
+def test_site_delete_refuses_while_its_cloudspace_lists_vms_of_the_cluster(
+    site: ClusterSite,
+) -> None:
+    # A machine deleted with force left its VM; nothing would look for it once the site
+    # (the only link from the cluster to that cloudspace) were gone.
+    VirtualMachine.objects.create(
+        location=site.location, cloudspace_id="cs-1", vm_id=7, name="capvco-prod-gpu-0",
+        status="RUNNING",
+    )  # fmt: skip
+    VirtualMachine.objects.create(
+        location=site.location, cloudspace_id="cs-1", vm_id=8, name="bastion", status="RUNNING"
+    )
+
+    with pytest.raises(InUse) as refused:
+        site_delete(site=site, actor="ops")
+
+    assert "1 VM (capvco-prod-gpu-0)" in str(refused.value)
+    assert ClusterSite.objects.filter(pk=site.pk).exists()
+    VirtualMachine.objects.filter(vm_id=7).delete()  # reclaimed: the site may go
+    site_delete(site=site, actor="ops")
+    assert not ClusterSite.objects.exists()
 
 
 def test_empty_pool_then_empty_site_delete_is_audited(site: ClusterSite) -> None:
