@@ -217,7 +217,8 @@ WHITESKY_VGPU_PAGE_SIZE = env.int("WHITESKY_VGPU_PAGE_SIZE", default=500)
 WHITESKY_CONNECT_TIMEOUT = env.float("WHITESKY_CONNECT_TIMEOUT_SECONDS", default=5)
 WHITESKY_READ_TIMEOUT = env.float("WHITESKY_READ_TIMEOUT_SECONDS", default=30)
 WHITESKY_LONG_READ_TIMEOUT = env.float("WHITESKY_LONG_READ_TIMEOUT_SECONDS", default=300)
-# At most this many whitesky calls of one account in flight, over all workers.
+# At most this many machines of one account acted on (whitesky writes in flight) at once,
+# over all workers; observation reads are not counted.
 WHITESKY_CALLS_IN_FLIGHT_PER_ACCOUNT = env.int("WHITESKY_CALLS_IN_FLIGHT_PER_ACCOUNT", default=8)
 
 LOGGING = {

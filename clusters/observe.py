@@ -19,7 +19,7 @@ from capvco_web.integrations import whitesky as ws
 from capvco_web.rows import fields_assign
 from clusters.models import Account, ClusterSite, Location, VirtualMachine
 from clusters.orphans import vm_orphans_flag
-from clusters.selectors import pools_by_cluster
+from clusters.selectors import machine_ids_by_owner, pools_by_cluster
 from gpus.mirror import gpu_profiles_sync, vgpus_sync
 
 logger = logging.getLogger(__name__)
@@ -117,6 +117,7 @@ def location_observe(*, client: ws.WhiteskyClient, location: Location) -> Observ
             location=location,
             listing=listing,
             pools_by_cluster=pools_by_cluster(location.account_id),
+            machine_ids=machine_ids_by_owner(location.account_id),
             listed_at=started,
             now=timezone.now(),
         ).writes

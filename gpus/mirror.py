@@ -9,14 +9,17 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from django.db.models import Q
 
 from capvco_web.integrations import whitesky as ws
 from capvco_web.rows import fields_assign
-from clusters.models import Account, Location, Machine
 from gpus.models import GpuProfile, VgpuReservation
 from gpus.naming import owner_parse
+
+if TYPE_CHECKING:
+    from clusters.models import Account, Location
 
 State = VgpuReservation.State
 
@@ -62,18 +65,12 @@ def gpu_profiles_sync(*, location: Location, profiles: Sequence[ws.GpuProfile]) 
     return counts
 
 
-def _machines_by_owner(account: Account) -> dict[tuple[str, str], int]:
-    rows = Machine.objects.filter(pool__cluster__account=account).values_list(
-        "pool__cluster__name", "name", "pk"
-    )
-    return {(cluster, machine): pk for cluster, machine, pk in rows}
-
-
 def vgpus_sync(
     *,
     location: Location,
     listing: ws.Listing[ws.Vgpu],
     pools_by_cluster: Mapping[str, Collection[str]],
+    machine_ids: Mapping[tuple[str, str], int],
     listed_at: datetime,
     now: datetime,
 ) -> SyncCounts:
@@ -83,11 +80,12 @@ def vgpus_sync(
     release recorded while the listing was on its way) is newer than the listing says, and
     is left as it is: the next listing tells.
 
-    An orphan is a reservation whose owning machine does not exist. It gets `orphaned_since`
-    once, and one more confirmation per complete listing, up to the account's threshold.
+    `pools_by_cluster` and `machine_ids` (by cluster and machine name) are the owners the
+    names are read against. An orphan is a reservation whose owning machine does not
+    exist. It gets `orphaned_since` once, and one more confirmation per complete listing,
+    up to the account's threshold.
     """
     account = location.account
-    machines = _machines_by_owner(account)
     listed_ids = [v.vgpu_id for v in listing.items]
     candidates = list(
         VgpuReservation.objects.filter(location=location).filter(
@@ -114,7 +112,7 @@ def vgpus_sync(
             continue
         row = by_id.pop(vgpu.vgpu_id, None) or pending_by_name.pop(vgpu.name, None)
         owner = owner_parse(vgpu.name, pools_by_cluster)
-        machine_id = machines.get((owner.cluster, owner.machine)) if owner else None
+        machine_id = machine_ids.get((owner.cluster, owner.machine)) if owner else None
         data = {
             "vgpu_id": vgpu.vgpu_id,
             "name": vgpu.name,

@@ -7,15 +7,15 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from clusters.models import Location, Machine
-
 HOURS_PER_MONTH = Decimal(730)  # whitesky prices are per month; 365 * 24 / 12
 
 
 class GpuProfile(models.Model):
     """One physical GPU card in a location, as whitesky lists it (mirrored)."""
 
-    location = models.ForeignKey(Location, on_delete=models.CASCADE, related_name="gpu_profiles")
+    location = models.ForeignKey(
+        "clusters.Location", on_delete=models.CASCADE, related_name="gpu_profiles"
+    )
     profile_id = models.CharField(max_length=100)
     vendor = models.CharField(max_length=100)
     model = models.CharField(max_length=200, help_text="As listed, PCI address included")
@@ -49,7 +49,9 @@ class VgpuReservation(models.Model):
         RELEASING = "releasing"
         RELEASED = "released"
 
-    location = models.ForeignKey(Location, on_delete=models.PROTECT, related_name="reservations")
+    location = models.ForeignKey(
+        "clusters.Location", on_delete=models.PROTECT, related_name="reservations"
+    )
     name = models.CharField(max_length=200)
     # NULL, not "": unique only once whitesky gave the id.
     vgpu_id = models.CharField(max_length=100, null=True, blank=True)  # noqa: DJ001
@@ -57,7 +59,11 @@ class VgpuReservation(models.Model):
     state = models.CharField(max_length=16, choices=State, default=State.RESERVING)
     vm_id = models.BigIntegerField(null=True, blank=True)
     machine = models.ForeignKey(
-        Machine, null=True, blank=True, on_delete=models.SET_NULL, related_name="reservations"
+        "clusters.Machine",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="reservations",
     )
     owner_cluster = models.CharField(max_length=64, blank=True)
     owner_machine = models.CharField(max_length=64, blank=True)

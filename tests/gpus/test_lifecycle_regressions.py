@@ -86,6 +86,7 @@ def test_a_listing_begun_before_an_attach_does_not_undo_it_in_the_mirror(plane: 
         location=location,
         listing=before_attach,
         pools_by_cluster={"demo": {"a100"}},
+        machine_ids={("demo", "a100-0"): Machine.objects.get().pk},
         listed_at=began,
         now=timezone.now(),
     )
