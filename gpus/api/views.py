@@ -13,7 +13,6 @@ from rest_framework.views import APIView
 
 from capvco_web.api import ReasonSerializer
 from capvco_web.tasks import send_on_commit
-from clusters.models import Location
 from gpus.api.serializers import (
     GpuProfileSerializer,
     GpuTypeOfferSerializer,
@@ -37,11 +36,15 @@ class GpuTypesView(APIView):
 
     @extend_schema(responses=GpuTypeOfferSerializer(many=True))
     def get(self, request: Request) -> Response:
-        locations = Location.objects.prefetch_related("gpu_profiles").order_by("name")
+        cards: dict[tuple[str, int], list[GpuProfile]] = {}
+        for card in GpuProfile.objects.select_related("location").order_by(
+            "location__name", "location_id", "profile_id"
+        ):
+            cards.setdefault((card.location.name, card.location_id), []).append(card)
         rows = [
-            {"location": location.name, **vars(offer)}
-            for location in locations
-            for offer in offers(list(location.gpu_profiles.all()))
+            {"location": location, **vars(offer)}
+            for (location, _), group in cards.items()
+            for offer in offers(group)
         ]
         return Response(GpuTypeOfferSerializer(rows, many=True).data)
 
