@@ -1,6 +1,6 @@
 """Orphans (billed reservations and VMs that no machine owns) and the sweep that reclaims
-them, carries out the releases people asked for, and sends again the releases whose
-outcome was lost.
+them, carries out the releases people asked for, and sends again the releases left
+unconfirmed (an answer lost, a worker that died) that no worker is attempting.
 
 Automatic reclaim needs all of: the account allows it, the grace period is over, enough
 consecutive complete listings saw the orphan, the location's last observation was
@@ -32,7 +32,6 @@ from gpus.models import VgpuReservation
 from gpus.services import (
     PENDING_REQUESTS,
     RELEASABLE,
-    RELEASE_DEADLINE,
     ReleaseRefused,
     release_blocker,
     release_request_pending,
@@ -87,18 +86,15 @@ def orphans_due(*, location: Location, now: datetime) -> list[VgpuReservation]:
     ]
 
 
-def stalled_releases(now: datetime) -> Q:
-    """Releases not confirmed although the deadline of any call of theirs is over: the
-    answer (or the worker) was lost. They are sent again."""
-    stale = Q(release_attempted_at__isnull=True) | Q(
-        release_attempted_at__lte=now - RELEASE_DEADLINE
-    )
-    return Q(state=State.RELEASING, vgpu_id__isnull=False) & stale
+def stalled_releases() -> Q:
+    """Releases not confirmed: their answer, or their worker, was lost, or an attempt is in
+    flight. The sweep sends each again unless an attempt holds its release lock."""
+    return Q(state=State.RELEASING, vgpu_id__isnull=False)
 
 
-def releases_stalled(*, location: Location, now: datetime) -> QuerySet[VgpuReservation]:
+def releases_stalled(*, location: Location) -> QuerySet[VgpuReservation]:
     return (
-        VgpuReservation.objects.filter(stalled_releases(now), location=location)
+        VgpuReservation.objects.filter(stalled_releases(), location=location)
         .select_related("location__account", "release_requested_by")
         .order_by("name")
     )
@@ -194,7 +190,7 @@ def orphan_sweep(
             result.released,
         )
 
-    for row in releases_stalled(location=location, now=now):
+    for row in releases_stalled(location=location):
         actor, reason = _stalled_actor(row)
         again = partial(
             release_carry_out, client=client, reservation=row, actor=actor, reason=reason

@@ -7,7 +7,7 @@ answer leaves something to resolve by name on the next pass. Every release is au
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import suppress
+from contextlib import AbstractContextManager, suppress
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from capvco_web.audit import audit_record
 from capvco_web.integrations import whitesky as ws
+from capvco_web.locks import object_lock
 from capvco_web.rows import model_update
 from clusters.models import Machine, VirtualMachine
 from clusters.orphans import VmOwners
@@ -25,19 +26,6 @@ from gpus.models import VgpuReservation
 State = VgpuReservation.State
 
 
-def _call_budget(timeout: tuple[float, float], retry: ws.RetryPolicy) -> float:
-    """The longest one client call can take, every attempt and wait included."""
-    return retry.attempts * sum(timeout) + (retry.attempts - 1) * retry.max_retry_after
-
-
-_RETRY = ws.RetryPolicy()
-# The longest a claimed release can be in flight: the removal of the VM that holds it
-# (get, stop, a long-running delete), then the release call. A row still `releasing`
-# after this lost its answer, or its worker: the sweep sends it again (about 33 minutes).
-RELEASE_DEADLINE = timedelta(
-    seconds=3 * _call_budget(ws.DEFAULT_TIMEOUT, _RETRY)
-    + _call_budget(ws.DEFAULT_LONG_TIMEOUT, _RETRY)
-)
 RELEASABLE = (State.RESERVED, State.ATTACHED)
 # A person's request that no worker has acted on yet (no claim since it was made).
 PENDING_REQUESTS = Q(release_requested_at__isnull=False, state__in=RELEASABLE) & (
@@ -144,6 +132,13 @@ def reservation_adopt(row: VgpuReservation, vgpu: ws.Vgpu) -> VgpuReservation:
     else:
         model_update(row, data)
     return row
+
+
+def release_lock(reservation: VgpuReservation) -> AbstractContextManager[bool]:
+    """Held through every attempt to release the reservation, from its claim to its end: a
+    row still `releasing` whose lock is free has no attempt in flight (its answer was lost,
+    or its worker died), so it can be sent again at once."""
+    return object_lock(f"vgpu-release:{reservation.pk}")
 
 
 class ReleaseRefused(Exception):
@@ -261,14 +256,14 @@ def reservation_release(
 ) -> bool:
     """Release a reservation (detach, permanently): the charge stops. Audited.
 
-    The row is claimed first, compare-and-set: `releasing`, stamped `release_attempted_at`.
-    Of two releases of one row only the one that claims it acts; the other returns False
-    and does nothing. `prepare` runs once claimed, before the call (the orphan VM holding
-    the reservation goes first). A reservation already gone counts as released. A lost
-    outcome leaves
-    it `releasing`, and the orphan sweep sends it again after RELEASE_DEADLINE. An answer
-    makes it `released` at once. A refusal
-    puts the row back as whitesky still shows it (compare-and-set too).
+    An attempt holds the reservation's release lock from its claim to its end, and claims
+    the row compare-and-set: `releasing`, stamped `release_attempted_at`. Of two releases
+    of one row only one acts; the other returns False and does nothing. `prepare` runs
+    once claimed, before the call (the orphan VM holding the reservation goes first). A
+    reservation already gone counts as released. An answer makes it `released` at once.
+    A lost outcome, or a worker that died, leaves it `releasing` with its lock free: the
+    orphan sweep sends it again. A refusal puts the row back as whitesky still shows it
+    (compare-and-set too).
     """
     if not reason.strip():
         raise ValueError("A release needs a reason.")
@@ -276,12 +271,26 @@ def reservation_release(
         raise ValueError(f"{reservation.name} has no vGPU id yet: nothing to release.")
     if reservation.state not in (*RELEASABLE, State.RELEASING):
         raise ValueError(f"{reservation.name} is {reservation.state}: nothing to release.")
+    with release_lock(reservation) as taken:
+        if not taken:
+            return False  # another worker's attempt is in flight: that one acts
+        return _release_claimed(client, reservation, actor, reason, prepare)
+
+
+def _release_claimed(
+    client: ws.WhiteskyClient,
+    reservation: VgpuReservation,
+    actor: User | AnonymousUser | str,
+    reason: str,
+    prepare: Callable[[], None] | None,
+) -> bool:
     before = reservation_snapshot(reservation)
     seen = {"state": reservation.state, "release_attempted_at": reservation.release_attempted_at}
     claim = {"state": State.RELEASING, "release_attempted_at": timezone.now()}
     if not model_update(reservation, claim, expect=seen):
         return False  # another worker claimed it first (or it changed): that one acts
     claimed = {"state": State.RELEASING, "release_attempted_at": reservation.release_attempted_at}
+    assert reservation.vgpu_id is not None  # checked by reservation_release
     action, error = "vgpu.release", ""
     try:
         if prepare is not None:

@@ -24,7 +24,7 @@ def locations_to_sweep(now: datetime) -> QuerySet[Location]:
     a release whose outcome was lost, or (where the account allows it) an orphan."""
     here = OuterRef("pk")
     pending = VgpuReservation.objects.filter(PENDING_REQUESTS, location=here)
-    stalled = VgpuReservation.objects.filter(stalled_releases(now), location=here)
+    stalled = VgpuReservation.objects.filter(stalled_releases(), location=here)
     orphan_vgpus = VgpuReservation.objects.filter(location=here, orphaned_since__isnull=False)
     orphan_vms = VirtualMachine.objects.filter(location=here, orphaned_since__isnull=False)
     auto = Q(account__orphan_auto_release=True) & (Exists(orphan_vgpus) | Exists(orphan_vms))

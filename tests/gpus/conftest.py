@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import time
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +18,7 @@ from tests.whitesky_sim import WhiteskySimulator
 NL, BE = "nl-rmd-dc01-001", "be-mac-dc01-001"
 CLOUDSPACES = {NL: "cs-demo-nl", BE: "cs-demo-be"}
 IMAGES = {NL: 11, BE: 21}
+BILLING_WINDOW = 60  # seconds of the simulated clock that `unassigned_billed` reads
 
 
 @dataclass
@@ -85,12 +86,18 @@ class Plane:
         ]
 
     def unassigned_billed(self) -> dict[str, float]:
-        """vGPUs the simulator bills without a VM from now on, over all locations."""
-        now = int(time.time()) + 1  # from the next whole second: after every release
+        """vGPUs the simulator bills without a VM from now on, over all locations.
+
+        The simulator bills a stretch still open up to its own now, never beyond: the
+        window is read once its clock has been moved past it."""
+        start = math.floor(self.sim.advance(0)) + 1  # the next whole second: after releases
+        self.sim.advance(BILLING_WINDOW + 1)
         found: dict[str, float] = {}
         with whitesky_client(self.account) as client:
             for location in (NL, BE):
-                usage = client.location_consumption(location=location, start=now, end=now + 3600)
+                usage = client.location_consumption(
+                    location=location, start=start, end=start + BILLING_WINDOW
+                )
                 found.update({k: v for k, v in usage.unassigned_vgpus.items() if v > 0})
         return found
 

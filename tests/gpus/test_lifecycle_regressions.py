@@ -5,9 +5,13 @@ ignored, timestamps that never moved."""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -18,7 +22,9 @@ from clusters.whitesky import whitesky_client
 from gpus.mirror import vgpus_sync
 from gpus.models import VgpuReservation
 from gpus.orphans import orphans_list
+from gpus.services import release_lock
 from tests.gpus.conftest import NL, Plane
+from tests.gpus.support import auto_release_set, orphan_made, sweep
 
 RState = VgpuReservation.State
 
@@ -329,3 +335,66 @@ def test_a_pending_reserve_of_a_machine_deleted_with_force_is_settled_by_the_lis
 
     assert not VgpuReservation.objects.filter(pk=pending.pk).exists()
     assert plane.sim_vgpus() == []
+
+
+# --- 12. found by the seeded fault run (tests/chaos.py) ----------------------------------
+
+
+@contextmanager
+def release_in_flight_elsewhere(row: VgpuReservation) -> Iterator[None]:
+    """Another worker (its own database session) in the middle of releasing `row`."""
+    holding, done = threading.Event(), threading.Event()
+
+    def worker() -> None:
+        try:
+            with release_lock(row) as taken:
+                assert taken
+                holding.set()
+                done.wait(timeout=30)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    try:
+        assert holding.wait(timeout=10)
+        yield
+    finally:
+        done.set()
+        thread.join()
+
+
+def claimed_then_died(row: VgpuReservation) -> None:
+    """What a worker killed between its claim and its call leaves: `releasing`, just now."""
+    VgpuReservation.objects.filter(pk=row.pk).update(
+        state=RState.RELEASING, release_attempted_at=timezone.now()
+    )
+
+
+def test_an_orphan_release_whose_worker_died_after_its_claim_is_sent_again_at_once(
+    plane: Plane,
+) -> None:
+    auto_release_set(plane.account, confirmations=1)
+    row = orphan_made(plane)
+    claimed_then_died(row)
+
+    result = sweep(plane)
+
+    assert result.released == [row.name], result.errors
+    assert plane.sim_vgpus(row.name) == []
+    assert plane.unassigned_billed() == {}
+
+
+def test_a_release_in_flight_in_another_worker_is_not_sent_twice(
+    plane: Plane, require_postgres: None
+) -> None:
+    auto_release_set(plane.account, confirmations=1)
+    row = orphan_made(plane)
+    claimed_then_died(row)
+    plane.sim.clear_calls()
+
+    with release_in_flight_elsewhere(row):
+        assert sweep(plane).released == []
+        calls = plane.sim.calls()["calls"]
+        assert [c for c in calls if c["operation"] == "deleteVGPU"] == []
+    assert sweep(plane).released == [row.name]  # that attempt ended unconfirmed: again
