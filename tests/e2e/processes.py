@@ -44,10 +44,11 @@ def broker_flush() -> None:
 
 @contextmanager
 def celery_worker(
-    tmp_path: Path, *worker_args: str, **env_overrides: str
+    tmp_path: Path, *worker_args: str, beat: bool = True, **env_overrides: str
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """A real Celery worker with embedded beat, in its own process group; `worker_args` go
-    to `celery worker`, its log to tmp_path/celery.log."""
+    """A real Celery worker with embedded beat (unless `beat` is false: exactly one beat
+    among several workers), in its own process group; `worker_args` go to `celery worker`,
+    its log to tmp_path/celery.log."""
     log = (tmp_path / "celery.log").open("wb")
     process = subprocess.Popen(
         [
@@ -57,7 +58,7 @@ def celery_worker(
             "-A",
             "capvco_web",
             "worker",
-            "-B",
+            *(["-B"] if beat else []),
             "--pool",
             "solo",
             "--loglevel",

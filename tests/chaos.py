@@ -1,0 +1,686 @@
+"""A seeded random fault run of the GPU lifecycle, and the invariants it must leave.
+
+Two real Celery workers (the first runs beat) observe, reconcile and sweep orphans against
+the whitesky simulator with intervals and timeouts of a second or two. Meanwhile a driver,
+from one seed, scales pools up and down through the API, force-deletes machines, deletes
+clusters and makes them again under the same name once they are gone; the simulator fails
+calls at a rate (5xx, 429 with Retry-After, answers later than the client waits, answers
+lost after the change was made, listings that fail); workers are killed with SIGKILL now
+and then and started again. Then the faults stop, the run settles (bounded), and the
+invariants below are checked, each failure naming what is wrong and the seed.
+
+The suite runs a short one (tests/e2e/test_chaos.py); a long one is a command, against the
+PostgreSQL and Redis of bin/test (it makes and drops its own test database):
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/capvco REDIS_URL=redis://127.0.0.1:6379 \\
+        .venv/bin/python -m tests.chaos --seed 7 --minutes 3
+
+It prints its seed first. The seed fixes every decision of the run (actions, faults,
+kills and when they come); what the workers do in between depends on the machine, so a
+seed replays the same storm, not the same interleaving.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from datetime import timedelta
+from io import StringIO
+from pathlib import Path
+from typing import Any
+
+if __name__ == "__main__":  # the command: Django first, with the test settings
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
+    import django
+
+    django.setup()
+
+from django.contrib.auth.models import User
+from django.core.management import call_command
+from rest_framework.test import APIClient
+
+from capvco_web.models import AuditEvent
+from clusters.models import Account, Cluster, Location, Machine, MachinePool
+from clusters.observe import account_locations_observe
+from clusters.services import cluster_delete, machine_force_delete
+from clusters.whitesky import whitesky_client
+from gpus import naming
+from gpus.models import VgpuReservation
+from tests.e2e.processes import broker_flush, celery_worker, worker_kill
+from tests.gpus.conftest import BE, CLOUDSPACES, IMAGES, NL, Plane
+from tests.whitesky_sim import WhiteskySimulator
+
+CLUSTER_NAMES = ("alpha", "bravo")
+MAX_REPLICAS = 3
+# Seconds between the driver's actions, failed listings, and worker kills (uniform).
+ACTION_EVERY = (1.0, 3.0)
+LISTING_FAILS_EVERY = (8.0, 20.0)
+KILL_EVERY = (6.0, 20.0)
+ACTOR = "chaos"
+MID_STEP = (Machine.Phase.CREATING, Machine.Phase.ATTACHING, Machine.Phase.STARTING)
+
+# Short whitesky timeouts, so that a lost create or reserve is decided within seconds
+# (only from a listing begun after connect + long read), and the run settles.
+CONNECT, READ, LONG_READ = 1.0, 1.5, 2.5
+WORKER_ENV = {
+    "OBSERVE_INTERVAL_SECONDS": "1",
+    "RECONCILE_INTERVAL_SECONDS": "1",
+    "ORPHAN_SWEEP_INTERVAL_SECONDS": "2",
+    "WHITESKY_CONNECT_TIMEOUT_SECONDS": str(CONNECT),
+    "WHITESKY_READ_TIMEOUT_SECONDS": str(READ),
+    "WHITESKY_LONG_READ_TIMEOUT_SECONDS": str(LONG_READ),
+    # Several pages per listing, so that a listing can also fail or move midway.
+    "WHITESKY_VGPU_PAGE_SIZE": "4",
+    "CELERY_TASK_SOFT_TIME_LIMIT": "30",
+    "CELERY_TASK_TIME_LIMIT": "45",
+}
+
+# What the simulator does to a call, by kind. A late answer comes after the client stopped
+# waiting (read timeout) but before connect + long read: the call still lands, within the
+# window in which the control plane waits for it.
+ERRORS: list[dict[str, Any]] = [
+    {"status": 500},
+    {"status": 502},
+    {"status": 503, "retry_after": 1},
+    {"status": 429, "retry_after": 1},
+]
+LOST: list[dict[str, Any]] = [{"lost_response": "drop"}, {"lost_response": "504"}]
+
+
+def _late(seconds: float) -> dict[str, Any]:
+    return {"latency_ms": int(seconds * 1000)}
+
+
+FAULT_MENU: dict[str, list[dict[str, Any]]] = {
+    # reads
+    "listCustomerVGPUS": [*ERRORS, _late(READ + 0.4)],
+    "listCloudspaceVirtualMachines": [*ERRORS, _late(READ + 0.4)],
+    "listAvailableGPUProfiles": [*ERRORS, _late(READ + 0.4)],
+    "getVirtualMachineInfo": [*ERRORS, _late(READ + 0.4)],
+    "listCustomerLocations": [*ERRORS],
+    # writes sent once (their answer lost: resolved by name from a later listing)
+    "createVirtualMachine": [*ERRORS, *LOST, _late(LONG_READ + 0.3)],
+    "reserveAndAttachVGPUToVM": [*ERRORS, *LOST, _late(READ + 0.5)],
+    "attachVGPUToVM": [*ERRORS, *LOST, _late(READ + 0.5)],
+    # writes the client repeats
+    "startVirtualMachine": [*ERRORS, *LOST, _late(READ + 0.4)],
+    "stopVirtualMachine": [*ERRORS, *LOST, _late(READ + 0.4)],
+    "deleteVirtualMachine": [*ERRORS, *LOST, _late(LONG_READ + 0.3)],
+    "deleteVGPU": [*ERRORS, *LOST, _late(READ + 0.4)],
+}
+# A task that gave up because whitesky kept failing, as the faults make it.
+WHITESKY_FAILURE = re.compile(
+    r"raised unexpected: (Unavailable|RateLimited|ResponseLost|IncompleteListing|"
+    r"WhiteskyError|Conflict|CapacityExhausted)\("
+)
+LISTINGS = ("listCustomerVGPUS", "listCloudspaceVirtualMachines", "listAvailableGPUProfiles")
+
+
+class ChaosError(Exception):
+    """The run itself went wrong (not the lifecycle): the API refused the driver."""
+
+
+@dataclass
+class ChaosReport:
+    seed: int
+    minutes: float
+    problems: list[str] = field(default_factory=list)
+    actions: Counter[str] = field(default_factory=Counter)
+    faults_fired: Counter[str] = field(default_factory=Counter)
+    kills: int = 0
+    calls: Counter[str] = field(default_factory=Counter)
+    settled_after: float | None = None
+    logs: Path | None = None
+
+    def summary(self) -> str:
+        lines = [
+            f"chaos seed {self.seed}: {self.minutes:g} min of faults, "
+            + ", ".join(f"{n} {what}" for what, n in sorted(self.actions.items()))
+            + f", {self.kills} workers killed, "
+            + f"{sum(self.faults_fired.values())} faults fired in {self.calls.total()} calls",
+            "faults fired / calls: "
+            + ", ".join(
+                f"{op} {self.faults_fired[op]}/{n}" for op, n in sorted(self.calls.items()) if op
+            ),
+        ]
+        if self.settled_after is not None:
+            lines.append(f"settled {self.settled_after:.0f} s after the faults stopped")
+        if self.problems:
+            lines.append(f"{len(self.problems)} problem(s) after settling (seed {self.seed}):")
+            lines += [f"  - {problem}" for problem in self.problems]
+            lines.append(f"replay: .venv/bin/python -m tests.chaos --seed {self.seed}")
+        if self.logs is not None:
+            lines.append(f"worker logs: {self.logs}")
+        return "\n".join(lines)
+
+
+# --- the people: an operator at the API, and the services ---------------------------------
+
+
+class Operator:
+    """Makes clusters and scales pools through the API, as a person would."""
+
+    def __init__(self, account: Account) -> None:
+        self.account = account
+        user, _ = User.objects.get_or_create(username="chaos-operator")
+        self.api = APIClient()
+        self.api.force_login(user)
+
+    def _send(self, method: str, url: str, data: dict[str, Any]) -> dict[str, Any]:
+        response = getattr(self.api, method)(url, data, format="json")
+        if response.status_code not in (200, 201):
+            raise ChaosError(
+                f"{method.upper()} {url} {data}: {response.status_code} {response.data}"
+            )
+        return dict(response.data)
+
+    def cluster_create(self, name: str, rng: random.Random) -> str:
+        cluster = self._send(
+            "post", "/api/v1/clusters/", {"name": name, "account": self.account.pk}
+        )
+        sites = {}
+        for location in (NL, BE):
+            site = {
+                "cluster": cluster["id"],
+                "location": Location.objects.get(account=self.account, name=location).pk,
+                "cloudspace_id": CLOUDSPACES[location],
+                "image_id": IMAGES[location],
+            }
+            sites[location] = self._send("post", "/api/v1/sites/", site)["id"]
+        pools = [
+            ("a100", NL, {"type": "NVIDIA A100", "count": rng.choice([1, 2])}),
+            ("t4", BE, {"type": "NVIDIA T4", "count": 1}),
+            ("cpu", rng.choice([NL, BE]), {"count": 0}),
+        ]
+        made = []
+        for pool, location, gpu in pools:
+            replicas = rng.randint(0, MAX_REPLICAS)
+            self._send(
+                "post",
+                "/api/v1/pools/",
+                {
+                    "cluster": cluster["id"],
+                    "site": sites[location],
+                    "name": pool,
+                    "replicas": replicas,
+                    "gpu": gpu,
+                },
+            )
+            made.append(f"{pool} x{replicas} ({gpu.get('type', 'no GPU')} {gpu['count']})")
+        return f"cluster {name}: {', '.join(made)}"
+
+    def pool_scale(self, pool: MachinePool, replicas: int) -> None:
+        self._send("patch", f"/api/v1/pools/{pool.pk}/", {"replicas": replicas})
+
+
+# --- the workers --------------------------------------------------------------------------
+
+
+class Workers:
+    """The run's two workers (the first runs beat), each killed and started again at will."""
+
+    def __init__(self, folder: Path, env: dict[str, str]) -> None:
+        self.folder = folder
+        self.env = env
+        self.running: dict[
+            int, tuple[AbstractContextManager[subprocess.Popen[bytes]], subprocess.Popen[bytes]]
+        ] = {}
+        self.started = 0
+        self.kills = 0
+
+    def start(self, index: int) -> None:
+        self.started += 1
+        folder = self.folder / f"worker{index}-{self.started:03d}"
+        folder.mkdir(parents=True)
+        name = f"chaos{index}-{self.started}@%h"
+        manager = celery_worker(folder, "--hostname", name, beat=index == 0, **self.env)
+        self.running[index] = (manager, manager.__enter__())
+
+    def kill(self, index: int) -> None:
+        manager, process = self.running.pop(index)
+        worker_kill(process)
+        manager.__exit__(None, None, None)
+        self.kills += 1
+
+    def exited(self) -> list[tuple[int, int]]:
+        """Workers that ended by themselves (not killed here), with their exit status."""
+        return [
+            (index, code)
+            for index, (_, process) in self.running.items()
+            if (code := process.poll()) is not None
+        ]
+
+    def stop(self) -> None:
+        for index in list(self.running):
+            manager, _ = self.running.pop(index)
+            manager.__exit__(None, None, None)
+
+
+# --- the run ------------------------------------------------------------------------------
+
+
+def _account(sim: WhiteskySimulator, rng: random.Random) -> Account:
+    account = Account.objects.create(
+        name="chaos",
+        api_url=sim.api_url,
+        iam_url=sim.iam_url,
+        customer_id=sim.customer_id,
+        credential=sim.token(),
+        orphan_auto_release=True,
+        orphan_grace_period=timedelta(0),
+        orphan_confirmations=rng.choice([1, 2]),
+    )
+    with whitesky_client(account) as client:
+        account_locations_observe(client=client, account=account)
+    return account
+
+
+def faults_arm(sim: WhiteskySimulator, rng: random.Random, rate: float) -> list[str]:
+    """Two kinds of fault per operation of the menu, each firing at about `rate`."""
+    armed = []
+    for operation, kinds in FAULT_MENU.items():
+        for kind in rng.sample(kinds, k=min(2, len(kinds))):
+            at = round(rate * rng.uniform(0.5, 1.5), 3)
+            sim.fault(operation=operation, rate=at, seed=rng.randrange(2**31), **kind)
+            armed.append(f"{operation} {kind} at {at}")
+    return armed
+
+
+def listing_fail(sim: WhiteskySimulator, rng: random.Random) -> str:
+    """A listing that fails outright: enough failures in a row to exhaust the retries,
+    from its first page or a later one."""
+    operation = rng.choice(LISTINGS)
+    spec = {
+        "status": rng.choice([500, 503]),
+        "times": rng.randint(4, 8),
+        "skip": rng.choice([0, 1]),
+    }
+    sim.fault(operation=operation, **spec)
+    return f"{operation} fails {spec}"
+
+
+class Driver:
+    """The random actions of a person, from the seed."""
+
+    def __init__(self, operator: Operator, rng: random.Random) -> None:
+        self.operator = operator
+        self.rng = rng
+
+    def act(self) -> tuple[str, str]:
+        """Do one thing; answers (kind, what)."""
+        rng = self.rng
+        active = list(Cluster.objects.filter(state=Cluster.State.ACTIVE).order_by("name"))
+        existing = set(Cluster.objects.values_list("name", flat=True))
+        gone = [name for name in CLUSTER_NAMES if name not in existing]
+        machines = list(Machine.objects.select_related("pool__cluster").order_by("pk"))
+        # One cluster at a time is deleted: the other keeps machines coming and going.
+        kinds = {"scale": 6 if active else 0, "cluster_delete": 1 if len(active) > 1 else 0}
+        kinds["force_delete"] = 1 if machines else 0
+        kinds["recreate"] = 3 if gone else 0
+        if not any(kinds.values()):
+            return "wait", "nothing to do: every cluster is being deleted"
+        kind = rng.choices(list(kinds), weights=list(kinds.values()))[0]
+        if kind == "scale":
+            cluster = rng.choice(active)
+            pool = rng.choice(list(cluster.pools.order_by("name")))
+            replicas = rng.choice([n for n in range(MAX_REPLICAS + 1) if n != pool.replicas])
+            self.operator.pool_scale(pool, replicas)
+            return kind, f"scale {cluster.name}/{pool.name} {pool.replicas} -> {replicas}"
+        if kind == "cluster_delete":
+            cluster = rng.choice(active)
+            cluster_delete(cluster=cluster, actor=ACTOR, reason="chaos: delete the cluster")
+            return kind, f"delete cluster {cluster.name}"
+        if kind == "force_delete":
+            # Half the time one mid-step (a create or reserve on its way), if there is one.
+            busy = [m for m in machines if m.phase in MID_STEP or m.vm_create_deadline]
+            machine = rng.choice(busy if busy and rng.random() < 0.5 else machines)
+            what = f"force-delete {machine.pool.cluster.name}/{machine.name} ({machine.phase})"
+            machine_force_delete(machine=machine, actor=ACTOR, reason="chaos: force delete")
+            return kind, what
+        name = rng.choice(gone)
+        return kind, f"make again {self.operator.cluster_create(name, rng)}"
+
+
+def chaos_run(
+    *,
+    sim: WhiteskySimulator,
+    seed: int,
+    minutes: float,
+    workdir: Path,
+    settle_seconds: float = 120,
+    fault_rate: float = 0.04,
+    say: Callable[[str], None] = print,
+) -> ChaosReport:
+    """One run; the database must be empty and the simulator fresh. Answers the report,
+    whose `problems` are empty when every invariant held after settling."""
+    report = ChaosReport(seed=seed, minutes=minutes, logs=workdir)
+    rngs = {name: random.Random(f"{seed}:{name}") for name in ("setup", "act", "fault", "kill")}
+    start = time.monotonic()
+
+    def log(message: str) -> None:
+        say(f"[{time.monotonic() - start:7.1f}s] {message}")
+
+    sim.reset()
+    broker_flush()
+    account = _account(sim, rngs["setup"])
+    operator = Operator(account)
+    for name in CLUSTER_NAMES:
+        log(operator.cluster_create(name, rngs["setup"]))
+    log(f"orphans: auto-release, grace 0, {account.orphan_confirmations} confirmation(s)")
+    for armed in faults_arm(sim, rngs["fault"], fault_rate):
+        log(f"fault: {armed}")
+
+    workers = Workers(workdir, WORKER_ENV)
+    driver = Driver(operator, rngs["act"])
+    try:
+        workers.start(0)
+        workers.start(1)
+        _storm(report, workers, driver, sim, rngs, minutes * 60, log)
+        report.calls.update(str(call["operation"]) for call in sim.calls()["calls"])
+        for fault in sim.faults():
+            report.faults_fired[fault["operation"]] += fault["fired"]
+        sim.clear_faults()
+        for index in (0, 1):
+            if index not in workers.running:
+                workers.start(index)
+        log("faults off, every worker up: settling")
+        _settle(report, Plane(sim=sim, account=account), settle_seconds, log)
+    finally:
+        workers.stop()
+        report.kills = workers.kills
+        broker_flush()
+    report.problems += worker_log_problems(workdir)
+    return report
+
+
+def _storm(
+    report: ChaosReport,
+    workers: Workers,
+    driver: Driver,
+    sim: WhiteskySimulator,
+    rngs: dict[str, random.Random],
+    seconds: float,
+    log: Callable[[str], None],
+) -> None:
+    now = time.monotonic()
+    end = now + seconds
+    next_action = now + rngs["act"].uniform(*ACTION_EVERY)
+    next_listing_fault = now + rngs["fault"].uniform(*LISTING_FAILS_EVERY)
+    next_kill = now + rngs["kill"].uniform(*KILL_EVERY)
+    kill_aimed, aim_until = rngs["kill"].random() < 0.5, next_kill + 5
+    next_census = now + 10
+    restart_at: dict[int, float] = {}
+    while (now := time.monotonic()) < end:
+        for index, code in workers.exited():
+            report.problems.append(f"worker {index} exited by itself (status {code})")
+            workers.running.pop(index)
+            restart_at[index] = now
+        if now >= next_action:
+            kind, what = driver.act()
+            report.actions[kind] += 1
+            log(what)
+            next_action = now + rngs["act"].uniform(*ACTION_EVERY)
+        if now >= next_listing_fault:
+            log(listing_fail(sim, rngs["fault"]))
+            next_listing_fault = now + rngs["fault"].uniform(*LISTING_FAILS_EVERY)
+        # Half the kills wait (a little) for a write in flight, to land mid-step.
+        if now >= next_kill and (kill_aimed is False or _in_flight() or now >= aim_until):
+            index = rngs["kill"].choice(sorted(workers.running) or [0])
+            if index in workers.running:
+                workers.kill(index)
+                log(f"SIGKILL worker {index}{' (a write in flight)' if _in_flight() else ''}")
+                restart_at[index] = now + rngs["kill"].uniform(0.3, 3)
+            next_kill = now + rngs["kill"].uniform(*KILL_EVERY)
+            kill_aimed, aim_until = rngs["kill"].random() < 0.5, next_kill + 5
+        if now >= next_census:
+            log(_census())
+            next_census = now + 10
+        for index, at in list(restart_at.items()):
+            if now >= at:
+                workers.start(index)
+                del restart_at[index]
+                log(f"worker {index} started again")
+        time.sleep(0.1)
+
+
+def _in_flight() -> bool:
+    """Whether a create, reserve or release has been sent and not answered yet."""
+    return (
+        Machine.objects.filter(vm_create_deadline__isnull=False).exists()
+        or VgpuReservation.objects.filter(
+            state__in=[VgpuReservation.State.RESERVING, VgpuReservation.State.RELEASING]
+        ).exists()
+    )
+
+
+def _census() -> str:
+    phases = Counter(Machine.objects.values_list("phase", flat=True))
+    clusters = ", ".join(f"{c.name} {c.state}" for c in Cluster.objects.order_by("name"))
+    return f"machines {dict(sorted(phases.items())) or 'none'}; clusters {clusters or 'none'}"
+
+
+def _settle(report: ChaosReport, plane: Plane, seconds: float, log: Callable[[str], None]) -> None:
+    began = time.monotonic()
+    deadline = began + seconds
+    gone = set(CLUSTER_NAMES) - set(
+        Cluster.objects.filter(state=Cluster.State.ACTIVE).values_list("name", flat=True)
+    )
+    if gone:
+        log(f"to be gone: {', '.join(sorted(gone))}")
+    said = began
+    while True:
+        problems = lifecycle_problems(plane, gone=gone)
+        if not problems:
+            time.sleep(CONNECT + LONG_READ + 2)  # still so once no late call can land
+            problems = lifecycle_problems(plane, gone=gone)
+            if not problems:
+                report.settled_after = time.monotonic() - began
+                log(f"settled: every invariant holds ({report.settled_after:.0f} s)")
+                return
+        now = time.monotonic()
+        if now >= deadline:
+            report.problems += problems
+            log(f"not settled after {seconds:.0f} s: {len(problems)} problem(s)")
+            return
+        if now - said >= 15:
+            said = now
+            log(f"settling: {len(problems)} problem(s) left, e.g. {problems[0]}")
+        time.sleep(2)
+
+
+# --- the invariants -----------------------------------------------------------------------
+
+
+def lifecycle_problems(plane: Plane, *, gone: Iterable[str]) -> list[str]:
+    """Everything that is not as it must be once the lifecycle settled; empty when fine."""
+    state = plane.sim.state()
+    vms = {
+        vm["vm_id"]: vm
+        for vm in state["vms"]
+        if vm["status"] != "DESTROYED" and vm["name"].startswith(naming.PREFIX)
+    }
+    vgpus = [
+        v
+        for v in state["vgpus"]
+        if v["status"] != "DESTROYED" and v["vgpu_name"].startswith(naming.PREFIX)
+    ]
+    machines = list(Machine.objects.select_related("pool__cluster").order_by("pk"))
+    by_vm = {m.vm_id: m for m in machines if m.vm_id is not None}
+    problems: list[str] = []
+
+    # Money: no vGPU billed without a VM, none that no machine holds.
+    if billed := plane.unassigned_billed():
+        problems.append(f"unassigned vGPUs billed by the simulator: {billed}")
+    for v in vgpus:
+        holder = by_vm.get(v["vm_id"])
+        if holder is None or not v["vgpu_name"].startswith(f"{holder.vm_name}-gpu-"):
+            problems.append(
+                f"vGPU {v['vgpu_name']} ({v['vgpu_id']}, {v['status']}, VM {v['vm_id']}) "
+                "is held by no machine"
+            )
+
+    # Machines and pools: as asked.
+    for m in machines:
+        who = f"machine {m.pool.cluster.name}/{m.name}"
+        if m.phase != Machine.Phase.RUNNING or m.delete_requested:
+            deleting = ", deletion requested" if m.delete_requested else ""
+            problems.append(f"{who} is {m.phase}{deleting}: {m.failure_message or '-'}")
+        vm = vms.get(m.vm_id)
+        if vm is None:
+            problems.append(f"{who} has no VM in the simulator (vm_id {m.vm_id})")
+        elif vm["status"] != "RUNNING":
+            problems.append(f"{who}: its VM {m.vm_id} is {vm['status']}")
+        attached = sorted(v["vgpu_name"] for v in vgpus if m.vm_id and v["vm_id"] == m.vm_id)
+        if len(attached) != m.pool.gpu_count:
+            problems.append(
+                f"{who} has {len(attached)} vGPUs attached ({', '.join(attached) or 'none'}), "
+                f"its pool asks for {m.pool.gpu_count}"
+            )
+    for pool in MachinePool.objects.select_related("cluster").order_by("pk"):
+        count = pool.machines.count()
+        if count != pool.replicas:
+            problems.append(
+                f"pool {pool.cluster.name}/{pool.name} has {count} machines, not {pool.replicas}"
+            )
+
+    # Deleted clusters: gone, and nothing named for them left.
+    for name in sorted(gone):
+        cluster = Cluster.objects.filter(name=name).first()
+        if cluster is not None:
+            problems.append(
+                f"cluster {name} was deleted but is still {cluster.state}: "
+                f"{'; '.join(cluster.deletion_blockers) or 'no blocker recorded'}"
+            )
+        prefix = f"{naming.PREFIX}{name}-"
+        left = [vm["name"] for vm in vms.values() if vm["name"].startswith(prefix)]
+        left += [v["vgpu_name"] for v in vgpus if v["vgpu_name"].startswith(prefix)]
+        if left:
+            problems.append(f"deleted cluster {name} left {', '.join(sorted(left))}")
+
+    # VMs: each one a machine's, one per name.
+    for vm in vms.values():
+        if vm["vm_id"] not in by_vm:
+            problems.append(f"VM {vm['name']} ({vm['vm_id']}, {vm['status']}) is no machine's")
+    for name, count in Counter(vm["name"] for vm in vms.values()).items():
+        if count > 1:
+            problems.append(f"{count} VMs named {name}")
+
+    problems += _audit_problems(machines)
+
+    out = StringIO()
+    try:
+        call_command("gpucheck", "--orphans", stdout=out)
+    except SystemExit as exc:
+        if exc.code:
+            problems.append(f"gpucheck --orphans exits {exc.code}:\n{out.getvalue()}")
+    return problems
+
+
+def _audit_problems(machines: list[Machine]) -> list[str]:
+    """What the audit log shows that must never happen: a vGPU released while attached to
+    the VM of a machine that still exists (or released from such a machine at all), and a
+    machine's VM taken for vanished (nothing outside the control plane deletes VMs here)."""
+    problems = []
+    by_vm = {m.vm_id: m for m in machines if m.vm_id is not None}
+    by_owner = {f"{m.pool.cluster.name}/{m.name}": m for m in machines}
+    for event in AuditEvent.objects.filter(action="vgpu.release").order_by("pk"):
+        before = event.before or {}
+        at = f"{event.created_at:%H:%M:%S.%f} by {event.actor_name} ({event.reason})"
+        if (holder := by_vm.get(before.get("vm_id"))) is not None:
+            problems.append(
+                f"vgpu.release of {before.get('name')} at {at}: it was attached to VM "
+                f"{holder.vm_id} of machine {holder.pool.cluster.name}/{holder.name}, "
+                "which still exists"
+            )
+        owner = by_owner.get(before.get("owner", ""))
+        if owner is not None and event.created_at > owner.created_at:
+            problems.append(
+                f"vgpu.release of {before.get('name')} at {at}: a vGPU of machine "
+                f"{owner.pool.cluster.name}/{owner.name}, which still exists"
+            )
+    for event in AuditEvent.objects.filter(action="machine.recreate").order_by("pk"):
+        problems.append(
+            f"machine.recreate of {event.object_repr} at {event.created_at:%H:%M:%S}: "
+            f"{event.reason} (before: {event.before}); no VM was deleted outside"
+        )
+    return problems
+
+
+def worker_log_problems(folder: Path) -> list[str]:
+    """Errors the workers logged that are not whitesky failing as told: a task that died of
+    anything else (a database error, a bug) is a problem even if the run settled."""
+    problems = []
+    for log in sorted(folder.glob("worker*/celery.log")):
+        for line in log.read_text(errors="replace").splitlines():
+            if ("ERROR/" in line or "CRITICAL/" in line) and not WHITESKY_FAILURE.search(line):
+                problems.append(f"{log.parent.name}: {line[:300]}")
+    return problems
+
+
+# --- the command --------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seed", type=int, default=None, help="default: a random one")
+    parser.add_argument("--minutes", type=float, default=3, help="of faults, before settling")
+    parser.add_argument("--settle", type=float, default=180, help="seconds to settle, at most")
+    parser.add_argument("--fault-rate", type=float, default=0.04, help="per call and fault")
+    parser.add_argument("--keep", action="store_true", help="keep the worker logs on success")
+    args = parser.parse_args(argv)
+    seed = args.seed if args.seed is not None else secrets.randbelow(10**6)
+    print(f"chaos seed {seed}", flush=True)
+
+    from django.db import connection
+    from django.test.utils import setup_test_environment, teardown_test_environment
+
+    workdir = Path(tempfile.mkdtemp(prefix=f"capvco-chaos-{seed}-"))
+    setup_test_environment()
+    old_name = connection.settings_dict["NAME"]
+    connection.creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
+    report: ChaosReport | None = None
+    try:
+        with WhiteskySimulator() as sim:
+            report = chaos_run(
+                sim=sim,
+                seed=seed,
+                minutes=args.minutes,
+                workdir=workdir,
+                settle_seconds=args.settle,
+                fault_rate=args.fault_rate,
+                say=lambda line: print(line, flush=True),
+            )
+            sim_state = sim.state()
+        if report.problems:
+            (workdir / "simulator-state.json").write_text(json.dumps(sim_state, indent=1))
+    finally:
+        test_db = connection.settings_dict["NAME"]
+        connection.close()
+        if report is not None and report.problems:
+            print(f"database {test_db} kept for a look (dropdb it after)", flush=True)
+        else:
+            connection.creation.destroy_test_db(old_name, verbosity=0)
+        teardown_test_environment()
+    if not report.problems and not args.keep:
+        shutil.rmtree(workdir, ignore_errors=True)
+        report.logs = None
+    print(report.summary(), flush=True)
+    return 1 if report.problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
