@@ -14,11 +14,11 @@ listing begun after the call could no longer land.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from django.conf import settings
 from django.db import transaction
@@ -254,7 +254,13 @@ def machine_reconcile(ctx: PassContext, machine_id: int) -> MachineResult:
                 return MachineResult(error=f"{step.action} {machine.name}: account busy")
             try:
                 _machine_apply(ctx, machine, step)
-            except (StepFailed, StepWaiting, GpuUnavailable, OutcomePending) as exc:
+            except (
+                StepFailed,
+                StepWaiting,
+                GpuUnavailable,
+                OutcomePending,
+                Machine.DoesNotExist,
+            ) as exc:
                 return MachineResult(error=f"{step.action} {machine.name}: {exc}")
             except ws.WhiteskyError as exc:
                 return MachineResult(error=f"{step.action} {machine.name}: {exc}")
@@ -281,8 +287,17 @@ def _machine_apply(ctx: PassContext, machine: Machine, step: Step) -> None:
 # --- provisioning ----------------------------------------------------------------------
 
 
+def _machine_update(machine: Machine, data: Mapping[str, Any]) -> None:
+    """Write the machine's row. A row deleted meanwhile (a force delete) ends the step:
+    what it made so far carries the machine's name, and the orphan sweep reclaims it."""
+    if not model_update(machine, data) and not Machine.objects.filter(pk=machine.pk).exists():
+        raise Machine.DoesNotExist(
+            f"machine {machine} was deleted meanwhile: what it made is left to the orphan sweep"
+        )
+
+
 def _phase_set(machine: Machine, phase: str, message: str = "") -> None:
-    model_update(machine, {"phase": phase, "failure_message": message})
+    _machine_update(machine, {"phase": phase, "failure_message": message})
 
 
 def machine_provision(ctx: PassContext, machine: Machine) -> None:
@@ -342,7 +357,7 @@ def _vm_ensure(ctx: PassContext, machine: Machine) -> None:
             key=lambda vm: vm.vm_id,
         )
         if found:
-            model_update(
+            _machine_update(
                 machine,
                 {
                     "vm_id": found[0].vm_id,
@@ -356,7 +371,7 @@ def _vm_ensure(ctx: PassContext, machine: Machine) -> None:
                 f"a create of {machine.vm_name} sent earlier may still land until "
                 f"{machine.vm_create_deadline:%H:%M:%S} UTC; no second one before"
             )
-    model_update(
+    _machine_update(
         machine,
         {
             "phase": Phase.CREATING,
@@ -378,9 +393,9 @@ def _vm_ensure(ctx: PassContext, machine: Machine) -> None:
         )
     except ws.WhiteskyError as exc:
         if not exc.outcome_unknown:
-            model_update(machine, {"vm_create_deadline": None})  # refused: nothing made
+            _machine_update(machine, {"vm_create_deadline": None})  # refused: nothing made
         raise
-    model_update(
+    _machine_update(
         machine, {"vm_id": vm_id, "vm_created_at": timezone.now(), "vm_create_deadline": None}
     )
 
@@ -456,7 +471,7 @@ def machine_vm_replace(ctx: PassContext, machine: Machine, *, reason: str) -> No
         reason=reason,
         before={"vm_id": old_vm, "phase": machine.phase},
     )
-    model_update(machine, {"vm_id": None, "vm_created_at": None, "phase": Phase.PENDING})
+    _machine_update(machine, {"vm_id": None, "vm_created_at": None, "phase": Phase.PENDING})
     for row in VgpuReservation.objects.filter(machine=machine, vm_id=old_vm):
         model_update(
             row,
@@ -491,10 +506,10 @@ def _machine_teardown(ctx: PassContext, machine: Machine) -> None:
                 f"a create of {machine.vm_name} may still land until "
                 f"{machine.vm_create_deadline:%H:%M:%S} UTC; the machine goes after that"
             )
-        model_update(machine, {"vm_create_deadline": None})
+        _machine_update(machine, {"vm_create_deadline": None})
     if machine.vm_id is not None:
         vm_remove(ctx.client, cloudspace_id=site.cloudspace_id, vm_id=machine.vm_id)
-        model_update(machine, {"vm_id": None})
+        _machine_update(machine, {"vm_id": None})
     _pending_resolve(ctx, machine)
     blockers = []
     for row in gpus_held(machine):

@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib.auth.models import AnonymousUser, User
+from django.db import IntegrityError, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
@@ -55,17 +56,24 @@ def reservation_reserve_and_attach(
     """
     assert machine.vm_id is not None and gpu_id, "a reserve needs a VM and a card"
     pool = machine.pool
-    row = VgpuReservation.objects.create(
-        location=pool.site.location,
-        name=machine.vgpu_name(n),
-        gpu_id=gpu_id,
-        state=State.RESERVING,
-        reserve_deadline=timezone.now() + timedelta(seconds=client.outcome_window),
-        machine=machine,
-        owner_cluster=pool.cluster.name,
-        owner_machine=machine.name,
-        owner_index=n,
-    )
+    try:
+        with transaction.atomic():
+            row = VgpuReservation.objects.create(
+                location=pool.site.location,
+                name=machine.vgpu_name(n),
+                gpu_id=gpu_id,
+                state=State.RESERVING,
+                reserve_deadline=timezone.now() + timedelta(seconds=client.outcome_window),
+                machine=machine,
+                owner_cluster=pool.cluster.name,
+                owner_machine=machine.name,
+                owner_index=n,
+            )
+    except IntegrityError:
+        if Machine.objects.filter(pk=machine.pk).exists():
+            raise
+        # Deleted meanwhile (a force delete): nothing is reserved for it.
+        raise Machine.DoesNotExist(f"machine {machine} was deleted meanwhile") from None
     try:
         vgpu_id = client.reserve_and_attach_vgpu(
             cloudspace_id=pool.site.cloudspace_id, vm_id=machine.vm_id, gpu_id=gpu_id, name=row.name

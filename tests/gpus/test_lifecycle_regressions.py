@@ -6,9 +6,11 @@ ignored, timestamps that never moved."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -398,3 +400,40 @@ def test_a_release_in_flight_in_another_worker_is_not_sent_twice(
         calls = plane.sim.calls()["calls"]
         assert [c for c in calls if c["operation"] == "deleteVGPU"] == []
     assert sweep(plane).released == [row.name]  # that attempt ended unconfirmed: again
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    "gpus", [{}, {"gpu_type": "NVIDIA A100", "gpu_count": 1}], ids=["cpu", "gpu"]
+)
+def test_a_machine_force_deleted_while_its_vm_is_made_ends_the_step_and_the_vm_is_swept(
+    plane: Plane, require_postgres: None, gpus: dict[str, Any]
+) -> None:
+    auto_release_set(plane.account, confirmations=1)
+    cluster = plane.cluster()
+    plane.pool(cluster, "pool", **gpus)
+    plane.observe()
+    plane.sim.fault(operation="createVirtualMachine", latency_ms=1500, times=1)
+
+    def force_delete_once_the_create_is_sent() -> None:
+        try:
+            for _ in range(100):
+                machine = Machine.objects.filter(vm_create_deadline__isnull=False).first()
+                if machine is not None:
+                    machine_force_delete(machine=machine, actor="test", reason="stuck")
+                    return
+                time.sleep(0.05)
+        finally:
+            connection.close()
+
+    person = threading.Thread(target=force_delete_once_the_create_is_sent)
+    person.start()
+    result = plane.reconcile(cluster)  # the VM lands after its machine was deleted
+    person.join()
+
+    assert not Machine.objects.filter(name="pool-0").exists()
+    assert any("deleted meanwhile" in error for error in result.errors), result.errors
+    assert plane.sim_vgpus() == []  # nothing reserved for a machine that is gone
+    plane.observe()
+    sweep(plane)
+    assert plane.sim_vms() == []  # the VM it left is an orphan, and swept
