@@ -420,7 +420,8 @@ def _storm(
     end = now + seconds
     next_action = now + rngs["act"].uniform(*ACTION_EVERY)
     next_listing_fault = now + rngs["fault"].uniform(*LISTING_FAILS_EVERY)
-    next_kill = now + rngs["kill"].uniform(*KILL_EVERY)
+    # The first kill comes within the first third, however short the run.
+    next_kill = now + min(rngs["kill"].uniform(*KILL_EVERY), seconds / 3)
     kill_aimed, aim_until = rngs["kill"].random() < 0.5, next_kill + 5
     next_census = now + 10
     restart_at: dict[int, float] = {}
