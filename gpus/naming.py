@@ -38,40 +38,42 @@ def machine_name(pool: str, index: int) -> str:
     return f"{pool}-{index}"
 
 
-def _overlap(name: str, other: str) -> bool:
-    return name == other or name.startswith(f"{other}-") or other.startswith(f"{name}-")
+def _overlapping(name: str, others: Iterable[str]) -> tuple[str, str, str] | None:
+    """The first of `others` that equals `name` or extends it (or it) by a dash, with the
+    shorter and the longer of the two; None when there is none."""
+    for other in sorted(others):
+        if name == other or name.startswith(f"{other}-") or other.startswith(f"{name}-"):
+            shorter, longer = sorted((name, other), key=len)
+            return other, shorter, longer
+    return None
 
 
 def cluster_name_conflict(name: str, others: Iterable[str]) -> str | None:
     """Why `name` cannot be a cluster next to `others` (every other cluster, of every
     account, deleting ones included), or None when it can."""
-    for other in sorted(others):
-        if not _overlap(name, other):
-            continue
-        if other == name:
-            return f"Cluster '{other}' exists."
-        shorter, longer = sorted((name, other), key=len)
-        return (
-            f"Cluster '{other}' exists: VM names of cluster '{longer}' (capvco-{longer}-...) "
-            f"could be read as names of cluster '{shorter}'."
-        )
-    return None
+    if (found := _overlapping(name, others)) is None:
+        return None
+    other, shorter, longer = found
+    if other == name:
+        return f"Cluster '{other}' exists."
+    return (
+        f"Cluster '{other}' exists: VM names of cluster '{longer}' (capvco-{longer}-...) "
+        f"could be read as names of cluster '{shorter}'."
+    )
 
 
 def pool_name_conflict(name: str, others: Iterable[str], *, cluster: str) -> str | None:
     """Why `name` cannot be a pool of `cluster` next to its other pools `others`, or None
     when it can."""
-    for other in sorted(others):
-        if not _overlap(name, other):
-            continue
-        if other == name:
-            return f"Pool '{other}' exists in cluster '{cluster}'."
-        shorter, longer = sorted((name, other), key=len)
-        return (
-            f"Pool '{other}' exists in cluster '{cluster}': VM names of pool '{longer}' "
-            f"(capvco-{cluster}-{longer}-...) could be read as names of pool '{shorter}'."
-        )
-    return None
+    if (found := _overlapping(name, others)) is None:
+        return None
+    other, shorter, longer = found
+    if other == name:
+        return f"Pool '{other}' exists in cluster '{cluster}'."
+    return (
+        f"Pool '{other}' exists in cluster '{cluster}': VM names of pool '{longer}' "
+        f"(capvco-{cluster}-{longer}-...) could be read as names of pool '{shorter}'."
+    )
 
 
 @dataclass(frozen=True)
