@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 from decimal import Decimal
+from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
@@ -193,6 +194,18 @@ class MachinePool(models.Model):
 
     def __str__(self) -> str:
         return f"{self.cluster}/{self.name}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        # `next_index` moves only in machine_create, under the row's lock. An edit (API,
+        # admin) saves a copy read before: writing it back would wind the index back, and
+        # the next machine would take the name of one that exists or existed.
+        if not self._state.adding and kwargs.get("update_fields") is None:
+            kwargs["update_fields"] = [
+                f.name
+                for f in self._meta.concrete_fields
+                if not f.primary_key and f.name != "next_index"
+            ]
+        super().save(*args, **kwargs)
 
     def clean(self) -> None:
         errors: dict[str, str] = {}

@@ -68,6 +68,7 @@ CLUSTER_NAMES = ("alpha", "bravo")
 MAX_REPLICAS = 3
 # Seconds between the driver's actions, failed listings, and worker kills (uniform).
 ACTION_EVERY = (1.0, 3.0)
+SECOND_THOUGHT = (0.2, 1.0)  # a pool scaled again soon after
 LISTING_FAILS_EVERY = (8.0, 20.0)
 KILL_EVERY = (6.0, 20.0)
 ACTOR = "chaos"
@@ -319,10 +320,20 @@ class Driver:
     def __init__(self, operator: Operator, rng: random.Random) -> None:
         self.operator = operator
         self.rng = rng
+        self.second_thought: int | None = None
+        """A pool just scaled that will be scaled again at once (while its machines are
+        being made: the edit races the workers)."""
 
     def act(self) -> tuple[str, str]:
         """Do one thing; answers (kind, what)."""
         rng = self.rng
+        if self.second_thought is not None:
+            pool = MachinePool.objects.filter(
+                pk=self.second_thought, cluster__state=Cluster.State.ACTIVE
+            ).first()
+            self.second_thought = None
+            if pool is not None:
+                return "scale", self._scale(pool, "again: ")
         active = list(Cluster.objects.filter(state=Cluster.State.ACTIVE).order_by("name"))
         existing = set(Cluster.objects.values_list("name", flat=True))
         gone = [name for name in CLUSTER_NAMES if name not in existing]
@@ -335,11 +346,10 @@ class Driver:
             return "wait", "nothing to do: every cluster is being deleted"
         kind = rng.choices(list(kinds), weights=list(kinds.values()))[0]
         if kind == "scale":
-            cluster = rng.choice(active)
-            pool = rng.choice(list(cluster.pools.order_by("name")))
-            replicas = rng.choice([n for n in range(MAX_REPLICAS + 1) if n != pool.replicas])
-            self.operator.pool_scale(pool, replicas)
-            return kind, f"scale {cluster.name}/{pool.name} {pool.replicas} -> {replicas}"
+            pool = rng.choice(list(rng.choice(active).pools.order_by("name")))
+            if rng.random() < 0.3:
+                self.second_thought = pool.pk
+            return kind, self._scale(pool)
         if kind == "cluster_delete":
             cluster = rng.choice(active)
             cluster_delete(cluster=cluster, actor=ACTOR, reason="chaos: delete the cluster")
@@ -353,6 +363,11 @@ class Driver:
             return kind, what
         name = rng.choice(gone)
         return kind, f"make again {self.operator.cluster_create(name, rng)}"
+
+    def _scale(self, pool: MachinePool, again: str = "") -> str:
+        replicas = self.rng.choice([n for n in range(MAX_REPLICAS + 1) if n != pool.replicas])
+        self.operator.pool_scale(pool, replicas)
+        return f"scale {again}{pool.cluster.name}/{pool.name} {pool.replicas} -> {replicas}"
 
 
 def chaos_run(
@@ -434,7 +449,8 @@ def _storm(
             kind, what = driver.act()
             report.actions[kind] += 1
             log(what)
-            next_action = now + rngs["act"].uniform(*ACTION_EVERY)
+            soon = driver.second_thought is not None
+            next_action = now + rngs["act"].uniform(*(SECOND_THOUGHT if soon else ACTION_EVERY))
         if now >= next_listing_fault:
             log(listing_fail(sim, rngs["fault"]))
             next_listing_fault = now + rngs["fault"].uniform(*LISTING_FAILS_EVERY)
@@ -593,8 +609,9 @@ def lifecycle_problems(plane: Plane, *, gone: Iterable[str]) -> list[str]:
 
 def _audit_problems(machines: list[Machine]) -> list[str]:
     """What the audit log shows that must never happen: a vGPU released while attached to
-    the VM of a machine that still exists (or released from such a machine at all), and a
-    machine's VM taken for vanished (nothing outside the control plane deletes VMs here)."""
+    the VM of a machine that still exists (or released from such a machine at all), a
+    machine name used twice, and a machine's VM taken for vanished (nothing outside the
+    control plane deletes VMs here)."""
     problems = []
     by_vm = {m.vm_id: m for m in machines if m.vm_id is not None}
     by_owner = {f"{m.pool.cluster.name}/{m.name}": m for m in machines}
@@ -612,6 +629,20 @@ def _audit_problems(machines: list[Machine]) -> list[str]:
             problems.append(
                 f"vgpu.release of {before.get('name')} at {at}: a vGPU of machine "
                 f"{owner.pool.cluster.name}/{owner.name}, which still exists"
+            )
+    # Indexes are never reused: no machine bears the name of one deleted before it was
+    # made, in the same incarnation of its cluster.
+    gone = AuditEvent.objects.filter(action__in=["machine.delete", "machine.force_delete"])
+    for m in machines:
+        reused = gone.filter(
+            object_repr=f"{m.pool.cluster.name}/{m.name}",
+            created_at__gt=m.pool.cluster.created_at,
+            created_at__lt=m.created_at,
+        ).first()
+        if reused is not None:
+            problems.append(
+                f"machine {m.pool.cluster.name}/{m.name} reuses the name of one deleted "
+                f"at {reused.created_at:%H:%M:%S.%f} ({reused.action})"
             )
     for event in AuditEvent.objects.filter(action="machine.recreate").order_by("pk"):
         problems.append(

@@ -18,7 +18,8 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from capvco_web.models import AuditEvent
-from clusters.models import ClusterSite, Location, Machine
+from clusters.models import ClusterSite, Location, Machine, MachinePool
+from clusters.reconcile import machine_create
 from clusters.services import machine_force_delete
 from clusters.whitesky import whitesky_client
 from gpus.mirror import vgpus_sync
@@ -132,9 +133,8 @@ def test_a_pool_made_again_never_reuses_an_index_whose_names_are_still_listed(
     plane.converge(cluster)
     machine_force_delete(machine=Machine.objects.get(), actor="test", reason="stuck")
     plane.observe()
-    pool.next_index = 0  # as a pool deleted and made again under the same name would be
-    pool.replicas = 1
-    pool.save()
+    # As a pool deleted and made again under the same name would be.
+    MachinePool.objects.filter(pk=pool.pk).update(next_index=0, replicas=1)
 
     plane.converge(cluster)
 
@@ -437,3 +437,18 @@ def test_a_machine_force_deleted_while_its_vm_is_made_ends_the_step_and_the_vm_i
     plane.observe()
     sweep(plane)
     assert plane.sim_vms() == []  # the VM it left is an orphan, and swept
+
+
+def test_a_pool_edit_saved_while_a_machine_was_made_does_not_wind_its_next_index_back(
+    plane: Plane,
+) -> None:
+    cluster = plane.cluster()
+    pool = plane.pool(cluster, "cpu", replicas=1)
+    edited = MachinePool.objects.get(pk=pool.pk)  # an edit (API, admin) reads the pool,
+    machine_create(pool_id=pool.pk)  # a worker makes its machine meanwhile,
+    edited.replicas = 2
+    edited.save()  # and the edit is saved, as the serializer and the admin save it
+
+    assert MachinePool.objects.get(pk=pool.pk).next_index == 1
+    plane.converge(cluster)
+    assert sorted(Machine.objects.values_list("name", flat=True)) == ["cpu-0", "cpu-1"]
