@@ -323,6 +323,9 @@ class Driver:
         self.second_thought: int | None = None
         """A pool just scaled that will be scaled again at once (while its machines are
         being made: the edit races the workers)."""
+        self.then_delete: int | None = None
+        """A cluster whose machine was force-deleted mid-step, deleted at once (while that
+        machine's create or reserve may still land)."""
 
     def act(self) -> tuple[str, str]:
         """Do one thing; answers (kind, what)."""
@@ -334,6 +337,12 @@ class Driver:
             self.second_thought = None
             if pool is not None:
                 return "scale", self._scale(pool, "again: ")
+        if self.then_delete is not None:
+            cluster = Cluster.objects.filter(pk=self.then_delete).first()
+            self.then_delete = None
+            if cluster is not None and cluster.state == Cluster.State.ACTIVE:
+                cluster_delete(cluster=cluster, actor=ACTOR, reason="chaos: delete the cluster")
+                return "cluster_delete", f"delete cluster {cluster.name} at once"
         active = list(Cluster.objects.filter(state=Cluster.State.ACTIVE).order_by("name"))
         existing = set(Cluster.objects.values_list("name", flat=True))
         gone = [name for name in CLUSTER_NAMES if name not in existing]
@@ -358,6 +367,8 @@ class Driver:
             # Half the time one mid-step (a create or reserve on its way), if there is one.
             busy = [m for m in machines if m.phase in MID_STEP or m.vm_create_deadline]
             machine = rng.choice(busy if busy and rng.random() < 0.5 else machines)
+            if machine in busy and len(active) > 1 and rng.random() < 0.3:
+                self.then_delete = machine.pool.cluster_id
             what = f"force-delete {machine.pool.cluster.name}/{machine.name} ({machine.phase})"
             machine_force_delete(machine=machine, actor=ACTOR, reason="chaos: force delete")
             return kind, what
@@ -449,7 +460,7 @@ def _storm(
             kind, what = driver.act()
             report.actions[kind] += 1
             log(what)
-            soon = driver.second_thought is not None
+            soon = driver.second_thought is not None or driver.then_delete is not None
             next_action = now + rngs["act"].uniform(*(SECOND_THOUGHT if soon else ACTION_EVERY))
         if now >= next_listing_fault:
             log(listing_fail(sim, rngs["fault"]))
