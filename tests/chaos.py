@@ -607,6 +607,15 @@ def lifecycle_problems(plane: Plane, *, gone: Iterable[str]) -> list[str]:
         if count > 1:
             problems.append(f"{count} VMs named {name}")
 
+    # Rows: every reserve's outcome is known by now, every release confirmed.
+    for row in VgpuReservation.objects.filter(
+        state__in=[VgpuReservation.State.RESERVING, VgpuReservation.State.RELEASING]
+    ).order_by("pk"):
+        problems.append(
+            f"reservation row {row.name} (id {row.vgpu_id}, machine {row.machine_id}) is still "
+            f"{row.state}, created {row.created_at:%H:%M:%S}"
+        )
+
     problems += _audit_problems(machines)
 
     out = StringIO()
