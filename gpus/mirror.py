@@ -83,6 +83,9 @@ def vgpus_sync(
     release recorded while the listing was on its way) is newer than the listing says, and
     is left as it is: the next listing tells.
 
+    A reserve whose answer was lost and whose machine is gone (force-deleted) is resolved
+    here: absent from a complete listing begun after its deadline, its row is dropped.
+
     An orphan is a reservation whose owning machine does not exist. It gets `orphaned_since`
     once, and one more confirmation per complete listing, up to the account's threshold.
     """
@@ -161,6 +164,25 @@ def vgpus_sync(
                     ),
                 )
 
+    deleted = 0
+    if listing.complete:
+        # A reserve whose answer was lost, for a machine deleted since (a force delete):
+        # no machine resolves it. Not in a whole listing begun after it could land: it
+        # never happened.
+        listed_names = {v.name for v in listing.items}
+        never = [
+            row.pk
+            for row in pending_by_name.values()
+            if row.machine_id is None
+            and row.name not in listed_names
+            and row.reserve_deadline is not None
+            and row.reserve_deadline < listed_at
+        ]
+        if never:
+            deleted, _ = VgpuReservation.objects.filter(
+                pk__in=never, vgpu_id__isnull=True, updated_at__lte=listed_at
+            ).delete()
+
     for row in to_update.values():
         row.updated_at = now
     VgpuReservation.objects.bulk_create(to_create)
@@ -168,7 +190,7 @@ def vgpus_sync(
         VgpuReservation.objects.bulk_update(
             list(to_update.values()), sorted(fields | {"updated_at"})
         )
-    return SyncCounts(created=len(to_create), updated=len(to_update))
+    return SyncCounts(created=len(to_create), updated=len(to_update), deleted=deleted)
 
 
 def _orphan_flags(row: VgpuReservation, account: Account, now: datetime) -> list[str]:
