@@ -54,7 +54,7 @@ from django.core.management import call_command
 from rest_framework.test import APIClient
 
 from capvco_web.models import AuditEvent
-from clusters.models import Account, Cluster, Location, Machine, MachinePool
+from clusters.models import Account, Cluster, Location, Machine, MachinePool, VirtualMachine
 from clusters.observe import account_locations_observe
 from clusters.services import cluster_delete, machine_force_delete
 from clusters.whitesky import whitesky_client
@@ -606,6 +606,30 @@ def lifecycle_problems(plane: Plane, *, gone: Iterable[str]) -> list[str]:
     for name, count in Counter(vm["name"] for vm in vms.values()).items():
         if count > 1:
             problems.append(f"{count} VMs named {name}")
+
+    # The mirror: what the database shows is what whitesky has.
+    live = {v["vgpu_id"]: v for v in vgpus}
+    rows = VgpuReservation.objects.filter(
+        state__in=[VgpuReservation.State.RESERVED, VgpuReservation.State.ATTACHED]
+    )
+    mirrored = {row.vgpu_id: row for row in rows}
+    for vgpu_id, row in mirrored.items():
+        if vgpu_id not in live:
+            problems.append(f"reservation row {row.name} ({vgpu_id}) is {row.state}: not listed")
+        elif row.vm_id != live[vgpu_id]["vm_id"]:
+            problems.append(
+                f"reservation row {row.name} says VM {row.vm_id}, whitesky {live[vgpu_id]['vm_id']}"
+            )
+    for vgpu_id, v in live.items():
+        if vgpu_id not in mirrored:
+            problems.append(f"vGPU {v['vgpu_name']} ({vgpu_id}) has no reserved or attached row")
+    seen = dict(VirtualMachine.objects.values_list("vm_id", "status"))
+    for vm in vms.values():
+        if seen.get(vm["vm_id"]) != vm["status"]:
+            problems.append(
+                f"VM {vm['name']} ({vm['vm_id']}) is {vm['status']}, mirrored as "
+                f"{seen.get(vm['vm_id'], 'nothing')}"
+            )
 
     # Rows: every reserve's outcome is known by now, every release confirmed.
     for row in VgpuReservation.objects.filter(
