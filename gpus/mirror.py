@@ -175,7 +175,9 @@ def vgpus_sync(
             list(to_update.values()), sorted(fields | {"updated_at"})
         )
     if never:
-        VgpuReservation.objects.filter(pk__in=never, vgpu_id__isnull=True).delete()
+        VgpuReservation.objects.filter(
+            pk__in=never, vgpu_id__isnull=True, updated_at__lte=listed_at
+        ).delete()
     return SyncCounts(created=len(to_create), updated=len(to_update), deleted=len(never))
 
 

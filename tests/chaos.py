@@ -54,7 +54,7 @@ from django.core.management import call_command
 from rest_framework.test import APIClient
 
 from capvco_web.models import AuditEvent
-from clusters.models import Account, Cluster, Location, Machine, MachinePool
+from clusters.models import Account, Cluster, Location, Machine, MachinePool, VirtualMachine
 from clusters.observe import account_locations_observe
 from clusters.services import cluster_delete, machine_force_delete
 from clusters.whitesky import whitesky_client
@@ -323,6 +323,9 @@ class Driver:
         self.second_thought: int | None = None
         """A pool just scaled that will be scaled again at once (while its machines are
         being made: the edit races the workers)."""
+        self.then_delete: int | None = None
+        """A cluster whose machine was force-deleted mid-step, deleted at once (while that
+        machine's create or reserve may still land)."""
 
     def act(self) -> tuple[str, str]:
         """Do one thing; answers (kind, what)."""
@@ -334,6 +337,12 @@ class Driver:
             self.second_thought = None
             if pool is not None:
                 return "scale", self._scale(pool, "again: ")
+        if self.then_delete is not None:
+            cluster = Cluster.objects.filter(pk=self.then_delete).first()
+            self.then_delete = None
+            if cluster is not None and cluster.state == Cluster.State.ACTIVE:
+                cluster_delete(cluster=cluster, actor=ACTOR, reason="chaos: delete the cluster")
+                return "cluster_delete", f"delete cluster {cluster.name} at once"
         active = list(Cluster.objects.filter(state=Cluster.State.ACTIVE).order_by("name"))
         existing = set(Cluster.objects.values_list("name", flat=True))
         gone = [name for name in CLUSTER_NAMES if name not in existing]
@@ -358,6 +367,8 @@ class Driver:
             # Half the time one mid-step (a create or reserve on its way), if there is one.
             busy = [m for m in machines if m.phase in MID_STEP or m.vm_create_deadline]
             machine = rng.choice(busy if busy and rng.random() < 0.5 else machines)
+            if machine in busy and len(active) > 1 and rng.random() < 0.3:
+                self.then_delete = machine.pool.cluster_id
             what = f"force-delete {machine.pool.cluster.name}/{machine.name} ({machine.phase})"
             machine_force_delete(machine=machine, actor=ACTOR, reason="chaos: force delete")
             return kind, what
@@ -449,7 +460,7 @@ def _storm(
             kind, what = driver.act()
             report.actions[kind] += 1
             log(what)
-            soon = driver.second_thought is not None
+            soon = driver.second_thought is not None or driver.then_delete is not None
             next_action = now + rngs["act"].uniform(*(SECOND_THOUGHT if soon else ACTION_EVERY))
         if now >= next_listing_fault:
             log(listing_fail(sim, rngs["fault"]))
@@ -595,6 +606,39 @@ def lifecycle_problems(plane: Plane, *, gone: Iterable[str]) -> list[str]:
     for name, count in Counter(vm["name"] for vm in vms.values()).items():
         if count > 1:
             problems.append(f"{count} VMs named {name}")
+
+    # The mirror: what the database shows is what whitesky has.
+    live = {v["vgpu_id"]: v for v in vgpus}
+    rows = VgpuReservation.objects.filter(
+        state__in=[VgpuReservation.State.RESERVED, VgpuReservation.State.ATTACHED]
+    )
+    mirrored = {row.vgpu_id: row for row in rows}
+    for vgpu_id, row in mirrored.items():
+        if vgpu_id not in live:
+            problems.append(f"reservation row {row.name} ({vgpu_id}) is {row.state}: not listed")
+        elif row.vm_id != live[vgpu_id]["vm_id"]:
+            problems.append(
+                f"reservation row {row.name} says VM {row.vm_id}, whitesky {live[vgpu_id]['vm_id']}"
+            )
+    for vgpu_id, v in live.items():
+        if vgpu_id not in mirrored:
+            problems.append(f"vGPU {v['vgpu_name']} ({vgpu_id}) has no reserved or attached row")
+    seen = dict(VirtualMachine.objects.values_list("vm_id", "status"))
+    for vm in vms.values():
+        if seen.get(vm["vm_id"]) != vm["status"]:
+            problems.append(
+                f"VM {vm['name']} ({vm['vm_id']}) is {vm['status']}, mirrored as "
+                f"{seen.get(vm['vm_id'], 'nothing')}"
+            )
+
+    # Rows: every reserve's outcome is known by now, every release confirmed.
+    for row in VgpuReservation.objects.filter(
+        state__in=[VgpuReservation.State.RESERVING, VgpuReservation.State.RELEASING]
+    ).order_by("pk"):
+        problems.append(
+            f"reservation row {row.name} (id {row.vgpu_id}, machine {row.machine_id}) is still "
+            f"{row.state}, created {row.created_at:%H:%M:%S}"
+        )
 
     problems += _audit_problems(machines)
 

@@ -452,3 +452,25 @@ def test_a_pool_edit_saved_while_a_machine_was_made_does_not_wind_its_next_index
     assert MachinePool.objects.get(pk=pool.pk).next_index == 1
     plane.converge(cluster)
     assert sorted(Machine.objects.values_list("name", flat=True)) == ["cpu-0", "cpu-1"]
+
+
+def test_a_lost_reserve_of_a_machine_force_deleted_meanwhile_is_resolved_by_observation(
+    plane: Plane,
+) -> None:
+    cluster = plane.cluster()
+    plane.pool(cluster, "a100", gpu_type="NVIDIA A100", gpu_count=1)
+    plane.observe()
+    # The reserve's answer is lost (a 502: it never happened, but nobody can know yet).
+    plane.sim.fault(operation="reserveAndAttachVGPUToVM", status=502, times=1)
+    plane.reconcile(cluster)
+    pending = VgpuReservation.objects.get()
+    assert (pending.state, pending.vgpu_id) == (RState.RESERVING, None)
+    machine_force_delete(machine=Machine.objects.get(), actor="test", reason="stuck")
+
+    plane.observe()  # the reserve may still land: nothing decided
+    assert VgpuReservation.objects.filter(pk=pending.pk, state=RState.RESERVING).exists()
+    VgpuReservation.objects.filter(pk=pending.pk).update(reserve_deadline=timezone.now())
+    plane.observe()  # a whole listing begun after it could land, without it
+
+    assert not VgpuReservation.objects.filter(pk=pending.pk).exists()
+    assert plane.sim_vgpus() == []
