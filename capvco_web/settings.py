@@ -206,7 +206,7 @@ CELERY_BEAT_SCHEDULE = {
     "heartbeat": _every("capvco_web.tasks.heartbeat", HEARTBEAT_INTERVAL),
     "observe": _every("clusters.tasks.observe_all", OBSERVE_INTERVAL),
     "reconcile": _every("clusters.tasks.reconcile_all", RECONCILE_INTERVAL),
-    "orphan-sweep": _every("gpus.tasks.orphan_sweep_all", ORPHAN_SWEEP_INTERVAL),
+    "orphan-sweep": _every("clusters.tasks.orphan_sweep_all", ORPHAN_SWEEP_INTERVAL),
 }
 
 # whitesky: vGPU reservations are listed in pages of this size (all pages, always).
