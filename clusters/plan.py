@@ -13,7 +13,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Literal
 
-from django.db.models import Count, Q
+from django.db.models import Count, Prefetch, Q
 
 from clusters.models import Cluster, ClusterSite, Location, Machine, MachinePool, VirtualMachine
 from clusters.selectors import pools_by_cluster
@@ -25,6 +25,7 @@ Phase = Machine.Phase
 RState = VgpuReservation.State
 VM_GONE = frozenset({"DELETED", "DESTROYED"})
 LIVE_RESERVATION = (RState.RESERVING, RState.RESERVED, RState.ATTACHED, RState.RELEASING)
+HELD = "billed_reservations"  # a machine's vGPUs, when read with it (_machines)
 
 Action = Literal["create", "provision", "replace_vm", "teardown", "reclaim"]
 
@@ -122,6 +123,9 @@ class ClusterPlan:
 def gpus_held(machine: Machine) -> list[VgpuReservation]:
     if machine.pk is None:
         return []  # a machine the plan would make
+    held: list[VgpuReservation] | None = getattr(machine, HELD, None)
+    if held is not None:
+        return held  # read with the machine, for the whole cluster at once (_machines)
     return list(
         VgpuReservation.objects.filter(machine=machine, state__in=LIVE_RESERVATION).order_by(
             "owner_index", "pk"
@@ -307,9 +311,13 @@ class OwnerTest:
 
 
 def _machines(where: Q) -> list[Machine]:
+    """The machines, each with the vGPUs it holds: one query for them all, not one per
+    machine (the dashboard shows the plan of a cluster of hundreds)."""
+    held = VgpuReservation.objects.filter(state__in=LIVE_RESERVATION).order_by("owner_index", "pk")
     return list(
         Machine.objects.filter(where)
         .select_related("pool__site__location", "pool__cluster")
+        .prefetch_related(Prefetch("reservations", queryset=held, to_attr=HELD))
         .order_by("pool__name", "index")
     )
 

@@ -11,10 +11,12 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from django.contrib.auth.models import AnonymousUser, User
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models, transaction
 from django.db.models import ProtectedError
 
 from capvco_web.audit import audit_record
+from capvco_web.rows import model_update
 from clusters.models import Account, Cluster, ClusterSite, Machine, MachinePool, VirtualMachine
 from gpus import naming
 from gpus.models import VgpuReservation
@@ -260,3 +262,45 @@ def cluster_rows_delete(*, cluster: Cluster, actor: Actor, reason: str) -> None:
         pools.delete()
         sites.delete()
         cluster.delete()
+
+
+def pool_scale(*, pool: MachinePool, replicas: int, actor: Actor, reason: str) -> MachinePool:
+    """Set a pool's replicas, and nothing else. The reconciler creates the machines missing
+    or tears the surplus down. Audited with the reason."""
+    if not reason.strip():
+        raise ValueError("Scaling a pool needs a reason.")
+    MinValueValidator(0)(replicas)
+    MaxValueValidator(100)(replicas)
+    with transaction.atomic():
+        pool = MachinePool.objects.select_for_update().get(pk=pool.pk)
+        before = pool.replicas
+        if not model_update(pool, {"replicas": replicas}):
+            return pool
+        audit_record(
+            actor=actor,
+            action="pool.scale",
+            obj=pool,
+            reason=reason,
+            before={"replicas": before},
+            after={"replicas": replicas},
+        )
+    return pool
+
+
+def machine_delete(*, machine: Machine, actor: Actor, reason: str) -> Machine:
+    """Ask for a machine's teardown (its VM deleted, its vGPUs released). The pool keeps its
+    replicas, so the reconciler makes a new machine in its place; scale the pool down for
+    fewer machines. Audited with the reason."""
+    if not reason.strip():
+        raise ValueError("Deleting a machine needs a reason.")
+    phase = machine.phase
+    if model_update(machine, {"delete_requested": True}, expect={"delete_requested": False}):
+        audit_record(
+            actor=actor,
+            action="machine.delete_requested",
+            obj=machine,
+            reason=reason,
+            before={"delete_requested": False, "phase": phase},
+            after={"delete_requested": True},
+        )
+    return machine
