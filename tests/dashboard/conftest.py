@@ -25,6 +25,7 @@ from tests.factories import (
     VgpuReservationFactory,
     VirtualMachineFactory,
 )
+from tests.gpus.conftest import plane  # noqa: F401 (the control plane on the simulator)
 
 State = VgpuReservation.State
 
