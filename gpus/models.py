@@ -7,6 +7,8 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from gpus import naming
+
 HOURS_PER_MONTH = Decimal(730)  # whitesky prices are per month; 365 * 24 / 12
 CENT = Decimal("0.01")
 # Every state but released: whitesky bills the reservation (VgpuReservation.State).
@@ -132,17 +134,24 @@ class VgpuReservation(models.Model):
         indexes = [
             models.Index(fields=["location", "name"]),
             models.Index(fields=["owner_cluster"]),
-            # The dashboard's list: keyset pages in either sort, the reservations of a VM,
-            # and the rows still billed (a small part of a table that keeps released
-            # history) for the capacity and money figures. A trigram index on the name, for
-            # the list's search, exists on PostgreSQL only (migration 0005).
+            # The dashboard's list over a table that keeps released history: keyset pages
+            # in either order, the reservations of a VM and of a card (a GPU type is
+            # cards), the few rows still billed (also the capacity and money figures), and
+            # the few not named by us. A trigram index on the name, for the list's search,
+            # exists on PostgreSQL only (migration 0005).
             models.Index(fields=["created_at", "id"], name="reservation_created"),
             models.Index(fields=["name", "id"], name="reservation_name"),
             models.Index(fields=["location", "vm_id"], name="reservation_vm"),
+            models.Index(fields=["location", "gpu_id"], name="reservation_card"),
             models.Index(
                 fields=["created_at", "id"],
                 condition=models.Q(state__in=BILLED_STATES),
                 name="reservation_billed",
+            ),
+            models.Index(
+                fields=["created_at", "id"],
+                condition=~models.Q(name__startswith=naming.PREFIX),
+                name="reservation_not_ours",
             ),
         ]
 

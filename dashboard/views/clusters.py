@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlencode
 
 from django.core.paginator import Paginator
 from django.db.models import Count
@@ -23,7 +24,7 @@ from dashboard.views.common import page_or_fragment
 from gpus.models import BILLED_STATES, GpuProfile, VgpuReservation
 
 CLUSTERS_PER_PAGE = 50
-MACHINES_PER_PAGE = 100
+MACHINES_PER_PAGE = 50
 Phase = Machine.Phase
 
 
@@ -116,8 +117,8 @@ class MachineRow:
     machine: Machine
     vm: VirtualMachine | None
     gpus: list[VgpuReservation]
-    can_delete: bool
-    can_force_delete: bool
+    delete_url: str  # empty: not offered
+    force_delete_url: str
 
 
 def cluster_body(request: HtmxHttpRequest, cluster: Cluster, params: QueryDict) -> dict[str, Any]:
@@ -164,6 +165,12 @@ def cluster_body(request: HtmxHttpRequest, cluster: Cluster, params: QueryDict) 
     )
     plan = cluster_plan(cluster)
     cluster_url = reverse("dashboard:cluster", args=[cluster.pk])
+    page_url = f"{cluster_url}?{params.urlencode()}" if params else cluster_url
+    back = "?" + urlencode({"next": page_url})
+
+    def offered(may_do: bool, name: str, pk: int) -> str:
+        return reverse(name, args=[pk]) + back if may_do else ""
+
     return {
         "cluster": cluster,
         "sites": sites,
@@ -176,8 +183,16 @@ def cluster_body(request: HtmxHttpRequest, cluster: Cluster, params: QueryDict) 
                 machine=m,
                 vm=vms.get((m.pool.site.location_id, m.vm_id)) if m.vm_id is not None else None,
                 gpus=held.get(m.pk, []),
-                can_delete=not m.delete_requested and may(request, "clusters.delete_machine", m),
-                can_force_delete=may(request, "clusters.force_delete_machine", m),
+                delete_url=offered(
+                    not m.delete_requested and may(request, "clusters.delete_machine", m),
+                    "dashboard:machine-delete",
+                    m.pk,
+                ),
+                force_delete_url=offered(
+                    may(request, "clusters.force_delete_machine", m),
+                    "dashboard:machine-force-delete",
+                    m.pk,
+                ),
             )
             for m in on_page
         ],
@@ -186,7 +201,9 @@ def cluster_body(request: HtmxHttpRequest, cluster: Cluster, params: QueryDict) 
         "plan": plan,
         "can_delete_cluster": cluster.state == Cluster.State.ACTIVE
         and may(request, "clusters.delete_cluster", cluster),
-        "page_url": f"{cluster_url}?{params.urlencode()}" if params else cluster_url,
+        "page_url": page_url,
+        "back": back,
+        "reservations_url": reverse("dashboard:reservations"),
     }
 
 

@@ -50,7 +50,15 @@ class Migration(migrations.Migration):
         ),
         migrations.AddIndex(
             model_name='vgpureservation',
+            index=models.Index(fields=['location', 'gpu_id'], name='reservation_card'),
+        ),
+        migrations.AddIndex(
+            model_name='vgpureservation',
             index=models.Index(condition=models.Q(('state__in', ('reserving', 'reserved', 'attached', 'releasing'))), fields=['created_at', 'id'], name='reservation_billed'),
+        ),
+        migrations.AddIndex(
+            model_name='vgpureservation',
+            index=models.Index(condition=models.Q(('name__startswith', 'capvco-'), _negated=True), fields=['created_at', 'id'], name='reservation_not_ours'),
         ),
         migrations.RunPython(trigram_index_create, trigram_index_drop),
     ]
