@@ -9,7 +9,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 class ReasonForm(forms.Form):
     reason = forms.CharField(
         max_length=1000,
-        widget=forms.Textarea(attrs={"rows": 3}),
+        widget=forms.Textarea(attrs={"rows": 3, "autofocus": True}),
         help_text="Recorded in the audit log with your name.",
     )
     next = forms.CharField(required=False, widget=forms.HiddenInput)

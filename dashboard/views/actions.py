@@ -121,6 +121,7 @@ def _confirm_and_act(
         "action_url": request.path,
         "target": home.target,
         "back": back,
+        "in_panel": bool(request.htmx),
     }
     if request.method != "POST":
         return _confirmation_page(request, context, status=200)

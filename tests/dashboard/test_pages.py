@@ -3,6 +3,8 @@ for, with `Vary: HX-Request` on both; what each shows."""
 
 from __future__ import annotations
 
+from html.parser import HTMLParser
+
 import pytest
 from django.test import Client
 
@@ -74,3 +76,35 @@ def test_pages_name_a_favicon_and_the_old_path_finds_it(
     response = client.get("/favicon.ico")  # no login needed
     assert response.status_code == 301
     assert response["Location"].endswith("favicon.svg")
+
+
+class _InlineCode(HTMLParser):
+    """Finds what a Content-Security-Policy without 'unsafe-inline' would block."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        names = {name for name, _ in attrs}
+        if tag == "style" or (tag == "script" and "src" not in names):
+            self.found.append(f"<{tag}> inline")
+        self.found += [
+            f"{name}= on <{tag}>"
+            for name in names
+            if name == "style" or name.startswith(("on", "hx-on"))
+        ]
+
+
+def test_pages_hold_no_inline_script_or_style(admin_client: Client, world: World) -> None:
+    paths = [
+        *PAGES,
+        f"/clusters/{world.cluster.pk}/",
+        f"/reservations/{world.orphan.pk}/release/",
+        f"/pools/{world.pool.pk}/scale/",
+        "/login/",
+    ]
+    for path in paths:
+        parser = _InlineCode()
+        parser.feed(admin_client.get(path).content.decode())
+        assert parser.found == [], path
