@@ -204,3 +204,15 @@ def test_the_api_takes_the_same_new_filters(admin_client: Client, world: World) 
     assert [r["name"] for r in response.json()["results"]] == [world.leak.name]
     refused = admin_client.get("/api/v1/reservations/?q=ab", HTTP_ACCEPT="application/json")
     assert refused.status_code == 400
+
+
+def test_a_large_count_says_more_than_instead_of_counting_every_row(
+    admin_client: Client, world: World
+) -> None:
+    VgpuReservation.objects.bulk_create(
+        VgpuReservation(location=world.fresh, name=f"x-{i}", vgpu_id=f"x-{i}", state=State.RELEASED)
+        for i in range(600)
+    )
+    response = admin_client.get("/reservations/?state=released")
+    assert response.context["page"].count_capped
+    assert "more than 500</strong> reservations" in response.content.decode()
