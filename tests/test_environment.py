@@ -131,6 +131,7 @@ CHECKOUT = (
     "clusters",
     "gpus",
     "sriov",
+    "dashboard",
     "templates",
     "static",
     "tests",
