@@ -10,6 +10,8 @@ from gpus.api import views as gpus
 router = DefaultRouter()
 router.register("accounts", clusters.AccountViewSet)
 router.register("locations", clusters.LocationViewSet)
+router.register("cloudspaces", clusters.CloudspaceViewSet)
+router.register("images", clusters.ImageViewSet)
 router.register("clusters", clusters.ClusterViewSet)
 router.register("sites", clusters.ClusterSiteViewSet)
 router.register("pools", clusters.MachinePoolViewSet)

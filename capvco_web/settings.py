@@ -198,6 +198,10 @@ OBSERVE_INTERVAL = timedelta(seconds=env.float("OBSERVE_INTERVAL_SECONDS", defau
 RECONCILE_INTERVAL = timedelta(seconds=env.float("RECONCILE_INTERVAL_SECONDS", default=30))
 ORPHAN_SWEEP_INTERVAL = timedelta(seconds=env.float("ORPHAN_SWEEP_INTERVAL_SECONDS", default=60))
 HISTORY_PRUNE_INTERVAL = timedelta(days=1)
+# Cloudspaces and images change seldom: the choices a new cluster is set up with.
+CATALOG_OBSERVE_INTERVAL = timedelta(
+    seconds=env.float("CATALOG_OBSERVE_INTERVAL_SECONDS", default=300)
+)
 
 
 def _every(task: str, interval: timedelta) -> dict[str, object]:
@@ -211,6 +215,7 @@ CELERY_BEAT_SCHEDULE = {
     "reconcile": _every("clusters.tasks.reconcile_all", RECONCILE_INTERVAL),
     "orphan-sweep": _every("clusters.tasks.orphan_sweep_all", ORPHAN_SWEEP_INTERVAL),
     "history-prune": _every("capvco_web.tasks.history_prune", HISTORY_PRUNE_INTERVAL),
+    "observe-catalog": _every("clusters.tasks.observe_catalog_all", CATALOG_OBSERVE_INTERVAL),
 }
 
 # History kept: released vGPU reservations and audit events older than this many days are

@@ -43,6 +43,7 @@ from clusters.services import (
     site_delete,
     site_delete_check,
 )
+from clusters.tasks import account_observe_now
 from gpus import naming
 from gpus.models import VgpuReservation
 
@@ -158,6 +159,11 @@ class AccountAdmin(DeleteThroughServiceAdmin[Account]):
 
     def delete_check(self, obj: Account) -> None:
         account_delete_check(account=obj)
+
+    def save_model(self, request: HttpRequest, obj: Account, form: Any, change: bool) -> None:
+        super().save_model(request, obj, form, change)
+        if not change:
+            account_observe_now(obj.pk)  # not at the next beat tick
 
     def delete_through_service(self, obj: Account, actor: User | AnonymousUser) -> None:
         account_delete(account=obj, actor=actor)

@@ -343,3 +343,43 @@ class VirtualMachine(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.vm_id})"
+
+
+class Cloudspace(models.Model):
+    """A cloudspace of the account in a location (mirrored): where a cluster site's VMs
+    can live. Offered when a cluster is set up, so nobody looks its id up by hand."""
+
+    location = models.ForeignKey(Location, on_delete=models.CASCADE, related_name="cloudspaces")
+    cloudspace_id = models.CharField(max_length=100)
+    name = models.CharField(max_length=200)
+    status = models.CharField(max_length=32)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["location", "cloudspace_id"], name="cloudspace_unique_per_location"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.cloudspace_id})"
+
+
+class Image(models.Model):
+    """A VM image the account may boot in a location (mirrored)."""
+
+    location = models.ForeignKey(Location, on_delete=models.CASCADE, related_name="images")
+    image_id = models.PositiveIntegerField()
+    name = models.CharField(max_length=200)
+    status = models.CharField(max_length=32)
+    os_type = models.CharField(max_length=32, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["location", "image_id"], name="image_unique_per_location"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.image_id})"

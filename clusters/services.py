@@ -8,16 +8,26 @@ naming what is in the way and what to do, while anything still hangs from the ro
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.auth.models import AnonymousUser, User
+from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models, transaction
 from django.db.models import ProtectedError
 
 from capvco_web.audit import audit_record
 from capvco_web.rows import model_update
-from clusters.models import Account, Cluster, ClusterSite, Machine, MachinePool, VirtualMachine
+from clusters.models import (
+    Account,
+    Cluster,
+    ClusterSite,
+    Location,
+    Machine,
+    MachinePool,
+    VirtualMachine,
+)
 from gpus import naming
 from gpus.models import VgpuReservation
 
@@ -304,3 +314,100 @@ def machine_delete(*, machine: Machine, actor: Actor, reason: str) -> Machine:
             after={"delete_requested": True},
         )
     return machine
+
+
+@dataclass(frozen=True)
+class SiteSpec:
+    location: Location
+    cloudspace_id: str
+    image_id: int
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    name: str
+    location: Location
+    replicas: int
+    gpu_type: str = ""
+    gpu_count: int = 0
+    vcpus: int = 4
+    memory_mib: int = 8192
+    disk_gib: int = 50
+
+
+def _validated(obj: models.Model, label: str) -> None:
+    """The model's own validation, its errors under `label` (which site, which pool)."""
+    try:
+        obj.full_clean()
+    except ValidationError as exc:
+        problems = [
+            f"{field}: {message}" if field != "__all__" else message
+            for field, messages in exc.message_dict.items()
+            for message in messages
+        ]
+        raise ValidationError({label: problems}) from exc
+
+
+def cluster_setup(
+    *,
+    name: str,
+    account: Account,
+    sites: Sequence[SiteSpec],
+    pools: Sequence[PoolSpec],
+    actor: Actor,
+) -> Cluster:
+    """Create a cluster with its sites and pools at once, each checked by its model as the
+    API checks it; when anything is refused nothing is made. Audited."""
+    with transaction.atomic():
+        cluster = Cluster(name=name, account=account)
+        _validated(cluster, "cluster")
+        cluster.save()
+        by_location: dict[int, ClusterSite] = {}
+        for spec in sites:
+            site = ClusterSite(
+                cluster=cluster,
+                location=spec.location,
+                cloudspace_id=spec.cloudspace_id,
+                image_id=spec.image_id,
+            )
+            _validated(site, f"site in {spec.location.name}")
+            site.save()
+            by_location[spec.location.pk] = site
+        for pool_spec in pools:
+            label = f"pool {pool_spec.name}"
+            pool_site = by_location.get(pool_spec.location.pk)
+            if pool_site is None:
+                raise ValidationError(
+                    {label: [f"{pool_spec.location.name} is not one of the cluster's sites."]}
+                )
+            pool = MachinePool(
+                cluster=cluster,
+                site=pool_site,
+                name=pool_spec.name,
+                replicas=pool_spec.replicas,
+                gpu_type=pool_spec.gpu_type,
+                gpu_count=pool_spec.gpu_count,
+                vcpus=pool_spec.vcpus,
+                memory_mib=pool_spec.memory_mib,
+                disk_gib=pool_spec.disk_gib,
+            )
+            _validated(pool, label)
+            pool.save()
+        audit_record(
+            actor=actor,
+            action="cluster.create",
+            obj=cluster,
+            after={
+                "account": account.name,
+                "sites": [
+                    f"{s.location.name}: cloudspace {s.cloudspace_id}, image {s.image_id}"
+                    for s in sites
+                ],
+                "pools": [
+                    f"{p.name} in {p.location.name}: {p.replicas} x "
+                    f"{f'{p.gpu_count} {p.gpu_type}' if p.gpu_count else 'no GPU'}"
+                    for p in pools
+                ],
+            },
+        )
+    return cluster

@@ -17,7 +17,11 @@ from capvco_web.integrations import whitesky as ws
 from capvco_web.locks import object_lock
 from capvco_web.tasks import retry_if_transient, send_on_commit
 from clusters.models import Account, Cluster, Location
-from clusters.observe import account_locations_observe, location_observe
+from clusters.observe import (
+    account_catalog_observe,
+    account_locations_observe,
+    location_observe,
+)
 from clusters.reconcile import PassContext, cluster_reconcile, machine_reconcile
 from clusters.releases import (
     locations_to_sweep,
@@ -38,19 +42,48 @@ def observe_all() -> None:
 
 
 @shared_task(bind=True, max_retries=3)
-def observe_account(self: Task[Any, Any], account_id: int) -> None:
+def observe_account(self: Task[Any, Any], account_id: int, catalog: bool = False) -> None:
+    """The account's locations, then each location; with `catalog`, its cloudspaces and
+    images too (a new account: see account_observe_now)."""
     account = Account.objects.get(pk=account_id)
+    locations: list[Location] = []
     with object_lock(f"observe-account:{account_id}") as taken:
+        if taken:  # else another observe of the account lists its locations
+            with whitesky_client(account) as client:
+                try:
+                    locations = account_locations_observe(client=client, account=account)
+                except ws.WhiteskyError as exc:
+                    retry_if_transient(self, exc)
+                    raise
+    for location in locations:
+        send_on_commit(observe_location, location.pk)
+    if catalog:
+        send_on_commit(observe_catalog, account_id)
+
+
+def account_observe_now(account_id: int) -> None:
+    """A new account is observed at once (its locations, their GPUs and vGPUs, its
+    cloudspaces and images), not at the next beat tick."""
+    send_on_commit(observe_account, account_id, True)
+
+
+@shared_task
+def observe_catalog_all() -> None:
+    for account_id in Account.objects.values_list("pk", flat=True):
+        send_on_commit(observe_catalog, account_id)
+
+
+@shared_task
+def observe_catalog(account_id: int) -> None:
+    """The account's cloudspaces and images: the choices a new cluster is set up with."""
+    account = Account.objects.filter(pk=account_id).first()
+    if account is None:
+        return
+    with object_lock(f"observe-catalog:{account_id}") as taken:
         if not taken:
             return
         with whitesky_client(account) as client:
-            try:
-                locations = account_locations_observe(client=client, account=account)
-            except ws.WhiteskyError as exc:
-                retry_if_transient(self, exc)
-                raise
-    for location in locations:
-        send_on_commit(observe_location, location.pk)
+            account_catalog_observe(client=client, account=account)
 
 
 @shared_task

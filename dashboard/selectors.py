@@ -313,3 +313,52 @@ def held_by_machine(
         assert row.machine_id is not None
         held[row.machine_id].append(row)
     return held
+
+
+# --- a new cluster: will it fit ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Fit:
+    """How many of a pool's machines the cards of its type in its location hold now."""
+
+    machines: int
+    replicas: int
+    free: int
+    most_on_one_card: int
+    offered: str  # what the location offers, when the type is not there
+
+    @property
+    def fits(self) -> bool:
+        return self.machines >= self.replicas
+
+    def __str__(self) -> str:
+        if self.offered:
+            return f"not offered here; the location offers {self.offered}"
+        room = f"{self.free} free, at most {self.most_on_one_card} on one card"
+        if self.fits:
+            return f"fits: all {self.replicas} machines ({room})"
+        return f"only {self.machines} of {self.replicas} machines fit now ({room})"
+
+
+def pool_fit(
+    cards: Sequence[GpuProfile], *, gpu_type: str, count: int, replicas: int
+) -> Fit | None:
+    """Place the pool's machines as the reconciler would, each on the emptiest card with
+    room for all its GPUs, on the cards as last listed. None: a pool without GPUs."""
+    if not (gpu_type and count):
+        return None
+    matches = matching_cards(cards, gpu_type=gpu_type)
+    if not matches:
+        offered = "; ".join(str(o) for o in offers(cards)) or "no GPUs at all"
+        return Fit(0, replicas, 0, 0, offered)
+    free = [c.available_instances for c in matches]
+    placed = 0
+    for _ in range(replicas):
+        emptiest = max(range(len(free)), key=lambda i: free[i])
+        if free[emptiest] < count:
+            break
+        free[emptiest] -= count
+        placed += 1
+    total = sum(c.available_instances for c in matches)
+    return Fit(placed, replicas, total, max(c.available_instances for c in matches), "")

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from dashboard.views import actions, audit, clusters, overview, reservations
+from dashboard.views import actions, audit, clusters, overview, reservations, setup
 
 app_name = "dashboard"
 
@@ -10,6 +10,7 @@ urlpatterns = [
     path("reservations/csv/", reservations.reservation_csv, name="reservations-csv"),
     path("reservations/<int:pk>/release/", actions.reservation_release, name="reservation-release"),
     path("clusters/", clusters.cluster_list, name="clusters"),
+    path("clusters/new/", setup.cluster_new, name="cluster-new"),
     path("clusters/<int:pk>/", clusters.cluster_detail, name="cluster"),
     path("clusters/<int:pk>/delete/", actions.cluster_delete, name="cluster-delete"),
     path("pools/<int:pk>/scale/", actions.pool_scale, name="pool-scale"),

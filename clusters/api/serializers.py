@@ -5,7 +5,16 @@ from typing import Any
 from rest_framework import serializers
 
 from capvco_web.api import ModelCleanMixin
-from clusters.models import Account, Cluster, ClusterSite, Location, Machine, MachinePool
+from clusters.models import (
+    Account,
+    Cloudspace,
+    Cluster,
+    ClusterSite,
+    Image,
+    Location,
+    Machine,
+    MachinePool,
+)
 
 
 class AccountSerializer(ModelCleanMixin):
@@ -31,6 +40,20 @@ class LocationSerializer(serializers.ModelSerializer[Location]):
             "id", "account", "name", "currency", "vgu_price",
             "observation_complete", "observation_error",
         ]  # fmt: skip
+        read_only_fields = fields
+
+
+class CloudspaceSerializer(serializers.ModelSerializer[Cloudspace]):
+    class Meta:
+        model = Cloudspace
+        fields = ["id", "location", "cloudspace_id", "name", "status"]
+        read_only_fields = fields
+
+
+class ImageSerializer(serializers.ModelSerializer[Image]):
+    class Meta:
+        model = Image
+        fields = ["id", "location", "image_id", "name", "status", "os_type"]
         read_only_fields = fields
 
 

@@ -14,16 +14,27 @@ from rest_framework.response import Response
 from capvco_web.api import ConflictSerializer, ReasonSerializer
 from clusters.api.serializers import (
     AccountSerializer,
+    CloudspaceSerializer,
     ClusterSerializer,
     ClusterSiteSerializer,
     DeleteReasonSerializer,
+    ImageSerializer,
     LocationSerializer,
     MachinePoolSerializer,
     MachineSerializer,
     PlanStepSerializer,
 )
 from clusters.filtersets import MachineFilterSet
-from clusters.models import Account, Cluster, ClusterSite, Location, Machine, MachinePool
+from clusters.models import (
+    Account,
+    Cloudspace,
+    Cluster,
+    ClusterSite,
+    Image,
+    Location,
+    Machine,
+    MachinePool,
+)
 from clusters.plan import cluster_plan
 from clusters.services import (
     account_delete,
@@ -32,6 +43,7 @@ from clusters.services import (
     pool_delete,
     site_delete,
 )
+from clusters.tasks import account_observe_now
 
 
 def _reason(
@@ -63,6 +75,10 @@ class AccountViewSet(viewsets.ModelViewSet[Account]):
     queryset = Account.objects.order_by("name")
     serializer_class = AccountSerializer
 
+    def perform_create(self, serializer: serializers.BaseSerializer[Account]) -> None:
+        account = serializer.save()
+        account_observe_now(account.pk)  # not at the next beat tick
+
     @_delete_schema("its clusters, or by vGPU reservations not released")
     def destroy(self, request: Request, pk: str | None = None) -> Response:
         """Delete an account with no cluster and no reservation still billed, with its
@@ -76,6 +92,22 @@ class LocationViewSet(viewsets.ReadOnlyModelViewSet[Location]):
     queryset = Location.objects.order_by("account", "name")
     serializer_class = LocationSerializer
     filterset_fields = ["account", "name"]
+
+
+class CloudspaceViewSet(viewsets.ReadOnlyModelViewSet[Cloudspace]):
+    """The account's cloudspaces per location, as last observed: a site's `cloudspace_id`."""
+
+    queryset = Cloudspace.objects.order_by("location", "name", "pk")
+    serializer_class = CloudspaceSerializer
+    filterset_fields = ["location", "location__account"]
+
+
+class ImageViewSet(viewsets.ReadOnlyModelViewSet[Image]):
+    """The VM images per location, as last observed: a site's `image_id`."""
+
+    queryset = Image.objects.order_by("location", "name", "pk")
+    serializer_class = ImageSerializer
+    filterset_fields = ["location", "location__account"]
 
 
 class ClusterViewSet(

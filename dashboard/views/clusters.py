@@ -21,6 +21,7 @@ from clusters.plan import cluster_plan
 from dashboard.selectors import PoolGpus, held_by_machine, pool_gpus
 from dashboard.views.access import may, visible
 from dashboard.views.common import page_or_fragment
+from dashboard.views.setup import accounts_for_new_clusters
 from gpus.models import BILLED_STATES, GpuProfile, VgpuReservation
 
 CLUSTERS_PER_PAGE = 50
@@ -99,6 +100,7 @@ def cluster_list(request: HtmxHttpRequest) -> HttpResponse:
             for c in page
         ],
         "page_url": request.get_full_path(),
+        "can_add": not request.htmx and accounts_for_new_clusters(request).exists(),
     }
     return page_or_fragment(
         request, "dashboard/clusters.html", context, fragments=["cluster-table"]

@@ -89,6 +89,7 @@ def requests(world: World) -> dict[str, tuple[str, dict[str, str]]]:
         "clusters fragment": ("/clusters/", fragment("cluster-table")),
         "cluster": (cluster, {}),
         "cluster fragment": (cluster, fragment("cluster-body")),
+        "new cluster": (f"/clusters/new/?account={world.fresh.account_id}", {}),
         "audit log": ("/audit/", {}),
         "audit log fragment": ("/audit/?action=vgpu.", fragment("audit-table")),
     }
