@@ -219,3 +219,25 @@ def test_a_user_without_a_role_may_not_set_up_a_cluster(
     )
     assert not Cluster.objects.exists()
     assert b"/clusters/new/" not in logged_in_client.get("/clusters/").content
+
+
+def test_an_account_added_in_the_admin_is_observed_at_once(
+    whitesky_sim: WhiteskySimulator, admin_client: Client, run_tasks: Tasks
+) -> None:
+    with run_tasks():
+        response = admin_client.post(
+            "/admin/clusters/account/add/",
+            {
+                "name": "from-admin",
+                "api_url": whitesky_sim.api_url,
+                "iam_url": whitesky_sim.iam_url,
+                "customer_id": whitesky_sim.customer_id,
+                "new_credential": whitesky_sim.token(),
+                "orphan_auto_release": "on",
+                "orphan_grace_period": "01:00:00",
+                "orphan_confirmations": "3",
+            },
+        )
+    assert response.status_code == 302, response.content[:2000]
+    account = Account.objects.get(name="from-admin")
+    assert Cloudspace.objects.filter(location__account=account, location__name=NL).exists()

@@ -17,6 +17,7 @@ from django.utils import timezone
 from playwright.sync_api import Page, expect
 
 from capvco_web.models import AuditEvent
+from clusters.models import Cloudspace, Image
 from gpus.models import GpuProfile, VgpuReservation
 from tests.factories import (
     GpuProfileFactory,
@@ -138,3 +139,36 @@ def test_a_refresh_after_the_session_ended_goes_to_the_login_page(
     expect(page).to_have_url(re.compile(r"/login/\?next=/reservations/"))
     expect(page.locator("#reservation-table")).to_have_count(0)
     expect(page.locator("#id_username")).to_be_visible()
+
+
+def test_set_up_a_cluster_with_the_choices_offered(
+    page: Page, live_server: Any, seeded: Any
+) -> None:
+    location = seeded["location"]
+    Cloudspace.objects.create(
+        location=location, cloudspace_id="cs-77", name="prod", status="DEPLOYED"
+    )
+    Image.objects.create(location=location, image_id=12, name="Ubuntu 24.04", status="CREATED")
+    log_in(page, live_server, "/clusters/")
+    page.get_by_role("link", name="New cluster").click()
+    with page.expect_response(re.compile(r"/clusters/new/$")):  # the form is redrawn for it
+        page.select_option("#id_account", str(location.account_id))
+    page.fill("#id_name", "browser")
+    site = f"site-{location.pk}"
+    page.check(f"#id_{site}-use")
+    page.select_option(f"#id_{site}-cloudspace", "cs-77")
+    page.select_option(f"#id_{site}-image", "12")
+    page.fill("#id_pool-0-name", "gpu")
+    page.fill("#id_pool-0-replicas", "4")
+    page.fill("#id_pool-0-gpu_count", "2")
+    page.select_option("#id_pool-0-gpu_type", "NVIDIA A100")
+    hint = page.locator("#pool-0-fit")
+    expect(hint).to_contain_text("only 3 of 4 machines fit now")  # 6 free on one card, 2 each
+    page.fill("#id_pool-0-gpu_count", "1")
+    page.locator("#id_pool-0-gpu_count").dispatch_event("change")
+    expect(hint).to_contain_text("fits: all 4 machines")
+    expect(page.locator(f"#id_{site}-use")).to_be_checked()  # only the hints were redrawn
+    page.get_by_role("button", name="Create cluster").click()
+    expect(page.locator("h1")).to_have_text("Cluster browser")
+    expect(page.locator("#messages")).to_contain_text("Cluster browser created")
+    expect(page.locator("#plan")).to_contain_text("the next reconcile takes 4 steps")
