@@ -17,6 +17,8 @@ import environ
 from cryptography.fernet import Fernet
 from django.core.exceptions import ImproperlyConfigured
 
+from capvco_web.integrations.whitesky.hosts import AllowedHosts
+
 SUPPORTED_DATABASE_SCHEMES = ("sqlite", "postgres", "postgresql", "pgsql")
 
 # Written by `make run` (bin/run) into the var dir: the settings it chose, so that a later
@@ -171,3 +173,13 @@ def encryption_keys(value: str) -> list[str]:
     if not keys:
         raise ImproperlyConfigured("FIELD_ENCRYPTION_KEY is empty")
     return keys
+
+
+def whitesky_allowed_hosts(value: str) -> list[str]:
+    """WHITESKY_ALLOWED_HOSTS: comma-separated hosts the whitesky credential may be sent to
+    (see capvco_web/integrations/whitesky/hosts.py), normalised."""
+    try:
+        hosts = AllowedHosts(value.split(","), source="WHITESKY_ALLOWED_HOSTS")
+    except ValueError as exc:
+        raise ImproperlyConfigured(str(exc)) from None
+    return list(hosts.entries)

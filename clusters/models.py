@@ -4,11 +4,13 @@ from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 
 from capvco_web.encryption import EncryptedTextField
+from capvco_web.integrations.whitesky import AllowedHosts
 from gpus import naming
 
 # Cluster, pool and machine names end up in VM and vGPU names
@@ -23,6 +25,11 @@ driver_version = RegexValidator(
 )
 
 MAX_GPUS_PER_MACHINE = 8
+
+
+def whitesky_allowed_hosts() -> AllowedHosts:
+    """The hosts an account's credential may be sent to (settings.WHITESKY_ALLOWED_HOSTS)."""
+    return AllowedHosts(settings.WHITESKY_ALLOWED_HOSTS, source="WHITESKY_ALLOWED_HOSTS")
 
 
 class Account(models.Model):

@@ -18,6 +18,7 @@ from capvco_web.integrations.whitesky.auth import (
     token_from_refresh_body,
 )
 from capvco_web.integrations.whitesky.client import _retry_after
+from tests.integrations.whitesky.conftest import allowing
 
 
 def make_jwt(exp: float | None) -> str:
@@ -65,7 +66,9 @@ def test_refresh_answer_without_a_jwt_is_unauthorized(body: str) -> None:
 
 def test_token_is_in_no_repr() -> None:
     token = make_jwt(2_000_000_000)
-    client = WhiteskyClient(api_url="http://x/api/1", customer_id="c", token=token)
+    client = WhiteskyClient(
+        api_url="https://x/api/1", customer_id="c", token=token, allowed_hosts=allowing("https://x")
+    )
     assert token not in repr(client)
     assert token not in repr(JwtCredential(token))
 
