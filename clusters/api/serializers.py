@@ -2,15 +2,30 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.core.exceptions import ValidationError as DjangoValidationError
 from rest_framework import serializers
 
 from capvco_web.api import ModelCleanMixin
-from clusters.models import Account, Cluster, ClusterSite, Location, Machine, MachinePool
+from clusters.models import (
+    MAX_CREDENTIAL_LENGTH,
+    Account,
+    Cluster,
+    ClusterSite,
+    Location,
+    Machine,
+    MachinePool,
+    jwt_shape,
+)
+from clusters.services import account_update, account_update_check
 
 
 class AccountSerializer(ModelCleanMixin):
     credential = serializers.CharField(
-        write_only=True, style={"input_type": "password"}, help_text="The JWT; never returned."
+        write_only=True,
+        max_length=MAX_CREDENTIAL_LENGTH,
+        validators=[jwt_shape],
+        style={"input_type": "password"},
+        help_text="The JWT; never returned. Required again to change api_url or iam_url.",
     )
 
     class Meta:
@@ -20,8 +35,25 @@ class AccountSerializer(ModelCleanMixin):
             "orphan_auto_release", "orphan_grace_period", "orphan_confirmations",
         ]  # fmt: skip
 
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        attrs = super().validate(attrs)
+        if self.instance is not None:
+            try:
+                account_update_check(account=self.instance, changes=attrs)
+            except DjangoValidationError as exc:
+                raise serializers.ValidationError(exc.message_dict) from exc
+        return attrs
+
     def create(self, validated_data: dict[str, Any]) -> Account:
         return Account.objects.create(**validated_data)
+
+    def update(self, instance: Account, validated_data: dict[str, Any]) -> Account:
+        try:
+            return account_update(
+                account=instance, changes=validated_data, actor=self.context["request"].user
+            )
+        except DjangoValidationError as exc:  # changed since it was validated
+            raise serializers.ValidationError(exc.message_dict) from exc
 
 
 class LocationSerializer(serializers.ModelSerializer[Location]):
