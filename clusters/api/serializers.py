@@ -3,11 +3,14 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.core.validators import MaxLengthValidator
+from django.db import models
 from rest_framework import serializers
 
 from capvco_web.api import ModelCleanMixin
 from clusters.models import (
     MAX_CREDENTIAL_LENGTH,
+    MAX_GPUS_PER_MACHINE,
     Account,
     Cluster,
     ClusterSite,
@@ -81,17 +84,31 @@ class ClusterSerializer(ModelCleanMixin):
         read_only_fields = ["state", "deletion_blockers", "created_at"]
 
 
+def _pool_text(field_name: str) -> dict[str, Any]:
+    """The limits of a pool's text field as the model sets them, for a renamed field of the
+    API, so that its schema states them too (the model validates them either way)."""
+    field = MachinePool._meta.get_field(field_name)
+    assert isinstance(field, models.CharField)
+    validators = [v for v in field.validators if not isinstance(v, MaxLengthValidator)]
+    return {
+        "source": field_name,
+        "max_length": field.max_length,
+        "validators": validators,
+        "required": False,
+        "allow_blank": True,
+        "default": "",
+    }
+
+
 class GpuRequestSerializer(serializers.Serializer[MachinePool]):
     """`gpu: {type, profileId, count, driverVersion}`: what a pool asks for, by type."""
 
-    type = serializers.CharField(source="gpu_type", required=False, allow_blank=True, default="")
-    profileId = serializers.CharField(
-        source="gpu_profile_id", required=False, allow_blank=True, default=""
+    type = serializers.CharField(**_pool_text("gpu_type"))
+    profileId = serializers.CharField(**_pool_text("gpu_profile_id"))
+    count = serializers.IntegerField(
+        source="gpu_count", min_value=0, max_value=MAX_GPUS_PER_MACHINE, default=0
     )
-    count = serializers.IntegerField(source="gpu_count", min_value=0, max_value=8, default=0)
-    driverVersion = serializers.CharField(
-        source="gpu_driver_version", required=False, allow_blank=True, default=""
-    )
+    driverVersion = serializers.CharField(**_pool_text("gpu_driver_version"))
 
 
 class MachinePoolSerializer(ModelCleanMixin):

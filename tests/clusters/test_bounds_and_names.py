@@ -156,6 +156,14 @@ def test_schema_states_the_bounds(api: APIClient) -> None:
     assert "pattern" in account["credential"]
     assert account["name"]["maxLength"] == 100
     assert "pattern" in account["name"]
+    gpu = schemas["GpuRequest"]["properties"]
+    assert (gpu["count"]["minimum"], gpu["count"]["maximum"]) == (0, 8)
+    # A text that may be blank: oneOf [the text as the model wants it, ""].
+    gpu_type, profile, driver = (gpu[f]["oneOf"][0] for f in ("type", "profileId", "driverVersion"))
+    assert gpu_type["maxLength"] == profile["maxLength"] == 100
+    assert "pattern" in gpu_type and "pattern" in profile
+    assert driver["maxLength"] == 40
+    assert "pattern" in driver
 
 
 # --- names ------------------------------------------------------------------------------
@@ -200,6 +208,24 @@ def test_site_cloudspace_id_with_an_invisible_character_is_refused(
     response = api.post("/api/v1/sites/", {**body, "cloudspace_id": "cs\u200b-2"}, format="json")
     assert response.status_code == 400
     assert "U+200B" in response.json()["cloudspace_id"][0]
+
+
+@pytest.mark.parametrize(
+    ("gpu", "field"),
+    [
+        ({"type": "T" * 101, "count": 1}, "type"),
+        ({"profileId": "p" * 101, "count": 1}, "profileId"),
+        ({"type": "T4", "count": 1, "driverVersion": "5" * 41}, "driverVersion"),
+        ({"type": "T4", "count": 9}, "count"),
+    ],
+)
+def test_pool_gpu_request_out_of_bounds_is_refused_on_its_field(
+    api: APIClient, site: ClusterSite, gpu: dict[str, Any], field: str
+) -> None:
+    body = {"cluster": site.cluster_id, "site": site.pk, "name": "gpu", "gpu": gpu}
+    response = api.post("/api/v1/pools/", body, format="json")
+    assert response.status_code == 400
+    assert list(response.json()["gpu"]) == [field]
 
 
 def test_pool_gpu_type_with_an_invisible_character_is_refused(
