@@ -16,6 +16,7 @@ from django.db import models
 
 from capvco_web.encryption import EncryptedTextField
 from capvco_web.integrations.whitesky import AllowedHosts
+from capvco_web.integrations.whitesky.auth import JWT_PATTERN, MAX_JWT_LENGTH
 from capvco_web.validators import visible_text
 from gpus import naming
 
@@ -32,11 +33,12 @@ driver_version = RegexValidator(
 )
 
 # A JWT is three base64url parts (header, claims, signature); nothing else is a credential.
+# The client takes a refreshed token only in the same shape (auth.JWT_PATTERN).
 jwt_shape = RegexValidator(
-    r"^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\Z",
+    f"^{JWT_PATTERN}\\Z",
     "Give the JWT: three base64url parts separated by dots (header.claims.signature).",
 )
-MAX_CREDENTIAL_LENGTH = 8192
+MAX_CREDENTIAL_LENGTH = MAX_JWT_LENGTH
 
 MAX_GPUS_PER_MACHINE = 8
 MAX_ORPHAN_GRACE_PERIOD = timedelta(days=90)

@@ -58,7 +58,17 @@ def test_refresh_answer_is_accepted_in_every_known_shape(body: str) -> None:
     assert token_from_refresh_body(body.format(jwt=token)) == token
 
 
-@pytest.mark.parametrize("body", ["", "<html>error</html>", '{"message": "no"}'])
+@pytest.mark.parametrize(
+    "body",
+    [
+        "",
+        "<html>error</html>",
+        '{"message": "no"}',
+        "<p>a.b.c</p>",  # two dots do not make a JWT
+        '{"jwt": "e30.e30.<script>"}',
+        "e30." + "a" * 9000 + ".c2ln",  # longer than any credential stored
+    ],
+)
 def test_refresh_answer_without_a_jwt_is_unauthorized(body: str) -> None:
     with pytest.raises(Unauthorized):
         token_from_refresh_body(body)
