@@ -51,8 +51,11 @@ class AllowedHosts:
 
     def refusal(self, url: str) -> str | None:
         """Why the credential may not be sent to `url`, or None when it may."""
+        if any(c.isspace() or not c.isprintable() or c == "\\" for c in url):
+            # urlsplit drops tabs and line breaks that another parser may keep.
+            return "the URL holds spaces, control characters or backslashes"
         try:
-            parts = urlsplit(url.strip())
+            parts = urlsplit(url)
         except ValueError:
             return "not a URL"
         try:

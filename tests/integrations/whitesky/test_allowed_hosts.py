@@ -45,6 +45,11 @@ def test_listed_hosts_are_allowed(url: str) -> None:
         ("https:///api/1", "no host"),
         ("https://vco.example:99999/", "port"),
         ("https://[::1/", "not a URL"),
+        # What parsers read differently is refused before any is asked.
+        ("https://evil.exa\nmple.vco.example/", "spaces, control characters or backslashes"),
+        ("https://vco.exa\tmple/api/1", "spaces, control characters or backslashes"),
+        ("https://evil.example\\@vco.example/", "spaces, control characters or backslashes"),
+        ("https://vco.example /api/1", "spaces, control characters or backslashes"),
     ],
 )
 def test_other_urls_are_refused_saying_why(url: str, why: str) -> None:
