@@ -221,6 +221,12 @@ WHITESKY_LONG_READ_TIMEOUT = env.float("WHITESKY_LONG_READ_TIMEOUT_SECONDS", def
 # over all workers; observation reads are not counted.
 WHITESKY_CALLS_IN_FLIGHT_PER_ACCOUNT = env.int("WHITESKY_CALLS_IN_FLIGHT_PER_ACCOUNT", default=8)
 
+# /metrics: scraped with `Authorization: Bearer <METRICS_TOKEN>` or from an allowed
+# address; with neither, nobody. Counters live under this key prefix in the broker's Redis.
+METRICS_TOKEN = env.str("METRICS_TOKEN", default="")
+METRICS_ALLOWED_IPS = env.list("METRICS_ALLOWED_IPS", default=[])
+METRICS_KEY_PREFIX = env.str("METRICS_KEY_PREFIX", default="capvco:")
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -25,6 +25,8 @@ BROKER_KEY_PREFIX = f"capvco-test-{RUN_ID}:"
 
 from capvco_web.settings import *  # noqa: E402,F403
 
+METRICS_KEY_PREFIX = BROKER_KEY_PREFIX
+
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
