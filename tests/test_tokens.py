@@ -250,6 +250,8 @@ def test_an_admin_revokes_tokens_audited(
     admin_client: Client, admin_user: User, made: tuple[ApiToken, str]
 ) -> None:
     token, raw = made
+    listed = admin_client.get(reverse("admin:capvco_web_apitoken_changelist"))
+    assert token.prefix in listed.content.decode() and raw not in listed.content.decode()
     response = admin_client.post(
         reverse("admin:capvco_web_apitoken_changelist"),
         {"action": "delete_selected", "_selected_action": [token.pk], "post": "yes"},
