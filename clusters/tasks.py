@@ -1,4 +1,5 @@
-"""Periodic, idempotent tasks: observe every location, reconcile every cluster.
+"""Periodic, idempotent tasks: observe every location, reconcile every cluster, sweep
+orphans; and the release a person asked for.
 
 Tasks take ids and call one reconciler; beat sends the fan-out ones (see settings).
 """
@@ -10,6 +11,7 @@ from typing import Any
 
 from celery import Task, shared_task
 from django.conf import settings
+from django.utils import timezone
 
 from capvco_web.integrations import whitesky as ws
 from capvco_web.locks import object_lock
@@ -17,7 +19,14 @@ from capvco_web.tasks import retry_if_transient, send_on_commit
 from clusters.models import Account, Cluster, Location
 from clusters.observe import account_locations_observe, location_observe
 from clusters.reconcile import PassContext, cluster_reconcile, machine_reconcile
+from clusters.releases import (
+    locations_to_sweep,
+    orphan_sweep,
+    release_request_carry_out,
+)
 from clusters.whitesky import whitesky_client
+from gpus.models import VgpuReservation
+from gpus.services import ReleaseRefused, release_request_pending
 
 logger = logging.getLogger(__name__)
 
@@ -88,3 +97,47 @@ def reconcile_machine(machine_id: int) -> None:
         result = machine_reconcile(PassContext(client), machine_id)
     if result.error:
         logger.warning("reconcile machine %s: %s", machine_id, result.error)
+
+
+@shared_task
+def orphan_sweep_all() -> None:
+    """Sent by beat: the requests and releases it carries on depend on no other message."""
+    for location_id in locations_to_sweep(timezone.now()).values_list("pk", flat=True):
+        send_on_commit(orphan_sweep_location, location_id)
+
+
+@shared_task
+def orphan_sweep_location(location_id: int) -> None:
+    location = Location.objects.select_related("account").get(pk=location_id)
+    # The observe lock: no sweep while the location's listing is being rewritten.
+    with object_lock(f"observe-location:{location_id}") as taken:
+        if not taken:
+            return
+        with whitesky_client(location.account) as client:
+            result = orphan_sweep(client=client, location=location)
+    for name in result.removed:
+        logger.info("orphan sweep %s: removed VM %s", location.name, name)
+    for name in result.released:
+        logger.info("orphan sweep %s: released %s", location.name, name)
+    for error in result.errors:
+        logger.warning("orphan sweep %s: %s", location.name, error)
+
+
+@shared_task
+def reservation_release_task(reservation_id: int) -> None:
+    """Carry out the release a person asked for, as recorded on the row (who, why), audited
+    with that person as actor. If this message is lost, the orphan sweep does it."""
+    row = (
+        VgpuReservation.objects.select_related("location__account", "release_requested_by")
+        .filter(pk=reservation_id)
+        .first()
+    )
+    if row is None or not release_request_pending(row):
+        return  # done already (by the sweep), or refused since
+    with whitesky_client(row.location.account) as client:
+        try:
+            release_request_carry_out(client=client, reservation=row)
+        except (ws.WhiteskyError, ReleaseRefused) as exc:
+            # Refusals are on the row and in the audit log; a lost outcome is sent again by
+            # the sweep: a task retry would add nothing.
+            logger.warning("release of %s refused or unknown: %s", row.name, exc)

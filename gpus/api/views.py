@@ -13,6 +13,8 @@ from rest_framework.views import APIView
 
 from capvco_web.api import ReasonSerializer
 from capvco_web.tasks import send_on_commit
+from clusters.releases import reservation_release_request
+from clusters.tasks import reservation_release_task
 from gpus.api.serializers import (
     GpuProfileSerializer,
     GpuTypeOfferSerializer,
@@ -21,8 +23,7 @@ from gpus.api.serializers import (
 from gpus.filtersets import VgpuReservationFilterSet
 from gpus.models import GpuProfile, VgpuReservation
 from gpus.resolve import offers
-from gpus.services import ReleaseRefused, reservation_release_request
-from gpus.tasks import reservation_release_task
+from gpus.services import ReleaseRefused
 
 
 class GpuProfileViewSet(viewsets.ReadOnlyModelViewSet[GpuProfile]):

@@ -103,8 +103,10 @@ class WhiteskyClient:
     """One customer account on one VCO.
 
     `api_url` is the API base, e.g. `https://cloud.example.com/api/1`; `iam_url` the IAM host
-    that refreshes the JWT (None: the token is used as is until it fails). A call to a URL
-    that `allowed_hosts` refuses fails with `HostNotAllowed`, and sends nothing.
+    that refreshes the JWT (None: the token is used as is until it fails). `on_answer`
+    hears of every attempt: the operation id and the HTTP status, or "error" (no answer).
+    A call to a URL that `allowed_hosts` refuses fails with `HostNotAllowed`, and sends
+    nothing.
     """
 
     def __init__(
@@ -125,6 +127,7 @@ class WhiteskyClient:
         page_size: int = DEFAULT_PAGE_SIZE,
         refresh_margin: float = 60.0,
         session: requests.Session | None = None,
+        on_answer: Callable[[str, str], None] | None = None,
     ) -> None:
         if page_size < 1:
             raise ValueError("page_size must be at least 1 (0 would ask for everything at once)")
@@ -142,6 +145,7 @@ class WhiteskyClient:
             token, on_refreshed=on_token_refreshed, refresh_margin=refresh_margin, clock=clock
         )
         self._session = session or requests.Session()
+        self._on_answer = on_answer or (lambda operation, status: None)
 
     @property
     def outcome_window(self) -> float:
@@ -633,11 +637,13 @@ class WhiteskyClient:
                     operation=op.operation_id,
                 )
             except requests.RequestException as exc:
+                self._on_answer(op.operation_id, "error")
                 error, sent = self._transport_error(op, exc)
                 maybe_acted = maybe_acted or sent
             except WhiteskyError as exc:  # a host not allowed, or the refresh before the call
                 error = exc
             else:
+                self._on_answer(op.operation_id, str(response.status_code))
                 elapsed = time.monotonic() - started
                 logger.debug(
                     "whitesky %s %s -> %s (%.3fs)",
