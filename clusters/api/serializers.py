@@ -1,11 +1,18 @@
 from __future__ import annotations
 
-from typing import Any
-
+from django.contrib.auth.models import Group, User
 from rest_framework import serializers
 
 from capvco_web.api import ModelCleanMixin
-from clusters.models import Account, Cluster, ClusterSite, Location, Machine, MachinePool
+from clusters.models import (
+    Account,
+    Cluster,
+    ClusterSite,
+    Location,
+    Machine,
+    MachinePool,
+    Membership,
+)
 
 
 class AccountSerializer(ModelCleanMixin):
@@ -19,9 +26,6 @@ class AccountSerializer(ModelCleanMixin):
             "id", "name", "api_url", "iam_url", "customer_id", "credential",
             "orphan_auto_release", "orphan_grace_period", "orphan_confirmations",
         ]  # fmt: skip
-
-    def create(self, validated_data: dict[str, Any]) -> Account:
-        return Account.objects.create(**validated_data)
 
 
 class LocationSerializer(serializers.ModelSerializer[Location]):
@@ -115,3 +119,23 @@ class DeleteReasonSerializer(serializers.Serializer[object]):
     reason = serializers.CharField(
         max_length=1000, trim_whitespace=True, required=False, allow_blank=True, default=""
     )
+
+
+class PoolScaleSerializer(serializers.Serializer[object]):
+    """Scaling a pool: the replicas wanted, and why (it goes into the audit record)."""
+
+    replicas = serializers.IntegerField(min_value=0, max_value=100)
+    reason = serializers.CharField(max_length=1000, trim_whitespace=True)
+
+
+class MembershipSerializer(ModelCleanMixin):
+    """A user's role in an account: viewer, operator or admin."""
+
+    user = serializers.SlugRelatedField[User](slug_field="username", queryset=User.objects.all())
+    role = serializers.SlugRelatedField[Group](
+        slug_field="name", queryset=Group.objects.filter(name__in=Membership.Role.values)
+    )
+
+    class Meta:
+        model = Membership
+        fields = ["id", "user", "account", "role"]
