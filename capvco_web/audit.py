@@ -55,8 +55,11 @@ def _recorded(obj: models.Model, field: models.Field[Any, Any]) -> Any:
 
 
 def _audited_fields(obj: models.Model) -> list[models.Field[Any, Any]]:
+    # Secrets are not editable in forms (they are write-only), but people set them.
     return [
-        field for field in obj._meta.concrete_fields if field.editable and not field.primary_key
+        field
+        for field in obj._meta.concrete_fields
+        if (field.editable or isinstance(field, EncryptedTextField)) and not field.primary_key
     ]
 
 

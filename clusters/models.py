@@ -200,7 +200,7 @@ class ClusterSite(models.Model):
             "A site cannot move: its VMs live in its cloudspace. Add a new site instead.",
         )
         if (
-            "location" not in errors
+            not errors
             and self.location_id
             and self.cluster_id
             and self.location.account_id != self.cluster.account_id
