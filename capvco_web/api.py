@@ -81,13 +81,10 @@ def in_use_detail(exc: ProtectedError | RestrictedError) -> str:
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
-    """DRF's handler, and a delete refused because something still hangs from the object
-    answers 409 naming it (never a 500); a model's validation met in a service (the
-    serializer ran it already, unless the row changed meanwhile) answers 400."""
+    """DRF's handler; a delete refused because something still hangs from the object
+    answers 409 naming it, and a model's own refusal at save answers 400 (never a 500)."""
     if isinstance(exc, ProtectedError | RestrictedError):
         exc = InUseConflict(in_use_detail(exc))
-    elif isinstance(exc, DjangoValidationError):
-        exc = serializers.ValidationError(
-            exc.message_dict if hasattr(exc, "error_dict") else exc.messages
-        )
+    if isinstance(exc, DjangoValidationError):  # a model's check at save (e.g. under a lock)
+        exc = serializers.ValidationError(getattr(exc, "message_dict", None) or exc.messages)
     return drf_exception_handler(exc, context)

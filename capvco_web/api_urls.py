@@ -4,6 +4,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework.routers import DefaultRouter
 
+from capvco_web.tokens_api import ApiTokenViewSet
 from clusters.api import views as clusters
 from gpus.api import views as gpus
 
@@ -17,6 +18,7 @@ router.register("pools", clusters.MachinePoolViewSet)
 router.register("machines", clusters.MachineViewSet)
 router.register("gpu-profiles", gpus.GpuProfileViewSet)
 router.register("reservations", gpus.VgpuReservationViewSet)
+router.register("tokens", ApiTokenViewSet, basename="token")
 
 urlpatterns = [
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),

@@ -171,3 +171,37 @@ def encryption_keys(value: str) -> list[str]:
     if not keys:
         raise ImproperlyConfigured("FIELD_ENCRYPTION_KEY is empty")
     return keys
+
+
+CACHE_KEY_PREFIX = "capvco-cache"
+
+
+def cache_config(url: str, *, broker_url: str) -> dict[str, Any]:
+    """CACHES["default"]: CACHE_URL (e.g. redis://HOST:6379/1, locmemcache://); unset, the
+    broker's Redis when the broker is Redis, else memory of each process."""
+    if not url:
+        if urlparse(broker_url).scheme in ("redis", "rediss"):
+            url = broker_url
+        else:
+            return {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+    try:
+        config: dict[str, Any] = environ.Env.cache_url_config(url)
+    except Exception as exc:  # django-environ raises several types for unknown schemes
+        raise ImproperlyConfigured(
+            f"CACHE_URL={url!r} is not a cache URL: use redis://HOST:PORT/DB or locmemcache://"
+        ) from exc
+    config.setdefault("KEY_PREFIX", CACHE_KEY_PREFIX)
+    return config
+
+
+THROTTLE_PERIODS = ("s", "m", "h", "d")
+
+
+def throttle_rate(value: str, name: str) -> str:
+    """An API rate such as `60/minute` (N per second, minute, hour or day)."""
+    count, slash, period = value.partition("/")
+    if not (slash and count.strip().isdigit() and period.strip()[:1] in THROTTLE_PERIODS):
+        raise ImproperlyConfigured(
+            f"{name}={value!r} is not a rate: write N/second, N/minute, N/hour or N/day"
+        )
+    return f"{int(count)}/{period.strip()}"

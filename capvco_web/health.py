@@ -1,4 +1,6 @@
-"""Liveness (/healthz) and readiness (/readyz): each readiness check reported by name."""
+"""Liveness (/healthz) and readiness (/readyz). Readiness names each check, with its
+detail, to staff only: anyone else (a probe) learns ready or not, and nothing about the
+hosts, versions or errors behind it."""
 
 from __future__ import annotations
 
@@ -85,10 +87,10 @@ def readiness() -> dict[str, CheckResult]:
 def readyz(request: HttpRequest) -> JsonResponse:
     results = readiness()
     ready = all(r.ok for r in results.values())
-    checks = {
-        name: {"status": "ok" if r.ok else "fail", "detail": r.detail}
-        for name, r in results.items()
-    }
-    return JsonResponse(
-        {"status": "ok" if ready else "fail", "checks": checks}, status=200 if ready else 503
-    )
+    body: dict[str, object] = {"status": "ok" if ready else "unavailable"}
+    if request.user.is_staff:
+        body["checks"] = {
+            name: {"status": "ok" if r.ok else "fail", "detail": r.detail}
+            for name, r in results.items()
+        }
+    return JsonResponse(body, status=200 if ready else 503)

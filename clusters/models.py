@@ -8,7 +8,7 @@ from django.conf import settings
 from django.contrib.auth.models import Group
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
-from django.db import models
+from django.db import connection, models, transaction
 
 from capvco_web.encryption import EncryptedTextField
 from gpus import naming
@@ -25,6 +25,16 @@ driver_version = RegexValidator(
 )
 
 MAX_GPUS_PER_MACHINE = 8
+NAMES_LOCK = 0x63617076  # the advisory lock that serialises cluster and pool creates
+
+
+def names_lock() -> None:
+    """Until the transaction ends, no other cluster or pool create passes this point, so
+    the name check after it sees every committed name: creates of `x` and `x-y` at once
+    cannot both pass. SQLite has one writer at a time already."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [NAMES_LOCK])
 
 
 class Account(models.Model):
@@ -143,6 +153,17 @@ class Cluster(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if not self._state.adding:
+            super().save(*args, **kwargs)
+            return
+        with transaction.atomic():
+            names_lock()  # clean() checked without it; checked again here, under it
+            names = Cluster.objects.values_list("name", flat=True)
+            if conflict := naming.cluster_name_conflict(self.name, names):
+                raise ValidationError({"name": conflict})
+            super().save(*args, **kwargs)
+
     def clean(self) -> None:
         # VM and vGPU names carry the cluster name: they must read as this cluster's only
         # (see gpus.naming), against every cluster of every account, deleting ones too.
@@ -257,10 +278,17 @@ class MachinePool(models.Model):
         return f"{self.cluster}/{self.name}"
 
     def save(self, *args: Any, **kwargs: Any) -> None:
+        if self._state.adding:
+            with transaction.atomic():
+                names_lock()  # clean() checked without it; checked again here, under it
+                if name_error := self._name_error():
+                    raise ValidationError({"name": name_error})
+                super().save(*args, **kwargs)
+            return
         # `next_index` moves only in machine_create, under the row's lock. An edit (API,
         # admin) saves a copy read before: writing it back would wind the index back, and
         # the next machine would take the name of one that exists or existed.
-        if not self._state.adding and kwargs.get("update_fields") is None:
+        if kwargs.get("update_fields") is None:
             kwargs["update_fields"] = [
                 f.name
                 for f in self._meta.concrete_fields

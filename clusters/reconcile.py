@@ -25,6 +25,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from capvco_web.audit import audit_record
+from capvco_web.counters import reconcile_step_count
 from capvco_web.integrations import whitesky as ws
 from capvco_web.locks import object_lock
 from capvco_web.rows import model_update
@@ -252,19 +253,17 @@ def machine_reconcile(ctx: PassContext, machine_id: int) -> MachineResult:
             return MachineResult()
         with account_slot(machine.pool.cluster.account_id) as slot:
             if not slot:
+                reconcile_step_count(step.action, "busy")
                 return MachineResult(error=f"{step.action} {machine.name}: account busy")
             try:
                 _machine_apply(ctx, machine, step)
-            except (
-                StepFailed,
-                StepWaiting,
-                GpuUnavailable,
-                OutcomePending,
-                Machine.DoesNotExist,
-            ) as exc:
+            except (StepWaiting, OutcomePending) as exc:
+                reconcile_step_count(step.action, "waiting")
                 return MachineResult(error=f"{step.action} {machine.name}: {exc}")
-            except ws.WhiteskyError as exc:
+            except (StepFailed, GpuUnavailable, Machine.DoesNotExist, ws.WhiteskyError) as exc:
+                reconcile_step_count(step.action, "error")
                 return MachineResult(error=f"{step.action} {machine.name}: {exc}")
+    reconcile_step_count(step.action, "applied")
     return MachineResult(applied=f"{step.action} {machine.name}")
 
 

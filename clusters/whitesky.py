@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.conf import settings
 
+from capvco_web.counters import whitesky_call_count
 from capvco_web.integrations import whitesky as ws
 from clusters.models import Account
 
@@ -19,6 +20,7 @@ def whitesky_client(account: Account) -> ws.WhiteskyClient:
         token=account.credential,
         iam_url=account.iam_url or None,
         on_token_refreshed=token_store,
+        on_answer=whitesky_call_count,
         page_size=settings.WHITESKY_VGPU_PAGE_SIZE,
         timeout=(settings.WHITESKY_CONNECT_TIMEOUT, settings.WHITESKY_READ_TIMEOUT),
         long_timeout=(settings.WHITESKY_CONNECT_TIMEOUT, settings.WHITESKY_LONG_READ_TIMEOUT),

@@ -25,10 +25,14 @@ BROKER_KEY_PREFIX = f"capvco-test-{RUN_ID}:"
 
 from capvco_web.settings import *  # noqa: E402,F403
 
+METRICS_KEY_PREFIX = BROKER_KEY_PREFIX
+
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
 }
+# Throttle counts in this process's memory, emptied before each test (conftest).
+CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast, tests only
 WHITENOISE_USE_FINDERS = True  # serve static/ without collectstatic
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # noqa: F405

@@ -92,7 +92,8 @@ class WhiteskyClient:
     """One customer account on one VCO.
 
     `api_url` is the API base, e.g. `https://cloud.example.com/api/1`; `iam_url` the IAM host
-    that refreshes the JWT (None: the token is used as is until it fails).
+    that refreshes the JWT (None: the token is used as is until it fails). `on_answer`
+    hears of every attempt: the operation id and the HTTP status, or "error" (no answer).
     """
 
     def __init__(
@@ -112,6 +113,7 @@ class WhiteskyClient:
         page_size: int = DEFAULT_PAGE_SIZE,
         refresh_margin: float = 60.0,
         session: requests.Session | None = None,
+        on_answer: Callable[[str, str], None] | None = None,
     ) -> None:
         if page_size < 1:
             raise ValueError("page_size must be at least 1 (0 would ask for everything at once)")
@@ -128,6 +130,7 @@ class WhiteskyClient:
             token, on_refreshed=on_token_refreshed, refresh_margin=refresh_margin, clock=clock
         )
         self._session = session or requests.Session()
+        self._on_answer = on_answer or (lambda operation, status: None)
 
     @property
     def outcome_window(self) -> float:
@@ -614,11 +617,13 @@ class WhiteskyClient:
                     timeout=timeout,
                 )
             except requests.RequestException as exc:
+                self._on_answer(op.operation_id, "error")
                 error, sent = self._transport_error(op, exc)
                 maybe_acted = maybe_acted or sent
             except WhiteskyError as exc:  # the token refresh before the call failed
                 error = exc
             else:
+                self._on_answer(op.operation_id, str(response.status_code))
                 elapsed = time.monotonic() - started
                 logger.debug(
                     "whitesky %s %s -> %s (%.3fs)",

@@ -91,7 +91,7 @@ def roles_create(apps: Any, schema_editor: Any) -> None:
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("capvco_web", "0001_initial"),
+        ("capvco_web", "0002_api_tokens"),
         ("auth", "0012_alter_user_first_name_max_length"),
         ("contenttypes", "0002_remove_content_type_name"),
         ("clusters", "0006_memberships_and_role_permissions"),
