@@ -120,7 +120,7 @@ class ReasonForm(forms.Form):
     )
 
 
-def reason_asked(
+def confirmation_asked(
     modeladmin: admin.ModelAdmin[Any],
     request: HttpRequest,
     queryset: QuerySet[Any],
@@ -128,16 +128,18 @@ def reason_asked(
     action: str,
     title: str,
     template: str,
-) -> str | TemplateResponse:
-    """For an admin action that destroys something: the reason given on the confirmation
-    page, or that page (again, with the error, while no reason was given).
+    form_class: type[ReasonForm] = ReasonForm,
+) -> dict[str, Any] | TemplateResponse:
+    """For an admin action that destroys or changes something: what the confirmation page
+    asked (the reason, and the other fields of `form_class`), or that page (again, with the
+    errors, while the form is not valid).
 
     The page posts back to the changelist with the same action and selection, plus
     `confirm`, the way Django's own "delete selected" confirmation does.
     """
-    form = ReasonForm(request.POST if "confirm" in request.POST else None)
+    form = form_class(request.POST if "confirm" in request.POST else None)
     if form.is_valid():
-        return str(form.cleaned_data["reason"])
+        return dict(form.cleaned_data)
     context = {
         **modeladmin.admin_site.each_context(request),
         "title": title,
@@ -149,3 +151,19 @@ def reason_asked(
         "media": modeladmin.media,
     }
     return TemplateResponse(request, template, context)
+
+
+def reason_asked(
+    modeladmin: admin.ModelAdmin[Any],
+    request: HttpRequest,
+    queryset: QuerySet[Any],
+    *,
+    action: str,
+    title: str,
+    template: str,
+) -> str | TemplateResponse:
+    """The reason given on the confirmation page of a destructive action, or that page."""
+    asked = confirmation_asked(
+        modeladmin, request, queryset, action=action, title=title, template=template
+    )
+    return asked if isinstance(asked, TemplateResponse) else str(asked["reason"])

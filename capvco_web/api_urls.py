@@ -10,6 +10,7 @@ from gpus.api import views as gpus
 
 router = DefaultRouter()
 router.register("accounts", clusters.AccountViewSet)
+router.register("memberships", clusters.MembershipViewSet)
 router.register("locations", clusters.LocationViewSet)
 router.register("clusters", clusters.ClusterViewSet)
 router.register("sites", clusters.ClusterSiteViewSet)

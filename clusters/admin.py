@@ -1,4 +1,8 @@
-"""The admin for accounts, clusters, pools and machines.
+"""The admin for accounts, clusters, pools, machines and memberships.
+
+Each page shows the rows of the user's accounts only, and offers what their role there
+allows (capvco_web.permissions); creating and changing rows goes through the audited
+services (clusters.services), as the API does.
 
 Destructive changes go through the audited services with a reason (force delete, cluster
 deletion), never through a plain row delete, which would leave VMs and vGPUs billed with
@@ -19,7 +23,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.actions import delete_selected as django_delete_selected
 from django.contrib.auth.models import AnonymousUser, User
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import models, transaction
 from django.db.models import ProtectedError, QuerySet
 from django.forms.formsets import DELETION_FIELD_NAME
@@ -28,9 +32,14 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.utils.translation import gettext_lazy
 
-from capvco_web.admin import reason_asked
+from capvco_web.admin import ReasonForm, confirmation_asked, reason_asked
 from capvco_web.api import in_use_detail
 from capvco_web.integrations.whitesky.auth import jwt_expiry
+from capvco_web.permissions import (
+    AccountScopedAdmin,
+    AccountScopedInline,
+    allowed_somewhere,
+)
 from clusters.models import (
     MAX_CREDENTIAL_LENGTH,
     Account,
@@ -39,28 +48,41 @@ from clusters.models import (
     Location,
     Machine,
     MachinePool,
+    Membership,
     jwt_shape,
 )
 from clusters.services import (
     InUse,
+    account_create,
     account_delete,
     account_delete_check,
     account_update,
     account_update_check,
+    cluster_create,
     cluster_delete,
+    cluster_update,
+    machine_delete,
     machine_force_delete,
+    membership_create,
+    membership_delete,
+    membership_update,
+    pool_create,
     pool_delete,
     pool_delete_check,
+    pool_scale,
+    pool_update,
+    site_create,
     site_delete,
     site_delete_check,
+    site_update,
 )
 from gpus import naming
-from gpus.models import VgpuReservation
+from gpus.models import GpuProfile, VgpuReservation
 
 M = TypeVar("M", bound=models.Model)
 
 
-class DeleteThroughServiceAdmin(admin.ModelAdmin[M]):
+class DeleteThroughServiceAdmin(AccountScopedAdmin[M]):
     """Row deletes (the delete page and the bulk action) go through the model's audited
     delete service. The confirmation page lists, as what protects the rows, the service's
     refusals, which say what is in the way and what to do."""
@@ -185,11 +207,12 @@ class AccountAdmin(DeleteThroughServiceAdmin[Account]):
     list_display = ["name", "api_url", "customer_id", "orphan_auto_release"]
     readonly_fields = ["credential_status"]
 
-    deleted_by_service = (VgpuReservation,)  # the released ones, history
+    # The released reservations (history), and what is mirrored from its locations.
+    deleted_by_service = (VgpuReservation, Location, GpuProfile, Membership)
 
     def save_model(self, request: HttpRequest, obj: Account, form: Any, change: bool) -> None:
         if not change:
-            super().save_model(request, obj, form, change)
+            account_create(account=obj, actor=request.user)
             return
         try:  # validated and audited as in the API
             account_update(account=obj, changes=form.changes(), actor=request.user)
@@ -213,7 +236,7 @@ class AccountAdmin(DeleteThroughServiceAdmin[Account]):
 
 
 @admin.register(Location)
-class LocationAdmin(admin.ModelAdmin[Location]):
+class LocationAdmin(AccountScopedAdmin[Location]):
     list_display = ["name", "account", "vgu_price", "currency", "observation_complete"]
     list_filter = ["account"]
     # Mirrored from the account's whitesky locations, with how well they were observed.
@@ -257,7 +280,9 @@ def _delete_check(obj: models.Model) -> None:
         site_delete_check(site=obj)
 
 
-class ClusterSiteInline(admin.TabularInline[ClusterSite, Cluster]):
+class ClusterSiteInline(
+    AccountScopedInline[ClusterSite], admin.TabularInline[ClusterSite, Cluster]
+):
     model = ClusterSite
     formset = DeleteCheckedFormSet
     extra = 0
@@ -279,7 +304,9 @@ class MachinePoolFormSet(DeleteCheckedFormSet):
             names.append(name)
 
 
-class MachinePoolInline(admin.StackedInline[MachinePool, Cluster]):
+class MachinePoolInline(
+    AccountScopedInline[MachinePool], admin.StackedInline[MachinePool, Cluster]
+):
     model = MachinePool
     formset = MachinePoolFormSet
     extra = 0
@@ -293,7 +320,7 @@ class MachinePoolInline(admin.StackedInline[MachinePool, Cluster]):
 
 
 @admin.register(Cluster)
-class ClusterAdmin(admin.ModelAdmin[Cluster]):
+class ClusterAdmin(AccountScopedAdmin[Cluster]):
     list_display = ["name", "account", "state", "created_at"]
     list_filter = ["state", "account"]
     inlines = [ClusterSiteInline, MachinePoolInline]
@@ -306,6 +333,15 @@ class ClusterAdmin(admin.ModelAdmin[Cluster]):
     def has_delete_permission(self, request: HttpRequest, obj: Cluster | None = None) -> bool:
         return False  # a row delete would skip teardown: use the action
 
+    def has_teardown_permission(self, request: HttpRequest) -> bool:
+        return allowed_somewhere(request.user, "clusters.delete_cluster")
+
+    def save_model(self, request: HttpRequest, obj: Cluster, form: Any, change: bool) -> None:
+        if change:
+            cluster_update(cluster=obj, actor=request.user)
+        else:
+            cluster_create(cluster=obj, actor=request.user)
+
     def save_formset(self, request: HttpRequest, form: Any, formset: Any, change: Any) -> None:
         instances = formset.save(commit=False)  # collects the deleted rows, deletes none
         for obj in formset.deleted_objects:
@@ -317,10 +353,10 @@ class ClusterAdmin(admin.ModelAdmin[Cluster]):
             except ProtectedError as exc:  # in use since the form was checked
                 self.message_user(request, in_use_detail(exc), messages.ERROR)
         for instance in instances:
-            instance.save()
+            _inline_save(instance, request.user)
         formset.save_m2m()
 
-    @admin.action(description="Delete selected clusters (tear down)", permissions=["change"])
+    @admin.action(description="Delete selected clusters (tear down)", permissions=["teardown"])
     def delete_selected_clusters(
         self, request: HttpRequest, queryset: QuerySet[Cluster]
     ) -> TemplateResponse | None:
@@ -335,9 +371,23 @@ class ClusterAdmin(admin.ModelAdmin[Cluster]):
         if isinstance(reason, TemplateResponse):
             return reason
         for cluster in queryset:
-            cluster_delete(cluster=cluster, actor=request.user, reason=reason)
-            self.message_user(request, f"{cluster}: deletion requested.", messages.SUCCESS)
+            try:
+                cluster_delete(cluster=cluster, actor=request.user, reason=reason)
+            except PermissionDenied as exc:
+                self.message_user(request, f"{cluster}: not deleted: {exc}", messages.ERROR)
+            else:
+                self.message_user(request, f"{cluster}: deletion requested.", messages.SUCCESS)
         return None
+
+
+def _inline_save(obj: models.Model, actor: User | AnonymousUser) -> None:
+    """A site or pool added or changed on the cluster page, through its service."""
+    if isinstance(obj, ClusterSite):
+        (site_update if obj.pk else site_create)(site=obj, actor=actor)
+    elif isinstance(obj, MachinePool):
+        (pool_update if obj.pk else pool_create)(pool=obj, actor=actor)
+    else:
+        raise TypeError(f"no service saves {obj._meta.label}")
 
 
 @admin.register(ClusterSite)
@@ -357,11 +407,58 @@ class ClusterSiteAdmin(DeleteThroughServiceAdmin[ClusterSite]):
         # Moving a site would strand the VMs already in its cloudspace.
         return ["cluster", "location", "cloudspace_id"] if obj else []
 
+    def save_model(self, request: HttpRequest, obj: ClusterSite, form: Any, change: bool) -> None:
+        (site_update if change else site_create)(site=obj, actor=request.user)
+
+
+class ScaleForm(ReasonForm):
+    replicas = forms.IntegerField(min_value=0, max_value=100, help_text="For every pool selected.")
+
+    field_order = ["replicas", "reason"]
+
 
 @admin.register(MachinePool)
 class MachinePoolAdmin(DeleteThroughServiceAdmin[MachinePool]):
     list_display = ["__str__", "site", "replicas", "gpu_type", "gpu_count"]
     list_filter = ["cluster"]
+    actions = ["delete_selected", "scale_selected"]
+
+    def has_scale_permission(self, request: HttpRequest) -> bool:
+        return allowed_somewhere(request.user, "clusters.scale_machinepool")
+
+    def save_model(self, request: HttpRequest, obj: MachinePool, form: Any, change: bool) -> None:
+        (pool_update if change else pool_create)(pool=obj, actor=request.user)
+
+    @admin.action(description="Scale selected pools", permissions=["scale"])
+    def scale_selected(
+        self, request: HttpRequest, queryset: QuerySet[MachinePool]
+    ) -> TemplateResponse | None:
+        asked = confirmation_asked(
+            self,
+            request,
+            queryset,
+            action="scale_selected",
+            title="Scale selected pools",
+            template="admin/reason_confirm.html",
+            form_class=ScaleForm,
+        )
+        if isinstance(asked, TemplateResponse):
+            return asked
+        for pool in queryset:
+            try:
+                pool_scale(
+                    pool=pool,
+                    replicas=asked["replicas"],
+                    actor=request.user,
+                    reason=asked["reason"],
+                )
+            except PermissionDenied as exc:
+                self.message_user(request, f"{pool}: not scaled: {exc}", messages.ERROR)
+            else:
+                self.message_user(
+                    request, f"{pool}: scaled to {asked['replicas']}.", messages.SUCCESS
+                )
+        return None
 
     def delete_check(self, obj: MachinePool) -> None:
         pool_delete_check(pool=obj)
@@ -376,11 +473,11 @@ class MachinePoolAdmin(DeleteThroughServiceAdmin[MachinePool]):
 
 
 @admin.register(Machine)
-class MachineAdmin(admin.ModelAdmin[Machine]):
+class MachineAdmin(AccountScopedAdmin[Machine]):
     list_display = ["__str__", "pool", "phase", "vm_id", "delete_requested", "updated_at"]
     list_filter = ["phase", "pool__cluster"]
     list_select_related = ["pool__cluster"]
-    actions = ["force_delete_selected"]
+    actions = ["delete_selected_machines", "force_delete_selected"]
 
     # Machines are made and removed by the reconciler from the pool's replicas.
     def get_readonly_fields(self, request: HttpRequest, obj: Machine | None = None) -> list[str]:
@@ -390,10 +487,42 @@ class MachineAdmin(admin.ModelAdmin[Machine]):
         return False
 
     def has_delete_permission(self, request: HttpRequest, obj: Machine | None = None) -> bool:
-        return False  # a row delete is a force delete without a reason: use the action
+        return False  # a row delete is a force delete without a reason: use the actions
+
+    def has_teardown_permission(self, request: HttpRequest) -> bool:
+        return allowed_somewhere(request.user, "clusters.delete_machine")
+
+    def has_force_delete_permission(self, request: HttpRequest) -> bool:
+        return allowed_somewhere(request.user, "clusters.force_delete_machine")
 
     @admin.action(
-        description="Force delete (leave VM and vGPUs as orphans)", permissions=["change"]
+        description="Delete selected machines (tear down; the pool makes new ones)",
+        permissions=["teardown"],
+    )
+    def delete_selected_machines(
+        self, request: HttpRequest, queryset: QuerySet[Machine]
+    ) -> TemplateResponse | None:
+        reason = reason_asked(
+            self,
+            request,
+            queryset,
+            action="delete_selected_machines",
+            title="Delete selected machines",
+            template="admin/reason_confirm.html",
+        )
+        if isinstance(reason, TemplateResponse):
+            return reason
+        for machine in queryset.select_related("pool__cluster"):
+            try:
+                machine_delete(machine=machine, actor=request.user, reason=reason)
+            except PermissionDenied as exc:
+                self.message_user(request, f"{machine}: not deleted: {exc}", messages.ERROR)
+            else:
+                self.message_user(request, f"{machine}: teardown requested.", messages.SUCCESS)
+        return None
+
+    @admin.action(
+        description="Force delete (leave VM and vGPUs as orphans)", permissions=["force_delete"]
     )
     def force_delete_selected(
         self, request: HttpRequest, queryset: QuerySet[Machine]
@@ -412,8 +541,27 @@ class MachineAdmin(admin.ModelAdmin[Machine]):
             name = str(machine)
             try:
                 machine_force_delete(machine=machine, actor=request.user, reason=reason)
-            except ValueError as exc:
+            except (ValueError, PermissionDenied) as exc:
                 self.message_user(request, f"{name}: not deleted: {exc}", messages.ERROR)
             else:
                 self.message_user(request, f"{name}: deleted with force.", messages.SUCCESS)
         return None
+
+
+@admin.register(Membership)
+class MembershipAdmin(DeleteThroughServiceAdmin[Membership]):
+    """Who has which role in an account; the account's admins change them."""
+
+    list_display = ["user", "account", "role"]
+    list_filter = ["account", "role"]
+    list_select_related = ["user", "account", "role"]
+    search_fields = ["user__username"]
+
+    def delete_check(self, obj: Membership) -> None:
+        return None  # nothing hangs from a membership
+
+    def delete_through_service(self, obj: Membership, actor: User | AnonymousUser) -> None:
+        membership_delete(membership=obj, actor=actor)
+
+    def save_model(self, request: HttpRequest, obj: Membership, form: Any, change: bool) -> None:
+        (membership_update if change else membership_create)(membership=obj, actor=request.user)

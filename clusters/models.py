@@ -5,6 +5,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth.models import Group
 from django.core.exceptions import ValidationError
 from django.core.validators import (
     MaxLengthValidator,
@@ -137,6 +138,42 @@ class Account(models.Model):
         return self.name
 
 
+class Membership(models.Model):
+    """A user's role in one account: what they may see and do there (capvco_web.permissions)."""
+
+    class Role(models.TextChoices):
+        # The names of the groups that hold each role's permissions.
+        VIEWER = "viewer"
+        OPERATOR = "operator"
+        ADMIN = "admin"
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
+    )
+    account = models.ForeignKey(Account, on_delete=models.CASCADE, related_name="memberships")
+    role = models.ForeignKey(
+        Group,
+        on_delete=models.PROTECT,
+        related_name="+",
+        limit_choices_to={"name__in": Role.values},
+        help_text="viewer: reads; operator: also scales pools, deletes machines and "
+        "clusters, releases reservations; admin: also the account, its sites, pools, "
+        "clusters and members.",
+    )
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["user", "account"], name="one_membership_per_account")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.account} ({self.role})"
+
+    def clean(self) -> None:
+        if self.role_id and self.role.name not in self.Role.values:
+            raise ValidationError({"role": f"Choose one of {', '.join(self.Role.values)}."})
+
+
 class Location(models.Model):
     """A whitesky location as the account sees it (mirrored), and how well it was observed."""
 
@@ -213,6 +250,22 @@ class Cluster(models.Model):
             raise ValidationError({"name": conflict})
 
 
+def _moves(obj: models.Model, fields: list[str], message: str) -> dict[str, str]:
+    """The fields of a saved row that differ from the stored row, each with `message`:
+    where a row lives is fixed at its creation."""
+    if obj.pk is None:
+        return {}
+    attnames = {name: getattr(obj._meta.get_field(name), "attname") for name in fields}  # noqa: B009
+    stored = type(obj)._default_manager.filter(pk=obj.pk).values(*attnames.values()).first()
+    if stored is None:
+        return {}
+    return {
+        name: message
+        for name, attname in attnames.items()
+        if stored[attname] != getattr(obj, attname)
+    }
+
+
 class ClusterSite(models.Model):
     """Where a cluster runs in one location: its cloudspace and the image of its VMs."""
 
@@ -238,14 +291,20 @@ class ClusterSite(models.Model):
         return f"{self.cluster} in {self.location}"
 
     def clean(self) -> None:
+        errors = _moves(
+            self,
+            ["cluster", "location", "cloudspace_id"],
+            "A site cannot move: its VMs live in its cloudspace. Add a new site instead.",
+        )
         if (
-            self.location_id
+            not errors
+            and self.location_id
             and self.cluster_id
             and self.location.account_id != self.cluster.account_id
         ):
-            raise ValidationError(
-                {"location": "The location belongs to another account than the cluster."}
-            )
+            errors["location"] = "The location belongs to another account than the cluster."
+        if errors:
+            raise ValidationError(errors)
 
 
 class MachinePool(models.Model):
@@ -320,6 +379,7 @@ class MachinePool(models.Model):
                 name="pool_disk_bounded",
             ),
         ]
+        permissions = [("scale_machinepool", "Can scale machine pool (replicas only)")]
 
     def __str__(self) -> str:
         return f"{self.cluster}/{self.name}"
@@ -344,12 +404,21 @@ class MachinePool(models.Model):
         super().save(*args, **kwargs)
 
     def clean(self) -> None:
-        errors: dict[str, str] = {}
+        errors = _moves(
+            self,
+            ["cluster", "site"],
+            "A pool cannot move: its machines live in its site. Add a new pool instead.",
+        )
         if self.gpu_count and not (self.gpu_type.strip() or self.gpu_profile_id.strip()):
             errors["gpu_type"] = "A pool with GPUs needs a GPU type (or a profile id)."
         if not self.gpu_count and (self.gpu_type or self.gpu_profile_id):
             errors["gpu_count"] = f"Give a GPU count from 1 to {MAX_GPUS_PER_MACHINE}."
-        if self.site_id and self.cluster_id and self.site.cluster_id != self.cluster_id:
+        if (
+            "site" not in errors
+            and self.site_id
+            and self.cluster_id
+            and self.site.cluster_id != self.cluster_id
+        ):
             errors["site"] = "The site (location) does not belong to this cluster."
         if name_error := self._name_error():
             errors["name"] = name_error
@@ -414,6 +483,9 @@ class Machine(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["pool", "index"], name="machine_index_unique_per_pool"),
+        ]
+        permissions = [
+            ("force_delete_machine", "Can force delete machine (no teardown, leaves orphans)")
         ]
 
     def __str__(self) -> str:

@@ -12,10 +12,12 @@ from decimal import Decimal
 
 import factory
 from django.conf import settings
+from django.contrib.auth.models import Group, Permission
 from django.utils import timezone
 from factory.django import DjangoModelFactory, Password
 
 from capvco_web.models import Heartbeat
+from capvco_web.permissions import ROLE_PERMISSIONS
 from capvco_web.tasks import BEAT
 from clusters.models import (
     Account,
@@ -24,6 +26,7 @@ from clusters.models import (
     Location,
     Machine,
     MachinePool,
+    Membership,
     VirtualMachine,
 )
 from gpus.models import GpuProfile, VgpuReservation
@@ -50,6 +53,36 @@ class AccountFactory(DjangoModelFactory):
     iam_url = "https://iam.example"
     customer_id = factory.Sequence(lambda n: f"customer-{n}")
     credential = JWT
+
+
+def role_group(name: str) -> Group:
+    """The role's group, as the data migration made it; made again after a test that
+    flushed the database (transactional tests), with the role's permissions."""
+    group, created = Group.objects.get_or_create(name=name)
+    if created:
+        for perm in ROLE_PERMISSIONS[name]:
+            app_label, codename = perm.split(".")
+            group.permissions.add(
+                Permission.objects.get(content_type__app_label=app_label, codename=codename)
+            )
+    return group
+
+
+class MembershipFactory(DjangoModelFactory):
+    """A user's role in an account; `MembershipFactory(role="operator")`."""
+
+    class Meta:
+        model = Membership
+
+    user = factory.SubFactory(UserFactory)
+    account = factory.SubFactory(AccountFactory)
+    role = factory.LazyFunction(lambda: role_group("viewer"))
+
+    @classmethod
+    def _create(cls, model_class: type[Membership], *args: object, **kwargs: object) -> Membership:
+        if isinstance(kwargs.get("role"), str):
+            kwargs["role"] = role_group(str(kwargs["role"]))
+        return super()._create(model_class, *args, **kwargs)  # type: ignore[no-any-return]
 
 
 class LocationFactory(DjangoModelFactory):

@@ -13,6 +13,7 @@ pytestmark = pytest.mark.django_db
 EVERY_FACTORY = [
     f.UserFactory,
     f.AccountFactory,
+    f.MembershipFactory,
     f.LocationFactory,
     f.ClusterFactory,
     f.ClusterSiteFactory,

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.contrib.auth.models import Group, User
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.core.validators import MaxLengthValidator
 from django.db import models
@@ -17,9 +18,10 @@ from clusters.models import (
     Location,
     Machine,
     MachinePool,
+    Membership,
     jwt_shape,
 )
-from clusters.services import account_update, account_update_check
+from clusters.services import account_update_check
 
 
 class AccountSerializer(ModelCleanMixin):
@@ -46,17 +48,6 @@ class AccountSerializer(ModelCleanMixin):
             except DjangoValidationError as exc:
                 raise serializers.ValidationError(exc.message_dict) from exc
         return attrs
-
-    def create(self, validated_data: dict[str, Any]) -> Account:
-        return Account.objects.create(**validated_data)
-
-    def update(self, instance: Account, validated_data: dict[str, Any]) -> Account:
-        try:
-            return account_update(
-                account=instance, changes=validated_data, actor=self.context["request"].user
-            )
-        except DjangoValidationError as exc:  # changed since it was validated
-            raise serializers.ValidationError(exc.message_dict) from exc
 
 
 class LocationSerializer(serializers.ModelSerializer[Location]):
@@ -164,3 +155,23 @@ class DeleteReasonSerializer(serializers.Serializer[object]):
     reason = serializers.CharField(
         max_length=1000, trim_whitespace=True, required=False, allow_blank=True, default=""
     )
+
+
+class PoolScaleSerializer(serializers.Serializer[object]):
+    """Scaling a pool: the replicas wanted, and why (it goes into the audit record)."""
+
+    replicas = serializers.IntegerField(min_value=0, max_value=100)
+    reason = serializers.CharField(max_length=1000, trim_whitespace=True)
+
+
+class MembershipSerializer(ModelCleanMixin):
+    """A user's role in an account: viewer, operator or admin."""
+
+    user = serializers.SlugRelatedField[User](slug_field="username", queryset=User.objects.all())
+    role = serializers.SlugRelatedField[Group](
+        slug_field="name", queryset=Group.objects.filter(name__in=Membership.Role.values)
+    )
+
+    class Meta:
+        model = Membership
+        fields = ["id", "user", "account", "role"]
