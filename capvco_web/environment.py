@@ -17,6 +17,8 @@ import environ
 from cryptography.fernet import Fernet
 from django.core.exceptions import ImproperlyConfigured
 
+from capvco_web.integrations.whitesky.hosts import AllowedHosts
+
 SUPPORTED_DATABASE_SCHEMES = ("sqlite", "postgres", "postgresql", "pgsql")
 
 # Written by `make run` (bin/run) into the var dir: the settings it chose, so that a later
@@ -205,3 +207,13 @@ def throttle_rate(value: str, name: str) -> str:
             f"{name}={value!r} is not a rate: write N/second, N/minute, N/hour or N/day"
         )
     return f"{int(count)}/{period.strip()}"
+
+
+def whitesky_allowed_hosts(value: str) -> list[str]:
+    """WHITESKY_ALLOWED_HOSTS: comma-separated hosts the whitesky credential may be sent to
+    (see capvco_web/integrations/whitesky/hosts.py), normalised."""
+    try:
+        hosts = AllowedHosts(value.split(","), source="WHITESKY_ALLOWED_HOSTS")
+    except ValueError as exc:
+        raise ImproperlyConfigured(str(exc)) from None
+    return list(hosts.entries)

@@ -21,6 +21,7 @@ from capvco_web.environment import (
     secret_from_env,
     settings_environment,
     throttle_rate,
+    whitesky_allowed_hosts,
 )
 
 django_stubs_ext.monkeypatch()
@@ -271,6 +272,10 @@ CELERY_BEAT_SCHEDULE = {
     "orphan-sweep": _every("clusters.tasks.orphan_sweep_all", ORPHAN_SWEEP_INTERVAL),
 }
 
+# whitesky: the hosts an account's API and IAM URLs may name, so the credential goes nowhere
+# else: `host` (https, any port), `https://host:port`, or `http://host:port` (plain http to
+# exactly that origin, e.g. the simulator). `make run` adds its simulator's.
+WHITESKY_ALLOWED_HOSTS = whitesky_allowed_hosts(env.str("WHITESKY_ALLOWED_HOSTS", default=""))
 # whitesky: vGPU reservations are listed in pages of this size (all pages, always).
 WHITESKY_VGPU_PAGE_SIZE = env.int("WHITESKY_VGPU_PAGE_SIZE", default=500)
 # Seconds to wait for whitesky: to connect, for an answer, for the answer of a long call

@@ -31,11 +31,22 @@ from django.utils.translation import gettext_lazy
 from capvco_web.admin import reason_asked
 from capvco_web.api import in_use_detail
 from capvco_web.integrations.whitesky.auth import jwt_expiry
-from clusters.models import Account, Cluster, ClusterSite, Location, Machine, MachinePool
+from clusters.models import (
+    MAX_CREDENTIAL_LENGTH,
+    Account,
+    Cluster,
+    ClusterSite,
+    Location,
+    Machine,
+    MachinePool,
+    jwt_shape,
+)
 from clusters.services import (
     InUse,
     account_delete,
     account_delete_check,
+    account_update,
+    account_update_check,
     cluster_delete,
     machine_force_delete,
     pool_delete,
@@ -120,8 +131,11 @@ class AccountForm(forms.ModelForm[Account]):
     # Write-only: the stored credential is never rendered, not even re-shown after an error.
     new_credential = forms.CharField(
         required=False,
+        max_length=MAX_CREDENTIAL_LENGTH,
+        validators=[jwt_shape],
         widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}),
-        help_text="Paste a JWT to replace the stored one; leave empty to keep it.",
+        help_text="Paste a JWT to replace the stored one; leave empty to keep it. Changing "
+        "the API or IAM URL needs it again.",
     )
 
     class Meta:
@@ -141,6 +155,23 @@ class AccountForm(forms.ModelForm[Account]):
         if self.instance.pk is None:
             self.fields["new_credential"].required = True  # an account cannot act without one
 
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        if self.instance.pk is not None:  # still as stored: the form's values come later
+            try:
+                account_update_check(account=self.instance, changes=self.changes())
+            except ValidationError as exc:
+                self.add_error("new_credential", exc.message_dict["credential"])
+        return cleaned
+
+    def changes(self) -> dict[str, Any]:
+        """The account's fields as the form gives them, with the credential when given."""
+        fields = AccountForm.Meta.fields  # the admin's subclass lists new_credential too
+        changes = {f: self.cleaned_data[f] for f in fields if f in self.cleaned_data}
+        if token := self.cleaned_data.get("new_credential"):
+            changes["credential"] = token
+        return changes
+
     def save(self, commit: bool = True) -> Account:
         if token := self.cleaned_data.get("new_credential"):
             self.instance.credential = token
@@ -155,6 +186,15 @@ class AccountAdmin(DeleteThroughServiceAdmin[Account]):
     readonly_fields = ["credential_status"]
 
     deleted_by_service = (VgpuReservation,)  # the released ones, history
+
+    def save_model(self, request: HttpRequest, obj: Account, form: Any, change: bool) -> None:
+        if not change:
+            super().save_model(request, obj, form, change)
+            return
+        try:  # validated and audited as in the API
+            account_update(account=obj, changes=form.changes(), actor=request.user)
+        except ValidationError as exc:  # changed since the form was checked
+            self.message_user(request, "; ".join(exc.messages), messages.ERROR)
 
     def delete_check(self, obj: Account) -> None:
         account_delete_check(account=obj)

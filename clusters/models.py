@@ -4,25 +4,64 @@ from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
+from django.core.validators import (
+    MaxLengthValidator,
+    MaxValueValidator,
+    MinValueValidator,
+    RegexValidator,
+)
 from django.db import connection, models, transaction
 
 from capvco_web.encryption import EncryptedTextField
+from capvco_web.integrations.whitesky import AllowedHosts
+from capvco_web.integrations.whitesky.auth import JWT_PATTERN, MAX_JWT_LENGTH
+from capvco_web.validators import visible_text
 from gpus import naming
 
 # Cluster, pool and machine names end up in VM and vGPU names
-# (capvco-<cluster>-<machine>-gpu-<n>), so they are DNS labels.
+# (capvco-<cluster>-<machine>-gpu-<n>), so they are DNS labels. `\Z`, not `$`, which would
+# let a final line break through.
 dns_label = RegexValidator(
-    r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$",
+    r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?\Z",
     "Use lowercase letters, digits and dashes; start and end with a letter or digit.",
 )
 
 driver_version = RegexValidator(
-    r"^[0-9]+(\.[0-9]+){0,3}$", "Give a driver version such as 550.90.07, or leave it empty."
+    r"^[0-9]+(\.[0-9]+){0,3}\Z", "Give a driver version such as 550.90.07, or leave it empty."
 )
 
+# A JWT is three base64url parts (header, claims, signature); nothing else is a credential.
+# The client takes a refreshed token only in the same shape (auth.JWT_PATTERN).
+jwt_shape = RegexValidator(
+    f"^{JWT_PATTERN}\\Z",
+    "Give the JWT: three base64url parts separated by dots (header.claims.signature).",
+)
+MAX_CREDENTIAL_LENGTH = MAX_JWT_LENGTH
+
 MAX_GPUS_PER_MACHINE = 8
+MAX_ORPHAN_GRACE_PERIOD = timedelta(days=90)
+MAX_ORPHAN_CONFIRMATIONS = 100
+# Bounds of a pool's machines, the same on SQLite and PostgreSQL (and well inside both).
+MAX_VCPUS = 256
+MIN_MEMORY_MIB, MAX_MEMORY_MIB = 512, 4 * 1024 * 1024  # 4 TiB
+MIN_DISK_GIB, MAX_DISK_GIB = 10, 64 * 1024  # 64 TiB
+MAX_REPLICAS = 100
+MAX_INT32 = 2**31 - 1  # whitesky ids that are integers (images)
+
+
+def whitesky_allowed_hosts() -> AllowedHosts:
+    """The hosts an account's credential may be sent to (settings.WHITESKY_ALLOWED_HOSTS)."""
+    return AllowedHosts(settings.WHITESKY_ALLOWED_HOSTS, source="WHITESKY_ALLOWED_HOSTS")
+
+
+def whitesky_url(value: str) -> None:
+    """An account's API or IAM URL must be one the credential may be sent to."""
+    if refusal := whitesky_allowed_hosts().refusal(value):
+        raise ValidationError(refusal, code="host_not_allowed")
+
+
 NAMES_LOCK = 0x63617076  # the advisory lock that serialises cluster and pool creates
 
 
@@ -38,11 +77,21 @@ def names_lock() -> None:
 class Account(models.Model):
     """A whitesky customer account, the credential to act on it, and its orphan policy."""
 
-    name = models.CharField(max_length=100, unique=True)
-    api_url = models.URLField(help_text="The VCO API base, e.g. https://vco.example/api/1")
-    iam_url = models.URLField(help_text="The IAM host that refreshes the JWT")
-    customer_id = models.CharField(max_length=100)
-    credential = EncryptedTextField(help_text="The JWT; stored encrypted, never shown.")
+    name = models.CharField(max_length=100, unique=True, validators=[visible_text])
+    api_url = models.URLField(
+        validators=[whitesky_url],
+        help_text="The VCO API base, e.g. https://vco.example/api/1; its host must be in "
+        "WHITESKY_ALLOWED_HOSTS.",
+    )
+    iam_url = models.URLField(
+        validators=[whitesky_url],
+        help_text="The IAM host that refreshes the JWT; in WHITESKY_ALLOWED_HOSTS too.",
+    )
+    customer_id = models.CharField(max_length=100, validators=[visible_text])
+    credential = EncryptedTextField(
+        validators=[MaxLengthValidator(MAX_CREDENTIAL_LENGTH), jwt_shape],
+        help_text="The JWT; stored encrypted, never shown.",
+    )
     # On: an orphan named by us (our prefix, and a cluster of this account or none at all)
     # costs money every hour and nothing can take it over; docs/guides/gpu.md says more.
     orphan_auto_release = models.BooleanField(
@@ -51,13 +100,38 @@ class Account(models.Model):
         "automatically, after the grace period and the confirmations; otherwise they wait "
         "for a person. Orphans not named by us always wait for a person.",
     )
-    orphan_grace_period = models.DurationField(default=timedelta(hours=1))
+    orphan_grace_period = models.DurationField(
+        default=timedelta(hours=1),
+        validators=[
+            MinValueValidator(timedelta(0)),
+            MaxValueValidator(MAX_ORPHAN_GRACE_PERIOD),
+        ],
+        help_text="How long an orphan waits before it is released or removed (0 to 90 days).",
+    )
     orphan_confirmations = models.PositiveSmallIntegerField(
         default=3,
-        validators=[MinValueValidator(1)],
+        validators=[MinValueValidator(1), MaxValueValidator(MAX_ORPHAN_CONFIRMATIONS)],
         help_text="Consecutive complete listings that must show a reservation orphaned "
         "before it is released automatically.",
     )
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(
+                    orphan_grace_period__gte=timedelta(0),
+                    orphan_grace_period__lte=MAX_ORPHAN_GRACE_PERIOD,
+                ),
+                name="account_orphan_grace_period_bounded",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(
+                    orphan_confirmations__gte=1,
+                    orphan_confirmations__lte=MAX_ORPHAN_CONFIRMATIONS,
+                ),
+                name="account_orphan_confirmations_bounded",
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.name
@@ -144,8 +218,8 @@ class ClusterSite(models.Model):
 
     cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="sites")
     location = models.ForeignKey(Location, on_delete=models.PROTECT, related_name="sites")
-    cloudspace_id = models.CharField(max_length=100)
-    image_id = models.PositiveIntegerField()
+    cloudspace_id = models.CharField(max_length=100, validators=[visible_text])
+    image_id = models.PositiveIntegerField(validators=[MaxValueValidator(MAX_INT32)])
     observation_error = models.TextField(
         blank=True,
         help_text="Why the last observation could not list the VMs of this cloudspace; while "
@@ -154,7 +228,10 @@ class ClusterSite(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["cluster", "location"], name="one_site_per_location")
+            models.UniqueConstraint(fields=["cluster", "location"], name="one_site_per_location"),
+            models.CheckConstraint(
+                condition=models.Q(image_id__lte=MAX_INT32), name="site_image_id_bounded"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -177,16 +254,31 @@ class MachinePool(models.Model):
     cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="pools")
     site = models.ForeignKey(ClusterSite, on_delete=models.PROTECT, related_name="pools")
     name = models.CharField(max_length=20, validators=[dns_label])
-    replicas = models.PositiveSmallIntegerField(default=1, validators=[MaxValueValidator(100)])
-    vcpus = models.PositiveSmallIntegerField(default=4, validators=[MinValueValidator(1)])
-    memory_mib = models.PositiveIntegerField(default=8192, validators=[MinValueValidator(512)])
-    disk_gib = models.PositiveIntegerField(default=50, validators=[MinValueValidator(10)])
+    replicas = models.PositiveSmallIntegerField(
+        default=1, validators=[MaxValueValidator(MAX_REPLICAS)]
+    )
+    vcpus = models.PositiveSmallIntegerField(
+        default=4, validators=[MinValueValidator(1), MaxValueValidator(MAX_VCPUS)]
+    )
+    memory_mib = models.PositiveIntegerField(
+        default=8192,
+        validators=[MinValueValidator(MIN_MEMORY_MIB), MaxValueValidator(MAX_MEMORY_MIB)],
+    )
+    disk_gib = models.PositiveIntegerField(
+        default=50, validators=[MinValueValidator(MIN_DISK_GIB), MaxValueValidator(MAX_DISK_GIB)]
+    )
     user_data = models.TextField(blank=True)
     gpu_type = models.CharField(
-        max_length=100, blank=True, help_text='e.g. "NVIDIA A100"; resolved per location'
+        max_length=100,
+        blank=True,
+        validators=[visible_text],
+        help_text='e.g. "NVIDIA A100"; resolved per location',
     )
     gpu_profile_id = models.CharField(
-        max_length=100, blank=True, help_text="Escape hatch: one exact GPU profile (card) id"
+        max_length=100,
+        blank=True,
+        validators=[visible_text],
+        help_text="Escape hatch: one exact GPU profile (card) id",
     )
     gpu_count = models.PositiveSmallIntegerField(
         default=0, validators=[MaxValueValidator(MAX_GPUS_PER_MACHINE)]
@@ -210,6 +302,22 @@ class MachinePool(models.Model):
             models.CheckConstraint(
                 condition=models.Q(gpu_count__lte=MAX_GPUS_PER_MACHINE),
                 name="gpu_count_at_most_8",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(replicas__lte=MAX_REPLICAS),
+                name="pool_replicas_bounded",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(vcpus__gte=1, vcpus__lte=MAX_VCPUS),
+                name="pool_vcpus_bounded",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(memory_mib__gte=MIN_MEMORY_MIB, memory_mib__lte=MAX_MEMORY_MIB),
+                name="pool_memory_bounded",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(disk_gib__gte=MIN_DISK_GIB, disk_gib__lte=MAX_DISK_GIB),
+                name="pool_disk_bounded",
             ),
         ]
 

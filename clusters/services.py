@@ -7,10 +7,12 @@ naming what is in the way and what to do, while anything still hangs from the ro
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import timedelta
 from typing import Any
 
 from django.contrib.auth.models import AnonymousUser, User
+from django.core.exceptions import ValidationError
 from django.db import models, transaction
 from django.db.models import ProtectedError
 
@@ -173,6 +175,70 @@ def site_delete(*, site: ClusterSite, actor: Actor, reason: str = "") -> None:
         }
         audit_record(actor=actor, action="site.delete", obj=site, reason=reason, before=before)
         site.delete()
+
+
+ACCOUNT_URLS = ("api_url", "iam_url")
+_ACCOUNT_CHANGEABLE = frozenset(
+    {
+        "name",
+        "api_url",
+        "iam_url",
+        "customer_id",
+        "credential",
+        "orphan_auto_release",
+        "orphan_grace_period",
+        "orphan_confirmations",
+    }
+)
+
+
+def account_update_check(*, account: Account, changes: Mapping[str, Any]) -> None:
+    """Raise `ValidationError` (on `credential`) when a change moves the API or IAM URL and
+    does not give the credential with it: whoever may edit an account must not be able to
+    send the JWT stored in it to an address of their choosing, allowed host or not."""
+    moved = [f for f in ACCOUNT_URLS if f in changes and changes[f] != getattr(account, f)]
+    if moved and not changes.get("credential"):
+        raise ValidationError(
+            {
+                "credential": "Give the credential again to change the API or IAM URL: "
+                "the stored one is never sent to a new address."
+            }
+        )
+
+
+def account_update(*, account: Account, changes: Mapping[str, Any], actor: Actor) -> Account:
+    """Change an account's fields (`credential` replaces the JWT), validated as the model
+    validates, and audit what changed: before and after of each field, and of the
+    credential only that it was replaced. `account` is refreshed, and answered."""
+    unknown = set(changes) - _ACCOUNT_CHANGEABLE
+    if unknown:
+        raise ValueError(f"not fields of an account that can be changed: {sorted(unknown)}")
+    with transaction.atomic():
+        stored = Account.objects.select_for_update().get(pk=account.pk)
+        account_update_check(account=stored, changes=changes)
+        before: dict[str, Any] = {}
+        after: dict[str, Any] = {}
+        for field, value in changes.items():
+            old = getattr(stored, field)
+            if value == old:
+                continue
+            if field == "credential":
+                after[field] = "replaced"  # never the secret
+            else:
+                before[field], after[field] = _audited(old), _audited(value)
+            setattr(stored, field, value)
+        if not after:
+            return account
+        stored.full_clean()
+        stored.save()
+        audit_record(actor=actor, action="account.update", obj=stored, before=before, after=after)
+    account.refresh_from_db()
+    return account
+
+
+def _audited(value: Any) -> Any:
+    """A field's value as the audit record (JSON) keeps it."""
+    return str(value) if isinstance(value, timedelta) else value
 
 
 def account_delete_check(*, account: Account) -> None:

@@ -17,6 +17,9 @@ os.environ.setdefault("ALLOWED_HOSTS", "testserver,127.0.0.1,localhost")
 # The test client and the live server speak plain HTTP.
 for name in ("SECURE_SSL_REDIRECT", "SESSION_COOKIE_SECURE", "CSRF_COOKIE_SECURE"):
     os.environ.setdefault(name, "false")
+# The hosts the factories' accounts name; a whitesky simulator adds its own address when it
+# starts (tests/whitesky_sim.py).
+os.environ.setdefault("WHITESKY_ALLOWED_HOSTS", "vco.example,iam.example")
 REDIS_URL = os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379")
 # Database 15 keeps the tests' queues apart from a control plane running beside them;
 # the run's key prefix keeps two test runs apart.

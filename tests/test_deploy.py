@@ -281,6 +281,8 @@ def test_production_settings_behind_the_ingress() -> None:
         assert host in allowed
         assert f"https://{host}" in origins
     assert settings["TRUST_X_FORWARDED_PROTO"] == "true"
+    # Empty allows no whitesky host at all: no account could be added.
+    assert settings["WHITESKY_ALLOWED_HOSTS"]
 
 
 def http_probes() -> Iterator[tuple[str, str, dict[str, Any]]]:

@@ -19,6 +19,7 @@ from capvco_web.environment import (
     secret_from_env,
     settings_environment,
     throttle_rate,
+    whitesky_allowed_hosts,
 )
 
 
@@ -201,6 +202,27 @@ def test_celery_in_another_shell_gets_the_broker_make_run_chose(checkout: Path) 
     assert "\nDEBUG: True\n" in result.stdout
 
 
+def test_make_run_allows_its_simulator_and_only_with_the_simulator(checkout: Path) -> None:
+    with_simulator = shell(
+        checkout, "bash", "-c", "source bin/common.sh && run_configure", SIM_PORT="8099"
+    )
+    assert with_simulator.returncode == 0, with_simulator.stderr
+    shown = "from django.conf import settings; print(settings.WHITESKY_ALLOWED_HOSTS)"
+    result = shell(checkout, ".venv/bin/python", "manage.py", "shell", "-c", shown)
+    assert result.stdout.splitlines()[-1] == "['http://127.0.0.1:8099']", result.stderr
+
+    without = shell(
+        checkout,
+        "bash",
+        "-c",
+        "source bin/common.sh && run_configure",
+        SIMULATOR="0",
+        WHITESKY_ALLOWED_HOSTS="vco.example",
+    )
+    assert without.returncode == 0, without.stderr
+    assert run_env_read(checkout / "var" / RUN_ENV)["WHITESKY_ALLOWED_HOSTS"] == "vco.example"
+
+
 def test_the_environment_wins_over_what_make_run_configured(checkout: Path) -> None:
     make_run_configures(checkout)
 
@@ -258,3 +280,16 @@ def test_a_rate_that_is_not_one_is_refused_naming_the_variable(value: str) -> No
 def test_a_rate_is_taken_as_written() -> None:
     assert throttle_rate("1200/minute", "API_RATE_USER") == "1200/minute"
     assert throttle_rate(" 5 / hour", "API_RATE_USER") == "5/hour"
+
+
+def test_whitesky_allowed_hosts_are_read_comma_separated_and_normalised() -> None:
+    assert whitesky_allowed_hosts(" vco.example, HTTP://127.0.0.1:8081/ ,,") == [
+        "vco.example",
+        "http://127.0.0.1:8081",
+    ]
+    assert whitesky_allowed_hosts("") == []
+
+
+def test_a_whitesky_allowed_hosts_entry_that_is_no_host_is_refused_naming_it() -> None:
+    with pytest.raises(ImproperlyConfigured, match=r"WHITESKY_ALLOWED_HOSTS: '\*\.example'"):
+        whitesky_allowed_hosts("vco.example,*.example")

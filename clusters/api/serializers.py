@@ -2,15 +2,33 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.core.validators import MaxLengthValidator
+from django.db import models
 from rest_framework import serializers
 
 from capvco_web.api import ModelCleanMixin
-from clusters.models import Account, Cluster, ClusterSite, Location, Machine, MachinePool
+from clusters.models import (
+    MAX_CREDENTIAL_LENGTH,
+    MAX_GPUS_PER_MACHINE,
+    Account,
+    Cluster,
+    ClusterSite,
+    Location,
+    Machine,
+    MachinePool,
+    jwt_shape,
+)
+from clusters.services import account_update, account_update_check
 
 
 class AccountSerializer(ModelCleanMixin):
     credential = serializers.CharField(
-        write_only=True, style={"input_type": "password"}, help_text="The JWT; never returned."
+        write_only=True,
+        max_length=MAX_CREDENTIAL_LENGTH,
+        validators=[jwt_shape],
+        style={"input_type": "password"},
+        help_text="The JWT; never returned. Required again to change api_url or iam_url.",
     )
 
     class Meta:
@@ -20,8 +38,25 @@ class AccountSerializer(ModelCleanMixin):
             "orphan_auto_release", "orphan_grace_period", "orphan_confirmations",
         ]  # fmt: skip
 
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        attrs = super().validate(attrs)
+        if self.instance is not None:
+            try:
+                account_update_check(account=self.instance, changes=attrs)
+            except DjangoValidationError as exc:
+                raise serializers.ValidationError(exc.message_dict) from exc
+        return attrs
+
     def create(self, validated_data: dict[str, Any]) -> Account:
         return Account.objects.create(**validated_data)
+
+    def update(self, instance: Account, validated_data: dict[str, Any]) -> Account:
+        try:
+            return account_update(
+                account=instance, changes=validated_data, actor=self.context["request"].user
+            )
+        except DjangoValidationError as exc:  # changed since it was validated
+            raise serializers.ValidationError(exc.message_dict) from exc
 
 
 class LocationSerializer(serializers.ModelSerializer[Location]):
@@ -49,17 +84,31 @@ class ClusterSerializer(ModelCleanMixin):
         read_only_fields = ["state", "deletion_blockers", "created_at"]
 
 
+def _pool_text(field_name: str) -> dict[str, Any]:
+    """The limits of a pool's text field as the model sets them, for a renamed field of the
+    API, so that its schema states them too (the model validates them either way)."""
+    field = MachinePool._meta.get_field(field_name)
+    assert isinstance(field, models.CharField)
+    validators = [v for v in field.validators if not isinstance(v, MaxLengthValidator)]
+    return {
+        "source": field_name,
+        "max_length": field.max_length,
+        "validators": validators,
+        "required": False,
+        "allow_blank": True,
+        "default": "",
+    }
+
+
 class GpuRequestSerializer(serializers.Serializer[MachinePool]):
     """`gpu: {type, profileId, count, driverVersion}`: what a pool asks for, by type."""
 
-    type = serializers.CharField(source="gpu_type", required=False, allow_blank=True, default="")
-    profileId = serializers.CharField(
-        source="gpu_profile_id", required=False, allow_blank=True, default=""
+    type = serializers.CharField(**_pool_text("gpu_type"))
+    profileId = serializers.CharField(**_pool_text("gpu_profile_id"))
+    count = serializers.IntegerField(
+        source="gpu_count", min_value=0, max_value=MAX_GPUS_PER_MACHINE, default=0
     )
-    count = serializers.IntegerField(source="gpu_count", min_value=0, max_value=8, default=0)
-    driverVersion = serializers.CharField(
-        source="gpu_driver_version", required=False, allow_blank=True, default=""
-    )
+    driverVersion = serializers.CharField(**_pool_text("gpu_driver_version"))
 
 
 class MachinePoolSerializer(ModelCleanMixin):
