@@ -3,6 +3,7 @@ from datetime import timedelta
 import pytest
 from django.test import Client
 from django.utils import timezone
+from pytest_django.fixtures import Settings
 
 from capvco_web.models import Heartbeat
 from capvco_web.tasks import BEAT, heartbeat
@@ -82,6 +83,49 @@ def test_readyz_details_are_for_staff_not_for_any_logged_in_user(
 ) -> None:
     heartbeat()
     assert logged_in_client.get("/readyz").json() == {"status": "ok"}
+
+
+WEB_READINESS = "/readyz?check=database&check=broker"  # a web pod's probe (deploy/kubernetes)
+
+
+def test_readyz_subset_is_ready_without_beat_so_web_pods_stay_in_service(
+    client: Client,
+) -> None:
+    # Beat never ticked: the full readiness fails, the web pod's subset does not.
+    assert client.get("/readyz").status_code == 503
+    response = client.get(WEB_READINESS)
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok"}
+
+
+def test_readyz_subset_reports_only_the_checks_asked_for(admin_client: Client) -> None:
+    body = admin_client.get(WEB_READINESS).json()
+    assert set(body["checks"]) == {"database", "broker"}
+
+
+def test_readyz_subset_still_fails_when_a_check_it_asks_for_fails(
+    client: Client, settings: Settings
+) -> None:
+    settings.CELERY_BROKER_URL = "redis://127.0.0.1:1/0"
+    response = client.get(WEB_READINESS)
+    assert response.status_code == 503
+    assert response.json() == {"status": "unavailable"}
+
+
+def test_readyz_subset_of_beat_alone_fails_when_beat_never_ticked(client: Client) -> None:
+    assert client.get("/readyz?check=beat").status_code == 503
+
+
+def test_readyz_refuses_an_unknown_check_naming_it_and_the_known_ones(client: Client) -> None:
+    response = client.get("/readyz?check=database&check=databse")
+    assert response.status_code == 400
+    assert response.json() == {
+        "detail": "unknown readiness check 'databse': choose from database, broker, beat"
+    }
+
+
+def test_readyz_refuses_an_empty_check_name(client: Client) -> None:
+    assert client.get("/readyz?check=").status_code == 400
 
 
 def test_heartbeat_task_moves_the_tick_forward() -> None:
