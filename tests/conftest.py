@@ -10,7 +10,7 @@ from django.db import connection
 
 from capvco_web import celery_app
 
-pytest_plugins = ["tests.whitesky_sim"]
+pytest_plugins = ["tests.whitesky_sim", "tests.kube_sim"]
 
 IN_CI = bool(os.environ.get("CI"))
 
