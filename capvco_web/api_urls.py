@@ -14,6 +14,8 @@ router.register("clusters", clusters.ClusterViewSet)
 router.register("sites", clusters.ClusterSiteViewSet)
 router.register("pools", clusters.MachinePoolViewSet)
 router.register("machines", clusters.MachineViewSet)
+router.register("nodes", clusters.KubeNodeViewSet)
+router.register("pods", clusters.KubePodViewSet)
 router.register("gpu-profiles", gpus.GpuProfileViewSet)
 router.register("reservations", gpus.VgpuReservationViewSet)
 

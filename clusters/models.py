@@ -134,6 +134,10 @@ class Cluster(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    @property
+    def has_kubeconfig(self) -> bool:
+        return bool(self.kubeconfig)
+
     def clean(self) -> None:
         if self.kubeconfig:
             try:

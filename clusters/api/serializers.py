@@ -5,7 +5,17 @@ from typing import Any
 from rest_framework import serializers
 
 from capvco_web.api import ModelCleanMixin
-from clusters.models import Account, Cluster, ClusterSite, Location, Machine, MachinePool
+from clusters.models import (
+    Account,
+    Cluster,
+    ClusterSite,
+    KubeNode,
+    KubePod,
+    Location,
+    Machine,
+    MachinePool,
+)
+from clusters.services import cluster_kubeconfig_set
 
 
 class AccountSerializer(ModelCleanMixin):
@@ -42,11 +52,47 @@ class ClusterSiteSerializer(ModelCleanMixin):
 
 class ClusterSerializer(ModelCleanMixin):
     sites = ClusterSiteSerializer(many=True, read_only=True)
+    kubeconfig = serializers.CharField(
+        write_only=True,
+        required=False,
+        allow_blank=True,
+        style={"base_template": "textarea.html"},
+        help_text="The workload cluster's kubeconfig (YAML); its nodes and pods are observed "
+        "with it. Stored encrypted, never returned.",
+    )
+    has_kubeconfig = serializers.BooleanField(read_only=True)
 
     class Meta:
         model = Cluster
-        fields = ["id", "name", "account", "state", "deletion_blockers", "created_at", "sites"]
-        read_only_fields = ["state", "deletion_blockers", "created_at"]
+        fields = [
+            "id", "name", "account", "state", "deletion_blockers", "created_at", "sites",
+            "kubeconfig", "has_kubeconfig", "kube_observation_complete",
+            "kube_observation_error", "kube_observation_started_at",
+        ]  # fmt: skip
+        read_only_fields = [
+            "state", "deletion_blockers", "created_at", "kube_observation_complete",
+            "kube_observation_error", "kube_observation_started_at",
+        ]  # fmt: skip
+
+    def create(self, validated_data: dict[str, Any]) -> Cluster:
+        kubeconfig = validated_data.pop("kubeconfig", "")
+        cluster = Cluster.objects.create(**validated_data)
+        if kubeconfig:  # validated with the rest (Cluster.clean); stored and audited here
+            cluster_kubeconfig_set(
+                cluster=cluster, kubeconfig=kubeconfig, actor=self.context["request"].user
+            )
+        return cluster
+
+
+class KubeconfigSerializer(serializers.Serializer[Cluster]):
+    """A new kubeconfig for a cluster; the change is audited (its server, never its secret)."""
+
+    kubeconfig = serializers.CharField(
+        write_only=True, trim_whitespace=True, style={"base_template": "textarea.html"}
+    )
+    reason = serializers.CharField(
+        max_length=1000, trim_whitespace=True, required=False, allow_blank=True, default=""
+    )
 
 
 class GpuRequestSerializer(serializers.Serializer[MachinePool]):
@@ -87,7 +133,8 @@ class MachineSerializer(serializers.ModelSerializer[Machine]):
         model = Machine
         fields = [
             "id", "cluster", "pool", "name", "vm_name", "vm_id", "phase", "failure_message",
-            "delete_requested", "created_at", "updated_at",
+            "delete_requested", "created_at", "updated_at", "vm_started_at", "node_joined_at",
+            "node_missing", "node_missing_reason",
         ]  # fmt: skip
         read_only_fields = fields
 
@@ -115,3 +162,32 @@ class DeleteReasonSerializer(serializers.Serializer[object]):
     reason = serializers.CharField(
         max_length=1000, trim_whitespace=True, required=False, allow_blank=True, default=""
     )
+
+
+class KubeNodeSerializer(serializers.ModelSerializer[KubeNode]):
+    """A Kubernetes node as last observed, and the machine whose VM it runs on."""
+
+    cluster = serializers.CharField(source="cluster.name", read_only=True)
+
+    class Meta:
+        model = KubeNode
+        fields = [
+            "id", "cluster", "name", "uid", "provider_id", "labels", "gpu_capacity",
+            "gpu_allocatable", "ready", "kubelet_version", "machine", "unowned_since",
+            "first_seen_at", "updated_at",
+        ]  # fmt: skip
+        read_only_fields = fields
+
+
+class KubePodSerializer(serializers.ModelSerializer[KubePod]):
+    """A Kubernetes pod as last observed: where it runs and what it asks for."""
+
+    cluster = serializers.CharField(source="cluster.name", read_only=True)
+
+    class Meta:
+        model = KubePod
+        fields = [
+            "id", "cluster", "namespace", "name", "uid", "node_name", "phase", "gpu_requests",
+            "sriov_network", "first_seen_at", "updated_at",
+        ]  # fmt: skip
+        read_only_fields = fields

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
@@ -17,17 +18,30 @@ from clusters.api.serializers import (
     ClusterSerializer,
     ClusterSiteSerializer,
     DeleteReasonSerializer,
+    KubeconfigSerializer,
+    KubeNodeSerializer,
+    KubePodSerializer,
     LocationSerializer,
     MachinePoolSerializer,
     MachineSerializer,
     PlanStepSerializer,
 )
-from clusters.filtersets import MachineFilterSet
-from clusters.models import Account, Cluster, ClusterSite, Location, Machine, MachinePool
+from clusters.filtersets import KubeNodeFilterSet, KubePodFilterSet, MachineFilterSet
+from clusters.models import (
+    Account,
+    Cluster,
+    ClusterSite,
+    KubeNode,
+    KubePod,
+    Location,
+    Machine,
+    MachinePool,
+)
 from clusters.plan import cluster_plan
 from clusters.services import (
     account_delete,
     cluster_delete,
+    cluster_kubeconfig_set,
     machine_force_delete,
     pool_delete,
     site_delete,
@@ -95,6 +109,34 @@ class ClusterViewSet(
         plan = cluster_plan(self.get_object())
         return Response(PlanStepSerializer(plan.steps, many=True).data)
 
+    @extend_schema(request=KubeconfigSerializer, responses={204: None})
+    @action(detail=True, methods=["put"], url_path="kubeconfig")
+    def kubeconfig(self, request: Request, pk: str | None = None) -> Response:
+        """Store a new kubeconfig (write-only; audited with its server, never its secret)."""
+        serializer = KubeconfigSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        try:
+            cluster_kubeconfig_set(
+                cluster=self.get_object(),
+                kubeconfig=serializer.validated_data["kubeconfig"],
+                actor=request.user,
+                reason=serializer.validated_data["reason"],
+            )
+        except DjangoValidationError as exc:
+            raise serializers.ValidationError(exc.message_dict) from exc
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(request=DeleteReasonSerializer, responses={204: None})
+    @kubeconfig.mapping.delete
+    def kubeconfig_remove(self, request: Request, pk: str | None = None) -> Response:
+        """Remove the kubeconfig: nodes and pods are no longer observed, and what was
+        mirrored from them is dropped. Audited."""
+        reason = _reason(request, DeleteReasonSerializer)
+        cluster_kubeconfig_set(
+            cluster=self.get_object(), kubeconfig="", actor=request.user, reason=reason
+        )
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
     @extend_schema(request=ReasonSerializer, responses={202: ClusterSerializer})
     def destroy(self, request: Request, pk: str | None = None) -> Response:
         """Delete the cluster: its machines are torn down and every reservation with its
@@ -143,3 +185,21 @@ class MachineViewSet(viewsets.ReadOnlyModelViewSet[Machine]):
         by name."""
         machine_force_delete(machine=self.get_object(), actor=request.user, reason=_reason(request))
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class KubeNodeViewSet(viewsets.ReadOnlyModelViewSet[KubeNode]):
+    """Kubernetes nodes of the clusters with a kubeconfig, as last observed."""
+
+    queryset = KubeNode.objects.select_related("cluster").order_by("cluster__name", "name")
+    serializer_class = KubeNodeSerializer
+    filterset_class = KubeNodeFilterSet
+
+
+class KubePodViewSet(viewsets.ReadOnlyModelViewSet[KubePod]):
+    """Kubernetes pods of the clusters with a kubeconfig, as last observed."""
+
+    queryset = KubePod.objects.select_related("cluster").order_by(
+        "cluster__name", "namespace", "name"
+    )
+    serializer_class = KubePodSerializer
+    filterset_class = KubePodFilterSet
