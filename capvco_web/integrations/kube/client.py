@@ -175,6 +175,8 @@ class KubeClient:
             body = response.data
         except ApiException as exc:
             raise _api_error(operation, exc) from exc
+        except urllib3.exceptions.NewConnectionError as exc:  # refused, or no such host
+            raise Unreachable(f"{type(exc).__name__}: {exc}", operation=operation) from exc
         except urllib3.exceptions.TimeoutError as exc:
             raise Timeout(f"no answer in time ({exc})", operation=operation) from exc
         except (urllib3.exceptions.HTTPError, OSError) as exc:
