@@ -7,12 +7,12 @@ import pytest
 from django.db import connection
 from django.test import Client
 from django.urls import reverse
-from django.utils import timezone
 from rest_framework.test import APIClient
 
 from capvco_web.models import AuditEvent
 from clusters.models import Cluster, ClusterSite, KubeNode, KubePod, Machine, MachinePool
 from tests.clusters.test_admin import cluster_page_data
+from tests.factories import KubeNodeFactory, KubePodFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -47,17 +47,9 @@ def audited(action: str) -> list[AuditEvent]:
 
 
 def mirror(cluster: Cluster, machine: Machine | None = None) -> None:
-    now = timezone.now()
-    KubeNode.objects.create(
-        cluster=cluster, name="capvco-prod-gpu-0", uid="u-1", provider_id="vco://nl-1/100",
-        gpu_capacity=1, gpu_allocatable=1, ready=True, machine=machine,
-        first_seen_at=now, updated_at=now,
-    )  # fmt: skip
-    for name, node in (("job-a", "capvco-prod-gpu-0"), ("job-b", "")):
-        KubePod.objects.create(
-            cluster=cluster, uid=f"uid-{name}", namespace="default", name=name, node_name=node,
-            phase="Running", gpu_requests=1, first_seen_at=now, updated_at=now,
-        )  # fmt: skip
+    node = KubeNodeFactory(cluster=cluster, name="capvco-prod-gpu-0", machine=machine)
+    KubePodFactory(cluster=cluster, name="job-a", node_name=node.name)
+    KubePodFactory(cluster=cluster, name="job-b", node_name="")
 
 
 def test_a_cluster_created_with_a_kubeconfig_never_shows_it_and_stores_it_encrypted(
@@ -149,9 +141,7 @@ def test_nodes_and_pods_are_read_only_and_filtered_by_cluster(
 ) -> None:
     machine = Machine.objects.get(name="gpu-0")
     mirror(pool.cluster, machine)
-    other = Cluster.objects.create(name="other", account=pool.cluster.account)
-    now = timezone.now()
-    KubeNode.objects.create(cluster=other, name="n", uid="u-2", first_seen_at=now, updated_at=now)
+    KubeNodeFactory(cluster__account=pool.cluster.account)  # of another cluster
 
     nodes = api.get("/api/v1/nodes/", {"cluster": "prod"}).json()["results"]
     pods = api.get("/api/v1/pods/", {"cluster": "prod", "node": "capvco-prod-gpu-0"})
