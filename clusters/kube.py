@@ -1,7 +1,4 @@
-"""The Kubernetes client of a cluster, from its stored kubeconfig.
-
-Imports the official `kubernetes` package: only workers (tasks, commands) import this.
-"""
+"""The Kubernetes client of a cluster, from its stored kubeconfig."""
 
 from __future__ import annotations
 

@@ -148,7 +148,7 @@ class KubeSimulator:
         return str(found["resourceVersion"])
 
     def compact(self, cluster: str) -> None:
-        """Expire every continue token of the cluster handed out so far (410 from then)."""
+        """Expire the continue tokens of older resourceVersions (etcd compaction): 410."""
         self._control("POST", f"clusters/{cluster}/compact")
 
     def register(self, cluster: str, **spec: Any) -> None:

@@ -9,8 +9,9 @@ Rules kept from the real server:
   sets what is there) is not a write: the resourceVersion stays.
 * Lists are ordered by namespace and name. With `limit`, a page ends with a continue
   token; the next pages come from the same snapshot (objects changed meanwhile show as
-  they were), until the snapshot is older than `continue_ttl` seconds or the cluster is
-  compacted: then 410 Expired, with a token that continues from the current state.
+  they were), until the cluster is compacted, or the snapshot is older than
+  `continue_ttl` seconds, while the cluster changed since: then 410 Expired, with a token
+  that continues from the current state.
 * Stored objects are never changed in place (a write stores a new dict), so a snapshot
   is a list of references.
 """
@@ -294,7 +295,7 @@ class ClusterState:
         return old
 
     def compact(self) -> None:
-        """Expire every continue token handed out so far (etcd compaction)."""
+        """Expire every continue token of an older resourceVersion (etcd compaction)."""
         self.compacted = self.resource_version
         self._snapshots.clear()
 
@@ -356,7 +357,8 @@ class ClusterState:
             raise errors.bad_request("continue key is not valid: resourceVersion is in the future")
         snapshot = self._snapshots.get((signature, version))
         too_old = snapshot is not None and self._monotonic() - snapshot.taken > self.continue_ttl
-        if version < self.compacted or too_old:
+        # As etcd: a revision is gone once compacted; the current one always reads on.
+        if version < self.compacted or (too_old and version != self.resource_version):
             self._snapshots.pop((signature, version), None)
             raise errors.expired(_encode(self.resource_version, start))
         if snapshot is not None:

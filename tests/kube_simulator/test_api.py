@@ -159,10 +159,13 @@ def test_a_continue_token_older_than_its_lifetime_is_expired(
     kube_sim.put("prod", *[node_object(f"n{i}") for i in range(3)])
     kube_sim.configure(continue_ttl_seconds=0)
     first = core.list_node(limit=2)
-    kube_sim.put("prod", node_object("n9"))  # without a change the token reads on as is
+    unchanged = core.list_node(limit=2, _continue=first.metadata._continue)
+    kube_sim.put("prod", node_object("n9"))
 
     with pytest.raises(ApiException) as expired:
         core.list_node(limit=2, _continue=first.metadata._continue)
+    # Nothing had changed: the current revision reads on, however old the token.
+    assert [n.metadata.name for n in unchanged.items] == ["n2"]
     assert expired.value.status == 410
 
 

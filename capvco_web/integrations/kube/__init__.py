@@ -1,8 +1,9 @@
 """Typed reads of a Kubernetes cluster's API. Pure Python: no Django in here.
 
 `KubeClient` lives in `.client`, which imports the official `kubernetes` package (slow to
-import): the web process, which only validates kubeconfigs, never loads it. Import it
-from `capvco_web.integrations.kube.client` where calls are made.
+import); what is here (kubeconfig rules, errors, types) does not, so that the models can
+validate a kubeconfig without it. Import the client from
+`capvco_web.integrations.kube.client` where calls are made.
 """
 
 from .errors import (

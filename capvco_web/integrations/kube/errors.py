@@ -92,8 +92,16 @@ class TooManyRequests(KubeError):
 
     default_retryable = True
 
-    def __init__(self, message: str, *, retry_after: float | None = None, **kwargs: object):
-        super().__init__(message, **kwargs)  # type: ignore[arg-type]
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = 429,
+        reason: str = "",
+        operation: str | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message, status=status, reason=reason, operation=operation)
         self.retry_after = retry_after
 
 
