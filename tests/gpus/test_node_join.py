@@ -8,8 +8,9 @@ from typing import Any
 
 from clusters.kube import kube_client
 from clusters.kube_observe import cluster_kube_observe
-from clusters.models import Cluster, Machine
+from clusters.models import Cluster, KubeNode, Machine
 from clusters.nodes import provider_id
+from clusters.tasks import observe_all
 from tests.gpus.conftest import NL, Plane
 from tests.kube_sim import KubeSimulator, node_object
 
@@ -46,3 +47,21 @@ def test_a_started_machine_whose_node_never_joins_is_flagged_until_it_joins(
     joined = observe()
     assert (joined.node_missing, joined.node_missing_reason) == (False, "")
     assert joined.kube_nodes.get().name == "worker-1"
+
+
+def test_the_observe_tick_observes_each_cluster_kubernetes_too(
+    plane: Plane, kube_sim: KubeSimulator, run_tasks: Any
+) -> None:
+    cluster = plane.cluster("prod", sites=(NL,))
+    plane.cluster("bare", sites=(NL,))  # no kubeconfig: its Kubernetes is not read
+    Cluster.objects.filter(pk=cluster.pk).update(
+        kubeconfig=kube_sim.cluster("prod").kubeconfig_yaml
+    )
+    kube_sim.put("prod", node_object("worker-1"))
+
+    with run_tasks():
+        observe_all.delay()
+
+    assert list(KubeNode.objects.values_list("cluster__name", "name")) == [("prod", "worker-1")]
+    assert Cluster.objects.get(pk=cluster.pk).kube_observation_complete
+    assert {c["cluster"] for c in kube_sim.calls()} == {"prod"}
