@@ -54,6 +54,8 @@ _VIEW = frozenset(
         "clusters.view_machine",
         "clusters.view_virtualmachine",
         "clusters.view_membership",
+        "clusters.view_kubenode",
+        "clusters.view_kubepod",
         "gpus.view_gpuprofile",
         "gpus.view_vgpureservation",
     }
@@ -98,6 +100,8 @@ ACCOUNT_PATHS: dict[str, str] = {
     "clusters.machinepool": "cluster__account",
     "clusters.machine": "pool__cluster__account",
     "clusters.virtualmachine": "location__account",
+    "clusters.kubenode": "cluster__account",
+    "clusters.kubepod": "cluster__account",
     "gpus.gpuprofile": "location__account",
     "gpus.vgpureservation": "location__account",
 }
@@ -241,6 +245,8 @@ class RolePermission(permissions.BasePermission):
         user = request.user
         if not (user and user.is_authenticated):
             return False
+        if getattr(view, "action", None) is None:
+            return True  # a method the route does not have: 405 follows
         verb = self._verb(view)
         if verb is None:
             return False  # an action nobody said who may do

@@ -293,6 +293,13 @@ WHITESKY_CALLS_IN_FLIGHT_PER_ACCOUNT = env.int("WHITESKY_CALLS_IN_FLIGHT_PER_ACC
 METRICS_TOKEN = env.str("METRICS_TOKEN", default="")
 METRICS_ALLOWED_IPS = env.list("METRICS_ALLOWED_IPS", default=[])
 METRICS_KEY_PREFIX = env.str("METRICS_KEY_PREFIX", default="capvco:")
+# Kubernetes of each workload cluster: seconds to wait for its API server (to connect, for
+# an answer), and the page size of its node and pod listings (all pages are always read).
+KUBE_CONNECT_TIMEOUT = env.float("KUBE_CONNECT_TIMEOUT_SECONDS", default=5)
+KUBE_READ_TIMEOUT = env.float("KUBE_READ_TIMEOUT_SECONDS", default=30)
+KUBE_LIST_PAGE_SIZE = env.int("KUBE_LIST_PAGE_SIZE", default=500)
+# A running machine with no node this long after its VM started is flagged ("never joined").
+NODE_JOIN_TIMEOUT_SECONDS = env.float("NODE_JOIN_TIMEOUT_SECONDS", default=900)
 
 LOGGING = {
     "version": 1,

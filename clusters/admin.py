@@ -34,6 +34,7 @@ from django.utils.translation import gettext_lazy
 
 from capvco_web.admin import ReasonForm, confirmation_asked, reason_asked
 from capvco_web.api import in_use_detail
+from capvco_web.integrations.kube import KubeconfigInvalid, kubeconfig_load
 from capvco_web.integrations.whitesky.auth import jwt_expiry
 from capvco_web.permissions import (
     AccountScopedAdmin,
@@ -45,6 +46,8 @@ from clusters.models import (
     Account,
     Cluster,
     ClusterSite,
+    KubeNode,
+    KubePod,
     Location,
     Machine,
     MachinePool,
@@ -60,6 +63,7 @@ from clusters.services import (
     account_update_check,
     cluster_create,
     cluster_delete,
+    cluster_kubeconfig_set,
     cluster_update,
     machine_delete,
     machine_force_delete,
@@ -319,16 +323,68 @@ class MachinePoolInline(
         return formset
 
 
+class ClusterForm(forms.ModelForm[Cluster]):
+    # Write-only: the stored kubeconfig is never rendered, not even re-shown after an error.
+    new_kubeconfig = forms.CharField(
+        required=False,
+        label="Kubeconfig",
+        widget=forms.Textarea(attrs={"rows": 6, "autocomplete": "off"}),
+        help_text="Paste the workload cluster's kubeconfig (YAML) to observe its nodes and "
+        "pods; leave empty to keep the stored one.",
+    )
+    remove_kubeconfig = forms.BooleanField(
+        required=False, help_text="Stop observing its Kubernetes and forget what was mirrored."
+    )
+
+    class Meta:
+        model = Cluster
+        fields = ["name", "account"]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.stored_kubeconfig = self.instance.kubeconfig
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        # The model validates the kubeconfig the row would hold: the new one, or none.
+        text = str(data.get("new_kubeconfig") or "").strip()
+        if text:
+            self.instance.kubeconfig = text
+        elif data.get("remove_kubeconfig"):
+            self.instance.kubeconfig = ""
+        return data
+
+    def _update_errors(self, errors: ValidationError) -> None:
+        # The model names the field `kubeconfig`; this form edits it as `new_kubeconfig`.
+        if hasattr(errors, "error_dict") and "kubeconfig" in errors.error_dict:
+            errors.error_dict["new_kubeconfig"] = errors.error_dict.pop("kubeconfig")
+        super()._update_errors(errors)  # type: ignore[misc]
+
+
 @admin.register(Cluster)
 class ClusterAdmin(AccountScopedAdmin[Cluster]):
-    list_display = ["name", "account", "state", "created_at"]
+    form = ClusterForm
+    list_display = ["name", "account", "state", "kube_observation_complete", "created_at"]
     list_filter = ["state", "account"]
     inlines = [ClusterSiteInline, MachinePoolInline]
     actions = ["delete_selected_clusters"]
 
     def get_readonly_fields(self, request: HttpRequest, obj: Cluster | None = None) -> list[str]:
-        fixed = ["state", "deletion_blockers", "created_at"]
+        fixed = [
+            "state", "deletion_blockers", "created_at", "kubeconfig_status",
+            "kube_observation_complete", "kube_observation_error",
+            "kube_observation_started_at", "kube_last_complete_observation_at",
+        ]  # fmt: skip
         return ["name", "account", *fixed] if obj else fixed
+
+    @admin.display(description="kubeconfig")
+    def kubeconfig_status(self, cluster: Cluster) -> str:
+        if not cluster.kubeconfig:
+            return "none stored: Kubernetes is not observed"
+        try:
+            return f"stored, server {kubeconfig_load(cluster.kubeconfig).server}"
+        except KubeconfigInvalid as exc:
+            return f"stored, unusable: {exc}"
 
     def has_delete_permission(self, request: HttpRequest, obj: Cluster | None = None) -> bool:
         return False  # a row delete would skip teardown: use the action
@@ -337,10 +393,16 @@ class ClusterAdmin(AccountScopedAdmin[Cluster]):
         return allowed_somewhere(request.user, "clusters.delete_cluster")
 
     def save_model(self, request: HttpRequest, obj: Cluster, form: Any, change: bool) -> None:
+        wanted = obj.kubeconfig
+        obj.kubeconfig = form.stored_kubeconfig
         if change:
             cluster_update(cluster=obj, actor=request.user)
         else:
             cluster_create(cluster=obj, actor=request.user)
+        # Through its own service: audited with its server, and what was mirrored is
+        # compared afresh.
+        if wanted != form.stored_kubeconfig:
+            cluster_kubeconfig_set(cluster=obj, kubeconfig=wanted, actor=request.user)
 
     def save_formset(self, request: HttpRequest, form: Any, formset: Any, change: Any) -> None:
         instances = formset.save(commit=False)  # collects the deleted rows, deletes none
@@ -474,8 +536,10 @@ class MachinePoolAdmin(DeleteThroughServiceAdmin[MachinePool]):
 
 @admin.register(Machine)
 class MachineAdmin(AccountScopedAdmin[Machine]):
-    list_display = ["__str__", "pool", "phase", "vm_id", "delete_requested", "updated_at"]
-    list_filter = ["phase", "pool__cluster"]
+    list_display = [
+        "__str__", "pool", "phase", "vm_id", "node_missing", "delete_requested", "updated_at",
+    ]  # fmt: skip
+    list_filter = ["phase", "node_missing", "pool__cluster"]
     list_select_related = ["pool__cluster"]
     actions = ["delete_selected_machines", "force_delete_selected"]
 
@@ -565,3 +629,35 @@ class MembershipAdmin(DeleteThroughServiceAdmin[Membership]):
 
     def save_model(self, request: HttpRequest, obj: Membership, form: Any, change: bool) -> None:
         (membership_update if change else membership_create)(membership=obj, actor=request.user)
+
+
+class MirroredAdmin(AccountScopedAdmin[M]):
+    """Rows mirrored from a cluster's Kubernetes: read here, changed only by observing."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: M | None = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: M | None = None) -> bool:
+        return False
+
+
+@admin.register(KubeNode)
+class KubeNodeAdmin(MirroredAdmin[KubeNode]):
+    list_display = [
+        "name", "cluster", "ready", "gpu_allocatable", "gpu_capacity", "machine",
+        "unowned_since", "kubelet_version",
+    ]  # fmt: skip
+    list_filter = ["cluster", "ready"]
+    list_select_related = ["cluster", "machine"]
+    search_fields = ["name", "provider_id"]
+
+
+@admin.register(KubePod)
+class KubePodAdmin(MirroredAdmin[KubePod]):
+    list_display = ["name", "namespace", "cluster", "node_name", "phase", "gpu_requests"]
+    list_filter = ["cluster", "phase"]
+    list_select_related = ["cluster"]
+    search_fields = ["name", "namespace", "node_name", "uid"]

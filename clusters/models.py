@@ -16,6 +16,7 @@ from django.core.validators import (
 from django.db import connection, models, transaction
 
 from capvco_web.encryption import EncryptedTextField
+from capvco_web.integrations.kube import KubeconfigInvalid, kubeconfig_load
 from capvco_web.integrations.whitesky import AllowedHosts
 from capvco_web.integrations.whitesky.auth import JWT_PATTERN, MAX_JWT_LENGTH
 from capvco_web.validators import visible_text
@@ -222,6 +223,41 @@ class Cluster(models.Model):
         default=list, blank=True, help_text="While deleting: what still exists."
     )
     created_at = models.DateTimeField(auto_now_add=True)
+    # Kubernetes: the workload cluster's API, and how well its nodes and pods were observed.
+    kubeconfig = EncryptedTextField(
+        blank=True,
+        help_text="The workload cluster's kubeconfig (its current context is used); stored "
+        "encrypted, never shown. Empty: its nodes and pods are not observed.",
+    )
+    kube_observation_complete = models.BooleanField(
+        default=False,
+        editable=False,
+        help_text="Whether the last observation listed every node and pod. Nothing is "
+        "judged gone, and no node or machine is flagged, from a partial one.",
+    )
+    kube_observation_error = models.TextField(blank=True, editable=False)
+    kube_observation_started_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text="When the listings of the last observation began.",
+    )
+    kube_last_complete_observation_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text="When the listings of the last complete one began.",
+    )
+    kube_nodes_resource_version = models.CharField(
+        max_length=64,
+        blank=True,
+        editable=False,
+        help_text="The resourceVersion of the last complete node listing mirrored: a listing "
+        "with the same one changed nothing.",
+    )
+    kube_pods_resource_version = models.CharField(
+        max_length=64, blank=True, editable=False, help_text="The same, for pods."
+    )
 
     def __str__(self) -> str:
         return self.name
@@ -237,7 +273,16 @@ class Cluster(models.Model):
                 raise ValidationError({"name": conflict})
             super().save(*args, **kwargs)
 
+    @property
+    def has_kubeconfig(self) -> bool:
+        return bool(self.kubeconfig)
+
     def clean(self) -> None:
+        if self.kubeconfig:
+            try:
+                kubeconfig_load(self.kubeconfig)
+            except KubeconfigInvalid as exc:
+                raise ValidationError({"kubeconfig": str(exc)}) from exc
         # VM and vGPU names carry the cluster name: they must read as this cluster's only
         # (see gpus.naming), against every cluster of every account, deleting ones too.
         if self.pk and Cluster.objects.filter(pk=self.pk).exclude(name=self.name).exists():
@@ -474,6 +519,18 @@ class Machine(models.Model):
     gpu_driver_version = models.CharField(
         max_length=40, blank=True, help_text="The driver its VM was created to install"
     )
+    vm_started_at = models.DateTimeField(
+        null=True, blank=True, help_text="When its VM was last started (running since)"
+    )
+    node_joined_at = models.DateTimeField(
+        null=True, blank=True, help_text="When a listing first showed its Kubernetes node"
+    )
+    node_missing = models.BooleanField(
+        default=False,
+        help_text="No node of the cluster is this machine's, NODE_JOIN_TIMEOUT_SECONDS after "
+        "its VM started (from a complete node listing).",
+    )
+    node_missing_reason = models.CharField(max_length=300, blank=True)
     phase = models.CharField(max_length=16, choices=Phase, default=Phase.PENDING)
     failure_message = models.TextField(blank=True)
     delete_requested = models.BooleanField(default=False)
@@ -523,3 +580,73 @@ class VirtualMachine(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.vm_id})"
+
+
+class KubeNode(models.Model):
+    """A Kubernetes Node of a cluster (mirrored), and the machine whose VM it runs on."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="kube_nodes")
+    name = models.CharField(max_length=253)
+    uid = models.CharField(max_length=64)
+    provider_id = models.CharField(max_length=300, blank=True)
+    labels = models.JSONField(default=dict, blank=True)
+    gpu_capacity = models.PositiveIntegerField(default=0, help_text="nvidia.com/gpu capacity")
+    gpu_allocatable = models.PositiveIntegerField(
+        default=0, help_text="nvidia.com/gpu allocatable, as the device plugin reports it"
+    )
+    ready = models.BooleanField(default=False)
+    kubelet_version = models.CharField(max_length=64, blank=True)
+    machine = models.ForeignKey(
+        Machine, on_delete=models.SET_NULL, null=True, blank=True, related_name="kube_nodes"
+    )
+    unowned_since = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="Since when complete listings show it with no machine of the cluster "
+        "owning it (control-plane nodes excepted).",
+    )
+    first_seen_at = models.DateTimeField()
+    updated_at = models.DateTimeField(help_text="When the mirror last wrote the row")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "name"], name="kube_node_unique_per_cluster")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster.name}/{self.name}"
+
+
+class KubePod(models.Model):
+    """A Kubernetes Pod of a cluster (mirrored): where it runs, and what it asks for."""
+
+    class Phase(models.TextChoices):
+        PENDING = "Pending"
+        RUNNING = "Running"
+        SUCCEEDED = "Succeeded"
+        FAILED = "Failed"
+        UNKNOWN = "Unknown"
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="kube_pods")
+    uid = models.CharField(max_length=64)
+    namespace = models.CharField(max_length=63)
+    name = models.CharField(max_length=253)
+    node_name = models.CharField(max_length=253, blank=True, help_text="Empty: not scheduled")
+    phase = models.CharField(max_length=16, choices=Phase)
+    gpu_requests = models.PositiveIntegerField(default=0, help_text="nvidia.com/gpu it holds")
+    sriov_network = models.CharField(
+        max_length=253,
+        blank=True,
+        help_text="The external network its capvco.io/sriov-network annotation asks a NIC on",
+    )
+    first_seen_at = models.DateTimeField()
+    updated_at = models.DateTimeField(help_text="When the mirror last wrote the row")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "uid"], name="kube_pod_unique_per_cluster")
+        ]
+        indexes = [models.Index(fields=["cluster", "node_name"])]
+
+    def __str__(self) -> str:
+        return f"{self.cluster.name}/{self.namespace}/{self.name}"

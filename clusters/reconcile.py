@@ -468,11 +468,18 @@ def _vm_start(ctx: PassContext, machine: Machine) -> None:
         machine.phase in (Phase.STARTING, Phase.FAILED)
         and ctx.client.get_vm(cloudspace_id=cloudspace_id, vm_id=machine.vm_id).status == "RUNNING"
     ):
-        _phase_set(machine, Phase.RUNNING)
+        _running_set(machine)
         return
     _phase_set(machine, Phase.STARTING)
     ctx.client.start_vm(cloudspace_id=cloudspace_id, vm_id=machine.vm_id)
-    _phase_set(machine, Phase.RUNNING)
+    _running_set(machine)
+
+
+def _running_set(machine: Machine) -> None:
+    # Its node has NODE_JOIN_TIMEOUT_SECONDS from now to join (clusters.nodes).
+    _machine_update(
+        machine, {"phase": Phase.RUNNING, "failure_message": "", "vm_started_at": timezone.now()}
+    )
 
 
 def machine_vm_replace(ctx: PassContext, machine: Machine, *, reason: str) -> None:
@@ -489,7 +496,19 @@ def machine_vm_replace(ctx: PassContext, machine: Machine, *, reason: str) -> No
         reason=reason,
         before={"vm_id": old_vm, "phase": machine.phase},
     )
-    _machine_update(machine, {"vm_id": None, "vm_created_at": None, "phase": Phase.PENDING})
+    _machine_update(
+        machine,
+        {
+            "vm_id": None,
+            "vm_created_at": None,
+            "vm_started_at": None,
+            "phase": Phase.PENDING,
+            # The new VM's node joins anew.
+            "node_joined_at": None,
+            "node_missing": False,
+            "node_missing_reason": "",
+        },
+    )
     for row in VgpuReservation.objects.filter(machine=machine, vm_id=old_vm):
         model_update(
             row,

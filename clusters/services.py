@@ -24,12 +24,15 @@ from django.db import models, transaction
 from django.db.models import ProtectedError
 
 from capvco_web.audit import audit_changes, audit_record, audit_snapshot
+from capvco_web.integrations.kube import KubeconfigInvalid, kubeconfig_load
 from capvco_web.permissions import perm_name, permission_require
 from capvco_web.rows import model_update
 from clusters.models import (
     Account,
     Cluster,
     ClusterSite,
+    KubeNode,
+    KubePod,
     Machine,
     MachinePool,
     Membership,
@@ -494,3 +497,55 @@ def membership_delete(*, membership: Membership, actor: Actor, reason: str = "")
             before=audit_snapshot(membership),
         )
         membership.delete()
+
+
+def cluster_kubeconfig_set(
+    *, cluster: Cluster, kubeconfig: str, actor: Actor, reason: str = ""
+) -> None:
+    """Store (or, empty, remove) the kubeconfig the cluster's nodes and pods are read with.
+
+    The audit record names the API server before and after, never the credential. A new
+    kubeconfig may reach another cluster: what was mirrored is compared afresh. Without
+    one, nothing is observed, so the mirror and the flags it raised are dropped.
+    """
+    permission_require(actor, "clusters.change_cluster", cluster)
+    kubeconfig = kubeconfig.strip()
+    server_after = ""
+    if kubeconfig:
+        try:
+            server_after = kubeconfig_load(kubeconfig).server
+        except KubeconfigInvalid as exc:
+            raise ValidationError({"kubeconfig": str(exc)}) from exc
+    server_before = _kubeconfig_server(cluster.kubeconfig)
+    with transaction.atomic():
+        Cluster.objects.filter(pk=cluster.pk).update(
+            kubeconfig=kubeconfig, kube_nodes_resource_version="", kube_pods_resource_version=""
+        )
+        if not kubeconfig:
+            KubeNode.objects.filter(cluster=cluster).delete()
+            KubePod.objects.filter(cluster=cluster).delete()
+            Machine.objects.filter(pool__cluster=cluster).update(
+                node_missing=False, node_missing_reason=""
+            )
+            Cluster.objects.filter(pk=cluster.pk).update(
+                kube_observation_complete=False, kube_observation_error=""
+            )
+        audit_record(
+            actor=actor,
+            action="cluster.kubeconfig_set" if kubeconfig else "cluster.kubeconfig_remove",
+            obj=cluster,
+            reason=reason,
+            before={"server": server_before},
+            after={"server": server_after},
+        )
+    cluster.kubeconfig = kubeconfig
+    cluster.kube_nodes_resource_version = cluster.kube_pods_resource_version = ""
+
+
+def _kubeconfig_server(kubeconfig: str) -> str:
+    if not kubeconfig:
+        return ""
+    try:
+        return kubeconfig_load(kubeconfig).server
+    except KubeconfigInvalid:
+        return "(unreadable)"

@@ -11,7 +11,7 @@ from django.db import connection
 
 from capvco_web import celery_app
 
-pytest_plugins = ["tests.whitesky_sim", "tests.http_stub"]
+pytest_plugins = ["tests.whitesky_sim", "tests.http_stub", "tests.kube_sim"]
 
 IN_CI = bool(os.environ.get("CI"))
 

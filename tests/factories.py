@@ -23,6 +23,8 @@ from clusters.models import (
     Account,
     Cluster,
     ClusterSite,
+    KubeNode,
+    KubePod,
     Location,
     Machine,
     MachinePool,
@@ -210,6 +212,41 @@ class VgpuReservationFactory(DjangoModelFactory):
     gpu_id = factory.Sequence(lambda n: f"gpu-profile-{n}")
     state = VgpuReservation.State.ATTACHED
     first_seen_at = factory.LazyFunction(timezone.now)
+
+
+class KubeNodeFactory(DjangoModelFactory):
+    """A ready node with one GPU, mirrored now; `machine=` links it to its machine."""
+
+    class Meta:
+        model = KubeNode
+
+    cluster = factory.SubFactory(ClusterFactory)
+    name = factory.Sequence(lambda n: f"node-{n}")
+    uid = factory.Sequence(lambda n: f"00000000-0000-4000-8000-{n:012d}")
+    labels = factory.LazyAttribute(lambda node: {"kubernetes.io/hostname": node.name})
+    gpu_capacity = 1
+    gpu_allocatable = 1
+    ready = True
+    kubelet_version = "v1.33.1"
+    first_seen_at = factory.LazyFunction(timezone.now)
+    updated_at = factory.LazyFunction(timezone.now)
+
+
+class KubePodFactory(DjangoModelFactory):
+    """A running pod holding one GPU on a node of its cluster."""
+
+    class Meta:
+        model = KubePod
+
+    cluster = factory.SubFactory(ClusterFactory)
+    uid = factory.Sequence(lambda n: f"10000000-0000-4000-8000-{n:012d}")
+    namespace = "default"
+    name = factory.Sequence(lambda n: f"pod-{n}")
+    node_name = factory.Sequence(lambda n: f"node-{n}")
+    phase = KubePod.Phase.RUNNING
+    gpu_requests = 1
+    first_seen_at = factory.LazyFunction(timezone.now)
+    updated_at = factory.LazyFunction(timezone.now)
 
 
 class HeartbeatFactory(DjangoModelFactory):

@@ -22,6 +22,8 @@ EVERY_FACTORY = [
     f.VirtualMachineFactory,
     f.GpuProfileFactory,
     f.VgpuReservationFactory,
+    f.KubeNodeFactory,
+    f.KubePodFactory,
     f.HeartbeatFactory,
 ]
 

@@ -15,6 +15,8 @@ from clusters.models import (
     Account,
     Cluster,
     ClusterSite,
+    KubeNode,
+    KubePod,
     Location,
     Machine,
     MachinePool,
@@ -68,11 +70,38 @@ class ClusterSiteSerializer(ModelCleanMixin):
 
 class ClusterSerializer(ModelCleanMixin):
     sites = ClusterSiteSerializer(many=True, read_only=True)
+    kubeconfig = serializers.CharField(
+        write_only=True,
+        required=False,
+        allow_blank=True,
+        style={"base_template": "textarea.html"},
+        help_text="The workload cluster's kubeconfig (YAML); its nodes and pods are observed "
+        "with it. Stored encrypted, never returned.",
+    )
+    has_kubeconfig = serializers.BooleanField(read_only=True)
 
     class Meta:
         model = Cluster
-        fields = ["id", "name", "account", "state", "deletion_blockers", "created_at", "sites"]
-        read_only_fields = ["state", "deletion_blockers", "created_at"]
+        fields = [
+            "id", "name", "account", "state", "deletion_blockers", "created_at", "sites",
+            "kubeconfig", "has_kubeconfig", "kube_observation_complete",
+            "kube_observation_error", "kube_observation_started_at",
+        ]  # fmt: skip
+        read_only_fields = [
+            "state", "deletion_blockers", "created_at", "kube_observation_complete",
+            "kube_observation_error", "kube_observation_started_at",
+        ]  # fmt: skip
+
+
+class KubeconfigSerializer(serializers.Serializer[Cluster]):
+    """A new kubeconfig for a cluster; the change is audited (its server, never its secret)."""
+
+    kubeconfig = serializers.CharField(
+        write_only=True, trim_whitespace=True, style={"base_template": "textarea.html"}
+    )
+    reason = serializers.CharField(
+        max_length=1000, trim_whitespace=True, required=False, allow_blank=True, default=""
+    )
 
 
 def _pool_text(field_name: str) -> dict[str, Any]:
@@ -127,7 +156,8 @@ class MachineSerializer(serializers.ModelSerializer[Machine]):
         model = Machine
         fields = [
             "id", "cluster", "pool", "name", "vm_name", "vm_id", "phase", "failure_message",
-            "delete_requested", "created_at", "updated_at",
+            "delete_requested", "created_at", "updated_at", "vm_started_at", "node_joined_at",
+            "node_missing", "node_missing_reason",
         ]  # fmt: skip
         read_only_fields = fields
 
@@ -175,3 +205,32 @@ class MembershipSerializer(ModelCleanMixin):
     class Meta:
         model = Membership
         fields = ["id", "user", "account", "role"]
+
+
+class KubeNodeSerializer(serializers.ModelSerializer[KubeNode]):
+    """A Kubernetes node as last observed, and the machine whose VM it runs on."""
+
+    cluster = serializers.CharField(source="cluster.name", read_only=True)
+
+    class Meta:
+        model = KubeNode
+        fields = [
+            "id", "cluster", "name", "uid", "provider_id", "labels", "gpu_capacity",
+            "gpu_allocatable", "ready", "kubelet_version", "machine", "unowned_since",
+            "first_seen_at", "updated_at",
+        ]  # fmt: skip
+        read_only_fields = fields
+
+
+class KubePodSerializer(serializers.ModelSerializer[KubePod]):
+    """A Kubernetes pod as last observed: where it runs and what it asks for."""
+
+    cluster = serializers.CharField(source="cluster.name", read_only=True)
+
+    class Meta:
+        model = KubePod
+        fields = [
+            "id", "cluster", "namespace", "name", "uid", "node_name", "phase", "gpu_requests",
+            "sriov_network", "first_seen_at", "updated_at",
+        ]  # fmt: skip
+        read_only_fields = fields

@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from django.db import models
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import models, transaction
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
@@ -21,6 +22,9 @@ from clusters.api.serializers import (
     ClusterSerializer,
     ClusterSiteSerializer,
     DeleteReasonSerializer,
+    KubeconfigSerializer,
+    KubeNodeSerializer,
+    KubePodSerializer,
     LocationSerializer,
     MachinePoolSerializer,
     MachineSerializer,
@@ -28,11 +32,13 @@ from clusters.api.serializers import (
     PlanStepSerializer,
     PoolScaleSerializer,
 )
-from clusters.filtersets import MachineFilterSet
+from clusters.filtersets import KubeNodeFilterSet, KubePodFilterSet, MachineFilterSet
 from clusters.models import (
     Account,
     Cluster,
     ClusterSite,
+    KubeNode,
+    KubePod,
     Location,
     Machine,
     MachinePool,
@@ -45,6 +51,7 @@ from clusters.services import (
     account_update,
     cluster_create,
     cluster_delete,
+    cluster_kubeconfig_set,
     machine_delete,
     machine_force_delete,
     membership_create,
@@ -153,11 +160,18 @@ class ClusterViewSet(
     queryset = Cluster.objects.prefetch_related("sites").order_by("name")
     serializer_class = ClusterSerializer
     filterset_fields = ["account", "state"]
-    action_verbs = {"plan": "view"}
+    action_verbs = {"plan": "view", "kubeconfig": "change", "kubeconfig_remove": "change"}
 
     def perform_create(self, serializer: serializers.BaseSerializer[Cluster]) -> None:
-        cluster = Cluster(**serializer.validated_data)
-        serializer.instance = cluster_create(cluster=cluster, actor=self.request.user)
+        fields = dict(serializer.validated_data)
+        kubeconfig = fields.pop("kubeconfig", "")
+        with transaction.atomic():
+            cluster = cluster_create(cluster=Cluster(**fields), actor=self.request.user)
+            if kubeconfig:  # validated with the rest (Cluster.clean); audited by its server
+                cluster_kubeconfig_set(
+                    cluster=cluster, kubeconfig=kubeconfig, actor=self.request.user
+                )
+        serializer.instance = cluster
 
     @extend_schema(responses=PlanStepSerializer(many=True))
     @action(detail=True, methods=["get"])
@@ -165,6 +179,34 @@ class ClusterViewSet(
         """What the next reconcile pass would do (a dry run, from the database only)."""
         plan = cluster_plan(self.get_object())
         return Response(PlanStepSerializer(plan.steps, many=True).data)
+
+    @extend_schema(request=KubeconfigSerializer, responses={204: None})
+    @action(detail=True, methods=["put"], url_path="kubeconfig")
+    def kubeconfig(self, request: Request, pk: str | None = None) -> Response:
+        """Store a new kubeconfig (write-only; audited with its server, never its secret)."""
+        serializer = KubeconfigSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        try:
+            cluster_kubeconfig_set(
+                cluster=self.get_object(),
+                kubeconfig=serializer.validated_data["kubeconfig"],
+                actor=request.user,
+                reason=serializer.validated_data["reason"],
+            )
+        except DjangoValidationError as exc:
+            raise serializers.ValidationError(exc.message_dict) from exc
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(request=DeleteReasonSerializer, responses={204: None})
+    @kubeconfig.mapping.delete
+    def kubeconfig_remove(self, request: Request, pk: str | None = None) -> Response:
+        """Remove the kubeconfig: nodes and pods are no longer observed, and what was
+        mirrored from them is dropped. Audited."""
+        reason = _reason(request, DeleteReasonSerializer)
+        cluster_kubeconfig_set(
+            cluster=self.get_object(), kubeconfig="", actor=request.user, reason=reason
+        )
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
     @extend_schema(request=ReasonSerializer, responses={202: ClusterSerializer})
     def destroy(self, request: Request, pk: str | None = None) -> Response:
@@ -262,3 +304,21 @@ class MachineViewSet(
         machine = self.get_object()
         machine_force_delete(machine=machine, actor=request.user, reason=_reason(request))
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class KubeNodeViewSet(AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[KubeNode]):
+    """Kubernetes nodes of the clusters with a kubeconfig, as last observed."""
+
+    queryset = KubeNode.objects.select_related("cluster").order_by("cluster__name", "name")
+    serializer_class = KubeNodeSerializer
+    filterset_class = KubeNodeFilterSet
+
+
+class KubePodViewSet(AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[KubePod]):
+    """Kubernetes pods of the clusters with a kubeconfig, as last observed."""
+
+    queryset = KubePod.objects.select_related("cluster").order_by(
+        "cluster__name", "namespace", "name"
+    )
+    serializer_class = KubePodSerializer
+    filterset_class = KubePodFilterSet

@@ -98,7 +98,13 @@ def test_site_pool_and_cluster_changes_are_audited_with_before_and_after(world: 
     api.delete(f"/api/v1/pools/{pool['id']}/", {"reason": "unused"}, format="json")
 
     assert [e.after for e in events("cluster.create")] == [
-        {"name": "fresh", "account": str(own.account), "state": "active", "deletion_blockers": []}
+        {
+            "name": "fresh",
+            "account": str(own.account),
+            "state": "active",
+            "deletion_blockers": [],
+            "kubeconfig": "",
+        }
     ]
     (site_create,) = events("site.create")
     assert site_create.after == {
