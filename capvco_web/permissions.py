@@ -56,6 +56,8 @@ _VIEW = frozenset(
         "clusters.view_membership",
         "clusters.view_kubenode",
         "clusters.view_kubepod",
+        "clusters.view_cloudspace",
+        "clusters.view_image",
         "gpus.view_gpuprofile",
         "gpus.view_vgpureservation",
     }
@@ -102,6 +104,8 @@ ACCOUNT_PATHS: dict[str, str] = {
     "clusters.virtualmachine": "location__account",
     "clusters.kubenode": "cluster__account",
     "clusters.kubepod": "cluster__account",
+    "clusters.cloudspace": "location__account",
+    "clusters.image": "location__account",
     "gpus.gpuprofile": "location__account",
     "gpus.vgpureservation": "location__account",
 }

@@ -21,7 +21,11 @@ from capvco_web.tasks import retry_if_transient, send_on_commit
 from clusters.kube import kube_client
 from clusters.kube_observe import cluster_kube_observe
 from clusters.models import Account, Cluster, Location
-from clusters.observe import account_locations_observe, location_observe
+from clusters.observe import (
+    account_catalog_observe,
+    account_locations_observe,
+    location_observe,
+)
 from clusters.reconcile import PassContext, cluster_reconcile, machine_reconcile
 from clusters.releases import (
     locations_to_sweep,
@@ -55,6 +59,7 @@ def observe_account(self: Task[Any, Any], account_id: int) -> None:
             except ws.WhiteskyError as exc:
                 retry_if_transient(self, exc)
                 raise
+            account_catalog_observe(client=client, account=account, locations=locations)
     for location in locations:
         send_on_commit(observe_location, location.pk)
 
