@@ -4,11 +4,13 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework.routers import DefaultRouter
 
+from capvco_web.tokens_api import ApiTokenViewSet
 from clusters.api import views as clusters
 from gpus.api import views as gpus
 
 router = DefaultRouter()
 router.register("accounts", clusters.AccountViewSet)
+router.register("memberships", clusters.MembershipViewSet)
 router.register("locations", clusters.LocationViewSet)
 router.register("cloudspaces", clusters.CloudspaceViewSet)
 router.register("images", clusters.ImageViewSet)
@@ -16,8 +18,11 @@ router.register("clusters", clusters.ClusterViewSet)
 router.register("sites", clusters.ClusterSiteViewSet)
 router.register("pools", clusters.MachinePoolViewSet)
 router.register("machines", clusters.MachineViewSet)
+router.register("nodes", clusters.KubeNodeViewSet)
+router.register("pods", clusters.KubePodViewSet)
 router.register("gpu-profiles", gpus.GpuProfileViewSet)
 router.register("reservations", gpus.VgpuReservationViewSet)
+router.register("tokens", ApiTokenViewSet, basename="token")
 
 urlpatterns = [
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),

@@ -5,7 +5,7 @@ from django.http import HttpRequest, HttpResponsePermanentRedirect
 from django.templatetags.static import static
 from django.urls import include, path
 
-from capvco_web import health
+from capvco_web import health, metrics
 
 
 @login_not_required
@@ -18,6 +18,7 @@ urlpatterns = [
     path("", include("dashboard.urls")),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
+    path("metrics", metrics.metrics, name="metrics"),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("favicon.ico", favicon),

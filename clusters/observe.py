@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -54,6 +53,65 @@ def account_locations_observe(*, client: ws.WhiteskyClient, account: Account) ->
         elif changed := fields_assign(row, data):
             row.save(update_fields=changed)
     return list(existing.values())
+
+
+def account_catalog_observe(
+    *, client: ws.WhiteskyClient, account: Account, locations: list[Location]
+) -> list[str]:
+    """Mirror the account's cloudspaces and, per location, its images: what a new site can
+    name. A listing that fails changes nothing of what it would have shown; the errors
+    are answered (and logged)."""
+    errors: list[str] = []
+    by_name = {location.name: location for location in locations}
+    try:
+        cloudspaces = client.list_cloudspaces(locations=list(by_name))
+    except ws.WhiteskyError as exc:
+        errors.append(f"cloudspaces: {exc}")
+    else:
+        for name, location in by_name.items():
+            listed = {
+                c.cloudspace_id: {"name": c.name, "status": c.status}
+                for c in cloudspaces
+                if c.location == name
+            }
+            _catalog_sync(Cloudspace, location, "cloudspace_id", listed)
+    for name, location in by_name.items():
+        try:
+            images = client.list_images(location=name)
+        except ws.WhiteskyError as exc:
+            errors.append(f"images of {name}: {exc}")
+            continue
+        listed_images = {
+            i.image_id: {"name": i.name, "status": i.status, "os_type": i.os_type} for i in images
+        }
+        _catalog_sync(Image, location, "image_id", listed_images)
+    for problem in errors:
+        logger.warning("observe %s: %s", account.name, problem)
+    return errors
+
+
+def _catalog_sync(
+    model: type[Cloudspace] | type[Image],
+    location: Location,
+    key: str,
+    listed: dict[Any, dict[str, Any]],
+) -> int:
+    """Make the location's rows of `model` what a whole listing shows; writes only changes."""
+    rows = {getattr(row, key): row for row in model.objects.filter(location=location)}
+    writes = 0
+    with transaction.atomic():
+        for ident, data in listed.items():
+            row = rows.pop(ident, None)
+            if row is None:
+                model.objects.create(location=location, **{key: ident}, **data)
+                writes += 1
+            elif changed := fields_assign(row, data):
+                row.save(update_fields=changed)
+                writes += 1
+        if rows:
+            model.objects.filter(pk__in=[row.pk for row in rows.values()]).delete()
+            writes += len(rows)
+    return writes
 
 
 def vms_sync(*, location: Location, cloudspace_id: str, vms: list[ws.Vm]) -> int:
@@ -160,80 +218,4 @@ def location_observe(*, client: ws.WhiteskyClient, location: Location) -> Observ
         )
     for problem in result.errors + result.site_errors:
         logger.warning("observe %s: %s", location.name, problem)
-    return result
-
-
-# --- the catalog: cloudspaces and images, what a new cluster is set up with --------------
-
-
-@dataclass
-class CatalogResult:
-    writes: int = 0
-    errors: list[str] = field(default_factory=list)
-
-
-def _catalog_sync(
-    model: type[Cloudspace] | type[Image],
-    *,
-    location: Location,
-    key: str,
-    listed: Mapping[Any, dict[str, Any]],
-) -> int:
-    """Mirror one location's listed rows of `model`, by `key`, from a whole listing."""
-    existing = {getattr(row, key): row for row in model.objects.filter(location=location)}
-    writes = 0
-    for value, data in listed.items():
-        row = existing.pop(value, None)
-        if row is None:
-            model.objects.create(location=location, **{key: value}, **data)
-            writes += 1
-        elif changed := fields_assign(row, data):
-            row.save(update_fields=changed)
-            writes += 1
-    if existing:
-        model.objects.filter(pk__in=[row.pk for row in existing.values()]).delete()
-    return writes + len(existing)
-
-
-def account_catalog_observe(*, client: ws.WhiteskyClient, account: Account) -> CatalogResult:
-    """Mirror the account's cloudspaces and each location's VM images: the choices a new
-    cluster's sites are set up with. A listing that fails leaves its part as it was."""
-    result = CatalogResult()
-    locations = {location.name: location for location in account.locations.all()}
-    cloudspaces: list[ws.Cloudspace] | None = None
-    try:
-        cloudspaces = client.list_cloudspaces()
-    except ws.WhiteskyError as exc:
-        result.errors.append(f"cloudspaces: {exc}")
-    images: dict[str, list[ws.Image]] = {}
-    for name in locations:
-        try:
-            images[name] = client.list_images(location=name)
-        except ws.WhiteskyError as exc:
-            result.errors.append(f"images of {name}: {exc}")
-    with transaction.atomic():
-        if cloudspaces is not None:
-            for name, location in locations.items():
-                listed = {
-                    cs.cloudspace_id: {"name": cs.name, "status": cs.status}
-                    for cs in cloudspaces
-                    if cs.location == name
-                }
-                result.writes += _catalog_sync(
-                    Cloudspace, location=location, key="cloudspace_id", listed=listed
-                )
-        for name, found in images.items():
-            listed_images = {
-                image.image_id: {
-                    "name": image.name,
-                    "status": image.status,
-                    "os_type": image.os_type,
-                }
-                for image in found
-            }
-            result.writes += _catalog_sync(
-                Image, location=locations[name], key="image_id", listed=listed_images
-            )
-    for problem in result.errors:
-        logger.warning("observe %s catalog: %s", account.name, problem)
     return result

@@ -25,6 +25,7 @@ from django.utils import timezone
 
 from capvco_web.audit import audit_record
 from capvco_web.integrations import whitesky as ws
+from capvco_web.permissions import permission_require
 from capvco_web.rows import model_update
 from clusters.models import Location, Machine, VirtualMachine
 from clusters.orphans import VmOwners, other_accounts_prefixes, vm_orphans_due
@@ -102,6 +103,7 @@ def reservation_release_request(
     task sent after this, or the orphan sweep when that task never runs."""
     if not isinstance(actor, User):
         raise ValueError("A release request needs a signed-in person.")
+    permission_require(actor, "gpus.release_vgpureservation", reservation)
     reason = reason.strip()
     if not reason:
         raise ValueError("A release needs a reason.")

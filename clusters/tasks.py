@@ -11,11 +11,15 @@ from typing import Any
 
 from celery import Task, shared_task
 from django.conf import settings
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from capvco_web.integrations import whitesky as ws
+from capvco_web.integrations.kube import KubeconfigInvalid
 from capvco_web.locks import object_lock
 from capvco_web.tasks import retry_if_transient, send_on_commit
+from clusters.kube import kube_client
+from clusters.kube_observe import cluster_kube_observe
 from clusters.models import Account, Cluster, Location
 from clusters.observe import (
     account_catalog_observe,
@@ -39,12 +43,15 @@ logger = logging.getLogger(__name__)
 def observe_all() -> None:
     for account_id in Account.objects.values_list("pk", flat=True):
         send_on_commit(observe_account, account_id)
+    for cluster_id in kube_observed_clusters().values_list("pk", flat=True):
+        send_on_commit(observe_cluster_kube, cluster_id)
 
 
 @shared_task(bind=True, max_retries=3)
 def observe_account(self: Task[Any, Any], account_id: int, catalog: bool = False) -> None:
-    """The account's locations, then each location; with `catalog`, its cloudspaces and
-    images too (a new account: see account_observe_now)."""
+    """The account's locations, then each location; with `catalog` (a new account: see
+    account_create), its cloudspaces and images too, which beat observes on their own
+    slower beat (observe_catalog_all)."""
     account = Account.objects.get(pk=account_id)
     locations: list[Location] = []
     with object_lock(f"observe-account:{account_id}") as taken:
@@ -59,12 +66,6 @@ def observe_account(self: Task[Any, Any], account_id: int, catalog: bool = False
         send_on_commit(observe_location, location.pk)
     if catalog:
         send_on_commit(observe_catalog, account_id)
-
-
-def account_observe_now(account_id: int) -> None:
-    """A new account is observed at once (its locations, their GPUs and vGPUs, its
-    cloudspaces and images), not at the next beat tick."""
-    send_on_commit(observe_account, account_id, True)
 
 
 @shared_task
@@ -83,7 +84,9 @@ def observe_catalog(account_id: int) -> None:
         if not taken:
             return
         with whitesky_client(account) as client:
-            account_catalog_observe(client=client, account=account)
+            account_catalog_observe(
+                client=client, account=account, locations=list(account.locations.all())
+            )
 
 
 @shared_task
@@ -94,6 +97,32 @@ def observe_location(location_id: int) -> None:
             return
         with whitesky_client(location.account) as client:
             location_observe(client=client, location=location)
+
+
+def kube_observed_clusters() -> QuerySet[Cluster]:
+    """Clusters whose Kubernetes is observed: active ones with a kubeconfig."""
+    return Cluster.objects.filter(state=Cluster.State.ACTIVE).exclude(kubeconfig="")
+
+
+@shared_task
+def observe_cluster_kube(cluster_id: int) -> None:
+    """Mirror the cluster's nodes and pods; flag machines and nodes without each other."""
+    cluster = kube_observed_clusters().filter(pk=cluster_id).first()
+    if cluster is None:
+        return  # deleted, deleting, or its kubeconfig removed since the fan-out
+    with object_lock(f"observe-kube:{cluster_id}") as taken:
+        if not taken:
+            return
+        try:
+            client = kube_client(cluster)
+        except KubeconfigInvalid as exc:
+            Cluster.objects.filter(pk=cluster_id).update(
+                kube_observation_complete=False, kube_observation_error=str(exc)
+            )
+            logger.warning("observe kubernetes of %s: %s", cluster.name, exc)
+            return
+        with client:
+            cluster_kube_observe(client=client, cluster=cluster)
 
 
 @shared_task

@@ -154,6 +154,7 @@ class VgpuReservation(models.Model):
                 name="reservation_not_ours",
             ),
         ]
+        permissions = [("release_vgpureservation", "Can release vGPU reservation")]
 
     def __str__(self) -> str:
         return self.name

@@ -2,24 +2,39 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.contrib.auth.models import Group, User
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.core.validators import MaxLengthValidator
+from django.db import models
 from rest_framework import serializers
 
 from capvco_web.api import ModelCleanMixin
 from clusters.models import (
+    MAX_CREDENTIAL_LENGTH,
+    MAX_GPUS_PER_MACHINE,
     Account,
     Cloudspace,
     Cluster,
     ClusterSite,
     Image,
+    KubeNode,
+    KubePod,
     Location,
     Machine,
     MachinePool,
+    Membership,
+    jwt_shape,
 )
+from clusters.services import account_update_check
 
 
 class AccountSerializer(ModelCleanMixin):
     credential = serializers.CharField(
-        write_only=True, style={"input_type": "password"}, help_text="The JWT; never returned."
+        write_only=True,
+        max_length=MAX_CREDENTIAL_LENGTH,
+        validators=[jwt_shape],
+        style={"input_type": "password"},
+        help_text="The JWT; never returned. Required again to change api_url or iam_url.",
     )
 
     class Meta:
@@ -29,8 +44,32 @@ class AccountSerializer(ModelCleanMixin):
             "orphan_auto_release", "orphan_grace_period", "orphan_confirmations",
         ]  # fmt: skip
 
-    def create(self, validated_data: dict[str, Any]) -> Account:
-        return Account.objects.create(**validated_data)
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        attrs = super().validate(attrs)
+        if self.instance is not None:
+            try:
+                account_update_check(account=self.instance, changes=attrs)
+            except DjangoValidationError as exc:
+                raise serializers.ValidationError(exc.message_dict) from exc
+        return attrs
+
+
+class CloudspaceSerializer(serializers.ModelSerializer[Cloudspace]):
+    """A cloudspace of the account at a location: what a site's `cloudspace_id` names."""
+
+    class Meta:
+        model = Cloudspace
+        fields = ["id", "location", "cloudspace_id", "name", "status"]
+        read_only_fields = fields
+
+
+class ImageSerializer(serializers.ModelSerializer[Image]):
+    """An image at a location: what a site's `image_id` names."""
+
+    class Meta:
+        model = Image
+        fields = ["id", "location", "image_id", "name", "status", "os_type"]
+        read_only_fields = fields
 
 
 class LocationSerializer(serializers.ModelSerializer[Location]):
@@ -43,20 +82,6 @@ class LocationSerializer(serializers.ModelSerializer[Location]):
         read_only_fields = fields
 
 
-class CloudspaceSerializer(serializers.ModelSerializer[Cloudspace]):
-    class Meta:
-        model = Cloudspace
-        fields = ["id", "location", "cloudspace_id", "name", "status"]
-        read_only_fields = fields
-
-
-class ImageSerializer(serializers.ModelSerializer[Image]):
-    class Meta:
-        model = Image
-        fields = ["id", "location", "image_id", "name", "status", "os_type"]
-        read_only_fields = fields
-
-
 class ClusterSiteSerializer(ModelCleanMixin):
     class Meta:
         model = ClusterSite
@@ -65,24 +90,65 @@ class ClusterSiteSerializer(ModelCleanMixin):
 
 class ClusterSerializer(ModelCleanMixin):
     sites = ClusterSiteSerializer(many=True, read_only=True)
+    kubeconfig = serializers.CharField(
+        write_only=True,
+        required=False,
+        allow_blank=True,
+        style={"base_template": "textarea.html"},
+        help_text="The workload cluster's kubeconfig (YAML); its nodes and pods are observed "
+        "with it. Stored encrypted, never returned.",
+    )
+    has_kubeconfig = serializers.BooleanField(read_only=True)
 
     class Meta:
         model = Cluster
-        fields = ["id", "name", "account", "state", "deletion_blockers", "created_at", "sites"]
-        read_only_fields = ["state", "deletion_blockers", "created_at"]
+        fields = [
+            "id", "name", "account", "state", "deletion_blockers", "created_at", "sites",
+            "kubeconfig", "has_kubeconfig", "kube_observation_complete",
+            "kube_observation_error", "kube_observation_started_at",
+        ]  # fmt: skip
+        read_only_fields = [
+            "state", "deletion_blockers", "created_at", "kube_observation_complete",
+            "kube_observation_error", "kube_observation_started_at",
+        ]  # fmt: skip
+
+
+class KubeconfigSerializer(serializers.Serializer[Cluster]):
+    """A new kubeconfig for a cluster; the change is audited (its server, never its secret)."""
+
+    kubeconfig = serializers.CharField(
+        write_only=True, trim_whitespace=True, style={"base_template": "textarea.html"}
+    )
+    reason = serializers.CharField(
+        max_length=1000, trim_whitespace=True, required=False, allow_blank=True, default=""
+    )
+
+
+def _pool_text(field_name: str) -> dict[str, Any]:
+    """The limits of a pool's text field as the model sets them, for a renamed field of the
+    API, so that its schema states them too (the model validates them either way)."""
+    field = MachinePool._meta.get_field(field_name)
+    assert isinstance(field, models.CharField)
+    validators = [v for v in field.validators if not isinstance(v, MaxLengthValidator)]
+    return {
+        "source": field_name,
+        "max_length": field.max_length,
+        "validators": validators,
+        "required": False,
+        "allow_blank": True,
+        "default": "",
+    }
 
 
 class GpuRequestSerializer(serializers.Serializer[MachinePool]):
     """`gpu: {type, profileId, count, driverVersion}`: what a pool asks for, by type."""
 
-    type = serializers.CharField(source="gpu_type", required=False, allow_blank=True, default="")
-    profileId = serializers.CharField(
-        source="gpu_profile_id", required=False, allow_blank=True, default=""
+    type = serializers.CharField(**_pool_text("gpu_type"))
+    profileId = serializers.CharField(**_pool_text("gpu_profile_id"))
+    count = serializers.IntegerField(
+        source="gpu_count", min_value=0, max_value=MAX_GPUS_PER_MACHINE, default=0
     )
-    count = serializers.IntegerField(source="gpu_count", min_value=0, max_value=8, default=0)
-    driverVersion = serializers.CharField(
-        source="gpu_driver_version", required=False, allow_blank=True, default=""
-    )
+    driverVersion = serializers.CharField(**_pool_text("gpu_driver_version"))
 
 
 class MachinePoolSerializer(ModelCleanMixin):
@@ -110,7 +176,8 @@ class MachineSerializer(serializers.ModelSerializer[Machine]):
         model = Machine
         fields = [
             "id", "cluster", "pool", "name", "vm_name", "vm_id", "phase", "failure_message",
-            "delete_requested", "created_at", "updated_at",
+            "delete_requested", "created_at", "updated_at", "vm_started_at", "node_joined_at",
+            "node_missing", "node_missing_reason",
         ]  # fmt: skip
         read_only_fields = fields
 
@@ -138,3 +205,52 @@ class DeleteReasonSerializer(serializers.Serializer[object]):
     reason = serializers.CharField(
         max_length=1000, trim_whitespace=True, required=False, allow_blank=True, default=""
     )
+
+
+class PoolScaleSerializer(serializers.Serializer[object]):
+    """Scaling a pool: the replicas wanted, and why (it goes into the audit record)."""
+
+    replicas = serializers.IntegerField(min_value=0, max_value=100)
+    reason = serializers.CharField(max_length=1000, trim_whitespace=True)
+
+
+class MembershipSerializer(ModelCleanMixin):
+    """A user's role in an account: viewer, operator or admin."""
+
+    user = serializers.SlugRelatedField[User](slug_field="username", queryset=User.objects.all())
+    role = serializers.SlugRelatedField[Group](
+        slug_field="name", queryset=Group.objects.filter(name__in=Membership.Role.values)
+    )
+
+    class Meta:
+        model = Membership
+        fields = ["id", "user", "account", "role"]
+
+
+class KubeNodeSerializer(serializers.ModelSerializer[KubeNode]):
+    """A Kubernetes node as last observed, and the machine whose VM it runs on."""
+
+    cluster = serializers.CharField(source="cluster.name", read_only=True)
+
+    class Meta:
+        model = KubeNode
+        fields = [
+            "id", "cluster", "name", "uid", "provider_id", "labels", "gpu_capacity",
+            "gpu_allocatable", "ready", "kubelet_version", "machine", "unowned_since",
+            "first_seen_at", "updated_at",
+        ]  # fmt: skip
+        read_only_fields = fields
+
+
+class KubePodSerializer(serializers.ModelSerializer[KubePod]):
+    """A Kubernetes pod as last observed: where it runs and what it asks for."""
+
+    cluster = serializers.CharField(source="cluster.name", read_only=True)
+
+    class Meta:
+        model = KubePod
+        fields = [
+            "id", "cluster", "namespace", "name", "uid", "node_name", "phase", "gpu_requests",
+            "sriov_network", "first_seen_at", "updated_at",
+        ]  # fmt: skip
+        read_only_fields = fields

@@ -1,7 +1,8 @@
 """What an operator does from the dashboard: scale a pool, delete a machine (with teardown
 or by force), delete a cluster, release a reservation. Each through the same service as
-the API, after `may`; each with a confirmation page that asks for the reason the audit
-log keeps.
+the API, which checks the role in the object's account (capvco_web.permissions); each
+with a confirmation page that asks for the reason the audit log keeps. Another account's
+object is not found (404); one the role may see but not act on is refused (403).
 
 Without JavaScript: GET shows the confirmation page, POST acts and redirects back with a
 message. With htmx: the confirmation is drawn into the page's action panel, and POST
@@ -28,13 +29,13 @@ from django_htmx.http import reswap, retarget
 
 from capvco_web.api import in_use_detail
 from capvco_web.htmx import HtmxHttpRequest
+from capvco_web.permissions import permission_require, visible
 from capvco_web.tasks import send_on_commit
 from clusters import services
 from clusters.models import Cluster, Machine, MachinePool
 from clusters.releases import reservation_release_request
 from clusters.tasks import reservation_release_task
 from dashboard.forms import ReasonForm, ScaleForm
-from dashboard.views.access import may_or_refuse
 from dashboard.views.clusters import cluster_body
 from dashboard.views.common import local_url, query_of
 from dashboard.views.reservations import TEMPLATE as RESERVATIONS_TEMPLATE
@@ -107,7 +108,8 @@ def _confirm_and_act(
     form_class: type[ReasonForm] = ReasonForm,
     initial: dict[str, Any] | None = None,
 ) -> HttpResponse:
-    may_or_refuse(request, perm, obj)
+    # Refused before the form is shown; the service checks again when it acts.
+    permission_require(request.user, perm, obj)
     asked = request.POST.get("next") if request.method == "POST" else request.GET.get("next")
     back = local_url(request, asked, home.url)
     form: ReasonForm
@@ -149,7 +151,9 @@ def _confirm_and_act(
 
 @require_http_methods(["GET", "POST"])
 def reservation_release(request: HtmxHttpRequest, pk: int) -> HttpResponse:
-    reservation = get_object_or_404(VgpuReservation.objects.select_related("location"), pk=pk)
+    reservation = get_object_or_404(
+        visible(request.user, VgpuReservation.objects.select_related("location")), pk=pk
+    )
 
     def act(data: dict[str, Any]) -> str:
         reservation_release_request(
@@ -180,7 +184,9 @@ def reservation_release(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 
 @require_http_methods(["GET", "POST"])
 def pool_scale(request: HtmxHttpRequest, pk: int) -> HttpResponse:
-    pool = get_object_or_404(MachinePool.objects.select_related("cluster"), pk=pk)
+    pool = get_object_or_404(
+        visible(request.user, MachinePool.objects.select_related("cluster")), pk=pk
+    )
 
     def act(data: dict[str, Any]) -> str:
         before = pool.replicas
@@ -208,13 +214,15 @@ def pool_scale(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     )
 
 
-def _machine(pk: int) -> Machine:
-    return get_object_or_404(Machine.objects.select_related("pool__cluster"), pk=pk)
+def _machine(request: HtmxHttpRequest, pk: int) -> Machine:
+    return get_object_or_404(
+        visible(request.user, Machine.objects.select_related("pool__cluster")), pk=pk
+    )
 
 
 @require_http_methods(["GET", "POST"])
 def machine_delete(request: HtmxHttpRequest, pk: int) -> HttpResponse:
-    machine = _machine(pk)
+    machine = _machine(request, pk)
 
     def act(data: dict[str, Any]) -> str:
         services.machine_delete(machine=machine, actor=request.user, reason=data["reason"])
@@ -239,7 +247,7 @@ def machine_delete(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 
 @require_http_methods(["GET", "POST"])
 def machine_force_delete(request: HtmxHttpRequest, pk: int) -> HttpResponse:
-    machine = _machine(pk)
+    machine = _machine(request, pk)
     cluster = machine.pool.cluster
 
     def act(data: dict[str, Any]) -> str:
@@ -266,7 +274,7 @@ def machine_force_delete(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 
 @require_http_methods(["GET", "POST"])
 def cluster_delete(request: HtmxHttpRequest, pk: int) -> HttpResponse:
-    cluster = get_object_or_404(Cluster, pk=pk)
+    cluster = get_object_or_404(visible(request.user, Cluster.objects.all()), pk=pk)
 
     def act(data: dict[str, Any]) -> str:
         services.cluster_delete(cluster=cluster, actor=request.user, reason=data["reason"])

@@ -15,9 +15,9 @@ from django.views.decorators.http import require_GET
 from capvco_web.filtersets import AuditEventFilterSet
 from capvco_web.htmx import HtmxHttpRequest
 from capvco_web.models import AuditEvent
+from capvco_web.permissions import visible
 from clusters.models import Cluster, ClusterSite, Machine, MachinePool
 from dashboard.pagination import BadCursor, Sort, keyset_page
-from dashboard.views.access import visible
 from dashboard.views.common import page_or_fragment
 from gpus.models import VgpuReservation
 
@@ -44,23 +44,23 @@ def _links(request: HtmxHttpRequest, events: list[AuditEvent]) -> dict[tuple[str
         return reverse("dashboard:cluster", args=[cluster_id]) + anchor
 
     if found := ids.get("clusters.Cluster"):
-        clusters = visible(request, Cluster.objects.filter(pk__in=found))
+        clusters = visible(request.user, Cluster.objects.filter(pk__in=found))
         for pk in clusters.values_list("pk", flat=True):
             links["clusters.Cluster", str(pk)] = cluster_url(pk)
     if found := ids.get("clusters.ClusterSite"):
-        sites = visible(request, ClusterSite.objects.filter(pk__in=found))
+        sites = visible(request.user, ClusterSite.objects.filter(pk__in=found))
         for pk, cluster_id in sites.values_list("pk", "cluster_id"):
             links["clusters.ClusterSite", str(pk)] = cluster_url(cluster_id)
     if found := ids.get("clusters.MachinePool"):
-        pools = visible(request, MachinePool.objects.filter(pk__in=found))
+        pools = visible(request.user, MachinePool.objects.filter(pk__in=found))
         for pk, cluster_id in pools.values_list("pk", "cluster_id"):
             links["clusters.MachinePool", str(pk)] = cluster_url(cluster_id, f"#pool-{pk}")
     if found := ids.get("clusters.Machine"):
-        machines = visible(request, Machine.objects.filter(pk__in=found))
+        machines = visible(request.user, Machine.objects.filter(pk__in=found))
         for pk, cluster_id in machines.values_list("pk", "pool__cluster_id"):
             links["clusters.Machine", str(pk)] = cluster_url(cluster_id, f"#machine-{pk}")
     if found := ids.get("gpus.VgpuReservation"):
-        rows = visible(request, VgpuReservation.objects.filter(pk__in=found))
+        rows = visible(request.user, VgpuReservation.objects.filter(pk__in=found))
         for pk, name in rows.values_list("pk", "name"):
             query = urlencode({"q": name})
             links["gpus.VgpuReservation", str(pk)] = f"{reverse('dashboard:reservations')}?{query}"
@@ -70,7 +70,7 @@ def _links(request: HtmxHttpRequest, events: list[AuditEvent]) -> dict[tuple[str
 @require_GET
 def audit_list(request: HtmxHttpRequest) -> HttpResponse:
     filterset = AuditEventFilterSet(
-        request.GET, queryset=visible(request, AuditEvent.objects.all()), request=request
+        request.GET, queryset=visible(request.user, AuditEvent.objects.all()), request=request
     )
     context: dict[str, Any] = {
         "filterset": filterset,

@@ -16,10 +16,10 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET
 
 from capvco_web.htmx import HtmxHttpRequest
+from capvco_web.permissions import allowed, visible
 from clusters.models import Cluster, ClusterSite, Machine, MachinePool, VirtualMachine
 from clusters.plan import cluster_plan
 from dashboard.selectors import PoolGpus, held_by_machine, pool_gpus
-from dashboard.views.access import may, visible
 from dashboard.views.common import page_or_fragment
 from dashboard.views.setup import accounts_for_new_clusters
 from gpus.models import BILLED_STATES, GpuProfile, VgpuReservation
@@ -45,16 +45,16 @@ class ClusterSummary:
 
 @require_GET
 def cluster_list(request: HtmxHttpRequest) -> HttpResponse:
-    clusters = visible(request, Cluster.objects.select_related("account").order_by("name"))
+    clusters = visible(request.user, Cluster.objects.select_related("account").order_by("name"))
     failed_only = request.GET.get("failed") == "true"
     if failed_only:
-        with_failed = visible(request, Machine.objects.filter(phase=Phase.FAILED))
+        with_failed = visible(request.user, Machine.objects.filter(phase=Phase.FAILED))
         clusters = clusters.filter(pk__in=with_failed.values("pool__cluster_id"))
     page = Paginator(clusters, CLUSTERS_PER_PAGE).get_page(request.GET.get("page"))
     ids = [c.pk for c in page]
     phases: dict[int, dict[str, int]] = defaultdict(dict)
     for cluster_id, phase, n in (
-        visible(request, Machine.objects.filter(pool__cluster__in=ids))
+        visible(request.user, Machine.objects.filter(pool__cluster__in=ids))
         .values_list("pool__cluster_id", "phase")
         .annotate(n=Count("pk"))
         .values_list("pool__cluster_id", "phase", "n")
@@ -62,7 +62,7 @@ def cluster_list(request: HtmxHttpRequest) -> HttpResponse:
     ):
         phases[cluster_id][phase] = n
     pools = dict(
-        visible(request, MachinePool.objects.filter(cluster__in=ids))
+        visible(request.user, MachinePool.objects.filter(cluster__in=ids))
         .values_list("cluster_id")
         .annotate(n=Count("pk"))
         .values_list("cluster_id", "n")
@@ -70,7 +70,7 @@ def cluster_list(request: HtmxHttpRequest) -> HttpResponse:
     )
     gpus = dict(
         visible(
-            request,
+            request.user,
             VgpuReservation.objects.filter(machine__pool__cluster__in=ids, state__in=BILLED_STATES),
         )
         .values_list("machine__pool__cluster_id")
@@ -80,7 +80,7 @@ def cluster_list(request: HtmxHttpRequest) -> HttpResponse:
     )
     locations: dict[int, list[str]] = defaultdict(list)
     for cluster_id, location in (
-        visible(request, ClusterSite.objects.filter(cluster__in=ids))
+        visible(request.user, ClusterSite.objects.filter(cluster__in=ids))
         .order_by("location__name")
         .values_list("cluster_id", "location__name")
     ):
@@ -126,19 +126,21 @@ class MachineRow:
 def cluster_body(request: HtmxHttpRequest, cluster: Cluster, params: QueryDict) -> dict[str, Any]:
     """What the cluster page shows below its title, as `params` (its query) asks."""
     sites = list(
-        visible(request, ClusterSite.objects.filter(cluster=cluster))
+        visible(request.user, ClusterSite.objects.filter(cluster=cluster))
         .select_related("location")
         .order_by("location__name")
     )
     cards = list(
-        visible(request, GpuProfile.objects.filter(location__in=[s.location_id for s in sites]))
+        visible(
+            request.user, GpuProfile.objects.filter(location__in=[s.location_id for s in sites])
+        )
     )
     pools = list(
-        visible(request, MachinePool.objects.filter(cluster=cluster))
+        visible(request.user, MachinePool.objects.filter(cluster=cluster))
         .select_related("site__location")
         .order_by("name")
     )
-    machines = visible(request, Machine.objects.filter(pool__cluster=cluster)).order_by(
+    machines = visible(request.user, Machine.objects.filter(pool__cluster=cluster)).order_by(
         "pool__name", "index"
     )
     page = Paginator(machines.select_related("pool"), MACHINES_PER_PAGE).get_page(
@@ -151,11 +153,11 @@ def cluster_body(request: HtmxHttpRequest, cluster: Cluster, params: QueryDict) 
         pool = pools_by_id.get(machine.pool_id, machine.pool)
         pool.cluster = cluster
         machine.pool = pool
-    held = held_by_machine(visible(request, VgpuReservation.objects.all()), on_page)
+    held = held_by_machine(visible(request.user, VgpuReservation.objects.all()), on_page)
     vms = {
         (vm.location_id, vm.vm_id): vm
         for vm in visible(
-            request,
+            request.user,
             VirtualMachine.objects.filter(
                 location__in=[s.location_id for s in sites],
                 vm_id__in=[m.vm_id for m in on_page if m.vm_id is not None],
@@ -177,7 +179,11 @@ def cluster_body(request: HtmxHttpRequest, cluster: Cluster, params: QueryDict) 
         "cluster": cluster,
         "sites": sites,
         "pools": [
-            PoolRow(pool, pool_gpus(pool, cards), may(request, "clusters.scale_machinepool", pool))
+            PoolRow(
+                pool,
+                pool_gpus(pool, cards),
+                allowed(request.user, "clusters.scale_machinepool", pool),
+            )
             for pool in pools
         ],
         "machines": [
@@ -186,12 +192,12 @@ def cluster_body(request: HtmxHttpRequest, cluster: Cluster, params: QueryDict) 
                 vm=vms.get((m.pool.site.location_id, m.vm_id)) if m.vm_id is not None else None,
                 gpus=held.get(m.pk, []),
                 delete_url=offered(
-                    not m.delete_requested and may(request, "clusters.delete_machine", m),
+                    not m.delete_requested and allowed(request.user, "clusters.delete_machine", m),
                     "dashboard:machine-delete",
                     m.pk,
                 ),
                 force_delete_url=offered(
-                    may(request, "clusters.force_delete_machine", m),
+                    allowed(request.user, "clusters.force_delete_machine", m),
                     "dashboard:machine-force-delete",
                     m.pk,
                 ),
@@ -202,7 +208,7 @@ def cluster_body(request: HtmxHttpRequest, cluster: Cluster, params: QueryDict) 
         "phases": phases,
         "plan": plan,
         "can_delete_cluster": cluster.state == Cluster.State.ACTIVE
-        and may(request, "clusters.delete_cluster", cluster),
+        and allowed(request.user, "clusters.delete_cluster", cluster),
         "page_url": page_url,
         "back": back,
         "reservations_url": reverse("dashboard:reservations"),
@@ -211,6 +217,8 @@ def cluster_body(request: HtmxHttpRequest, cluster: Cluster, params: QueryDict) 
 
 @require_GET
 def cluster_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
-    cluster = get_object_or_404(visible(request, Cluster.objects.select_related("account")), pk=pk)
+    cluster = get_object_or_404(
+        visible(request.user, Cluster.objects.select_related("account")), pk=pk
+    )
     context = cluster_body(request, cluster, request.GET)
     return page_or_fragment(request, "dashboard/cluster.html", context, fragments=["cluster-body"])

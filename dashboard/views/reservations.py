@@ -17,9 +17,9 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from capvco_web.htmx import HtmxHttpRequest
+from capvco_web.permissions import allowed, visible
 from clusters.models import Cluster, Location, VirtualMachine
 from dashboard.pagination import CURSOR_PARAMS, BadCursor, KeysetPage, Sort, keyset_page
-from dashboard.views.access import may, visible
 from dashboard.views.common import page_or_fragment
 from gpus import naming
 from gpus.filtersets import VgpuReservationFilterSet
@@ -55,7 +55,7 @@ class ReservationRow:
 
 def _reservations(request: HtmxHttpRequest) -> QuerySet[VgpuReservation]:
     return visible(
-        request,
+        request.user,
         VgpuReservation.objects.select_related(
             "location", "machine__pool__cluster", "release_requested_by"
         ),
@@ -66,7 +66,7 @@ def reservation_filterset(request: HtmxHttpRequest, params: QueryDict) -> VgpuRe
     """The API's FilterSet over what the user sees; its choices too."""
     filterset = VgpuReservationFilterSet(params, queryset=_reservations(request), request=request)
     fields = filterset.form.fields
-    fields["location"].queryset = visible(request, Location.objects.order_by("name"))  # type: ignore[attr-defined]
+    fields["location"].queryset = visible(request.user, Location.objects.order_by("name"))  # type: ignore[attr-defined]
     fields["type"].widget.attrs["list"] = "gpu-types"
     return filterset
 
@@ -76,18 +76,19 @@ def _rows(request: HtmxHttpRequest, reservations: list[VgpuReservation]) -> list
     location_ids = {r.location_id for r in reservations}
     types = {
         (card.location_id, card.profile_id): gpu_type_of(card)
-        for card in visible(request, GpuProfile.objects.filter(location_id__in=location_ids))
+        for card in visible(request.user, GpuProfile.objects.filter(location_id__in=location_ids))
     }
     vm_ids = {r.vm_id for r in reservations if r.vm_id is not None}
     vms = {
         (vm.location_id, vm.vm_id): vm
         for vm in visible(
-            request, VirtualMachine.objects.filter(location_id__in=location_ids, vm_id__in=vm_ids)
+            request.user,
+            VirtualMachine.objects.filter(location_id__in=location_ids, vm_id__in=vm_ids),
         )
     }
     owners = {r.owner_cluster for r in reservations if r.machine is None and r.owner_cluster}
     clusters = dict(
-        visible(request, Cluster.objects.filter(name__in=owners)).values_list("name", "pk")
+        visible(request.user, Cluster.objects.filter(name__in=owners)).values_list("name", "pk")
     )
     rows = []
     for r in reservations:
@@ -106,7 +107,7 @@ def _rows(request: HtmxHttpRequest, reservations: list[VgpuReservation]) -> list
                     and r.vgpu_id is not None
                     and r.state in RELEASABLE
                     and not pending
-                    and may(request, RELEASE, r)
+                    and allowed(request.user, RELEASE, r)
                 ),
                 release_pending=pending,
                 accrued_cost=r.accrued_cost(now),
@@ -128,7 +129,9 @@ def reservation_table(request: HtmxHttpRequest, params: QueryDict) -> tuple[dict
         "sorts": SORTS,
         "page_url": f"{list_url}?{params.urlencode()}" if params else list_url,
         "list_url": list_url,
-        "gpu_types": sorted({gpu_type_of(c) for c in visible(request, GpuProfile.objects.all())}),
+        "gpu_types": sorted(
+            {gpu_type_of(c) for c in visible(request.user, GpuProfile.objects.all())}
+        ),
         "errors": [],
         "rows": [],
         "page": None,
@@ -199,7 +202,7 @@ def _csv_lines(request: HtmxHttpRequest, rows: QuerySet[VgpuReservation]) -> Ite
     now = timezone.now()
     types = {
         (card.location_id, card.profile_id): gpu_type_of(card)
-        for card in visible(request, GpuProfile.objects.all())
+        for card in visible(request.user, GpuProfile.objects.all())
     }
     writer = csv.writer(_Echo())
     yield writer.writerow(CSV_COLUMNS)

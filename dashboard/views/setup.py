@@ -18,11 +18,11 @@ from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 
 from capvco_web.htmx import HtmxHttpRequest
+from capvco_web.permissions import accounts_where, scoped, visible
 from clusters.models import Account, Cloudspace, Cluster, Image, Location
 from clusters.services import PoolSpec, SiteSpec, cluster_setup
 from dashboard.forms import ClusterSetupForm, PoolForm, SiteForm
 from dashboard.selectors import Fit, pool_fit
-from dashboard.views.access import may, visible
 from dashboard.views.common import page_or_fragment
 from gpus.models import GpuProfile
 from gpus.resolve import gpu_type_of
@@ -38,10 +38,8 @@ class PoolRow:
 
 
 def accounts_for_new_clusters(request: HtmxHttpRequest) -> QuerySet[Account]:
-    """The accounts the user may add a cluster to."""
-    accounts = visible(request, Account.objects.order_by("name"))
-    allowed = [a.pk for a in accounts if may(request, ADD_CLUSTER, Cluster(account=a))]
-    return accounts.filter(pk__in=allowed)
+    """The accounts the user may add a cluster to (cluster_setup checks the role again)."""
+    return scoped(Account.objects.order_by("name"), accounts_where(request.user, ADD_CLUSTER))
 
 
 def _account(head: ClusterSetupForm, accounts: QuerySet[Account]) -> Account | None:
@@ -59,17 +57,21 @@ def cluster_new(request: HtmxHttpRequest) -> HttpResponse:
     query = data if data is not None else request.GET
     head = ClusterSetupForm(data, accounts=accounts, initial={"account": query.get("account")})
     account = _account(head, accounts)
-    locations = list(visible(request, Location.objects.filter(account=account)).order_by("name"))
+    locations = list(
+        visible(request.user, Location.objects.filter(account=account)).order_by("name")
+    )
     cloudspaces: dict[int, list[Cloudspace]] = defaultdict(list)
-    for cloudspace in visible(request, Cloudspace.objects.filter(location__in=locations)).order_by(
-        "name"
-    ):
+    for cloudspace in visible(
+        request.user, Cloudspace.objects.filter(location__in=locations)
+    ).order_by("name"):
         cloudspaces[cloudspace.location_id].append(cloudspace)
     images: dict[int, list[Image]] = defaultdict(list)
-    for image in visible(request, Image.objects.filter(location__in=locations)).order_by("name"):
+    for image in visible(request.user, Image.objects.filter(location__in=locations)).order_by(
+        "name"
+    ):
         images[image.location_id].append(image)
     cards: dict[int, list[GpuProfile]] = defaultdict(list)
-    for card in visible(request, GpuProfile.objects.filter(location__in=locations)):
+    for card in visible(request.user, GpuProfile.objects.filter(location__in=locations)):
         cards[card.location_id].append(card)
     gpu_types = sorted({gpu_type_of(c) for group in cards.values() for c in group})
 

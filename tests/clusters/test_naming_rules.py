@@ -31,7 +31,8 @@ X_AFTER_X_Y = (
 @pytest.fixture
 def api(django_user_model: Any) -> APIClient:
     client = APIClient()
-    client.force_authenticate(django_user_model.objects.create_user("ops", password="x"))
+    # Validation and audit, not roles: a superuser (tests/access has the roles).
+    client.force_authenticate(django_user_model.objects.create_superuser("ops", password="x"))
     return client
 
 

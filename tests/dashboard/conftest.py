@@ -5,11 +5,13 @@ orphan named by us, a reservation not named by us, released history and a failed
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
 
 import pytest
+from django.test import Client
 from django.utils import timezone
 
 from clusters.models import Cluster, Location, Machine, MachinePool
@@ -22,6 +24,7 @@ from tests.factories import (
     LocationFactory,
     MachineFactory,
     MachinePoolFactory,
+    MembershipFactory,
     VgpuReservationFactory,
     VirtualMachineFactory,
 )
@@ -117,3 +120,22 @@ def world(db: None) -> World:
     return World(
         fresh, stale, a100, t4, cluster, pool, machines, attached, orphan, leak, released, failed
     )
+
+
+@pytest.fixture
+def member(client: Client, world: World) -> Callable[[str], Client]:
+    """`member("viewer")`: the client, logged in as a user of that role in the world's
+    account (and of none other)."""
+
+    def log_in(role: str) -> Client:
+        client.force_login(MembershipFactory(account=world.cluster.account, role=role).user)
+        return client
+
+    return log_in
+
+
+@pytest.fixture
+def stranger(client: Client, world: World) -> Client:
+    """The client, logged in as an admin of another account: the world is not theirs."""
+    client.force_login(MembershipFactory(role="admin").user)
+    return client

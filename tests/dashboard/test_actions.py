@@ -185,33 +185,93 @@ def test_releasing_twice_is_refused_the_second_time(admin_client: Client, world:
     assert "asked for its release already" in again.content.decode()
 
 
-@pytest.mark.parametrize(
-    ("path", "data"),
-    [
-        ("/reservations/{orphan}/release/", {"reason": "x"}),
-        ("/pools/{pool}/scale/", {"replicas": 0, "reason": "x"}),
-        ("/machines/{machine}/delete/", {"reason": "x"}),
-        ("/machines/{machine}/force-delete/", {"reason": "x"}),
-        ("/clusters/{cluster}/delete/", {"reason": "x"}),
-    ],
-)
-def test_a_user_without_a_role_gets_403_and_changes_nothing(
-    logged_in_client: Client, world: World, path: str, data: dict[str, Any]
-) -> None:
-    url = path.format(
+ACTIONS = [
+    ("/reservations/{orphan}/release/", {"reason": "x"}),
+    ("/pools/{pool}/scale/", {"replicas": 0, "reason": "x"}),
+    ("/machines/{machine}/delete/", {"reason": "x"}),
+    ("/machines/{machine}/force-delete/", {"reason": "x"}),
+    ("/clusters/{cluster}/delete/", {"reason": "x"}),
+]
+
+
+def _url(path: str, world: World) -> str:
+    return path.format(
         orphan=world.orphan.pk,
         pool=world.pool.pk,
         machine=world.machines[0].pk,
         cluster=world.cluster.pk,
     )
-    assert logged_in_client.get(url).status_code == 403
-    assert logged_in_client.post(url, data).status_code == 403
-    assert logged_in_client.post(url, data, **HTMX).status_code == 403
+
+
+def _nothing_changed(world: World) -> None:
     assert not AuditEvent.objects.exists()
     assert MachinePool.objects.get(pk=world.pool.pk).replicas == 2
     assert Machine.objects.filter(pk=world.machines[0].pk, delete_requested=False).exists()
     assert Cluster.objects.get(pk=world.cluster.pk).state == Cluster.State.ACTIVE
     assert VgpuReservation.objects.get(pk=world.orphan.pk).release_requested_at is None
+
+
+@pytest.mark.parametrize(("path", "data"), ACTIONS)
+def test_a_viewer_is_refused_each_action_with_403_and_nothing_changes(
+    member: Callable[[str], Client], world: World, path: str, data: dict[str, Any]
+) -> None:
+    viewer = member("viewer")
+    url = _url(path, world)
+    assert viewer.get(url).status_code == 403
+    assert viewer.post(url, data).status_code == 403
+    assert viewer.post(url, data, **HTMX).status_code == 403
+    _nothing_changed(world)
+
+
+@pytest.mark.parametrize(("path", "data"), ACTIONS)
+def test_another_accounts_objects_are_not_found_and_nothing_changes(
+    stranger: Client, world: World, path: str, data: dict[str, Any]
+) -> None:
+    url = _url(path, world)
+    assert stranger.get(url).status_code == 404
+    assert stranger.post(url, data).status_code == 404
+    _nothing_changed(world)
+
+
+@pytest.mark.parametrize(
+    ("path", "data", "action"),
+    [
+        (*ACTIONS[0], "vgpu.release_requested"),
+        (*ACTIONS[1], "pool.scale"),
+        (*ACTIONS[2], "machine.delete_requested"),
+        (*ACTIONS[3], "machine.force_delete"),
+        (*ACTIONS[4], "cluster.delete_requested"),
+    ],
+)
+def test_an_operator_does_each_action_audited_in_their_name(
+    member: Callable[[str], Client],
+    world: World,
+    path: str,
+    data: dict[str, Any],
+    action: str,
+) -> None:
+    operator = member("operator")
+    response = operator.post(_url(path, world), data, **HTMX)
+    assert response.status_code == 200, response.content
+    event = AuditEvent.objects.get(action=action)
+    assert event.actor is not None and event.account_id == world.cluster.account_id
+    assert event.actor.memberships.get().role.name == "operator"
+    done = {
+        "vgpu.release_requested": lambda: (
+            VgpuReservation.objects.get(pk=world.orphan.pk).release_requested_at
+        ),
+        "pool.scale": lambda: MachinePool.objects.get(pk=world.pool.pk).replicas == 0,
+        "machine.delete_requested": lambda: (
+            Machine.objects.get(pk=world.machines[0].pk).delete_requested
+        ),
+        "machine.force_delete": lambda: (
+            not Machine.objects.filter(pk=world.machines[0].pk).exists()
+        ),
+        "cluster.delete_requested": lambda: (
+            Cluster.objects.get(pk=world.cluster.pk).state == Cluster.State.DELETING
+        ),
+    }
+    assert done[action]()
 
 
 def test_actions_need_a_post_to_act(admin_client: Client, world: World) -> None:

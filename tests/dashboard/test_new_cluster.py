@@ -1,97 +1,33 @@
-"""Setting up a cluster without leaving the page: the account's cloudspaces and images are
-mirrored (at once for a new account, then every few minutes) and listed in the API, and the
-new-cluster form offers them, with each location's GPU types and whether a pool fits."""
+"""Setting up a cluster without leaving the page: the new-cluster form offers the account's
+mirrored cloudspaces and images (tests/gpus/test_catalog.py), each location's GPU types and
+whether a pool fits, and creates through `cluster_setup`, which checks the role itself."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Any
 
 import pytest
+from django.core.exceptions import PermissionDenied
 from django.test import Client
-from rest_framework.test import APIClient
 
 from capvco_web.models import AuditEvent
-from clusters.models import Account, Cloudspace, Cluster, ClusterSite, Image, MachinePool
-from clusters.observe import account_catalog_observe
-from clusters.whitesky import whitesky_client
+from clusters.models import Cluster, ClusterSite, MachinePool
+from clusters.services import PoolSpec, SiteSpec, cluster_setup
+from clusters.tasks import observe_catalog
 from gpus.models import GpuProfile
+from tests.factories import AccountFactory, MembershipFactory
 from tests.gpus.conftest import BE, CLOUDSPACES, IMAGES, NL, Plane
-from tests.whitesky_sim import WhiteskySimulator
 
 pytestmark = pytest.mark.django_db
 Tasks = Callable[[], AbstractContextManager[None]]
-
-
-def catalog(plane: Plane) -> int:
-    with whitesky_client(plane.account) as client:
-        return account_catalog_observe(client=client, account=plane.account).writes
-
-
-def test_cloudspaces_and_images_are_mirrored_per_location(plane: Plane) -> None:
-    assert catalog(plane) > 0
-    by_location = {
-        location: set(
-            Cloudspace.objects.filter(location__name=location).values_list(
-                "cloudspace_id", flat=True
-            )
-        )
-        for location in (NL, BE)
-    }
-    assert by_location == {NL: {CLOUDSPACES[NL]}, BE: {CLOUDSPACES[BE]}}
-    assert IMAGES[NL] in set(
-        Image.objects.filter(location__name=NL).values_list("image_id", flat=True)
-    )
-    assert catalog(plane) == 0  # a second pass over the same listing writes nothing
-
-
-def test_a_failed_listing_keeps_what_was_mirrored(plane: Plane) -> None:
-    catalog(plane)
-    before = Cloudspace.objects.count(), Image.objects.count()
-    plane.sim.fault(operation="listCloudspaces", status=503, times=10)
-    plane.sim.fault(operation="listCustomerImages", status=503, times=10)
-    with whitesky_client(plane.account) as client:
-        result = account_catalog_observe(client=client, account=plane.account)
-    assert result.errors and result.writes == 0
-    assert (Cloudspace.objects.count(), Image.objects.count()) == before
-
-
-def test_a_new_account_is_observed_at_once(
-    whitesky_sim: WhiteskySimulator, admin_user: Any, run_tasks: Tasks
-) -> None:
-    api = APIClient()
-    api.force_authenticate(admin_user)
-    with run_tasks():
-        response = api.post(
-            "/api/v1/accounts/",
-            {
-                "name": "fresh",
-                "api_url": whitesky_sim.api_url,
-                "iam_url": whitesky_sim.iam_url,
-                "customer_id": whitesky_sim.customer_id,
-                "credential": whitesky_sim.token(),
-            },
-            format="json",
-        )
-    assert response.status_code == 201, response.content
-    account = Account.objects.get(name="fresh")
-    assert set(account.locations.values_list("name", flat=True)) >= {NL, BE}
-    assert GpuProfile.objects.filter(location__account=account).exists()  # locations observed
-    assert Cloudspace.objects.filter(location__account=account).exists()  # and the catalog
-    listed = api.get(f"/api/v1/cloudspaces/?location={account.locations.get(name=NL).pk}").json()[
-        "results"
-    ]
-    assert [c["cloudspace_id"] for c in listed] == [CLOUDSPACES[NL]]
-    images = api.get("/api/v1/images/", {"location__account": account.pk}).json()["results"]
-    assert IMAGES[BE] in {i["image_id"] for i in images}
 
 
 @pytest.fixture
 def ready(plane: Plane) -> Plane:
     """Locations, cards and the catalog observed."""
     plane.observe()
-    catalog(plane)
+    observe_catalog(plane.account.pk)
     return plane
 
 
@@ -221,23 +157,54 @@ def test_a_user_without_a_role_may_not_set_up_a_cluster(
     assert b"/clusters/new/" not in logged_in_client.get("/clusters/").content
 
 
-def test_an_account_added_in_the_admin_is_observed_at_once(
-    whitesky_sim: WhiteskySimulator, admin_client: Client, run_tasks: Tasks
+@pytest.mark.parametrize("role", ["viewer", "operator"])
+def test_a_role_that_may_not_add_clusters_is_refused_and_nothing_is_made(
+    client: Client, ready: Plane, role: str
 ) -> None:
-    with run_tasks():
-        response = admin_client.post(
-            "/admin/clusters/account/add/",
-            {
-                "name": "from-admin",
-                "api_url": whitesky_sim.api_url,
-                "iam_url": whitesky_sim.iam_url,
-                "customer_id": whitesky_sim.customer_id,
-                "new_credential": whitesky_sim.token(),
-                "orphan_auto_release": "on",
-                "orphan_grace_period": "01:00:00",
-                "orphan_confirmations": "3",
-            },
+    member = MembershipFactory(account=ready.account, role=role).user
+    client.force_login(member)
+    assert client.get("/clusters/new/").status_code == 403
+    assert client.post("/clusters/new/", {**_form(ready), "create": "1"}).status_code == 403
+    assert b"/clusters/new/" not in client.get("/clusters/").content
+    assert not Cluster.objects.exists()
+
+
+def test_an_admin_of_the_account_sets_up_a_cluster_there_and_only_there(
+    client: Client, ready: Plane
+) -> None:
+    other = AccountFactory(name="elsewhere")
+    member = MembershipFactory(account=ready.account, role="admin").user
+    MembershipFactory(user=member, account=other, role="operator")
+    client.force_login(member)
+
+    form = client.get("/clusters/new/").context["head"]
+    assert list(form.fields["account"].queryset) == [ready.account]
+    elsewhere = client.post(
+        "/clusters/new/", {**_form(ready), "account": str(other.pk), "create": "1"}
+    )
+    assert elsewhere.status_code == 400 and not Cluster.objects.exists()
+
+    response = client.post("/clusters/new/", {**_form(ready), "create": "1"})
+    assert response.status_code == 302
+    cluster = Cluster.objects.get(name="fresh", account=ready.account)
+    events = AuditEvent.objects.filter(account=ready.account, actor=member)
+    assert sorted(events.values_list("action", flat=True)) == [
+        "cluster.create", "pool.create", "site.create",
+    ]  # fmt: skip
+    assert events.get(action="cluster.create").object_id == str(cluster.pk)
+
+
+def test_the_service_itself_refuses_a_role_that_may_not_add_clusters(ready: Plane) -> None:
+    """Whatever calls cluster_setup (the dashboard, a command, a future endpoint)."""
+    operator = MembershipFactory(account=ready.account, role="operator").user
+    nl = ready.location(NL)
+    with pytest.raises(PermissionDenied):
+        cluster_setup(
+            name="fresh",
+            account=ready.account,
+            sites=[SiteSpec(nl, CLOUDSPACES[NL], IMAGES[NL])],
+            pools=[PoolSpec(name="a100", location=nl, replicas=1)],
+            actor=operator,
         )
-    assert response.status_code == 302, response.content[:2000]
-    account = Account.objects.get(name="from-admin")
-    assert Cloudspace.objects.filter(location__account=account, location__name=NL).exists()
+    assert not Cluster.objects.exists() and not ClusterSite.objects.exists()
+    assert not AuditEvent.objects.exists()

@@ -54,6 +54,7 @@ def populate(world: World, n: int, start: int = 0) -> None:
     AuditEvent.objects.bulk_create(
         [
             AuditEvent(
+                account=world.fresh.account,
                 actor_name="ops",
                 action="vgpu.release_requested",
                 object_type="gpus.VgpuReservation",
@@ -104,11 +105,19 @@ def count_queries(client: Client, path: str, headers: dict[str, str]) -> int:
     return len(queries)
 
 
-@pytest.fixture
-def counted(admin_client: Client, world: World) -> Callable[[], dict[str, int]]:
+@pytest.fixture(params=["superuser", "admin of the account"])
+def counted(
+    request: pytest.FixtureRequest,
+    admin_client: Client,
+    member: Callable[[str], Client],
+    world: World,
+) -> Callable[[], dict[str, int]]:
+    """Counts for a superuser, and for a member, whose rows are chosen by role."""
+    client = admin_client if request.param == "superuser" else member("admin")
+
     def count() -> dict[str, int]:
         return {
-            name: count_queries(admin_client, path, headers)
+            name: count_queries(client, path, headers)
             for name, (path, headers) in requests(world).items()
         }
 

@@ -31,7 +31,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('clusters', '0005_vm_orphans'),
-        ('gpus', '0004_release_request'),
+        ('gpus', '0005_release_permission'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
