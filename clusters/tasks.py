@@ -1,5 +1,6 @@
-"""Periodic, idempotent tasks: observe every location, reconcile every cluster, sweep
-orphans; and the release a person asked for.
+"""Periodic, idempotent tasks: observe every location (and, on a slower beat, each
+account's cloudspaces and images), reconcile every cluster, sweep orphans; and the release
+a person asked for.
 
 Tasks take ids and call one reconciler; beat sends the fan-out ones (see settings).
 """

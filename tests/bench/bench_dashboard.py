@@ -9,8 +9,9 @@ The world: 10 locations with 8 GPU cards each (two types), 50 clusters of 2 pool
 running machines (10,000 machines, each with its VM listed and one vGPU attached), released
 history making up the rest of ``--reservations`` (90,000 of the 100,000 by default), 200
 orphans named by us, 50 reservations not named by us, and as many audit events as
-reservations. Each page is asked for ``--runs`` times through Django's test client by a
-superuser (the whole request: middleware, session, queries, templates; no network).
+reservations. Each page is asked for ``--runs`` times through Django's test client (the
+whole request: middleware, session, queries, templates; no network) by a superuser, then by
+an admin of the account, whose rows are chosen by role (capvco_web.permissions.visible).
 
 Target: p95 at most 150 ms for every page. Wall times depend on what else runs on the
 machine (the load average is printed); "CPU ms" is this process's own CPU time per request
@@ -39,7 +40,7 @@ import django
 
 django.setup()
 
-from django.contrib.auth.models import User  # noqa: E402
+from django.contrib.auth.models import Group, User  # noqa: E402
 from django.db import connection  # noqa: E402
 from django.test import Client  # noqa: E402
 from django.test.utils import CaptureQueriesContext  # noqa: E402
@@ -53,6 +54,7 @@ from clusters.models import (  # noqa: E402
     Location,
     Machine,
     MachinePool,
+    Membership,
     VirtualMachine,
 )
 from gpus.models import GpuProfile, VgpuReservation  # noqa: E402
@@ -203,7 +205,7 @@ def seed(reservations: int) -> dict[str, Any]:
     AuditEvent.objects.bulk_create(
         (
             AuditEvent(
-                actor_name="ops", action="vgpu.release_requested",
+                account=account, actor_name="ops", action="vgpu.release_requested",
                 object_type="gpus.VgpuReservation", object_id=str(i),
                 object_repr=f"capvco-c{i % CLUSTERS:02d}-p0-{i}-gpu-0", reason="bench",
             )
@@ -213,7 +215,7 @@ def seed(reservations: int) -> dict[str, Any]:
     )  # fmt: skip
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")
-    return {"location": locations[3].pk, "cluster": clusters[7].pk}
+    return {"account": account.pk, "location": locations[3].pk, "cluster": clusters[7].pk}
 
 
 def pages(ids: dict[str, Any], client: Client) -> dict[str, str]:
@@ -284,22 +286,32 @@ def run(reservations: int, runs: int) -> dict[str, Any]:
         "audit_events": AuditEvent.objects.count(),
     }
     print(f"seeded in {seeded:.0f} s: {counts}")
-    admin = User.objects.create_superuser("bench", password="bench-pass-1")
-    client = Client()
-    client.force_login(admin)
-    results = {name: measure(client, path, runs) for name, path in pages(ids, client).items()}
+    superuser = User.objects.create_superuser("bench", password="bench-pass-1")
+    member = User.objects.create_user("bench-member", password="bench-pass-1")
+    Membership.objects.create(
+        user=member, account_id=ids["account"], role=Group.objects.get(name="admin")
+    )
+    by_user: dict[str, dict[str, dict[str, float]]] = {}
+    for who, user in [("superuser", superuser), ("account admin", member)]:
+        client = Client()
+        client.force_login(user)
+        by_user[who] = {
+            name: measure(client, path, runs) for name, path in pages(ids, client).items()
+        }
     load = os.getloadavg()[0]
     print(f"\nload average (1 min) at the end: {load:.1f} on {os.cpu_count()} CPUs")
-    print(f"{'page':45} {'p50 ms':>7} {'p95 ms':>7} {'max ms':>7} {'CPU ms':>7} {'queries':>7}")
-    for name, r in results.items():
-        flag = "" if r["p95_ms"] <= TARGET_MS else "  over target"
-        print(
-            f"{name:45} {r['p50_ms']:7.1f} {r['p95_ms']:7.1f} {r['max_ms']:7.1f} "
-            f"{r['python_cpu_p50_ms']:7.1f} {r['queries']:7d}{flag}"
-        )
+    for who, results in by_user.items():
+        print(f"\nas {who}")
+        print(f"{'page':45} {'p50 ms':>7} {'p95 ms':>7} {'max ms':>7} {'CPU ms':>7} {'queries':>7}")
+        for name, r in results.items():
+            flag = "" if r["p95_ms"] <= TARGET_MS else "  over target"
+            print(
+                f"{name:45} {r['p50_ms']:7.1f} {r['p95_ms']:7.1f} {r['max_ms']:7.1f} "
+                f"{r['python_cpu_p50_ms']:7.1f} {r['queries']:7d}{flag}"
+            )
     return {
         "world": counts, "runs": runs, "target_p95_ms": TARGET_MS, "load_average": load,
-        "pages": results,
+        "pages": by_user,
     }  # fmt: skip
 
 
@@ -320,7 +332,12 @@ def main() -> int:
     finally:
         connection.creation.destroy_test_db(old_name, verbosity=0)
     print(json.dumps(summary, separators=(",", ":")))
-    over = [name for name, r in summary["pages"].items() if r["p95_ms"] > TARGET_MS]
+    over = [
+        name
+        for results in summary["pages"].values()
+        for name, r in results.items()
+        if r["p95_ms"] > TARGET_MS
+    ]
     return 1 if over else 0
 
 
