@@ -9,9 +9,11 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 import pytest
+from django.core.exceptions import ValidationError
 from django.test import Client
 
 from capvco_web.models import AuditEvent
+from clusters import services
 from clusters.models import Cluster, Machine, MachinePool
 from gpus.models import VgpuReservation
 from tests.dashboard.conftest import World
@@ -125,6 +127,13 @@ def test_scale_beyond_the_pool_limit_is_refused(admin_client: Client, world: Wor
     assert response.status_code == 400
     assert "less than or equal to 100" in response.content.decode()
     assert MachinePool.objects.get(pk=world.pool.pk).replicas == 2
+
+
+def test_the_scale_service_refuses_a_negative_size_whoever_calls_it(world: World) -> None:
+    with pytest.raises(ValidationError):
+        services.pool_scale(pool=world.pool, replicas=-1, actor="autoscaler", reason="idle")
+    assert MachinePool.objects.get(pk=world.pool.pk).replicas == 2
+    assert not AuditEvent.objects.exists()
 
 
 def test_delete_a_machine_asks_for_its_teardown(admin_client: Client, world: World) -> None:
