@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from django.contrib.auth.models import AnonymousUser, Group, User
 from django.core.exceptions import ValidationError
-from django.core.validators import MaxValueValidator
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models, transaction
 from django.db.models import ProtectedError
 
@@ -34,6 +35,7 @@ from clusters.models import (
     ClusterSite,
     KubeNode,
     KubePod,
+    Location,
     Machine,
     MachinePool,
     Membership,
@@ -392,9 +394,9 @@ def account_create(*, account: Account, actor: Actor) -> Account:
         audit_record(
             actor=actor, action="account.create", obj=account, after=audit_snapshot(account)
         )
-        # Observed at once, not at the next beat tick: its locations, cards and images
-        # are there to choose from when its first cluster is set up.
-        send_on_commit(observe_account, account.pk)
+        # Observed at once, not at the next beat tick: its locations, cards, cloudspaces
+        # and images are there to choose from when its first cluster is set up.
+        send_on_commit(observe_account, account.pk, True)
         if isinstance(actor, User) and not actor.is_superuser:
             membership_create(
                 membership=Membership(
@@ -439,6 +441,7 @@ def pool_scale(*, pool: MachinePool, replicas: int, actor: Actor, reason: str) -
     permission_require(actor, "clusters.scale_machinepool", pool)
     if not reason.strip():
         raise ValueError("Scaling a pool needs a reason.")
+    MinValueValidator(0)(replicas)
     MaxValueValidator(100)(replicas)
     with transaction.atomic():
         pool = MachinePool.objects.select_for_update().get(pk=pool.pk)
@@ -556,3 +559,107 @@ def _kubeconfig_server(kubeconfig: str) -> str:
         return kubeconfig_load(kubeconfig).server
     except KubeconfigInvalid:
         return "(unreadable)"
+
+
+@dataclass(frozen=True)
+class SiteSpec:
+    location: Location
+    cloudspace_id: str
+    image_id: int
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    name: str
+    location: Location
+    replicas: int
+    gpu_type: str = ""
+    gpu_count: int = 0
+    vcpus: int = 4
+    memory_mib: int = 8192
+    disk_gib: int = 50
+
+
+def _validated(obj: models.Model, label: str) -> None:
+    """The model's own validation, its errors under `label` (which site, which pool)."""
+    try:
+        obj.full_clean()
+    except ValidationError as exc:
+        problems = [
+            f"{field}: {message}" if field != "__all__" else message
+            for field, messages in exc.message_dict.items()
+            for message in messages
+        ]
+        raise ValidationError({label: problems}) from exc
+
+
+def cluster_setup(
+    *,
+    name: str,
+    account: Account,
+    sites: Sequence[SiteSpec],
+    pools: Sequence[PoolSpec],
+    actor: Actor,
+) -> Cluster:
+    """Create a cluster with its sites and pools at once, each checked by its model as the
+    API checks it and by the actor's role in the account (an admin's: add cluster, site and
+    pool); when anything is refused nothing is made. Each row is audited as the API's
+    creates are, the cluster's event naming its sites and pools too."""
+    with transaction.atomic():
+        cluster = Cluster(name=name, account=account)
+        permission_require(actor, "clusters.add_cluster", cluster)
+        _validated(cluster, "cluster")
+        cluster.save()
+        audit_record(
+            actor=actor,
+            action="cluster.create",
+            obj=cluster,
+            after={
+                **audit_snapshot(cluster),
+                "sites": [
+                    f"{s.location.name}: cloudspace {s.cloudspace_id}, image {s.image_id}"
+                    for s in sites
+                ],
+                "pools": [
+                    f"{p.name} in {p.location.name}: {p.replicas} x "
+                    f"{f'{p.gpu_count} {p.gpu_type}' if p.gpu_count else 'no GPU'}"
+                    for p in pools
+                ],
+            },
+        )
+        by_location: dict[int, ClusterSite] = {}
+        for spec in sites:
+            site = ClusterSite(
+                cluster=cluster,
+                location=spec.location,
+                cloudspace_id=spec.cloudspace_id,
+                image_id=spec.image_id,
+            )
+            permission_require(actor, "clusters.add_clustersite", site)
+            _validated(site, f"site in {spec.location.name}")
+            site.save()
+            audit_record(actor=actor, action="site.create", obj=site, after=audit_snapshot(site))
+            by_location[spec.location.pk] = site
+        for pool_spec in pools:
+            label = f"pool {pool_spec.name}"
+            pool_site = by_location.get(pool_spec.location.pk)
+            if pool_site is None:
+                raise ValidationError(
+                    {label: [f"{pool_spec.location.name} is not one of the cluster's sites."]}
+                )
+            pool = MachinePool(
+                cluster=cluster,
+                site=pool_site,
+                name=pool_spec.name,
+                replicas=pool_spec.replicas,
+                gpu_type=pool_spec.gpu_type,
+                gpu_count=pool_spec.gpu_count,
+                vcpus=pool_spec.vcpus,
+                memory_mib=pool_spec.memory_mib,
+                disk_gib=pool_spec.disk_gib,
+            )
+            permission_require(actor, "clusters.add_machinepool", pool)
+            _validated(pool, label)
+            pool.save()
+            audit_record(actor=actor, action="pool.create", obj=pool, after=audit_snapshot(pool))
+    return cluster

@@ -1,5 +1,6 @@
-"""Periodic, idempotent tasks: observe every location, reconcile every cluster, sweep
-orphans; and the release a person asked for.
+"""Periodic, idempotent tasks: observe every location (and, on a slower beat, each
+account's cloudspaces and images), reconcile every cluster, sweep orphans; and the release
+a person asked for.
 
 Tasks take ids and call one reconciler; beat sends the fan-out ones (see settings).
 """
@@ -48,20 +49,45 @@ def observe_all() -> None:
 
 
 @shared_task(bind=True, max_retries=3)
-def observe_account(self: Task[Any, Any], account_id: int) -> None:
+def observe_account(self: Task[Any, Any], account_id: int, catalog: bool = False) -> None:
+    """The account's locations, then each location; with `catalog` (a new account: see
+    account_create), its cloudspaces and images too, which beat observes on their own
+    slower beat (observe_catalog_all)."""
     account = Account.objects.get(pk=account_id)
+    locations: list[Location] = []
     with object_lock(f"observe-account:{account_id}") as taken:
+        if taken:  # else another observe of the account lists its locations
+            with whitesky_client(account) as client:
+                try:
+                    locations = account_locations_observe(client=client, account=account)
+                except ws.WhiteskyError as exc:
+                    retry_if_transient(self, exc)
+                    raise
+    for location in locations:
+        send_on_commit(observe_location, location.pk)
+    if catalog:
+        send_on_commit(observe_catalog, account_id)
+
+
+@shared_task
+def observe_catalog_all() -> None:
+    for account_id in Account.objects.values_list("pk", flat=True):
+        send_on_commit(observe_catalog, account_id)
+
+
+@shared_task
+def observe_catalog(account_id: int) -> None:
+    """The account's cloudspaces and images: the choices a new cluster is set up with."""
+    account = Account.objects.filter(pk=account_id).first()
+    if account is None:
+        return
+    with object_lock(f"observe-catalog:{account_id}") as taken:
         if not taken:
             return
         with whitesky_client(account) as client:
-            try:
-                locations = account_locations_observe(client=client, account=account)
-            except ws.WhiteskyError as exc:
-                retry_if_transient(self, exc)
-                raise
-            account_catalog_observe(client=client, account=account, locations=locations)
-    for location in locations:
-        send_on_commit(observe_location, location.pk)
+            account_catalog_observe(
+                client=client, account=account, locations=list(account.locations.all())
+            )
 
 
 @shared_task

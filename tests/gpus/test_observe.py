@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from clusters.models import Account, Location, VirtualMachine
+from clusters.models import Account, Cloudspace, Image, Location, VirtualMachine
 from clusters.services import account_create
 from clusters.whitesky import whitesky_client
 from gpus.models import GpuProfile, VgpuReservation
@@ -66,8 +66,8 @@ def test_cards_follow_the_listing_and_free_instances_fall_as_machines_reserve(
 def test_a_new_account_is_observed_at_once_not_at_the_next_beat_tick(
     whitesky_sim: Any, admin_user: Any, run_tasks: Any
 ) -> None:
-    """Created through the service (API, admin, dashboard): its locations and cards are
-    listed when the create commits, before any beat tick."""
+    """Created through the service (API, admin): its locations, cards, cloudspaces and
+    images are listed when the create commits, before any beat tick."""
     account = Account(
         name="fresh",
         api_url=whitesky_sim.api_url,
@@ -81,3 +81,6 @@ def test_a_new_account_is_observed_at_once_not_at_the_next_beat_tick(
     assert locations.count() >= 2
     assert all(location.observation_complete for location in locations)
     assert GpuProfile.objects.filter(location__account=account).exists()
+    for location in locations:
+        assert Cloudspace.objects.filter(location=location).exists()
+        assert Image.objects.filter(location=location).exists()
