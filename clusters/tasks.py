@@ -18,6 +18,8 @@ from capvco_web.integrations import whitesky as ws
 from capvco_web.integrations.kube import KubeconfigInvalid
 from capvco_web.locks import object_lock
 from capvco_web.tasks import retry_if_transient, send_on_commit
+from clusters.gpu_addon import cluster_gpu_addon_reconcile
+from clusters.gpu_nodes import node_gpu_labels_apply
 from clusters.kube import kube_client
 from clusters.kube_observe import cluster_kube_observe
 from clusters.models import Account, Cluster, Location
@@ -76,7 +78,9 @@ def kube_observed_clusters() -> QuerySet[Cluster]:
 
 @shared_task
 def observe_cluster_kube(cluster_id: int) -> None:
-    """Mirror the cluster's nodes and pods; flag machines and nodes without each other."""
+    """Mirror the cluster's nodes and pods; flag machines and nodes without each other and
+    GPU nodes that advertise no GPU; then put right what the control plane writes there:
+    the GPU labels of its nodes and the GPU add-on."""
     cluster = kube_observed_clusters().filter(pk=cluster_id).first()
     if cluster is None:
         return  # deleted, deleting, or its kubeconfig removed since the fan-out
@@ -92,7 +96,11 @@ def observe_cluster_kube(cluster_id: int) -> None:
             logger.warning("observe kubernetes of %s: %s", cluster.name, exc)
             return
         with client:
-            cluster_kube_observe(client=client, cluster=cluster)
+            observed = cluster_kube_observe(client=client, cluster=cluster)
+            node_gpu_labels_apply(
+                client=client, cluster=cluster, nodes_complete=observed.nodes_complete
+            )
+            cluster_gpu_addon_reconcile(client=client, cluster=cluster)
 
 
 @shared_task
