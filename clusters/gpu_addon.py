@@ -24,7 +24,7 @@ import hashlib
 import json
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.utils import timezone
@@ -32,10 +32,12 @@ from django.utils import timezone
 from capvco_web.audit import audit_record
 from capvco_web.counters import count
 from capvco_web.integrations import kube
-from capvco_web.integrations.kube.client import KubeClient
 from capvco_web.rows import model_update
 from clusters.gpu_nodes import GPU_TYPE_LABEL
 from clusters.models import Cluster
+
+if TYPE_CHECKING:
+    from capvco_web.integrations.kube.client import KubeClient
 
 logger = logging.getLogger(__name__)
 

@@ -23,20 +23,22 @@ import logging
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from django.utils import timezone
 
 from capvco_web.counters import count
 from capvco_web.integrations import kube
-from capvco_web.integrations.kube.client import KubeClient
 from clusters.models import Cluster, KubeNode, Machine
 from gpus.models import GpuProfile, VgpuReservation
 from gpus.resolve import gpu_type_of
 
+if TYPE_CHECKING:
+    from capvco_web.integrations.kube.client import KubeClient
+
 logger = logging.getLogger(__name__)
 
-GPU_TYPE_LABEL = "capvco.io/gpu-type"
-GPU_COUNT_LABEL = "capvco.io/gpu-count"
+GPU_TYPE_LABEL, GPU_COUNT_LABEL = kube.GPU_TYPE_LABEL, kube.GPU_COUNT_LABEL
 MAX_LABEL_VALUE = 63
 _NOT_IN_LABEL = re.compile(r"[^a-z0-9]+")
 

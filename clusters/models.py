@@ -16,7 +16,12 @@ from django.core.validators import (
 from django.db import connection, models, transaction
 
 from capvco_web.encryption import EncryptedTextField
-from capvco_web.integrations.kube import KubeconfigInvalid, kubeconfig_load
+from capvco_web.integrations.kube import (
+    GPU_COUNT_LABEL,
+    GPU_TYPE_LABEL,
+    KubeconfigInvalid,
+    kubeconfig_load,
+)
 from capvco_web.integrations.whitesky import AllowedHosts
 from capvco_web.integrations.whitesky.auth import JWT_PATTERN, MAX_JWT_LENGTH
 from capvco_web.validators import visible_text
@@ -414,6 +419,10 @@ class ClusterSite(models.Model):
     def __str__(self) -> str:
         return f"{self.cluster} in {self.location}"
 
+    def import_refusal(self) -> str | None:
+        """Why a person may not change or delete this site (its cluster is imported)."""
+        return self.cluster.import_refusal() if self.cluster_id else None
+
     def clean(self) -> None:
         errors = _moves(
             self,
@@ -585,6 +594,17 @@ class MachinePool(models.Model):
     def wants_gpus(self) -> bool:
         return self.gpu_count > 0
 
+    def import_refusal(self) -> str | None:
+        """Why a person may not change, scale or delete this pool, or add one to its
+        cluster: the cluster is imported (the pool's MachineDeployment decides)."""
+        if not self.cluster_id or not self.cluster.imported_from:
+            return None
+        if not self.imported_from:
+            return self.cluster.import_refusal()
+        return IMPORTED_READ_ONLY.format(
+            what=f"Pool {self.name}", source=f"MachineDeployment {self.imported_from}"
+        )
+
 
 class Machine(models.Model):
     """One VM of a pool, and how far its provisioning or teardown got."""
@@ -720,6 +740,15 @@ class KubeNode(models.Model):
 
     def __str__(self) -> str:
         return f"{self.cluster.name}/{self.name}"
+
+    @property
+    def gpu_type_label(self) -> str:
+        """Its `capvco.io/gpu-type` label as last observed ("": none)."""
+        return str(self.labels.get(GPU_TYPE_LABEL, ""))
+
+    @property
+    def gpu_count_label(self) -> str:
+        return str(self.labels.get(GPU_COUNT_LABEL, ""))
 
 
 class KubePod(models.Model):
