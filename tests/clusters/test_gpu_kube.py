@@ -10,7 +10,9 @@ from typing import Any
 import kubernetes
 import kubernetes_validate
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from django.db import connection
+from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -125,6 +127,29 @@ def test_gpu_nodes_are_labelled_once_and_a_second_pass_writes_nothing(
 
     assert writes(kube_sim) == []
     assert sql_writes(queries) == ['UPDATE "clusters_cluster"']  # the observation stamp
+
+
+def test_label_writes_are_counted_in_the_metrics(
+    kube_sim: KubeSimulator, sim_cluster: SimCluster, pool: MachinePool, settings: Any
+) -> None:
+    settings.METRICS_TOKEN = "scrape"  # noqa: S105 - a test token
+    metrics = Client(HTTP_AUTHORIZATION="Bearer scrape")
+
+    def patched() -> float:
+        families = text_string_to_metric_families(metrics.get("/metrics").content.decode())
+        return sum(
+            sample.value
+            for family in families
+            for sample in family.samples
+            if sample.name == "capvco_kube_writes_total"
+            and sample.labels == {"what": "node_labels", "outcome": "patched"}
+        )
+
+    before = patched()
+    run(pool)
+    run(pool)
+
+    assert patched() - before == 2
 
 
 def test_a_removed_label_is_restored_and_a_replaced_node_is_labelled_again(
