@@ -10,11 +10,11 @@ from typing import Any
 import kubernetes
 import kubernetes_validate
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
+from prometheus_client.parser import text_string_to_metric_families
 
 from capvco_web.models import AuditEvent
 from clusters.gpu_addon import (
@@ -132,7 +132,7 @@ def test_gpu_nodes_are_labelled_once_and_a_second_pass_writes_nothing(
 def test_label_writes_are_counted_in_the_metrics(
     kube_sim: KubeSimulator, sim_cluster: SimCluster, pool: MachinePool, settings: Any
 ) -> None:
-    settings.METRICS_TOKEN = "scrape"  # noqa: S105 - a test token
+    settings.METRICS_TOKEN = "scrape"
     metrics = Client(HTTP_AUTHORIZATION="Bearer scrape")
 
     def patched() -> float:
