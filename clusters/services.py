@@ -30,7 +30,7 @@ from django.db.models import ProtectedError
 
 from capvco_web.audit import audit_changes, audit_record, audit_snapshot
 from capvco_web.integrations.kube import KubeconfigInvalid, kubeconfig_load
-from capvco_web.permissions import perm_name, permission_require
+from capvco_web.permissions import perm_name, permission_require, permissions_forget
 from capvco_web.rows import model_update
 from clusters.models import (
     Account,
@@ -424,6 +424,7 @@ def account_create(*, account: Account, actor: Actor) -> Account:
                 ),
                 actor="account-create",
             )
+            permissions_forget(actor)  # what they may do next in this request includes it
     return account
 
 

@@ -587,3 +587,31 @@ def test_removing_the_management_kubeconfig_hands_imported_clusters_over(
     pool_scale(pool=pool, replicas=3, actor=boss, reason="ours now")
     assert AuditEvent.objects.filter(action="cluster.import_release").count() == 1
     assert not account.has_capi_kubeconfig
+
+
+def test_the_creator_of_an_account_may_store_its_management_kubeconfig_at_once(
+    db: None, mgmt: SimCluster
+) -> None:
+    from django.contrib.auth.models import Permission
+
+    from capvco_web.permissions import accounts_where
+    from clusters.services import account_create
+    from tests.factories import UserFactory
+
+    creator = UserFactory()
+    creator.user_permissions.add(Permission.objects.get(codename="add_account"))
+    assert accounts_where(creator, "clusters.change_account") == set()  # read, and kept
+    account = account_create(
+        account=Account(
+            name="new",
+            api_url="https://vco.example/api/1",
+            iam_url="https://iam.example",
+            customer_id="c9",
+            credential=JWT,
+        ),
+        actor=creator,
+    )
+
+    account_capi_kubeconfig_set(account=account, kubeconfig=mgmt.kubeconfig_yaml, actor=creator)
+
+    assert account.has_capi_kubeconfig
