@@ -454,7 +454,17 @@ class ClusterAdmin(ImportedReadOnlyAdmin[Cluster]):
     inlines = [ClusterSiteInline, MachinePoolInline]
     actions = ["delete_selected_clusters"]
 
+    def has_change_permission(self, request: HttpRequest, obj: Cluster | None = None) -> bool:
+        # An imported cluster's kubeconfig is ours to set; its other fields are read-only
+        # (below), and the services refuse a change to them all the same.
+        return AccountScopedAdmin.has_change_permission(self, request, obj)
+
     def get_readonly_fields(self, request: HttpRequest, obj: Cluster | None = None) -> list[str]:
+        if obj is not None and obj.imported:
+            return [*self._readonly(obj), "gpu_addon"]
+        return self._readonly(obj)
+
+    def _readonly(self, obj: Cluster | None) -> list[str]:
         fixed = [
             "state", "deletion_blockers", "created_at", "kubeconfig_status",
             "kube_observation_complete", "kube_observation_error",

@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -134,7 +135,7 @@ class AddonResult:
     error: str = ""
 
 
-def _ours(found: dict[str, Any] | Any) -> bool:
+def _ours(found: Mapping[str, Any]) -> bool:
     labels = (found.get("metadata") or {}).get("labels") or {}
     return bool(labels.get(MANAGED_BY_LABEL) == MANAGED_BY)
 

@@ -396,11 +396,11 @@ def _row_update(obj: M, *, actor: Actor, action: str, reason: str = "") -> M:
         stored = type(obj)._default_manager.select_for_update().get(pk=obj.pk)
         permission_require(actor, perm, stored)
         permission_require(actor, perm, obj)
-        imported_check(stored, actor)
         obj.full_clean()
         before, after = audit_changes(stored, obj)
         if not after:
             return obj
+        imported_check(stored, actor)  # a save that changes nothing is no change
         obj.save()
         audit_record(actor=actor, action=action, obj=obj, reason=reason, before=before, after=after)
     return obj

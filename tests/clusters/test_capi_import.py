@@ -524,8 +524,12 @@ def test_the_api_refuses_changes_to_imported_rows_with_the_reason(
     assert api.get(f"/api/v1/pools/{pool.pk}/").json()["imported_from"] == "capi/prod-md-0"
 
 
-def test_the_admin_shows_imported_rows_read_only(imported: Cluster, django_user_model: Any) -> None:
+def test_the_admin_shows_imported_rows_read_only_but_takes_a_kubeconfig(
+    imported: Cluster, django_user_model: Any, kube_sim: KubeSimulator
+) -> None:
     from django.test import Client
+
+    from tests.clusters.test_admin import cluster_page_data
 
     client = Client()
     client.force_login(django_user_model.objects.create_superuser("root", password="x"))
@@ -534,11 +538,18 @@ def test_the_admin_shows_imported_rows_read_only(imported: Cluster, django_user_
     page = client.get(f"/admin/clusters/machinepool/{pool.pk}/change/")
     cluster_page = client.get(f"/admin/clusters/cluster/{imported.pk}/change/")
     posted = client.post(f"/admin/clusters/machinepool/{pool.pk}/change/", {"replicas": 9})
+    url, data = cluster_page_data(client, imported)
+    workload = kube_sim.cluster("prod").kubeconfig_yaml
+    saved = client.post(url, {**data, "new_kubeconfig": workload, "gpu_addon": ""})
 
     assert page.status_code == 200 and b'name="replicas"' not in page.content
     assert READ_ONLY.encode() in page.content
     assert cluster_page.status_code == 200 and b'name="gpu_addon"' not in cluster_page.content
+    assert b'name="new_kubeconfig"' in cluster_page.content
     assert posted.status_code == 403
+    assert saved.status_code == 302
+    imported.refresh_from_db()
+    assert imported.has_kubeconfig and imported.gpu_addon  # the add-on follows CAPI only
     assert MachinePool.objects.get(pk=pool.pk).replicas == 2
 
 
