@@ -47,8 +47,10 @@ from capvco_web.permissions import (
 from clusters.models import (
     MAX_CREDENTIAL_LENGTH,
     Account,
+    Cloudspace,
     Cluster,
     ClusterSite,
+    Image,
     KubeNode,
     KubePod,
     Location,
@@ -729,7 +731,8 @@ class MembershipAdmin(DeleteThroughServiceAdmin[Membership]):
 
 
 class MirroredAdmin(AccountScopedAdmin[M]):
-    """Rows mirrored from a cluster's Kubernetes: read here, changed only by observing."""
+    """Rows mirrored from whitesky or a cluster's Kubernetes: read here, changed only by
+    observing."""
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -758,3 +761,19 @@ class KubePodAdmin(MirroredAdmin[KubePod]):
     list_filter = ["cluster", "phase"]
     list_select_related = ["cluster"]
     search_fields = ["name", "namespace", "node_name", "uid"]
+
+
+@admin.register(Cloudspace)
+class CloudspaceAdmin(MirroredAdmin[Cloudspace]):
+    list_display = ["name", "cloudspace_id", "location", "status"]
+    list_filter = ["location"]
+    list_select_related = ["location"]
+    search_fields = ["name", "cloudspace_id"]
+
+
+@admin.register(Image)
+class ImageAdmin(MirroredAdmin[Image]):
+    list_display = ["name", "image_id", "location", "status", "os_type"]
+    list_filter = ["location"]
+    list_select_related = ["location"]
+    search_fields = ["name"]

@@ -784,3 +784,42 @@ class KubePod(models.Model):
 
     def __str__(self) -> str:
         return f"{self.cluster.name}/{self.namespace}/{self.name}"
+
+
+class Cloudspace(models.Model):
+    """A cloudspace of the account at a location (mirrored): where a site's VMs can go."""
+
+    location = models.ForeignKey(Location, on_delete=models.CASCADE, related_name="cloudspaces")
+    cloudspace_id = models.CharField(max_length=100)
+    name = models.CharField(max_length=200)
+    status = models.CharField(max_length=32)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["location", "cloudspace_id"], name="cloudspace_unique_per_location"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.cloudspace_id})"
+
+
+class Image(models.Model):
+    """An image the account can boot VMs from at a location (mirrored)."""
+
+    location = models.ForeignKey(Location, on_delete=models.CASCADE, related_name="images")
+    image_id = models.PositiveIntegerField()
+    name = models.CharField(max_length=200)
+    status = models.CharField(max_length=32)
+    os_type = models.CharField(max_length=64, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["location", "image_id"], name="image_unique_per_location"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.image_id})"

@@ -32,6 +32,7 @@ from capvco_web.audit import audit_changes, audit_record, audit_snapshot
 from capvco_web.integrations.kube import KubeconfigInvalid, kubeconfig_load
 from capvco_web.permissions import perm_name, permission_require, permissions_forget
 from capvco_web.rows import model_update
+from capvco_web.tasks import send_on_commit
 from clusters.models import (
     Account,
     Cluster,
@@ -409,7 +410,10 @@ def _row_update(obj: M, *, actor: Actor, action: str, reason: str = "") -> M:
 def account_create(*, account: Account, actor: Actor) -> Account:
     """Create an account (Django's global permission `clusters.add_account`: no role in
     an account that does not exist yet grants it). The person who creates it becomes its
-    admin, so that they see it."""
+    admin, so that they see it. The account is observed as soon as it is committed."""
+    # Here, not at the top: the tasks module imports the services.
+    from clusters.tasks import observe_account
+
     permission_require(actor, "clusters.add_account")
     account.full_clean()
     with transaction.atomic():
@@ -417,6 +421,9 @@ def account_create(*, account: Account, actor: Actor) -> Account:
         audit_record(
             actor=actor, action="account.create", obj=account, after=audit_snapshot(account)
         )
+        # Observed at once, not at the next beat tick: its locations, cards and images
+        # are there to choose from when its first cluster is set up.
+        send_on_commit(observe_account, account.pk)
         if isinstance(actor, User) and not actor.is_superuser:
             membership_create(
                 membership=Membership(

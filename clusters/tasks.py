@@ -24,7 +24,11 @@ from clusters.gpu_nodes import node_gpu_labels_apply
 from clusters.kube import kube_client, management_client
 from clusters.kube_observe import cluster_kube_observe
 from clusters.models import Account, Cluster, Location
-from clusters.observe import account_locations_observe, location_observe
+from clusters.observe import (
+    account_catalog_observe,
+    account_locations_observe,
+    location_observe,
+)
 from clusters.reconcile import PassContext, cluster_reconcile, machine_reconcile
 from clusters.releases import (
     locations_to_sweep,
@@ -60,6 +64,7 @@ def observe_account(self: Task[Any, Any], account_id: int) -> None:
             except ws.WhiteskyError as exc:
                 retry_if_transient(self, exc)
                 raise
+            account_catalog_observe(client=client, account=account, locations=locations)
     for location in locations:
         send_on_commit(observe_location, location.pk)
 

@@ -13,8 +13,10 @@ from clusters.models import (
     MAX_CREDENTIAL_LENGTH,
     MAX_GPUS_PER_MACHINE,
     Account,
+    Cloudspace,
     Cluster,
     ClusterSite,
+    Image,
     KubeNode,
     KubePod,
     Location,
@@ -58,6 +60,24 @@ class AccountSerializer(ModelCleanMixin):
             except DjangoValidationError as exc:
                 raise serializers.ValidationError(exc.message_dict) from exc
         return attrs
+
+
+class CloudspaceSerializer(serializers.ModelSerializer[Cloudspace]):
+    """A cloudspace of the account at a location: what a site's `cloudspace_id` names."""
+
+    class Meta:
+        model = Cloudspace
+        fields = ["id", "location", "cloudspace_id", "name", "status"]
+        read_only_fields = fields
+
+
+class ImageSerializer(serializers.ModelSerializer[Image]):
+    """An image at a location: what a site's `image_id` names."""
+
+    class Meta:
+        model = Image
+        fields = ["id", "location", "image_id", "name", "status", "os_type"]
+        read_only_fields = fields
 
 
 class LocationSerializer(serializers.ModelSerializer[Location]):

@@ -20,10 +20,12 @@ from capvco_web.api import ConflictSerializer, ReasonSerializer
 from capvco_web.permissions import AccountScopedViewSetMixin
 from clusters.api.serializers import (
     AccountSerializer,
+    CloudspaceSerializer,
     ClusterSerializer,
     ClusterSiteSerializer,
     DeleteReasonSerializer,
     GpuAddonSerializer,
+    ImageSerializer,
     KubeconfigSerializer,
     KubeNodeSerializer,
     KubePodSerializer,
@@ -37,8 +39,10 @@ from clusters.api.serializers import (
 from clusters.filtersets import KubeNodeFilterSet, KubePodFilterSet, MachineFilterSet
 from clusters.models import (
     Account,
+    Cloudspace,
     Cluster,
     ClusterSite,
+    Image,
     KubeNode,
     KubePod,
     Location,
@@ -180,6 +184,22 @@ class MembershipViewSet(AccountScopedViewSetMixin, viewsets.ModelViewSet[Members
 
     def perform_destroy(self, instance: Membership) -> None:
         membership_delete(membership=instance, actor=self.request.user)
+
+
+class CloudspaceViewSet(AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[Cloudspace]):
+    """The account's cloudspaces per location, as last observed: choices for a new site."""
+
+    queryset = Cloudspace.objects.order_by("location", "name")
+    serializer_class = CloudspaceSerializer
+    filterset_fields = ["location"]
+
+
+class ImageViewSet(AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[Image]):
+    """The images per location, as last observed: choices for a new site."""
+
+    queryset = Image.objects.order_by("location", "name")
+    serializer_class = ImageSerializer
+    filterset_fields = ["location"]
 
 
 class LocationViewSet(AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[Location]):

@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('clusters', '0008_kubernetes_nodes_and_pods'),
+        ('clusters', '0009_cloudspaces_and_images'),
     ]
 
     operations = [
