@@ -129,6 +129,13 @@ def _perms_by_account(user: User) -> dict[int, frozenset[str]]:
     return cached
 
 
+def permissions_forget(user: User) -> None:
+    """Drop the user's permissions read for this request: their memberships changed (they
+    created an account and became its admin), and the next check must see it."""
+    if hasattr(user, _CACHE):
+        delattr(user, _CACHE)
+
+
 def accounts_where(user: User, perm: str) -> set[int] | None:
     """The accounts in which the user has `perm`; None: every account (a superuser)."""
     if _is_superuser(user):

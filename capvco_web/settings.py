@@ -317,6 +317,14 @@ KUBE_READ_TIMEOUT = env.float("KUBE_READ_TIMEOUT_SECONDS", default=30)
 KUBE_LIST_PAGE_SIZE = env.int("KUBE_LIST_PAGE_SIZE", default=500)
 # A running machine with no node this long after its VM started is flagged ("never joined").
 NODE_JOIN_TIMEOUT_SECONDS = env.float("NODE_JOIN_TIMEOUT_SECONDS", default=900)
+# A node of a GPU machine that advertises no nvidia.com/gpu this long after it joined (or
+# the GPU add-on was applied) is flagged.
+GPU_ADVERTISE_TIMEOUT_SECONDS = env.float("GPU_ADVERTISE_TIMEOUT_SECONDS", default=600)
+# The image of the GPU add-on (the NVIDIA device plugin's DaemonSet), pinned: a new one is
+# rolled out to every cluster with the add-on on.
+GPU_DEVICE_PLUGIN_IMAGE = env.str(
+    "GPU_DEVICE_PLUGIN_IMAGE", default="nvcr.io/nvidia/k8s-device-plugin:v0.17.0"
+)
 
 LOGGING = {
     "version": 1,
