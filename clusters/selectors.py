@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery, Sum
+from django.db.models.fields.json import KT
 from django.db.models.functions import Coalesce
 
 from capvco_web.integrations.kube import GPU_TYPE_LABEL
@@ -98,24 +99,21 @@ class KubeGpus:
 
 def kube_gpus_by_location_and_type(nodes: QuerySet[KubeNode]) -> dict[tuple[int, str], KubeGpus]:
     """Per (location id, `capvco.io/gpu-type` label) of `nodes`: the GPUs they advertise
-    and the GPUs their pods request; one query. Only nodes of our machines have a location;
-    a GPU node without a type label counts under the label ""; nodes with no GPU, no GPU
-    request and no label are left out."""
+    and the GPUs their pods request; one query, summed in the database. Only nodes of our
+    machines have a location; GPU nodes without a type label count under the label "";
+    nodes with no GPU, no GPU request and no label count nowhere."""
     annotated: QuerySet[Any] = kube_nodes_with_requests(nodes.filter(machine__isnull=False))
-    rows = annotated.order_by().values_list(
-        "labels", "gpu_allocatable", "gpu_requested", "machine__pool__site__location_id"
+    rows = (
+        annotated.order_by()
+        .values("machine__pool__site__location_id", label=KT(f"labels__{GPU_TYPE_LABEL}"))
+        .annotate(allocatable=Sum("gpu_allocatable"), requested=Sum("gpu_requested"))
     )
-    allocatable: Counter[tuple[int, str]] = Counter()
-    requested: Counter[tuple[int, str]] = Counter()
-    for labels, gpus, asked, location_id in rows:
-        label = str((labels or {}).get(GPU_TYPE_LABEL, ""))
-        if not (gpus or asked or label):
-            continue
-        allocatable[location_id, label] += gpus
-        requested[location_id, label] += asked
     return {
-        key: KubeGpus(allocatable=allocatable[key], requested=requested[key])
-        for key in allocatable.keys() | requested.keys()
+        (row["machine__pool__site__location_id"], row["label"] or ""): KubeGpus(
+            allocatable=row["allocatable"] or 0, requested=row["requested"] or 0
+        )
+        for row in rows
+        if row["label"] or row["allocatable"] or row["requested"]
     }
 
 
