@@ -8,9 +8,9 @@ from html.parser import HTMLParser
 import pytest
 from django.test import Client
 
-from tests.dashboard.conftest import World
+from tests.dashboard.conftest import Kube, World
 
-PAGES = ["/", "/reservations/", "/clusters/", "/audit/"]
+PAGES = ["/", "/reservations/", "/clusters/", "/nodes/", "/audit/"]
 
 
 def _fragment(client: Client, path: str, target: str) -> str:
@@ -40,6 +40,7 @@ def test_each_page_is_a_whole_page_without_htmx(
         ("/", "system-status"),
         ("/reservations/", "reservation-table"),
         ("/clusters/", "cluster-table"),
+        ("/nodes/", "node-table"),
         ("/audit/", "audit-table"),
     ],
 )
@@ -96,9 +97,12 @@ class _InlineCode(HTMLParser):
         ]
 
 
-def test_pages_hold_no_inline_script_or_style(admin_client: Client, world: World) -> None:
+def test_pages_hold_no_inline_script_or_style(
+    admin_client: Client, world: World, kube: Kube
+) -> None:
     paths = [
         *PAGES,
+        "/nodes/?flag=node-missing",
         f"/clusters/{world.cluster.pk}/",
         f"/reservations/{world.orphan.pk}/release/",
         f"/pools/{world.pool.pk}/scale/",
