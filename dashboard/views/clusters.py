@@ -172,9 +172,12 @@ def cluster_body(request: HtmxHttpRequest, cluster: Cluster, params: QueryDict) 
     machines = visible(request.user, Machine.objects.filter(pool__cluster=cluster)).order_by(
         "pool__name", "index"
     )
-    page = Paginator(machines.select_related("pool"), MACHINES_PER_PAGE).get_page(
-        params.get("page")
+    phases = dict(
+        machines.values_list("phase").annotate(n=Count("pk")).values_list("phase", "n").order_by()
     )
+    paginator = Paginator(machines.select_related("pool"), MACHINES_PER_PAGE)
+    paginator.count = sum(phases.values())  # known from the phases: no count query
+    page = paginator.get_page(params.get("page"))
     on_page = list(page)
     pools_by_id = {p.pk: p for p in pools}
     for machine in on_page:
@@ -193,9 +196,6 @@ def cluster_body(request: HtmxHttpRequest, cluster: Cluster, params: QueryDict) 
             ),
         )
     }
-    phases = dict(
-        machines.values_list("phase").annotate(n=Count("pk")).values_list("phase", "n").order_by()
-    )
     plan = cluster_plan(cluster)
     cluster_url = reverse("dashboard:cluster", args=[cluster.pk])
     page_url = f"{cluster_url}?{params.urlencode()}" if params else cluster_url

@@ -9,6 +9,7 @@ import pytest
 from django.test import Client
 
 from tests.dashboard.conftest import Kube, World
+from tests.factories import MachineFactory
 
 PAGES = ["/", "/reservations/", "/clusters/", "/nodes/", "/audit/"]
 
@@ -112,3 +113,15 @@ def test_pages_hold_no_inline_script_or_style(
         parser = _InlineCode()
         parser.feed(admin_client.get(path).content.decode())
         assert parser.found == [], path
+
+
+def test_the_cluster_page_pages_its_machines(admin_client: Client, world: World) -> None:
+    # The world's 3 machines and 57 more: 60, 50 a page (the count comes from the phases).
+    for index in range(2, 59):
+        MachineFactory(pool=world.pool, index=index)
+    path = f"/clusters/{world.cluster.pk}/"
+    first = admin_client.get(path)
+    second = admin_client.get(f"{path}?page=2")
+    assert len(first.context["machines"]) == 50
+    assert len(second.context["machines"]) == 10
+    assert "page 2 of 2" in second.content.decode()
