@@ -97,24 +97,31 @@ class KubeGpus:
     requested: int  # what pending and running pods placed on them ask for
 
 
-def kube_gpus_by_location_and_type(nodes: QuerySet[KubeNode]) -> dict[tuple[int, str], KubeGpus]:
+def kube_gpus_by_location_and_type(
+    nodes: QuerySet[KubeNode], *, requested: bool = True
+) -> dict[tuple[int, str], KubeGpus]:
     """Per (location id, `capvco.io/gpu-type` label) of `nodes`: the GPUs they advertise
-    and the GPUs their pods request; one query, summed in the database. Only nodes of our
-    machines have a location; GPU nodes without a type label count under the label "";
-    nodes with no GPU, no GPU request and no label count nowhere."""
-    annotated: QuerySet[Any] = kube_nodes_with_requests(nodes.filter(machine__isnull=False))
+    and, unless `requested` is false (0 then), the GPUs their pods request; one query,
+    summed in the database. Only nodes of our machines have a location; GPU nodes without
+    a type label count under the label ""; nodes with no GPU, no GPU request and no label
+    count nowhere. The requests cost a look-up of each node's pods (a few ms per thousand
+    nodes): a page that does not show them leaves them out."""
+    nodes = nodes.filter(machine__isnull=False)
+    annotated: QuerySet[Any] = kube_nodes_with_requests(nodes) if requested else nodes
+    sums = {"allocatable": Sum("gpu_allocatable")}
+    if requested:
+        sums["requested"] = Sum("gpu_requested")
     rows = (
         annotated.order_by()
         .values("machine__pool__site__location_id", label=KT(f"labels__{GPU_TYPE_LABEL}"))
-        .annotate(allocatable=Sum("gpu_allocatable"), requested=Sum("gpu_requested"))
+        .annotate(**sums)
     )
-    return {
-        (row["machine__pool__site__location_id"], row["label"] or ""): KubeGpus(
-            allocatable=row["allocatable"] or 0, requested=row["requested"] or 0
-        )
-        for row in rows
-        if row["label"] or row["allocatable"] or row["requested"]
-    }
+    found = {}
+    for row in rows:
+        gpus = KubeGpus(allocatable=row["allocatable"] or 0, requested=row.get("requested") or 0)
+        if row["label"] or gpus.allocatable or gpus.requested:
+            found[row["machine__pool__site__location_id"], row["label"] or ""] = gpus
+    return found
 
 
 @dataclass(frozen=True)

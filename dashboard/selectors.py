@@ -51,8 +51,8 @@ class CapacityRow:
     most_on_one_card: int
     reserved: int  # billed and on no VM (reserving, reserved, releasing)
     attached: int
-    # Kubernetes: what the nodes of our machines here advertise as nvidia.com/gpu, and
-    # what pods on them request, for the type whose `capvco.io/gpu-type` label is `label`.
+    # Kubernetes: what the nodes of our machines here advertise as nvidia.com/gpu (and, when
+    # asked for, what pods on them request), for the type labelled `label` on the nodes.
     label: str = ""
     kube_allocatable: int = 0
     kube_requested: int = 0

@@ -43,7 +43,9 @@ def overview(request: HtmxHttpRequest) -> HttpResponse:
         "board": capacity_board(
             cards=visible(request.user, GpuProfile.objects.all()),
             reservations=reservations,
-            kube=kube_gpus_by_location_and_type(nodes),
+            # What pods request is on each cluster's page: summed here it would cost a
+            # look-up per node.
+            kube=kube_gpus_by_location_and_type(nodes, requested=False),
             locations=locations,
         ),
         "kube_flags": kube_flags(nodes=nodes, machines=machines),

@@ -1,6 +1,6 @@
 """The dashboard in a real browser (Chromium through Playwright) against a live server:
-log in, read the capacity board (whitesky's and Kubernetes' GPUs) and follow it to the
-nodes behind it, filter reservations, release an orphan with a reason and
+log in, read the capacity board (GPUs attached in whitesky, allocatable in Kubernetes) and
+follow it to the nodes behind it, filter reservations, release an orphan with a reason and
 find it in the audit log, see a panel refresh itself without a reload, and be sent to the
 login page once the session is gone."""
 
@@ -87,10 +87,10 @@ def test_log_in_and_read_the_capacity_board(page: Page, live_server: Any, seeded
     log_in(page, live_server)
     row = page.locator("#capacity tbody tr", has_text="NVIDIA A100")
     cells = row.locator("td")
-    # Location, type, cards, instances, reserved, attached in whitesky, allocatable and
-    # requested in Kubernetes, free, fits on one card.
+    # Location, type, cards, instances, reserved, attached in whitesky, allocatable in
+    # Kubernetes, free, fits on one card.
     expect(cells).to_have_text(
-        ["nl-browser-dc01", "NVIDIA A100", "1", "8", "1", "1", "1", "1", "6", "6"]
+        ["nl-browser-dc01", "NVIDIA A100", "1", "8", "1", "1", "1", "6", "6"]
     )
     expect(page.locator("#waste-orphans .big")).to_have_text("1")
 
@@ -141,7 +141,7 @@ def test_a_panel_refreshes_itself_without_a_reload(
     page: Page, live_server: Any, seeded: Any
 ) -> None:
     log_in(page, live_server)
-    free = page.locator("#capacity tbody tr", has_text="NVIDIA A100").locator("td").nth(8)
+    free = page.locator("#capacity tbody tr", has_text="NVIDIA A100").locator("td").nth(7)
     expect(free).to_have_text("6")
     page.evaluate("window.notReloaded = true")
     GpuProfile.objects.filter(pk=seeded["card"].pk).update(available_instances=2)
