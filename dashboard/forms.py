@@ -1,4 +1,5 @@
-"""The forms of the dashboard's actions: each asks for the reason the audit log keeps."""
+"""The forms of the dashboard: its actions, each asking for the reason the audit log keeps;
+a new cluster; the filters of the node list."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db.models import QuerySet
 from django.forms.utils import ErrorDict
 
-from clusters.models import Account, Cloudspace, Image, Location
+from clusters.models import Account, Cloudspace, Cluster, Image, Location
 
 
 class ReasonForm(forms.Form):
@@ -116,3 +117,48 @@ class PoolForm(forms.Form):
             self._errors = ErrorDict()
             return
         super().full_clean()
+
+
+class NodeFilterForm(forms.Form):
+    """The node list's filters; the choices are what the user sees (set by the view)."""
+
+    NODE_MISSING, GPUS_MISSING, UNOWNED = "node-missing", "gpus-missing", "unowned"
+    FLAGS = {
+        NODE_MISSING: "machines whose node never joined, or left",
+        GPUS_MISSING: "GPU nodes that advertise no GPU",
+        UNOWNED: "nodes no machine owns",
+    }
+
+    cluster = forms.ModelChoiceField(
+        queryset=Cluster.objects.none(), to_field_name="name", required=False, empty_label="any"
+    )
+    location = forms.ModelChoiceField(
+        queryset=Location.objects.none(), required=False, empty_label="any"
+    )
+    gpu_type = forms.CharField(
+        required=False,
+        max_length=63,
+        label="GPU type",
+        help_text="The capvco.io/gpu-type label, e.g. nvidia-a100",
+    )
+    flag = forms.ChoiceField(choices=[("", "any"), *FLAGS.items()], required=False)
+
+    def __init__(
+        self,
+        *args: Any,
+        clusters: QuerySet[Cluster],
+        locations: QuerySet[Location],
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["cluster"].queryset = clusters  # type: ignore[attr-defined]
+        self.fields["location"].queryset = locations  # type: ignore[attr-defined]
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if data.get("flag") == self.NODE_MISSING and data.get("gpu_type"):
+            self.add_error(
+                "gpu_type",
+                "Machines with no node carry no node label: filter them by cluster or location.",
+            )
+        return data

@@ -90,13 +90,20 @@ def _decode(cursor: str, field: models.Field[Any, Any]) -> tuple[Any, int]:
 
 
 def keyset_page(
-    queryset: QuerySet[M], *, sort: Sort, params: QueryDict, size: int
+    queryset: QuerySet[M],
+    *,
+    sort: Sort,
+    params: QueryDict,
+    size: int,
+    count: int | None = None,
 ) -> KeysetPage[M]:
     """The page of `queryset` that `params` asks for: the first, `after=<cursor>`,
-    `before=<cursor>` or `last=1`. BadCursor for a cursor we did not make."""
+    `before=<cursor>` or `last=1`. BadCursor for a cursor we did not make. `count`: the
+    number of rows when the caller already knows it (one query fewer)."""
     field = queryset.model._meta.get_field(sort.field)
     assert isinstance(field, models.Field) and not field.null, "keyset sorts need NOT NULL"
-    count = queryset.order_by()[: COUNT_CAP + 1].count()
+    if count is None:
+        count = queryset.order_by()[: COUNT_CAP + 1].count()
     if after := params.get(AFTER):
         value, pk = _decode(after, field)
         rows = list(queryset.filter(sort.beyond(value, pk)).order_by(*sort.order())[: size + 1])

@@ -5,7 +5,7 @@ the user may see."""
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -26,7 +26,10 @@ from django.db.models import (
 )
 from django.db.models.functions import Coalesce
 
-from clusters.models import Location, Machine, MachinePool
+from clusters.gpu_nodes import gpu_label_value
+from clusters.models import Cluster, KubeNode, KubePod, Location, Machine, MachinePool
+from clusters.nodes import CONTROL_PLANE_LABELS
+from clusters.selectors import ACTIVE_POD_PHASES, KubeGpus
 from gpus import naming
 from gpus.models import BILLED_STATES, GpuProfile, VgpuReservation, cost_of, hourly_price
 from gpus.resolve import GpuUnavailable, gpu_profile_resolve, gpu_type_of, matching_cards, offers
@@ -48,6 +51,11 @@ class CapacityRow:
     most_on_one_card: int
     reserved: int  # billed and on no VM (reserving, reserved, releasing)
     attached: int
+    # Kubernetes: what the nodes of our machines here advertise as nvidia.com/gpu (and, when
+    # asked for, what pods on them request), for the type labelled `label` on the nodes.
+    label: str = ""
+    kube_allocatable: int = 0
+    kube_requested: int = 0
 
     @property
     def total(self) -> int:
@@ -57,17 +65,32 @@ class CapacityRow:
         query = {"location": self.location.pk, "type": self.gpu_type}
         return "?" + urlencode({**query, "state": state} if state else query)
 
+    @property
+    def nodes_link(self) -> str:
+        """The query of the node list behind the Kubernetes figures."""
+        query = {"location": self.location.pk, "gpu_type": self.label}
+        return "?" + urlencode(query if self.label else {"location": self.location.pk})
+
 
 def capacity_board(
-    *, cards: QuerySet[GpuProfile], reservations: QuerySet[VgpuReservation]
+    *,
+    cards: QuerySet[GpuProfile],
+    reservations: QuerySet[VgpuReservation],
+    kube: Mapping[tuple[int, str], KubeGpus] | None = None,
+    locations: Sequence[Location] = (),
 ) -> list[CapacityRow]:
     """Location by GPU type: cards, free instances as last listed, the most that still fit
-    on one card, and our mirror's reservations on those cards."""
+    on one card, and our mirror's reservations on those cards; with `kube`
+    (`clusters.selectors.kube_gpus_by_location_and_type`), the GPUs Kubernetes sees of
+    each type, matched by label value ("NVIDIA A100" meets `nvidia-a100`). A type only
+    Kubernetes knows here (no card listed, or nodes without a type label) gets a row of its
+    own, in one of `locations`."""
+    kube = dict(kube or {})
     by_location: dict[int, list[GpuProfile]] = defaultdict(list)
-    locations: dict[int, Location] = {}
+    card_locations: dict[int, Location] = {}
     for card in cards.select_related("location").order_by("location__name", "profile_id"):
         by_location[card.location_id].append(card)
-        locations[card.location_id] = card.location
+        card_locations[card.location_id] = card.location
     counts: dict[tuple[int, str, str], int] = {
         (location_id, gpu_id, state): n
         for location_id, gpu_id, state, n in reservations.filter(state__in=BILLED_STATES)
@@ -84,17 +107,37 @@ def capacity_board(
                 state: sum(counts.get((location_id, gpu_id, state), 0) for gpu_id in ids)
                 for state in BILLED_STATES
             }
+            label = gpu_label_value(offer.gpu_type)
+            seen = kube.pop((location_id, label), KubeGpus(0, 0))
             board.append(
                 CapacityRow(
-                    location=locations[location_id],
+                    location=card_locations[location_id],
                     gpu_type=offer.gpu_type,
                     cards=offer.cards,
                     free=offer.free,
                     most_on_one_card=offer.most_on_one_card,
                     reserved=held[State.RESERVING] + held[State.RESERVED] + held[State.RELEASING],
                     attached=held[State.ATTACHED],
+                    label=label,
+                    kube_allocatable=seen.allocatable,
+                    kube_requested=seen.requested,
                 )
             )
+    known = {location.pk: location for location in locations}
+    for (location_id, label), seen in sorted(kube.items()):
+        if location_id in known:
+            board.append(
+                CapacityRow(
+                    location=known[location_id],
+                    gpu_type=label,
+                    cards=0, free=0, most_on_one_card=0, reserved=0, attached=0,
+                    label=label,
+                    kube_allocatable=seen.allocatable,
+                    kube_requested=seen.requested,
+                )
+            )  # fmt: skip
+    # Stable: each location's card types in their order, then what only Kubernetes knows.
+    board.sort(key=lambda row: (row.location.name, row.location.pk, not row.cards))
     return board
 
 
@@ -362,3 +405,88 @@ def pool_fit(
         placed += 1
     total = sum(c.available_instances for c in matches)
     return Fit(placed, replicas, total, max(c.available_instances for c in matches), "")
+
+
+# --- Kubernetes -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KubeFlags:
+    """What the Kubernetes mirror flagged: machines whose node never joined (or left), GPU
+    nodes that advertise no GPU, nodes no machine owns."""
+
+    machines_node_missing: int
+    nodes_gpus_missing: int
+    nodes_unowned: int
+
+    @property
+    def any(self) -> bool:
+        return bool(self.machines_node_missing or self.nodes_gpus_missing or self.nodes_unowned)
+
+
+def kube_flags(*, nodes: QuerySet[KubeNode], machines: QuerySet[Machine]) -> KubeFlags:
+    """The flags raised among `nodes` and `machines`, in two queries."""
+    counts = nodes.aggregate(
+        gpus_missing=Count("pk", filter=Q(gpus_missing=True)),
+        unowned=Count("pk", filter=Q(unowned_since__isnull=False)),
+    )
+    return KubeFlags(
+        machines_node_missing=machines.filter(node_missing=True).count(),
+        nodes_gpus_missing=counts["gpus_missing"],
+        nodes_unowned=counts["unowned"],
+    )
+
+
+@dataclass(frozen=True)
+class KubeObservation:
+    """How well a cluster's Kubernetes was last observed."""
+
+    age: timedelta | None  # since the last complete observation began; None: never
+    stale: bool
+
+
+def kube_observation(cluster: Cluster, *, now: datetime, interval: timedelta) -> KubeObservation:
+    """The cluster's last complete node and pod listing, stale past two observe intervals."""
+    last = cluster.kube_last_complete_observation_at
+    age = now - last if last else None
+    return KubeObservation(age, age is None or age > 2 * interval)
+
+
+PODS_SHOWN_PER_NODE = 8
+
+
+@dataclass
+class NodeRow:
+    """A node (with `gpu_requested`, see `clusters.selectors.kube_nodes_with_requests`) and
+    the pods that hold or wait for its GPUs, the first few of them."""
+
+    node: KubeNode
+    gpu_pods: list[KubePod]
+    more_gpu_pods: int
+
+    @property
+    def control_plane(self) -> bool:
+        return any(label in self.node.labels for label in CONTROL_PLANE_LABELS)
+
+
+def node_rows(nodes: Sequence[KubeNode], pods: QuerySet[KubePod]) -> list[NodeRow]:
+    """The nodes with the pods of `pods` that request GPUs on them: one query, none when no
+    node has GPUs requested."""
+    by_node: dict[tuple[int, str], list[KubePod]] = defaultdict(list)
+    asked = [n for n in nodes if getattr(n, "gpu_requested", 0)]
+    if asked:
+        rows = pods.filter(
+            cluster__in={n.cluster_id for n in asked},
+            node_name__in={n.name for n in asked},
+            phase__in=ACTIVE_POD_PHASES,
+            gpu_requests__gt=0,
+        ).order_by("namespace", "name", "pk")
+        for pod in rows:
+            by_node[pod.cluster_id, pod.node_name].append(pod)
+    found = []
+    for node in nodes:
+        held = by_node.get((node.cluster_id, node.name), [])
+        found.append(
+            NodeRow(node, held[:PODS_SHOWN_PER_NODE], max(0, len(held) - PODS_SHOWN_PER_NODE))
+        )
+    return found

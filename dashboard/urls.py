@@ -1,6 +1,6 @@
 from django.urls import path
 
-from dashboard.views import actions, audit, clusters, overview, reservations, setup
+from dashboard.views import actions, audit, clusters, nodes, overview, reservations, setup
 
 app_name = "dashboard"
 
@@ -20,6 +20,7 @@ urlpatterns = [
         actions.machine_force_delete,
         name="machine-force-delete",
     ),
+    path("nodes/", nodes.node_list, name="nodes"),
     path("audit/", audit.audit_list, name="audit"),
     path("dismiss/", actions.dismiss, name="dismiss"),
 ]

@@ -36,7 +36,7 @@ from clusters.models import Cluster, Machine, MachinePool
 from clusters.releases import reservation_release_request
 from clusters.tasks import reservation_release_task
 from dashboard.forms import ReasonForm, ScaleForm
-from dashboard.views.clusters import cluster_body
+from dashboard.views.clusters import cluster_body, cluster_for_page
 from dashboard.views.common import local_url, query_of
 from dashboard.views.reservations import TEMPLATE as RESERVATIONS_TEMPLATE
 from dashboard.views.reservations import reservation_table
@@ -77,8 +77,7 @@ def _reservations_home() -> Home:
 
 def _cluster_home(cluster: Cluster) -> Home:
     def draw(request: HtmxHttpRequest, params: QueryDict) -> str:
-        cluster.refresh_from_db()
-        context = cluster_body(request, cluster, params)
+        context = cluster_body(request, cluster_for_page(request, cluster.pk), params)
         return render_to_string("dashboard/cluster.html#cluster-body", context, request=request)
 
     return Home(reverse("dashboard:cluster", args=[cluster.pk]), "cluster-body", draw)

@@ -1,5 +1,7 @@
 """Clusters: the list with what each holds, and one cluster with its sites, pools (how
-their GPU type resolves), machines with their VMs and GPUs, and its plan (drift)."""
+their GPU type resolves), machines with their VMs and GPUs, its plan (drift), and its
+Kubernetes: how well it was observed, the GPU add-on, its nodes and what the mirror
+flagged."""
 
 from __future__ import annotations
 
@@ -8,24 +10,41 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
+from django.conf import settings
 from django.core.paginator import Paginator
 from django.db.models import Count
 from django.http import HttpResponse, QueryDict
 from django.shortcuts import get_object_or_404
 from django.urls import reverse
+from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from capvco_web.htmx import HtmxHttpRequest
 from capvco_web.permissions import allowed, visible
-from clusters.models import Cluster, ClusterSite, Machine, MachinePool, VirtualMachine
+from clusters.models import (
+    Cluster,
+    ClusterSite,
+    KubeNode,
+    KubePod,
+    Machine,
+    MachinePool,
+    VirtualMachine,
+)
 from clusters.plan import cluster_plan
-from dashboard.selectors import PoolGpus, held_by_machine, pool_gpus
+from clusters.selectors import clusters_with_kube_summary, kube_nodes_with_requests
+from dashboard.forms import NodeFilterForm
+from dashboard.pagination import AFTER, BEFORE, LAST, BadCursor, Sort, keyset_page
+from dashboard.selectors import PoolGpus, held_by_machine, kube_observation, node_rows, pool_gpus
 from dashboard.views.common import page_or_fragment
 from dashboard.views.setup import accounts_for_new_clusters
 from gpus.models import BILLED_STATES, GpuProfile, VgpuReservation
 
 CLUSTERS_PER_PAGE = 50
 MACHINES_PER_PAGE = 50
+NODES_PER_PAGE = 50
+NODES_BY_NAME = Sort("name", False, "name")
+# The node table pages by keyset with params of its own, beside the machines' page number.
+NODE_CURSOR_PARAMS = {"nodes_after": AFTER, "nodes_before": BEFORE, "nodes_last": LAST}
 Phase = Machine.Phase
 
 
@@ -42,10 +61,20 @@ class ClusterSummary:
     def failed(self) -> int:
         return self.phases.get(Phase.FAILED, 0)
 
+    @property
+    def kube_flags(self) -> int:
+        """Flags the Kubernetes mirror raised in the cluster (see its page)."""
+        c: Any = self.cluster
+        return int(
+            c.summary_machines_node_missing + c.summary_nodes_gpus_missing + c.summary_nodes_unowned
+        )
+
 
 @require_GET
 def cluster_list(request: HtmxHttpRequest) -> HttpResponse:
-    clusters = visible(request.user, Cluster.objects.select_related("account").order_by("name"))
+    clusters = clusters_with_kube_summary(
+        visible(request.user, Cluster.objects.select_related("account").order_by("name"))
+    )
     failed_only = request.GET.get("failed") == "true"
     if failed_only:
         with_failed = visible(request.user, Machine.objects.filter(phase=Phase.FAILED))
@@ -143,9 +172,12 @@ def cluster_body(request: HtmxHttpRequest, cluster: Cluster, params: QueryDict) 
     machines = visible(request.user, Machine.objects.filter(pool__cluster=cluster)).order_by(
         "pool__name", "index"
     )
-    page = Paginator(machines.select_related("pool"), MACHINES_PER_PAGE).get_page(
-        params.get("page")
+    phases = dict(
+        machines.values_list("phase").annotate(n=Count("pk")).values_list("phase", "n").order_by()
     )
+    paginator = Paginator(machines.select_related("pool"), MACHINES_PER_PAGE)
+    paginator.count = sum(phases.values())  # known from the phases: no count query
+    page = paginator.get_page(params.get("page"))
     on_page = list(page)
     pools_by_id = {p.pk: p for p in pools}
     for machine in on_page:
@@ -164,13 +196,11 @@ def cluster_body(request: HtmxHttpRequest, cluster: Cluster, params: QueryDict) 
             ),
         )
     }
-    phases = dict(
-        machines.values_list("phase").annotate(n=Count("pk")).values_list("phase", "n").order_by()
-    )
     plan = cluster_plan(cluster)
     cluster_url = reverse("dashboard:cluster", args=[cluster.pk])
     page_url = f"{cluster_url}?{params.urlencode()}" if params else cluster_url
     back = "?" + urlencode({"next": page_url})
+    nodes_url = reverse("dashboard:nodes") + "?" + urlencode({"cluster": cluster.name})
 
     def offered(may_do: bool, name: str, pk: int) -> str:
         return reverse(name, args=[pk]) + back if may_do else ""
@@ -212,13 +242,74 @@ def cluster_body(request: HtmxHttpRequest, cluster: Cluster, params: QueryDict) 
         "page_url": page_url,
         "back": back,
         "reservations_url": reverse("dashboard:reservations"),
+        "kube": kube_observation(cluster, now=timezone.now(), interval=settings.OBSERVE_INTERVAL),
+        "nodes_url": nodes_url,
+        "flag_urls": {  # by names a template can look up
+            flag.replace("-", "_"): f"{nodes_url}&{urlencode({'flag': flag})}"
+            for flag in NodeFilterForm.FLAGS
+        },
+        **_node_section(request, cluster, params, cluster_url),
     }
+
+
+def _node_section(
+    request: HtmxHttpRequest, cluster: Cluster, params: QueryDict, cluster_url: str
+) -> dict[str, Any]:
+    """A page of the cluster's nodes, by name, and the links to the pages beside it. The
+    count is the cluster's summary when it has one: no query for it, none at all for a
+    cluster without nodes."""
+    known = getattr(cluster, "summary_nodes", None)
+    asked = QueryDict(mutable=True)
+    for ours, cursor in NODE_CURSOR_PARAMS.items():
+        if value := params.get(ours):
+            asked[cursor] = value
+    found: dict[str, Any] = {"node_rows": [], "node_page": None, "node_error": "", "node_links": {}}
+    if known == 0:
+        return found
+    nodes = kube_nodes_with_requests(
+        visible(request.user, KubeNode.objects.filter(cluster=cluster).select_related("machine"))
+    )
+    try:
+        page = keyset_page(
+            nodes, sort=NODES_BY_NAME, params=asked, size=NODES_PER_PAGE, count=known
+        )
+    except BadCursor as exc:
+        found["node_error"] = str(exc)
+        page = keyset_page(
+            nodes, sort=NODES_BY_NAME, params=QueryDict(), size=NODES_PER_PAGE, count=known
+        )
+    pods = visible(request.user, KubePod.objects.filter(cluster=cluster))
+
+    def link(**cursor: str) -> str:
+        query = params.copy()
+        for name in NODE_CURSOR_PARAMS:
+            query.pop(name, None)
+        query.update(cursor)
+        return f"{cluster_url}?{query.urlencode()}#nodes" if query else f"{cluster_url}#nodes"
+
+    found["node_page"] = page
+    found["node_rows"] = node_rows(page.rows, pods)
+    if page.has_previous:
+        found["node_links"]["first"] = link()
+        found["node_links"]["previous"] = link(nodes_before=page.previous_cursor)
+    if page.has_next:
+        found["node_links"]["next"] = link(nodes_after=page.next_cursor)
+        found["node_links"]["last"] = link(nodes_last="1")
+    return found
+
+
+def cluster_for_page(request: HtmxHttpRequest, pk: int) -> Cluster:
+    """The cluster as its page shows it, with its Kubernetes summary; 404 when the user
+    does not see it."""
+    return get_object_or_404(
+        clusters_with_kube_summary(
+            visible(request.user, Cluster.objects.select_related("account"))
+        ),
+        pk=pk,
+    )
 
 
 @require_GET
 def cluster_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
-    cluster = get_object_or_404(
-        visible(request.user, Cluster.objects.select_related("account")), pk=pk
-    )
-    context = cluster_body(request, cluster, request.GET)
+    context = cluster_body(request, cluster_for_page(request, pk), request.GET)
     return page_or_fragment(request, "dashboard/cluster.html", context, fragments=["cluster-body"])

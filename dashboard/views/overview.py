@@ -1,5 +1,6 @@
-"""The overview: GPU capacity per location and type, money billed for nothing, how fresh
-each location's observation is, failed machines, and the system's own health."""
+"""The overview: GPU capacity per location and type (whitesky's and Kubernetes'), money
+billed for nothing, what the Kubernetes mirror flagged, how fresh each location's
+observation is, failed machines, and the system's own health."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from django.views.decorators.http import require_GET
 from capvco_web.health import readiness
 from capvco_web.htmx import HtmxHttpRequest
 from capvco_web.permissions import visible
-from clusters.models import Location, Machine
-from dashboard.selectors import capacity_board, money_wasted, observations
+from clusters.models import KubeNode, Location, Machine
+from clusters.selectors import kube_gpus_by_location_and_type
+from dashboard.selectors import capacity_board, kube_flags, money_wasted, observations
 from dashboard.views.common import page_or_fragment
 from gpus.models import GpuProfile, VgpuReservation
 
@@ -33,12 +35,20 @@ def overview(request: HtmxHttpRequest) -> HttpResponse:
     now = timezone.now()
     locations = list(visible(request.user, Location.objects.order_by("name", "pk")))
     reservations = visible(request.user, VgpuReservation.objects.all())
-    failed = visible(request.user, Machine.objects.filter(phase=Machine.Phase.FAILED))
+    machines = visible(request.user, Machine.objects.all())
+    failed = machines.filter(phase=Machine.Phase.FAILED)
+    nodes = visible(request.user, KubeNode.objects.all())
     context: dict[str, object] = {
         "now": now,
         "board": capacity_board(
-            cards=visible(request.user, GpuProfile.objects.all()), reservations=reservations
+            cards=visible(request.user, GpuProfile.objects.all()),
+            reservations=reservations,
+            # What pods request is on each cluster's page: summed here it would cost a
+            # look-up per node.
+            kube=kube_gpus_by_location_and_type(nodes, requested=False),
+            locations=locations,
         ),
+        "kube_flags": kube_flags(nodes=nodes, machines=machines),
         "waste": money_wasted(reservations=reservations, locations=locations, now=now),
         "observations": observations(
             locations=locations, now=now, interval=settings.OBSERVE_INTERVAL

@@ -9,7 +9,9 @@ The world: 10 locations with 8 GPU cards each (two types), 50 clusters of 2 pool
 running machines (10,000 machines, each with its VM listed and one vGPU attached), released
 history making up the rest of ``--reservations`` (90,000 of the 100,000 by default), 200
 orphans named by us, 50 reservations not named by us, and as many audit events as
-reservations. Each page is asked for ``--runs`` times through Django's test client (the
+reservations; in Kubernetes a node per machine (one in 50 advertising no GPU), 100 nodes no
+machine owns, 10 pods per node (half of them holding a GPU), and one machine in 100 whose
+node never joined. Each page is asked for ``--runs`` times through Django's test client (the
 whole request: middleware, session, queries, templates; no network) by a superuser, then by
 an admin of the account, whose rows are chosen by role (capvco_web.permissions.visible).
 
@@ -51,6 +53,8 @@ from clusters.models import (  # noqa: E402
     Account,
     Cluster,
     ClusterSite,
+    KubeNode,
+    KubePod,
     Location,
     Machine,
     MachinePool,
@@ -66,6 +70,8 @@ MACHINES_PER_POOL = 100
 CARDS_PER_LOCATION = 8
 ORPHANS = 200
 NOT_OURS = 50
+PODS_PER_NODE = 10
+UNOWNED_NODES = 100
 TARGET_MS = 150.0
 State = VgpuReservation.State
 BATCH = 5000
@@ -213,9 +219,46 @@ def seed(reservations: int) -> dict[str, Any]:
         ),
         batch_size=BATCH,
     )  # fmt: skip
+    seed_kube(machines, pools, now)
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")
     return {"account": account.pk, "location": locations[3].pk, "cluster": clusters[7].pk}
+
+
+def seed_kube(machines: list[Machine], pools: list[MachinePool], now: Any) -> None:
+    """A node per machine, unowned nodes, pods on each node, machines with no node."""
+    cluster_of = {pool.pk: pool.cluster_id for pool in pools}
+    labels = {"capvco.io/gpu-type": "nvidia-a100", "capvco.io/gpu-count": "1"}
+    nodes = [
+        KubeNode(
+            cluster_id=cluster_of[m.pool_id], name=f"capvco-{m.name}-{m.pk}", uid=f"n-{m.pk}",
+            labels=labels, gpu_capacity=1, gpu_allocatable=0 if i % 50 == 0 else 1,
+            gpus_missing=i % 50 == 0, ready=True, machine=m, first_seen_at=now,
+            updated_at=now,
+        )
+        for i, m in enumerate(machines)
+    ]  # fmt: skip
+    nodes += [
+        KubeNode(
+            cluster_id=pools[i % len(pools)].cluster_id, name=f"stray-{i}", uid=f"s-{i}",
+            ready=True, unowned_since=now, first_seen_at=now, updated_at=now,
+        )
+        for i in range(UNOWNED_NODES)
+    ]  # fmt: skip
+    KubeNode.objects.bulk_create(nodes, batch_size=BATCH)
+    KubePod.objects.bulk_create(
+        (
+            KubePod(
+                cluster_id=node.cluster_id, uid=f"p-{node.uid}-{p}", namespace="ml",
+                name=f"{node.name}-pod-{p}", node_name=node.name, phase=KubePod.Phase.RUNNING,
+                gpu_requests=p % 2, first_seen_at=now, updated_at=now,
+            )
+            for node in nodes
+            for p in range(PODS_PER_NODE)
+        ),
+        batch_size=BATCH,
+    )  # fmt: skip
+    Machine.objects.filter(pk__in=[m.pk for m in machines[::100]]).update(node_missing=True)
 
 
 def pages(ids: dict[str, Any], client: Client) -> dict[str, str]:
@@ -243,6 +286,10 @@ def pages(ids: dict[str, Any], client: Client) -> dict[str, str]:
         "clusters": "/clusters/",
         "cluster /clusters/<id>/": f"/clusters/{ids['cluster']}/",
         "cluster fragment (poll)": f"/clusters/{ids['cluster']}/#fragment",
+        "nodes": "/nodes/",
+        "nodes of a cluster, last page": "/nodes/?cluster=c07&last=1",
+        "nodes, flagged (no GPU advertised)": "/nodes/?flag=gpus-missing",
+        "machines with no node": "/nodes/?flag=node-missing",
         "audit log": "/audit/",
     }
 
@@ -282,6 +329,8 @@ def run(reservations: int, runs: int) -> dict[str, Any]:
         "reservations": VgpuReservation.objects.count(),
         "released": VgpuReservation.objects.filter(state=State.RELEASED).count(),
         "machines": Machine.objects.count(),
+        "nodes": KubeNode.objects.count(),
+        "pods": KubePod.objects.count(),
         "locations": Location.objects.count(),
         "audit_events": AuditEvent.objects.count(),
     }

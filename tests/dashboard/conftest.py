@@ -1,6 +1,7 @@
 """A small world for the dashboard: one account, two locations (one of them last observed
 long ago), cards of two GPU types, a cluster with a GPU pool of two running machines, an
 orphan named by us, a reservation not named by us, released history and a failed machine.
+`kube` adds its Kubernetes: nodes, pods and each flag the mirror raises.
 """
 
 from __future__ import annotations
@@ -14,13 +15,15 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from clusters.models import Cluster, Location, Machine, MachinePool
+from clusters.models import Cluster, KubeNode, KubePod, Location, Machine, MachinePool
 from gpus.models import GpuProfile, VgpuReservation
 from tests.factories import (
     AccountFactory,
     ClusterFactory,
     ClusterSiteFactory,
     GpuProfileFactory,
+    KubeNodeFactory,
+    KubePodFactory,
     LocationFactory,
     MachineFactory,
     MachinePoolFactory,
@@ -120,6 +123,89 @@ def world(db: None) -> World:
     return World(
         fresh, stale, a100, t4, cluster, pool, machines, attached, orphan, leak, released, failed
     )
+
+
+@dataclass
+class Kube:
+    """The world's cluster as Kubernetes shows it: gpu-0's node advertises its A100 and a
+    pod holds it; gpu-1's node advertises none (flagged); a node no machine owns, not Ready
+    (flagged);
+    a control-plane node; and a machine of another pool whose node never joined (flagged)."""
+
+    advertising: KubeNode
+    silent: KubeNode
+    unowned: KubeNode
+    control_plane: KubeNode
+    pod: KubePod
+    never_joined: Machine
+
+
+A100_LABELS = {"capvco.io/gpu-type": "nvidia-a100", "capvco.io/gpu-count": "1"}
+
+
+@pytest.fixture
+def kube(world: World) -> Kube:
+    now = timezone.now()
+    Cluster.objects.filter(pk=world.cluster.pk).update(
+        kubeconfig="apiVersion: v1\nkind: Config\n",
+        kube_observation_complete=True,
+        kube_observation_started_at=now - timedelta(seconds=15),
+        kube_last_complete_observation_at=now - timedelta(seconds=15),
+        gpu_addon=True,
+        gpu_addon_hash="0" * 64,
+        gpu_addon_applied_at=now - timedelta(hours=1),
+    )
+    gpu_0, gpu_1 = world.machines
+    advertising = KubeNodeFactory(
+        cluster=world.cluster, name=gpu_0.vm_name, machine=gpu_0, labels=A100_LABELS
+    )
+    silent = KubeNodeFactory(
+        cluster=world.cluster,
+        name=gpu_1.vm_name,
+        machine=gpu_1,
+        labels=A100_LABELS,
+        gpu_capacity=0,
+        gpu_allocatable=0,
+        gpus_missing=True,
+        gpus_missing_reason="No nvidia.com/gpu advertised 10 minutes after it joined",
+    )
+    unowned = KubeNodeFactory(
+        cluster=world.cluster,
+        name="stray-node",
+        ready=False,
+        gpu_capacity=0,
+        gpu_allocatable=0,
+        unowned_since=now - timedelta(hours=1),
+    )
+    control_plane = KubeNodeFactory(
+        cluster=world.cluster,
+        name="cp-0",
+        gpu_capacity=0,
+        gpu_allocatable=0,
+        labels={"node-role.kubernetes.io/control-plane": ""},
+    )
+    pod = KubePodFactory(
+        cluster=world.cluster, namespace="ml", name="train-0", node_name=advertising.name
+    )
+    KubePodFactory(cluster=world.cluster, name="web-0", node_name=advertising.name, gpu_requests=0)
+    KubePodFactory(  # finished: holds nothing
+        cluster=world.cluster,
+        name="done-0",
+        node_name=advertising.name,
+        phase=KubePod.Phase.SUCCEEDED,
+    )
+    edge = MachinePoolFactory(site=world.pool.site, name="edge", replicas=1)
+    never_joined = MachineFactory(
+        pool=edge,
+        index=0,
+        phase=Machine.Phase.RUNNING,
+        vm_id=7100,
+        node_missing=True,
+        node_missing_reason="Never joined: no node named capvco-prod-edge-0, 15 minutes after "
+        "its VM started.",
+    )
+    world.cluster.refresh_from_db()
+    return Kube(advertising, silent, unowned, control_plane, pod, never_joined)
 
 
 @pytest.fixture

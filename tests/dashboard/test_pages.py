@@ -8,9 +8,10 @@ from html.parser import HTMLParser
 import pytest
 from django.test import Client
 
-from tests.dashboard.conftest import World
+from tests.dashboard.conftest import Kube, World
+from tests.factories import MachineFactory
 
-PAGES = ["/", "/reservations/", "/clusters/", "/audit/"]
+PAGES = ["/", "/reservations/", "/clusters/", "/nodes/", "/audit/"]
 
 
 def _fragment(client: Client, path: str, target: str) -> str:
@@ -40,6 +41,7 @@ def test_each_page_is_a_whole_page_without_htmx(
         ("/", "system-status"),
         ("/reservations/", "reservation-table"),
         ("/clusters/", "cluster-table"),
+        ("/nodes/", "node-table"),
         ("/audit/", "audit-table"),
     ],
 )
@@ -96,9 +98,12 @@ class _InlineCode(HTMLParser):
         ]
 
 
-def test_pages_hold_no_inline_script_or_style(admin_client: Client, world: World) -> None:
+def test_pages_hold_no_inline_script_or_style(
+    admin_client: Client, world: World, kube: Kube
+) -> None:
     paths = [
         *PAGES,
+        "/nodes/?flag=node-missing",
         f"/clusters/{world.cluster.pk}/",
         f"/reservations/{world.orphan.pk}/release/",
         f"/pools/{world.pool.pk}/scale/",
@@ -108,3 +113,15 @@ def test_pages_hold_no_inline_script_or_style(admin_client: Client, world: World
         parser = _InlineCode()
         parser.feed(admin_client.get(path).content.decode())
         assert parser.found == [], path
+
+
+def test_the_cluster_page_pages_its_machines(admin_client: Client, world: World) -> None:
+    # The world's 3 machines and 57 more: 60, 50 a page (the count comes from the phases).
+    for index in range(2, 59):
+        MachineFactory(pool=world.pool, index=index)
+    path = f"/clusters/{world.cluster.pk}/"
+    first = admin_client.get(path)
+    second = admin_client.get(f"{path}?page=2")
+    assert len(first.context["machines"]) == 50
+    assert len(second.context["machines"]) == 10
+    assert "page 2 of 2" in second.content.decode()

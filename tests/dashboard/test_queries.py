@@ -1,5 +1,6 @@
 """The SQL queries of every page and fragment do not grow with the rows: at most 20, with
-10 and with 10,000 reservations (and as many audit events)."""
+10 and with 10,000 reservations (and as many audit events and Kubernetes pods, and a
+node for every 10 of them)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from capvco_web.models import AuditEvent
+from clusters.models import KubeNode, KubePod, Machine
 from gpus.models import VgpuReservation
 from tests.dashboard.conftest import World
 
@@ -22,8 +24,10 @@ MOST = 20
 
 def populate(world: World, n: int, start: int = 0) -> None:
     """`n` more reservations, most of them released history, some orphans, some not ours,
-    some held by the machines; and `n` audit events."""
+    some held by the machines; `n` audit events; `n` pods on `n / 10` nodes (some of
+    each flag, half the pods asking for a GPU), and a machine whose node never joined."""
     now = timezone.now()
+    populate_kube(world, n, start)
     rows = []
     for i in range(start, start + n):
         kind = i % 20
@@ -67,6 +71,45 @@ def populate(world: World, n: int, start: int = 0) -> None:
     )
 
 
+def populate_kube(world: World, n: int, start: int) -> None:
+    now = timezone.now()
+    nodes = [
+        KubeNode(
+            cluster=world.cluster,
+            name=f"node-{i:05}",
+            uid=f"uid-node-{i}",
+            labels={"capvco.io/gpu-type": "nvidia-a100"} if i % 3 else {},
+            gpu_capacity=2,
+            gpu_allocatable=0 if i % 7 == 0 else 2,
+            machine=world.machines[i % 2] if i % 5 else None,
+            gpus_missing=i % 7 == 0,
+            unowned_since=None if i % 5 else now,
+            first_seen_at=now,
+            updated_at=now,
+        )
+        for i in range(start // 10, (start + n) // 10 or 1)
+    ]
+    KubeNode.objects.bulk_create(nodes, batch_size=2000)
+    KubePod.objects.bulk_create(
+        [
+            KubePod(
+                cluster=world.cluster,
+                uid=f"uid-pod-{i}",
+                namespace="ml",
+                name=f"pod-{i}",
+                node_name=nodes[i % len(nodes)].name,
+                phase=KubePod.Phase.RUNNING,
+                gpu_requests=i % 2,
+                first_seen_at=now,
+                updated_at=now,
+            )
+            for i in range(start, start + n)
+        ],
+        batch_size=2000,
+    )
+    Machine.objects.filter(pk=world.failed.pk).update(node_missing=True)
+
+
 def requests(world: World) -> dict[str, tuple[str, dict[str, str]]]:
     cluster = f"/clusters/{world.cluster.pk}/"
     htmx = {"HTTP_HX_REQUEST": "true"}
@@ -91,6 +134,16 @@ def requests(world: World) -> dict[str, tuple[str, dict[str, str]]]:
         "cluster": (cluster, {}),
         "cluster fragment": (cluster, fragment("cluster-body")),
         "new cluster": (f"/clusters/new/?account={world.fresh.account_id}", {}),
+        "cluster nodes last page": (f"{cluster}?nodes_last=1", {}),
+        "nodes": ("/nodes/", {}),
+        "nodes fragment": ("/nodes/?cluster=prod", fragment("node-table")),
+        "nodes by location and type": (
+            f"/nodes/?location={world.fresh.pk}&gpu_type=nvidia-a100",
+            {},
+        ),
+        "nodes flagged": ("/nodes/?flag=gpus-missing", {}),
+        "nodes unowned last page": ("/nodes/?flag=unowned&last=1", {}),
+        "machines with no node": ("/nodes/?flag=node-missing", {}),
         "audit log": ("/audit/", {}),
         "audit log fragment": ("/audit/?action=vgpu.", fragment("audit-table")),
     }

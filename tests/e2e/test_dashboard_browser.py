@@ -1,5 +1,6 @@
 """The dashboard in a real browser (Chromium through Playwright) against a live server:
-log in, read the capacity board, filter reservations, release an orphan with a reason and
+log in, read the capacity board (GPUs attached in whitesky, allocatable in Kubernetes) and
+follow it to the nodes behind it, filter reservations, release an orphan with a reason and
 find it in the audit log, see a panel refresh itself without a reload, and be sent to the
 login page once the session is gone."""
 
@@ -21,6 +22,8 @@ from clusters.models import Cloudspace, Image
 from gpus.models import GpuProfile, VgpuReservation
 from tests.factories import (
     GpuProfileFactory,
+    KubeNodeFactory,
+    KubePodFactory,
     LocationFactory,
     MachineFactory,
     MachinePoolFactory,
@@ -54,6 +57,13 @@ def seeded(transactional_db: None, settings: Any) -> dict[str, Any]:
     )
     machine = MachineFactory(pool=pool, phase="running", vm_id=4242)
     held = VgpuReservationFactory(machine=machine, location=location, gpu_id="card-1")
+    node = KubeNodeFactory(
+        cluster=pool.cluster,
+        name="node-browser-0",
+        machine=machine,
+        labels={"capvco.io/gpu-type": "nvidia-a100", "capvco.io/gpu-count": "1"},
+    )
+    KubePodFactory(cluster=pool.cluster, name="train-browser", node_name=node.name)
     orphan = VgpuReservationFactory(
         orphaned=True,
         location=location,
@@ -77,9 +87,17 @@ def test_log_in_and_read_the_capacity_board(page: Page, live_server: Any, seeded
     log_in(page, live_server)
     row = page.locator("#capacity tbody tr", has_text="NVIDIA A100")
     cells = row.locator("td")
-    # Location, type, cards, instances, reserved, attached, free, fits on one card.
-    expect(cells).to_have_text(["nl-browser-dc01", "NVIDIA A100", "1", "8", "1", "1", "6", "6"])
+    # Location, type, cards, instances, reserved, attached in whitesky, allocatable in
+    # Kubernetes, free, fits on one card.
+    expect(cells).to_have_text(
+        ["nl-browser-dc01", "NVIDIA A100", "1", "8", "1", "1", "1", "6", "6"]
+    )
     expect(page.locator("#waste-orphans .big")).to_have_text("1")
+
+    cells.nth(6).get_by_role("link").click()  # the nodes behind the figure
+    expect(page).to_have_url(re.compile(r"/nodes/\?location=\d+&gpu_type=nvidia-a100$"))
+    node = page.locator("#node-table tbody tr", has_text="node-browser-0")
+    expect(node).to_contain_text("default/train-browser")
 
 
 def test_filter_release_an_orphan_and_find_it_in_the_audit_log(
@@ -123,7 +141,7 @@ def test_a_panel_refreshes_itself_without_a_reload(
     page: Page, live_server: Any, seeded: Any
 ) -> None:
     log_in(page, live_server)
-    free = page.locator("#capacity tbody tr", has_text="NVIDIA A100").locator("td").nth(6)
+    free = page.locator("#capacity tbody tr", has_text="NVIDIA A100").locator("td").nth(7)
     expect(free).to_have_text("6")
     page.evaluate("window.notReloaded = true")
     GpuProfile.objects.filter(pk=seeded["card"].pk).update(available_instances=2)

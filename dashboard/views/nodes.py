@@ -1,0 +1,102 @@
+"""Kubernetes nodes of the clusters as last observed: what each advertises and runs, its
+machine, and what the mirror flagged; with `flag=node-missing`, the machines whose node
+never joined or left."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import QuerySet
+from django.http import HttpResponse, QueryDict
+from django.urls import reverse
+from django.views.decorators.http import require_GET
+
+from capvco_web.htmx import HtmxHttpRequest
+from capvco_web.integrations.kube import GPU_TYPE_LABEL
+from capvco_web.permissions import visible
+from clusters.models import Cluster, KubeNode, KubePod, Location, Machine
+from clusters.selectors import kube_nodes_with_requests
+from dashboard.forms import NodeFilterForm
+from dashboard.pagination import BadCursor, Sort, keyset_page
+from dashboard.selectors import node_rows
+from dashboard.views.common import page_or_fragment
+
+TEMPLATE = "dashboard/nodes.html"
+PAGE_SIZE = 50
+BY_NAME = Sort("name", False, "name")
+
+
+def _nodes(request: HtmxHttpRequest, data: dict[str, Any]) -> QuerySet[KubeNode]:
+    nodes = visible(request.user, KubeNode.objects.select_related("cluster", "machine"))
+    if cluster := data.get("cluster"):
+        nodes = nodes.filter(cluster=cluster)
+    if location := data.get("location"):
+        nodes = nodes.filter(machine__pool__site__location=location)
+    if gpu_type := data.get("gpu_type"):
+        nodes = nodes.filter(**{f"labels__{GPU_TYPE_LABEL}": gpu_type})
+    if data.get("flag") == NodeFilterForm.GPUS_MISSING:
+        nodes = nodes.filter(gpus_missing=True)
+    elif data.get("flag") == NodeFilterForm.UNOWNED:
+        nodes = nodes.filter(unowned_since__isnull=False)
+    return kube_nodes_with_requests(nodes)
+
+
+def _machines_without_node(request: HtmxHttpRequest, data: dict[str, Any]) -> QuerySet[Machine]:
+    machines = visible(
+        request.user,
+        Machine.objects.filter(node_missing=True).select_related(
+            "pool__cluster", "pool__site__location"
+        ),
+    )
+    if cluster := data.get("cluster"):
+        machines = machines.filter(pool__cluster=cluster)
+    if location := data.get("location"):
+        machines = machines.filter(pool__site__location=location)
+    return machines
+
+
+def node_table(request: HtmxHttpRequest, params: QueryDict) -> tuple[dict[str, Any], int]:
+    """The list as `params` asks for it, and the status to answer."""
+    form = NodeFilterForm(
+        params,
+        clusters=visible(request.user, Cluster.objects.order_by("name")),
+        locations=visible(request.user, Location.objects.order_by("name")),
+    )
+    list_url = reverse("dashboard:nodes")
+    context: dict[str, Any] = {
+        "form": form,
+        "params": params,
+        "list_url": list_url,
+        "page_url": f"{list_url}?{params.urlencode()}" if params else list_url,
+        "errors": [],
+        "rows": [],
+        "machines": [],
+        "page": None,
+        "node_missing": False,
+    }
+    if not form.is_valid():
+        for field, messages in form.errors.items():
+            context["errors"] += [f"{field}: {message}" for message in messages]
+        return context, 400
+    data = form.cleaned_data
+    try:
+        if data["flag"] == NodeFilterForm.NODE_MISSING:
+            context["node_missing"] = True
+            machines = keyset_page(
+                _machines_without_node(request, data), sort=BY_NAME, params=params, size=PAGE_SIZE
+            )
+            context["page"], context["machines"] = machines, machines.rows
+        else:
+            nodes = keyset_page(_nodes(request, data), sort=BY_NAME, params=params, size=PAGE_SIZE)
+            pods = visible(request.user, KubePod.objects.all())
+            context["page"], context["rows"] = nodes, node_rows(nodes.rows, pods)
+    except BadCursor as exc:
+        context["errors"].append(str(exc))
+        return context, 400
+    return context, 200
+
+
+@require_GET
+def node_list(request: HtmxHttpRequest) -> HttpResponse:
+    context, status = node_table(request, request.GET)
+    return page_or_fragment(request, TEMPLATE, context, fragments=["node-table"], status=status)
