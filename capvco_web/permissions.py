@@ -5,9 +5,10 @@ whose permissions say what the role may do in that account.
 
 * viewer: reads everything of the account;
 * operator: also scales pools, deletes machines (with teardown or by force) and clusters,
-  and releases vGPU reservations, each with a reason;
+  releases vGPU reservations and detaches leaked NICs, each with a reason;
 * admin: also changes and deletes the account (its URLs and credential), adds and changes
-  clusters, sites and pools (where they run), and manages the account's memberships.
+  clusters, sites and pools (where they run), manages the account's memberships, and
+  enables SR-IOV (its credential, network and agent tokens).
 
 Every object belongs to one account, reached through `ACCOUNT_PATHS`. A user sees the
 objects of the accounts they are a member of and nothing of the others: the API answers
@@ -58,6 +59,10 @@ _VIEW = frozenset(
         "clusters.view_kubepod",
         "gpus.view_gpuprofile",
         "gpus.view_vgpureservation",
+        "sriov.view_externalnetwork",
+        "sriov.view_sriovconfig",
+        "sriov.view_podnic",
+        "sriov.view_leakednic",
     }
 )
 _OPERATE = _VIEW | {
@@ -66,6 +71,7 @@ _OPERATE = _VIEW | {
     "clusters.force_delete_machine",
     "clusters.delete_cluster",
     "gpus.release_vgpureservation",
+    "sriov.detach_leakednic",
 }
 _ADMINISTER = _OPERATE | {
     "clusters.change_account",
@@ -81,6 +87,8 @@ _ADMINISTER = _OPERATE | {
     "clusters.add_membership",
     "clusters.change_membership",
     "clusters.delete_membership",
+    # SR-IOV: enable it, its credential and network, the agent tokens.
+    "sriov.change_sriovconfig",
 }
 # The permissions of each role's group, as the data migration created them; a test keeps
 # the two in step (a change here needs a migration there).
@@ -104,6 +112,11 @@ ACCOUNT_PATHS: dict[str, str] = {
     "clusters.kubepod": "cluster__account",
     "gpus.gpuprofile": "location__account",
     "gpus.vgpureservation": "location__account",
+    "sriov.externalnetwork": "location__account",
+    "sriov.sriovconfig": "cluster__account",
+    "sriov.agenttoken": "cluster__account",
+    "sriov.podnic": "cluster__account",
+    "sriov.leakednic": "cluster__account",
 }
 
 _CACHE = "_capvco_account_perms"

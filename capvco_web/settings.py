@@ -258,6 +258,7 @@ HEARTBEAT_INTERVAL = timedelta(seconds=env.float("HEARTBEAT_INTERVAL_SECONDS", d
 OBSERVE_INTERVAL = timedelta(seconds=env.float("OBSERVE_INTERVAL_SECONDS", default=30))
 RECONCILE_INTERVAL = timedelta(seconds=env.float("RECONCILE_INTERVAL_SECONDS", default=30))
 ORPHAN_SWEEP_INTERVAL = timedelta(seconds=env.float("ORPHAN_SWEEP_INTERVAL_SECONDS", default=60))
+SRIOV_RECLAIM_INTERVAL = timedelta(seconds=env.float("SRIOV_RECLAIM_INTERVAL_SECONDS", default=60))
 
 
 def _every(task: str, interval: timedelta) -> dict[str, object]:
@@ -270,6 +271,7 @@ CELERY_BEAT_SCHEDULE = {
     "observe": _every("clusters.tasks.observe_all", OBSERVE_INTERVAL),
     "reconcile": _every("clusters.tasks.reconcile_all", RECONCILE_INTERVAL),
     "orphan-sweep": _every("clusters.tasks.orphan_sweep_all", ORPHAN_SWEEP_INTERVAL),
+    "sriov-reclaim": _every("sriov.tasks.sriov_reclaim_all", SRIOV_RECLAIM_INTERVAL),
 }
 
 # whitesky: the hosts an account's API and IAM URLs may name, so the credential goes nowhere
@@ -300,6 +302,18 @@ KUBE_READ_TIMEOUT = env.float("KUBE_READ_TIMEOUT_SECONDS", default=30)
 KUBE_LIST_PAGE_SIZE = env.int("KUBE_LIST_PAGE_SIZE", default=500)
 # A running machine with no node this long after its VM started is flagged ("never joined").
 NODE_JOIN_TIMEOUT_SECONDS = env.float("NODE_JOIN_TIMEOUT_SECONDS", default=900)
+
+# SR-IOV NICs per pod (docs/guides/sriov.md). An ADD waits at most this long for its turn on
+# the VM (one attach at a time per VM), then answers 503 with its place in the queue.
+SRIOV_ATTACH_WAIT_SECONDS = env.float("SRIOV_ATTACH_WAIT_SECONDS", default=60)
+# A NIC whose pod is gone or finished (from complete pod listings), or a NIC nobody owns,
+# is detached once this long has passed since it was first seen so.
+SRIOV_RECLAIM_GRACE_SECONDS = env.float("SRIOV_RECLAIM_GRACE_SECONDS", default=300)
+# The agent API's address as the nodes reach it, written into the node manifests; empty:
+# the address the manifests were downloaded from.
+SRIOV_AGENT_URL = env.str("SRIOV_AGENT_URL", default="")
+# The image of the node DaemonSet that installs the CNI plugin (the control plane's own).
+SRIOV_AGENT_IMAGE = env.str("SRIOV_AGENT_IMAGE", default="capvco-web:latest")
 
 LOGGING = {
     "version": 1,

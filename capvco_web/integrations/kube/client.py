@@ -133,6 +133,30 @@ class KubeClient:
             _as_mapping,
         )
 
+    # --- single objects -------------------------------------------------------------------
+
+    def get_pod(self, *, namespace: str, name: str) -> Pod:
+        """One pod as the API server has it now; NotFound when there is none."""
+        return parse_pod(
+            self._send(
+                "get pods",
+                lambda: self._core.read_namespaced_pod(
+                    name, namespace, _preload_content=False, _request_timeout=self.timeout
+                ),
+            )
+        )
+
+    def get_node(self, *, name: str) -> Node:
+        """One node as the API server has it now; NotFound when there is none."""
+        return parse_node(
+            self._send(
+                "get nodes",
+                lambda: self._core.read_node(
+                    name, _preload_content=False, _request_timeout=self.timeout
+                ),
+            )
+        )
+
     def _list(
         self,
         operation: str,
