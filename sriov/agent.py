@@ -492,7 +492,8 @@ def _detach(row: PodNic, client: ws.WhiteskyClient, *, actor: str, reason: str) 
         return
     before = {"state": row.state, "mac": row.mac, "ip": row.ip, "vm_id": row.vm_id}
     try:
-        if not row.mac and row.macs_before and row.state in (State.ATTACHING, State.FAILED):
+        sent = row.attach_started_at is not None  # macs_before may well be empty
+        if not row.mac and sent and row.state in (State.ATTACHING, State.FAILED):
             found = _found_after_attach(row, client)  # an attach whose answer was lost
             if found is not None:
                 _attached(row, found, None)

@@ -27,7 +27,7 @@ from sriov.agent import Refused, pod_nic_add, pod_nic_delete
 from sriov.models import AgentToken, PodNic
 from sriov.tokens import AgentTokenRefused, agent_token_authenticate
 
-POD_UID_PATTERN = r"[A-Za-z0-9-]{1,64}"
+POD_UID_PATTERN = r"^[A-Za-z0-9-]{1,64}\Z"
 
 
 class Agent:
