@@ -69,10 +69,12 @@ def sriov_config_set(
     if unknown:
         raise ValidationError({name: "Not a setting of SR-IOV." for name in sorted(unknown)})
     with transaction.atomic():
-        stored = SriovConfig.objects.select_for_update().filter(
-            cluster=cluster
-        ).first() or SriovConfig(cluster=cluster)
+        stored = SriovConfig.objects.select_for_update().filter(cluster=cluster).first()
+        if stored is None:
+            # By id: the cluster's cached `sriov` must not become this unsaved row.
+            stored = SriovConfig(cluster_id=cluster.pk)
         config = copy.copy(stored)
+        config.cluster = cluster
         for name, value in changes.items():
             if name == "credential":
                 value = str(value or "").strip()
@@ -96,6 +98,7 @@ def sriov_config_set(
             before=before,
             after=after,
         )
+    cluster.sriov = config
     return config
 
 
