@@ -284,8 +284,8 @@ def nic_move_out(*, netns: str, ifname: str) -> str | None:
             if not alias.startswith(ALIAS_PREFIX):
                 return None  # not one of ours: leave it alone
             mac = str(link.get_attr("IFLA_ADDRESS") or "").lower()
+            # Down, back under its host name; the move drops its addresses.
             ns.link("set", index=found[0], state="down")
-            ns.addr("flush", index=found[0])
             ns.link("set", index=found[0], ifname=alias[len(ALIAS_PREFIX) :][:15] or ifname)
             ns.link("set", index=found[0], net_ns_fd=host)
             return mac
@@ -316,9 +316,9 @@ def cmd_add(config: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any
     netns = _netns_path(_env(environ, "CNI_NETNS"))
     ifname = _env(environ, "CNI_IFNAME")
     container_id = _env(environ, "CNI_CONTAINERID")
+    pod = _pod(environ)
     if not os.path.exists(netns):
         raise CniError(CONTAINER_UNKNOWN, f"the network namespace {netns} does not exist")
-    pod = _pod(environ)
     agent = Agent(config)
     nic = agent.call(
         "POST",

@@ -48,7 +48,9 @@ class World:
         assert vm_id is not None
         return vm_id
 
-    def pod(self, name: str, *, node: int = 0, phase: str = "Running", **more: Any) -> dict[str, Any]:
+    def pod(
+        self, name: str, *, node: int = 0, phase: str = "Running", **more: Any
+    ) -> dict[str, Any]:
         """A pod the scheduler placed on node `node` (in the fake API server); its uid."""
         obj = pod_object(name, node=self.node(node), phase=phase, sriov_network=NETWORK, **more)
         self.kube.put("demo", obj)

@@ -135,12 +135,18 @@ def test_a_token_of_another_cluster_cannot_touch_this_clusters_pods(
 
 def test_calls_without_a_valid_agent_token_are_refused(world: World, client: Client) -> None:
     world.pod("web")
-    assert client.post(URL, add_body(world, "web"), content_type="application/json").status_code == 401
+    assert (
+        client.post(URL, add_body(world, "web"), content_type="application/json").status_code == 401
+    )
     agent(client, "cvsriov_000000000000_wrong")
-    assert client.post(URL, add_body(world, "web"), content_type="application/json").status_code == 401
+    assert (
+        client.post(URL, add_body(world, "web"), content_type="application/json").status_code == 401
+    )
     # A person's API token is not an agent token.
     agent(client, "capvco_000000000000_secret")
-    assert client.post(URL, add_body(world, "web"), content_type="application/json").status_code == 401
+    assert (
+        client.post(URL, add_body(world, "web"), content_type="application/json").status_code == 401
+    )
     assert world.sim_nics(world.vm(0)) == []
 
 

@@ -3,6 +3,7 @@ resolves to exactly one NIC; a refusal by whitesky is said, and the VM left runn
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -63,7 +64,7 @@ def test_ten_adds_on_one_vm_are_serialised_into_ten_distinct_nics(world_tx: Worl
     on_vm = world.sim_nics(world.vm(0))
     assert sorted(n["mac_address"] for n in on_vm) == sorted(r.mac for r in rows)
     # Serialised: each attach began after the one before it had found its NIC.
-    for before, after in zip(rows, rows[1:], strict=False):
+    for before, after in itertools.pairwise(rows):
         assert before.attached_at is not None and after.attach_started_at is not None
         assert before.attached_at <= after.attach_started_at
     attaches = [c for c in world.sim.calls()["calls"] if c["operation"] == ATTACH]

@@ -140,14 +140,15 @@ def test_a_leaked_nic_is_flagged_and_detached_after_grace_when_the_account_allow
 
 
 def test_a_leaked_nic_waits_for_a_person_when_the_account_does_not_allow(
-    world: World, django_user_model  # type: ignore[no-untyped-def]
+    world: World,
+    django_user_model,  # type: ignore[no-untyped-def]
 ) -> None:
     Account.objects.filter(pk=world.account.pk).update(orphan_auto_release=False)
     mac = _leak(world)
     reclaim(world)
     assert reclaim(world, after=GRACE * 3).leaks_detached == []
     assert len(world.sim_nics(world.vm(0))) == 1
-    person = django_user_model.objects.create_superuser("root", password="x")  # noqa: S106
+    person = django_user_model.objects.create_superuser("root", password="x")
     leaked_nic_detach_request(nic=LeakedNic.objects.get(), actor=person, reason="not ours")
     assert reclaim(world, after=GRACE * 3).leaks_detached == [mac]
     event = AuditEvent.objects.get(action="sriov.leaked_nic_detach")
