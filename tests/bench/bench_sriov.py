@@ -24,6 +24,7 @@ Prints a table, then one JSON line with every figure.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -133,7 +134,7 @@ def overlaps() -> int:
         per_vm[row.vm_id].append(row)
     found = 0
     for rows in per_vm.values():
-        for before, after in zip(rows, rows[1:], strict=False):
+        for before, after in itertools.pairwise(rows):
             if after.attach_started_at < before.attached_at:  # type: ignore[operator]
                 found += 1
     return found
