@@ -38,11 +38,20 @@ def plugin_zip() -> bytes:
     package = Path(pyroute2.__file__).resolve().parent
     with tempfile.TemporaryDirectory() as folder:
         target = Path(folder) / "plugin.pyz"
+        entries = [
+            ("__main__.py", b"from capvco_sriov_plugin import main\nmain()\n"),
+            ("capvco_sriov_plugin.py", (here / "plugin.py").read_bytes()),
+            *(
+                (f"pyroute2/{file.relative_to(package)}", file.read_bytes())
+                for file in sorted(package.rglob("*.py"))
+            ),
+        ]
         with zipfile.ZipFile(target, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-            archive.writestr("__main__.py", "from capvco_sriov_plugin import main\nmain()\n")
-            archive.write(here / "plugin.py", "capvco_sriov_plugin.py")
-            for file in sorted(package.rglob("*.py")):
-                archive.write(file, f"pyroute2/{file.relative_to(package)}")
+            for name, content in entries:
+                # A fixed date: the same sources make the same file, which is not rewritten.
+                info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+                info.compress_type = zipfile.ZIP_DEFLATED
+                archive.writestr(info, content)
         return b"#!/usr/bin/env python3\n" + target.read_bytes()
 
 
