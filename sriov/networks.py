@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from capvco_web.integrations import whitesky as ws
@@ -35,12 +36,18 @@ def external_networks_mirror(
         }
         row = existing.pop(network.external_network_id, None)
         if row is None:
-            row = ExternalNetwork.objects.create(
-                location=location,
-                network_id=network.external_network_id,
-                last_seen_at=now,
-                **data,
-            )
+            try:
+                with transaction.atomic():
+                    row = ExternalNetwork.objects.create(
+                        location=location,
+                        network_id=network.external_network_id,
+                        last_seen_at=now,
+                        **data,
+                    )
+            except IntegrityError:  # mirrored by a concurrent request a moment ago
+                row = ExternalNetwork.objects.get(
+                    location=location, network_id=network.external_network_id
+                )
         elif changed := fields_assign(row, data):
             row.last_seen_at = now
             row.save(update_fields=[*changed, "last_seen_at"])
