@@ -230,6 +230,8 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+    # Several models have a `state`; each set of choices gets a name of its own.
+    "ENUM_NAME_OVERRIDES": {"PodNicStateEnum": "sriov.models.PodNic.State"},
 }
 
 # Celery. Tasks are idempotent: they are acknowledged after they ran and redelivered
