@@ -78,6 +78,12 @@ class SriovConfig(models.Model):
         validators=[MinValueValidator(MIN_MTU), MaxValueValidator(MAX_MTU)],
         help_text="The MTU the CNI plugin sets on a pod's NIC.",
     )
+    install_node_side = models.BooleanField(
+        default=False,
+        help_text="The SR-IOV add-on: when an agent token is made, the control plane applies "
+        "the node manifests (Secret, DaemonSet, NetworkAttachmentDefinition) to the cluster "
+        "itself; its kubeconfig must then be allowed to create and replace them.",
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -218,8 +224,7 @@ class LeakedNic(models.Model):
     network_id = models.BigIntegerField()
     mac = models.CharField(max_length=17)
     ip = models.GenericIPAddressField(null=True, blank=True)
-    leaked_since = models.DateTimeField()
-    last_seen_at = models.DateTimeField()
+    leaked_since = models.DateTimeField(help_text="When a listing first showed it unowned")
     detach_requested_at = models.DateTimeField(null=True, blank=True)
     detach_requested_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"

@@ -220,7 +220,6 @@ def _vm_leaks(
                 mac=mac,
                 ip=nic.ip or None,
                 leaked_since=now,
-                last_seen_at=now,
             )
             result.leaked.append(str(row))
             audit_record(

@@ -16,7 +16,7 @@ from capvco_web.permissions import Actor, permission_require
 from clusters.models import Cluster
 from sriov.models import LeakedNic, SriovConfig
 
-_SETTABLE = ("enabled", "external_network", "credential", "mtu")
+_SETTABLE = ("enabled", "external_network", "credential", "mtu", "install_node_side")
 
 
 def sriov_config_of(cluster: Cluster) -> SriovConfig:

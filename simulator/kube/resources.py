@@ -101,12 +101,18 @@ CONFIGMAPS = ResourceType(
     "", "v1", "configmaps", "ConfigMap", namespaced=True, status_subresource=False,
     short_names=("cm",),
 )  # fmt: skip
+SECRETS = ResourceType("", "v1", "secrets", "Secret", namespaced=True, status_subresource=False)
+DAEMONSETS = ResourceType(
+    "apps", "v1", "daemonsets", "DaemonSet", namespaced=True, short_names=("ds",)
+)
 CRDS = ResourceType(
     "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition",
     namespaced=False, short_names=("crd",),
 )  # fmt: skip
 
-BUILTIN: tuple[ResourceType, ...] = (NODES, PODS, NAMESPACES, CONFIGMAPS, CRDS)
+BUILTIN: tuple[ResourceType, ...] = (
+    NODES, PODS, NAMESPACES, CONFIGMAPS, SECRETS, DAEMONSETS, CRDS,
+)  # fmt: skip
 
 
 def custom_type(

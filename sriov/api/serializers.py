@@ -35,7 +35,7 @@ class LeakedNicSerializer(serializers.ModelSerializer[LeakedNic]):
         model = LeakedNic
         fields = [
             "id", "cluster", "cluster_name", "location", "location_name", "cloudspace_id",
-            "vm_id", "network_id", "mac", "ip", "leaked_since", "last_seen_at",
+            "vm_id", "network_id", "mac", "ip", "leaked_since",
             "detach_requested_at", "detach_requested_by", "detach_reason", "failure",
         ]  # fmt: skip
         read_only_fields = fields
@@ -102,6 +102,7 @@ class SriovStatusSerializer(serializers.Serializer[Any]):
     has_credential = serializers.BooleanField()
     credential_set_at = serializers.DateTimeField(allow_null=True)
     mtu = serializers.IntegerField()
+    install_node_side = serializers.BooleanField()
     agent_tokens = AgentTokenInfoSerializer(many=True)
 
 
@@ -117,6 +118,11 @@ class SriovSetSerializer(serializers.Serializer[Any]):
         "kept). Never the account's own credential.",
     )
     mtu = serializers.IntegerField(min_value=MIN_MTU, max_value=MAX_MTU, required=False)
+    install_node_side = serializers.BooleanField(
+        required=False,
+        help_text="The SR-IOV add-on: apply the node manifests to the cluster when a token "
+        "is made.",
+    )
     reason = serializers.CharField(max_length=1000, required=False, allow_blank=True)
 
 
@@ -134,6 +140,10 @@ class TokenMadeSerializer(serializers.Serializer[Any]):
     token = serializers.CharField(help_text="Shown this once: it is kept only as a hash.")
     prefix = serializers.CharField()
     manifests = serializers.CharField(help_text="The node manifests, with this token in.")
+    applied = serializers.BooleanField(
+        help_text="Whether the control plane applied them to the cluster (install_node_side)."
+    )
+    apply_error = serializers.CharField(allow_blank=True)
 
 
 class DetachRequestSerializer(serializers.Serializer[Any]):

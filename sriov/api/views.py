@@ -34,6 +34,7 @@ from sriov.api.serializers import (
 )
 from sriov.manifests import manifests_yaml, sriov_manifests
 from sriov.models import AGENT_TOKEN_PREFIX, AgentToken, ExternalNetwork, LeakedNic, PodNic
+from sriov.node_side import node_side_apply
 from sriov.selectors import network_address_use, vm_queues
 from sriov.services import leaked_nic_detach_request, sriov_config_of, sriov_config_set
 from sriov.tokens import agent_token_rotate
@@ -47,6 +48,7 @@ class SriovStatus:
     has_credential: bool
     credential_set_at: datetime | None
     mtu: int
+    install_node_side: bool
     agent_tokens: list[AgentToken]
 
 
@@ -59,6 +61,7 @@ def _status(cluster: Cluster) -> SriovStatus:
         has_credential=config.has_credential,
         credential_set_at=config.credential_set_at,
         mtu=config.mtu,
+        install_node_side=config.install_node_side,
         agent_tokens=list(AgentToken.objects.filter(cluster=cluster)),
     )
 
@@ -108,7 +111,8 @@ class SriovClusterViewSet(
     def agent_token(self, request: Request, pk: str | None = None) -> Response:
         """Make the cluster's new agent token and retire the others (at once, or after
         `overlap_seconds`). The token is in this answer only, with the node manifests that
-        carry it. Admins only. Audited."""
+        carry it; with the SR-IOV add-on on (`install_node_side`) they are applied to the
+        cluster too. Admins only. Audited."""
         cluster = self.get_object()
         asked = TokenRotateSerializer(data=request.data)
         asked.is_valid(raise_exception=True)
@@ -118,10 +122,15 @@ class SriovClusterViewSet(
             overlap=timedelta(seconds=asked.validated_data["overlap_seconds"]),
             reason=asked.validated_data.get("reason", ""),
         )
-        manifests = manifests_yaml(
-            sriov_manifests(cluster=cluster, agent_url=agent_url(request), token=raw)
-        )
+        objects = sriov_manifests(cluster=cluster, agent_url=agent_url(request), token=raw)
+        applied, apply_error = False, ""
+        if sriov_config_of(cluster).install_node_side:
+            apply_error = node_side_apply(cluster=cluster, objects=objects, actor=request.user)
+            applied = not apply_error
+        manifests = manifests_yaml(objects)
         body = {
+            "applied": applied,
+            "apply_error": apply_error,
             "token": raw,
             "prefix": f"{AGENT_TOKEN_PREFIX}{token.key_id}",
             "manifests": manifests,

@@ -174,3 +174,25 @@ def test_add_while_sriov_is_disabled_is_refused(world: World, client: Client) ->
     )
     assert response.status_code == 409
     assert "not enabled" in response.json()["detail"]
+
+
+def test_a_rotation_with_overlap_keeps_the_old_token_until_then(
+    world: World, client: Client
+) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from sriov.models import AgentToken
+
+    world.pod("web")
+    old = world.agent_token
+    _, new = agent_token_rotate(cluster=world.cluster, actor="test", overlap=timedelta(hours=1))
+    ok = agent(client, old).post(URL, add_body(world, "web"), content_type="application/json")
+    assert ok.status_code == 200
+    AgentToken.objects.filter(expires_at__isnull=False).update(
+        expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    expired = agent(client, old).get(f"{URL}{world.uid('web')}/")
+    assert expired.status_code == 401 and "retired" in expired.json()["detail"]
+    assert agent(client, new).get(f"{URL}{world.uid('web')}/").status_code == 200

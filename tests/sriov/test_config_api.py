@@ -122,3 +122,54 @@ def test_nics_and_queues_are_seen_only_within_ones_accounts(world: World, client
     nic = PodNic.objects.get()
     assert client.get(f"/api/v1/sriov/nics/{nic.pk}/").status_code == 404
     assert client.get(url(world)).status_code == 404
+
+
+def test_with_the_addon_on_a_new_token_is_applied_to_the_cluster(
+    world: World, client: Client
+) -> None:
+    import requests
+
+    world.kube.register(
+        "demo",
+        group="k8s.cni.cncf.io",
+        version="v1",
+        plural="network-attachment-definitions",
+        kind="NetworkAttachmentDefinition",
+        namespaced=True,
+    )
+    as_role(client, world, "admin")
+    assert put(client, url(world), {"install_node_side": True}).json()["install_node_side"]
+    for _ in range(2):  # made, then replaced
+        made = client.post(url(world, "agent-token/"), {"reason": "install"})
+        assert made.status_code == 201
+        assert (made.json()["applied"], made.json()["apply_error"]) == (True, "")
+    headers = {"Authorization": f"Bearer {world.kube_token}"}
+    secret = requests.get(
+        f"{world.kube_server}/api/v1/namespaces/kube-system/secrets/capvco-sriov-agent",
+        headers=headers,
+        timeout=5,
+    ).json()
+    assert secret["stringData"]["token"] == made.json()["token"]
+    daemonset = requests.get(
+        f"{world.kube_server}/apis/apps/v1/namespaces/kube-system/daemonsets/"
+        "capvco-sriov-installer",
+        headers=headers,
+        timeout=5,
+    )
+    assert daemonset.status_code == 200
+    event = AuditEvent.objects.filter(action="sriov.node_side_apply").latest("pk")
+    assert event.after["applied"] is True
+    assert made.json()["token"] not in str(event.after)
+
+
+def test_an_apply_that_fails_says_so_and_the_token_is_still_made(
+    world: World, client: Client
+) -> None:
+    as_role(client, world, "admin")
+    put(client, url(world), {"install_node_side": True})
+    world.kube.fault(operation="*", status=403)
+    made = client.post(url(world, "agent-token/"), {"reason": "install"})
+    assert made.status_code == 201
+    assert made.json()["applied"] is False
+    assert "403" in made.json()["apply_error"] or "orbidden" in made.json()["apply_error"]
+    assert made.json()["token"] in made.json()["manifests"]

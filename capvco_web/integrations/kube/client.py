@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import urllib3.exceptions
-from kubernetes.client import ApiClient, Configuration, CoreV1Api, CustomObjectsApi
+from kubernetes.client import ApiClient, AppsV1Api, Configuration, CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 from kubernetes.config.kube_config import new_client_from_config_dict
@@ -69,6 +69,7 @@ class KubeClient:
         self.page_size = page_size
         self._api = _api_client(kubeconfig)
         self._core = CoreV1Api(self._api)
+        self._apps = AppsV1Api(self._api)
         self._custom = CustomObjectsApi(self._api)
 
     @classmethod
@@ -132,6 +133,54 @@ class KubeClient:
             ),
             _as_mapping,
         )
+
+    # --- writes ---------------------------------------------------------------------------
+
+    def apply(self, obj: Mapping[str, Any]) -> None:
+        """Create the object, or replace it when it exists: a Secret, a DaemonSet, or a
+        namespaced custom object (its plural by `plural_of`)."""
+        kind = str(obj.get("kind") or "")
+        meta = _as_mapping(obj.get("metadata") or {})
+        name, namespace = str(meta.get("name") or ""), str(meta.get("namespace") or "")
+        if not name or not namespace:
+            raise BadRequest(f"{kind or 'an object'} without a name and namespace")
+        body: Any = dict(obj)  # the API takes the JSON as is
+        timeout = self.timeout
+        group, _, version = str(obj.get("apiVersion") or "").rpartition("/")
+        plural = plural_of(kind)
+
+        def create() -> Any:
+            if kind == "Secret":
+                return self._core.create_namespaced_secret(
+                    namespace, body, _preload_content=False, _request_timeout=timeout
+                )
+            if kind == "DaemonSet":
+                return self._apps.create_namespaced_daemon_set(
+                    namespace, body, _preload_content=False, _request_timeout=timeout
+                )
+            return self._custom.create_namespaced_custom_object(
+                group, version, namespace, plural, body,
+                _preload_content=False, _request_timeout=timeout,
+            )  # fmt: skip
+
+        def replace() -> Any:
+            if kind == "Secret":
+                return self._core.replace_namespaced_secret(
+                    name, namespace, body, _preload_content=False, _request_timeout=timeout
+                )
+            if kind == "DaemonSet":
+                return self._apps.replace_namespaced_daemon_set(
+                    name, namespace, body, _preload_content=False, _request_timeout=timeout
+                )
+            return self._custom.replace_namespaced_custom_object(
+                group, version, namespace, plural, name, body,
+                _preload_content=False, _request_timeout=timeout,
+            )  # fmt: skip
+
+        try:
+            self._send(f"create {kind}", create)
+        except Conflict:
+            self._send(f"replace {kind}", replace)
 
     # --- single objects -------------------------------------------------------------------
 
@@ -214,6 +263,14 @@ class KubeClient:
         if not isinstance(payload, dict):
             raise UnexpectedResponse("an answer that is not a JSON object", operation=operation)
         return payload
+
+
+def plural_of(kind: str) -> str:
+    """The plural of a custom kind as its CRD names it by convention (lowercase, +s;
+    `NetworkAttachmentDefinition` is `network-attachment-definitions`)."""
+    if kind == "NetworkAttachmentDefinition":
+        return "network-attachment-definitions"
+    return kind.lower() + "s"
 
 
 def _as_mapping(value: Any) -> Mapping[str, Any]:
