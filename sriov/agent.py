@@ -41,6 +41,7 @@ from sriov.placement import (
     Placement,
     Refused,
     WrongCluster,
+    WrongNode,
     node_placement,
     pod_check,
 )
@@ -184,8 +185,9 @@ def pod_nic_add(
     existing = PodNic.objects.filter(cluster=cluster, pod_uid=pod_uid).exclude(state=State.RELEASED)
     row = existing.first()
     if row is not None and row.node_name != node_name:
-        raise Refused(
-            f"Pod {namespace}/{pod_name} has its NIC on node {row.node_name}, not {node_name}."
+        raise WrongNode(
+            f"Pod {namespace}/{pod_name} has its NIC on node {row.node_name}, not on "
+            f"{node_name}: a node asks only for its own pods."
         )
     if row is not None and row.state == State.ATTACHED:
         return row

@@ -30,3 +30,24 @@ def test_nic_calls_are_made_with_the_sriov_credential_only(world: World) -> None
         "detachExternalNetworksVirtualMachine",
     }
     assert {c["subject"] for c in world.sim.calls()["calls"]} == {SRIOV_SUBJECT}
+
+
+def test_the_mirror_answers_for_known_pods_and_kubernetes_for_new_ones(world: World) -> None:
+    import pytest
+
+    from clusters.kube import kube_client
+    from clusters.kube_observe import cluster_kube_observe
+    from sriov.placement import CannotConfirm, WrongNode
+
+    world.pod("known")
+    with kube_client(world.cluster) as client:
+        assert cluster_kube_observe(client=client, cluster=world.cluster).complete
+    world.pod("new")
+    world.kube.fault(operation="*", status=503)
+    assert world.add("known").state == PodNic.State.ATTACHED  # no Kubernetes call needed
+    with pytest.raises(CannotConfirm) as unsure:
+        world.add("new")
+    assert unsure.value.status == 503 and "Cannot confirm pod default/new" in unsure.value.message
+    with pytest.raises(WrongNode):
+        world.add("known", node=1)
+    assert PodNic.objects.count() == 1
