@@ -65,6 +65,15 @@ def test_manifests_hold_a_daemonset_secret_and_attachment(world: World) -> None:
     assert config["agentUrl"] == "https://cp.example/api/v1/sriov/agent/"
 
 
+def test_the_secret_and_daemonset_pass_the_kubernetes_schemas(world: World) -> None:
+    import kubernetes_validate
+
+    objects = sriov_manifests(cluster=world.cluster, agent_url="https://cp.example/a/")
+    for document in objects[:2]:  # the attachment is a custom kind (Multus' CRD)
+        kubernetes_validate.validate(document, "1.30.0", strict=True)
+        kubernetes_validate.validate(document, kubernetes_validate.latest_version(), strict=True)
+
+
 def test_the_installer_puts_a_runnable_plugin_and_the_token_in_place(tmp_path: Path) -> None:
     token = tmp_path / "secret-token"
     token.write_text("cvsriov_abc_def\n")
