@@ -7,6 +7,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 import requests
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from capvco_web.models import AuditEvent
@@ -163,11 +165,14 @@ def test_nics_owned_by_pods_are_not_leaks(world: World) -> None:
     assert LeakedNic.objects.count() == 0
 
 
-def test_a_second_pass_over_nothing_changed_writes_nothing_to_whitesky(world: World) -> None:
+def test_a_second_pass_over_nothing_changed_writes_nothing(world: World) -> None:
     world.pod("web")
     world.add("web")
     observe(world)
     reclaim(world)
     world.sim.clear_calls()
-    reclaim(world)
+    with CaptureQueriesContext(connection) as queries:
+        reclaim(world)
     assert world.sim.calls()["writes"] == 0
+    writes = [q["sql"] for q in queries if q["sql"].split()[0] in ("INSERT", "UPDATE", "DELETE")]
+    assert writes == []
