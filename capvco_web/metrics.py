@@ -195,6 +195,12 @@ def _counters() -> Iterator[Metric]:
             "NIC attaches and detaches, by outcome (ok, refused by whitesky, error)",
             ["action", "outcome"],
         ),
+        (
+            "capvco_kube_writes",
+            "Writes to workload clusters: node_labels (patched, error), gpu_addon "
+            "(created, replaced, removed, error)",
+            ["what", "outcome"],
+        ),
     ):
         family = CounterMetricFamily(name, help_text, labels=labels)
         try:

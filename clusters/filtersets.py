@@ -1,7 +1,9 @@
 from __future__ import annotations
 
 import django_filters
+from django.db.models import QuerySet
 
+from capvco_web.integrations.kube import GPU_TYPE_LABEL
 from clusters.models import KubeNode, KubePod, Machine
 
 
@@ -19,9 +21,16 @@ class KubeNodeFilterSet(django_filters.FilterSet):
         field_name="unowned_since", lookup_expr="isnull", exclude=True
     )
 
+    gpu_type = django_filters.CharFilter(
+        method="_gpu_type", help_text="Its capvco.io/gpu-type label, e.g. nvidia-a100"
+    )
+
     class Meta:
         model = KubeNode
-        fields = ["cluster", "machine", "ready", "unowned"]
+        fields = ["cluster", "machine", "ready", "unowned", "gpus_missing", "gpu_type"]
+
+    def _gpu_type(self, queryset: QuerySet[KubeNode], name: str, value: str) -> QuerySet[KubeNode]:
+        return queryset.filter(**{f"labels__{GPU_TYPE_LABEL}": value})
 
 
 class KubePodFilterSet(django_filters.FilterSet):

@@ -18,7 +18,7 @@ from capvco_web.models import AuditEvent
 from sriov.cni.install import install
 from sriov.manifests import sriov_manifests
 from sriov.models import PodNic, SriovConfig
-from tests.kube_sim import KubeSimulator
+from tests.kube_sim import KubeSimulator, node_object
 from tests.sriov.support import World, world_build
 from tests.whitesky_sim import WhiteskySimulator
 
@@ -30,6 +30,14 @@ def test_the_demo_gives_pods_nics_through_the_agent_api(
 ) -> None:
     world = world_build(whitesky_sim, kube_sim)
     SriovConfig.objects.filter(cluster=world.cluster).delete()
+    # The demo's joiner names each node after its VM.
+    kube_sim.put(
+        "demo",
+        *[
+            node_object(machine.vm_name, provider_id=f"vco://{world.location.name}/{machine.vm_id}")
+            for machine in world.machines
+        ],
+    )
     out = io.StringIO()
     call_command(
         "demo_sriov",

@@ -7,7 +7,9 @@ go through `KubeClient._send`, which turns every failure into an error of `error
 
 Listings are read in pages (`limit` + `continue`) and their JSON is read as is
 (`_preload_content=False`): the client's own models refuse any object that lacks a field
-they require, and building them costs more than the request.
+they require, and building them costs more than the request. Writes (a node's labels,
+the GPU add-on's DaemonSet) send and read plain JSON too (`_request`): the typed
+methods would validate our bodies against the client's models first.
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ import json
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 import urllib3.exceptions
-from kubernetes.client import ApiClient, AppsV1Api, Configuration, CoreV1Api, CustomObjectsApi
+from kubernetes.client import ApiClient, Configuration, CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 from kubernetes.config.kube_config import new_client_from_config_dict
@@ -50,6 +53,8 @@ DEFAULT_TIMEOUT: TimeoutPair = (5.0, 30.0)
 DEFAULT_PAGE_SIZE = 500
 MAX_PAGES = 10_000
 _MAX_MESSAGE = 500
+MERGE_PATCH = "application/merge-patch+json"
+Json = Mapping[str, Any]
 
 
 class KubeClient:
@@ -69,7 +74,6 @@ class KubeClient:
         self.page_size = page_size
         self._api = _api_client(kubeconfig)
         self._core = CoreV1Api(self._api)
-        self._apps = AppsV1Api(self._api)
         self._custom = CustomObjectsApi(self._api)
 
     @classmethod
@@ -134,53 +138,72 @@ class KubeClient:
             _as_mapping,
         )
 
-    # --- writes ---------------------------------------------------------------------------
+    # --- writes --------------------------------------------------------------------------
 
-    def apply(self, obj: Mapping[str, Any]) -> None:
-        """Create the object, or replace it when it exists: a Secret, a DaemonSet, or a
-        namespaced custom object (its plural by `plural_of`)."""
+    def patch_node_labels(self, name: str, labels: Mapping[str, str | None]) -> Node:
+        """Set labels of a node (None removes one) with one merge patch; answers the node
+        as it is after the patch. A patch that sets what is there changes nothing."""
+        body = {"metadata": {"labels": dict(labels)}}
+        answer = self._send(
+            f"patch node {name}",
+            lambda: self._request(
+                "PATCH", f"/api/v1/nodes/{_segment(name)}", body=body, content_type=MERGE_PATCH
+            ),
+        )
+        return parse_node(answer)
+
+    def read_daemonset(self, namespace: str, name: str) -> Json | None:
+        """The DaemonSet as the API answers it; None when there is none of that name."""
+        try:
+            return self._send(
+                f"read daemonset {namespace}/{name}",
+                lambda: self._request("GET", _daemonset_path(namespace, name)),
+            )
+        except NotFound:
+            return None
+
+    def create_daemonset(self, namespace: str, body: Json) -> Json:
+        """Raises Conflict (`AlreadyExists`) when one of that name exists."""
+        name = str(body["metadata"]["name"])
+        return self._send(
+            f"create daemonset {namespace}/{name}",
+            lambda: self._request("POST", _daemonset_path(namespace), body=body),
+        )
+
+    def replace_daemonset(self, namespace: str, name: str, body: Json) -> Json:
+        """Replace it whole. With `metadata.resourceVersion` in the body, raises Conflict
+        when it changed since it was read."""
+        return self._send(
+            f"replace daemonset {namespace}/{name}",
+            lambda: self._request("PUT", _daemonset_path(namespace, name), body=body),
+        )
+
+    def delete_daemonset(self, namespace: str, name: str) -> None:
+        """Raises NotFound when there is none of that name."""
+        self._send(
+            f"delete daemonset {namespace}/{name}",
+            lambda: self._request("DELETE", _daemonset_path(namespace, name)),
+        )
+
+    def apply(self, obj: Json) -> None:
+        """Create a namespaced object, or replace it whole when one of that name exists
+        (any kind: its path from its apiVersion and `plural_of` its kind)."""
         kind = str(obj.get("kind") or "")
         meta = _as_mapping(obj.get("metadata") or {})
         name, namespace = str(meta.get("name") or ""), str(meta.get("namespace") or "")
-        if not name or not namespace:
-            raise BadRequest(f"{kind or 'an object'} without a name and namespace")
-        body: Any = dict(obj)  # the API takes the JSON as is
-        timeout = self.timeout
-        group, _, version = str(obj.get("apiVersion") or "").rpartition("/")
-        plural = plural_of(kind)
-
-        def create() -> Any:
-            if kind == "Secret":
-                return self._core.create_namespaced_secret(
-                    namespace, body, _preload_content=False, _request_timeout=timeout
-                )
-            if kind == "DaemonSet":
-                return self._apps.create_namespaced_daemon_set(
-                    namespace, body, _preload_content=False, _request_timeout=timeout
-                )
-            return self._custom.create_namespaced_custom_object(
-                group, version, namespace, plural, body,
-                _preload_content=False, _request_timeout=timeout,
-            )  # fmt: skip
-
-        def replace() -> Any:
-            if kind == "Secret":
-                return self._core.replace_namespaced_secret(
-                    name, namespace, body, _preload_content=False, _request_timeout=timeout
-                )
-            if kind == "DaemonSet":
-                return self._apps.replace_namespaced_daemon_set(
-                    name, namespace, body, _preload_content=False, _request_timeout=timeout
-                )
-            return self._custom.replace_namespaced_custom_object(
-                group, version, namespace, plural, name, body,
-                _preload_content=False, _request_timeout=timeout,
-            )  # fmt: skip
-
+        if not kind or not name or not namespace:
+            raise BadRequest("an object without a kind, name and namespace")
+        path = _namespaced_path(str(obj.get("apiVersion") or "v1"), namespace, plural_of(kind))
         try:
-            self._send(f"create {kind}", create)
+            self._send(
+                f"create {kind} {namespace}/{name}",
+                lambda: self._request("POST", path, body=obj),
+            )
         except Conflict:
-            self._send(f"replace {kind}", replace)
+            self._send(
+                f"replace {kind} {namespace}/{name}",
+                lambda: self._request("PUT", f"{path}/{_segment(name)}", body=obj),
+            )
 
     # --- single objects -------------------------------------------------------------------
 
@@ -188,9 +211,9 @@ class KubeClient:
         """One pod as the API server has it now; NotFound when there is none."""
         return parse_pod(
             self._send(
-                "get pods",
-                lambda: self._core.read_namespaced_pod(
-                    name, namespace, _preload_content=False, _request_timeout=self.timeout
+                f"get pod {namespace}/{name}",
+                lambda: self._request(
+                    "GET", f"{_namespaced_path('v1', namespace, 'pods')}/{_segment(name)}"
                 ),
             )
         )
@@ -199,12 +222,35 @@ class KubeClient:
         """One node as the API server has it now; NotFound when there is none."""
         return parse_node(
             self._send(
-                "get nodes",
-                lambda: self._core.read_node(
-                    name, _preload_content=False, _request_timeout=self.timeout
-                ),
+                f"get node {name}", lambda: self._request("GET", f"/api/v1/nodes/{_segment(name)}")
             )
         )
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Json | None = None,
+        content_type: str = "application/json",
+    ) -> Any:
+        """One call with a JSON body (or none), answered as the raw response; a status
+        other than 2xx raises ApiException as the typed methods do."""
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        request = self._api.param_serialize(
+            method=method,
+            resource_path=path,
+            header_params=headers,
+            body=dict(body) if body is not None else None,
+            auth_settings=["BearerToken"],
+        )
+        response = self._api.call_api(*request, _request_timeout=self.timeout)
+        response.read()  # type: ignore[no-untyped-call]
+        if not 200 <= response.status <= 299:
+            raise ApiException.from_response(http_resp=response, body=None, data=None)
+        return response
 
     def _list(
         self,
@@ -265,12 +311,25 @@ class KubeClient:
         return payload
 
 
+def _segment(name: str) -> str:
+    return quote(name, safe="")
+
+
 def plural_of(kind: str) -> str:
-    """The plural of a custom kind as its CRD names it by convention (lowercase, +s;
-    `NetworkAttachmentDefinition` is `network-attachment-definitions`)."""
-    if kind == "NetworkAttachmentDefinition":
+    """The resource name of a kind, as the API serves it (`Secret` → `secrets`)."""
+    if kind == "NetworkAttachmentDefinition":  # Multus' CRD names it with dashes
         return "network-attachment-definitions"
     return kind.lower() + "s"
+
+
+def _namespaced_path(api_version: str, namespace: str, plural: str) -> str:
+    root = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+    return f"{root}/namespaces/{_segment(namespace)}/{plural}"
+
+
+def _daemonset_path(namespace: str, name: str = "") -> str:
+    path = f"/apis/apps/v1/namespaces/{_segment(namespace)}/daemonsets"
+    return f"{path}/{_segment(name)}" if name else path
 
 
 def _as_mapping(value: Any) -> Mapping[str, Any]:

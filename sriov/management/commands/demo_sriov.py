@@ -1,9 +1,10 @@
-"""Give the demo cluster SR-IOV: a Kubernetes (the fake API server) with a node per running
-machine and a few pods, SR-IOV enabled with a demo credential of its own, and NICs for
-those pods asked for through the agent API, as the CNI plugin would.
+"""Give the demo cluster SR-IOV: a few pods in its Kubernetes (the fake API server, whose
+joiner makes each running VM a node), SR-IOV enabled with a demo credential of its own,
+and NICs for those pods asked for through the agent API, as the CNI plugin would.
 
 Only for `make run` (it takes its credential from the simulator's control API). Waits for
-the demo machines to run first; run again, it asks again (ADD is idempotent).
+the demo machines to run and their nodes to join first; run again, it asks again (ADD is
+idempotent).
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from django.core.management.base import BaseCommand, CommandError
 from clusters.kube import kube_client
 from clusters.kube_observe import cluster_kube_observe
 from clusters.models import Cluster, Machine
-from clusters.nodes import provider_id
 from gpus import naming
 from sriov.services import sriov_config_set
 from sriov.tokens import agent_token_rotate
@@ -43,11 +43,15 @@ class Command(BaseCommand):
         cluster = Cluster.objects.select_related("account").filter(name="demo").first()
         if cluster is None:
             raise CommandError("no demo cluster: run demo_seed first")
-        machines = self._running_machines(cluster, wait)
-        described = self._kube_cluster(kube.rstrip("/"))
-        Cluster.objects.filter(pk=cluster.pk).update(kubeconfig=described["yaml"])
-        cluster.refresh_from_db()
-        self._nodes_and_pods(kube.rstrip("/"), cluster, machines)
+        deadline = time.monotonic() + wait
+        machines = self._running_machines(cluster, deadline)
+        if not cluster.kubeconfig:
+            raise CommandError("the demo cluster has no kubeconfig: run demo_seed first")
+        root = kube.rstrip("/")
+        nodes = [
+            self._joined(root, naming.vm_name(cluster.name, m.name), deadline) for m in machines
+        ]
+        self._pods(root, nodes)
         with kube_client(cluster) as client:
             cluster_kube_observe(client=client, cluster=cluster)
         token = requests.post(
@@ -64,7 +68,7 @@ class Command(BaseCommand):
         session.headers["Authorization"] = f"Bearer {agent_token}"
         for index, (name, namespace) in enumerate(PODS):
             pod = self._pod(kube.rstrip("/"), namespace, name)
-            node = naming.vm_name(cluster.name, machines[index % len(machines)].name)
+            node = nodes[index % len(nodes)]
             answer = session.post(
                 f"{web.rstrip('/')}/api/v1/sriov/agent/nics/",
                 json={
@@ -83,8 +87,7 @@ class Command(BaseCommand):
             )
         self.stdout.write(self.style.SUCCESS(f"SR-IOV on for 'demo': {len(PODS)} pods have NICs."))
 
-    def _running_machines(self, cluster: Cluster, wait: float) -> list[Machine]:
-        deadline = time.monotonic() + wait
+    def _running_machines(self, cluster: Cluster, deadline: float) -> list[Machine]:
         while True:
             machines = list(
                 Machine.objects.filter(
@@ -97,35 +100,25 @@ class Command(BaseCommand):
             if machines:
                 return machines
             if time.monotonic() > deadline:
-                raise CommandError(f"no demo machine in {LOCATION} runs after {wait:.0f} s")
+                raise CommandError(f"no demo machine in {LOCATION} runs in time")
             time.sleep(3)
 
-    def _kube_cluster(self, kube: str) -> dict[str, Any]:
-        import yaml
-
-        made = requests.post(f"{kube}/_sim/clusters", json={"name": "demo"}, timeout=5)
-        if made.status_code == 409:
-            made = requests.get(f"{kube}/_sim/clusters/demo", timeout=5)
-        made.raise_for_status()
-        found = made.json()
-        return {"yaml": yaml.safe_dump(found["kubeconfig"]), **found}
-
-    def _nodes_and_pods(self, kube: str, cluster: Cluster, machines: list[Machine]) -> None:
-        nodes: list[dict[str, Any]] = []
-        for machine in machines:
-            assert machine.vm_id is not None
-            name = naming.vm_name(cluster.name, machine.name)
-            nodes.append(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Node",
-                    "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
-                    "spec": {
-                        "providerID": provider_id(machine.pool.site.location.name, machine.vm_id)
-                    },
-                    "status": {"conditions": [{"type": "Ready", "status": "True"}]},
-                }
+    def _joined(self, kube: str, node: str, deadline: float) -> str:
+        """Wait until the VM's node joined (the fake API server's joiner makes it)."""
+        info = requests.get(f"{kube}/_sim/clusters/demo", timeout=5).json()
+        while True:
+            found = requests.get(
+                f"{info['server']}/api/v1/nodes/{node}",
+                headers={"Authorization": f"Bearer {info['token']}"},
+                timeout=5,
             )
+            if found.status_code == 200:
+                return node
+            if time.monotonic() > deadline:
+                raise CommandError(f"node {node} did not join in time")
+            time.sleep(2)
+
+    def _pods(self, kube: str, nodes: list[str]) -> None:
         pods = [
             {
                 "apiVersion": "v1",
@@ -139,7 +132,7 @@ class Command(BaseCommand):
                     },
                 },
                 "spec": {
-                    "nodeName": nodes[index % len(nodes)]["metadata"]["name"],
+                    "nodeName": nodes[index % len(nodes)],
                     "containers": [{"name": "main", "image": "busybox"}],
                 },
                 "status": {"phase": "Running"},
@@ -147,7 +140,7 @@ class Command(BaseCommand):
             for index, (name, namespace) in enumerate(PODS)
         ]
         requests.post(
-            f"{kube}/_sim/clusters/demo/objects", json={"objects": nodes + pods}, timeout=10
+            f"{kube}/_sim/clusters/demo/objects", json={"objects": pods}, timeout=10
         ).raise_for_status()
 
     def _pod(self, kube: str, namespace: str, name: str) -> dict[str, Any]:

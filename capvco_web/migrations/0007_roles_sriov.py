@@ -31,7 +31,7 @@ def roles_sriov(apps: Any, schema_editor: Any) -> None:
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("capvco_web", "0004_roles_see_kubernetes"),
+        ("capvco_web", "0006_audit_events_by_account"),
         ("sriov", "0002_sriov_per_pod"),
     ]
 
