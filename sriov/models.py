@@ -73,6 +73,16 @@ class SriovConfig(models.Model):
         help_text="The JWT the NICs are attached and detached with; stored encrypted, never shown.",
     )
     credential_set_at = models.DateTimeField(null=True, blank=True, editable=False)
+    credential_source = models.CharField(
+        max_length=300,
+        blank=True,
+        editable=False,
+        help_text="Empty: given by an admin. Imported clusters: the Secret "
+        "<namespace>/<name> of the management cluster it is read from.",
+    )
+    credential_error = models.TextField(
+        blank=True, editable=False, help_text="Why the imported credential could not be read"
+    )
     mtu = models.PositiveIntegerField(
         default=1500,
         validators=[MinValueValidator(MIN_MTU), MaxValueValidator(MAX_MTU)],

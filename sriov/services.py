@@ -13,8 +13,19 @@ from django.utils import timezone
 
 from capvco_web.audit import audit_changes, audit_record
 from capvco_web.permissions import Actor, permission_require
-from clusters.models import Cluster
+from clusters.models import Cluster, MachinePool
+from clusters.services import IMPORT_ACTOR
 from sriov.models import LeakedNic, SriovConfig
+
+
+def credential_refs(cluster: Cluster) -> list[str]:
+    """The Secrets (`<namespace>/<name>`) an imported cluster's pools name for SR-IOV
+    (`spec.sriov.credentialSecretRef` of their VCOMachineTemplate)."""
+    if not cluster.imported_from:
+        return []
+    refs = MachinePool.objects.filter(cluster=cluster).exclude(capi_sriov_secret_ref="")
+    return sorted(set(refs.values_list("capi_sriov_secret_ref", flat=True)))
+
 
 _SETTABLE = ("enabled", "external_network", "credential", "mtu", "install_node_side")
 
@@ -65,9 +76,18 @@ def sriov_config_set(
     `credential`, `mtu`; a credential left out is kept). Needs the admin role. Enabling
     needs a credential of its own, the network and the cluster's kubeconfig. Audited."""
     permission_require(actor, "sriov.change_sriovconfig", cluster)
-    unknown = set(changes) - set(_SETTABLE)
+    settable = set(_SETTABLE) | ({"credential_source"} if actor == IMPORT_ACTOR else set())
+    unknown = set(changes) - settable
     if unknown:
         raise ValidationError({name: "Not a setting of SR-IOV." for name in sorted(unknown)})
+    if "credential" in changes and actor != IMPORT_ACTOR and (refs := credential_refs(cluster)):
+        raise ValidationError(
+            {
+                "credential": f"Cluster {cluster.name} is imported: its SR-IOV credential is "
+                f"read from the Secret {', '.join(refs)} of its management cluster; change it "
+                "there."
+            }
+        )
     with transaction.atomic():
         stored = SriovConfig.objects.select_for_update().filter(cluster=cluster).first()
         if stored is None:

@@ -101,6 +101,10 @@ class SriovStatusSerializer(serializers.Serializer[Any]):
     external_network = serializers.CharField()
     has_credential = serializers.BooleanField()
     credential_set_at = serializers.DateTimeField(allow_null=True)
+    credential_source = serializers.CharField(
+        help_text="Empty: given by an admin; imported clusters: the Secret it is read from"
+    )
+    credential_error = serializers.CharField()
     mtu = serializers.IntegerField()
     install_node_side = serializers.BooleanField()
     agent_tokens = AgentTokenInfoSerializer(many=True)

@@ -47,6 +47,8 @@ class SriovStatus:
     external_network: str
     has_credential: bool
     credential_set_at: datetime | None
+    credential_source: str
+    credential_error: str
     mtu: int
     install_node_side: bool
     agent_tokens: list[AgentToken]
@@ -60,6 +62,8 @@ def _status(cluster: Cluster) -> SriovStatus:
         external_network=config.external_network,
         has_credential=config.has_credential,
         credential_set_at=config.credential_set_at,
+        credential_source=config.credential_source,
+        credential_error=config.credential_error,
         mtu=config.mtu,
         install_node_side=config.install_node_side,
         agent_tokens=list(AgentToken.objects.filter(cluster=cluster)),

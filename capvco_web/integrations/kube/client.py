@@ -14,6 +14,7 @@ methods would validate our bodies against the client's models first.
 
 from __future__ import annotations
 
+import base64
 import functools
 import json
 import logging
@@ -217,6 +218,28 @@ class KubeClient:
                 ),
             )
         )
+
+    def get_secret_data(self, *, namespace: str, name: str) -> dict[str, str]:
+        """A Secret's keys and values, decoded (`data` as the API answers it; `stringData`
+        as a server that keeps it would); NotFound when there is none."""
+        answer = self._send(
+            f"get secret {namespace}/{name}",
+            lambda: self._request(
+                "GET", f"{_namespaced_path('v1', namespace, 'secrets')}/{_segment(name)}"
+            ),
+        )
+        found: dict[str, str] = {}
+        for key, value in _as_mapping(answer.get("stringData") or {}).items():
+            found[str(key)] = str(value)
+        for key, value in _as_mapping(answer.get("data") or {}).items():
+            try:
+                found[str(key)] = base64.b64decode(str(value), validate=True).decode()
+            except (ValueError, UnicodeDecodeError) as exc:
+                raise UnexpectedResponse(
+                    f"secret {namespace}/{name}: {key} is not base64 text",
+                    operation="get secret",
+                ) from exc
+        return found
 
     def get_node(self, *, name: str) -> Node:
         """One node as the API server has it now; NotFound when there is none."""
