@@ -176,3 +176,18 @@ def test_a_second_pass_over_nothing_changed_writes_nothing(world: World) -> None
     assert world.sim.calls()["writes"] == 0
     writes = [q["sql"] for q in queries if q["sql"].split()[0] in ("INSERT", "UPDATE", "DELETE")]
     assert writes == []
+
+
+def test_a_location_of_the_cluster_without_the_network_is_no_error(world: World) -> None:
+    from clusters.models import ClusterSite, Location
+
+    be = Location.objects.get(account=world.account, name="be-mac-dc01-001")
+    ClusterSite.objects.create(
+        cluster=world.cluster, location=be, cloudspace_id="cs-demo-be", image_id=21
+    )
+    result = reclaim(world)
+    assert result.errors == []
+    # Its networks are mirrored all the same (the address-use page lists them).
+    from sriov.models import ExternalNetwork
+
+    assert ExternalNetwork.objects.filter(location=be, name="sriov-be-mac").exists()
