@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -46,6 +46,9 @@ from sriov.placement import (
     pod_check,
 )
 from sriov.whitesky import NoCredential, sriov_whitesky_client
+
+if TYPE_CHECKING:
+    from capvco_web.integrations.kube.client import KubeClient
 
 logger = logging.getLogger(__name__)
 
@@ -89,8 +92,8 @@ class Clients:
 
 
 def _default_kube(cluster: Cluster) -> KubeClientFactory:
-    def make():  # type: ignore[no-untyped-def]
-        from clusters.kube import kube_client
+    def make() -> KubeClient:
+        from clusters.kube import kube_client  # imports the kubernetes package: only now
 
         return kube_client(cluster)
 
