@@ -12,7 +12,8 @@ with ``--vms`` running machines whose nodes joined, SR-IOV on, and calls the age
 over HTTP as the CNI plugin does:
 
 1. ``--serial`` ADDs one after the other, each for a pod scheduled a moment before (not
-   in the mirror yet: the agent asks Kubernetes), spread over the VMs; then their DELs;
+   in the mirror yet: the agent asks Kubernetes; the nodes are mirrored), spread over the
+   VMs; then their DELs;
 2. ``--concurrent`` ADDs at once, spread evenly over the VMs.
 
 Latency is the HTTP round trip. Checks: every ADD answered a NIC, NICs are distinct, the
@@ -47,6 +48,8 @@ import requests  # noqa: E402
 from django.db import connection  # noqa: E402
 from django.test.utils import setup_test_environment, teardown_test_environment  # noqa: E402
 
+from clusters.kube import kube_client  # noqa: E402
+from clusters.kube_observe import cluster_kube_observe  # noqa: E402
 from sriov.models import PodNic  # noqa: E402
 from tests.kube_sim import KubeSimulator  # noqa: E402
 from tests.sriov.support import World, world_build  # noqa: E402
@@ -222,6 +225,9 @@ def main() -> int:
     try:
         with WhiteskySimulator() as sim, KubeSimulator() as kube:
             world = world_build(sim, kube, vms=args.vms)
+            # The nodes joined long ago (mirrored); each pod is new (read from Kubernetes).
+            with kube_client(world.cluster) as client:
+                cluster_kube_observe(client=client, cluster=world.cluster)
             server = Gunicorn(workers=args.workers, threads=args.threads)
             try:
                 summary = run(world, server.url, args)
