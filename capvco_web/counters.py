@@ -91,3 +91,20 @@ def whitesky_call_count(operation: str, status: str) -> None:
 
 def reconcile_step_count(action: str, outcome: str) -> None:
     count("reconcile_steps", action, outcome)
+
+
+# Attach latency, as a Prometheus histogram kept in counters: one count per bucket (upper
+# bounds in seconds, cumulative as Prometheus wants them), the count and the sum (in ms).
+SRIOV_ATTACH_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+def sriov_attach_observe(seconds: float) -> None:
+    """One NIC attach took `seconds` (from its turn on the VM to the NIC found)."""
+    for bound in SRIOV_ATTACH_BUCKETS:
+        if seconds <= bound:
+            count("sriov_attach_seconds_bucket", str(bound))
+    count("sriov_attach_seconds_bucket", "+Inf")
+    try:
+        counters().add("sriov_attach_seconds_sum_ms", (), round(seconds * 1000))
+    except (redis.RedisError, OSError) as exc:
+        logger.warning("metrics: sriov attach time not counted: %s", exc)

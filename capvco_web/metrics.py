@@ -23,13 +23,19 @@ from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from capvco_web.counters import counters
+from capvco_web.counters import SRIOV_ATTACH_BUCKETS, counters
 from clusters.models import Location, Machine
 from gpus.models import HOURS_PER_MONTH, GpuProfile, VgpuReservation
 from gpus.resolve import gpu_type_of
+from sriov.selectors import leaked_count, nic_state_counts, queue_lengths
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +49,9 @@ class ControlPlaneCollector(Collector):
         yield from _reservations()
         yield from _machines()
         yield from _observation_age()
+        yield from _sriov()
         yield from _counters()
+        yield from _sriov_attach_seconds()
 
 
 def _gpu_instances() -> Iterator[Metric]:
@@ -130,6 +138,46 @@ def _observation_age() -> Iterator[Metric]:
     yield family
 
 
+def _sriov() -> Iterator[Metric]:
+    nics = GaugeMetricFamily("capvco_sriov_nics", "Pod NICs per state", labels=["state"])
+    for state, n in nic_state_counts().items():
+        nics.add_metric([state], n)
+    yield nics
+    queues = GaugeMetricFamily(
+        "capvco_sriov_queue_length",
+        "NIC requests waiting for their VM's turn (VMs with none are left out)",
+        labels=["location", "vm_id"],
+    )
+    lengths = queue_lengths()
+    for (location, vm_id), n in sorted(lengths.items()):
+        queues.add_metric([location, str(vm_id)], n)
+    yield queues
+    yield GaugeMetricFamily(
+        "capvco_sriov_queued", "NIC requests waiting, over every VM", value=sum(lengths.values())
+    )
+    yield GaugeMetricFamily(
+        "capvco_sriov_leaked_nics", "NICs on SR-IOV networks that no pod owns", value=leaked_count()
+    )
+
+
+def _sriov_attach_seconds() -> Iterator[Metric]:
+    try:
+        buckets = counters().read("sriov_attach_seconds_bucket")
+        total_ms = sum(counters().read("sriov_attach_seconds_sum_ms").values())
+    except (redis.RedisError, OSError) as exc:
+        logger.warning("metrics: SR-IOV attach times unreadable: %s", exc)
+        return
+    by_bound = {label[0]: value for label, value in buckets.items() if label}
+    family = HistogramMetricFamily(
+        "capvco_sriov_attach_seconds",
+        "Time from a NIC's turn on its VM to the attached NIC found",
+        buckets=[(str(b), by_bound.get(str(b), 0)) for b in SRIOV_ATTACH_BUCKETS]
+        + [("+Inf", by_bound.get("+Inf", 0))],
+        sum_value=total_ms / 1000,
+    )
+    yield family
+
+
 def _counters() -> Iterator[Metric]:
     for name, help_text, labels in (
         (
@@ -140,6 +188,11 @@ def _counters() -> Iterator[Metric]:
         (
             "capvco_reconcile_steps",
             "Machine steps applied by the reconciler, by action and outcome",
+            ["action", "outcome"],
+        ),
+        (
+            "capvco_sriov_nic_changes",
+            "NIC attaches and detaches, by outcome (ok, refused by whitesky, error)",
             ["action", "outcome"],
         ),
         (

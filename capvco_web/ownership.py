@@ -24,6 +24,11 @@ ACCOUNT_PATHS: dict[str, str] = {
     "capvco_web.auditevent": "account",
     "gpus.gpuprofile": "location__account",
     "gpus.vgpureservation": "location__account",
+    "sriov.externalnetwork": "location__account",
+    "sriov.sriovconfig": "cluster__account",
+    "sriov.agenttoken": "cluster__account",
+    "sriov.podnic": "cluster__account",
+    "sriov.leakednic": "cluster__account",
 }
 
 

@@ -5,9 +5,10 @@ whose permissions say what the role may do in that account.
 
 * viewer: reads everything of the account;
 * operator: also scales pools, deletes machines (with teardown or by force) and clusters,
-  and releases vGPU reservations, each with a reason;
+  releases vGPU reservations and detaches leaked NICs, each with a reason;
 * admin: also changes and deletes the account (its URLs and credential), adds and changes
-  clusters, sites and pools (where they run), and manages the account's memberships.
+  clusters, sites and pools (where they run), manages the account's memberships, and
+  enables SR-IOV (its credential, network and agent tokens).
 
 Every object belongs to one account, reached through `ACCOUNT_PATHS`. A user sees the
 objects of the accounts they are a member of and nothing of the others: the API answers
@@ -63,6 +64,10 @@ _VIEW = frozenset(
         "capvco_web.view_auditevent",
         "gpus.view_gpuprofile",
         "gpus.view_vgpureservation",
+        "sriov.view_externalnetwork",
+        "sriov.view_sriovconfig",
+        "sriov.view_podnic",
+        "sriov.view_leakednic",
     }
 )
 _OPERATE = _VIEW | {
@@ -71,6 +76,7 @@ _OPERATE = _VIEW | {
     "clusters.force_delete_machine",
     "clusters.delete_cluster",
     "gpus.release_vgpureservation",
+    "sriov.detach_leakednic",
 }
 _ADMINISTER = _OPERATE | {
     "clusters.change_account",
@@ -86,6 +92,8 @@ _ADMINISTER = _OPERATE | {
     "clusters.add_membership",
     "clusters.change_membership",
     "clusters.delete_membership",
+    # SR-IOV: enable it, its credential and network, the agent tokens.
+    "sriov.change_sriovconfig",
 }
 # The permissions of each role's group, as the data migration created them; a test keeps
 # the two in step (a change here needs a migration there).

@@ -232,6 +232,8 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+    # Several models have a `state`; each set of choices gets a name of its own.
+    "ENUM_NAME_OVERRIDES": {"PodNicStateEnum": "sriov.models.PodNic.State"},
 }
 
 # Celery. Tasks are idempotent: they are acknowledged after they ran and redelivered
@@ -260,6 +262,7 @@ HEARTBEAT_INTERVAL = timedelta(seconds=env.float("HEARTBEAT_INTERVAL_SECONDS", d
 OBSERVE_INTERVAL = timedelta(seconds=env.float("OBSERVE_INTERVAL_SECONDS", default=30))
 RECONCILE_INTERVAL = timedelta(seconds=env.float("RECONCILE_INTERVAL_SECONDS", default=30))
 ORPHAN_SWEEP_INTERVAL = timedelta(seconds=env.float("ORPHAN_SWEEP_INTERVAL_SECONDS", default=60))
+SRIOV_RECLAIM_INTERVAL = timedelta(seconds=env.float("SRIOV_RECLAIM_INTERVAL_SECONDS", default=60))
 HISTORY_PRUNE_INTERVAL = timedelta(days=1)
 # Cloudspaces and images change seldom: the choices a new cluster is set up with.
 CATALOG_OBSERVE_INTERVAL = timedelta(
@@ -277,6 +280,7 @@ CELERY_BEAT_SCHEDULE = {
     "observe": _every("clusters.tasks.observe_all", OBSERVE_INTERVAL),
     "reconcile": _every("clusters.tasks.reconcile_all", RECONCILE_INTERVAL),
     "orphan-sweep": _every("clusters.tasks.orphan_sweep_all", ORPHAN_SWEEP_INTERVAL),
+    "sriov-reclaim": _every("sriov.tasks.sriov_reclaim_all", SRIOV_RECLAIM_INTERVAL),
     "history-prune": _every("capvco_web.tasks.history_prune", HISTORY_PRUNE_INTERVAL),
     "observe-catalog": _every("clusters.tasks.observe_catalog_all", CATALOG_OBSERVE_INTERVAL),
 }
@@ -325,6 +329,18 @@ GPU_ADVERTISE_TIMEOUT_SECONDS = env.float("GPU_ADVERTISE_TIMEOUT_SECONDS", defau
 GPU_DEVICE_PLUGIN_IMAGE = env.str(
     "GPU_DEVICE_PLUGIN_IMAGE", default="nvcr.io/nvidia/k8s-device-plugin:v0.17.0"
 )
+
+# SR-IOV NICs per pod (docs/guides/sriov.md). An ADD waits at most this long for its turn on
+# the VM (one attach at a time per VM), then answers 503 with its place in the queue.
+SRIOV_ATTACH_WAIT_SECONDS = env.float("SRIOV_ATTACH_WAIT_SECONDS", default=60)
+# A NIC whose pod is gone or finished (from complete pod listings), or a NIC nobody owns,
+# is detached once this long has passed since it was first seen so.
+SRIOV_RECLAIM_GRACE_SECONDS = env.float("SRIOV_RECLAIM_GRACE_SECONDS", default=300)
+# The agent API's address as the nodes reach it, written into the node manifests; empty:
+# the address the manifests were downloaded from.
+SRIOV_AGENT_URL = env.str("SRIOV_AGENT_URL", default="")
+# The image of the node DaemonSet that installs the CNI plugin (the control plane's own).
+SRIOV_AGENT_IMAGE = env.str("SRIOV_AGENT_IMAGE", default="capvco-web:latest")
 
 LOGGING = {
     "version": 1,

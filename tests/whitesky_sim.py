@@ -156,9 +156,12 @@ class WhiteskySimulator:
             )
         return response.json()
 
-    def token(self) -> str:
-        """A fresh valid JWT for the seeded customer."""
-        return str(self._control("GET", "token")["jwt"])
+    def token(self, subject: str | None = None) -> str:
+        """A fresh valid JWT for the seeded customer; `subject` names another holder, whose
+        calls the call log tells apart (`calls()["calls"][i]["subject"]`)."""
+        if subject is None:
+            return str(self._control("GET", "token")["jwt"])
+        return str(self._control("POST", "token", {"subject": subject})["jwt"])
 
     def reset(self, world: dict[str, Any] | None = None) -> None:
         """A fresh world (the starting one unless given); faults, calls, clock and config too."""

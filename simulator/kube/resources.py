@@ -102,6 +102,7 @@ CONFIGMAPS = ResourceType(
     "", "v1", "configmaps", "ConfigMap", namespaced=True, status_subresource=False,
     short_names=("cm",),
 )  # fmt: skip
+SECRETS = ResourceType("", "v1", "secrets", "Secret", namespaced=True, status_subresource=False)
 # A DaemonSet's status is the controller's: a create drops what it was sent with.
 DAEMONSETS = ResourceType(
     "apps", "v1", "daemonsets", "DaemonSet", namespaced=True,
@@ -112,7 +113,9 @@ CRDS = ResourceType(
     namespaced=False, short_names=("crd",),
 )  # fmt: skip
 
-BUILTIN: tuple[ResourceType, ...] = (NODES, PODS, NAMESPACES, CONFIGMAPS, DAEMONSETS, CRDS)
+BUILTIN: tuple[ResourceType, ...] = (
+    NODES, PODS, NAMESPACES, CONFIGMAPS, SECRETS, DAEMONSETS, CRDS,
+)  # fmt: skip
 
 
 def custom_type(

@@ -21,8 +21,15 @@ if TYPE_CHECKING:
 ControlHandler = Callable[["Simulator", Any], object]
 
 
-def _token(sim: Simulator, _body: Any) -> object:
-    token, expires_at = sim.issue_token()
+def _token(sim: Simulator, body: Any) -> object:
+    """GET: the seeded user's token. POST `{"subject": name}`: a token of another holder
+    (a second credential of the same customer, told apart in the call log)."""
+    subject = None
+    if body is not None:
+        subject = body.get("subject") if isinstance(body, dict) else None
+        if not isinstance(subject, str) or not subject.strip() or len(subject) > 100:
+            raise BadRequest('body must be {"subject": a name of 1 to 100 characters}')
+    token, expires_at = sim.issue_token(subject)
     return {
         "jwt": token,
         "customer_id": sim.world.tables.customer.customer_id,
@@ -129,7 +136,7 @@ def _seed(sim: Simulator, body: Any) -> object:
 
 
 CONTROL_ROUTES: dict[str, dict[str, ControlHandler]] = {
-    "/_sim/token": {"GET": _token},
+    "/_sim/token": {"GET": _token, "POST": _token},
     "/_sim/reset": {"POST": _reset},
     "/_sim/faults": {"POST": _add_fault, "GET": _list_faults, "DELETE": _clear_faults},
     "/_sim/clock": {"POST": _advance_clock, "GET": _get_clock},

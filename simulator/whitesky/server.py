@@ -180,10 +180,15 @@ class Simulator:
             return self.world.clock.now()
         return time.time()
 
-    def issue_token(self) -> tuple[str, int]:
+    def issue_token(self, subject: str | None = None) -> tuple[str, int]:
+        """A JWT for the seeded customer; `subject` names who holds it (default: the
+        seeded user). The call log says which subject made each call."""
         now = self.token_clock()
         token = issue_jwt(
-            self.secret, subject=self.world.tables.user.username, now=now, ttl=self.token_ttl
+            self.secret,
+            subject=subject or self.world.tables.user.username,
+            now=now,
+            ttl=self.token_ttl,
         )
         return token, int(now) + self.token_ttl
 
@@ -200,6 +205,8 @@ class Simulator:
 
     def handle_api(self, request: Request) -> Reply:
         operation: str | None = None
+        # The subject of the token that authenticated the call (None: none did).
+        caller: dict[str, str] = {}
         try:
             operation, handler, params = self.router.match(
                 request.method, request.path[len(API_PREFIX) :]
@@ -207,7 +214,7 @@ class Simulator:
         except SimError as exc:
             reply = Reply.error(exc)
         else:
-            reply = self._run_operation(operation, handler, params, request)
+            reply = self._faulted(operation, lambda: self._answer(handler, params, request, caller))
         with self.lock:
             self.calls.append(
                 {
@@ -216,14 +223,10 @@ class Simulator:
                     "path": request.path,
                     "query": request.query,
                     "status": None if reply.drop else reply.status,
+                    "subject": caller.get("subject"),
                 }
             )
         return reply
-
-    def _run_operation(
-        self, operation: str, handler: api.Handler, params: dict[str, str], request: Request
-    ) -> Reply:
-        return self._faulted(operation, lambda: self._answer(handler, params, request))
 
     def _faulted(self, operation: str, act: Callable[[], Reply]) -> Reply:
         """Run `act` under the fault a test set for `operation`: a delay, an error instead
@@ -241,11 +244,18 @@ class Simulator:
             return Reply(status=0, drop=True)
         return reply
 
-    def _answer(self, handler: api.Handler, params: dict[str, str], request: Request) -> Reply:
+    def _answer(
+        self,
+        handler: api.Handler,
+        params: dict[str, str],
+        request: Request,
+        caller: dict[str, str],
+    ) -> Reply:
         try:
             token = bearer_token(request.headers.get("Authorization"))
             with self.lock:
-                verify_jwt(self.secret, token, now=self.token_clock())
+                claims = verify_jwt(self.secret, token, now=self.token_clock())
+                caller["subject"] = str(claims["sub"])
                 call = api.Call(
                     world=self.world,
                     path=params,
@@ -275,8 +285,9 @@ class Simulator:
         try:
             token = bearer_token(request.headers.get("Authorization"))
             with self.lock:
-                verify_jwt(self.secret, token, now=self.token_clock())
-                new_token, _ = self.issue_token()
+                claims = verify_jwt(self.secret, token, now=self.token_clock())
+                # The new token is the same holder's.
+                new_token, _ = self.issue_token(str(claims["sub"]))
         except SimError as exc:
             return Reply.error(exc)
         return Reply(status=200, body=new_token.encode(), content_type="text/plain")

@@ -161,3 +161,23 @@ def test_a_restarted_simulator_refuses_tokens_of_the_previous_process(
     token = whitesky_sim.token()
     with WhiteskySimulator() as other:
         assert _me(other, f"Bearer {token}").status_code == 401
+
+
+def test_the_call_log_names_the_holder_of_each_calls_token(
+    whitesky_sim: WhiteskySimulator,
+) -> None:
+    other = whitesky_sim.token(subject="sriov-operator")
+    assert _claims(other)["sub"] == "sriov-operator"
+    _me(whitesky_sim, f"Bearer {whitesky_sim.token()}")
+    _me(whitesky_sim, f"Bearer {other}")
+    _me(whitesky_sim, None)
+    refreshed = _refresh(whitesky_sim, other).text
+    assert _claims(refreshed)["sub"] == "sriov-operator"  # a refresh keeps the holder
+    subjects = [call["subject"] for call in whitesky_sim.calls()["calls"]]
+    assert subjects == ["demo-user", "sriov-operator", None]
+
+
+def test_a_token_for_a_holder_needs_a_name(whitesky_sim: WhiteskySimulator) -> None:
+    response = requests.post(f"{whitesky_sim.base_url}/_sim/token", json={"subject": ""}, timeout=5)
+    assert response.status_code == 400
+    assert "subject" in response.json()["message"]

@@ -14,6 +14,7 @@ methods would validate our bodies against the client's models first.
 
 from __future__ import annotations
 
+import base64
 import functools
 import json
 import logging
@@ -185,6 +186,69 @@ class KubeClient:
             lambda: self._request("DELETE", _daemonset_path(namespace, name)),
         )
 
+    def apply(self, obj: Json) -> None:
+        """Create a namespaced object, or replace it whole when one of that name exists
+        (any kind: its path from its apiVersion and `plural_of` its kind)."""
+        kind = str(obj.get("kind") or "")
+        meta = _as_mapping(obj.get("metadata") or {})
+        name, namespace = str(meta.get("name") or ""), str(meta.get("namespace") or "")
+        if not kind or not name or not namespace:
+            raise BadRequest("an object without a kind, name and namespace")
+        path = _namespaced_path(str(obj.get("apiVersion") or "v1"), namespace, plural_of(kind))
+        try:
+            self._send(
+                f"create {kind} {namespace}/{name}",
+                lambda: self._request("POST", path, body=obj),
+            )
+        except Conflict:
+            self._send(
+                f"replace {kind} {namespace}/{name}",
+                lambda: self._request("PUT", f"{path}/{_segment(name)}", body=obj),
+            )
+
+    # --- single objects -------------------------------------------------------------------
+
+    def get_pod(self, *, namespace: str, name: str) -> Pod:
+        """One pod as the API server has it now; NotFound when there is none."""
+        return parse_pod(
+            self._send(
+                f"get pod {namespace}/{name}",
+                lambda: self._request(
+                    "GET", f"{_namespaced_path('v1', namespace, 'pods')}/{_segment(name)}"
+                ),
+            )
+        )
+
+    def get_secret_data(self, *, namespace: str, name: str) -> dict[str, str]:
+        """A Secret's keys and values, decoded (`data` as the API answers it; `stringData`
+        as a server that keeps it would); NotFound when there is none."""
+        answer = self._send(
+            f"get secret {namespace}/{name}",
+            lambda: self._request(
+                "GET", f"{_namespaced_path('v1', namespace, 'secrets')}/{_segment(name)}"
+            ),
+        )
+        found: dict[str, str] = {}
+        for key, value in _as_mapping(answer.get("stringData") or {}).items():
+            found[str(key)] = str(value)
+        for key, value in _as_mapping(answer.get("data") or {}).items():
+            try:
+                found[str(key)] = base64.b64decode(str(value), validate=True).decode()
+            except (ValueError, UnicodeDecodeError) as exc:
+                raise UnexpectedResponse(
+                    f"secret {namespace}/{name}: {key} is not base64 text",
+                    operation="get secret",
+                ) from exc
+        return found
+
+    def get_node(self, *, name: str) -> Node:
+        """One node as the API server has it now; NotFound when there is none."""
+        return parse_node(
+            self._send(
+                f"get node {name}", lambda: self._request("GET", f"/api/v1/nodes/{_segment(name)}")
+            )
+        )
+
     def _request(
         self,
         method: str,
@@ -272,6 +336,18 @@ class KubeClient:
 
 def _segment(name: str) -> str:
     return quote(name, safe="")
+
+
+def plural_of(kind: str) -> str:
+    """The resource name of a kind, as the API serves it (`Secret` → `secrets`)."""
+    if kind == "NetworkAttachmentDefinition":  # Multus' CRD names it with dashes
+        return "network-attachment-definitions"
+    return kind.lower() + "s"
+
+
+def _namespaced_path(api_version: str, namespace: str, plural: str) -> str:
+    root = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+    return f"{root}/namespaces/{_segment(namespace)}/{plural}"
 
 
 def _daemonset_path(namespace: str, name: str = "") -> str:

@@ -1,0 +1,548 @@
+"""A pod's NIC: attached when the CNI plugin asks (ADD), detached when it says the pod is
+gone (DEL) or when the reclaimer finds it so.
+
+* One attach or detach at a time per VM: the whitesky attach answers only `{success}`, so
+  the new NIC is the one the VM's listing gains, which two attaches at once would make
+  ambiguous. The turn is a lock per VM (`vm_turn`); the others wait, visible as
+  `requested` rows in the VM's queue, at most SRIOV_ATTACH_WAIT_SECONDS.
+* Recorded before acting: the row is `attaching` with the VM's MACs before the attach
+  (`macs_before`) before the attach is sent. An attach whose answer was lost is resolved
+  by listing the VM's NICs: the one NIC that is new since, on the network, that no other
+  row owns, is this pod's; none means it did not happen.
+* Every whitesky call is made with the cluster's SR-IOV credential, never the account's.
+* A refusal by whitesky (attach or detach on a running VM, where the platform refuses
+  that) is said in the answer and on the row; the VM is never stopped.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from capvco_web.audit import audit_record
+from capvco_web.counters import count, sriov_attach_observe
+from capvco_web.integrations import whitesky as ws
+from capvco_web.locks import object_lock
+from capvco_web.rows import model_update
+from clusters.models import Cluster
+from sriov.models import ExternalNetwork, PodNic, SriovConfig
+from sriov.networks import NetworkUnknown, network_resolve
+from sriov.placement import (
+    CannotConfirm,
+    KubeClientFactory,
+    Placement,
+    Refused,
+    WrongCluster,
+    WrongNode,
+    node_placement,
+    pod_check,
+)
+from sriov.whitesky import NoCredential, sriov_whitesky_client
+
+if TYPE_CHECKING:
+    from capvco_web.integrations.kube.client import KubeClient
+
+logger = logging.getLogger(__name__)
+
+State = PodNic.State
+AGENT = "sriov-agent"  # the actor of what the CNI plugin asks for
+_FAILURE_LIMIT = 1000
+
+
+class VmBusy(Refused):
+    """The VM's turn did not come within the wait: the caller tries again later."""
+
+    status = 503
+    code = "vm_busy"
+    retry_after = 2
+
+
+class WhiteskyRefused(Refused):
+    """whitesky refused the attach or detach (e.g. on a running VM); nothing was stopped."""
+
+    status = 409
+    code = "whitesky_refused"
+
+
+class WhiteskyFailed(Refused):
+    status = 503
+    code = "whitesky_unavailable"
+    retry_after = 5
+
+
+class NotEnabled(Refused):
+    code = "sriov_disabled"
+
+
+@dataclass(frozen=True)
+class Clients:
+    """How the agent reaches the outside: whitesky with the SR-IOV credential, and the
+    cluster's Kubernetes (made only when the mirror cannot answer)."""
+
+    whitesky: Callable[[SriovConfig], ws.WhiteskyClient] = sriov_whitesky_client
+    kube: Callable[[Cluster], KubeClientFactory] | None = None
+
+
+def _default_kube(cluster: Cluster) -> KubeClientFactory:
+    def make() -> KubeClient:
+        from clusters.kube import kube_client  # imports the kubernetes package: only now
+
+        return kube_client(cluster)
+
+    return make
+
+
+def vm_lock_name(location_id: int, vm_id: int) -> str:
+    return f"sriov-vm:{location_id}:{vm_id}"
+
+
+@contextmanager
+def vm_turn(
+    *,
+    location_id: int,
+    vm_id: int,
+    wait: float,
+    queue_position: Callable[[], int] | None = None,
+) -> Iterator[None]:
+    """Wait (at most `wait` seconds) for the VM's one attach/detach slot, hold it for the
+    block. Raises VmBusy, saying how many wait ahead, when the turn did not come."""
+    name = vm_lock_name(location_id, vm_id)
+    deadline = time.monotonic() + wait
+    delay = 0.01
+    while True:
+        with object_lock(name) as taken:
+            if taken:
+                yield
+                return
+        left = deadline - time.monotonic()
+        if left <= 0:
+            ahead = queue_position() if queue_position else 0
+            raise VmBusy(
+                f"VM {vm_id} attaches or detaches one NIC at a time; waited {wait:.0f} s and "
+                f"{ahead} request(s) are still ahead. Try again."
+            )
+        time.sleep(min(delay, left))
+        delay = min(delay * 1.5, 0.2)
+
+
+def _queue_ahead(row: PodNic) -> Callable[[], int]:
+    def ahead() -> int:
+        return (
+            PodNic.objects.filter(
+                location_id=row.location_id,
+                vm_id=row.vm_id,
+                state__in=[State.REQUESTED, State.ATTACHING, State.DETACHING],
+                requested_at__lt=row.requested_at,
+            )
+            .exclude(pk=row.pk)
+            .count()
+        )
+
+    return ahead
+
+
+def _config(cluster: Cluster) -> SriovConfig:
+    config = SriovConfig.objects.select_related("cluster__account").filter(cluster=cluster).first()
+    if config is None or not config.enabled:
+        raise NotEnabled(
+            f"SR-IOV is not enabled for cluster {cluster.name}: an admin enables it with a "
+            "credential and an external network."
+        )
+    return config
+
+
+def _whitesky(clients: Clients, config: SriovConfig) -> ws.WhiteskyClient:
+    try:
+        return clients.whitesky(config)
+    except NoCredential as exc:
+        raise NotEnabled(str(exc)) from exc
+
+
+# --- ADD ---------------------------------------------------------------------------------
+
+
+def pod_nic_add(
+    *,
+    cluster: Cluster,
+    pod_uid: str,
+    namespace: str,
+    pod_name: str,
+    node_name: str,
+    container_id: str = "",
+    clients: Clients | None = None,
+    wait: float | None = None,
+) -> PodNic:
+    """The pod's NIC, attached (ADD). A repeated ADD answers the same NIC. Raises Refused
+    (with the HTTP status that says why) when it cannot be had."""
+    clients = clients or Clients()
+    wait = settings.SRIOV_ATTACH_WAIT_SECONDS if wait is None else wait
+    config = _config(cluster)
+    existing = PodNic.objects.filter(cluster=cluster, pod_uid=pod_uid).exclude(state=State.RELEASED)
+    row = existing.first()
+    if row is not None and row.node_name != node_name:
+        raise WrongNode(
+            f"Pod {namespace}/{pod_name} has its NIC on node {row.node_name}, not on "
+            f"{node_name}: a node asks only for its own pods."
+        )
+    if row is not None and row.state == State.ATTACHED:
+        return row
+    if row is not None and row.state == State.DETACHING:
+        raise Refused(
+            f"The NIC of pod {namespace}/{pod_name} is being detached; ADD again once it is "
+            "released."
+        )
+    with _whitesky(clients, config) as client:
+        if row is None:
+            row = _first_request(
+                cluster=cluster,
+                config=config,
+                client=client,
+                kube=(clients.kube or _default_kube)(cluster),
+                pod_uid=pod_uid,
+                namespace=namespace,
+                pod_name=pod_name,
+                node_name=node_name,
+                container_id=container_id,
+            )
+            if row.state == State.ATTACHED:
+                return row
+        elif row.state == State.FAILED:
+            model_update(row, {"state": State.REQUESTED}, expect={"state": State.FAILED})
+        with vm_turn(
+            location_id=row.location_id,
+            vm_id=row.vm_id,
+            wait=wait,
+            queue_position=_queue_ahead(row),
+        ):
+            return _attach(row, client)
+
+
+def _first_request(
+    *,
+    cluster: Cluster,
+    config: SriovConfig,
+    client: ws.WhiteskyClient,
+    kube: KubeClientFactory,
+    pod_uid: str,
+    namespace: str,
+    pod_name: str,
+    node_name: str,
+    container_id: str,
+) -> PodNic:
+    """Check the pod and its node, then record its request (the row, `requested`)."""
+    other = PodNic.objects.filter(pod_uid=pod_uid).exclude(cluster=cluster).first()
+    if other is not None:
+        raise WrongCluster(
+            f"Pod {pod_uid} has a NIC in another cluster than {cluster.name}, whose agent "
+            "token this is."
+        )
+    pod_check(
+        cluster=cluster,
+        pod_uid=pod_uid,
+        namespace=namespace,
+        pod_name=pod_name,
+        node_name=node_name,
+        kube_client=kube,
+    )
+    placement = node_placement(cluster=cluster, node_name=node_name, kube_client=kube)
+    network = _network(config, placement, client)
+    return _requested(
+        cluster=cluster,
+        config=config,
+        placement=placement,
+        network=network,
+        pod_uid=pod_uid,
+        namespace=namespace,
+        pod_name=pod_name,
+        node_name=node_name,
+        container_id=container_id,
+    )
+
+
+def _network(
+    config: SriovConfig, placement: Placement, client: ws.WhiteskyClient
+) -> ExternalNetwork:
+    try:
+        return network_resolve(
+            client=client, location=placement.location, wanted=config.external_network
+        )
+    except NetworkUnknown as exc:
+        raise Refused(str(exc)) from exc
+    except ws.WhiteskyError as exc:
+        raise WhiteskyFailed(f"Cannot list the external networks: {exc}") from exc
+
+
+def _requested(
+    *,
+    cluster: Cluster,
+    config: SriovConfig,
+    placement: Placement,
+    network: ExternalNetwork,
+    pod_uid: str,
+    namespace: str,
+    pod_name: str,
+    node_name: str,
+    container_id: str,
+) -> PodNic:
+    """The pod's row, `requested`: made now, or the one a concurrent ADD made first."""
+    try:
+        with transaction.atomic():
+            return PodNic.objects.create(
+                cluster=cluster,
+                pod_uid=pod_uid,
+                namespace=namespace,
+                pod_name=pod_name,
+                node_name=node_name,
+                container_id=container_id[:128],
+                machine=placement.machine,
+                location=placement.location,
+                cloudspace_id=placement.cloudspace_id,
+                vm_id=placement.vm_id,
+                network_id=network.network_id,
+                network_name=network.name,
+                gateway=network.gateway,
+                prefix_len=network.prefix_len,
+                mtu=config.mtu,
+            )
+    except IntegrityError:
+        return PodNic.objects.exclude(state=State.RELEASED).get(cluster=cluster, pod_uid=pod_uid)
+
+
+def _owned_macs(row: PodNic) -> set[str]:
+    """MACs of the VM that other live rows own."""
+    return set(
+        PodNic.objects.filter(location_id=row.location_id, vm_id=row.vm_id)
+        .exclude(state=State.RELEASED)
+        .exclude(pk=row.pk)
+        .exclude(mac="")
+        .values_list("mac", flat=True)
+    )
+
+
+def _fail(row: PodNic, message: str) -> None:
+    model_update(row, {"state": State.FAILED, "failure": message[:_FAILURE_LIMIT]})
+
+
+def _found_after_attach(row: PodNic, client: ws.WhiteskyClient) -> ws.VmNic | None:
+    """The NIC an attach of this row made, from the VM's listing; None: it made none."""
+    nics = client.list_vm_nics(cloudspace_id=row.cloudspace_id, vm_id=row.vm_id)
+    owned = _owned_macs(row)
+    before = set(row.macs_before)
+    new = [
+        nic
+        for nic in nics
+        if nic.mac not in before and nic.mac not in owned and nic.network_id == row.network_id
+    ]
+    if len(new) > 1:
+        raise ws.UnexpectedResponse(
+            f"{len(new)} NICs appeared on VM {row.vm_id} since the attach of "
+            f"{row.namespace}/{row.pod_name} was sent; which one is its own cannot be told."
+        )
+    return new[0] if new else None
+
+
+def _attached(row: PodNic, nic: ws.VmNic, started: float | None) -> PodNic:
+    model_update(
+        row,
+        {
+            "state": State.ATTACHED,
+            "mac": nic.mac.lower(),
+            "ip": nic.ip,
+            "prefix_len": nic.prefix_len or row.prefix_len,
+            "attached_at": timezone.now(),
+            "failure": "",
+        },
+    )
+    if started is not None:
+        sriov_attach_observe(time.monotonic() - started)
+    count("sriov_nic_changes", "attach", "ok")
+    return row
+
+
+def _attach(row: PodNic, client: ws.WhiteskyClient) -> PodNic:
+    """Under the VM's turn: attach the row's NIC, or resolve an attach sent before."""
+    row.refresh_from_db()
+    if row.state == State.ATTACHED:
+        return row  # a concurrent ADD of the same pod got it
+    if row.state not in (State.REQUESTED, State.ATTACHING):
+        raise Refused(f"The NIC of {row.namespace}/{row.pod_name} is {row.state}.")
+    started = time.monotonic()
+    try:
+        if row.state == State.ATTACHING:
+            found = _found_after_attach(row, client)
+            if found is not None:
+                logger.info("sriov: attach of %s resolved to %s", row, found.mac)
+                return _attached(row, found, None)
+        before = client.list_vm_nics(cloudspace_id=row.cloudspace_id, vm_id=row.vm_id)
+        model_update(
+            row,
+            {
+                "state": State.ATTACHING,
+                "macs_before": sorted(nic.mac for nic in before),
+                "attach_started_at": timezone.now(),
+                "failure": "",
+            },
+        )
+        nic = client.attach_external_nic(
+            cloudspace_id=row.cloudspace_id,
+            vm_id=row.vm_id,
+            external_network_id=row.network_id,
+        )
+    except ws.Conflict as exc:
+        count("sriov_nic_changes", "attach", "refused")
+        message = (
+            f"whitesky refused to attach a NIC to VM {row.vm_id}: {exc}. The VM was left as "
+            "it is (running VMs are never stopped for a NIC)."
+        )
+        _fail(row, message)
+        raise WhiteskyRefused(message) from exc
+    except ws.WhiteskyError as exc:
+        count("sriov_nic_changes", "attach", "error")
+        if row.state == State.ATTACHING and exc.outcome_unknown:
+            # Stays attaching: the next ADD (or DEL) finds out from the VM's listing.
+            model_update(row, {"failure": f"attach outcome unknown: {exc}"[:_FAILURE_LIMIT]})
+        else:
+            _fail(row, f"attach failed: {exc}")
+        raise WhiteskyFailed(f"Attaching the NIC of {row.namespace}/{row.pod_name}: {exc}") from exc
+    return _attached(row, nic, started)
+
+
+# --- DEL ---------------------------------------------------------------------------------
+
+
+def pod_nic_delete(
+    *,
+    cluster: Cluster,
+    pod_uid: str,
+    clients: Clients | None = None,
+    wait: float | None = None,
+    reason: str = "CNI DEL",
+) -> PodNic | None:
+    """Detach and release the pod's NIC (DEL); None when it has none (a repeated DEL).
+    Raises Refused when it cannot be detached now."""
+    clients = clients or Clients()
+    wait = settings.SRIOV_ATTACH_WAIT_SECONDS if wait is None else wait
+    row = (
+        PodNic.objects.filter(cluster=cluster, pod_uid=pod_uid)
+        .exclude(state=State.RELEASED)
+        .first()
+    )
+    if row is None:
+        other = PodNic.objects.filter(pod_uid=pod_uid).exclude(cluster=cluster).first()
+        if other is not None and other.state != State.RELEASED:
+            raise WrongCluster(
+                f"Pod {pod_uid}'s NIC is in another cluster than {cluster.name}, whose agent "
+                "token this is."
+            )
+        return None
+    nic_release(row=row, clients=clients, wait=wait, actor=AGENT, reason=reason)
+    return row
+
+
+def nic_release(*, row: PodNic, clients: Clients, wait: float, actor: str, reason: str) -> None:
+    """Detach the row's NIC (whatever state the row is in) and mark it released. Audited."""
+    config = (
+        SriovConfig.objects.select_related("cluster__account")
+        .filter(cluster_id=row.cluster_id)
+        .first()
+    )
+    if config is None or not config.credential:
+        raise NotEnabled(f"Cluster {row.cluster_id} has no SR-IOV credential to detach with.")
+    model_update(row, {"detach_requested_at": row.detach_requested_at or timezone.now()})
+    with (
+        vm_turn(
+            location_id=row.location_id,
+            vm_id=row.vm_id,
+            wait=wait,
+            queue_position=_queue_ahead(row),
+        ),
+        _whitesky(clients, config) as client,
+    ):
+        _detach(row, client, actor=actor, reason=reason)
+
+
+def _released(row: PodNic, *, actor: str, reason: str, before: dict[str, Any]) -> None:
+    with transaction.atomic():
+        model_update(
+            row,
+            {
+                "state": State.RELEASED,
+                "released_at": timezone.now(),
+                "release_reason": reason[:300],
+                "failure": "",
+            },
+        )
+        audit_record(
+            actor=actor,
+            action="sriov.nic_release",
+            obj=row,
+            reason=reason,
+            before=before,
+            after={"state": State.RELEASED},
+        )
+    count("sriov_nic_changes", "detach", "ok")
+
+
+def _detach(row: PodNic, client: ws.WhiteskyClient, *, actor: str, reason: str) -> None:
+    row.refresh_from_db()
+    if row.state == State.RELEASED:
+        return
+    before = {"state": row.state, "mac": row.mac, "ip": row.ip, "vm_id": row.vm_id}
+    try:
+        sent = row.attach_started_at is not None  # macs_before may well be empty
+        if not row.mac and sent and row.state in (State.ATTACHING, State.FAILED):
+            found = _found_after_attach(row, client)  # an attach whose answer was lost
+            if found is not None:
+                _attached(row, found, None)
+        if not row.mac:
+            # Never attached (still queued, refused, or the attach did not happen).
+            _released(row, actor=actor, reason=reason, before=before)
+            return
+        model_update(row, {"state": State.DETACHING})
+        client.detach_external_nic(
+            cloudspace_id=row.cloudspace_id,
+            vm_id=row.vm_id,
+            ip=str(row.ip),
+            external_network_id=row.network_id,
+        )
+    except ws.NotFound:
+        # The VM, or the NIC on it, is gone already.
+        _released(row, actor=actor, reason=f"{reason} (NIC already gone)", before=before)
+        return
+    except ws.Conflict as exc:
+        count("sriov_nic_changes", "detach", "refused")
+        message = (
+            f"whitesky refused to detach the NIC from VM {row.vm_id}: {exc}. The VM was left "
+            "as it is; the reclaimer tries again."
+        )
+        model_update(row, {"failure": message[:_FAILURE_LIMIT]})
+        raise WhiteskyRefused(message) from exc
+    except ws.WhiteskyError as exc:
+        count("sriov_nic_changes", "detach", "error")
+        model_update(row, {"failure": f"detach failed: {exc}"[:_FAILURE_LIMIT]})
+        raise WhiteskyFailed(f"Detaching the NIC of {row.namespace}/{row.pod_name}: {exc}") from exc
+    _released(row, actor=actor, reason=reason, before=before)
+
+
+__all__ = [
+    "AGENT",
+    "CannotConfirm",
+    "Clients",
+    "NotEnabled",
+    "Refused",
+    "VmBusy",
+    "WhiteskyFailed",
+    "WhiteskyRefused",
+    "nic_release",
+    "pod_nic_add",
+    "pod_nic_delete",
+    "vm_turn",
+]

@@ -1,0 +1,3 @@
+from sriov.cni.plugin import main
+
+main()

@@ -1,0 +1,154 @@
+"""Give the demo cluster SR-IOV: a few pods in its Kubernetes (the fake API server, whose
+joiner makes each running VM a node), SR-IOV enabled with a demo credential of its own,
+and NICs for those pods asked for through the agent API, as the CNI plugin would.
+
+Only for `make run` (it takes its credential from the simulator's control API). Waits for
+the demo machines to run and their nodes to join first; run again, it asks again (ADD is
+idempotent).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import requests
+from django.core.management.base import BaseCommand, CommandError
+
+from clusters.kube import kube_client
+from clusters.kube_observe import cluster_kube_observe
+from clusters.models import Cluster, Machine
+from gpus import naming
+from sriov.services import sriov_config_set
+from sriov.tokens import agent_token_rotate
+
+ACTOR = "demo_sriov"
+LOCATION = "nl-rmd-dc01-001"
+NETWORK = "sriov-nl-rmd"  # the demo world's external network there
+PODS = [("web-0", "team-a"), ("web-1", "team-a"), ("ingest-0", "team-b")]
+
+
+class Command(BaseCommand):
+    help = "Enable SR-IOV on the demo cluster and give a few pods NICs through the agent API."
+
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument("--simulator", required=True, help="e.g. http://127.0.0.1:8081")
+        parser.add_argument("--kube", required=True, help="e.g. http://127.0.0.1:8082")
+        parser.add_argument("--web", required=True, help="e.g. http://127.0.0.1:8000")
+        parser.add_argument("--wait", type=float, default=300, help="seconds to wait for VMs")
+
+    def handle(
+        self, *args: Any, simulator: str, kube: str, web: str, wait: float, **options: Any
+    ) -> None:
+        cluster = Cluster.objects.select_related("account").filter(name="demo").first()
+        if cluster is None:
+            raise CommandError("no demo cluster: run demo_seed first")
+        deadline = time.monotonic() + wait
+        machines = self._running_machines(cluster, deadline)
+        if not cluster.kubeconfig:
+            raise CommandError("the demo cluster has no kubeconfig: run demo_seed first")
+        root = kube.rstrip("/")
+        nodes = [
+            self._joined(root, naming.vm_name(cluster.name, m.name), deadline) for m in machines
+        ]
+        self._pods(root, nodes)
+        with kube_client(cluster) as client:
+            cluster_kube_observe(client=client, cluster=cluster)
+        token = requests.post(
+            f"{simulator.rstrip('/')}/_sim/token", json={"subject": "sriov-demo"}, timeout=5
+        ).json()["jwt"]
+        sriov_config_set(
+            cluster=cluster,
+            changes={"enabled": True, "external_network": NETWORK, "credential": token},
+            actor=ACTOR,
+            reason="demo",
+        )
+        _, agent_token = agent_token_rotate(cluster=cluster, actor=ACTOR, reason="demo")
+        session = requests.Session()
+        session.headers["Authorization"] = f"Bearer {agent_token}"
+        for index, (name, namespace) in enumerate(PODS):
+            pod = self._pod(kube.rstrip("/"), namespace, name)
+            node = nodes[index % len(nodes)]
+            answer = session.post(
+                f"{web.rstrip('/')}/api/v1/sriov/agent/nics/",
+                json={
+                    "pod_uid": pod["metadata"]["uid"],
+                    "namespace": namespace,
+                    "pod_name": name,
+                    "node_name": node,
+                },
+                timeout=120,
+            )
+            if answer.status_code != 200:
+                raise CommandError(f"ADD {namespace}/{name}: {answer.status_code} {answer.text}")
+            nic = answer.json()
+            self.stdout.write(
+                f"{namespace}/{name} on {node}: {nic['mac']} {nic['address']}/{nic['prefix']}"
+            )
+        self.stdout.write(self.style.SUCCESS(f"SR-IOV on for 'demo': {len(PODS)} pods have NICs."))
+
+    def _running_machines(self, cluster: Cluster, deadline: float) -> list[Machine]:
+        while True:
+            machines = list(
+                Machine.objects.filter(
+                    pool__cluster=cluster,
+                    phase=Machine.Phase.RUNNING,
+                    vm_id__isnull=False,
+                    pool__site__location__name=LOCATION,
+                ).select_related("pool__site__location")
+            )
+            if machines:
+                return machines
+            if time.monotonic() > deadline:
+                raise CommandError(f"no demo machine in {LOCATION} runs in time")
+            time.sleep(3)
+
+    def _joined(self, kube: str, node: str, deadline: float) -> str:
+        """Wait until the VM's node joined (the fake API server's joiner makes it)."""
+        info = requests.get(f"{kube}/_sim/clusters/demo", timeout=5).json()
+        while True:
+            found = requests.get(
+                f"{info['server']}/api/v1/nodes/{node}",
+                headers={"Authorization": f"Bearer {info['token']}"},
+                timeout=5,
+            )
+            if found.status_code == 200:
+                return node
+            if time.monotonic() > deadline:
+                raise CommandError(f"node {node} did not join in time")
+            time.sleep(2)
+
+    def _pods(self, kube: str, nodes: list[str]) -> None:
+        pods = [
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": name,
+                    "namespace": namespace,
+                    "annotations": {
+                        "k8s.v1.cni.cncf.io/networks": "default/capvco-sriov",
+                        "capvco.io/sriov-network": NETWORK,
+                    },
+                },
+                "spec": {
+                    "nodeName": nodes[index % len(nodes)],
+                    "containers": [{"name": "main", "image": "busybox"}],
+                },
+                "status": {"phase": "Running"},
+            }
+            for index, (name, namespace) in enumerate(PODS)
+        ]
+        requests.post(
+            f"{kube}/_sim/clusters/demo/objects", json={"objects": pods}, timeout=10
+        ).raise_for_status()
+
+    def _pod(self, kube: str, namespace: str, name: str) -> dict[str, Any]:
+        info = requests.get(f"{kube}/_sim/clusters/demo", timeout=5).json()
+        found = requests.get(
+            f"{info['server']}/api/v1/namespaces/{namespace}/pods/{name}",
+            headers={"Authorization": f"Bearer {info['token']}"},
+            timeout=5,
+        )
+        found.raise_for_status()
+        return dict(found.json())

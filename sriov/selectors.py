@@ -1,0 +1,135 @@
+"""Reads for pages and the API: the pod NICs, each VM's attach queue, leaked NICs and the
+address use of the SR-IOV networks per location. Each takes the user and returns only
+what their accounts hold (capvco_web.permissions)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from django.db.models import Count, Q, QuerySet
+
+from capvco_web.permissions import User, visible
+from sriov.models import ExternalNetwork, LeakedNic, PodNic
+
+State = PodNic.State
+
+
+def pod_nics(
+    user: User, *, cluster_id: int | None = None, live_only: bool = False
+) -> QuerySet[PodNic]:
+    """Pod NICs, newest first, with what a page shows of them (pod, node, VM, network,
+    address, MAC, state; `requested_at` gives the age)."""
+    rows = visible(user, PodNic.objects.all()).select_related("cluster", "location")
+    if cluster_id is not None:
+        rows = rows.filter(cluster_id=cluster_id)
+    if live_only:
+        rows = rows.exclude(state=State.RELEASED)
+    return rows.order_by("-requested_at", "-pk")
+
+
+@dataclass
+class VmQueue:
+    """One VM's NIC work: the request in its turn (attaching or detaching) and those
+    waiting for it, oldest first."""
+
+    cluster: str
+    location: str
+    vm_id: int
+    node_name: str
+    in_turn: list[PodNic] = field(default_factory=list)
+    waiting: list[PodNic] = field(default_factory=list)
+
+    @property
+    def length(self) -> int:
+        return len(self.waiting)
+
+    @property
+    def oldest_wait_since(self) -> datetime | None:
+        return self.waiting[0].requested_at if self.waiting else None
+
+
+def vm_queues(user: User, *, cluster_id: int | None = None) -> list[VmQueue]:
+    """The VMs with NIC requests waiting or under way, busiest first."""
+    busy = [State.REQUESTED, State.ATTACHING, State.DETACHING]
+    rows = pod_nics(user, cluster_id=cluster_id).filter(state__in=busy).order_by("requested_at")
+    queues: dict[tuple[int, int], VmQueue] = {}
+    for row in rows:
+        key = (row.location_id, row.vm_id)
+        queue = queues.get(key)
+        if queue is None:
+            queue = queues[key] = VmQueue(
+                cluster=row.cluster.name,
+                location=row.location.name,
+                vm_id=row.vm_id,
+                node_name=row.node_name,
+            )
+        (queue.waiting if row.state == State.REQUESTED else queue.in_turn).append(row)
+    return sorted(queues.values(), key=lambda q: (-q.length, q.location, q.vm_id))
+
+
+def leaked_nics(user: User, *, cluster_id: int | None = None) -> QuerySet[LeakedNic]:
+    rows = visible(user, LeakedNic.objects.all()).select_related("cluster", "location")
+    if cluster_id is not None:
+        rows = rows.filter(cluster_id=cluster_id)
+    return rows.order_by("leaked_since", "pk")
+
+
+@dataclass(frozen=True)
+class NetworkUse:
+    location: str
+    network_id: int
+    name: str
+    network: str
+    prefix_len: int | None
+    free_addresses: int | None
+    nics: int
+    """Addresses held by pod NICs (attached or on their way)."""
+
+
+def network_address_use(user: User) -> list[NetworkUse]:
+    """Per location and external network: free addresses (as last listed) and how many
+    pod NICs hold one."""
+    held: dict[tuple[int, int], int] = defaultdict(int)
+    for row in (
+        visible(user, PodNic.objects.all())
+        .filter(state__in=[State.ATTACHING, State.ATTACHED, State.DETACHING])
+        .values("location_id", "network_id")
+        .annotate(n=Count("pk"))
+    ):
+        held[(row["location_id"], row["network_id"])] = row["n"]
+    networks = visible(user, ExternalNetwork.objects.all()).select_related("location")
+    return [
+        NetworkUse(
+            location=n.location.name,
+            network_id=n.network_id,
+            name=n.name,
+            network=n.network,
+            prefix_len=n.prefix_len,
+            free_addresses=n.free_addresses,
+            nics=held.get((n.location_id, n.network_id), 0),
+        )
+        for n in networks.order_by("location__name", "network_id")
+    ]
+
+
+def nic_state_counts() -> dict[str, int]:
+    """Pod NICs per state, over every account (metrics)."""
+    found = dict(PodNic.objects.values_list("state").annotate(n=Count("pk")))
+    return {state: found.get(state, 0) for state in State.values}
+
+
+def queue_lengths() -> dict[tuple[str, int], int]:
+    """Requests waiting per (location, VM), over every account (metrics); VMs with none
+    are left out."""
+    rows = (
+        PodNic.objects.filter(state=State.REQUESTED)
+        .values_list("location__name", "vm_id")
+        .annotate(n=Count("pk"))
+    )
+    return {(location, vm_id): n for location, vm_id, n in rows}
+
+
+def leaked_count() -> int:
+    return LeakedNic.objects.filter(~Q(mac="")).count()

@@ -1,0 +1,248 @@
+"""What an SR-IOV ADD costs through the agent API, one at a time and 100 at once.
+
+Run (PostgreSQL; a throw-away test database ``test_<name>`` is created and dropped)::
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/capvco_bench \\
+        .venv/bin/python tests/bench/bench_sriov.py [--vms 10] [--serial 50] \\
+        [--concurrent 100] [--workers 2] [--threads 8]
+
+It starts the whitesky simulator, the fake Kubernetes API and gunicorn serving the
+control plane (``--workers`` processes of ``--threads`` threads), builds cluster `demo`
+with ``--vms`` running machines whose nodes joined, SR-IOV on, and calls the agent API
+over HTTP as the CNI plugin does:
+
+1. ``--serial`` ADDs one after the other, each for a pod scheduled a moment before (not
+   in the mirror yet: the agent asks Kubernetes; the nodes are mirrored), spread over the
+   VMs; then their DELs;
+2. ``--concurrent`` ADDs at once, spread evenly over the VMs.
+
+Latency is the HTTP round trip. Checks: every ADD answered a NIC, NICs are distinct, the
+simulator holds exactly those, and no two attaches of one VM overlapped.
+
+Prints a table, then one JSON line with every figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
+
+import django
+
+django.setup()
+
+import requests  # noqa: E402
+from django.db import connection  # noqa: E402
+from django.test.utils import setup_test_environment, teardown_test_environment  # noqa: E402
+
+from clusters.kube import kube_client  # noqa: E402
+from clusters.kube_observe import cluster_kube_observe  # noqa: E402
+from sriov.models import PodNic  # noqa: E402
+from tests.kube_sim import KubeSimulator  # noqa: E402
+from tests.sriov.support import World, world_build  # noqa: E402
+from tests.whitesky_sim import PROJECT_ROOT, WhiteskySimulator  # noqa: E402
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
+
+def figures(values: list[float]) -> dict[str, float]:
+    return {
+        "n": len(values),
+        "p50_ms": round(percentile(values, 50) * 1000, 1),
+        "p95_ms": round(percentile(values, 95) * 1000, 1),
+        "max_ms": round(max(values) * 1000, 1),
+        "mean_ms": round(statistics.fmean(values) * 1000, 1),
+    }
+
+
+class Gunicorn:
+    def __init__(self, *, workers: int, threads: int, port: int = 18765) -> None:
+        self.url = f"http://127.0.0.1:{port}"
+        database = connection.settings_dict
+        env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "tests.settings",
+            "DATABASE_URL": (
+                f"postgres://{database['USER']}@{database['HOST']}:{database['PORT']}/"
+                f"{database['NAME']}"
+            ),
+        }
+        self.process = subprocess.Popen(
+            [
+                sys.executable, "-m", "gunicorn", "capvco_web.wsgi", "--bind",
+                f"127.0.0.1:{port}", "--workers", str(workers), "--threads", str(threads),
+                "--no-control-socket", "--log-level", "warning", "--timeout", "120",
+            ],
+            cwd=PROJECT_ROOT,
+            env=env,
+        )  # fmt: skip
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                requests.get(f"{self.url}/healthz", timeout=10)
+                return
+            except requests.RequestException:
+                time.sleep(0.2)
+        self.stop()
+        raise RuntimeError("gunicorn did not start")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(20)
+
+
+def add(session: requests.Session, url: str, world: World, name: str, node: int) -> float:
+    pod = world.pods[name]["metadata"]
+    body = {
+        "pod_uid": pod["uid"],
+        "namespace": pod["namespace"],
+        "pod_name": name,
+        "node_name": world.node(node),
+    }
+    started = time.perf_counter()
+    response = session.post(f"{url}/api/v1/sriov/agent/nics/", json=body, timeout=120)
+    took = time.perf_counter() - started
+    if response.status_code != 200:
+        raise RuntimeError(f"ADD {name}: {response.status_code} {response.text}")
+    return took
+
+
+def session_for(world: World) -> requests.Session:
+    session = requests.Session()
+    session.headers["Authorization"] = f"Bearer {world.agent_token}"
+    return session
+
+
+def overlaps() -> int:
+    """Pairs of attaches of one VM whose [attach sent, NIC found] overlap."""
+    per_vm: dict[int, list[PodNic]] = defaultdict(list)
+    for row in PodNic.objects.exclude(attached_at=None).order_by("attach_started_at"):
+        per_vm[row.vm_id].append(row)
+    found = 0
+    for rows in per_vm.values():
+        for before, after in itertools.pairwise(rows):
+            if after.attach_started_at < before.attached_at:  # type: ignore[operator]
+                found += 1
+    return found
+
+
+def run(world: World, url: str, args: argparse.Namespace) -> dict[str, Any]:
+    vms = args.vms
+    # 1. One at a time.
+    session = session_for(world)
+    serial: list[float] = []
+    for i in range(args.serial):
+        name = f"serial-{i}"
+        world.pod(name, node=i % vms)
+        serial.append(add(session, url, world, name, i % vms))
+    dels: list[float] = []
+    for i in range(args.serial):
+        uid = world.uid(f"serial-{i}")
+        started = time.perf_counter()
+        response = session.delete(f"{url}/api/v1/sriov/agent/nics/{uid}/", timeout=60)
+        dels.append(time.perf_counter() - started)
+        assert response.status_code == 204, response.text
+    serial_nics_left = sum(len(world.sim_nics(world.vm(v))) for v in range(vms))
+
+    # 2. All at once, spread evenly over the VMs.
+    names = [f"burst-{i}" for i in range(args.concurrent)]
+    for i, name in enumerate(names):
+        world.pod(name, node=i % vms)
+    latencies: list[float] = [0.0] * len(names)
+    errors: list[str] = []
+    start = threading.Barrier(len(names) + 1)
+
+    def one(i: int) -> None:
+        local = session_for(world)
+        start.wait()
+        try:
+            latencies[i] = add(local, url, world, names[i], i % vms)
+        except Exception as exc:
+            errors.append(str(exc)[:200])
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(names))]
+    for thread in threads:
+        thread.start()
+    start.wait()
+    began = time.perf_counter()
+    for thread in threads:
+        thread.join(600)
+    wall = time.perf_counter() - began
+    rows = PodNic.objects.filter(pod_name__startswith="burst-", state=PodNic.State.ATTACHED)
+    macs = set(rows.values_list("mac", flat=True))
+    on_vms = sorted(n["mac_address"] for v in range(vms) for n in world.sim_nics(world.vm(v)))
+    per_vm = sorted(rows.values_list("vm_id", flat=True))
+    checks = {
+        "every_add_answered": not errors,
+        "distinct_nics": len(macs) == len(names),
+        "simulator_holds_exactly_those": on_vms == sorted(macs),
+        "even_over_vms": len(set(per_vm)) == vms,
+        "no_overlapping_attach_per_vm": overlaps() == 0,
+        "serial_dels_left_nothing": serial_nics_left == 0,
+    }
+    return {
+        "vms": vms,
+        "server": f"gunicorn {args.workers} workers x {args.threads} threads",
+        "serial_add": figures(serial),
+        "serial_del": figures(dels),
+        "concurrent_add": {**figures([x for x in latencies if x]), "wall_s": round(wall, 2)},
+        "errors": errors[:5],
+        "checks": checks,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--vms", type=int, default=10)
+    parser.add_argument("--serial", type=int, default=50)
+    parser.add_argument("--concurrent", type=int, default=100)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=8)
+    args = parser.parse_args()
+    if connection.vendor != "postgresql":
+        print("needs PostgreSQL (DATABASE_URL)", file=sys.stderr)
+        return 2
+    setup_test_environment()
+    old_name = connection.settings_dict["NAME"]
+    connection.creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
+    try:
+        with WhiteskySimulator() as sim, KubeSimulator() as kube:
+            world = world_build(sim, kube, vms=args.vms)
+            # The nodes joined long ago (mirrored); each pod is new (read from Kubernetes).
+            with kube_client(world.cluster) as client:
+                cluster_kube_observe(client=client, cluster=world.cluster)
+            server = Gunicorn(workers=args.workers, threads=args.threads)
+            try:
+                summary = run(world, server.url, args)
+            finally:
+                server.stop()
+    finally:
+        connection.close()
+        connection.creation.destroy_test_db(old_name, verbosity=0)
+        teardown_test_environment()
+    for name in ("serial_add", "serial_del", "concurrent_add"):
+        print(f"{name:16} {summary[name]}")
+    print(f"checks           {summary['checks']}")
+    print(json.dumps(summary, separators=(",", ":")))
+    return 0 if all(summary["checks"].values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

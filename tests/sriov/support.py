@@ -1,0 +1,167 @@
+"""A control plane with SR-IOV on, against the whitesky simulator and the fake Kubernetes
+API over real HTTP: cluster `demo` in nl-rmd-dc01-001, one machine per seeded VM, each
+with its node (providerID), SR-IOV enabled on network `sriov-nl-rmd` with a credential
+of its own (subject `sriov-operator` in the simulator's call log), and an agent token."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.contrib.auth.models import User
+
+from clusters.models import Account, Cluster, ClusterSite, Location, Machine, MachinePool
+from clusters.observe import account_locations_observe
+from clusters.whitesky import whitesky_client
+from sriov.agent import Clients, pod_nic_add
+from sriov.models import PodNic
+from sriov.services import sriov_config_set
+from sriov.tokens import agent_token_rotate
+from tests.kube_sim import KubeSimulator, SimCluster, node_object, pod_object
+from tests.whitesky_sim import WhiteskySimulator
+
+NL = "nl-rmd-dc01-001"
+CLOUDSPACE = "cs-demo-nl"
+NETWORK = "sriov-nl-rmd"
+NETWORK_ID = 101
+SRIOV_SUBJECT = "sriov-operator"
+ACCOUNT_SUBJECT = "demo-user"  # the seeded user: the account's own credential
+
+
+@dataclass
+class World:
+    sim: WhiteskySimulator
+    kube: KubeSimulator
+    account: Account
+    cluster: Cluster
+    location: Location
+    machines: list[Machine]
+    agent_token: str
+    kube_cluster: SimCluster
+    pods: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def node(self, index: int) -> str:
+        return f"node-{index}"
+
+    def vm(self, index: int) -> int:
+        vm_id = self.machines[index].vm_id
+        assert vm_id is not None
+        return vm_id
+
+    def pod(
+        self, name: str, *, node: int = 0, phase: str = "Running", **more: Any
+    ) -> dict[str, Any]:
+        """A pod the scheduler placed on node `node` (in the fake API server); its uid."""
+        obj = pod_object(name, node=self.node(node), phase=phase, sriov_network=NETWORK, **more)
+        self.kube.put("demo", obj)
+        got = self.kube_pod(name)
+        self.pods[name] = got
+        return got
+
+    def kube_pod(self, name: str, namespace: str = "default") -> dict[str, Any]:
+        import requests
+
+        found = requests.get(
+            f"{self.kube_server}/api/v1/namespaces/{namespace}/pods/{name}",
+            headers={"Authorization": f"Bearer {self.kube_token}"},
+            timeout=5,
+        )
+        found.raise_for_status()
+        return dict(found.json())
+
+    @property
+    def kube_server(self) -> str:
+        return self.kube_cluster.server
+
+    @property
+    def kube_token(self) -> str:
+        return self.kube_cluster.token
+
+    def add(self, name: str, *, node: int = 0, **options: Any) -> PodNic:
+        """ADD for pod `name`, through the service the agent API calls."""
+        pod = self.pods[name]
+        return pod_nic_add(
+            cluster=Cluster.objects.get(pk=self.cluster.pk),
+            pod_uid=pod["metadata"]["uid"],
+            namespace=pod["metadata"]["namespace"],
+            pod_name=name,
+            node_name=self.node(node),
+            **options,
+        )
+
+    def uid(self, name: str) -> str:
+        return str(self.pods[name]["metadata"]["uid"])
+
+    def sim_nics(self, vm_id: int) -> list[dict[str, Any]]:
+        nics = self.sim.state()["nics"]
+        rows = nics.values() if isinstance(nics, dict) else nics
+        return [n for n in rows if n.get("vm_id") == vm_id]
+
+    def nic_calls(self) -> list[dict[str, Any]]:
+        nic_ops = {
+            "listExternalNetworksVirtualMachine",
+            "attachExternalNetworksVirtualMachine",
+            "detachExternalNetworksVirtualMachine",
+        }
+        return [c for c in self.sim.calls()["calls"] if c["operation"] in nic_ops]
+
+
+def world_build(
+    sim: WhiteskySimulator, kube: KubeSimulator, *, vms: int = 2, admin: User | None = None
+) -> World:
+    account = Account.objects.create(
+        name="demo",
+        api_url=sim.api_url,
+        iam_url=sim.iam_url,
+        customer_id=sim.customer_id,
+        credential=sim.token(),
+    )
+    with whitesky_client(account) as client:
+        account_locations_observe(client=client, account=account)
+    location = Location.objects.get(account=account, name=NL)
+    cluster = Cluster.objects.create(name="demo", account=account)
+    site = ClusterSite.objects.create(
+        cluster=cluster, location=location, cloudspace_id=CLOUDSPACE, image_id=11
+    )
+    pool = MachinePool.objects.create(cluster=cluster, site=site, name="work", replicas=vms)
+    vm_ids = sim.seed(CLOUDSPACE, vms=vms, prefix="capvco-demo-work")["vm_ids"]
+    machines = [
+        Machine.objects.create(
+            pool=pool, name=f"work-{i}", index=i, vm_id=vm_id, phase=Machine.Phase.RUNNING
+        )
+        for i, vm_id in enumerate(vm_ids)
+    ]
+    kube_cluster = kube.cluster("demo")
+    kube.put(
+        "demo",
+        *[
+            node_object(f"node-{i}", provider_id=f"vco://{NL}/{vm_id}")
+            for i, vm_id in enumerate(vm_ids)
+        ],
+    )
+    Cluster.objects.filter(pk=cluster.pk).update(kubeconfig=kube_cluster.kubeconfig_yaml)
+    cluster.refresh_from_db()
+    actor: Any = admin or "test"
+    sriov_config_set(
+        cluster=cluster,
+        changes={
+            "enabled": True,
+            "external_network": NETWORK,
+            "credential": sim.token(subject=SRIOV_SUBJECT),
+        },
+        actor=actor,
+    )
+    _, raw = agent_token_rotate(cluster=cluster, actor=actor)
+    return World(
+        sim=sim,
+        kube=kube,
+        account=account,
+        cluster=cluster,
+        location=location,
+        machines=machines,
+        agent_token=raw,
+        kube_cluster=kube_cluster,
+    )
+
+
+__all__ = ["Clients", "World", "world_build"]

@@ -1,0 +1,198 @@
+"""The agent API as the CNI plugin calls it: ADD, CHECK and DEL by pod uid with the
+cluster's agent token; what another cluster's token, another node, or an unknown pod get."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from clusters.models import Cluster, ClusterSite, MachinePool
+from sriov.models import PodNic
+from sriov.services import sriov_config_set
+from sriov.tokens import agent_token_rotate
+from tests.kube_sim import node_object, pod_object
+from tests.sriov.support import CLOUDSPACE, NETWORK, World
+
+URL = "/api/v1/sriov/agent/nics/"
+
+
+def agent(client: Client, token: str) -> Client:
+    client.defaults["HTTP_AUTHORIZATION"] = f"Bearer {token}"
+    return client
+
+
+def add_body(world: World, name: str, node: int = 0) -> dict[str, Any]:
+    pod = world.pods[name]["metadata"]
+    return {
+        "pod_uid": pod["uid"],
+        "namespace": pod["namespace"],
+        "pod_name": name,
+        "node_name": world.node(node),
+        "container_id": "c0ffee",
+    }
+
+
+@pytest.fixture
+def other(world: World) -> tuple[Cluster, str]:
+    """Cluster `other` of the same account, SR-IOV on, with a node and pod of its own."""
+    cluster = Cluster.objects.create(name="other", account=world.account)
+    site = ClusterSite.objects.create(
+        cluster=cluster, location=world.location, cloudspace_id=CLOUDSPACE, image_id=11
+    )
+    MachinePool.objects.create(cluster=cluster, site=site, name="w", replicas=0)
+    kube = world.kube.cluster("other")
+    Cluster.objects.filter(pk=cluster.pk).update(kubeconfig=kube.kubeconfig_yaml)
+    cluster.refresh_from_db()
+    sriov_config_set(
+        cluster=cluster,
+        changes={
+            "enabled": True,
+            "external_network": NETWORK,
+            "credential": world.sim.token(subject="other-operator"),
+        },
+        actor="test",
+    )
+    world.kube.put("other", node_object("node-0"), pod_object("intruder", node="node-0"))
+    _, raw = agent_token_rotate(cluster=cluster, actor="test")
+    return cluster, raw
+
+
+def test_add_answers_what_the_plugin_configures_and_a_repeat_the_same_nic(
+    world: World, client: Client
+) -> None:
+    world.pod("web")
+    agent(client, world.agent_token)
+    first = client.post(URL, add_body(world, "web"), content_type="application/json")
+    assert first.status_code == 200, first.content
+    nic = first.json()
+    assert nic["state"] == "attached"
+    assert nic["address"].startswith("10.50.0.")
+    assert (nic["prefix"], nic["gateway"], nic["mtu"], nic["network"]) == (
+        24,
+        "10.50.0.1",
+        1500,
+        NETWORK,
+    )
+    again = client.post(URL, add_body(world, "web"), content_type="application/json")
+    assert again.json() == nic
+    assert len(world.sim_nics(world.vm(0))) == 1
+    check = client.get(f"{URL}{nic['pod_uid']}/")
+    assert check.json()["mac"] == nic["mac"]
+
+
+def test_del_detaches_and_a_repeated_del_is_fine(world: World, client: Client) -> None:
+    world.pod("web")
+    agent(client, world.agent_token)
+    nic = client.post(URL, add_body(world, "web"), content_type="application/json").json()
+    assert client.delete(f"{URL}{nic['pod_uid']}/").status_code == 204
+    assert world.sim_nics(world.vm(0)) == []
+    assert PodNic.objects.get(pod_uid=nic["pod_uid"]).state == PodNic.State.RELEASED
+    assert client.delete(f"{URL}{nic['pod_uid']}/").status_code == 204
+    assert client.get(f"{URL}{nic['pod_uid']}/").status_code == 404
+
+
+def test_a_pod_on_another_node_is_refused(world: World, client: Client) -> None:
+    world.pod("web", node=1)
+    response = agent(client, world.agent_token).post(
+        URL, add_body(world, "web", node=0), content_type="application/json"
+    )
+    assert response.status_code == 403
+    assert "runs on node node-1, not on node-0" in response.json()["detail"]
+    assert world.sim_nics(world.vm(0)) == world.sim_nics(world.vm(1)) == []
+
+
+def test_an_unknown_pod_is_refused(world: World, client: Client) -> None:
+    body = {
+        "pod_uid": "00000000-0000-0000-0000-00000000dead",
+        "namespace": "default",
+        "pod_name": "ghost",
+        "node_name": "node-0",
+    }
+    response = agent(client, world.agent_token).post(URL, body, content_type="application/json")
+    assert response.status_code == 404
+    assert "no pod default/ghost" in response.json()["detail"]
+
+
+def test_a_token_of_another_cluster_cannot_touch_this_clusters_pods(
+    world: World, client: Client, other: tuple[Cluster, str]
+) -> None:
+    world.pod("web")
+    agent(client, world.agent_token)
+    nic = client.post(URL, add_body(world, "web"), content_type="application/json").json()
+    _, other_token = other
+    agent(client, other_token)
+    # Its own node names the same: the pod is still not its own.
+    refused = client.post(URL, add_body(world, "web"), content_type="application/json")
+    assert refused.status_code == 403
+    assert "another cluster" in refused.json()["detail"]
+    assert client.delete(f"{URL}{nic['pod_uid']}/").status_code == 403
+    assert client.get(f"{URL}{nic['pod_uid']}/").status_code == 404
+    assert PodNic.objects.get(pod_uid=nic["pod_uid"]).state == PodNic.State.ATTACHED
+    assert len(world.sim_nics(world.vm(0))) == 1
+
+
+def test_calls_without_a_valid_agent_token_are_refused(world: World, client: Client) -> None:
+    world.pod("web")
+    assert (
+        client.post(URL, add_body(world, "web"), content_type="application/json").status_code == 401
+    )
+    agent(client, "cvsriov_000000000000_wrong")
+    assert (
+        client.post(URL, add_body(world, "web"), content_type="application/json").status_code == 401
+    )
+    # A person's API token is not an agent token.
+    agent(client, "capvco_000000000000_secret")
+    assert (
+        client.post(URL, add_body(world, "web"), content_type="application/json").status_code == 401
+    )
+    assert world.sim_nics(world.vm(0)) == []
+
+
+def test_a_rotated_token_stops_working(world: World, client: Client) -> None:
+    world.pod("web")
+    old = world.agent_token
+    agent_token_rotate(cluster=world.cluster, actor="test")
+    response = agent(client, old).post(URL, add_body(world, "web"), content_type="application/json")
+    assert response.status_code == 401
+
+
+def test_bad_input_is_a_400_naming_the_field(world: World, client: Client) -> None:
+    response = agent(client, world.agent_token).post(
+        URL, {"pod_uid": "not a uid!", "namespace": "default"}, content_type="application/json"
+    )
+    assert response.status_code == 400
+    assert {"pod_uid", "pod_name", "node_name"} <= set(response.json())
+
+
+def test_add_while_sriov_is_disabled_is_refused(world: World, client: Client) -> None:
+    world.pod("web")
+    sriov_config_set(cluster=world.cluster, changes={"enabled": False}, actor="test")
+    response = agent(client, world.agent_token).post(
+        URL, add_body(world, "web"), content_type="application/json"
+    )
+    assert response.status_code == 409
+    assert "not enabled" in response.json()["detail"]
+
+
+def test_a_rotation_with_overlap_keeps_the_old_token_until_then(
+    world: World, client: Client
+) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from sriov.models import AgentToken
+
+    world.pod("web")
+    old = world.agent_token
+    _, new = agent_token_rotate(cluster=world.cluster, actor="test", overlap=timedelta(hours=1))
+    ok = agent(client, old).post(URL, add_body(world, "web"), content_type="application/json")
+    assert ok.status_code == 200
+    AgentToken.objects.filter(expires_at__isnull=False).update(
+        expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    expired = agent(client, old).get(f"{URL}{world.uid('web')}/")
+    assert expired.status_code == 401 and "retired" in expired.json()["detail"]
+    assert agent(client, new).get(f"{URL}{world.uid('web')}/").status_code == 200

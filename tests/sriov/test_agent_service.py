@@ -1,0 +1,53 @@
+"""ADD and DEL of a pod's NIC, through the agent service, against the whitesky simulator
+and the fake Kubernetes API over HTTP."""
+
+from __future__ import annotations
+
+from sriov.agent import pod_nic_delete
+from sriov.models import PodNic
+from tests.sriov.support import NETWORK_ID, SRIOV_SUBJECT, World
+
+
+def test_add_attaches_a_nic_on_the_pods_vm_and_answers_its_address(world: World) -> None:
+    world.pod("web")
+    nic = world.add("web")
+    assert nic.state == PodNic.State.ATTACHED
+    assert nic.vm_id == world.vm(0)
+    assert nic.network_id == NETWORK_ID
+    listed = world.sim_nics(world.vm(0))
+    assert [(n["mac_address"], n["ip_address"]) for n in listed] == [(nic.mac, nic.ip)]
+    assert (nic.prefix_len, nic.gateway, nic.mtu) == (24, "10.50.0.1", 1500)
+
+
+def test_nic_calls_are_made_with_the_sriov_credential_only(world: World) -> None:
+    world.pod("web")
+    world.sim.clear_calls()
+    nic = world.add("web")
+    pod_nic_delete(cluster=world.cluster, pod_uid=nic.pod_uid)
+    calls = world.nic_calls()
+    assert {c["operation"] for c in calls} >= {
+        "attachExternalNetworksVirtualMachine",
+        "detachExternalNetworksVirtualMachine",
+    }
+    assert {c["subject"] for c in world.sim.calls()["calls"]} == {SRIOV_SUBJECT}
+
+
+def test_the_mirror_answers_for_known_pods_and_kubernetes_for_new_ones(world: World) -> None:
+    import pytest
+
+    from clusters.kube import kube_client
+    from clusters.kube_observe import cluster_kube_observe
+    from sriov.placement import CannotConfirm, WrongNode
+
+    world.pod("known")
+    with kube_client(world.cluster) as client:
+        assert cluster_kube_observe(client=client, cluster=world.cluster).complete
+    world.pod("new")
+    world.kube.fault(operation="*", status=503)
+    assert world.add("known").state == PodNic.State.ATTACHED  # no Kubernetes call needed
+    with pytest.raises(CannotConfirm) as unsure:
+        world.add("new")
+    assert unsure.value.status == 503 and "Cannot confirm pod default/new" in unsure.value.message
+    with pytest.raises(WrongNode):
+        world.add("known", node=1)
+    assert PodNic.objects.count() == 1

@@ -1,0 +1,193 @@
+"""One attach at a time per VM, whatever the number of ADDs at once; a lost answer
+resolves to exactly one NIC; a refusal by whitesky is said, and the VM left running."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.db import connections
+
+from clusters.whitesky import whitesky_client
+from sriov.agent import Refused, WhiteskyFailed, WhiteskyRefused
+from sriov.models import PodNic
+from tests.kube_sim import KubeSimulator
+from tests.sriov.support import CLOUDSPACE, World, world_build
+from tests.whitesky_sim import WhiteskySimulator
+
+ATTACH = "attachExternalNetworksVirtualMachine"
+LIST = "listExternalNetworksVirtualMachine"
+
+
+@pytest.fixture
+def world_tx(
+    whitesky_sim: WhiteskySimulator, kube_sim: KubeSimulator, transactional_db: None
+) -> World:
+    return world_build(whitesky_sim, kube_sim)
+
+
+def at_once(calls: list[Callable[[], Any]]) -> list[Any]:
+    """Run the calls in threads released together; their results or exceptions."""
+    results: list[Any] = [None] * len(calls)
+    start = threading.Barrier(len(calls))
+
+    def run(i: int) -> None:
+        try:
+            start.wait()
+            results[i] = calls[i]()
+        except Exception as exc:
+            results[i] = exc
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    return results
+
+
+def test_ten_adds_on_one_vm_are_serialised_into_ten_distinct_nics(world_tx: World) -> None:
+    world = world_tx
+    names = [f"pod-{i}" for i in range(10)]
+    for name in names:
+        world.pod(name)
+    results = at_once([lambda n=name: world.add(n) for name in names])
+    assert all(isinstance(r, PodNic) for r in results), results
+    rows = list(PodNic.objects.order_by("attach_started_at"))
+    assert [r.state for r in rows] == [PodNic.State.ATTACHED] * 10
+    assert len({r.mac for r in rows}) == len({r.ip for r in rows}) == 10
+    on_vm = world.sim_nics(world.vm(0))
+    assert sorted(n["mac_address"] for n in on_vm) == sorted(r.mac for r in rows)
+    # Serialised: each attach began after the one before it had found its NIC.
+    for before, after in itertools.pairwise(rows):
+        assert before.attached_at is not None and after.attach_started_at is not None
+        assert before.attached_at <= after.attach_started_at
+    attaches = [c for c in world.sim.calls()["calls"] if c["operation"] == ATTACH]
+    assert len(attaches) == 10
+
+
+def test_adds_of_one_pod_at_once_get_the_same_nic(world_tx: World) -> None:
+    world = world_tx
+    world.pod("web")
+    results = at_once([lambda: world.add("web") for _ in range(5)])
+    assert all(isinstance(r, PodNic) for r in results), results
+    assert len({r.mac for r in results}) == 1
+    assert PodNic.objects.count() == 1
+    assert len(world.sim_nics(world.vm(0))) == 1
+
+
+def test_a_lost_attach_answer_resolves_to_exactly_one_nic(world: World) -> None:
+    world.pod("web")
+    # The attach lands but its answer is lost, and the listings after it fail: the ADD
+    # cannot tell, and says so.
+    world.sim.fault(operation=ATTACH, lost_response="drop", times=1)
+    world.sim.fault(operation=LIST, status=400, skip=2)
+    with pytest.raises(WhiteskyFailed):
+        world.add("web")
+    row = PodNic.objects.get()
+    assert row.state == PodNic.State.ATTACHING
+    assert row.mac == ""
+    assert len(world.sim_nics(world.vm(0))) == 1
+    world.sim.clear_faults()
+    nic = world.add("web")  # the plugin's retry
+    assert nic.state == PodNic.State.ATTACHED
+    assert [n["mac_address"] for n in world.sim_nics(world.vm(0))] == [nic.mac]
+    assert len([c for c in world.sim.calls()["calls"] if c["operation"] == ATTACH]) == 1
+
+
+def test_an_attach_that_failed_before_acting_is_sent_again_once(world: World) -> None:
+    world.pod("web")
+    world.sim.fault(operation=ATTACH, status=504, times=1)  # answered without acting
+    with pytest.raises(WhiteskyFailed):
+        world.add("web")
+    assert world.sim_nics(world.vm(0)) == []
+    nic = world.add("web")
+    assert [n["mac_address"] for n in world.sim_nics(world.vm(0))] == [nic.mac]
+
+
+def test_a_del_during_a_lost_attach_detaches_what_it_made(world: World) -> None:
+    from sriov.agent import pod_nic_delete
+
+    world.pod("web")
+    world.sim.fault(operation=ATTACH, lost_response="drop", times=1)
+    world.sim.fault(operation=LIST, status=400, skip=2, times=1)
+    with pytest.raises(WhiteskyFailed):
+        world.add("web")
+    world.sim.clear_faults()
+    row = pod_nic_delete(cluster=world.cluster, pod_uid=world.uid("web"))
+    assert row is not None and row.state == PodNic.State.RELEASED
+    assert world.sim_nics(world.vm(0)) == []
+
+
+def test_a_refused_attach_on_a_running_vm_is_said_and_the_vm_keeps_running(
+    world: World,
+) -> None:
+    with whitesky_client(world.account) as client:
+        client.start_vm(cloudspace_id=CLOUDSPACE, vm_id=world.vm(0))
+    world.sim.configure(nic_attach_requires_halted_vm=True)
+    world.pod("web")
+    with pytest.raises(WhiteskyRefused) as refused:
+        world.add("web")
+    assert refused.value.status == 409
+    assert f"refused to attach a NIC to VM {world.vm(0)}" in refused.value.message
+    assert "never stopped" in refused.value.message
+    row = PodNic.objects.get()
+    assert row.state == PodNic.State.FAILED
+    assert "refused to attach" in row.failure
+    vms = {vm["vm_id"]: vm for vm in world.sim.state()["vms"]}
+    assert vms[world.vm(0)]["status"] == "RUNNING"
+    calls = {c["operation"] for c in world.sim.calls()["calls"]}
+    assert "stopVirtualMachine" not in calls
+
+
+def test_a_refused_detach_keeps_the_nic_detaching_and_says_why(world: World) -> None:
+    from sriov.agent import pod_nic_delete
+
+    with whitesky_client(world.account) as client:
+        client.start_vm(cloudspace_id=CLOUDSPACE, vm_id=world.vm(0))
+    world.pod("web")
+    world.add("web")
+    world.sim.configure(nic_detach_requires_halted_vm=True)
+    with pytest.raises(Refused) as refused:
+        pod_nic_delete(cluster=world.cluster, pod_uid=world.uid("web"))
+    assert refused.value.status == 409
+    row = PodNic.objects.get()
+    assert row.state == PodNic.State.DETACHING
+    assert "refused to detach" in row.failure
+    assert len(world.sim_nics(world.vm(0))) == 1
+
+
+def test_the_queue_wait_is_bounded_and_says_how_many_are_ahead(world: World) -> None:
+    from capvco_web.locks import object_lock
+    from sriov.agent import VmBusy, vm_lock_name
+
+    world.pod("web")
+    held = threading.Event()
+    release = threading.Event()
+
+    def holder() -> None:
+        with object_lock(vm_lock_name(world.location.pk, world.vm(0))) as taken:
+            assert taken
+            held.set()
+            release.wait(10)
+        connections.close_all()
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    held.wait(5)
+    try:
+        with pytest.raises(VmBusy) as busy:
+            world.add("web", wait=0.5)
+    finally:
+        release.set()
+        thread.join()
+    assert busy.value.status == 503
+    assert "one NIC at a time" in busy.value.message
+    row = PodNic.objects.get()
+    assert row.state == PodNic.State.REQUESTED  # visible in the VM's queue
+    assert world.add("web").state == PodNic.State.ATTACHED
