@@ -1,5 +1,5 @@
 """The forms of the dashboard: its actions, each asking for the reason the audit log keeps;
-a new cluster; the filters of the node list."""
+a new cluster; the filters of the node and NIC lists."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from django.db.models import QuerySet
 from django.forms.utils import ErrorDict
 
 from clusters.models import Account, Cloudspace, Cluster, Image, Location
+from sriov.models import PodNic
 
 
 class ReasonForm(forms.Form):
@@ -162,3 +163,16 @@ class NodeFilterForm(forms.Form):
                 "Machines with no node carry no node label: filter them by cluster or location.",
             )
         return data
+
+
+class NicFilterForm(forms.Form):
+    """The pod NIC list's filters; the clusters offered are those the user sees."""
+
+    cluster = forms.ModelChoiceField(
+        queryset=Cluster.objects.none(), to_field_name="name", required=False, empty_label="any"
+    )
+    state = forms.ChoiceField(choices=[("", "any"), *PodNic.State.choices], required=False)
+
+    def __init__(self, *args: Any, clusters: QuerySet[Cluster], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["cluster"].queryset = clusters  # type: ignore[attr-defined]

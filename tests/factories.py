@@ -8,6 +8,7 @@ that site and the machine. Pass the parent you have (`MachinePoolFactory(site=si
 
 from __future__ import annotations
 
+from datetime import timedelta
 from decimal import Decimal
 
 import factory
@@ -32,6 +33,7 @@ from clusters.models import (
     VirtualMachine,
 )
 from gpus.models import GpuProfile, VgpuReservation
+from sriov.models import ExternalNetwork, LeakedNic, PodNic
 
 # The shape of a whitesky JWT; no service sees it.
 JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhcGkifQ.c2lnbmF0dXJl"
@@ -271,3 +273,66 @@ class AuditEventFactory(DjangoModelFactory):
     object_id = factory.Sequence(str)
     object_repr = factory.Sequence(lambda n: f"capvco-demo-gpu-{n}-gpu-0")
     reason = "not needed"
+
+
+class ExternalNetworkFactory(DjangoModelFactory):
+    """An external network of a location, with room for 250 addresses."""
+
+    class Meta:
+        model = ExternalNetwork
+
+    location = factory.SubFactory(LocationFactory)
+    network_id = factory.Sequence(lambda n: 900 + n)
+    name = factory.Sequence(lambda n: f"pods-net-{n}")
+    network = "10.50.0.0"
+    gateway = "10.50.0.1"
+    prefix_len = 24
+    free_addresses = 250
+    last_seen_at = factory.LazyFunction(timezone.now)
+
+
+class PodNicFactory(DjangoModelFactory):
+    """The attached NIC of a pod on VM 7000 of a cluster (in a location of its account)."""
+
+    class Meta:
+        model = PodNic
+
+    cluster = factory.SubFactory(ClusterFactory)
+    location = factory.SubFactory(
+        LocationFactory, account=factory.SelfAttribute("..cluster.account")
+    )
+    pod_uid = factory.Sequence(lambda n: f"20000000-0000-4000-8000-{n:012d}")
+    namespace = "default"
+    pod_name = factory.Sequence(lambda n: f"pod-{n}")
+    node_name = "node-0"
+    cloudspace_id = "cs-0"
+    vm_id = 7000
+    network_id = 900
+    network_name = "pods-net"
+    mac = factory.Sequence(
+        lambda n: f"52:54:00:{n // 65536 % 256:02x}:{n // 256 % 256:02x}:{n % 256:02x}"
+    )
+    ip = factory.Sequence(lambda n: f"10.50.{n // 250 % 250}.{n % 250 + 2}")
+    prefix_len = 24
+    gateway = "10.50.0.1"
+    state = PodNic.State.ATTACHED
+
+
+class LeakedNicFactory(DjangoModelFactory):
+    """A NIC on a cluster's VM that no pod NIC owns, seen an hour ago."""
+
+    class Meta:
+        model = LeakedNic
+
+    cluster = factory.SubFactory(ClusterFactory)
+    location = factory.SubFactory(
+        LocationFactory, account=factory.SelfAttribute("..cluster.account")
+    )
+    cloudspace_id = "cs-0"
+    vm_id = 7000
+    network_id = 900
+    mac = factory.Sequence(
+        lambda n: f"52:54:01:{n // 65536 % 256:02x}:{n // 256 % 256:02x}:{n % 256:02x}"
+    )
+    ip = factory.Sequence(lambda n: f"10.50.200.{n % 250 + 2}")
+    leaked_since = factory.LazyFunction(lambda: timezone.now() - timedelta(hours=1))

@@ -1,8 +1,9 @@
 """What an operator does from the dashboard: scale a pool, delete a machine (with teardown
-or by force), delete a cluster, release a reservation. Each through the same service as
-the API, which checks the role in the object's account (capvco_web.permissions); each
-with a confirmation page that asks for the reason the audit log keeps. Another account's
-object is not found (404); one the role may see but not act on is refused (403).
+or by force), delete a cluster, release a reservation, detach a leaked NIC. Each through
+the same service as the API, which checks the role in the object's account
+(capvco_web.permissions); each with a confirmation page that asks for the reason the
+audit log keeps. Another account's object is not found (404); one the role may see but
+not act on is refused (403).
 
 Without JavaScript: GET shows the confirmation page, POST acts and redirects back with a
 message. With htmx: the confirmation is drawn into the page's action panel, and POST
@@ -38,10 +39,15 @@ from clusters.tasks import reservation_release_task
 from dashboard.forms import ReasonForm, ScaleForm
 from dashboard.views.clusters import cluster_body, cluster_for_page
 from dashboard.views.common import local_url, query_of
+from dashboard.views.nics import ACTIVITY as NIC_ACTIVITY
+from dashboard.views.nics import TEMPLATE as NICS_TEMPLATE
+from dashboard.views.nics import nics_context
 from dashboard.views.reservations import TEMPLATE as RESERVATIONS_TEMPLATE
 from dashboard.views.reservations import reservation_table
 from gpus.models import VgpuReservation
 from gpus.services import ReleaseRefused
+from sriov.models import LeakedNic
+from sriov.services import leaked_nic_detach_request
 
 PANEL = "action-panel"
 
@@ -81,6 +87,14 @@ def _cluster_home(cluster: Cluster) -> Home:
         return render_to_string("dashboard/cluster.html#cluster-body", context, request=request)
 
     return Home(reverse("dashboard:cluster", args=[cluster.pk]), "cluster-body", draw)
+
+
+def _nics_home() -> Home:
+    def draw(request: HtmxHttpRequest, params: QueryDict) -> str:
+        context, _ = nics_context(request, params, parts=frozenset([NIC_ACTIVITY]))
+        return render_to_string(f"{NICS_TEMPLATE}#{NIC_ACTIVITY}", context, request=request)
+
+    return Home(reverse("dashboard:nics"), NIC_ACTIVITY, draw)
 
 
 def _confirmation_page(
@@ -295,6 +309,36 @@ def cluster_delete(request: HtmxHttpRequest, pk: int) -> HttpResponse:
             button="Delete cluster",
         ),
         home=_cluster_home(cluster),
+        act=act,
+    )
+
+
+@require_http_methods(["GET", "POST"])
+def leaked_nic_detach(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    nic = get_object_or_404(
+        visible(request.user, LeakedNic.objects.select_related("cluster", "location")), pk=pk
+    )
+
+    def act(data: dict[str, Any]) -> str:
+        leaked_nic_detach_request(nic=nic, actor=request.user, reason=data["reason"])
+        return (
+            f"Detach of NIC {nic.mac} asked for: the next reclaim pass of {nic.cluster.name} "
+            "detaches it with the cluster's SR-IOV credential."
+        )
+
+    return _confirm_and_act(
+        request,
+        obj=nic,
+        perm="sriov.detach_leakednic",
+        confirmation=Confirmation(
+            title="Detach leaked NIC",
+            object_label=f"{nic.mac} ({nic.ip or 'no address'}) on VM {nic.vm_id} of "
+            f"{nic.cluster.name} in {nic.location.name}",
+            consequence="Detached from its VM by the next reclaim pass, and its address goes "
+            "back to the external network. Whatever still uses the NIC on that VM loses it.",
+            button="Detach",
+        ),
+        home=_nics_home(),
         act=act,
     )
 

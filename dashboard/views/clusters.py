@@ -1,7 +1,7 @@
 """Clusters: the list with what each holds, and one cluster with its sites, pools (how
 their GPU type resolves), machines with their VMs and GPUs, its plan (drift), and its
 Kubernetes: how well it was observed, the GPU add-on, its nodes and what the mirror
-flagged."""
+flagged; and its SR-IOV: enabled or not, its pods' NICs per state."""
 
 from __future__ import annotations
 
@@ -38,6 +38,7 @@ from dashboard.selectors import PoolGpus, held_by_machine, kube_observation, nod
 from dashboard.views.common import page_or_fragment
 from dashboard.views.setup import accounts_for_new_clusters
 from gpus.models import BILLED_STATES, GpuProfile, VgpuReservation
+from sriov.models import PodNic, SriovConfig
 
 CLUSTERS_PER_PAGE = 50
 MACHINES_PER_PAGE = 50
@@ -249,6 +250,30 @@ def cluster_body(request: HtmxHttpRequest, cluster: Cluster, params: QueryDict) 
             for flag in NodeFilterForm.FLAGS
         },
         **_node_section(request, cluster, params, cluster_url),
+        **_sriov_section(request, cluster),
+    }
+
+
+def _sriov_section(request: HtmxHttpRequest, cluster: Cluster) -> dict[str, Any]:
+    """Whether the cluster's pods get NICs, and its pod NICs per state (all states, in
+    their order, so a zero shows)."""
+    # Read with the cluster (cluster_for_page): its account's roles see both or neither.
+    config: SriovConfig | None = getattr(cluster, "sriov", None)
+    found = dict(
+        visible(request.user, PodNic.objects.filter(cluster=cluster))
+        .values_list("state")
+        .annotate(n=Count("pk"))
+        .values_list("state", "n")
+        .order_by()
+    )
+    nics_url = reverse("dashboard:nics") + "?" + urlencode({"cluster": cluster.name})
+    return {
+        "sriov": config,
+        "sriov_states": [
+            (state, found.get(state, 0), f"{nics_url}&{urlencode({'state': state})}")
+            for state in PodNic.State.values
+        ],
+        "nics_url": nics_url,
     }
 
 
@@ -303,7 +328,7 @@ def cluster_for_page(request: HtmxHttpRequest, pk: int) -> Cluster:
     does not see it."""
     return get_object_or_404(
         clusters_with_kube_summary(
-            visible(request.user, Cluster.objects.select_related("account"))
+            visible(request.user, Cluster.objects.select_related("account", "sriov"))
         ),
         pk=pk,
     )

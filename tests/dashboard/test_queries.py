@@ -1,6 +1,6 @@
 """The SQL queries of every page and fragment do not grow with the rows: at most 20, with
-10 and with 10,000 reservations (and as many audit events and Kubernetes pods, and a
-node for every 10 of them)."""
+10 and with 10,000 reservations (and as many audit events, Kubernetes pods and pod NICs,
+a node for every 10 of them and a leaked NIC for every 20)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,9 @@ from django.utils import timezone
 from capvco_web.models import AuditEvent
 from clusters.models import KubeNode, KubePod, Machine
 from gpus.models import VgpuReservation
+from sriov.models import LeakedNic, PodNic
 from tests.dashboard.conftest import World
+from tests.factories import ExternalNetworkFactory
 
 pytestmark = pytest.mark.django_db
 State = VgpuReservation.State
@@ -28,6 +30,7 @@ def populate(world: World, n: int, start: int = 0) -> None:
     each flag, half the pods asking for a GPU), and a machine whose node never joined."""
     now = timezone.now()
     populate_kube(world, n, start)
+    populate_sriov(world, n, start)
     rows = []
     for i in range(start, start + n):
         kind = i % 20
@@ -110,6 +113,52 @@ def populate_kube(world: World, n: int, start: int) -> None:
     Machine.objects.filter(pk=world.failed.pk).update(node_missing=True)
 
 
+def populate_sriov(world: World, n: int, start: int) -> None:
+    """`n` pod NICs over 100 VMs, most released history, some attached, failed, attaching
+    or waiting; a leaked NIC for every 20; an external network per location."""
+    if start == 0:
+        for location in (world.fresh, world.stale):
+            ExternalNetworkFactory(location=location)
+    states = [PodNic.State.ATTACHED, PodNic.State.FAILED, PodNic.State.ATTACHING]
+    states += [PodNic.State.REQUESTED] * 2 + [PodNic.State.RELEASED] * 15
+    PodNic.objects.bulk_create(
+        [
+            PodNic(
+                cluster=world.cluster,
+                location=world.fresh,
+                pod_uid=f"uid-nic-{i}",
+                namespace="ml",
+                pod_name=f"pod-{i}",
+                node_name=f"node-{i % 100:05}",
+                cloudspace_id="cs-prod",
+                vm_id=9000 + i % 100,
+                network_id=900,
+                mac=f"52:54:00:{i // 65536:02x}:{i // 256 % 256:02x}:{i % 256:02x}",
+                ip=f"10.{i // 65536}.{i // 256 % 256}.{i % 256}",
+                state=states[i % 20],
+                failure="refused" if i % 20 == 1 else "",
+            )
+            for i in range(start, start + n)
+        ],
+        batch_size=2000,
+    )
+    LeakedNic.objects.bulk_create(
+        [
+            LeakedNic(
+                cluster=world.cluster,
+                location=world.fresh,
+                cloudspace_id="cs-prod",
+                vm_id=9000 + i % 100,
+                network_id=900,
+                mac=f"52:54:01:{i // 65536:02x}:{i // 256 % 256:02x}:{i % 256:02x}",
+                leaked_since=timezone.now(),
+            )
+            for i in range(start, start + n, 20)
+        ],
+        batch_size=2000,
+    )
+
+
 def requests(world: World) -> dict[str, tuple[str, dict[str, str]]]:
     cluster = f"/clusters/{world.cluster.pk}/"
     htmx = {"HTTP_HX_REQUEST": "true"}
@@ -144,6 +193,16 @@ def requests(world: World) -> dict[str, tuple[str, dict[str, str]]]:
         "nodes flagged": ("/nodes/?flag=gpus-missing", {}),
         "nodes unowned last page": ("/nodes/?flag=unowned&last=1", {}),
         "machines with no node": ("/nodes/?flag=node-missing", {}),
+        "nics": ("/nics/", {}),
+        "nics table fragment": ("/nics/?state=attached", fragment("nic-table")),
+        "nics activity fragment": ("/nics/?cluster=prod", fragment("nic-activity")),
+        "nics filtered": ("/nics/?cluster=prod&state=failed", {}),
+        "nics last page": ("/nics/?last=1", {}),
+        "leaked NIC detach confirmation": (
+            f"/nics/leaked/{LeakedNic.objects.order_by('pk').values_list('pk', flat=True)[0]}"
+            "/detach/",
+            htmx,
+        ),
         "audit log": ("/audit/", {}),
         "audit log fragment": ("/audit/?action=vgpu.", fragment("audit-table")),
     }

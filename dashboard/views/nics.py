@@ -1,0 +1,137 @@
+"""SR-IOV NICs of the pods: each pod's NIC (by cluster and state, newest first, by
+keyset), each VM's attach queue, the leaked NICs with the operator's detach, and the
+address use of the external networks per location. All through `sriov.selectors`, which
+keep to the user's accounts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlencode
+
+from django.http import HttpResponse, QueryDict
+from django.urls import reverse
+from django.views.decorators.http import require_GET
+
+from capvco_web.htmx import HtmxHttpRequest
+from capvco_web.permissions import allowed, visible
+from clusters.models import Cluster
+from dashboard.forms import NicFilterForm
+from dashboard.pagination import BadCursor, Sort, keyset_page
+from dashboard.views.common import page_or_fragment
+from sriov.models import LeakedNic
+from sriov.selectors import leaked_nics, network_address_use, pod_nics, vm_queues
+
+TEMPLATE = "dashboard/nics.html"
+FRAGMENTS = ["nic-table", "nic-activity", "nic-body"]  # the first: when htmx names none
+TABLE, ACTIVITY = "nic-table", "nic-activity"
+BOTH = frozenset([TABLE, ACTIVITY])
+PAGE_SIZE = 50
+# Queues and leaked NICs are few when all is well; past these a page says how many more.
+QUEUES_SHOWN = 50
+LEAKED_SHOWN = 50
+NEWEST_FIRST = Sort("requested_at", True, "newest first")
+
+
+@dataclass
+class LeakedRow:
+    nic: LeakedNic
+    detach_url: str  # empty: not offered
+
+
+def _filters(request: HtmxHttpRequest, params: QueryDict) -> dict[str, Any]:
+    """The filters as `params` gives them, and what every part of the page links with."""
+    list_url = reverse("dashboard:nics")
+    form = NicFilterForm(params, clusters=visible(request.user, Cluster.objects.order_by("name")))
+    return {
+        "form": form,
+        "params": params,
+        "list_url": list_url,
+        "page_url": f"{list_url}?{params.urlencode()}" if params else list_url,
+        "errors": [
+            f"{field}: {message}" for field, messages in form.errors.items() for message in messages
+        ],
+    }
+
+
+def _cluster_id(filters: dict[str, Any]) -> int | None:
+    cluster = filters["form"].cleaned_data.get("cluster")
+    return cluster.pk if cluster else None
+
+
+def nic_table(request: HtmxHttpRequest, filters: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    """A page of the pod NICs the filters select, and the status to answer."""
+    found: dict[str, Any] = {"rows": [], "page": None}
+    if filters["errors"]:
+        return found, 400
+    rows = pod_nics(request.user, cluster_id=_cluster_id(filters))
+    if state := filters["form"].cleaned_data.get("state"):
+        rows = rows.filter(state=state)
+    try:
+        page = keyset_page(rows, sort=NEWEST_FIRST, params=filters["params"], size=PAGE_SIZE)
+    except BadCursor as exc:
+        filters["errors"].append(str(exc))
+        return found, 400
+    found["page"], found["rows"] = page, page.rows
+    return found, 200
+
+
+def nic_activity(request: HtmxHttpRequest, filters: dict[str, Any]) -> dict[str, Any]:
+    """Each VM's attach queue and the leaked NICs (of the cluster filtered on, if one),
+    and the address use of the external networks per location. Nothing while the filters
+    are wrong: the table says why."""
+    found: dict[str, Any] = {
+        "queues": [],
+        "queues_more": 0,
+        "leaked": [],
+        "leaked_more": 0,
+        "networks": [],
+    }
+    if filters["errors"]:
+        return found
+    cluster_id = _cluster_id(filters)
+    queues = vm_queues(request.user, cluster_id=cluster_id)
+    found["queues"] = queues[:QUEUES_SHOWN]
+    found["queues_more"] = max(0, len(queues) - QUEUES_SHOWN)
+    leaked = leaked_nics(request.user, cluster_id=cluster_id)
+    shown = list(leaked[: LEAKED_SHOWN + 1])
+    if len(shown) > LEAKED_SHOWN:
+        found["leaked_more"] = leaked.count() - LEAKED_SHOWN
+    back = "?" + urlencode({"next": filters["page_url"]})
+    found["leaked"] = [
+        LeakedRow(
+            nic,
+            reverse("dashboard:leaked-nic-detach", args=[nic.pk]) + back
+            if nic.detach_requested_at is None
+            and allowed(request.user, "sriov.detach_leakednic", nic)
+            else "",
+        )
+        for nic in shown[:LEAKED_SHOWN]
+    ]
+    found["networks"] = network_address_use(request.user)
+    return found
+
+
+def nics_context(
+    request: HtmxHttpRequest, params: QueryDict, *, parts: frozenset[str]
+) -> tuple[dict[str, Any], int]:
+    """What the page (or the fragments in `parts`) shows as `params` asks, and its status."""
+    filters = _filters(request, params)
+    context, status = dict(filters), 200
+    if TABLE in parts:
+        table, status = nic_table(request, filters)
+        context.update(table)
+    if ACTIVITY in parts:
+        context.update(nic_activity(request, filters))
+    return context, 400 if filters["errors"] else status
+
+
+@require_GET
+def nic_list(request: HtmxHttpRequest) -> HttpResponse:
+    parts = BOTH
+    if request.htmx and not request.htmx.boosted:
+        # A part reads only what it shows (the table when the target is none of them).
+        target = request.htmx.target or ""
+        parts = BOTH if target == "nic-body" else frozenset([target if target in BOTH else TABLE])
+    context, status = nics_context(request, request.GET, parts=parts)
+    return page_or_fragment(request, TEMPLATE, context, fragments=FRAGMENTS, status=status)
