@@ -1,13 +1,37 @@
-"""The REST API, version 1: one router for every app."""
+"""The REST API, version 1: one router for every app, the schema and its interactive page."""
+
+from typing import Any
 
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView
-from rest_framework.routers import DefaultRouter
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.reverse import reverse
+from rest_framework.routers import APIRootView, DefaultRouter
 
 from clusters.api import views as clusters
 from gpus.api import views as gpus
 
-router = DefaultRouter()
+# Endpoints outside the router, listed at the API root with the router's own.
+NOT_ROUTED = {"gpu-types": "gpu-types", "schema": "api-schema", "docs": "api-docs"}
+
+
+class ApiRootView(APIRootView):
+    """Every endpoint of the API; `schema` is its OpenAPI description and `docs` the
+    interactive page to try it."""
+
+    def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        response = super().get(request, *args, **kwargs)
+        for key, url_name in NOT_ROUTED.items():
+            response.data[key] = reverse(url_name, request=request)
+        return response
+
+
+class Router(DefaultRouter):
+    APIRootView = ApiRootView
+
+
+router = Router()
 router.register("accounts", clusters.AccountViewSet)
 router.register("locations", clusters.LocationViewSet)
 router.register("clusters", clusters.ClusterViewSet)
@@ -19,6 +43,7 @@ router.register("reservations", gpus.VgpuReservationViewSet)
 
 urlpatterns = [
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("docs/", SpectacularSwaggerSplitView.as_view(url_name="api-schema"), name="api-docs"),
     path("gpu-types/", gpus.GpuTypesView.as_view(), name="gpu-types"),
     path("", include(router.urls)),
 ]

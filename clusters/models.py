@@ -25,6 +25,12 @@ driver_version = RegexValidator(
 MAX_GPUS_PER_MACHINE = 8
 
 
+def conflict(message: str) -> ValidationError:
+    """A refusal because of what other rows hold (not of the values themselves): the API
+    answers it 409."""
+    return ValidationError(message, code="conflict")
+
+
 class Account(models.Model):
     """A whitesky customer account, the credential to act on it, and its orphan policy."""
 
@@ -110,12 +116,16 @@ class Cluster(models.Model):
         # (see gpus.naming), against every cluster of every account, deleting ones too.
         if self.pk and Cluster.objects.filter(pk=self.pk).exclude(name=self.name).exists():
             raise ValidationError(
-                {"name": "A cluster's name cannot change: its VM and vGPU names carry it."}
+                {
+                    "name": conflict(
+                        "A cluster's name cannot change: its VM and vGPU names carry it."
+                    )
+                }
             )
         others = Cluster.objects.exclude(pk=self.pk) if self.pk else Cluster.objects.all()
         names = others.values_list("name", flat=True)
-        if conflict := naming.cluster_name_conflict(self.name, names):
-            raise ValidationError({"name": conflict})
+        if taken := naming.cluster_name_conflict(self.name, names):
+            raise ValidationError({"name": conflict(taken)})
 
 
 class ClusterSite(models.Model):
@@ -146,7 +156,7 @@ class ClusterSite(models.Model):
             and self.location.account_id != self.cluster.account_id
         ):
             raise ValidationError(
-                {"location": "The location belongs to another account than the cluster."}
+                {"location": conflict("The location belongs to another account than the cluster.")}
             )
 
 
@@ -208,15 +218,15 @@ class MachinePool(models.Model):
         super().save(*args, **kwargs)
 
     def clean(self) -> None:
-        errors: dict[str, str] = {}
+        errors: dict[str, str | ValidationError] = {}
         if self.gpu_count and not (self.gpu_type.strip() or self.gpu_profile_id.strip()):
             errors["gpu_type"] = "A pool with GPUs needs a GPU type (or a profile id)."
         if not self.gpu_count and (self.gpu_type or self.gpu_profile_id):
             errors["gpu_count"] = f"Give a GPU count from 1 to {MAX_GPUS_PER_MACHINE}."
         if self.site_id and self.cluster_id and self.site.cluster_id != self.cluster_id:
-            errors["site"] = "The site (location) does not belong to this cluster."
+            errors["site"] = conflict("The site (location) does not belong to this cluster.")
         if name_error := self._name_error():
-            errors["name"] = name_error
+            errors["name"] = conflict(name_error)
         if errors:
             raise ValidationError(errors)
 

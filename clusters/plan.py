@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 
 from django.db.models import Count, Q
 
@@ -27,6 +27,7 @@ VM_GONE = frozenset({"DELETED", "DESTROYED"})
 LIVE_RESERVATION = (RState.RESERVING, RState.RESERVED, RState.ATTACHED, RState.RELEASING)
 
 Action = Literal["create", "provision", "replace_vm", "teardown", "reclaim"]
+ACTIONS: tuple[Action, ...] = get_args(Action)
 
 
 @dataclass(frozen=True)

@@ -3,11 +3,21 @@ from __future__ import annotations
 import django_filters
 from django.db.models import QuerySet
 
-from gpus.models import VgpuReservation
+from capvco_web.filters import IdFilter, TrueFalseFilter
+from gpus.models import GpuProfile, VgpuReservation
+
+
+class GpuProfileFilterSet(django_filters.FilterSet):
+    location = IdFilter(field_name="location_id")
+
+    class Meta:
+        model = GpuProfile
+        fields = ["location", "vendor"]
 
 
 class VgpuReservationFilterSet(django_filters.FilterSet):
-    orphaned = django_filters.BooleanFilter(method="filter_orphaned")
+    location = IdFilter(field_name="location_id")
+    orphaned = TrueFalseFilter(method="filter_orphaned")
     cluster = django_filters.CharFilter(field_name="owner_cluster")
 
     class Meta:

@@ -1,11 +1,14 @@
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from django.db import models
 from rest_framework import serializers
 
-from capvco_web.api import ModelCleanMixin
+from capvco_web.api import HAS_TEXT, ModelCleanMixin, ReasonField, StrictInputMixin
 from clusters.models import Account, Cluster, ClusterSite, Location, Machine, MachinePool
+from clusters.plan import ACTIONS
 
 
 class AccountSerializer(ModelCleanMixin):
@@ -49,17 +52,58 @@ class ClusterSerializer(ModelCleanMixin):
         read_only_fields = ["state", "deletion_blockers", "created_at"]
 
 
-class GpuRequestSerializer(serializers.Serializer[MachinePool]):
-    """`gpu: {type, profileId, count, driverVersion}`: what a pool asks for, by type."""
+def _gpu_field(model_field: str, **kwargs: Any) -> serializers.CharField:
+    """A string of the `gpu` object, bounded and validated as the pool's own field."""
+    field = MachinePool._meta.get_field(model_field)
+    assert isinstance(field, models.CharField)
+    return serializers.CharField(
+        source=model_field,
+        required=False,
+        allow_blank=True,
+        default="",
+        trim_whitespace=False,
+        max_length=field.max_length,
+        validators=list(field.validators),
+        **kwargs,
+    )
 
-    type = serializers.CharField(source="gpu_type", required=False, allow_blank=True, default="")
-    profileId = serializers.CharField(
-        source="gpu_profile_id", required=False, allow_blank=True, default=""
-    )
+
+def _has_text(field: str) -> dict[str, Any]:
+    return {"required": [field], "properties": {field: {"pattern": HAS_TEXT}}}
+
+
+class GpuRequestSerializer(StrictInputMixin, serializers.Serializer[MachinePool]):
+    """`gpu: {type, profileId, count, driverVersion}`: what a pool asks for, by type.
+    No GPU: count 0 (or left out) and neither type nor profile id. GPUs: a count of 1 to
+    8, and a type or a profile id. Taken whole, on PATCH too: what it leaves out is
+    reset to its default."""
+
+    type = _gpu_field("gpu_type")
+    profileId = _gpu_field("gpu_profile_id")
     count = serializers.IntegerField(source="gpu_count", min_value=0, max_value=8, default=0)
-    driverVersion = serializers.CharField(
-        source="gpu_driver_version", required=False, allow_blank=True, default=""
-    )
+    driverVersion = _gpu_field("gpu_driver_version")
+
+    schema_rules = {
+        "anyOf": [
+            {
+                "properties": {
+                    "count": {"enum": [0]},
+                    "type": {"maxLength": 0},
+                    "profileId": {"maxLength": 0},
+                }
+            },
+            {
+                "required": ["count"],
+                "properties": {"count": {"minimum": 1}},
+                "anyOf": [_has_text("type"), _has_text("profileId")],
+            },
+        ]
+    }
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            data = {"type": "", "profileId": "", "count": 0, "driverVersion": "", **data}
+        return super().to_internal_value(data)
 
 
 class MachinePoolSerializer(ModelCleanMixin):
@@ -95,7 +139,7 @@ class MachineSerializer(serializers.ModelSerializer[Machine]):
 class PlanStepSerializer(serializers.Serializer[object]):
     """One step of the plan, with every decision it carries."""
 
-    action = serializers.CharField(help_text="create, provision, replace_vm, teardown or reclaim")
+    action = serializers.ChoiceField(choices=ACTIONS)
     target = serializers.CharField(help_text="The machine (or, for reclaim, the cluster)")
     reason = serializers.CharField()
     pool_id = serializers.IntegerField(allow_null=True)
@@ -108,10 +152,8 @@ class PlanStepSerializer(serializers.Serializer[object]):
     description = serializers.CharField(source="describe", help_text="The step in words")
 
 
-class DeleteReasonSerializer(serializers.Serializer[object]):
+class DeleteReasonSerializer(StrictInputMixin):
     """Deleting an empty pool, site or account destroys nothing billed: a reason is
     welcome (it goes into the audit record) but not required."""
 
-    reason = serializers.CharField(
-        max_length=1000, trim_whitespace=True, required=False, allow_blank=True, default=""
-    )
+    reason = ReasonField(required=False, allow_blank=True, default="")

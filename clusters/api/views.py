@@ -11,7 +11,7 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from capvco_web.api import ConflictSerializer, ReasonSerializer
+from capvco_web.api import ErrorSerializer, ReasonSerializer
 from clusters.api.serializers import (
     AccountSerializer,
     ClusterSerializer,
@@ -22,7 +22,13 @@ from clusters.api.serializers import (
     MachineSerializer,
     PlanStepSerializer,
 )
-from clusters.filtersets import MachineFilterSet
+from clusters.filtersets import (
+    ClusterFilterSet,
+    ClusterSiteFilterSet,
+    LocationFilterSet,
+    MachineFilterSet,
+    MachinePoolFilterSet,
+)
 from clusters.models import Account, Cluster, ClusterSite, Location, Machine, MachinePool
 from clusters.plan import cluster_plan
 from clusters.services import (
@@ -51,7 +57,7 @@ def _delete_schema(in_use_by: str) -> Callable[[View], View]:
         responses={
             204: None,
             409: OpenApiResponse(
-                ConflictSerializer,
+                ErrorSerializer,
                 description=f"Still in use by {in_use_by}: the detail names what is in "
                 "the way and what to do.",
             ),
@@ -75,7 +81,7 @@ class AccountViewSet(viewsets.ModelViewSet[Account]):
 class LocationViewSet(viewsets.ReadOnlyModelViewSet[Location]):
     queryset = Location.objects.order_by("account", "name")
     serializer_class = LocationSerializer
-    filterset_fields = ["account", "name"]
+    filterset_class = LocationFilterSet
 
 
 class ClusterViewSet(
@@ -86,10 +92,10 @@ class ClusterViewSet(
 ):
     queryset = Cluster.objects.prefetch_related("sites").order_by("name")
     serializer_class = ClusterSerializer
-    filterset_fields = ["account", "state"]
+    filterset_class = ClusterFilterSet
 
     @extend_schema(responses=PlanStepSerializer(many=True))
-    @action(detail=True, methods=["get"])
+    @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
     def plan(self, request: Request, pk: str | None = None) -> Response:
         """What the next reconcile pass would do (a dry run, from the database only)."""
         plan = cluster_plan(self.get_object())
@@ -107,7 +113,7 @@ class ClusterViewSet(
 class ClusterSiteViewSet(viewsets.ModelViewSet[ClusterSite]):
     queryset = ClusterSite.objects.select_related("location").order_by("cluster", "location")
     serializer_class = ClusterSiteSerializer
-    filterset_fields = ["cluster", "location"]
+    filterset_class = ClusterSiteFilterSet
 
     @_delete_schema("its pools")
     def destroy(self, request: Request, pk: str | None = None) -> Response:
@@ -120,7 +126,7 @@ class ClusterSiteViewSet(viewsets.ModelViewSet[ClusterSite]):
 class MachinePoolViewSet(viewsets.ModelViewSet[MachinePool]):
     queryset = MachinePool.objects.order_by("cluster", "name")
     serializer_class = MachinePoolSerializer
-    filterset_fields = ["cluster", "site"]
+    filterset_class = MachinePoolFilterSet
 
     @_delete_schema("its machines (scale it to 0 replicas first)")
     def destroy(self, request: Request, pk: str | None = None) -> Response:

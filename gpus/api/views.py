@@ -4,21 +4,21 @@ release is recorded here and carried out by a worker."""
 from __future__ import annotations
 
 from drf_spectacular.utils import OpenApiResponse, extend_schema
-from rest_framework import serializers, status, viewsets
+from rest_framework import status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import APIException
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from capvco_web.api import ReasonSerializer
+from capvco_web.api import ErrorSerializer, ReasonSerializer
 from capvco_web.tasks import send_on_commit
 from gpus.api.serializers import (
     GpuProfileSerializer,
     GpuTypeOfferSerializer,
     VgpuReservationSerializer,
 )
-from gpus.filtersets import VgpuReservationFilterSet
+from gpus.filtersets import GpuProfileFilterSet, VgpuReservationFilterSet
 from gpus.models import GpuProfile, VgpuReservation
 from gpus.resolve import offers
 from gpus.services import ReleaseRefused, reservation_release_request
@@ -28,7 +28,7 @@ from gpus.tasks import reservation_release_task
 class GpuProfileViewSet(viewsets.ReadOnlyModelViewSet[GpuProfile]):
     queryset = GpuProfile.objects.order_by("location", "profile_id")
     serializer_class = GpuProfileSerializer
-    filterset_fields = ["location", "vendor"]
+    filterset_class = GpuProfileFilterSet
 
 
 class GpuTypesView(APIView):
@@ -54,10 +54,6 @@ class ReleaseConflict(APIException):
     default_code = "release_refused"
 
 
-class ReleaseRefusedSerializer(serializers.Serializer[object]):
-    detail = serializers.CharField()
-
-
 class VgpuReservationViewSet(viewsets.ReadOnlyModelViewSet[VgpuReservation]):
     queryset = VgpuReservation.objects.select_related("location").order_by("location", "name")
     serializer_class = VgpuReservationSerializer
@@ -68,7 +64,7 @@ class VgpuReservationViewSet(viewsets.ReadOnlyModelViewSet[VgpuReservation]):
         responses={
             202: VgpuReservationSerializer,
             409: OpenApiResponse(
-                ReleaseRefusedSerializer,
+                ErrorSerializer,
                 description="Refused, saying why and what to do instead (e.g. the GPU of a "
                 "machine: scale its pool down or delete the machine)",
             ),

@@ -1,0 +1,54 @@
+"""Filters shared by the API and the dashboard lists: strict about their values, and an
+id that matches nothing answers an empty list (not a 400, as a choice of existing rows
+would)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import django_filters
+from django import forms
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
+
+_INTEGER = re.compile(r"-?[0-9]+")
+
+
+class IdField(forms.Field):
+    default_error_messages = {"invalid": "Give an id (a whole number)."}
+
+    def to_python(self, value: Any) -> int | None:
+        if value in self.empty_values:
+            return None
+        if not isinstance(value, str) or not _INTEGER.fullmatch(value):
+            raise forms.ValidationError(self.error_messages["invalid"], code="invalid")
+        sign, digits = (-1, value[1:]) if value.startswith("-") else (1, value)
+        digits = digits.lstrip("0") or "0"
+        # Past any id a database holds: matches nothing, however many digits it has.
+        return sign * (10**30 if len(digits) > 30 else int(digits))
+
+
+class TrueFalseField(forms.Field):
+    default_error_messages = {"invalid": "Give true or false."}
+
+    def to_python(self, value: Any) -> bool | None:
+        if value in self.empty_values:
+            return None
+        if value not in ("true", "false"):
+            raise forms.ValidationError(self.error_messages["invalid"], code="invalid")
+        return bool(value == "true")
+
+
+@extend_schema_field(OpenApiTypes.INT)
+class IdFilter(django_filters.Filter):
+    """Rows whose foreign key (or id) is this id; none when nothing has it."""
+
+    field_class = IdField
+
+
+@extend_schema_field(OpenApiTypes.BOOL)
+class TrueFalseFilter(django_filters.Filter):
+    """`true` or `false`, nothing else (not `yes`, `1` or `maybe`, read as no filter)."""
+
+    field_class = TrueFalseField

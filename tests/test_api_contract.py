@@ -1,0 +1,50 @@
+"""The API keeps the contract its own OpenAPI schema states: schemathesis sends generated
+requests, valid and invalid, to a live server, as a logged-in superuser, and runs every
+check on each answer: no 500, every status documented, every body as the schema says,
+valid input accepted and invalid input refused.
+
+Bounded and derandomized here (the same cases on every run); `python -m tests.api_fuzz`
+runs the long one, stateful phase included.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+import schemathesis
+from drf_spectacular.generators import SchemaGenerator
+from hypothesis import HealthCheck, settings
+
+from tests.api_fuzz import pin_path, seed_world, superuser_headers
+
+EXAMPLES = int(os.environ.get("CAPVCO_API_CONTRACT_EXAMPLES", "25"))
+
+# The schema the server serves (the same generator behind /api/v1/schema/).
+SCHEMA: dict[str, Any] = SchemaGenerator().get_schema(request=None, public=True)
+
+schema = schemathesis.openapi.from_dict(SCHEMA)
+schema.config.generation.update(max_examples=EXAMPLES)
+contract = settings(
+    deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck)
+)
+
+
+@pytest.fixture
+def world(transactional_db: None) -> dict[str, int]:
+    return seed_world()
+
+
+@pytest.fixture
+def auth(transactional_db: None) -> dict[str, str]:
+    return superuser_headers()
+
+
+@schema.parametrize()
+@contract
+def test_every_operation_keeps_the_contract(
+    case: schemathesis.Case, live_server: Any, world: dict[str, int], auth: dict[str, str]
+) -> None:
+    pin_path(case, world)
+    case.call_and_validate(base_url=live_server.url, headers=auth)
