@@ -73,9 +73,12 @@ class Pagination(LimitOffsetPagination):
 
     def _param(self, request: Request, name: str, *, least: int, most: int) -> int | None:
         """The parameter, read as at most `most` (however many digits it has)."""
-        raw = request.query_params.get(name)
-        if raw is None:
+        given = request.query_params.getlist(name)
+        if not given:
             return None
+        if len(given) > 1:
+            raise ApiValidationError({name: ["Give this parameter once."]})
+        raw = given[0]
         value = None
         if _WHOLE_NUMBER.fullmatch(raw):
             digits = raw.lstrip("0") or "0"

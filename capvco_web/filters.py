@@ -52,3 +52,25 @@ class TrueFalseFilter(django_filters.Filter):
     """`true` or `false`, nothing else (not `yes`, `1` or `maybe`, read as no filter)."""
 
     field_class = TrueFalseField
+
+
+class StrictFilterSet(django_filters.FilterSet):
+    """A filter set that refuses (400) a parameter given twice, and an empty value where a
+    string is not what the parameter takes, instead of silently filtering by one of them
+    or by nothing."""
+
+    def get_form_class(self) -> type[forms.Form]:
+        filters = self.filters
+
+        class StrictForm(super().get_form_class()):  # type: ignore[misc]
+            def clean(self) -> dict[str, Any]:
+                cleaned: dict[str, Any] = super().clean()
+                for name, given in filters.items():
+                    values = self.data.getlist(name) if hasattr(self.data, "getlist") else []
+                    if len(values) > 1:
+                        self.add_error(name, "Give this parameter once.")
+                    elif values == [""] and not isinstance(given, django_filters.CharFilter):
+                        self.add_error(name, "Give a value, or leave the parameter out.")
+                return cleaned
+
+        return StrictForm

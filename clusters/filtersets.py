@@ -2,11 +2,11 @@ from __future__ import annotations
 
 import django_filters
 
-from capvco_web.filters import IdFilter
+from capvco_web.filters import IdFilter, StrictFilterSet
 from clusters.models import Cluster, ClusterSite, Location, Machine, MachinePool
 
 
-class LocationFilterSet(django_filters.FilterSet):
+class LocationFilterSet(StrictFilterSet):
     account = IdFilter(field_name="account_id")
 
     class Meta:
@@ -14,7 +14,7 @@ class LocationFilterSet(django_filters.FilterSet):
         fields = ["account", "name"]
 
 
-class ClusterFilterSet(django_filters.FilterSet):
+class ClusterFilterSet(StrictFilterSet):
     account = IdFilter(field_name="account_id")
 
     class Meta:
@@ -22,7 +22,7 @@ class ClusterFilterSet(django_filters.FilterSet):
         fields = ["account", "state"]
 
 
-class ClusterSiteFilterSet(django_filters.FilterSet):
+class ClusterSiteFilterSet(StrictFilterSet):
     cluster = IdFilter(field_name="cluster_id")
     location = IdFilter(field_name="location_id")
 
@@ -31,7 +31,7 @@ class ClusterSiteFilterSet(django_filters.FilterSet):
         fields = ["cluster", "location"]
 
 
-class MachinePoolFilterSet(django_filters.FilterSet):
+class MachinePoolFilterSet(StrictFilterSet):
     cluster = IdFilter(field_name="cluster_id")
     site = IdFilter(field_name="site_id")
 
@@ -40,7 +40,7 @@ class MachinePoolFilterSet(django_filters.FilterSet):
         fields = ["cluster", "site"]
 
 
-class MachineFilterSet(django_filters.FilterSet):
+class MachineFilterSet(StrictFilterSet):
     cluster = django_filters.CharFilter(field_name="pool__cluster__name")
     pool = IdFilter(field_name="pool_id")
 

@@ -3,11 +3,11 @@ from __future__ import annotations
 import django_filters
 from django.db.models import QuerySet
 
-from capvco_web.filters import IdFilter, TrueFalseFilter
+from capvco_web.filters import IdFilter, StrictFilterSet, TrueFalseFilter
 from gpus.models import GpuProfile, VgpuReservation
 
 
-class GpuProfileFilterSet(django_filters.FilterSet):
+class GpuProfileFilterSet(StrictFilterSet):
     location = IdFilter(field_name="location_id")
 
     class Meta:
@@ -15,7 +15,7 @@ class GpuProfileFilterSet(django_filters.FilterSet):
         fields = ["location", "vendor"]
 
 
-class VgpuReservationFilterSet(django_filters.FilterSet):
+class VgpuReservationFilterSet(StrictFilterSet):
     location = IdFilter(field_name="location_id")
     orphaned = TrueFalseFilter(method="filter_orphaned")
     cluster = django_filters.CharFilter(field_name="owner_cluster")

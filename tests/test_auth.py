@@ -17,7 +17,10 @@ def test_pages_redirect_an_anonymous_visitor_to_login(client: Client, path: str)
 def test_api_refuses_an_anonymous_caller_without_redirecting(client: Client, path: str) -> None:
     response = client.get(path, HTTP_ACCEPT="application/json")
     assert response.status_code == 403
-    assert response.json() == {"detail": "Authentication credentials were not provided."}
+    assert response.json() == {
+        "detail": "Authentication credentials were not provided.",
+        "code": "not_authenticated",
+    }
 
 
 def test_login_page_is_open_and_logging_in_reaches_the_dashboard(client: Client, user) -> None:  # type: ignore[no-untyped-def]
