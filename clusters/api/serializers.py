@@ -72,7 +72,7 @@ def _has_text(field: str) -> dict[str, Any]:
     return {"required": [field], "properties": {field: {"pattern": HAS_TEXT}}}
 
 
-class GpuRequestSerializer(StrictInputMixin, serializers.Serializer[MachinePool]):
+class PoolGpuSerializer(StrictInputMixin, serializers.Serializer[MachinePool]):
     """`gpu: {type, profileId, count, driverVersion}`: what a pool asks for, by type.
     No GPU: count 0 (or left out) and neither type nor profile id. GPUs: a count of 1 to
     8, and a type or a profile id. Taken whole, on PATCH too: what it leaves out is
@@ -107,7 +107,7 @@ class GpuRequestSerializer(StrictInputMixin, serializers.Serializer[MachinePool]
 
 
 class MachinePoolSerializer(ModelCleanMixin):
-    gpu = GpuRequestSerializer(source="*", required=False)
+    gpu = PoolGpuSerializer(source="*", required=False)
     error_paths = {
         "gpu_type": ("gpu", "type"),
         "gpu_profile_id": ("gpu", "profileId"),

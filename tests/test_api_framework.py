@@ -1,0 +1,383 @@
+"""What every endpoint of the API shares: no input answers a 500, every error has one shape,
+input is taken as documented or refused naming the problem, and the schema, the API root
+and the interactive page say what there is."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.test import Client
+from rest_framework.test import APIClient
+
+from clusters.models import Cluster, MachinePool
+from tests.factories import (
+    AccountFactory,
+    ClusterFactory,
+    ClusterSiteFactory,
+    MachineFactory,
+    MachinePoolFactory,
+    UserFactory,
+    VgpuReservationFactory,
+)
+
+pytestmark = pytest.mark.django_db
+
+ERROR_KEYS = {"detail", "code"}
+
+
+@pytest.fixture
+def api() -> APIClient:
+    client = APIClient()
+    client.force_authenticate(UserFactory(is_staff=True, is_superuser=True))
+    return client
+
+
+def schema(api: APIClient) -> dict[str, Any]:
+    response = api.get("/api/v1/schema/", HTTP_ACCEPT="application/json")
+    assert response.status_code == 200
+    return dict(response.json())
+
+
+# --- no 500 from any input ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("limit", [str(2**63), "1" + "0" * 5000])
+def test_an_absurd_page_size_is_read_as_the_largest_page(api: APIClient, limit: str) -> None:
+    AccountFactory.create_batch(2)
+
+    response = api.get("/api/v1/accounts/", {"limit": limit})
+
+    assert response.status_code == 200
+    assert response.json()["count"] == 2
+    assert (
+        "limit=1000"
+        in (api.get("/api/v1/accounts/", {"limit": limit, "offset": 1}).json()["previous"])
+    )
+
+
+@pytest.mark.parametrize("offset", [str(2**63), "9" * 5000])
+def test_an_offset_past_every_row_answers_an_empty_page(api: APIClient, offset: str) -> None:
+    AccountFactory()
+
+    response = api.get("/api/v1/accounts/", {"offset": offset})
+
+    assert response.status_code == 200
+    assert (response.json()["count"], response.json()["results"]) == (1, [])
+
+
+@pytest.mark.parametrize(
+    ("query", "param"),
+    [("limit=-1", "limit"), ("limit=0", "limit"), ("limit=ten", "limit"), ("offset=-5", "offset"),
+     ("offset=1.5", "offset"), ("limit=5&limit=x", "limit")],
+)  # fmt: skip
+def test_a_page_parameter_that_is_not_a_whole_number_is_refused(
+    api: APIClient, query: str, param: str
+) -> None:
+    response = api.get(f"/api/v1/accounts/?{query}")
+
+    assert response.status_code == 400
+    assert list(response.json()["fields"]) == [param]
+
+
+def test_json_nested_thousands_deep_is_refused(api: APIClient) -> None:
+    body = "[" * 5000 + "]" * 5000
+
+    response = api.post("/api/v1/clusters/", body, content_type="application/json")
+
+    assert response.status_code == 400
+    assert response.json() == {
+        "detail": "JSON nested deeper than 32 levels.",
+        "code": "parse_error",
+    }
+
+
+def test_json_nested_past_the_limit_is_refused_before_anything_reads_it(api: APIClient) -> None:
+    body = '{"name": ' + "[" * 40 + "]" * 40 + "}"
+
+    response = api.post("/api/v1/clusters/", body, content_type="application/json")
+
+    assert (response.status_code, response.json()["code"]) == (400, "parse_error")
+
+
+def test_a_body_that_is_not_utf8_is_refused(api: APIClient) -> None:
+    response = api.post(
+        "/api/v1/clusters/", b'{"name": "\xff\xfe"}', content_type="application/json"
+    )
+
+    assert response.status_code == 400
+    assert response.json() == {"detail": "The request body is not UTF-8.", "code": "parse_error"}
+
+
+def test_a_body_that_is_not_json_is_refused_as_unsupported(api: APIClient) -> None:
+    response = api.post(
+        "/api/v1/clusters/", "name=x", content_type="application/x-www-form-urlencoded"
+    )
+
+    assert (response.status_code, response.json()["code"]) == (415, "unsupported_media_type")
+
+
+def test_an_unknown_api_url_answers_404_in_the_error_shape(api: APIClient) -> None:
+    response = api.get("/api/v1/clusters/a.b/")
+
+    assert response.status_code == 404
+    assert response.json() == {"detail": "Not found.", "code": "not_found"}
+
+
+# --- unknown fields and wrong types are refused, naming them ------------------------------
+
+
+def test_unknown_and_read_only_fields_are_refused_naming_each(api: APIClient) -> None:
+    account = AccountFactory()
+
+    response = api.post(
+        "/api/v1/clusters/",
+        {"name": "c", "account": account.pk, "colour": "red", "state": "deleting"},
+    )
+
+    assert response.status_code == 400
+    assert response.json()["fields"] == {
+        "colour": ["Unknown field."],
+        "state": ["Read-only field: leave it out."],
+    }
+    assert not Cluster.objects.exists()
+
+
+def test_unknown_fields_of_a_nested_object_are_refused(api: APIClient) -> None:
+    site = ClusterSiteFactory()
+    body = {"cluster": site.cluster_id, "site": site.pk, "name": "p", "gpu": {"kind": "A100"}}
+
+    response = api.post("/api/v1/pools/", body)
+
+    assert response.status_code == 400
+    assert response.json()["fields"] == {"gpu": {"kind": ["Unknown field."]}}
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [("replicas", "2", "Give a whole number, not a string."),
+     ("replicas", True, "Give a whole number, not a boolean."),
+     ("name", 5, "Give a string, not a number."),
+     ("cluster", "1", "Give a whole number, not a string."),
+     ("gpu", [], "Give an object, not an array.")],
+)  # fmt: skip
+def test_a_value_of_another_type_than_documented_is_refused_not_coerced(
+    api: APIClient, field: str, value: object, message: str
+) -> None:
+    site = ClusterSiteFactory()
+    body = {"cluster": site.cluster_id, "site": site.pk, "name": "p", field: value}
+
+    response = api.post("/api/v1/pools/", body)
+
+    assert response.status_code == 400
+    assert response.json()["fields"] == {field: [message]}
+    assert not MachinePool.objects.exists()
+
+
+def test_an_account_setting_as_a_string_is_refused(api: APIClient) -> None:
+    account = AccountFactory()
+
+    response = api.patch(f"/api/v1/accounts/{account.pk}/", {"orphan_auto_release": "no"})
+
+    assert response.json()["fields"] == {"orphan_auto_release": ["Give a boolean, not a string."]}
+
+
+def test_strings_are_stored_as_sent_so_their_documented_length_holds(api: APIClient) -> None:
+    account = AccountFactory()
+
+    response = api.patch(f"/api/v1/accounts/{account.pk}/", {"customer_id": " c-1 "})
+
+    assert response.status_code == 200
+    account.refresh_from_db()
+    assert account.customer_id == " c-1 "
+
+
+# --- valid requests that the database refuses answer 409 ----------------------------------
+
+
+def test_a_name_taken_answers_409_naming_the_field(api: APIClient) -> None:
+    taken = AccountFactory()
+    body = {"name": taken.name, "api_url": taken.api_url, "iam_url": taken.iam_url,
+            "customer_id": "c-2", "credential": taken.credential}  # fmt: skip
+
+    response = api.post("/api/v1/accounts/", body)
+
+    assert response.status_code == 409
+    assert response.json()["code"] == "conflict"
+    assert list(response.json()["fields"]) == ["name"]
+
+
+def test_an_object_named_that_does_not_exist_answers_409(api: APIClient) -> None:
+    response = api.post("/api/v1/clusters/", {"name": "c", "account": 999_999})
+
+    assert response.status_code == 409
+    assert response.json()["fields"] == {
+        "account": ['Invalid pk "999999" - object does not exist.']
+    }
+
+
+def test_invalid_input_besides_a_missing_object_answers_400(api: APIClient) -> None:
+    response = api.post("/api/v1/clusters/", {"name": "Not A Label", "account": 999_999})
+
+    assert response.status_code == 400
+    assert set(response.json()["fields"]) == {"name", "account"}
+
+
+# --- filters -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/api/v1/clusters/?account=999999", "/api/v1/locations/?account=999999",
+     "/api/v1/sites/?cluster=999999", "/api/v1/pools/?site=999999",
+     "/api/v1/machines/?pool=999999", "/api/v1/gpu-profiles/?location=999999",
+     "/api/v1/reservations/?location=999999", "/api/v1/clusters/?account=" + "9" * 40],
+)  # fmt: skip
+def test_a_filter_by_an_id_that_does_not_exist_answers_an_empty_list(
+    api: APIClient, path: str
+) -> None:
+    MachineFactory()
+
+    response = api.get(path)
+
+    assert response.status_code == 200
+    assert response.json()["results"] == []
+
+
+def test_a_filter_by_id_finds_the_rows_of_that_id(api: APIClient) -> None:
+    mine, other = ClusterFactory(), ClusterFactory()
+
+    response = api.get("/api/v1/clusters/", {"account": mine.account_id})
+
+    assert [row["name"] for row in response.json()["results"]] == [mine.name]
+    assert other.name not in response.content.decode()
+
+
+@pytest.mark.parametrize(
+    "query",
+    ["account=x", "account=1.0", "account=", "state=", "account=1&account=x", "state=gone"],
+)
+def test_a_filter_value_that_is_not_one_is_refused(api: APIClient, query: str) -> None:
+    response = api.get(f"/api/v1/clusters/?{query}")
+
+    assert response.status_code == 400
+    assert response.json()["code"] == "invalid"
+
+
+@pytest.mark.parametrize(
+    ("value", "status"), [("true", 200), ("false", 200), ("yes", 400), ("1", 400)]
+)
+def test_orphaned_filter_takes_true_or_false_only(api: APIClient, value: str, status: int) -> None:
+    VgpuReservationFactory(orphaned=True)
+
+    response = api.get("/api/v1/reservations/", {"orphaned": value})
+
+    assert response.status_code == status
+    if value == "true":
+        assert response.json()["count"] == 1
+
+
+# --- the schema says what the API does ------------------------------------------------------
+
+
+def test_every_operation_documents_its_errors_in_the_one_shape(api: APIClient) -> None:
+    document = schema(api)
+
+    for path, item in document["paths"].items():
+        for method, operation in item.items():
+            responses = operation["responses"]
+            assert {"401", "403", "429"} <= set(responses), (method, path)
+            for code, response in responses.items():
+                if code >= "400":
+                    assert response["content"]["application/json"]["schema"] == {
+                        "$ref": "#/components/schemas/Error"
+                    }, (method, path, code)
+    error = document["components"]["schemas"]["Error"]
+    assert set(error["required"]) == ERROR_KEYS
+
+
+def test_every_request_body_refuses_unknown_fields_in_the_schema_too(api: APIClient) -> None:
+    components = schema(api)["components"]["schemas"]
+
+    bodies = [name for name in components if name.endswith("Request")]
+    assert bodies
+    for name in bodies:
+        assert components[name]["additionalProperties"] is False, name
+
+
+def test_cluster_delete_documents_the_reason_it_requires(api: APIClient) -> None:
+    delete = schema(api)["paths"]["/api/v1/clusters/{id}/"]["delete"]
+
+    assert delete["requestBody"]["required"] is True
+    body = delete["requestBody"]["content"]["application/json"]["schema"]
+    assert body == {"$ref": "#/components/schemas/ReasonRequest"}
+
+
+def test_the_plan_is_documented_as_the_list_of_steps_it_is(api: APIClient) -> None:
+    document = schema(api)
+    plan = document["paths"]["/api/v1/clusters/{id}/plan/"]["get"]
+
+    assert [p["name"] for p in plan["parameters"]] == ["id"]  # no page, no filter
+    assert plan["responses"]["200"]["content"]["application/json"]["schema"] == {
+        "type": "array",
+        "items": {"$ref": "#/components/schemas/PlanStep"},
+    }
+    pool = MachinePoolFactory(replicas=1)
+    steps = api.get(f"/api/v1/clusters/{pool.cluster_id}/plan/", {"limit": 1}).json()
+    assert [step["action"] for step in steps] == ["create"]
+
+
+def test_string_lengths_in_the_schema_are_the_ones_enforced(api: APIClient) -> None:
+    gpu = schema(api)["components"]["schemas"]["PoolGpuRequest"]["properties"]
+    site = ClusterSiteFactory()
+    body = {"cluster": site.cluster_id, "site": site.pk, "name": "p",
+            "gpu": {"type": "x" * (gpu["type"]["maxLength"] + 1), "count": 1}}  # fmt: skip
+
+    response = api.post("/api/v1/pools/", body)
+
+    assert gpu["type"]["maxLength"] == 100
+    assert response.status_code == 400
+    assert list(response.json()["fields"]["gpu"]) == ["type"]
+
+
+def test_a_pool_gpu_object_is_taken_whole_on_patch_too(api: APIClient) -> None:
+    pool = MachinePoolFactory(gpus=True)
+
+    response = api.patch(f"/api/v1/pools/{pool.pk}/", {"gpu": {"type": "NVIDIA T4"}})
+
+    assert response.status_code == 400  # count left out: 0, and a type with no GPU
+    assert list(response.json()["fields"]["gpu"]) == ["count"]
+
+
+# --- the API root and its interactive page ---------------------------------------------------
+
+
+def test_the_api_root_lists_every_endpoint(api: APIClient) -> None:
+    root = api.get("/api/v1/", HTTP_ACCEPT="application/json").json()
+    paths = schema(api)["paths"]
+
+    listed = {url.removeprefix("http://testserver") for url in root.values()}
+    top_level = {"/api/v1/" + path.split("/")[3] + "/" for path in paths}
+    assert top_level | {"/api/v1/schema/", "/api/v1/docs/"} == listed
+
+
+def test_the_interactive_api_page_is_served_from_our_own_static_files(client: Client) -> None:
+    client.force_login(UserFactory())
+
+    page = client.get("/api/v1/docs/")
+    script = client.get("/api/v1/docs/", {"script": ""})
+
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "/static/drf_spectacular_sidecar/swagger-ui-dist/swagger-ui-bundle.js" in html
+    assert "<script>" not in html  # its own script is a file too (a strict CSP allows it)
+    assert script.status_code == 200
+    assert "/api/v1/schema/" in script.content.decode()
+    bundle = "/static/drf_spectacular_sidecar/swagger-ui-dist/swagger-ui-bundle.js"
+    assert b"".join(client.get(bundle).streaming_content).startswith(b"/*")
+
+
+def test_the_navigation_links_the_api_page(client: Client) -> None:
+    client.force_login(UserFactory())
+
+    assert 'href="/api/v1/docs/"' in client.get("/").content.decode()
