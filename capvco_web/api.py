@@ -1,5 +1,6 @@
-"""Shared pieces of the REST API: the one error shape, strict input (parsers, pagination,
-serializers), and the schema that documents both."""
+"""What every endpoint of the REST API shares: the one error shape (and the 409 of what
+conflicts with the database), and serializers that take input exactly as documented.
+Bodies and pages: capvco_web.api_input; the schema: capvco_web.api_schema."""
 
 from __future__ import annotations
 
@@ -88,7 +89,8 @@ def error_body(exc: APIException, data: Any) -> dict[str, Any]:
         fields = data if isinstance(data, Mapping) else {"non_field_errors": data}
         lines = _field_messages(fields)
         conflict = is_state_conflict(exc)
-        detail = ("Conflict: " if conflict else "Invalid input: ") + "; ".join(lines)
+        said = "; ".join(line.rstrip(".") for line in lines) + "."
+        detail = ("Conflict: " if conflict else "Invalid input: ") + said
         return {"detail": detail, "code": "conflict" if conflict else "invalid", "fields": fields}
     detail = data.get("detail", "") if isinstance(data, Mapping) else data
     code = detail.code if isinstance(detail, ErrorDetail) else exc.default_code

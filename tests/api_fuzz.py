@@ -12,6 +12,7 @@ share of the same (tests/test_api_contract.py).
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import subprocess
 import sys
@@ -20,6 +21,13 @@ from typing import Any
 
 # A session of a superuser: the cookie, and a CSRF token that matches its cookie.
 CSRF_TOKEN = "apicontractcsrftoken0123456789ab"
+
+
+def served_schema() -> dict[str, Any]:
+    """The API's OpenAPI schema, from the generator behind /api/v1/schema/."""
+    from drf_spectacular.generators import SchemaGenerator
+
+    return dict(SchemaGenerator().get_schema(request=None, public=True))
 
 
 def seed_world() -> dict[str, int]:
@@ -73,6 +81,8 @@ def _run(examples: int, seed: int, extra: list[str]) -> int:
     from django.test.utils import setup_databases, teardown_databases
 
     django.setup()
+    # Refusals are what most cases are about; a server error still shows, with its traceback.
+    logging.getLogger("django.request").setLevel(logging.ERROR)
     databases = setup_databases(verbosity=1, interactive=False, keepdb=False)
     server = LiveServerThread("127.0.0.1", StaticFilesHandler, port=0)
     try:

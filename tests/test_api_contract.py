@@ -14,15 +14,13 @@ from typing import Any
 
 import pytest
 import schemathesis
-from drf_spectacular.generators import SchemaGenerator
 from hypothesis import HealthCheck, settings
 
-from tests.api_fuzz import pin_path, seed_world, superuser_headers
+from tests.api_fuzz import pin_path, seed_world, served_schema, superuser_headers
 
 EXAMPLES = int(os.environ.get("CAPVCO_API_CONTRACT_EXAMPLES", "25"))
 
-# The schema the server serves (the same generator behind /api/v1/schema/).
-SCHEMA: dict[str, Any] = SchemaGenerator().get_schema(request=None, public=True)
+SCHEMA = served_schema()
 
 # Writes of an account: schema-valid URLs (any `format: uri`) and grace periods (any
 # string) are refused, until the account fields get rules that the schema states (issue 8:

@@ -4,6 +4,7 @@ and the interactive page say what there is."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -11,6 +12,7 @@ from django.test import Client
 from rest_framework.test import APIClient
 
 from clusters.models import Cluster, MachinePool
+from tests.api_fuzz import served_schema
 from tests.factories import (
     AccountFactory,
     ClusterFactory,
@@ -381,3 +383,7 @@ def test_the_navigation_links_the_api_page(client: Client) -> None:
     client.force_login(UserFactory())
 
     assert 'href="/api/v1/docs/"' in client.get("/").content.decode()
+
+
+def test_the_served_schema_is_the_one_the_contract_run_checks(api: APIClient) -> None:
+    assert schema(api) == json.loads(json.dumps(served_schema()))
