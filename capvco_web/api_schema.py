@@ -37,6 +37,8 @@ class ApiSchema(AutoSchema):
     every operation (in the one error shape), the reason body a DELETE takes, unknown
     request fields refused, and NUL characters refused in strings."""
 
+    _direction = "response"  # of the serializer being mapped
+
     def get_operation(self, *args: Any, **kwargs: Any) -> dict[str, Any] | None:
         operation: dict[str, Any] | None = super().get_operation(*args, **kwargs)
         if operation is None:

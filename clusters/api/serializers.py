@@ -52,7 +52,7 @@ class ClusterSerializer(ModelCleanMixin):
         read_only_fields = ["state", "deletion_blockers", "created_at"]
 
 
-def _gpu_field(model_field: str, **kwargs: Any) -> serializers.CharField:
+def _gpu_field(model_field: str) -> serializers.CharField:
     """A string of the `gpu` object, bounded and validated as the pool's own field."""
     field = MachinePool._meta.get_field(model_field)
     assert isinstance(field, models.CharField)
@@ -64,7 +64,6 @@ def _gpu_field(model_field: str, **kwargs: Any) -> serializers.CharField:
         trim_whitespace=False,
         max_length=field.max_length,
         validators=list(field.validators),
-        **kwargs,
     )
 
 
