@@ -35,8 +35,9 @@ ensure_venv() {
   fi
 }
 
-# The settings `make run` chooses: DEBUG on, and one broker for every process it starts
-# (Redis when it answers, else the filesystem), unless the environment says otherwise.
+# The settings `make run` chooses: DEBUG on, one broker for every process it starts
+# (Redis when it answers, else the filesystem), unless the environment says otherwise, and
+# its simulator (unless SIMULATOR=0) among the hosts an account's credential may go to.
 # Exported for the processes started here, and written to $VAR_DIR/run.env, which settings
 # read under the environment: a later manage.py or celery in this checkout, in any shell,
 # gets the same ones.
@@ -49,11 +50,16 @@ import sys
 from pathlib import Path
 from capvco_web.environment import default_broker_url
 print(default_broker_url(Path(sys.argv[1]).resolve()))' "$VAR_DIR")}"
+  if [ "${SIMULATOR:-1}" != 0 ]; then
+    # The simulator serves plain http: allowed as exactly this origin, nothing wider.
+    export WHITESKY_ALLOWED_HOSTS="${WHITESKY_ALLOWED_HOSTS:+$WHITESKY_ALLOWED_HOSTS,}http://127.0.0.1:${SIM_PORT:-8081}"
+  fi
   (
     umask 077
     {
       echo "# Written by make run (bin/run): the settings it chose. The environment wins."
-      printf '%s=%s\n' DEBUG "$DEBUG" CELERY_BROKER_URL "$CELERY_BROKER_URL"
+      printf '%s=%s\n' DEBUG "$DEBUG" CELERY_BROKER_URL "$CELERY_BROKER_URL" \
+        WHITESKY_ALLOWED_HOSTS "${WHITESKY_ALLOWED_HOSTS:-}"
     } >"$VAR_DIR/run.env.tmp"
   )
   mv "$VAR_DIR/run.env.tmp" "$VAR_DIR/run.env"

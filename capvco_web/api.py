@@ -115,11 +115,37 @@ def in_use_detail(exc: ProtectedError | RestrictedError) -> str:
     return f"Still in use by {shown}: delete or tear down those first."
 
 
+def api_validation_error(
+    exc: DjangoValidationError, paths: Mapping[str, tuple[str, ...]] | None = None
+) -> ApiValidationError:
+    """A model's or a service's refusal as the API's, with its codes (a `conflict` answers
+    409), each field's messages under its API name (`paths`: model field to nested path)."""
+    if not hasattr(exc, "error_dict"):
+        return ApiValidationError(
+            [ErrorDetail(m, code=e.code or "invalid") for e in exc.error_list for m in e.messages]
+        )
+    nested: dict[str, Any] = {}
+    for field, errors in exc.error_dict.items():
+        path = (paths or {}).get(field, (field,))
+        target = nested
+        for key in path[:-1]:
+            target = target.setdefault(key, {})
+        target[path[-1]] = [
+            ErrorDetail(message, code=error.code or "invalid")
+            for error in errors
+            for message in error.messages
+        ]
+    return ApiValidationError(nested)
+
+
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     """DRF's handler in the one error shape; a delete refused because something still
-    hangs from the object answers 409 naming it (never a 500)."""
+    hangs from the object answers 409 naming it, and a model's own refusal at save (e.g.
+    under a lock) answers as the serializer's would have (never a 500)."""
     if isinstance(exc, ProtectedError | RestrictedError):
         exc = InUseConflict(in_use_detail(exc))
+    if isinstance(exc, DjangoValidationError):
+        exc = api_validation_error(exc)
     response = drf_exception_handler(exc, context)
     if response is not None:
         api_exc = exc if isinstance(exc, APIException) else APIException()
@@ -152,6 +178,8 @@ def _expected_type(field: serializers.Field) -> tuple[str, tuple[type, ...]] | N
         return "a boolean", (bool,)
     if isinstance(field, serializers.IntegerField | serializers.PrimaryKeyRelatedField):
         return "a whole number", (int,)
+    if isinstance(field, serializers.SlugRelatedField):
+        return "a string", (str,)
     if isinstance(field, serializers.FloatField | serializers.DecimalField):
         return "a number", (int, float, str)
     if isinstance(field, serializers.ListField | serializers.ListSerializer):
@@ -240,24 +268,12 @@ class ModelCleanMixin(StrictInputMixin, serializers.ModelSerializer):  # type: i
         try:
             instance.full_clean(validate_unique=False)
         except DjangoValidationError as exc:
-            raise serializers.ValidationError(self._nest(exc)) from exc
+            raise api_validation_error(exc, self.error_paths) from exc
         return attrs
 
-    def _nest(self, exc: DjangoValidationError) -> dict[str, Any]:
-        """The model's errors under the API's field names, with their codes."""
-        nested: dict[str, Any] = {}
-        for field, errors in exc.error_dict.items():
-            path = self.error_paths.get(field, (field,))
-            target = nested
-            for key in path[:-1]:
-                target = target.setdefault(key, {})
-            target[path[-1]] = [
-                ErrorDetail(message, code=error.code or "invalid")
-                for error in errors
-                for message in error.messages
-            ]
-        return nested
 
+# DRF refuses NUL characters in every string (PostgreSQL cannot store them).
+NO_NUL = "^[^\\u0000]*$"
 
 # What str.strip() removes, spelled out: Python's `\s` and ECMAScript's (the schema's)
 # differ, and the schema must say exactly what is refused.

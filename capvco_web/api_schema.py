@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 from typing import Any
 
 from django.core.validators import ProhibitNullCharactersValidator
@@ -10,22 +11,22 @@ from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.plumbing import force_instance
 from drf_spectacular.utils import OpenApiResponse
 
-from capvco_web.api import ErrorSerializer, StrictInputMixin
+from capvco_web.api import NO_NUL, ErrorSerializer, StrictInputMixin
 
 _ERRORS = {
     "400": "Invalid input: `fields` names each problem (or `detail`, for a body that is not "
     "JSON or a query parameter out of range).",
     "401": "Not authenticated: no credentials, or credentials that are not valid.",
-    "403": "Authenticated, but not allowed (or the CSRF token of a session is missing).",
-    "404": "No such object.",
+    "403": "Authenticated, but not allowed: your role in the object's account does not allow "
+    "this action (or no role allows it), a token may not do it, or the CSRF token of a "
+    "session is missing.",
+    "404": "No such object, or one of an account you are not a member of.",
     "409": "Valid in itself, but not against what is there now: an object it names does "
     "not exist, a name is taken, or objects it names do not belong together (`fields` "
     "names each).",
     "415": "The body is not `application/json`.",
     "429": "Too many requests: try again after `Retry-After` seconds.",
 }
-# DRF refuses NUL characters in every string (PostgreSQL cannot store them).
-NO_NUL = "^[^\\u0000]*$"
 _ERROR_HEADERS = {
     "401": {"WWW-Authenticate": "How to authenticate."},
     "429": {"Retry-After": "Seconds to wait before trying again."},
@@ -103,6 +104,27 @@ class ApiSchema(AutoSchema):
     def _insert_field_validators(self, field: Any, schema: dict[str, Any]) -> None:
         super()._insert_field_validators(field, schema)
         string = schema["oneOf"][0] if "oneOf" in schema else schema
+        # A validator that states its rule itself (visible text), for what is sent or what
+        # is answered.
+        for validator in field.validators:
+            if hasattr(validator, "json_schema"):
+                string.update(validator.json_schema(self._direction))
         refuses_nul = any(isinstance(v, ProhibitNullCharactersValidator) for v in field.validators)
         if self._direction == "request" and refuses_nul and string.get("type") == "string":
             string.setdefault("pattern", NO_NUL)
+        # drf-spectacular offers a blank string beside a pattern as `oneOf`; where the
+        # pattern takes it too, "" would match both (and `oneOf` none).
+        if "oneOf" in schema and schema["oneOf"][1] == _BLANK and _admits_blank(string):
+            schema.update(schema.pop("oneOf")[0])
+
+
+_BLANK = {"type": "string", "maxLength": 0}
+
+
+def _admits_blank(schema: dict[str, Any]) -> bool:
+    if schema.get("minLength", 0) or "format" in schema:
+        return False
+    try:
+        return re.search(schema.get("pattern", ""), "") is not None
+    except re.error:
+        return False  # not a pattern Python reads: keep drf-spectacular's answer

@@ -9,6 +9,7 @@ from rest_framework.response import Response
 from rest_framework.reverse import reverse
 from rest_framework.routers import APIRootView, DefaultRouter
 
+from capvco_web.tokens_api import ApiTokenViewSet
 from clusters.api import views as clusters
 from gpus.api import views as gpus
 
@@ -33,13 +34,17 @@ class Router(DefaultRouter):
 
 router = Router()
 router.register("accounts", clusters.AccountViewSet)
+router.register("memberships", clusters.MembershipViewSet)
 router.register("locations", clusters.LocationViewSet)
 router.register("clusters", clusters.ClusterViewSet)
 router.register("sites", clusters.ClusterSiteViewSet)
 router.register("pools", clusters.MachinePoolViewSet)
 router.register("machines", clusters.MachineViewSet)
+router.register("nodes", clusters.KubeNodeViewSet)
+router.register("pods", clusters.KubePodViewSet)
 router.register("gpu-profiles", gpus.GpuProfileViewSet)
 router.register("reservations", gpus.VgpuReservationViewSet)
+router.register("tokens", ApiTokenViewSet, basename="token")
 
 urlpatterns = [
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),

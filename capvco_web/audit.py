@@ -7,6 +7,7 @@ from typing import Any
 from django.contrib.auth.models import AnonymousUser, User
 from django.db import models
 
+from capvco_web.encryption import EncryptedTextField
 from capvco_web.models import AuditEvent
 
 
@@ -34,3 +35,53 @@ def audit_record(
         before=before,
         after=after,
     )
+
+
+# What an audit record says of a secret: never its value.
+SECRET_KEPT = "(secret)"  # noqa: S105
+SECRET_CHANGED = "(secret, changed)"  # noqa: S105
+
+
+def _recorded(obj: models.Model, field: models.Field[Any, Any]) -> Any:
+    if isinstance(field, EncryptedTextField):
+        return SECRET_KEPT if getattr(obj, field.attname) else ""
+    if field.is_relation:
+        related = getattr(obj, field.name)
+        return None if related is None else str(related)
+    value = field.value_from_object(obj)
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return field.value_to_string(obj)  # decimals, durations, dates: as the admin shows them
+
+
+def _audited_fields(obj: models.Model) -> list[models.Field[Any, Any]]:
+    # Secrets are not editable in forms (they are write-only), but people set them.
+    return [
+        field
+        for field in obj._meta.concrete_fields
+        if (field.editable or isinstance(field, EncryptedTextField)) and not field.primary_key
+    ]
+
+
+def audit_snapshot(obj: models.Model) -> dict[str, Any]:
+    """The fields a person sets, as an audit record shows them (a secret as "(secret)")."""
+    return {field.name: _recorded(obj, field) for field in _audited_fields(obj)}
+
+
+def audit_changes(
+    stored: models.Model, changed: models.Model
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Before and after of the fields that differ between the stored row and the changed
+    one. A secret that changed reads "(secret)" → "(secret, changed)"."""
+    before: dict[str, Any] = {}
+    after: dict[str, Any] = {}
+    for field in _audited_fields(changed):
+        if getattr(stored, field.attname) == getattr(changed, field.attname):
+            continue
+        before[field.name] = _recorded(stored, field)
+        after[field.name] = (
+            SECRET_CHANGED
+            if isinstance(field, EncryptedTextField) and getattr(changed, field.attname)
+            else _recorded(changed, field)
+        )
+    return before, after

@@ -17,6 +17,8 @@ import environ
 from cryptography.fernet import Fernet
 from django.core.exceptions import ImproperlyConfigured
 
+from capvco_web.integrations.whitesky.hosts import AllowedHosts
+
 SUPPORTED_DATABASE_SCHEMES = ("sqlite", "postgres", "postgresql", "pgsql")
 
 # Written by `make run` (bin/run) into the var dir: the settings it chose, so that a later
@@ -171,3 +173,47 @@ def encryption_keys(value: str) -> list[str]:
     if not keys:
         raise ImproperlyConfigured("FIELD_ENCRYPTION_KEY is empty")
     return keys
+
+
+CACHE_KEY_PREFIX = "capvco-cache"
+
+
+def cache_config(url: str, *, broker_url: str) -> dict[str, Any]:
+    """CACHES["default"]: CACHE_URL (e.g. redis://HOST:6379/1, locmemcache://); unset, the
+    broker's Redis when the broker is Redis, else memory of each process."""
+    if not url:
+        if urlparse(broker_url).scheme in ("redis", "rediss"):
+            url = broker_url
+        else:
+            return {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+    try:
+        config: dict[str, Any] = environ.Env.cache_url_config(url)
+    except Exception as exc:  # django-environ raises several types for unknown schemes
+        raise ImproperlyConfigured(
+            f"CACHE_URL={url!r} is not a cache URL: use redis://HOST:PORT/DB or locmemcache://"
+        ) from exc
+    config.setdefault("KEY_PREFIX", CACHE_KEY_PREFIX)
+    return config
+
+
+THROTTLE_PERIODS = ("s", "m", "h", "d")
+
+
+def throttle_rate(value: str, name: str) -> str:
+    """An API rate such as `60/minute` (N per second, minute, hour or day)."""
+    count, slash, period = value.partition("/")
+    if not (slash and count.strip().isdigit() and period.strip()[:1] in THROTTLE_PERIODS):
+        raise ImproperlyConfigured(
+            f"{name}={value!r} is not a rate: write N/second, N/minute, N/hour or N/day"
+        )
+    return f"{int(count)}/{period.strip()}"
+
+
+def whitesky_allowed_hosts(value: str) -> list[str]:
+    """WHITESKY_ALLOWED_HOSTS: comma-separated hosts the whitesky credential may be sent to
+    (see capvco_web/integrations/whitesky/hosts.py), normalised."""
+    try:
+        hosts = AllowedHosts(value.split(","), source="WHITESKY_ALLOWED_HOSTS")
+    except ValueError as exc:
+        raise ImproperlyConfigured(str(exc)) from None
+    return list(hosts.entries)

@@ -38,3 +38,42 @@ class AuditEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.actor_name} {self.action} {self.object_type} {self.object_repr}"
+
+
+# Every API token starts with this, so that a leaked one is easy to recognise (and scan for).
+API_TOKEN_PREFIX = "capvco_"  # noqa: S105 (a prefix, not a secret)
+
+
+class ApiToken(models.Model):
+    """A user's key to the API (`Authorization: Bearer capvco_<key_id>_<secret>`).
+
+    Only a SHA-256 of the whole token is kept: the token is shown once, when it is made
+    (capvco_web/tokens.py). `key_id` is not secret: it finds the row and names the token
+    in lists and in the audit trail.
+    """
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
+    )
+    name = models.CharField(max_length=100, help_text="What the token is for.")
+    key_id = models.CharField(max_length=16, unique=True, editable=False)
+    token_hash = models.CharField(max_length=64, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(
+        null=True, blank=True, editable=False, help_text="Updated at most once a minute."
+    )
+    expires_at = models.DateTimeField(
+        null=True, blank=True, help_text="Refused from then on; empty: until revoked."
+    )
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        verbose_name = "API token"
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix})"
+
+    @property
+    def prefix(self) -> str:
+        """The start of the token, enough to recognise it."""
+        return f"{API_TOKEN_PREFIX}{self.key_id}"

@@ -12,6 +12,7 @@ import environ
 
 from capvco_web.environment import (
     broker_transport_options,
+    cache_config,
     database_config,
     default_broker_url,
     encryption_keys,
@@ -19,6 +20,8 @@ from capvco_web.environment import (
     new_secret_key,
     secret_from_env,
     settings_environment,
+    throttle_rate,
+    whitesky_allowed_hosts,
 )
 
 django_stubs_ext.monkeypatch()
@@ -68,6 +71,7 @@ INSTALLED_APPS = [
     "django_filters",
     "django_htmx",
     "template_partials",
+    "axes",
     "capvco_web",
     "clusters",
     "gpus",
@@ -76,15 +80,19 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "capvco_web.security.SecurityHeadersMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "capvco_web.auth.SessionIdleTimeoutMiddleware",
     "capvco_web.auth.LoginRequiredMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last, as django-axes asks: turns a locked-out login into its 429 page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "capvco_web.urls"
@@ -117,6 +125,11 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+# django-axes sees every login (form and admin) first, to count failures and lock out.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
 ]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "dashboard"
@@ -153,13 +166,59 @@ if env.bool("TRUST_X_FORWARDED_PROTO", default=False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 SESSION_COOKIE_HTTPONLY = True
 X_FRAME_OPTIONS = "DENY"
+# A browser session ends after this long without activity (capvco_web.auth slides it).
+SESSION_COOKIE_AGE = env.int("SESSION_IDLE_TIMEOUT_SECONDS", default=8 * 3600)
+# Scripts and styles from our own static files only: no inline script or style (htmx is
+# told not to inject its indicator style: see base.html).
+CONTENT_SECURITY_POLICY = "; ".join(
+    [
+        "default-src 'self'",
+        "script-src 'self'",
+        "style-src 'self'",
+        "img-src 'self' data:",
+        "connect-src 'self'",
+        "object-src 'none'",
+        "base-uri 'none'",
+        "form-action 'self'",
+        "frame-ancestors 'none'",
+    ]
+)
+
+# Login lockout (django-axes), for the login page and the admin's: after
+# LOGIN_FAILURE_LIMIT wrong passwords for one user name from one address, that pair is
+# refused for LOGIN_LOCKOUT_MINUTES (each further try starts the wait again). An admin
+# unlocks earlier: docs/runbook.md.
+AXES_FAILURE_LIMIT = env.int("LOGIN_FAILURE_LIMIT", default=5)
+AXES_COOLOFF_TIME = timedelta(minutes=env.int("LOGIN_LOCKOUT_MINUTES", default=15))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "capvco_web.auth.login_lockout_response"
+AXES_CLIENT_IP_CALLABLE = "capvco_web.auth.client_address"
+AXES_VERBOSE = False  # no banner on every start; lockouts are still logged
+# Proxies in front of the web server that append the caller's address to
+# X-Forwarded-For; 0 trusts no such header.
+TRUSTED_PROXY_COUNT = env.int("TRUSTED_PROXY_COUNT", default=0)
 
 REST_FRAMEWORK = {
+    # Tokens first: a call without credentials answers 401 with WWW-Authenticate. No HTTP
+    # Basic (a password hash per call): see capvco_web/auth.py.
     "DEFAULT_AUTHENTICATION_CLASSES": [
+        "capvco_web.auth.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
-        "rest_framework.authentication.BasicAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_THROTTLE_CLASSES": [
+        "capvco_web.auth.AnonRateThrottle",
+        "capvco_web.auth.UserRateThrottle",
+    ],
+    "DEFAULT_THROTTLE_RATES": {
+        "anon": throttle_rate(env.str("API_RATE_ANON", default="60/minute"), "API_RATE_ANON"),
+        "user": throttle_rate(env.str("API_RATE_USER", default="1200/minute"), "API_RATE_USER"),
+        "failed_token_auth": throttle_rate(
+            env.str("API_RATE_FAILED_AUTH", default="10/minute"), "API_RATE_FAILED_AUTH"
+        ),
+    },
+    "NUM_PROXIES": TRUSTED_PROXY_COUNT,
     # JSON in (bounded in depth), JSON or the browsable API out.
     "DEFAULT_PARSER_CLASSES": ["capvco_web.api_input.JSONParser"],
     "DEFAULT_SCHEMA_CLASS": "capvco_web.api_schema.ApiSchema",
@@ -200,6 +259,10 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 
+# The cache, shared by the web processes: the API's throttle counts. By default the
+# broker's Redis, else (a filesystem broker) each process counts on its own.
+CACHES = {"default": cache_config(env.str("CACHE_URL", default=""), broker_url=CELERY_BROKER_URL)}
+
 # The beat schedule, in one place. Readiness fails when the last heartbeat is older than
 # twice its interval.
 HEARTBEAT_INTERVAL = timedelta(seconds=env.float("HEARTBEAT_INTERVAL_SECONDS", default=15))
@@ -217,9 +280,13 @@ CELERY_BEAT_SCHEDULE = {
     "heartbeat": _every("capvco_web.tasks.heartbeat", HEARTBEAT_INTERVAL),
     "observe": _every("clusters.tasks.observe_all", OBSERVE_INTERVAL),
     "reconcile": _every("clusters.tasks.reconcile_all", RECONCILE_INTERVAL),
-    "orphan-sweep": _every("gpus.tasks.orphan_sweep_all", ORPHAN_SWEEP_INTERVAL),
+    "orphan-sweep": _every("clusters.tasks.orphan_sweep_all", ORPHAN_SWEEP_INTERVAL),
 }
 
+# whitesky: the hosts an account's API and IAM URLs may name, so the credential goes nowhere
+# else: `host` (https, any port), `https://host:port`, or `http://host:port` (plain http to
+# exactly that origin, e.g. the simulator). `make run` adds its simulator's.
+WHITESKY_ALLOWED_HOSTS = whitesky_allowed_hosts(env.str("WHITESKY_ALLOWED_HOSTS", default=""))
 # whitesky: vGPU reservations are listed in pages of this size (all pages, always).
 WHITESKY_VGPU_PAGE_SIZE = env.int("WHITESKY_VGPU_PAGE_SIZE", default=500)
 # Seconds to wait for whitesky: to connect, for an answer, for the answer of a long call
@@ -231,6 +298,19 @@ WHITESKY_LONG_READ_TIMEOUT = env.float("WHITESKY_LONG_READ_TIMEOUT_SECONDS", def
 # At most this many machines of one account acted on (whitesky writes in flight) at once,
 # over all workers; observation reads are not counted.
 WHITESKY_CALLS_IN_FLIGHT_PER_ACCOUNT = env.int("WHITESKY_CALLS_IN_FLIGHT_PER_ACCOUNT", default=8)
+
+# /metrics: scraped with `Authorization: Bearer <METRICS_TOKEN>` or from an allowed
+# address; with neither, nobody. Counters live under this key prefix in the broker's Redis.
+METRICS_TOKEN = env.str("METRICS_TOKEN", default="")
+METRICS_ALLOWED_IPS = env.list("METRICS_ALLOWED_IPS", default=[])
+METRICS_KEY_PREFIX = env.str("METRICS_KEY_PREFIX", default="capvco:")
+# Kubernetes of each workload cluster: seconds to wait for its API server (to connect, for
+# an answer), and the page size of its node and pod listings (all pages are always read).
+KUBE_CONNECT_TIMEOUT = env.float("KUBE_CONNECT_TIMEOUT_SECONDS", default=5)
+KUBE_READ_TIMEOUT = env.float("KUBE_READ_TIMEOUT_SECONDS", default=30)
+KUBE_LIST_PAGE_SIZE = env.int("KUBE_LIST_PAGE_SIZE", default=500)
+# A running machine with no node this long after its VM started is flagged ("never joined").
+NODE_JOIN_TIMEOUT_SECONDS = env.float("NODE_JOIN_TIMEOUT_SECONDS", default=900)
 
 LOGGING = {
     "version": 1,

@@ -1,4 +1,8 @@
-"""The admin for accounts, clusters, pools and machines.
+"""The admin for accounts, clusters, pools, machines and memberships.
+
+Each page shows the rows of the user's accounts only, and offers what their role there
+allows (capvco_web.permissions); creating and changing rows goes through the audited
+services (clusters.services), as the API does.
 
 Destructive changes go through the audited services with a reason (force delete, cluster
 deletion), never through a plain row delete, which would leave VMs and vGPUs billed with
@@ -19,7 +23,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.actions import delete_selected as django_delete_selected
 from django.contrib.auth.models import AnonymousUser, User
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import models, transaction
 from django.db.models import ProtectedError, QuerySet
 from django.forms.formsets import DELETION_FIELD_NAME
@@ -28,28 +32,61 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.utils.translation import gettext_lazy
 
-from capvco_web.admin import reason_asked
+from capvco_web.admin import ReasonForm, confirmation_asked, reason_asked
 from capvco_web.api import in_use_detail
+from capvco_web.integrations.kube import KubeconfigInvalid, kubeconfig_load
 from capvco_web.integrations.whitesky.auth import jwt_expiry
-from clusters.models import Account, Cluster, ClusterSite, Location, Machine, MachinePool
+from capvco_web.permissions import (
+    AccountScopedAdmin,
+    AccountScopedInline,
+    allowed_somewhere,
+)
+from clusters.models import (
+    MAX_CREDENTIAL_LENGTH,
+    Account,
+    Cluster,
+    ClusterSite,
+    KubeNode,
+    KubePod,
+    Location,
+    Machine,
+    MachinePool,
+    Membership,
+    jwt_shape,
+)
 from clusters.services import (
     InUse,
+    account_create,
     account_delete,
     account_delete_check,
+    account_update,
+    account_update_check,
+    cluster_create,
     cluster_delete,
+    cluster_kubeconfig_set,
+    cluster_update,
+    machine_delete,
     machine_force_delete,
+    membership_create,
+    membership_delete,
+    membership_update,
+    pool_create,
     pool_delete,
     pool_delete_check,
+    pool_scale,
+    pool_update,
+    site_create,
     site_delete,
     site_delete_check,
+    site_update,
 )
 from gpus import naming
-from gpus.models import VgpuReservation
+from gpus.models import GpuProfile, VgpuReservation
 
 M = TypeVar("M", bound=models.Model)
 
 
-class DeleteThroughServiceAdmin(admin.ModelAdmin[M]):
+class DeleteThroughServiceAdmin(AccountScopedAdmin[M]):
     """Row deletes (the delete page and the bulk action) go through the model's audited
     delete service. The confirmation page lists, as what protects the rows, the service's
     refusals, which say what is in the way and what to do."""
@@ -120,8 +157,11 @@ class AccountForm(forms.ModelForm[Account]):
     # Write-only: the stored credential is never rendered, not even re-shown after an error.
     new_credential = forms.CharField(
         required=False,
+        max_length=MAX_CREDENTIAL_LENGTH,
+        validators=[jwt_shape],
         widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}),
-        help_text="Paste a JWT to replace the stored one; leave empty to keep it.",
+        help_text="Paste a JWT to replace the stored one; leave empty to keep it. Changing "
+        "the API or IAM URL needs it again.",
     )
 
     class Meta:
@@ -141,6 +181,23 @@ class AccountForm(forms.ModelForm[Account]):
         if self.instance.pk is None:
             self.fields["new_credential"].required = True  # an account cannot act without one
 
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        if self.instance.pk is not None:  # still as stored: the form's values come later
+            try:
+                account_update_check(account=self.instance, changes=self.changes())
+            except ValidationError as exc:
+                self.add_error("new_credential", exc.message_dict["credential"])
+        return cleaned
+
+    def changes(self) -> dict[str, Any]:
+        """The account's fields as the form gives them, with the credential when given."""
+        fields = AccountForm.Meta.fields  # the admin's subclass lists new_credential too
+        changes = {f: self.cleaned_data[f] for f in fields if f in self.cleaned_data}
+        if token := self.cleaned_data.get("new_credential"):
+            changes["credential"] = token
+        return changes
+
     def save(self, commit: bool = True) -> Account:
         if token := self.cleaned_data.get("new_credential"):
             self.instance.credential = token
@@ -154,7 +211,17 @@ class AccountAdmin(DeleteThroughServiceAdmin[Account]):
     list_display = ["name", "api_url", "customer_id", "orphan_auto_release"]
     readonly_fields = ["credential_status"]
 
-    deleted_by_service = (VgpuReservation,)  # the released ones, history
+    # The released reservations (history), and what is mirrored from its locations.
+    deleted_by_service = (VgpuReservation, Location, GpuProfile, Membership)
+
+    def save_model(self, request: HttpRequest, obj: Account, form: Any, change: bool) -> None:
+        if not change:
+            account_create(account=obj, actor=request.user)
+            return
+        try:  # validated and audited as in the API
+            account_update(account=obj, changes=form.changes(), actor=request.user)
+        except ValidationError as exc:  # changed since the form was checked
+            self.message_user(request, "; ".join(exc.messages), messages.ERROR)
 
     def delete_check(self, obj: Account) -> None:
         account_delete_check(account=obj)
@@ -173,7 +240,7 @@ class AccountAdmin(DeleteThroughServiceAdmin[Account]):
 
 
 @admin.register(Location)
-class LocationAdmin(admin.ModelAdmin[Location]):
+class LocationAdmin(AccountScopedAdmin[Location]):
     list_display = ["name", "account", "vgu_price", "currency", "observation_complete"]
     list_filter = ["account"]
     # Mirrored from the account's whitesky locations, with how well they were observed.
@@ -217,7 +284,9 @@ def _delete_check(obj: models.Model) -> None:
         site_delete_check(site=obj)
 
 
-class ClusterSiteInline(admin.TabularInline[ClusterSite, Cluster]):
+class ClusterSiteInline(
+    AccountScopedInline[ClusterSite], admin.TabularInline[ClusterSite, Cluster]
+):
     model = ClusterSite
     formset = DeleteCheckedFormSet
     extra = 0
@@ -239,7 +308,9 @@ class MachinePoolFormSet(DeleteCheckedFormSet):
             names.append(name)
 
 
-class MachinePoolInline(admin.StackedInline[MachinePool, Cluster]):
+class MachinePoolInline(
+    AccountScopedInline[MachinePool], admin.StackedInline[MachinePool, Cluster]
+):
     model = MachinePool
     formset = MachinePoolFormSet
     extra = 0
@@ -252,19 +323,86 @@ class MachinePoolInline(admin.StackedInline[MachinePool, Cluster]):
         return formset
 
 
+class ClusterForm(forms.ModelForm[Cluster]):
+    # Write-only: the stored kubeconfig is never rendered, not even re-shown after an error.
+    new_kubeconfig = forms.CharField(
+        required=False,
+        label="Kubeconfig",
+        widget=forms.Textarea(attrs={"rows": 6, "autocomplete": "off"}),
+        help_text="Paste the workload cluster's kubeconfig (YAML) to observe its nodes and "
+        "pods; leave empty to keep the stored one.",
+    )
+    remove_kubeconfig = forms.BooleanField(
+        required=False, help_text="Stop observing its Kubernetes and forget what was mirrored."
+    )
+
+    class Meta:
+        model = Cluster
+        fields = ["name", "account"]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.stored_kubeconfig = self.instance.kubeconfig
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        # The model validates the kubeconfig the row would hold: the new one, or none.
+        text = str(data.get("new_kubeconfig") or "").strip()
+        if text:
+            self.instance.kubeconfig = text
+        elif data.get("remove_kubeconfig"):
+            self.instance.kubeconfig = ""
+        return data
+
+    def _update_errors(self, errors: ValidationError) -> None:
+        # The model names the field `kubeconfig`; this form edits it as `new_kubeconfig`.
+        if hasattr(errors, "error_dict") and "kubeconfig" in errors.error_dict:
+            errors.error_dict["new_kubeconfig"] = errors.error_dict.pop("kubeconfig")
+        super()._update_errors(errors)  # type: ignore[misc]
+
+
 @admin.register(Cluster)
-class ClusterAdmin(admin.ModelAdmin[Cluster]):
-    list_display = ["name", "account", "state", "created_at"]
+class ClusterAdmin(AccountScopedAdmin[Cluster]):
+    form = ClusterForm
+    list_display = ["name", "account", "state", "kube_observation_complete", "created_at"]
     list_filter = ["state", "account"]
     inlines = [ClusterSiteInline, MachinePoolInline]
     actions = ["delete_selected_clusters"]
 
     def get_readonly_fields(self, request: HttpRequest, obj: Cluster | None = None) -> list[str]:
-        fixed = ["state", "deletion_blockers", "created_at"]
+        fixed = [
+            "state", "deletion_blockers", "created_at", "kubeconfig_status",
+            "kube_observation_complete", "kube_observation_error",
+            "kube_observation_started_at", "kube_last_complete_observation_at",
+        ]  # fmt: skip
         return ["name", "account", *fixed] if obj else fixed
+
+    @admin.display(description="kubeconfig")
+    def kubeconfig_status(self, cluster: Cluster) -> str:
+        if not cluster.kubeconfig:
+            return "none stored: Kubernetes is not observed"
+        try:
+            return f"stored, server {kubeconfig_load(cluster.kubeconfig).server}"
+        except KubeconfigInvalid as exc:
+            return f"stored, unusable: {exc}"
 
     def has_delete_permission(self, request: HttpRequest, obj: Cluster | None = None) -> bool:
         return False  # a row delete would skip teardown: use the action
+
+    def has_teardown_permission(self, request: HttpRequest) -> bool:
+        return allowed_somewhere(request.user, "clusters.delete_cluster")
+
+    def save_model(self, request: HttpRequest, obj: Cluster, form: Any, change: bool) -> None:
+        wanted = obj.kubeconfig
+        obj.kubeconfig = form.stored_kubeconfig
+        if change:
+            cluster_update(cluster=obj, actor=request.user)
+        else:
+            cluster_create(cluster=obj, actor=request.user)
+        # Through its own service: audited with its server, and what was mirrored is
+        # compared afresh.
+        if wanted != form.stored_kubeconfig:
+            cluster_kubeconfig_set(cluster=obj, kubeconfig=wanted, actor=request.user)
 
     def save_formset(self, request: HttpRequest, form: Any, formset: Any, change: Any) -> None:
         instances = formset.save(commit=False)  # collects the deleted rows, deletes none
@@ -277,10 +415,10 @@ class ClusterAdmin(admin.ModelAdmin[Cluster]):
             except ProtectedError as exc:  # in use since the form was checked
                 self.message_user(request, in_use_detail(exc), messages.ERROR)
         for instance in instances:
-            instance.save()
+            _inline_save(instance, request.user)
         formset.save_m2m()
 
-    @admin.action(description="Delete selected clusters (tear down)", permissions=["change"])
+    @admin.action(description="Delete selected clusters (tear down)", permissions=["teardown"])
     def delete_selected_clusters(
         self, request: HttpRequest, queryset: QuerySet[Cluster]
     ) -> TemplateResponse | None:
@@ -295,9 +433,23 @@ class ClusterAdmin(admin.ModelAdmin[Cluster]):
         if isinstance(reason, TemplateResponse):
             return reason
         for cluster in queryset:
-            cluster_delete(cluster=cluster, actor=request.user, reason=reason)
-            self.message_user(request, f"{cluster}: deletion requested.", messages.SUCCESS)
+            try:
+                cluster_delete(cluster=cluster, actor=request.user, reason=reason)
+            except PermissionDenied as exc:
+                self.message_user(request, f"{cluster}: not deleted: {exc}", messages.ERROR)
+            else:
+                self.message_user(request, f"{cluster}: deletion requested.", messages.SUCCESS)
         return None
+
+
+def _inline_save(obj: models.Model, actor: User | AnonymousUser) -> None:
+    """A site or pool added or changed on the cluster page, through its service."""
+    if isinstance(obj, ClusterSite):
+        (site_update if obj.pk else site_create)(site=obj, actor=actor)
+    elif isinstance(obj, MachinePool):
+        (pool_update if obj.pk else pool_create)(pool=obj, actor=actor)
+    else:
+        raise TypeError(f"no service saves {obj._meta.label}")
 
 
 @admin.register(ClusterSite)
@@ -317,11 +469,58 @@ class ClusterSiteAdmin(DeleteThroughServiceAdmin[ClusterSite]):
         # Moving a site would strand the VMs already in its cloudspace.
         return ["cluster", "location", "cloudspace_id"] if obj else []
 
+    def save_model(self, request: HttpRequest, obj: ClusterSite, form: Any, change: bool) -> None:
+        (site_update if change else site_create)(site=obj, actor=request.user)
+
+
+class ScaleForm(ReasonForm):
+    replicas = forms.IntegerField(min_value=0, max_value=100, help_text="For every pool selected.")
+
+    field_order = ["replicas", "reason"]
+
 
 @admin.register(MachinePool)
 class MachinePoolAdmin(DeleteThroughServiceAdmin[MachinePool]):
     list_display = ["__str__", "site", "replicas", "gpu_type", "gpu_count"]
     list_filter = ["cluster"]
+    actions = ["delete_selected", "scale_selected"]
+
+    def has_scale_permission(self, request: HttpRequest) -> bool:
+        return allowed_somewhere(request.user, "clusters.scale_machinepool")
+
+    def save_model(self, request: HttpRequest, obj: MachinePool, form: Any, change: bool) -> None:
+        (pool_update if change else pool_create)(pool=obj, actor=request.user)
+
+    @admin.action(description="Scale selected pools", permissions=["scale"])
+    def scale_selected(
+        self, request: HttpRequest, queryset: QuerySet[MachinePool]
+    ) -> TemplateResponse | None:
+        asked = confirmation_asked(
+            self,
+            request,
+            queryset,
+            action="scale_selected",
+            title="Scale selected pools",
+            template="admin/reason_confirm.html",
+            form_class=ScaleForm,
+        )
+        if isinstance(asked, TemplateResponse):
+            return asked
+        for pool in queryset:
+            try:
+                pool_scale(
+                    pool=pool,
+                    replicas=asked["replicas"],
+                    actor=request.user,
+                    reason=asked["reason"],
+                )
+            except PermissionDenied as exc:
+                self.message_user(request, f"{pool}: not scaled: {exc}", messages.ERROR)
+            else:
+                self.message_user(
+                    request, f"{pool}: scaled to {asked['replicas']}.", messages.SUCCESS
+                )
+        return None
 
     def delete_check(self, obj: MachinePool) -> None:
         pool_delete_check(pool=obj)
@@ -336,11 +535,13 @@ class MachinePoolAdmin(DeleteThroughServiceAdmin[MachinePool]):
 
 
 @admin.register(Machine)
-class MachineAdmin(admin.ModelAdmin[Machine]):
-    list_display = ["__str__", "pool", "phase", "vm_id", "delete_requested", "updated_at"]
-    list_filter = ["phase", "pool__cluster"]
+class MachineAdmin(AccountScopedAdmin[Machine]):
+    list_display = [
+        "__str__", "pool", "phase", "vm_id", "node_missing", "delete_requested", "updated_at",
+    ]  # fmt: skip
+    list_filter = ["phase", "node_missing", "pool__cluster"]
     list_select_related = ["pool__cluster"]
-    actions = ["force_delete_selected"]
+    actions = ["delete_selected_machines", "force_delete_selected"]
 
     # Machines are made and removed by the reconciler from the pool's replicas.
     def get_readonly_fields(self, request: HttpRequest, obj: Machine | None = None) -> list[str]:
@@ -350,10 +551,42 @@ class MachineAdmin(admin.ModelAdmin[Machine]):
         return False
 
     def has_delete_permission(self, request: HttpRequest, obj: Machine | None = None) -> bool:
-        return False  # a row delete is a force delete without a reason: use the action
+        return False  # a row delete is a force delete without a reason: use the actions
+
+    def has_teardown_permission(self, request: HttpRequest) -> bool:
+        return allowed_somewhere(request.user, "clusters.delete_machine")
+
+    def has_force_delete_permission(self, request: HttpRequest) -> bool:
+        return allowed_somewhere(request.user, "clusters.force_delete_machine")
 
     @admin.action(
-        description="Force delete (leave VM and vGPUs as orphans)", permissions=["change"]
+        description="Delete selected machines (tear down; the pool makes new ones)",
+        permissions=["teardown"],
+    )
+    def delete_selected_machines(
+        self, request: HttpRequest, queryset: QuerySet[Machine]
+    ) -> TemplateResponse | None:
+        reason = reason_asked(
+            self,
+            request,
+            queryset,
+            action="delete_selected_machines",
+            title="Delete selected machines",
+            template="admin/reason_confirm.html",
+        )
+        if isinstance(reason, TemplateResponse):
+            return reason
+        for machine in queryset.select_related("pool__cluster"):
+            try:
+                machine_delete(machine=machine, actor=request.user, reason=reason)
+            except PermissionDenied as exc:
+                self.message_user(request, f"{machine}: not deleted: {exc}", messages.ERROR)
+            else:
+                self.message_user(request, f"{machine}: teardown requested.", messages.SUCCESS)
+        return None
+
+    @admin.action(
+        description="Force delete (leave VM and vGPUs as orphans)", permissions=["force_delete"]
     )
     def force_delete_selected(
         self, request: HttpRequest, queryset: QuerySet[Machine]
@@ -372,8 +605,59 @@ class MachineAdmin(admin.ModelAdmin[Machine]):
             name = str(machine)
             try:
                 machine_force_delete(machine=machine, actor=request.user, reason=reason)
-            except ValueError as exc:
+            except (ValueError, PermissionDenied) as exc:
                 self.message_user(request, f"{name}: not deleted: {exc}", messages.ERROR)
             else:
                 self.message_user(request, f"{name}: deleted with force.", messages.SUCCESS)
         return None
+
+
+@admin.register(Membership)
+class MembershipAdmin(DeleteThroughServiceAdmin[Membership]):
+    """Who has which role in an account; the account's admins change them."""
+
+    list_display = ["user", "account", "role"]
+    list_filter = ["account", "role"]
+    list_select_related = ["user", "account", "role"]
+    search_fields = ["user__username"]
+
+    def delete_check(self, obj: Membership) -> None:
+        return None  # nothing hangs from a membership
+
+    def delete_through_service(self, obj: Membership, actor: User | AnonymousUser) -> None:
+        membership_delete(membership=obj, actor=actor)
+
+    def save_model(self, request: HttpRequest, obj: Membership, form: Any, change: bool) -> None:
+        (membership_update if change else membership_create)(membership=obj, actor=request.user)
+
+
+class MirroredAdmin(AccountScopedAdmin[M]):
+    """Rows mirrored from a cluster's Kubernetes: read here, changed only by observing."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: M | None = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: M | None = None) -> bool:
+        return False
+
+
+@admin.register(KubeNode)
+class KubeNodeAdmin(MirroredAdmin[KubeNode]):
+    list_display = [
+        "name", "cluster", "ready", "gpu_allocatable", "gpu_capacity", "machine",
+        "unowned_since", "kubelet_version",
+    ]  # fmt: skip
+    list_filter = ["cluster", "ready"]
+    list_select_related = ["cluster", "machine"]
+    search_fields = ["name", "provider_id"]
+
+
+@admin.register(KubePod)
+class KubePodAdmin(MirroredAdmin[KubePod]):
+    list_display = ["name", "namespace", "cluster", "node_name", "phase", "gpu_requests"]
+    list_filter = ["cluster", "phase"]
+    list_select_related = ["cluster"]
+    search_fields = ["name", "namespace", "node_name", "uid"]

@@ -2,8 +2,25 @@ from __future__ import annotations
 
 import django_filters
 
-from capvco_web.filters import IdFilter, StrictFilterSet
-from clusters.models import Cluster, ClusterSite, Location, Machine, MachinePool
+from capvco_web.filters import IdFilter, StrictFilterSet, TrueFalseFilter
+from clusters.models import (
+    Cluster,
+    ClusterSite,
+    KubeNode,
+    KubePod,
+    Location,
+    Machine,
+    MachinePool,
+    Membership,
+)
+
+
+class MembershipFilterSet(StrictFilterSet):
+    account = IdFilter(field_name="account_id")
+
+    class Meta:
+        model = Membership
+        fields = ["account"]
 
 
 class LocationFilterSet(StrictFilterSet):
@@ -47,3 +64,23 @@ class MachineFilterSet(StrictFilterSet):
     class Meta:
         model = Machine
         fields = ["cluster", "pool", "phase"]
+
+
+class KubeNodeFilterSet(StrictFilterSet):
+    cluster = django_filters.CharFilter(field_name="cluster__name")
+    machine = IdFilter(field_name="machine_id")
+    ready = TrueFalseFilter(field_name="ready")
+    unowned = TrueFalseFilter(field_name="unowned_since", lookup_expr="isnull", exclude=True)
+
+    class Meta:
+        model = KubeNode
+        fields = ["cluster", "machine", "ready", "unowned"]
+
+
+class KubePodFilterSet(StrictFilterSet):
+    cluster = django_filters.CharFilter(field_name="cluster__name")
+    node = django_filters.CharFilter(field_name="node_name")
+
+    class Meta:
+        model = KubePod
+        fields = ["cluster", "namespace", "node", "phase"]

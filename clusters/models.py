@@ -4,25 +4,76 @@ from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
+from django.conf import settings
+from django.contrib.auth.models import Group
 from django.core.exceptions import ValidationError
-from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
-from django.db import models
+from django.core.validators import (
+    MaxLengthValidator,
+    MaxValueValidator,
+    MinValueValidator,
+    RegexValidator,
+)
+from django.db import connection, models, transaction
 
 from capvco_web.encryption import EncryptedTextField
+from capvco_web.integrations.kube import KubeconfigInvalid, kubeconfig_load
+from capvco_web.integrations.whitesky import AllowedHosts
+from capvco_web.integrations.whitesky.auth import JWT_PATTERN, MAX_JWT_LENGTH
+from capvco_web.validators import visible_text
 from gpus import naming
 
 # Cluster, pool and machine names end up in VM and vGPU names
-# (capvco-<cluster>-<machine>-gpu-<n>), so they are DNS labels.
+# (capvco-<cluster>-<machine>-gpu-<n>), so they are DNS labels. `\Z`, not `$`, which would
+# let a final line break through.
 dns_label = RegexValidator(
-    r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$",
+    r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?\Z",
     "Use lowercase letters, digits and dashes; start and end with a letter or digit.",
 )
 
 driver_version = RegexValidator(
-    r"^[0-9]+(\.[0-9]+){0,3}$", "Give a driver version such as 550.90.07, or leave it empty."
+    r"^[0-9]+(\.[0-9]+){0,3}\Z", "Give a driver version such as 550.90.07, or leave it empty."
 )
 
+# A JWT is three base64url parts (header, claims, signature); nothing else is a credential.
+# The client takes a refreshed token only in the same shape (auth.JWT_PATTERN).
+jwt_shape = RegexValidator(
+    f"^{JWT_PATTERN}\\Z",
+    "Give the JWT: three base64url parts separated by dots (header.claims.signature).",
+)
+MAX_CREDENTIAL_LENGTH = MAX_JWT_LENGTH
+
 MAX_GPUS_PER_MACHINE = 8
+MAX_ORPHAN_GRACE_PERIOD = timedelta(days=90)
+MAX_ORPHAN_CONFIRMATIONS = 100
+# Bounds of a pool's machines, the same on SQLite and PostgreSQL (and well inside both).
+MAX_VCPUS = 256
+MIN_MEMORY_MIB, MAX_MEMORY_MIB = 512, 4 * 1024 * 1024  # 4 TiB
+MIN_DISK_GIB, MAX_DISK_GIB = 10, 64 * 1024  # 64 TiB
+MAX_REPLICAS = 100
+MAX_INT32 = 2**31 - 1  # whitesky ids that are integers (images)
+
+
+def whitesky_allowed_hosts() -> AllowedHosts:
+    """The hosts an account's credential may be sent to (settings.WHITESKY_ALLOWED_HOSTS)."""
+    return AllowedHosts(settings.WHITESKY_ALLOWED_HOSTS, source="WHITESKY_ALLOWED_HOSTS")
+
+
+def whitesky_url(value: str) -> None:
+    """An account's API or IAM URL must be one the credential may be sent to."""
+    if refusal := whitesky_allowed_hosts().refusal(value):
+        raise ValidationError(refusal, code="host_not_allowed")
+
+
+NAMES_LOCK = 0x63617076  # the advisory lock that serialises cluster and pool creates
+
+
+def names_lock() -> None:
+    """Until the transaction ends, no other cluster or pool create passes this point, so
+    the name check after it sees every committed name: creates of `x` and `x-y` at once
+    cannot both pass. SQLite has one writer at a time already."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [NAMES_LOCK])
 
 
 def conflict(message: str) -> ValidationError:
@@ -34,11 +85,21 @@ def conflict(message: str) -> ValidationError:
 class Account(models.Model):
     """A whitesky customer account, the credential to act on it, and its orphan policy."""
 
-    name = models.CharField(max_length=100, unique=True)
-    api_url = models.URLField(help_text="The VCO API base, e.g. https://vco.example/api/1")
-    iam_url = models.URLField(help_text="The IAM host that refreshes the JWT")
-    customer_id = models.CharField(max_length=100)
-    credential = EncryptedTextField(help_text="The JWT; stored encrypted, never shown.")
+    name = models.CharField(max_length=100, unique=True, validators=[visible_text])
+    api_url = models.URLField(
+        validators=[whitesky_url],
+        help_text="The VCO API base, e.g. https://vco.example/api/1; its host must be in "
+        "WHITESKY_ALLOWED_HOSTS.",
+    )
+    iam_url = models.URLField(
+        validators=[whitesky_url],
+        help_text="The IAM host that refreshes the JWT; in WHITESKY_ALLOWED_HOSTS too.",
+    )
+    customer_id = models.CharField(max_length=100, validators=[visible_text])
+    credential = EncryptedTextField(
+        validators=[MaxLengthValidator(MAX_CREDENTIAL_LENGTH), jwt_shape],
+        help_text="The JWT; stored encrypted, never shown.",
+    )
     # On: an orphan named by us (our prefix, and a cluster of this account or none at all)
     # costs money every hour and nothing can take it over; docs/guides/gpu.md says more.
     orphan_auto_release = models.BooleanField(
@@ -47,16 +108,77 @@ class Account(models.Model):
         "automatically, after the grace period and the confirmations; otherwise they wait "
         "for a person. Orphans not named by us always wait for a person.",
     )
-    orphan_grace_period = models.DurationField(default=timedelta(hours=1))
+    orphan_grace_period = models.DurationField(
+        default=timedelta(hours=1),
+        validators=[
+            MinValueValidator(timedelta(0)),
+            MaxValueValidator(MAX_ORPHAN_GRACE_PERIOD),
+        ],
+        help_text="How long an orphan waits before it is released or removed (0 to 90 days).",
+    )
     orphan_confirmations = models.PositiveSmallIntegerField(
         default=3,
-        validators=[MinValueValidator(1)],
+        validators=[MinValueValidator(1), MaxValueValidator(MAX_ORPHAN_CONFIRMATIONS)],
         help_text="Consecutive complete listings that must show a reservation orphaned "
         "before it is released automatically.",
     )
 
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(
+                    orphan_grace_period__gte=timedelta(0),
+                    orphan_grace_period__lte=MAX_ORPHAN_GRACE_PERIOD,
+                ),
+                name="account_orphan_grace_period_bounded",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(
+                    orphan_confirmations__gte=1,
+                    orphan_confirmations__lte=MAX_ORPHAN_CONFIRMATIONS,
+                ),
+                name="account_orphan_confirmations_bounded",
+            ),
+        ]
+
     def __str__(self) -> str:
         return self.name
+
+
+class Membership(models.Model):
+    """A user's role in one account: what they may see and do there (capvco_web.permissions)."""
+
+    class Role(models.TextChoices):
+        # The names of the groups that hold each role's permissions.
+        VIEWER = "viewer"
+        OPERATOR = "operator"
+        ADMIN = "admin"
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
+    )
+    account = models.ForeignKey(Account, on_delete=models.CASCADE, related_name="memberships")
+    role = models.ForeignKey(
+        Group,
+        on_delete=models.PROTECT,
+        related_name="+",
+        limit_choices_to={"name__in": Role.values},
+        help_text="viewer: reads; operator: also scales pools, deletes machines and "
+        "clusters, releases reservations; admin: also the account, its sites, pools, "
+        "clusters and members.",
+    )
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["user", "account"], name="one_membership_per_account")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.account} ({self.role})"
+
+    def clean(self) -> None:
+        if self.role_id and self.role.name not in self.Role.values:
+            raise ValidationError({"role": f"Choose one of {', '.join(self.Role.values)}."})
 
 
 class Location(models.Model):
@@ -107,11 +229,66 @@ class Cluster(models.Model):
         default=list, blank=True, help_text="While deleting: what still exists."
     )
     created_at = models.DateTimeField(auto_now_add=True)
+    # Kubernetes: the workload cluster's API, and how well its nodes and pods were observed.
+    kubeconfig = EncryptedTextField(
+        blank=True,
+        help_text="The workload cluster's kubeconfig (its current context is used); stored "
+        "encrypted, never shown. Empty: its nodes and pods are not observed.",
+    )
+    kube_observation_complete = models.BooleanField(
+        default=False,
+        editable=False,
+        help_text="Whether the last observation listed every node and pod. Nothing is "
+        "judged gone, and no node or machine is flagged, from a partial one.",
+    )
+    kube_observation_error = models.TextField(blank=True, editable=False)
+    kube_observation_started_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text="When the listings of the last observation began.",
+    )
+    kube_last_complete_observation_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text="When the listings of the last complete one began.",
+    )
+    kube_nodes_resource_version = models.CharField(
+        max_length=64,
+        blank=True,
+        editable=False,
+        help_text="The resourceVersion of the last complete node listing mirrored: a listing "
+        "with the same one changed nothing.",
+    )
+    kube_pods_resource_version = models.CharField(
+        max_length=64, blank=True, editable=False, help_text="The same, for pods."
+    )
 
     def __str__(self) -> str:
         return self.name
 
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if not self._state.adding:
+            super().save(*args, **kwargs)
+            return
+        with transaction.atomic():
+            names_lock()  # clean() checked without it; checked again here, under it
+            names = Cluster.objects.values_list("name", flat=True)
+            if taken := naming.cluster_name_conflict(self.name, names):
+                raise ValidationError({"name": conflict(taken)})
+            super().save(*args, **kwargs)
+
+    @property
+    def has_kubeconfig(self) -> bool:
+        return bool(self.kubeconfig)
+
     def clean(self) -> None:
+        if self.kubeconfig:
+            try:
+                kubeconfig_load(self.kubeconfig)
+            except KubeconfigInvalid as exc:
+                raise ValidationError({"kubeconfig": str(exc)}) from exc
         # VM and vGPU names carry the cluster name: they must read as this cluster's only
         # (see gpus.naming), against every cluster of every account, deleting ones too.
         if self.pk and Cluster.objects.filter(pk=self.pk).exclude(name=self.name).exists():
@@ -128,13 +305,29 @@ class Cluster(models.Model):
             raise ValidationError({"name": conflict(taken)})
 
 
+def _moves(obj: models.Model, fields: list[str], message: str) -> dict[str, str | ValidationError]:
+    """The fields of a saved row that differ from the stored row, each with `message` (a
+    conflict with the stored row): where a row lives is fixed at its creation."""
+    if obj.pk is None:
+        return {}
+    attnames = {name: getattr(obj._meta.get_field(name), "attname") for name in fields}  # noqa: B009
+    stored = type(obj)._default_manager.filter(pk=obj.pk).values(*attnames.values()).first()
+    if stored is None:
+        return {}
+    return {
+        name: conflict(message)
+        for name, attname in attnames.items()
+        if stored[attname] != getattr(obj, attname)
+    }
+
+
 class ClusterSite(models.Model):
     """Where a cluster runs in one location: its cloudspace and the image of its VMs."""
 
     cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="sites")
     location = models.ForeignKey(Location, on_delete=models.PROTECT, related_name="sites")
-    cloudspace_id = models.CharField(max_length=100)
-    image_id = models.PositiveIntegerField()
+    cloudspace_id = models.CharField(max_length=100, validators=[visible_text])
+    image_id = models.PositiveIntegerField(validators=[MaxValueValidator(MAX_INT32)])
     observation_error = models.TextField(
         blank=True,
         help_text="Why the last observation could not list the VMs of this cloudspace; while "
@@ -143,21 +336,32 @@ class ClusterSite(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["cluster", "location"], name="one_site_per_location")
+            models.UniqueConstraint(fields=["cluster", "location"], name="one_site_per_location"),
+            models.CheckConstraint(
+                condition=models.Q(image_id__lte=MAX_INT32), name="site_image_id_bounded"
+            ),
         ]
 
     def __str__(self) -> str:
         return f"{self.cluster} in {self.location}"
 
     def clean(self) -> None:
+        errors = _moves(
+            self,
+            ["cluster", "location", "cloudspace_id"],
+            "A site cannot move: its VMs live in its cloudspace. Add a new site instead.",
+        )
         if (
-            self.location_id
+            not errors
+            and self.location_id
             and self.cluster_id
             and self.location.account_id != self.cluster.account_id
         ):
-            raise ValidationError(
-                {"location": conflict("The location belongs to another account than the cluster.")}
+            errors["location"] = conflict(
+                "The location belongs to another account than the cluster."
             )
+        if errors:
+            raise ValidationError(errors)
 
 
 class MachinePool(models.Model):
@@ -166,16 +370,31 @@ class MachinePool(models.Model):
     cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="pools")
     site = models.ForeignKey(ClusterSite, on_delete=models.PROTECT, related_name="pools")
     name = models.CharField(max_length=20, validators=[dns_label])
-    replicas = models.PositiveSmallIntegerField(default=1, validators=[MaxValueValidator(100)])
-    vcpus = models.PositiveSmallIntegerField(default=4, validators=[MinValueValidator(1)])
-    memory_mib = models.PositiveIntegerField(default=8192, validators=[MinValueValidator(512)])
-    disk_gib = models.PositiveIntegerField(default=50, validators=[MinValueValidator(10)])
+    replicas = models.PositiveSmallIntegerField(
+        default=1, validators=[MaxValueValidator(MAX_REPLICAS)]
+    )
+    vcpus = models.PositiveSmallIntegerField(
+        default=4, validators=[MinValueValidator(1), MaxValueValidator(MAX_VCPUS)]
+    )
+    memory_mib = models.PositiveIntegerField(
+        default=8192,
+        validators=[MinValueValidator(MIN_MEMORY_MIB), MaxValueValidator(MAX_MEMORY_MIB)],
+    )
+    disk_gib = models.PositiveIntegerField(
+        default=50, validators=[MinValueValidator(MIN_DISK_GIB), MaxValueValidator(MAX_DISK_GIB)]
+    )
     user_data = models.TextField(blank=True)
     gpu_type = models.CharField(
-        max_length=100, blank=True, help_text='e.g. "NVIDIA A100"; resolved per location'
+        max_length=100,
+        blank=True,
+        validators=[visible_text],
+        help_text='e.g. "NVIDIA A100"; resolved per location',
     )
     gpu_profile_id = models.CharField(
-        max_length=100, blank=True, help_text="Escape hatch: one exact GPU profile (card) id"
+        max_length=100,
+        blank=True,
+        validators=[visible_text],
+        help_text="Escape hatch: one exact GPU profile (card) id",
     )
     gpu_count = models.PositiveSmallIntegerField(
         default=0, validators=[MaxValueValidator(MAX_GPUS_PER_MACHINE)]
@@ -200,16 +419,40 @@ class MachinePool(models.Model):
                 condition=models.Q(gpu_count__lte=MAX_GPUS_PER_MACHINE),
                 name="gpu_count_at_most_8",
             ),
+            models.CheckConstraint(
+                condition=models.Q(replicas__lte=MAX_REPLICAS),
+                name="pool_replicas_bounded",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(vcpus__gte=1, vcpus__lte=MAX_VCPUS),
+                name="pool_vcpus_bounded",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(memory_mib__gte=MIN_MEMORY_MIB, memory_mib__lte=MAX_MEMORY_MIB),
+                name="pool_memory_bounded",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(disk_gib__gte=MIN_DISK_GIB, disk_gib__lte=MAX_DISK_GIB),
+                name="pool_disk_bounded",
+            ),
         ]
+        permissions = [("scale_machinepool", "Can scale machine pool (replicas only)")]
 
     def __str__(self) -> str:
         return f"{self.cluster}/{self.name}"
 
     def save(self, *args: Any, **kwargs: Any) -> None:
+        if self._state.adding:
+            with transaction.atomic():
+                names_lock()  # clean() checked without it; checked again here, under it
+                if name_error := self._name_error():
+                    raise ValidationError({"name": conflict(name_error)})
+                super().save(*args, **kwargs)
+            return
         # `next_index` moves only in machine_create, under the row's lock. An edit (API,
         # admin) saves a copy read before: writing it back would wind the index back, and
         # the next machine would take the name of one that exists or existed.
-        if not self._state.adding and kwargs.get("update_fields") is None:
+        if kwargs.get("update_fields") is None:
             kwargs["update_fields"] = [
                 f.name
                 for f in self._meta.concrete_fields
@@ -218,12 +461,21 @@ class MachinePool(models.Model):
         super().save(*args, **kwargs)
 
     def clean(self) -> None:
-        errors: dict[str, str | ValidationError] = {}
+        errors = _moves(
+            self,
+            ["cluster", "site"],
+            "A pool cannot move: its machines live in its site. Add a new pool instead.",
+        )
         if self.gpu_count and not (self.gpu_type.strip() or self.gpu_profile_id.strip()):
             errors["gpu_type"] = "A pool with GPUs needs a GPU type (or a profile id)."
         if not self.gpu_count and (self.gpu_type or self.gpu_profile_id):
             errors["gpu_count"] = f"Give a GPU count from 1 to {MAX_GPUS_PER_MACHINE}."
-        if self.site_id and self.cluster_id and self.site.cluster_id != self.cluster_id:
+        if (
+            "site" not in errors
+            and self.site_id
+            and self.cluster_id
+            and self.site.cluster_id != self.cluster_id
+        ):
             errors["site"] = conflict("The site (location) does not belong to this cluster.")
         if name_error := self._name_error():
             errors["name"] = conflict(name_error)
@@ -279,6 +531,18 @@ class Machine(models.Model):
     gpu_driver_version = models.CharField(
         max_length=40, blank=True, help_text="The driver its VM was created to install"
     )
+    vm_started_at = models.DateTimeField(
+        null=True, blank=True, help_text="When its VM was last started (running since)"
+    )
+    node_joined_at = models.DateTimeField(
+        null=True, blank=True, help_text="When a listing first showed its Kubernetes node"
+    )
+    node_missing = models.BooleanField(
+        default=False,
+        help_text="No node of the cluster is this machine's, NODE_JOIN_TIMEOUT_SECONDS after "
+        "its VM started (from a complete node listing).",
+    )
+    node_missing_reason = models.CharField(max_length=300, blank=True)
     phase = models.CharField(max_length=16, choices=Phase, default=Phase.PENDING)
     failure_message = models.TextField(blank=True)
     delete_requested = models.BooleanField(default=False)
@@ -288,6 +552,9 @@ class Machine(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["pool", "index"], name="machine_index_unique_per_pool"),
+        ]
+        permissions = [
+            ("force_delete_machine", "Can force delete machine (no teardown, leaves orphans)")
         ]
 
     def __str__(self) -> str:
@@ -325,3 +592,73 @@ class VirtualMachine(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.vm_id})"
+
+
+class KubeNode(models.Model):
+    """A Kubernetes Node of a cluster (mirrored), and the machine whose VM it runs on."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="kube_nodes")
+    name = models.CharField(max_length=253)
+    uid = models.CharField(max_length=64)
+    provider_id = models.CharField(max_length=300, blank=True)
+    labels = models.JSONField(default=dict, blank=True)
+    gpu_capacity = models.PositiveIntegerField(default=0, help_text="nvidia.com/gpu capacity")
+    gpu_allocatable = models.PositiveIntegerField(
+        default=0, help_text="nvidia.com/gpu allocatable, as the device plugin reports it"
+    )
+    ready = models.BooleanField(default=False)
+    kubelet_version = models.CharField(max_length=64, blank=True)
+    machine = models.ForeignKey(
+        Machine, on_delete=models.SET_NULL, null=True, blank=True, related_name="kube_nodes"
+    )
+    unowned_since = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="Since when complete listings show it with no machine of the cluster "
+        "owning it (control-plane nodes excepted).",
+    )
+    first_seen_at = models.DateTimeField()
+    updated_at = models.DateTimeField(help_text="When the mirror last wrote the row")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "name"], name="kube_node_unique_per_cluster")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster.name}/{self.name}"
+
+
+class KubePod(models.Model):
+    """A Kubernetes Pod of a cluster (mirrored): where it runs, and what it asks for."""
+
+    class Phase(models.TextChoices):
+        PENDING = "Pending"
+        RUNNING = "Running"
+        SUCCEEDED = "Succeeded"
+        FAILED = "Failed"
+        UNKNOWN = "Unknown"
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="kube_pods")
+    uid = models.CharField(max_length=64)
+    namespace = models.CharField(max_length=63)
+    name = models.CharField(max_length=253)
+    node_name = models.CharField(max_length=253, blank=True, help_text="Empty: not scheduled")
+    phase = models.CharField(max_length=16, choices=Phase)
+    gpu_requests = models.PositiveIntegerField(default=0, help_text="nvidia.com/gpu it holds")
+    sriov_network = models.CharField(
+        max_length=253,
+        blank=True,
+        help_text="The external network its capvco.io/sriov-network annotation asks a NIC on",
+    )
+    first_seen_at = models.DateTimeField()
+    updated_at = models.DateTimeField(help_text="When the mirror last wrote the row")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "uid"], name="kube_pod_unique_per_cluster")
+        ]
+        indexes = [models.Index(fields=["cluster", "node_name"])]
+
+    def __str__(self) -> str:
+        return f"{self.cluster.name}/{self.namespace}/{self.name}"

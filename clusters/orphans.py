@@ -7,7 +7,7 @@ right now, so that VM is not an orphan. A VM not named by us is not ours to judg
 bastion in the cluster's cloudspace).
 
 Flags change only from a complete listing of the VM's cloudspace. This module reads the
-database and writes flags; it never calls whitesky (the sweep in gpus/orphans.py does).
+database and writes flags; it never calls whitesky (the sweep in clusters/releases.py does).
 """
 
 from __future__ import annotations

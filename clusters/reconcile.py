@@ -21,10 +21,11 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from capvco_web.audit import audit_record
+from capvco_web.counters import reconcile_step_count
 from capvco_web.integrations import whitesky as ws
 from capvco_web.locks import object_lock
 from capvco_web.rows import model_update
@@ -44,6 +45,7 @@ from gpus.models import VgpuReservation
 from gpus.resolve import GpuUnavailable
 from gpus.services import (
     OutcomePending,
+    VgpuOwner,
     reservation_adopt,
     reservation_pending_resolve,
     reservation_release,
@@ -251,19 +253,17 @@ def machine_reconcile(ctx: PassContext, machine_id: int) -> MachineResult:
             return MachineResult()
         with account_slot(machine.pool.cluster.account_id) as slot:
             if not slot:
+                reconcile_step_count(step.action, "busy")
                 return MachineResult(error=f"{step.action} {machine.name}: account busy")
             try:
                 _machine_apply(ctx, machine, step)
-            except (
-                StepFailed,
-                StepWaiting,
-                GpuUnavailable,
-                OutcomePending,
-                Machine.DoesNotExist,
-            ) as exc:
+            except (StepWaiting, OutcomePending) as exc:
+                reconcile_step_count(step.action, "waiting")
                 return MachineResult(error=f"{step.action} {machine.name}: {exc}")
-            except ws.WhiteskyError as exc:
+            except (StepFailed, GpuUnavailable, Machine.DoesNotExist, ws.WhiteskyError) as exc:
+                reconcile_step_count(step.action, "error")
                 return MachineResult(error=f"{step.action} {machine.name}: {exc}")
+    reconcile_step_count(step.action, "applied")
     return MachineResult(applied=f"{step.action} {machine.name}")
 
 
@@ -417,13 +417,31 @@ def _gpus_ensure(ctx: PassContext, machine: Machine, book: CardBook | None) -> N
         _phase_set(machine, Phase.ATTACHING)
         try:
             for n in list(missing):
-                reservation_reserve_and_attach(
-                    client=ctx.client, machine=machine, n=n, gpu_id=card_id
-                )
+                _reserve_and_attach(ctx, machine, n, card_id)
                 book.take(card_id, 1)
                 missing.remove(n)
         except ws.CapacityExhausted:
             refused.add(card_id)  # taken since the listing (another worker): try another
+
+
+def _reserve_and_attach(ctx: PassContext, machine: Machine, n: int, card_id: str) -> None:
+    assert machine.vm_id is not None, "a reserve needs the machine's VM"
+    site = machine.pool.site
+    owner = VgpuOwner(
+        machine_id=machine.pk,
+        cluster=machine.pool.cluster.name,
+        machine=machine.name,
+        location_id=site.location_id,
+        cloudspace_id=site.cloudspace_id,
+        vm_id=machine.vm_id,
+    )
+    try:
+        reservation_reserve_and_attach(client=ctx.client, owner=owner, n=n, gpu_id=card_id)
+    except IntegrityError:
+        if Machine.objects.filter(pk=machine.pk).exists():
+            raise
+        # Deleted meanwhile (a force delete): nothing is reserved for it.
+        raise Machine.DoesNotExist(f"machine {machine} was deleted meanwhile") from None
 
 
 def _attached_ensure(ctx: PassContext, machine: Machine, row: VgpuReservation) -> None:
@@ -450,11 +468,18 @@ def _vm_start(ctx: PassContext, machine: Machine) -> None:
         machine.phase in (Phase.STARTING, Phase.FAILED)
         and ctx.client.get_vm(cloudspace_id=cloudspace_id, vm_id=machine.vm_id).status == "RUNNING"
     ):
-        _phase_set(machine, Phase.RUNNING)
+        _running_set(machine)
         return
     _phase_set(machine, Phase.STARTING)
     ctx.client.start_vm(cloudspace_id=cloudspace_id, vm_id=machine.vm_id)
-    _phase_set(machine, Phase.RUNNING)
+    _running_set(machine)
+
+
+def _running_set(machine: Machine) -> None:
+    # Its node has NODE_JOIN_TIMEOUT_SECONDS from now to join (clusters.nodes).
+    _machine_update(
+        machine, {"phase": Phase.RUNNING, "failure_message": "", "vm_started_at": timezone.now()}
+    )
 
 
 def machine_vm_replace(ctx: PassContext, machine: Machine, *, reason: str) -> None:
@@ -471,7 +496,19 @@ def machine_vm_replace(ctx: PassContext, machine: Machine, *, reason: str) -> No
         reason=reason,
         before={"vm_id": old_vm, "phase": machine.phase},
     )
-    _machine_update(machine, {"vm_id": None, "vm_created_at": None, "phase": Phase.PENDING})
+    _machine_update(
+        machine,
+        {
+            "vm_id": None,
+            "vm_created_at": None,
+            "vm_started_at": None,
+            "phase": Phase.PENDING,
+            # The new VM's node joins anew.
+            "node_joined_at": None,
+            "node_missing": False,
+            "node_missing_reason": "",
+        },
+    )
     for row in VgpuReservation.objects.filter(machine=machine, vm_id=old_vm):
         model_update(
             row,

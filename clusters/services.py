@@ -1,4 +1,10 @@
-"""Changing clusters and machines on a person's behalf: each change is audited.
+"""Changing accounts, clusters and machines on a person's behalf: each change is allowed
+by the person's role in the object's account (capvco_web.permissions), and audited.
+
+Creating and changing a row goes through `<noun>_create` and `<noun>_update`, from the API
+and the admin alike: they check the role, run the model's validation (which refuses, for
+one, to move a site or a pool), save, and record the fields set or changed, never the
+value of a secret.
 
 Machines, and the rows they hang from (pool, site, cluster, account), are deleted only
 through teardown: the foreign keys PROTECT, and the deletes here refuse with `InUse`,
@@ -7,19 +13,36 @@ naming what is in the way and what to do, while anything still hangs from the ro
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Any
+import copy
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, TypeVar
 
-from django.contrib.auth.models import AnonymousUser, User
+from django.contrib.auth.models import AnonymousUser, Group, User
+from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator
 from django.db import models, transaction
 from django.db.models import ProtectedError
 
-from capvco_web.audit import audit_record
-from clusters.models import Account, Cluster, ClusterSite, Machine, MachinePool, VirtualMachine
+from capvco_web.audit import audit_changes, audit_record, audit_snapshot
+from capvco_web.integrations.kube import KubeconfigInvalid, kubeconfig_load
+from capvco_web.permissions import perm_name, permission_require
+from capvco_web.rows import model_update
+from clusters.models import (
+    Account,
+    Cluster,
+    ClusterSite,
+    KubeNode,
+    KubePod,
+    Machine,
+    MachinePool,
+    Membership,
+    VirtualMachine,
+)
 from gpus import naming
 from gpus.models import VgpuReservation
 
 Actor = User | AnonymousUser | str
+M = TypeVar("M", bound=models.Model)
 
 
 class InUse(ProtectedError):
@@ -58,6 +81,7 @@ def machine_force_delete(
 ) -> None:
     """Drop a machine without teardown (like `--force`). Its VM and vGPUs stay behind,
     become orphans, and are reclaimed by name (orphan sweep or cluster deletion)."""
+    permission_require(actor, "clusters.force_delete_machine", machine)
     if not reason.strip():
         raise ValueError("A force delete needs a reason.")
     before = {
@@ -76,6 +100,7 @@ def machine_force_delete(
 def cluster_delete(*, cluster: Cluster, actor: User | AnonymousUser | str, reason: str) -> None:
     """Ask for a cluster's deletion: the reconciler tears it down and releases every
     reservation carrying its prefix; the cluster stays `deleting` until none is listed."""
+    permission_require(actor, "clusters.delete_cluster", cluster)
     if not reason.strip():
         raise ValueError("A cluster deletion needs a reason.")
     updated = Cluster.objects.filter(pk=cluster.pk, state=Cluster.State.ACTIVE).update(
@@ -115,6 +140,7 @@ def pool_delete(*, pool: MachinePool, actor: Actor, reason: str = "") -> None:
         pool = (
             MachinePool.objects.select_for_update().select_related("site__location").get(pk=pool.pk)
         )
+        permission_require(actor, "clusters.delete_machinepool", pool)
         pool_delete_check(pool=pool)
         before = {
             "name": pool.name,
@@ -164,6 +190,7 @@ def site_delete(*, site: ClusterSite, actor: Actor, reason: str = "") -> None:
             .select_related("cluster", "location")
             .get(pk=site.pk)
         )
+        permission_require(actor, "clusters.delete_clustersite", site)
         site_delete_check(site=site)
         before = {
             "cluster": site.cluster.name,
@@ -173,6 +200,59 @@ def site_delete(*, site: ClusterSite, actor: Actor, reason: str = "") -> None:
         }
         audit_record(actor=actor, action="site.delete", obj=site, reason=reason, before=before)
         site.delete()
+
+
+ACCOUNT_URLS = ("api_url", "iam_url")
+_ACCOUNT_CHANGEABLE = frozenset(
+    {
+        "name",
+        "api_url",
+        "iam_url",
+        "customer_id",
+        "credential",
+        "orphan_auto_release",
+        "orphan_grace_period",
+        "orphan_confirmations",
+    }
+)
+
+
+def account_update_check(*, account: Account, changes: Mapping[str, Any]) -> None:
+    """Raise `ValidationError` (on `credential`) when a change moves the API or IAM URL and
+    does not give the credential with it: whoever may edit an account must not be able to
+    send the JWT stored in it to an address of their choosing, allowed host or not."""
+    moved = [f for f in ACCOUNT_URLS if f in changes and changes[f] != getattr(account, f)]
+    if moved and not changes.get("credential"):
+        raise ValidationError(
+            {
+                "credential": "Give the credential again to change the API or IAM URL: "
+                "the stored one is never sent to a new address."
+            }
+        )
+
+
+def account_update(*, account: Account, changes: Mapping[str, Any], actor: Actor) -> Account:
+    """Change an account's fields (`credential` replaces the JWT), validated as the model
+    validates, and audit what changed: before and after of each field, and of the
+    credential only that it changed. `account` is refreshed, and answered."""
+    unknown = set(changes) - _ACCOUNT_CHANGEABLE
+    if unknown:
+        raise ValueError(f"not fields of an account that can be changed: {sorted(unknown)}")
+    with transaction.atomic():
+        stored = Account.objects.select_for_update().get(pk=account.pk)
+        permission_require(actor, perm_name(Account, "change"), stored)
+        account_update_check(account=stored, changes=changes)
+        changed = copy.copy(stored)
+        for field, value in changes.items():
+            setattr(changed, field, value)
+        before, after = audit_changes(stored, changed)
+        if not after:
+            return account
+        changed.full_clean()
+        changed.save()
+        audit_record(actor=actor, action="account.update", obj=changed, before=before, after=after)
+    account.refresh_from_db()
+    return account
 
 
 def account_delete_check(*, account: Account) -> None:
@@ -207,6 +287,7 @@ def account_delete(*, account: Account, actor: Actor, reason: str = "") -> None:
     locations and their mirrors (cards, VMs, released reservations). Audited."""
     with transaction.atomic():
         account = Account.objects.select_for_update().get(pk=account.pk)
+        permission_require(actor, "clusters.delete_account", account)
         account_delete_check(account=account)
         released = VgpuReservation.objects.filter(
             location__account=account, state=VgpuReservation.State.RELEASED
@@ -216,6 +297,9 @@ def account_delete(*, account: Account, actor: Actor, reason: str = "") -> None:
             "api_url": account.api_url,
             "customer_id": account.customer_id,
             "locations": list(account.locations.order_by("name").values_list("name", flat=True)),
+            "members": [
+                str(m) for m in account.memberships.select_related("user", "role").order_by("pk")
+            ],
             "released_reservations": released.count(),
         }
         audit_record(
@@ -260,3 +344,208 @@ def cluster_rows_delete(*, cluster: Cluster, actor: Actor, reason: str) -> None:
         pools.delete()
         sites.delete()
         cluster.delete()
+
+
+# --- creating and changing rows ------------------------------------------------------------
+
+
+def _row_create(obj: M, *, actor: Actor, action: str) -> M:
+    """Check the role in the account the new row goes into, validate, save, audit."""
+    permission_require(actor, perm_name(type(obj), "add"), obj)
+    obj.full_clean()
+    with transaction.atomic():
+        obj.save()
+        audit_record(actor=actor, action=action, obj=obj, after=audit_snapshot(obj))
+    return obj
+
+
+def _row_update(obj: M, *, actor: Actor, action: str, reason: str = "") -> M:
+    """Save the changes made to `obj` (a saved row, changed in memory): the role must allow
+    the change in the account the row is in, and in the one it would go to. Audited with
+    what changed; nothing changed writes nothing."""
+    perm = perm_name(type(obj), "change")
+    with transaction.atomic():
+        stored = type(obj)._default_manager.select_for_update().get(pk=obj.pk)
+        permission_require(actor, perm, stored)
+        permission_require(actor, perm, obj)
+        obj.full_clean()
+        before, after = audit_changes(stored, obj)
+        if not after:
+            return obj
+        obj.save()
+        audit_record(actor=actor, action=action, obj=obj, reason=reason, before=before, after=after)
+    return obj
+
+
+def account_create(*, account: Account, actor: Actor) -> Account:
+    """Create an account (Django's global permission `clusters.add_account`: no role in
+    an account that does not exist yet grants it). The person who creates it becomes its
+    admin, so that they see it."""
+    permission_require(actor, "clusters.add_account")
+    account.full_clean()
+    with transaction.atomic():
+        account.save()
+        audit_record(
+            actor=actor, action="account.create", obj=account, after=audit_snapshot(account)
+        )
+        if isinstance(actor, User) and not actor.is_superuser:
+            membership_create(
+                membership=Membership(
+                    user=actor, account=account, role=Group.objects.get(name="admin")
+                ),
+                actor="account-create",
+            )
+    return account
+
+
+def cluster_create(*, cluster: Cluster, actor: Actor) -> Cluster:
+    return _row_create(cluster, actor=actor, action="cluster.create")
+
+
+def cluster_update(*, cluster: Cluster, actor: Actor) -> Cluster:
+    return _row_update(cluster, actor=actor, action="cluster.update")
+
+
+def site_create(*, site: ClusterSite, actor: Actor) -> ClusterSite:
+    return _row_create(site, actor=actor, action="site.create")
+
+
+def site_update(*, site: ClusterSite, actor: Actor) -> ClusterSite:
+    """Save a site's changes; moving it (cluster, location, cloudspace) is refused by
+    `ClusterSite.clean`."""
+    return _row_update(site, actor=actor, action="site.update")
+
+
+def pool_create(*, pool: MachinePool, actor: Actor) -> MachinePool:
+    return _row_create(pool, actor=actor, action="pool.create")
+
+
+def pool_update(*, pool: MachinePool, actor: Actor) -> MachinePool:
+    """Save a pool's changes (its replicas too); moving it (cluster, site) is refused by
+    `MachinePool.clean`."""
+    return _row_update(pool, actor=actor, action="pool.update")
+
+
+def pool_scale(*, pool: MachinePool, replicas: int, actor: Actor, reason: str) -> MachinePool:
+    """Set a pool's replicas, and nothing else: what an operator may do. The reconciler
+    creates the machines missing or tears the surplus down. Audited with the reason."""
+    permission_require(actor, "clusters.scale_machinepool", pool)
+    if not reason.strip():
+        raise ValueError("Scaling a pool needs a reason.")
+    MaxValueValidator(100)(replicas)
+    with transaction.atomic():
+        pool = MachinePool.objects.select_for_update().get(pk=pool.pk)
+        before = pool.replicas
+        if not model_update(pool, {"replicas": replicas}):
+            return pool
+        audit_record(
+            actor=actor,
+            action="pool.scale",
+            obj=pool,
+            reason=reason,
+            before={"replicas": before},
+            after={"replicas": replicas},
+        )
+    return pool
+
+
+def machine_delete(*, machine: Machine, actor: Actor, reason: str) -> Machine:
+    """Ask for a machine's teardown (its VM deleted, its vGPUs released). The pool keeps its
+    replicas, so the reconciler makes a new machine in its place; scale the pool down for
+    fewer machines. Audited with the reason."""
+    permission_require(actor, "clusters.delete_machine", machine)
+    if not reason.strip():
+        raise ValueError("Deleting a machine needs a reason.")
+    phase = machine.phase
+    if model_update(machine, {"delete_requested": True}, expect={"delete_requested": False}):
+        audit_record(
+            actor=actor,
+            action="machine.delete_requested",
+            obj=machine,
+            reason=reason,
+            before={"delete_requested": False, "phase": phase},
+            after={"delete_requested": True},
+        )
+    return machine
+
+
+def membership_create(*, membership: Membership, actor: Actor) -> Membership:
+    """Give a user a role in an account."""
+    return _row_create(membership, actor=actor, action="membership.create")
+
+
+def membership_update(*, membership: Membership, actor: Actor) -> Membership:
+    """Change a member's role (or move the membership to another account the actor
+    administers)."""
+    return _row_update(membership, actor=actor, action="membership.update")
+
+
+def membership_delete(*, membership: Membership, actor: Actor, reason: str = "") -> None:
+    """Take a user's role in an account away."""
+    with transaction.atomic():
+        membership = (
+            Membership.objects.select_for_update()
+            .select_related("user", "account", "role")
+            .get(pk=membership.pk)
+        )
+        permission_require(actor, "clusters.delete_membership", membership)
+        audit_record(
+            actor=actor,
+            action="membership.delete",
+            obj=membership,
+            reason=reason,
+            before=audit_snapshot(membership),
+        )
+        membership.delete()
+
+
+def cluster_kubeconfig_set(
+    *, cluster: Cluster, kubeconfig: str, actor: Actor, reason: str = ""
+) -> None:
+    """Store (or, empty, remove) the kubeconfig the cluster's nodes and pods are read with.
+
+    The audit record names the API server before and after, never the credential. A new
+    kubeconfig may reach another cluster: what was mirrored is compared afresh. Without
+    one, nothing is observed, so the mirror and the flags it raised are dropped.
+    """
+    permission_require(actor, "clusters.change_cluster", cluster)
+    kubeconfig = kubeconfig.strip()
+    server_after = ""
+    if kubeconfig:
+        try:
+            server_after = kubeconfig_load(kubeconfig).server
+        except KubeconfigInvalid as exc:
+            raise ValidationError({"kubeconfig": str(exc)}) from exc
+    server_before = _kubeconfig_server(cluster.kubeconfig)
+    with transaction.atomic():
+        Cluster.objects.filter(pk=cluster.pk).update(
+            kubeconfig=kubeconfig, kube_nodes_resource_version="", kube_pods_resource_version=""
+        )
+        if not kubeconfig:
+            KubeNode.objects.filter(cluster=cluster).delete()
+            KubePod.objects.filter(cluster=cluster).delete()
+            Machine.objects.filter(pool__cluster=cluster).update(
+                node_missing=False, node_missing_reason=""
+            )
+            Cluster.objects.filter(pk=cluster.pk).update(
+                kube_observation_complete=False, kube_observation_error=""
+            )
+        audit_record(
+            actor=actor,
+            action="cluster.kubeconfig_set" if kubeconfig else "cluster.kubeconfig_remove",
+            obj=cluster,
+            reason=reason,
+            before={"server": server_before},
+            after={"server": server_after},
+        )
+    cluster.kubeconfig = kubeconfig
+    cluster.kube_nodes_resource_version = cluster.kube_pods_resource_version = ""
+
+
+def _kubeconfig_server(kubeconfig: str) -> str:
+    if not kubeconfig:
+        return ""
+    try:
+        return kubeconfig_load(kubeconfig).server
+    except KubeconfigInvalid:
+        return "(unreadable)"

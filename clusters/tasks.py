@@ -1,4 +1,5 @@
-"""Periodic, idempotent tasks: observe every location, reconcile every cluster.
+"""Periodic, idempotent tasks: observe every location, reconcile every cluster, sweep
+orphans; and the release a person asked for.
 
 Tasks take ids and call one reconciler; beat sends the fan-out ones (see settings).
 """
@@ -10,14 +11,26 @@ from typing import Any
 
 from celery import Task, shared_task
 from django.conf import settings
+from django.db.models import QuerySet
+from django.utils import timezone
 
 from capvco_web.integrations import whitesky as ws
+from capvco_web.integrations.kube import KubeconfigInvalid
 from capvco_web.locks import object_lock
 from capvco_web.tasks import retry_if_transient, send_on_commit
+from clusters.kube import kube_client
+from clusters.kube_observe import cluster_kube_observe
 from clusters.models import Account, Cluster, Location
 from clusters.observe import account_locations_observe, location_observe
 from clusters.reconcile import PassContext, cluster_reconcile, machine_reconcile
+from clusters.releases import (
+    locations_to_sweep,
+    orphan_sweep,
+    release_request_carry_out,
+)
 from clusters.whitesky import whitesky_client
+from gpus.models import VgpuReservation
+from gpus.services import ReleaseRefused, release_request_pending
 
 logger = logging.getLogger(__name__)
 
@@ -26,6 +39,8 @@ logger = logging.getLogger(__name__)
 def observe_all() -> None:
     for account_id in Account.objects.values_list("pk", flat=True):
         send_on_commit(observe_account, account_id)
+    for cluster_id in kube_observed_clusters().values_list("pk", flat=True):
+        send_on_commit(observe_cluster_kube, cluster_id)
 
 
 @shared_task(bind=True, max_retries=3)
@@ -52,6 +67,32 @@ def observe_location(location_id: int) -> None:
             return
         with whitesky_client(location.account) as client:
             location_observe(client=client, location=location)
+
+
+def kube_observed_clusters() -> QuerySet[Cluster]:
+    """Clusters whose Kubernetes is observed: active ones with a kubeconfig."""
+    return Cluster.objects.filter(state=Cluster.State.ACTIVE).exclude(kubeconfig="")
+
+
+@shared_task
+def observe_cluster_kube(cluster_id: int) -> None:
+    """Mirror the cluster's nodes and pods; flag machines and nodes without each other."""
+    cluster = kube_observed_clusters().filter(pk=cluster_id).first()
+    if cluster is None:
+        return  # deleted, deleting, or its kubeconfig removed since the fan-out
+    with object_lock(f"observe-kube:{cluster_id}") as taken:
+        if not taken:
+            return
+        try:
+            client = kube_client(cluster)
+        except KubeconfigInvalid as exc:
+            Cluster.objects.filter(pk=cluster_id).update(
+                kube_observation_complete=False, kube_observation_error=str(exc)
+            )
+            logger.warning("observe kubernetes of %s: %s", cluster.name, exc)
+            return
+        with client:
+            cluster_kube_observe(client=client, cluster=cluster)
 
 
 @shared_task
@@ -88,3 +129,47 @@ def reconcile_machine(machine_id: int) -> None:
         result = machine_reconcile(PassContext(client), machine_id)
     if result.error:
         logger.warning("reconcile machine %s: %s", machine_id, result.error)
+
+
+@shared_task
+def orphan_sweep_all() -> None:
+    """Sent by beat: the requests and releases it carries on depend on no other message."""
+    for location_id in locations_to_sweep(timezone.now()).values_list("pk", flat=True):
+        send_on_commit(orphan_sweep_location, location_id)
+
+
+@shared_task
+def orphan_sweep_location(location_id: int) -> None:
+    location = Location.objects.select_related("account").get(pk=location_id)
+    # The observe lock: no sweep while the location's listing is being rewritten.
+    with object_lock(f"observe-location:{location_id}") as taken:
+        if not taken:
+            return
+        with whitesky_client(location.account) as client:
+            result = orphan_sweep(client=client, location=location)
+    for name in result.removed:
+        logger.info("orphan sweep %s: removed VM %s", location.name, name)
+    for name in result.released:
+        logger.info("orphan sweep %s: released %s", location.name, name)
+    for error in result.errors:
+        logger.warning("orphan sweep %s: %s", location.name, error)
+
+
+@shared_task
+def reservation_release_task(reservation_id: int) -> None:
+    """Carry out the release a person asked for, as recorded on the row (who, why), audited
+    with that person as actor. If this message is lost, the orphan sweep does it."""
+    row = (
+        VgpuReservation.objects.select_related("location__account", "release_requested_by")
+        .filter(pk=reservation_id)
+        .first()
+    )
+    if row is None or not release_request_pending(row):
+        return  # done already (by the sweep), or refused since
+    with whitesky_client(row.location.account) as client:
+        try:
+            release_request_carry_out(client=client, reservation=row)
+        except (ws.WhiteskyError, ReleaseRefused) as exc:
+            # Refusals are on the row and in the audit log; a lost outcome is sent again by
+            # the sweep: a task retry would add nothing.
+            logger.warning("release of %s refused or unknown: %s", row.name, exc)

@@ -1,11 +1,16 @@
-"""The whitesky client of an account; a refreshed token is stored (encrypted) at once."""
+"""The whitesky client of an account; a refreshed token is stored (encrypted) at once.
+
+The client sends the credential only to WHITESKY_ALLOWED_HOSTS, whatever the row says: a
+row written around the model's validation (a shell, an import, an old row) leaks nothing.
+"""
 
 from __future__ import annotations
 
 from django.conf import settings
 
+from capvco_web.counters import whitesky_call_count
 from capvco_web.integrations import whitesky as ws
-from clusters.models import Account
+from clusters.models import Account, whitesky_allowed_hosts
 
 
 def whitesky_client(account: Account) -> ws.WhiteskyClient:
@@ -17,8 +22,10 @@ def whitesky_client(account: Account) -> ws.WhiteskyClient:
         api_url=account.api_url,
         customer_id=account.customer_id,
         token=account.credential,
+        allowed_hosts=whitesky_allowed_hosts(),
         iam_url=account.iam_url or None,
         on_token_refreshed=token_store,
+        on_answer=whitesky_call_count,
         page_size=settings.WHITESKY_VGPU_PAGE_SIZE,
         timeout=(settings.WHITESKY_CONNECT_TIMEOUT, settings.WHITESKY_READ_TIMEOUT),
         long_timeout=(settings.WHITESKY_CONNECT_TIMEOUT, settings.WHITESKY_LONG_READ_TIMEOUT),

@@ -1,22 +1,25 @@
 """The admin for GPU cards and vGPU reservations: mirrored, so read-only; released only
-through the audited service, with a reason."""
+through the audited service, with a reason. Rows of the user's accounts only."""
 
 from __future__ import annotations
 
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
 
 from capvco_web.admin import reason_asked
+from capvco_web.permissions import AccountScopedAdmin, allowed_somewhere
 from capvco_web.tasks import send_on_commit
+from clusters.releases import reservation_release_request
+from clusters.tasks import reservation_release_task
 from gpus.models import GpuProfile, VgpuReservation
-from gpus.services import ReleaseRefused, reservation_release_request
-from gpus.tasks import reservation_release_task
+from gpus.services import ReleaseRefused
 
 
 @admin.register(GpuProfile)
-class GpuProfileAdmin(admin.ModelAdmin[GpuProfile]):
+class GpuProfileAdmin(AccountScopedAdmin[GpuProfile]):
     list_display = ["vendor", "model", "location", "available_instances"]
     list_filter = ["location", "vendor"]
 
@@ -47,7 +50,7 @@ class OrphanedFilter(admin.SimpleListFilter):
 
 
 @admin.register(VgpuReservation)
-class VgpuReservationAdmin(admin.ModelAdmin[VgpuReservation]):
+class VgpuReservationAdmin(AccountScopedAdmin[VgpuReservation]):
     list_display = [
         "name",
         "location",
@@ -78,6 +81,9 @@ class VgpuReservationAdmin(admin.ModelAdmin[VgpuReservation]):
     ) -> bool:
         return False
 
+    def has_release_permission(self, request: HttpRequest) -> bool:
+        return allowed_somewhere(request.user, "gpus.release_vgpureservation")
+
     @admin.display(description="owner")
     def owner(self, row: VgpuReservation) -> str:
         if row.owner_cluster and row.owner_machine:
@@ -90,7 +96,7 @@ class VgpuReservationAdmin(admin.ModelAdmin[VgpuReservation]):
             return "-"
         return f"{row.accrued_cost()} {row.location.currency}"
 
-    @admin.action(description="Release selected reservations", permissions=["change"])
+    @admin.action(description="Release selected reservations", permissions=["release"])
     def release_selected(
         self, request: HttpRequest, queryset: QuerySet[VgpuReservation]
     ) -> TemplateResponse | None:
@@ -109,7 +115,7 @@ class VgpuReservationAdmin(admin.ModelAdmin[VgpuReservation]):
         for row in queryset:
             try:
                 reservation_release_request(reservation=row, actor=request.user, reason=reason)
-            except ReleaseRefused as exc:
+            except (ReleaseRefused, PermissionDenied) as exc:
                 self.message_user(request, f"Refused: {exc}", messages.ERROR)
                 continue
             send_on_commit(reservation_release_task, row.pk)

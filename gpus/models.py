@@ -120,6 +120,7 @@ class VgpuReservation(models.Model):
             models.Index(fields=["location", "name"]),
             models.Index(fields=["owner_cluster"]),
         ]
+        permissions = [("release_vgpureservation", "Can release vGPU reservation")]
 
     def __str__(self) -> str:
         return self.name

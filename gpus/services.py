@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager, suppress
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib.auth.models import AnonymousUser, User
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
@@ -20,8 +21,7 @@ from capvco_web.audit import audit_record
 from capvco_web.integrations import whitesky as ws
 from capvco_web.locks import object_lock
 from capvco_web.rows import model_update
-from clusters.models import Machine, VirtualMachine
-from clusters.orphans import VmOwners
+from gpus import naming
 from gpus.models import VgpuReservation
 
 State = VgpuReservation.State
@@ -46,37 +46,46 @@ def reservation_snapshot(row: VgpuReservation) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
+class VgpuOwner:
+    """The machine a vGPU is reserved for, as data: its VM and the names it gives."""
+
+    machine_id: int
+    cluster: str
+    machine: str
+    location_id: int
+    cloudspace_id: str
+    vm_id: int
+
+    def vgpu_name(self, n: int) -> str:
+        return naming.vgpu_name(self.cluster, self.machine, n)
+
+
 def reservation_reserve_and_attach(
-    *, client: ws.WhiteskyClient, machine: Machine, n: int, gpu_id: str
+    *, client: ws.WhiteskyClient, owner: VgpuOwner, n: int, gpu_id: str
 ) -> VgpuReservation:
     """Reserve vGPU `n` of a machine on card `gpu_id` and attach it to the machine's VM.
 
     The row is written first, with the deadline after which the call can no longer land;
-    only a listing begun after it may decide that the reserve never happened.
+    only a listing begun after it may decide that the reserve never happened. A machine
+    deleted meanwhile makes the row's insert fail (IntegrityError): nothing is reserved.
     """
-    assert machine.vm_id is not None and gpu_id, "a reserve needs a VM and a card"
-    pool = machine.pool
-    try:
-        with transaction.atomic():
-            row = VgpuReservation.objects.create(
-                location=pool.site.location,
-                name=machine.vgpu_name(n),
-                gpu_id=gpu_id,
-                state=State.RESERVING,
-                reserve_deadline=timezone.now() + timedelta(seconds=client.outcome_window),
-                machine=machine,
-                owner_cluster=pool.cluster.name,
-                owner_machine=machine.name,
-                owner_index=n,
-            )
-    except IntegrityError:
-        if Machine.objects.filter(pk=machine.pk).exists():
-            raise
-        # Deleted meanwhile (a force delete): nothing is reserved for it.
-        raise Machine.DoesNotExist(f"machine {machine} was deleted meanwhile") from None
+    assert gpu_id, "a reserve needs a card"
+    with transaction.atomic():
+        row = VgpuReservation.objects.create(
+            location_id=owner.location_id,
+            name=owner.vgpu_name(n),
+            gpu_id=gpu_id,
+            state=State.RESERVING,
+            reserve_deadline=timezone.now() + timedelta(seconds=client.outcome_window),
+            machine_id=owner.machine_id,
+            owner_cluster=owner.cluster,
+            owner_machine=owner.machine,
+            owner_index=n,
+        )
     try:
         vgpu_id = client.reserve_and_attach_vgpu(
-            cloudspace_id=pool.site.cloudspace_id, vm_id=machine.vm_id, gpu_id=gpu_id, name=row.name
+            cloudspace_id=owner.cloudspace_id, vm_id=owner.vm_id, gpu_id=gpu_id, name=row.name
         )
     except ws.WhiteskyError as exc:
         if not exc.outcome_unknown:
@@ -85,7 +94,7 @@ def reservation_reserve_and_attach(
     done = {
         "vgpu_id": vgpu_id,
         "state": State.ATTACHED,
-        "vm_id": machine.vm_id,
+        "vm_id": owner.vm_id,
         "first_seen_at": timezone.now(),
         "reserve_deadline": None,
         "unassigned_since": None,
@@ -153,47 +162,6 @@ class ReleaseRefused(Exception):
     """A release that cannot happen as things stand; the message says why and what to do."""
 
 
-def release_blocker(reservation: VgpuReservation) -> VirtualMachine | None:
-    """What stands before releasing a reservation, from the database alone.
-
-    None: nothing, it can go at once (unassigned, or on a halted VM that is not ours).
-    A VM: the VM of ours that holds it and that no machine owns; that VM goes first
-    (a vGPU cannot be detached from a running VM). Refused (ReleaseRefused): it holds a
-    machine's GPU, which whitesky would refuse to detach while the VM runs and which the
-    machine would lose otherwise; or a VM we cannot remove holds it.
-    """
-    name, vm_id = reservation.name, reservation.vm_id
-    if vm_id is None:
-        return None
-    location = reservation.location
-    vm = VirtualMachine.objects.filter(location=location, vm_id=vm_id).first()
-    owners = VmOwners(location)
-    owner = owners.of(vm.name if vm else "", vm_id)
-    if owner.kind == "machine":
-        raise ReleaseRefused(
-            f"{name} is attached to machine {owner.machine} (VM {vm_id}): scale pool "
-            f"{owner.pool} down or delete the machine"
-        )
-    if vm is None:
-        raise ReleaseRefused(
-            f"{name} is attached to VM {vm_id}, which is in no cloudspace of a cluster in "
-            f"{location.name}: detach it from that VM (stopped) in whitesky first"
-        )
-    if owner.kind == "creating":
-        raise ReleaseRefused(
-            f"{name} is attached to VM {vm.name} ({vm_id}), which machine {owner.machine} "
-            "may be taking over right now: try again once that machine runs or is gone"
-        )
-    if owner.kind == "orphan":
-        return vm
-    if vm.status == "RUNNING":
-        raise ReleaseRefused(
-            f"{name} is attached to VM {vm.name} ({vm_id}), which is not ours and runs: "
-            "stop that VM, or detach the vGPU from it, first"
-        )
-    return None
-
-
 def release_request_pending(reservation: VgpuReservation) -> bool:
     """Whether a person asked to release it and no worker has acted on that yet."""
     requested, attempted = reservation.release_requested_at, reservation.release_attempted_at
@@ -202,56 +170,6 @@ def release_request_pending(reservation: VgpuReservation) -> bool:
         and reservation.state in RELEASABLE
         and (attempted is None or attempted < requested)
     )
-
-
-def reservation_release_request(
-    *, reservation: VgpuReservation, actor: User | AnonymousUser, reason: str
-) -> VgpuReservation:
-    """A person asks to release a reservation: refused at once when it cannot happen,
-    else recorded on the row (who, why, when) and audited. A worker carries it out: the
-    task sent after this, or the orphan sweep when that task never runs."""
-    if not isinstance(actor, User):
-        raise ValueError("A release request needs a signed-in person.")
-    reason = reason.strip()
-    if not reason:
-        raise ValueError("A release needs a reason.")
-    name = reservation.name
-    if reservation.vgpu_id is None:
-        raise ReleaseRefused(f"{name} has no vGPU id yet: nothing to release.")
-    if reservation.state == State.RELEASING:
-        raise ReleaseRefused(f"{name} is being released already.")
-    if reservation.state not in RELEASABLE:
-        raise ReleaseRefused(f"{name} is {reservation.state}: nothing to release.")
-    if release_request_pending(reservation):
-        by = reservation.release_requested_by
-        raise ReleaseRefused(
-            f"{name}: {by.get_username() if by else 'someone'} asked for its release already; "
-            "a worker carries it out."
-        )
-    release_blocker(reservation)
-    before = reservation_snapshot(reservation)
-    seen = {
-        "state": reservation.state,
-        "release_requested_at": reservation.release_requested_at,
-        "release_attempted_at": reservation.release_attempted_at,
-    }
-    request = {
-        "release_requested_at": timezone.now(),
-        "release_requested_by": actor,
-        "release_reason": reason,
-        "release_error": "",
-    }
-    if not model_update(reservation, request, expect=seen):
-        raise ReleaseRefused(f"{name} changed meanwhile: look at it again.")
-    audit_record(
-        actor=actor,
-        action="vgpu.release_requested",
-        obj=reservation,
-        reason=reason,
-        before=before,
-        after=reservation_snapshot(reservation),
-    )
-    return reservation
 
 
 def reservation_release(

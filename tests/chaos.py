@@ -54,13 +54,22 @@ from django.core.management import call_command
 from rest_framework.test import APIClient
 
 from capvco_web.models import AuditEvent
-from clusters.models import Account, Cluster, Location, Machine, MachinePool, VirtualMachine
+from clusters.models import (
+    Account,
+    Cluster,
+    Location,
+    Machine,
+    MachinePool,
+    Membership,
+    VirtualMachine,
+)
 from clusters.observe import account_locations_observe
 from clusters.services import cluster_delete, machine_force_delete
 from clusters.whitesky import whitesky_client
 from gpus import naming
 from gpus.models import VgpuReservation
 from tests.e2e.processes import broker_flush, celery_worker, worker_kill
+from tests.factories import role_group
 from tests.gpus.conftest import BE, CLOUDSPACES, IMAGES, NL, Plane
 from tests.whitesky_sim import WhiteskySimulator
 
@@ -178,6 +187,10 @@ class Operator:
     def __init__(self, account: Account) -> None:
         self.account = account
         user, _ = User.objects.get_or_create(username="chaos-operator")
+        # Makes clusters, so the account's admin (an operator may only scale).
+        Membership.objects.get_or_create(
+            user=user, account=account, defaults={"role": role_group("admin")}
+        )
         self.api = APIClient()
         self.api.force_login(user)
 
@@ -225,7 +238,9 @@ class Operator:
         return f"cluster {name}: {', '.join(made)}"
 
     def pool_scale(self, pool: MachinePool, replicas: int) -> None:
-        self._send("patch", f"/api/v1/pools/{pool.pk}/", {"replicas": replicas})
+        self._send(
+            "post", f"/api/v1/pools/{pool.pk}/scale/", {"replicas": replicas, "reason": "chaos"}
+        )
 
 
 # --- the workers --------------------------------------------------------------------------

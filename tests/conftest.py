@@ -6,11 +6,12 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import pytest
+from django.core.cache import cache
 from django.db import connection
 
 from capvco_web import celery_app
 
-pytest_plugins = ["tests.whitesky_sim"]
+pytest_plugins = ["tests.whitesky_sim", "tests.http_stub", "tests.kube_sim"]
 
 IN_CI = bool(os.environ.get("CI"))
 
@@ -22,6 +23,11 @@ def require(condition: bool, reason: str) -> None:
     if IN_CI:
         pytest.fail(f"required in CI: {reason}")
     pytest.skip(reason)
+
+
+@pytest.fixture(autouse=True)
+def _throttle_counts_start_empty() -> None:
+    cache.clear()
 
 
 @pytest.fixture

@@ -12,18 +12,23 @@ from decimal import Decimal
 
 import factory
 from django.conf import settings
+from django.contrib.auth.models import Group, Permission
 from django.utils import timezone
 from factory.django import DjangoModelFactory, Password
 
 from capvco_web.models import Heartbeat
+from capvco_web.permissions import ROLE_PERMISSIONS
 from capvco_web.tasks import BEAT
 from clusters.models import (
     Account,
     Cluster,
     ClusterSite,
+    KubeNode,
+    KubePod,
     Location,
     Machine,
     MachinePool,
+    Membership,
     VirtualMachine,
 )
 from gpus.models import GpuProfile, VgpuReservation
@@ -50,6 +55,36 @@ class AccountFactory(DjangoModelFactory):
     iam_url = "https://iam.example"
     customer_id = factory.Sequence(lambda n: f"customer-{n}")
     credential = JWT
+
+
+def role_group(name: str) -> Group:
+    """The role's group, as the data migration made it; made again after a test that
+    flushed the database (transactional tests), with the role's permissions."""
+    group, created = Group.objects.get_or_create(name=name)
+    if created:
+        for perm in ROLE_PERMISSIONS[name]:
+            app_label, codename = perm.split(".")
+            group.permissions.add(
+                Permission.objects.get(content_type__app_label=app_label, codename=codename)
+            )
+    return group
+
+
+class MembershipFactory(DjangoModelFactory):
+    """A user's role in an account; `MembershipFactory(role="operator")`."""
+
+    class Meta:
+        model = Membership
+
+    user = factory.SubFactory(UserFactory)
+    account = factory.SubFactory(AccountFactory)
+    role = factory.LazyFunction(lambda: role_group("viewer"))
+
+    @classmethod
+    def _create(cls, model_class: type[Membership], *args: object, **kwargs: object) -> Membership:
+        if isinstance(kwargs.get("role"), str):
+            kwargs["role"] = role_group(str(kwargs["role"]))
+        return super()._create(model_class, *args, **kwargs)  # type: ignore[no-any-return]
 
 
 class LocationFactory(DjangoModelFactory):
@@ -177,6 +212,41 @@ class VgpuReservationFactory(DjangoModelFactory):
     gpu_id = factory.Sequence(lambda n: f"gpu-profile-{n}")
     state = VgpuReservation.State.ATTACHED
     first_seen_at = factory.LazyFunction(timezone.now)
+
+
+class KubeNodeFactory(DjangoModelFactory):
+    """A ready node with one GPU, mirrored now; `machine=` links it to its machine."""
+
+    class Meta:
+        model = KubeNode
+
+    cluster = factory.SubFactory(ClusterFactory)
+    name = factory.Sequence(lambda n: f"node-{n}")
+    uid = factory.Sequence(lambda n: f"00000000-0000-4000-8000-{n:012d}")
+    labels = factory.LazyAttribute(lambda node: {"kubernetes.io/hostname": node.name})
+    gpu_capacity = 1
+    gpu_allocatable = 1
+    ready = True
+    kubelet_version = "v1.33.1"
+    first_seen_at = factory.LazyFunction(timezone.now)
+    updated_at = factory.LazyFunction(timezone.now)
+
+
+class KubePodFactory(DjangoModelFactory):
+    """A running pod holding one GPU on a node of its cluster."""
+
+    class Meta:
+        model = KubePod
+
+    cluster = factory.SubFactory(ClusterFactory)
+    uid = factory.Sequence(lambda n: f"10000000-0000-4000-8000-{n:012d}")
+    namespace = "default"
+    name = factory.Sequence(lambda n: f"pod-{n}")
+    node_name = factory.Sequence(lambda n: f"node-{n}")
+    phase = KubePod.Phase.RUNNING
+    gpu_requests = 1
+    first_seen_at = factory.LazyFunction(timezone.now)
+    updated_at = factory.LazyFunction(timezone.now)
 
 
 class HeartbeatFactory(DjangoModelFactory):

@@ -17,6 +17,9 @@ os.environ.setdefault("ALLOWED_HOSTS", "testserver,127.0.0.1,localhost")
 # The test client and the live server speak plain HTTP.
 for name in ("SECURE_SSL_REDIRECT", "SESSION_COOKIE_SECURE", "CSRF_COOKIE_SECURE"):
     os.environ.setdefault(name, "false")
+# The hosts the factories' accounts name; a whitesky simulator adds its own address when it
+# starts (tests/whitesky_sim.py).
+os.environ.setdefault("WHITESKY_ALLOWED_HOSTS", "vco.example,iam.example")
 REDIS_URL = os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379")
 # Database 15 keeps the tests' queues apart from a control plane running beside them;
 # the run's key prefix keeps two test runs apart.
@@ -25,10 +28,14 @@ BROKER_KEY_PREFIX = f"capvco-test-{RUN_ID}:"
 
 from capvco_web.settings import *  # noqa: E402,F403
 
+METRICS_KEY_PREFIX = BROKER_KEY_PREFIX
+
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
 }
+# Throttle counts in this process's memory, emptied before each test (conftest).
+CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast, tests only
 WHITENOISE_USE_FINDERS = True  # serve static/ without collectstatic
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # noqa: F405

@@ -8,10 +8,14 @@ import json
 from typing import Any
 
 import pytest
+from django.core.exceptions import ValidationError
 from django.test import Client
 from rest_framework.test import APIClient
 
-from clusters.models import Cluster, MachinePool
+from capvco_web.api import exception_handler
+from capvco_web.models import ApiToken
+from capvco_web.tokens import MAX_TOKENS_PER_USER
+from clusters.models import Cluster, MachinePool, Membership, conflict
 from tests.api_fuzz import served_schema
 from tests.factories import (
     AccountFactory,
@@ -19,6 +23,7 @@ from tests.factories import (
     ClusterSiteFactory,
     MachineFactory,
     MachinePoolFactory,
+    MembershipFactory,
     UserFactory,
     VgpuReservationFactory,
 )
@@ -349,6 +354,98 @@ def test_a_pool_gpu_object_is_taken_whole_on_patch_too(api: APIClient) -> None:
 
     assert response.status_code == 400  # count left out: 0, and a type with no GPU
     assert list(response.json()["fields"]["gpu"]) == ["count"]
+
+
+# --- the endpoints of roles, tokens and Kubernetes keep the same contract ---------------------
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [("post", "/api/v1/pools/{pool}/scale/"), ("post", "/api/v1/memberships/"),
+     ("patch", "/api/v1/memberships/{membership}/"), ("post", "/api/v1/tokens/"),
+     ("put", "/api/v1/clusters/{cluster}/kubeconfig/"),
+     ("delete", "/api/v1/clusters/{cluster}/kubeconfig/"),
+     ("delete", "/api/v1/machines/{machine}/"),
+     ("post", "/api/v1/machines/{machine}/force-delete/")],
+)  # fmt: skip
+def test_every_new_write_refuses_an_unknown_field_naming_it(
+    client: Client, method: str, path: str
+) -> None:
+    machine = MachineFactory()
+    membership = MembershipFactory(account=machine.pool.cluster.account)
+    client.force_login(UserFactory(is_staff=True, is_superuser=True))  # a session: tokens too
+    url = path.format(
+        pool=machine.pool_id, membership=membership.pk, cluster=machine.pool.cluster_id,
+        machine=machine.pk,
+    )  # fmt: skip
+
+    response = getattr(client, method)(url, {"colour": "red"}, content_type="application/json")
+
+    assert response.status_code == 400
+    assert response.json()["fields"]["colour"] == ["Unknown field."]
+
+
+def test_a_membership_of_a_user_name_no_user_can_have_is_refused_not_a_500(
+    api: APIClient,
+) -> None:
+    account = AccountFactory()
+    body = {"user": "ann\x00", "account": account.pk, "role": "viewer"}
+
+    response = api.post("/api/v1/memberships/", body)
+
+    assert response.status_code == 400
+    assert list(response.json()["fields"]) == ["user"]
+    assert not Membership.objects.exists()
+
+
+def test_a_role_that_is_none_of_the_roles_is_refused_as_invalid(api: APIClient) -> None:
+    user, account = UserFactory(), AccountFactory()
+
+    response = api.post(
+        "/api/v1/memberships/", {"user": user.username, "account": account.pk, "role": "owner"}
+    )
+
+    assert response.status_code == 400
+    assert response.json()["fields"] == {"role": ["Choose one of viewer, operator, admin."]}
+    components = schema(api)["components"]["schemas"]
+    role = components["MembershipRequest"]["properties"]["role"]["allOf"][0]["$ref"]
+    assert components[role.rsplit("/", 1)[1]]["enum"] == ["viewer", "operator", "admin"]
+
+
+def test_a_token_past_the_most_a_user_may_have_answers_409(client: Client) -> None:
+    user = UserFactory()
+    ApiToken.objects.bulk_create(
+        ApiToken(user=user, name=f"t{n}", key_id=f"{n:012x}", token_hash="0" * 64)
+        for n in range(MAX_TOKENS_PER_USER)
+    )
+    client.force_login(user)
+
+    response = client.post("/api/v1/tokens/", {"name": "one more"}, content_type="application/json")
+
+    assert response.status_code == 409  # revoking one makes the same request pass
+    assert list(response.json()["fields"]) == ["user"]
+
+
+def test_a_models_refusal_at_save_keeps_its_conflict(api: APIClient) -> None:
+    # A check made again under a lock, at save (a name taken since it was validated).
+    refused = ValidationError({"name": conflict("Cluster 'x' exists.")})
+
+    response = exception_handler(refused, {})
+
+    assert response is not None
+    assert response.status_code == 409
+    assert response.data["fields"] == {"name": ["Cluster 'x' exists."]}
+
+
+def test_the_schema_says_who_may_and_how_to_authenticate(api: APIClient) -> None:
+    document = schema(api)
+    scale = document["paths"]["/api/v1/pools/{id}/scale/"]["post"]
+
+    assert "role" in scale["responses"]["403"]["description"]
+    assert "not a member" in scale["responses"]["404"]["description"]
+    assert {"tokenAuth": []} in scale["security"]
+    assert document["components"]["securitySchemes"]["tokenAuth"]["scheme"] == "bearer"
+    assert "/api/v1/nodes/{id}/" in document["paths"] and "/api/v1/tokens/" in document["paths"]
 
 
 # --- the API root and its interactive page ---------------------------------------------------

@@ -9,6 +9,7 @@ from django.core.exceptions import ImproperlyConfigured
 from capvco_web.environment import (
     RUN_ENV,
     broker_transport_options,
+    cache_config,
     database_config,
     default_broker_url,
     encryption_keys,
@@ -17,6 +18,8 @@ from capvco_web.environment import (
     run_env_read,
     secret_from_env,
     settings_environment,
+    throttle_rate,
+    whitesky_allowed_hosts,
 )
 
 
@@ -199,6 +202,27 @@ def test_celery_in_another_shell_gets_the_broker_make_run_chose(checkout: Path) 
     assert "\nDEBUG: True\n" in result.stdout
 
 
+def test_make_run_allows_its_simulator_and_only_with_the_simulator(checkout: Path) -> None:
+    with_simulator = shell(
+        checkout, "bash", "-c", "source bin/common.sh && run_configure", SIM_PORT="8099"
+    )
+    assert with_simulator.returncode == 0, with_simulator.stderr
+    shown = "from django.conf import settings; print(settings.WHITESKY_ALLOWED_HOSTS)"
+    result = shell(checkout, ".venv/bin/python", "manage.py", "shell", "-c", shown)
+    assert result.stdout.splitlines()[-1] == "['http://127.0.0.1:8099']", result.stderr
+
+    without = shell(
+        checkout,
+        "bash",
+        "-c",
+        "source bin/common.sh && run_configure",
+        SIMULATOR="0",
+        WHITESKY_ALLOWED_HOSTS="vco.example",
+    )
+    assert without.returncode == 0, without.stderr
+    assert run_env_read(checkout / "var" / RUN_ENV)["WHITESKY_ALLOWED_HOSTS"] == "vco.example"
+
+
 def test_the_environment_wins_over_what_make_run_configured(checkout: Path) -> None:
     make_run_configures(checkout)
 
@@ -227,3 +251,45 @@ def test_settings_read_the_environment_over_what_make_run_chose(tmp_path: Path) 
     values = settings_environment(tmp_path, {"DEBUG": "false"})
     assert values == {"DEBUG": "false", "CELERY_BROKER_URL": "redis://h:1/0?x=a=b"}
     assert settings_environment(tmp_path / "none", {}) == {}
+
+
+def test_the_cache_is_the_brokers_redis_so_web_processes_share_throttle_counts() -> None:
+    config = cache_config("", broker_url="redis://127.0.0.1:6379/0")
+    assert config["BACKEND"] == "django.core.cache.backends.redis.RedisCache"
+    assert config["LOCATION"] == "redis://127.0.0.1:6379/0"
+
+
+def test_the_cache_is_per_process_memory_beside_a_filesystem_broker(tmp_path: Path) -> None:
+    config = cache_config("", broker_url=f"filesystem://{tmp_path}")
+    assert config["BACKEND"] == "django.core.cache.backends.locmem.LocMemCache"
+
+
+def test_cache_url_wins_and_a_bad_one_is_refused_naming_the_variable() -> None:
+    config = cache_config("redis://cache:6379/2", broker_url="redis://127.0.0.1:6379/0")
+    assert config["LOCATION"] == "redis://cache:6379/2"
+    with pytest.raises(ImproperlyConfigured, match="CACHE_URL"):
+        cache_config("nosuchcache://x", broker_url="")
+
+
+@pytest.mark.parametrize("value", ["60", "sixty/minute", "60/fortnight", "/minute", "-1/minute"])
+def test_a_rate_that_is_not_one_is_refused_naming_the_variable(value: str) -> None:
+    with pytest.raises(ImproperlyConfigured, match="API_RATE_USER"):
+        throttle_rate(value, "API_RATE_USER")
+
+
+def test_a_rate_is_taken_as_written() -> None:
+    assert throttle_rate("1200/minute", "API_RATE_USER") == "1200/minute"
+    assert throttle_rate(" 5 / hour", "API_RATE_USER") == "5/hour"
+
+
+def test_whitesky_allowed_hosts_are_read_comma_separated_and_normalised() -> None:
+    assert whitesky_allowed_hosts(" vco.example, HTTP://127.0.0.1:8081/ ,,") == [
+        "vco.example",
+        "http://127.0.0.1:8081",
+    ]
+    assert whitesky_allowed_hosts("") == []
+
+
+def test_a_whitesky_allowed_hosts_entry_that_is_no_host_is_refused_naming_it() -> None:
+    with pytest.raises(ImproperlyConfigured, match=r"WHITESKY_ALLOWED_HOSTS: '\*\.example'"):
+        whitesky_allowed_hosts("vco.example,*.example")

@@ -3,6 +3,7 @@ from datetime import timedelta
 import pytest
 from django.test import Client
 from django.utils import timezone
+from pytest_django.fixtures import Settings
 
 from capvco_web.models import Heartbeat
 from capvco_web.tasks import BEAT, heartbeat
@@ -17,9 +18,9 @@ def test_healthz_answers_without_login(client: Client) -> None:
     assert response.json() == {"status": "ok"}
 
 
-def test_readyz_is_ready_with_database_broker_and_a_fresh_beat_tick(client: Client) -> None:
+def test_readyz_is_ready_with_database_broker_and_a_fresh_beat_tick(admin_client: Client) -> None:
     heartbeat()  # what a worker does when beat ticks
-    response = client.get("/readyz")
+    response = admin_client.get("/readyz")
     body = response.json()
     assert response.status_code == 200, body
     assert {name: check["status"] for name, check in body["checks"].items()} == {
@@ -30,11 +31,11 @@ def test_readyz_is_ready_with_database_broker_and_a_fresh_beat_tick(client: Clie
 
 
 def test_readyz_is_503_naming_the_broker_when_the_broker_is_unreachable(
-    client: Client, settings
+    admin_client: Client, settings
 ) -> None:  # type: ignore[no-untyped-def]
     heartbeat()
     settings.CELERY_BROKER_URL = "redis://127.0.0.1:1/0"  # nothing listens on port 1
-    response = client.get("/readyz")
+    response = admin_client.get("/readyz")
     body = response.json()
     assert response.status_code == 503
     assert body["checks"]["broker"]["status"] == "fail"
@@ -42,8 +43,8 @@ def test_readyz_is_503_naming_the_broker_when_the_broker_is_unreachable(
     assert "127.0.0.1:1" in body["checks"]["broker"]["detail"] or body["checks"]["broker"]["detail"]
 
 
-def test_readyz_is_503_when_beat_never_ticked(client: Client) -> None:
-    body = client.get("/readyz").json()
+def test_readyz_is_503_when_beat_never_ticked(admin_client: Client) -> None:
+    body = admin_client.get("/readyz").json()
     assert body["checks"]["beat"] == {
         "status": "fail",
         "detail": "RuntimeError: no beat tick recorded yet",
@@ -51,13 +52,80 @@ def test_readyz_is_503_when_beat_never_ticked(client: Client) -> None:
 
 
 def test_readyz_is_503_when_the_last_beat_tick_is_older_than_twice_its_interval(
-    client: Client, settings
+    admin_client: Client, settings
 ) -> None:  # type: ignore[no-untyped-def]
     stale = timezone.now() - 2 * settings.HEARTBEAT_INTERVAL - timedelta(seconds=1)
     HeartbeatFactory(ticked_at=stale)
-    response = client.get("/readyz")
+    response = admin_client.get("/readyz")
     assert response.status_code == 503
     assert "last beat tick" in response.json()["checks"]["beat"]["detail"]
+
+
+def test_readyz_tells_an_anonymous_probe_ready_and_nothing_more(client: Client) -> None:
+    heartbeat()
+    response = client.get("/readyz")
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok"}
+
+
+def test_readyz_tells_an_anonymous_probe_unavailable_without_naming_hosts_or_errors(
+    client: Client, settings
+) -> None:  # type: ignore[no-untyped-def]
+    heartbeat()
+    settings.CELERY_BROKER_URL = "redis://127.0.0.1:1/0"
+    response = client.get("/readyz")
+    assert response.status_code == 503
+    assert response.json() == {"status": "unavailable"}
+
+
+def test_readyz_details_are_for_staff_not_for_any_logged_in_user(
+    logged_in_client: Client,
+) -> None:
+    heartbeat()
+    assert logged_in_client.get("/readyz").json() == {"status": "ok"}
+
+
+WEB_READINESS = "/readyz?check=database&check=broker"  # a web pod's probe (deploy/kubernetes)
+
+
+def test_readyz_subset_is_ready_without_beat_so_web_pods_stay_in_service(
+    client: Client,
+) -> None:
+    # Beat never ticked: the full readiness fails, the web pod's subset does not.
+    assert client.get("/readyz").status_code == 503
+    response = client.get(WEB_READINESS)
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok"}
+
+
+def test_readyz_subset_reports_only_the_checks_asked_for(admin_client: Client) -> None:
+    body = admin_client.get(WEB_READINESS).json()
+    assert set(body["checks"]) == {"database", "broker"}
+
+
+def test_readyz_subset_still_fails_when_a_check_it_asks_for_fails(
+    client: Client, settings: Settings
+) -> None:
+    settings.CELERY_BROKER_URL = "redis://127.0.0.1:1/0"
+    response = client.get(WEB_READINESS)
+    assert response.status_code == 503
+    assert response.json() == {"status": "unavailable"}
+
+
+def test_readyz_subset_of_beat_alone_fails_when_beat_never_ticked(client: Client) -> None:
+    assert client.get("/readyz?check=beat").status_code == 503
+
+
+def test_readyz_refuses_an_unknown_check_naming_it_and_the_known_ones(client: Client) -> None:
+    response = client.get("/readyz?check=database&check=databse")
+    assert response.status_code == 400
+    assert response.json() == {
+        "detail": "unknown readiness check 'databse': choose from database, broker, beat"
+    }
+
+
+def test_readyz_refuses_an_empty_check_name(client: Client) -> None:
+    assert client.get("/readyz?check=").status_code == 400
 
 
 def test_heartbeat_task_moves_the_tick_forward() -> None:

@@ -8,6 +8,10 @@ each test. Scripts (benchmarks, the demo) use the class directly::
         requests.get(f"{sim.api_url}/me", headers={"Authorization": f"Bearer {sim.token()}"})
 
 The control API it drives is described in docs/simulator-contract.md.
+
+A started simulator's address is added to WHITESKY_ALLOWED_HOSTS (the settings of this
+process and the environment of the processes it starts later), as `make run` does for its
+simulator: the control plane sends an account's credential nowhere else.
 """
 
 from __future__ import annotations
@@ -84,6 +88,7 @@ class WhiteskySimulator:
             self.stop()
             raise RuntimeError(f"whitesky simulator did not start: {line!r} {self.stderr()}")
         self.base_url = line.rsplit("listening on ", 1)[1].strip()
+        whitesky_host_allow(self.base_url)
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -199,6 +204,19 @@ class WhiteskySimulator:
     def seed(self, cloudspace_id: str, **counts: Any) -> dict[str, Any]:
         """Bulk-create VMs and reservations: ``seed("cs-demo-nl", vms=10, vgpus=40)``."""
         return dict(self._control("POST", "seed", {"cloudspace_id": cloudspace_id, **counts}))
+
+
+def whitesky_host_allow(origin: str) -> None:
+    """Let the control plane of this process, and of the processes it starts from now on,
+    send an account's credential to `origin` (an http://host:port)."""
+    listed = [e for e in os.environ.get("WHITESKY_ALLOWED_HOSTS", "").split(",") if e.strip()]
+    if origin not in listed:
+        os.environ["WHITESKY_ALLOWED_HOSTS"] = ",".join([*listed, origin])
+    if os.environ.get("DJANGO_SETTINGS_MODULE"):
+        from django.conf import settings
+
+        if origin not in settings.WHITESKY_ALLOWED_HOSTS:
+            settings.WHITESKY_ALLOWED_HOSTS = [*settings.WHITESKY_ALLOWED_HOSTS, origin]
 
 
 @pytest.fixture(scope="session")

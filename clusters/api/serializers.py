@@ -3,17 +3,47 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from django.contrib.auth.models import Group, User
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.core.validators import MaxLengthValidator
 from django.db import models
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from capvco_web.api import HAS_TEXT, ModelCleanMixin, ReasonField, StrictInputMixin
-from clusters.models import Account, Cluster, ClusterSite, Location, Machine, MachinePool
+from capvco_web.api import (
+    HAS_TEXT,
+    NO_NUL,
+    ModelCleanMixin,
+    ReasonField,
+    StrictInputMixin,
+    api_validation_error,
+)
+from clusters.models import (
+    MAX_CREDENTIAL_LENGTH,
+    MAX_GPUS_PER_MACHINE,
+    MAX_REPLICAS,
+    Account,
+    Cluster,
+    ClusterSite,
+    KubeNode,
+    KubePod,
+    Location,
+    Machine,
+    MachinePool,
+    Membership,
+    jwt_shape,
+)
 from clusters.plan import ACTIONS
+from clusters.services import account_update_check
 
 
 class AccountSerializer(ModelCleanMixin):
     credential = serializers.CharField(
-        write_only=True, style={"input_type": "password"}, help_text="The JWT; never returned."
+        write_only=True,
+        max_length=MAX_CREDENTIAL_LENGTH,
+        validators=[jwt_shape],
+        style={"input_type": "password"},
+        help_text="The JWT; never returned. Required again to change api_url or iam_url.",
     )
 
     class Meta:
@@ -23,8 +53,14 @@ class AccountSerializer(ModelCleanMixin):
             "orphan_auto_release", "orphan_grace_period", "orphan_confirmations",
         ]  # fmt: skip
 
-    def create(self, validated_data: dict[str, Any]) -> Account:
-        return Account.objects.create(**validated_data)
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        attrs = super().validate(attrs)
+        if self.instance is not None:
+            try:
+                account_update_check(account=self.instance, changes=attrs)
+            except DjangoValidationError as exc:
+                raise api_validation_error(exc) from exc
+        return attrs
 
 
 class LocationSerializer(serializers.ModelSerializer[Location]):
@@ -45,15 +81,41 @@ class ClusterSiteSerializer(ModelCleanMixin):
 
 class ClusterSerializer(ModelCleanMixin):
     sites = ClusterSiteSerializer(many=True, read_only=True)
+    kubeconfig = serializers.CharField(
+        write_only=True,
+        required=False,
+        allow_blank=True,
+        style={"base_template": "textarea.html"},
+        help_text="The workload cluster's kubeconfig (YAML); its nodes and pods are observed "
+        "with it. Stored encrypted, never returned.",
+    )
+    has_kubeconfig = serializers.BooleanField(read_only=True)
 
     class Meta:
         model = Cluster
-        fields = ["id", "name", "account", "state", "deletion_blockers", "created_at", "sites"]
-        read_only_fields = ["state", "deletion_blockers", "created_at"]
+        fields = [
+            "id", "name", "account", "state", "deletion_blockers", "created_at", "sites",
+            "kubeconfig", "has_kubeconfig", "kube_observation_complete",
+            "kube_observation_error", "kube_observation_started_at",
+        ]  # fmt: skip
+        read_only_fields = [
+            "state", "deletion_blockers", "created_at", "kube_observation_complete",
+            "kube_observation_error", "kube_observation_started_at",
+        ]  # fmt: skip
+
+
+class KubeconfigSerializer(StrictInputMixin, serializers.Serializer[Cluster]):
+    """A new kubeconfig for a cluster; the change is audited (its server, never its secret)."""
+
+    kubeconfig = serializers.CharField(
+        write_only=True, trim_whitespace=True, style={"base_template": "textarea.html"}
+    )
+    reason = ReasonField(required=False, allow_blank=True, default="")
 
 
 def _gpu_field(model_field: str) -> serializers.CharField:
-    """A string of the `gpu` object, bounded and validated as the pool's own field."""
+    """A string of the `gpu` object, bounded and validated as the pool's own field, so that
+    its schema states the model's limits too."""
     field = MachinePool._meta.get_field(model_field)
     assert isinstance(field, models.CharField)
     return serializers.CharField(
@@ -63,7 +125,8 @@ def _gpu_field(model_field: str) -> serializers.CharField:
         default="",
         trim_whitespace=False,
         max_length=field.max_length,
-        validators=list(field.validators),
+        # max_length adds its own: the model's would say the same twice.
+        validators=[v for v in field.validators if not isinstance(v, MaxLengthValidator)],
     )
 
 
@@ -79,7 +142,9 @@ class PoolGpuSerializer(StrictInputMixin, serializers.Serializer[MachinePool]):
 
     type = _gpu_field("gpu_type")
     profileId = _gpu_field("gpu_profile_id")
-    count = serializers.IntegerField(source="gpu_count", min_value=0, max_value=8, default=0)
+    count = serializers.IntegerField(
+        source="gpu_count", min_value=0, max_value=MAX_GPUS_PER_MACHINE, default=0
+    )
     driverVersion = _gpu_field("gpu_driver_version")
 
     schema_rules = {
@@ -130,7 +195,8 @@ class MachineSerializer(serializers.ModelSerializer[Machine]):
         model = Machine
         fields = [
             "id", "cluster", "pool", "name", "vm_name", "vm_id", "phase", "failure_message",
-            "delete_requested", "created_at", "updated_at",
+            "delete_requested", "created_at", "updated_at", "vm_started_at", "node_joined_at",
+            "node_missing", "node_missing_reason",
         ]  # fmt: skip
         read_only_fields = fields
 
@@ -156,3 +222,97 @@ class DeleteReasonSerializer(StrictInputMixin):
     welcome (it goes into the audit record) but not required."""
 
     reason = ReasonField(required=False, allow_blank=True, default="")
+
+
+class PoolScaleSerializer(StrictInputMixin):
+    """Scaling a pool: the replicas wanted, and why (it goes into the audit record)."""
+
+    replicas = serializers.IntegerField(min_value=0, max_value=MAX_REPLICAS)
+    reason = ReasonField()
+
+
+@extend_schema_field({"type": "string", "enum": Membership.Role.values})
+class RoleField(serializers.SlugRelatedField[Group]):
+    """A role by name: one of the roles, or refused (400) as any other invalid value."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        roles = Group.objects.filter(name__in=Membership.Role.values)
+        super().__init__(slug_field="name", queryset=roles, **kwargs)
+
+    def to_internal_value(self, data: Any) -> Group:
+        if data not in Membership.Role.values:
+            raise serializers.ValidationError(
+                f"Choose one of {', '.join(Membership.Role.values)}.", code="invalid_choice"
+            )
+        return super().to_internal_value(data)
+
+
+_USERNAME_LENGTH = User._meta.get_field("username").max_length
+
+
+@extend_schema_field(
+    {
+        "type": "string",
+        "minLength": 1,
+        "maxLength": _USERNAME_LENGTH,
+        "pattern": NO_NUL,
+        "description": "The user's user name.",
+    }
+)
+class UsernameField(serializers.SlugRelatedField[User]):
+    """A user by user name. A name no user can have (too long, or with a NUL character,
+    which the database refuses to compare) is invalid (400), not looked up."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(slug_field="username", queryset=User.objects.all(), **kwargs)
+
+    def to_internal_value(self, data: Any) -> User:
+        if isinstance(data, str) and ("\x00" in data or len(data) > (_USERNAME_LENGTH or 0)):
+            raise serializers.ValidationError(
+                f"Give a user name: at most {_USERNAME_LENGTH} characters, no NUL.",
+                code="invalid",
+            )
+        return super().to_internal_value(data)
+
+
+class MembershipSerializer(ModelCleanMixin):
+    """A user's role in an account: viewer, operator or admin."""
+
+    user = UsernameField()
+    role = RoleField(
+        help_text="viewer: reads; operator: also scales pools, deletes machines and clusters, "
+        "releases reservations; admin: also the account, its sites, pools, clusters and members."
+    )
+
+    class Meta:
+        model = Membership
+        fields = ["id", "user", "account", "role"]
+
+
+class KubeNodeSerializer(serializers.ModelSerializer[KubeNode]):
+    """A Kubernetes node as last observed, and the machine whose VM it runs on."""
+
+    cluster = serializers.CharField(source="cluster.name", read_only=True)
+
+    class Meta:
+        model = KubeNode
+        fields = [
+            "id", "cluster", "name", "uid", "provider_id", "labels", "gpu_capacity",
+            "gpu_allocatable", "ready", "kubelet_version", "machine", "unowned_since",
+            "first_seen_at", "updated_at",
+        ]  # fmt: skip
+        read_only_fields = fields
+
+
+class KubePodSerializer(serializers.ModelSerializer[KubePod]):
+    """A Kubernetes pod as last observed: where it runs and what it asks for."""
+
+    cluster = serializers.CharField(source="cluster.name", read_only=True)
+
+    class Meta:
+        model = KubePod
+        fields = [
+            "id", "cluster", "namespace", "name", "uid", "node_name", "phase", "gpu_requests",
+            "sriov_network", "first_seen_at", "updated_at",
+        ]  # fmt: skip
+        read_only_fields = fields

@@ -1,42 +1,78 @@
-"""Clusters, their sites and pools, and machines. Reads and writes the database only."""
+"""Accounts, clusters, their sites and pools, machines and memberships. Reads and writes the
+database only. Each viewset shows the objects of the caller's accounts and lets their role
+decide what they may do (capvco_web.permissions); writes go through the audited services."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import models, transaction
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from capvco_web.api import ErrorSerializer, ReasonSerializer
+from capvco_web.api import ErrorSerializer, ReasonSerializer, api_validation_error
+from capvco_web.permissions import AccountScopedViewSetMixin
 from clusters.api.serializers import (
     AccountSerializer,
     ClusterSerializer,
     ClusterSiteSerializer,
     DeleteReasonSerializer,
+    KubeconfigSerializer,
+    KubeNodeSerializer,
+    KubePodSerializer,
     LocationSerializer,
     MachinePoolSerializer,
     MachineSerializer,
+    MembershipSerializer,
     PlanStepSerializer,
+    PoolScaleSerializer,
 )
 from clusters.filtersets import (
     ClusterFilterSet,
     ClusterSiteFilterSet,
+    KubeNodeFilterSet,
+    KubePodFilterSet,
     LocationFilterSet,
     MachineFilterSet,
     MachinePoolFilterSet,
+    MembershipFilterSet,
 )
-from clusters.models import Account, Cluster, ClusterSite, Location, Machine, MachinePool
+from clusters.models import (
+    Account,
+    Cluster,
+    ClusterSite,
+    KubeNode,
+    KubePod,
+    Location,
+    Machine,
+    MachinePool,
+    Membership,
+)
 from clusters.plan import cluster_plan
 from clusters.services import (
+    account_create,
     account_delete,
+    account_update,
+    cluster_create,
     cluster_delete,
+    cluster_kubeconfig_set,
+    machine_delete,
     machine_force_delete,
+    membership_create,
+    membership_delete,
+    membership_update,
+    pool_create,
     pool_delete,
+    pool_scale,
+    pool_update,
+    site_create,
     site_delete,
+    site_update,
 )
 
 
@@ -49,6 +85,16 @@ def _reason(
 
 
 View = TypeVar("View", bound=Callable[..., Response])
+M = TypeVar("M", bound=models.Model)
+
+
+def _changed(serializer: serializers.BaseSerializer[M]) -> M:
+    """The serializer's object with the validated changes set, not saved: a service saves."""
+    obj = serializer.instance
+    assert obj is not None
+    for field, value in serializer.validated_data.items():
+        setattr(obj, field, value)
+    return obj
 
 
 def _delete_schema(in_use_by: str) -> Callable[[View], View]:
@@ -65,26 +111,56 @@ def _delete_schema(in_use_by: str) -> Callable[[View], View]:
     )
 
 
-class AccountViewSet(viewsets.ModelViewSet[Account]):
+class AccountViewSet(AccountScopedViewSetMixin, viewsets.ModelViewSet[Account]):
     queryset = Account.objects.order_by("name")
     serializer_class = AccountSerializer
+
+    def perform_create(self, serializer: serializers.BaseSerializer[Account]) -> None:
+        account = Account(**serializer.validated_data)
+        serializer.instance = account_create(account=account, actor=self.request.user)
+
+    def perform_update(self, serializer: serializers.BaseSerializer[Account]) -> None:
+        account = serializer.instance
+        assert account is not None
+        # A change since it was validated is refused by the service: 400 (see capvco_web.api).
+        account_update(account=account, changes=serializer.validated_data, actor=self.request.user)
 
     @_delete_schema("its clusters, or by vGPU reservations not released")
     def destroy(self, request: Request, pk: str | None = None) -> Response:
         """Delete an account with no cluster and no reservation still billed, with its
         locations and what was mirrored from them. Audited."""
+        account = self.get_object()
         reason = _reason(request, DeleteReasonSerializer)
-        account_delete(account=self.get_object(), actor=request.user, reason=reason)
+        account_delete(account=account, actor=request.user, reason=reason)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
-class LocationViewSet(viewsets.ReadOnlyModelViewSet[Location]):
+class MembershipViewSet(AccountScopedViewSetMixin, viewsets.ModelViewSet[Membership]):
+    """Who has which role in the caller's accounts; an account's admins change them."""
+
+    queryset = Membership.objects.select_related("user", "role").order_by("account", "user")
+    serializer_class = MembershipSerializer
+    filterset_class = MembershipFilterSet
+
+    def perform_create(self, serializer: serializers.BaseSerializer[Membership]) -> None:
+        membership = Membership(**serializer.validated_data)
+        serializer.instance = membership_create(membership=membership, actor=self.request.user)
+
+    def perform_update(self, serializer: serializers.BaseSerializer[Membership]) -> None:
+        membership_update(membership=_changed(serializer), actor=self.request.user)
+
+    def perform_destroy(self, instance: Membership) -> None:
+        membership_delete(membership=instance, actor=self.request.user)
+
+
+class LocationViewSet(AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[Location]):
     queryset = Location.objects.order_by("account", "name")
     serializer_class = LocationSerializer
     filterset_class = LocationFilterSet
 
 
 class ClusterViewSet(
+    AccountScopedViewSetMixin,
     mixins.CreateModelMixin,
     mixins.ListModelMixin,
     mixins.RetrieveModelMixin,
@@ -93,6 +169,18 @@ class ClusterViewSet(
     queryset = Cluster.objects.prefetch_related("sites").order_by("name")
     serializer_class = ClusterSerializer
     filterset_class = ClusterFilterSet
+    action_verbs = {"plan": "view", "kubeconfig": "change", "kubeconfig_remove": "change"}
+
+    def perform_create(self, serializer: serializers.BaseSerializer[Cluster]) -> None:
+        fields = dict(serializer.validated_data)
+        kubeconfig = fields.pop("kubeconfig", "")
+        with transaction.atomic():
+            cluster = cluster_create(cluster=Cluster(**fields), actor=self.request.user)
+            if kubeconfig:  # validated with the rest (Cluster.clean); audited by its server
+                cluster_kubeconfig_set(
+                    cluster=cluster, kubeconfig=kubeconfig, actor=self.request.user
+                )
+        serializer.instance = cluster
 
     @extend_schema(responses=PlanStepSerializer(many=True))
     @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
@@ -100,6 +188,34 @@ class ClusterViewSet(
         """What the next reconcile pass would do (a dry run, from the database only)."""
         plan = cluster_plan(self.get_object())
         return Response(PlanStepSerializer(plan.steps, many=True).data)
+
+    @extend_schema(request=KubeconfigSerializer, responses={204: None})
+    @action(detail=True, methods=["put"], url_path="kubeconfig")
+    def kubeconfig(self, request: Request, pk: str | None = None) -> Response:
+        """Store a new kubeconfig (write-only; audited with its server, never its secret)."""
+        serializer = KubeconfigSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        try:
+            cluster_kubeconfig_set(
+                cluster=self.get_object(),
+                kubeconfig=serializer.validated_data["kubeconfig"],
+                actor=request.user,
+                reason=serializer.validated_data["reason"],
+            )
+        except DjangoValidationError as exc:
+            raise api_validation_error(exc) from exc
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(request=DeleteReasonSerializer, responses={204: None})
+    @kubeconfig.mapping.delete
+    def kubeconfig_remove(self, request: Request, pk: str | None = None) -> Response:
+        """Remove the kubeconfig: nodes and pods are no longer observed, and what was
+        mirrored from them is dropped. Audited."""
+        reason = _reason(request, DeleteReasonSerializer)
+        cluster_kubeconfig_set(
+            cluster=self.get_object(), kubeconfig="", actor=request.user, reason=reason
+        )
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
     @extend_schema(request=ReasonSerializer, responses={202: ClusterSerializer})
     def destroy(self, request: Request, pk: str | None = None) -> Response:
@@ -110,42 +226,108 @@ class ClusterViewSet(
         return Response(ClusterSerializer(cluster).data, status=status.HTTP_202_ACCEPTED)
 
 
-class ClusterSiteViewSet(viewsets.ModelViewSet[ClusterSite]):
+class ClusterSiteViewSet(AccountScopedViewSetMixin, viewsets.ModelViewSet[ClusterSite]):
     queryset = ClusterSite.objects.select_related("location").order_by("cluster", "location")
     serializer_class = ClusterSiteSerializer
     filterset_class = ClusterSiteFilterSet
 
+    def perform_create(self, serializer: serializers.BaseSerializer[ClusterSite]) -> None:
+        site = ClusterSite(**serializer.validated_data)
+        serializer.instance = site_create(site=site, actor=self.request.user)
+
+    def perform_update(self, serializer: serializers.BaseSerializer[ClusterSite]) -> None:
+        site_update(site=_changed(serializer), actor=self.request.user)
+
     @_delete_schema("its pools")
     def destroy(self, request: Request, pk: str | None = None) -> Response:
         """Delete a site with no pool left. Audited."""
+        site = self.get_object()
         reason = _reason(request, DeleteReasonSerializer)
-        site_delete(site=self.get_object(), actor=request.user, reason=reason)
+        site_delete(site=site, actor=request.user, reason=reason)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
-class MachinePoolViewSet(viewsets.ModelViewSet[MachinePool]):
+class MachinePoolViewSet(AccountScopedViewSetMixin, viewsets.ModelViewSet[MachinePool]):
     queryset = MachinePool.objects.order_by("cluster", "name")
     serializer_class = MachinePoolSerializer
     filterset_class = MachinePoolFilterSet
+    action_verbs = {"scale": "scale"}
+
+    def perform_create(self, serializer: serializers.BaseSerializer[MachinePool]) -> None:
+        pool = MachinePool(**serializer.validated_data)
+        serializer.instance = pool_create(pool=pool, actor=self.request.user)
+
+    def perform_update(self, serializer: serializers.BaseSerializer[MachinePool]) -> None:
+        pool_update(pool=_changed(serializer), actor=self.request.user)
+
+    @extend_schema(request=PoolScaleSerializer, responses={200: MachinePoolSerializer})
+    @action(detail=True, methods=["post"])
+    def scale(self, request: Request, pk: str | None = None) -> Response:
+        """Set the pool's replicas, with a reason: the reconciler creates the machines
+        missing or tears the surplus down. What an operator may do to a pool."""
+        pool = self.get_object()
+        asked = PoolScaleSerializer(data=request.data)
+        asked.is_valid(raise_exception=True)
+        pool = pool_scale(
+            pool=pool,
+            replicas=asked.validated_data["replicas"],
+            actor=request.user,
+            reason=asked.validated_data["reason"],
+        )
+        return Response(MachinePoolSerializer(pool).data)
 
     @_delete_schema("its machines (scale it to 0 replicas first)")
     def destroy(self, request: Request, pk: str | None = None) -> Response:
         """Delete a pool with no machine left: scale it to 0 replicas and wait for the
         teardown of its machines first. Audited."""
+        pool = self.get_object()
         reason = _reason(request, DeleteReasonSerializer)
-        pool_delete(pool=self.get_object(), actor=request.user, reason=reason)
+        pool_delete(pool=pool, actor=request.user, reason=reason)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
-class MachineViewSet(viewsets.ReadOnlyModelViewSet[Machine]):
+class MachineViewSet(
+    AccountScopedViewSetMixin,
+    mixins.DestroyModelMixin,
+    viewsets.ReadOnlyModelViewSet[Machine],
+):
     queryset = Machine.objects.select_related("pool__cluster").order_by("pool", "index")
     serializer_class = MachineSerializer
     filterset_class = MachineFilterSet
+    action_verbs = {"force_delete": "force_delete"}
+
+    @extend_schema(request=ReasonSerializer, responses={202: MachineSerializer})
+    def destroy(self, request: Request, pk: str | None = None) -> Response:
+        """Tear the machine down (its VM deleted, its vGPUs released), with a reason. The
+        pool keeps its replicas: a new machine takes its place. Scale the pool down for
+        fewer machines."""
+        machine = self.get_object()
+        machine = machine_delete(machine=machine, actor=request.user, reason=_reason(request))
+        return Response(MachineSerializer(machine).data, status=status.HTTP_202_ACCEPTED)
 
     @extend_schema(request=ReasonSerializer, responses={204: None})
     @action(detail=True, methods=["post"], url_path="force-delete")
     def force_delete(self, request: Request, pk: str | None = None) -> Response:
         """Drop the machine without teardown; its VM and vGPUs become orphans, reclaimed
         by name."""
-        machine_force_delete(machine=self.get_object(), actor=request.user, reason=_reason(request))
+        machine = self.get_object()
+        machine_force_delete(machine=machine, actor=request.user, reason=_reason(request))
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class KubeNodeViewSet(AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[KubeNode]):
+    """Kubernetes nodes of the clusters with a kubeconfig, as last observed."""
+
+    queryset = KubeNode.objects.select_related("cluster").order_by("cluster__name", "name")
+    serializer_class = KubeNodeSerializer
+    filterset_class = KubeNodeFilterSet
+
+
+class KubePodViewSet(AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[KubePod]):
+    """Kubernetes pods of the clusters with a kubeconfig, as last observed."""
+
+    queryset = KubePod.objects.select_related("cluster").order_by(
+        "cluster__name", "namespace", "name"
+    )
+    serializer_class = KubePodSerializer
+    filterset_class = KubePodFilterSet

@@ -12,7 +12,10 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from capvco_web.api import ErrorSerializer, ReasonSerializer
+from capvco_web.permissions import AccountScopedViewSetMixin, visible
 from capvco_web.tasks import send_on_commit
+from clusters.releases import reservation_release_request
+from clusters.tasks import reservation_release_task
 from gpus.api.serializers import (
     GpuProfileSerializer,
     GpuTypeOfferSerializer,
@@ -21,25 +24,24 @@ from gpus.api.serializers import (
 from gpus.filtersets import GpuProfileFilterSet, VgpuReservationFilterSet
 from gpus.models import GpuProfile, VgpuReservation
 from gpus.resolve import offers
-from gpus.services import ReleaseRefused, reservation_release_request
-from gpus.tasks import reservation_release_task
+from gpus.services import ReleaseRefused
 
 
-class GpuProfileViewSet(viewsets.ReadOnlyModelViewSet[GpuProfile]):
+class GpuProfileViewSet(AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[GpuProfile]):
     queryset = GpuProfile.objects.order_by("location", "profile_id")
     serializer_class = GpuProfileSerializer
     filterset_class = GpuProfileFilterSet
 
 
 class GpuTypesView(APIView):
-    """The GPU types each location offers, with free instances: what a pool can ask for."""
+    """The GPU types each location of the caller's accounts offers, with free instances:
+    what a pool can ask for."""
 
     @extend_schema(responses=GpuTypeOfferSerializer(many=True))
     def get(self, request: Request) -> Response:
         cards: dict[tuple[str, int], list[GpuProfile]] = {}
-        for card in GpuProfile.objects.select_related("location").order_by(
-            "location__name", "location_id", "profile_id"
-        ):
+        visible_cards = visible(request.user, GpuProfile.objects.select_related("location"))
+        for card in visible_cards.order_by("location__name", "location_id", "profile_id"):
             cards.setdefault((card.location.name, card.location_id), []).append(card)
         rows = [
             {"location": location, **vars(offer)}
@@ -54,10 +56,13 @@ class ReleaseConflict(APIException):
     default_code = "release_refused"
 
 
-class VgpuReservationViewSet(viewsets.ReadOnlyModelViewSet[VgpuReservation]):
+class VgpuReservationViewSet(
+    AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[VgpuReservation]
+):
     queryset = VgpuReservation.objects.select_related("location").order_by("location", "name")
     serializer_class = VgpuReservationSerializer
     filterset_class = VgpuReservationFilterSet
+    action_verbs = {"release": "release"}
 
     @extend_schema(
         request=ReasonSerializer,

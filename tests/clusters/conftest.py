@@ -36,7 +36,8 @@ def empty_pool(site: ClusterSite, name: str = "cpu") -> MachinePool:
 @pytest.fixture
 def api(django_user_model: Any) -> APIClient:
     client = APIClient()
-    client.force_authenticate(django_user_model.objects.create_user("ops", password="x"))
+    # Validation and audit, not roles: a superuser (tests/access has the roles).
+    client.force_authenticate(django_user_model.objects.create_superuser("ops", password="x"))
     return client
 
 

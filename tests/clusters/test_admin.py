@@ -110,7 +110,7 @@ def cluster_page_data(client: Client, cluster: Cluster) -> tuple[str, dict[str, 
         for form in formset.forms:
             for name in form.fields:
                 value = form[name].value()
-                if value not in (None, False):
+                if value is not None and value is not False:  # 0 is a value
                     data[form.add_prefix(name)] = value
     return url, data
 

@@ -3,10 +3,13 @@ refused by the model, hence by the API and the admin; names cannot change once m
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
 import pytest
 from django.core.exceptions import ValidationError
+from django.db import connection, transaction
 from django.test import Client
 from django.urls import reverse
 from rest_framework.test import APIClient
@@ -28,7 +31,8 @@ X_AFTER_X_Y = (
 @pytest.fixture
 def api(django_user_model: Any) -> APIClient:
     client = APIClient()
-    client.force_authenticate(django_user_model.objects.create_user("ops", password="x"))
+    # Validation and audit, not roles: a superuser (tests/access has the roles).
+    client.force_authenticate(django_user_model.objects.create_superuser("ops", password="x"))
     return client
 
 
@@ -267,3 +271,38 @@ def test_admin_refuses_two_new_pools_of_one_cluster_that_overlap(
         },
     ]
     assert not MachinePool.objects.exists()
+
+
+# --- creates at the same time ------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_creates_at_once_of_x_and_x_y_cannot_both_pass(account: Account) -> None:
+    """Both names pass clean() before either is saved; the second insert waits for the
+    first's transaction under the names lock and then sees its name. Without the lock both
+    rows commit and own capvco-x-y-... names (the first test of this file shows that)."""
+    x = Cluster(name="x", account=account)
+    x_y = Cluster(name="x-y", account=account)
+    x.full_clean()
+    x_y.full_clean()  # neither exists yet: both pass
+    first_in, errors = threading.Event(), []
+
+    def create_x_and_hold() -> None:
+        try:
+            with transaction.atomic():
+                x.save()
+                first_in.set()
+                time.sleep(0.5)  # the other create runs meanwhile
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=create_x_and_hold)
+    thread.start()
+    assert first_in.wait(5)
+    try:
+        x_y.save()
+    except ValidationError as exc:
+        errors.extend(exc.message_dict["name"])
+    thread.join()
+    assert sorted(Cluster.objects.values_list("name", flat=True)) == ["x"]
+    assert errors == [X_Y_AFTER_X]

@@ -7,7 +7,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from django.contrib.auth.models import User
 from django.test import Client
 
 from capvco_web.models import AuditEvent
@@ -16,6 +15,7 @@ from clusters.observe import account_locations_observe
 from clusters.whitesky import whitesky_client
 from gpus.models import VgpuReservation
 from tests.e2e.processes import broker_flush, celery_worker
+from tests.factories import MembershipFactory
 from tests.whitesky_sim import WhiteskySimulator
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -93,9 +93,13 @@ def test_worker_provisions_scales_down_and_releases_on_request(
             "the stray reservation flagged orphaned",
             log,
         )
-        web = Client()
-        web.force_login(User.objects.create_user("ops"))
         stray = VgpuReservation.objects.get(vgpu_id=stray_id)
+        web = Client()
+        web.force_login(
+            MembershipFactory(
+                user__username="ops", account=stray.location.account, role="operator"
+            ).user
+        )
         response = web.post(
             f"/api/v1/reservations/{stray.pk}/release/",
             {"reason": "left over from a deleted cluster"},

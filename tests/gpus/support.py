@@ -5,10 +5,10 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from clusters.models import Account, Location, Machine
+from clusters.releases import SweepResult, orphan_sweep
 from clusters.services import machine_force_delete
 from clusters.whitesky import whitesky_client
 from gpus.models import VgpuReservation
-from gpus.orphans import SweepResult, orphan_sweep
 from tests.gpus.conftest import NL, Plane
 
 

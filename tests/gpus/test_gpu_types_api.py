@@ -5,20 +5,23 @@ from __future__ import annotations
 import pytest
 from rest_framework.test import APIClient
 
-from tests.factories import GpuProfileFactory, LocationFactory, UserFactory
+from tests.factories import GpuProfileFactory, LocationFactory, MembershipFactory
 
 pytestmark = pytest.mark.django_db
 
 
 def test_gpu_types_are_listed_per_location_with_free_instances_summed_over_cards() -> None:
-    nl, be = LocationFactory(name="nl-1"), LocationFactory(name="be-1")
+    nl = LocationFactory(name="nl-1")
+    be = LocationFactory(name="be-1", account=nl.account)
+    elsewhere = LocationFactory(name="fr-1")  # another account's: not listed
+    GpuProfileFactory(location=elsewhere, available_instances=4)
     GpuProfileFactory(location=nl, available_instances=3)
     GpuProfileFactory(location=nl, available_instances=5)
     GpuProfileFactory(
         location=be, vendor="NVIDIA", model="T4 (0000:01:00.0)", available_instances=2
     )
     api = APIClient()
-    api.force_authenticate(UserFactory())
+    api.force_login(MembershipFactory(account=nl.account).user)
 
     rows = api.get("/api/v1/gpu-types/").json()
 

@@ -24,7 +24,7 @@ from clusters.services import machine_force_delete
 from clusters.whitesky import whitesky_client
 from gpus.mirror import vgpus_sync
 from gpus.models import VgpuReservation
-from gpus.orphans import orphans_list
+from gpus.selectors import orphans_list
 from gpus.services import release_lock
 from tests.gpus.conftest import NL, Plane
 from tests.gpus.support import auto_release_set, orphan_made, sweep

@@ -34,7 +34,7 @@ def test_deleting_a_cluster_leaves_alone_the_vm_of_an_older_cluster_named_like_i
 ) -> None:
     # Made before the naming rules (model validation refuses this pair now): cluster x
     # with pool y-z and cluster x-y with pool z both name a VM `capvco-x-y-z-0`.
-    x, x_y = plane.cluster("x"), plane.cluster("x-y")
+    x, x_y = plane.cluster("x"), plane.cluster("x-y", legacy=True)
     plane.pool(x, "y-z")
     plane.pool(x_y, "z")
     plane.converge(x)

@@ -7,10 +7,10 @@ from decimal import Decimal
 
 from capvco_web.models import AuditEvent
 from clusters.models import Location, Machine
+from clusters.releases import SweepResult
 from clusters.services import machine_force_delete
 from clusters.whitesky import whitesky_client
 from gpus.models import GpuProfile, VgpuReservation
-from gpus.orphans import SweepResult
 from tests.gpus.conftest import NL, Plane
 from tests.gpus.support import auto_release_set, orphan_made, sweep
 

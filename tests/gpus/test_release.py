@@ -15,15 +15,12 @@ from rest_framework.test import APIClient
 
 from capvco_web.models import AuditEvent
 from clusters.models import Account, Machine
+from clusters.releases import SweepResult, release_carry_out, reservation_release_request
+from clusters.tasks import orphan_sweep_all
 from clusters.whitesky import whitesky_client
 from gpus.models import GpuProfile, VgpuReservation
-from gpus.orphans import SweepResult, release_carry_out
-from gpus.services import (
-    ReleaseRefused,
-    reservation_release,
-    reservation_release_request,
-)
-from gpus.tasks import orphan_sweep_all
+from gpus.services import ReleaseRefused, reservation_release
+from tests.factories import MembershipFactory
 from tests.gpus.conftest import BE, NL, Plane
 from tests.gpus.support import auto_release_set, orphan_made, sweep
 
@@ -31,8 +28,10 @@ State = VgpuReservation.State
 
 
 @pytest.fixture
-def person(django_user_model: Any) -> User:
-    return django_user_model.objects.create_user("ops", password="x")  # type: ignore[no-any-return]
+def person(plane: Plane) -> User:
+    """An operator of the account: may release its reservations."""
+    membership = MembershipFactory(user__username="ops", account=plane.account, role="operator")
+    return membership.user  # type: ignore[no-any-return]
 
 
 @pytest.fixture

@@ -61,8 +61,9 @@ def test_force_delete_then_cluster_delete_leaves_no_reservation_with_the_prefix(
 def test_cluster_delete_releases_reservations_of_its_prefix_only(plane: Plane, admin_user) -> None:  # type: ignore[no-untyped-def]
     demo = plane.cluster("demo")
     plane.pool(demo, "a", gpu_type="NVIDIA A100", gpu_count=1)
-    # "demo-a" shares the prefix capvco-demo-a...: its reservations are not demo's.
-    other = plane.cluster("demo-a")
+    # "demo-a" (made before the naming rules) shares the prefix capvco-demo-a...: its
+    # reservations are not demo's.
+    other = plane.cluster("demo-a", legacy=True)
     plane.pool(other, "x", gpu_type="NVIDIA A100", gpu_count=1)
     plane.converge(demo)
     plane.converge(other)

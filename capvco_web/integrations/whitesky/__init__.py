@@ -6,6 +6,7 @@ from .errors import (
     CapacityExhausted,
     Conflict,
     Forbidden,
+    HostNotAllowed,
     IncompleteListing,
     NotFound,
     RateLimited,
@@ -15,6 +16,7 @@ from .errors import (
     UnexpectedResponse,
     WhiteskyError,
 )
+from .hosts import AllowedHosts
 from .retry import RetryPolicy
 from .types import (
     Cloudspace,
@@ -37,6 +39,7 @@ __all__ = [
     "DEFAULT_LONG_TIMEOUT",
     "DEFAULT_PAGE_SIZE",
     "DEFAULT_TIMEOUT",
+    "AllowedHosts",
     "BadRequest",
     "CapacityExhausted",
     "Cloudspace",
@@ -48,6 +51,7 @@ __all__ = [
     "ExternalNetwork",
     "Forbidden",
     "GpuProfile",
+    "HostNotAllowed",
     "Image",
     "IncompleteListing",
     "Listing",

@@ -11,6 +11,7 @@ import base64
 import binascii
 import json
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -20,6 +21,12 @@ from .errors import Unauthorized
 logger = logging.getLogger(__name__)
 
 REFRESH_PATH = "/v1/oauth/jwt/refresh"
+
+# What a JWT looks like: three base64url parts (header, claims, signature), and no longer
+# than a credential the control plane stores. Anything else is not taken for one.
+JWT_PATTERN = r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+"
+MAX_JWT_LENGTH = 8192
+_JWT = re.compile(JWT_PATTERN)
 
 
 def jwt_expiry(token: str) -> float | None:
@@ -59,8 +66,8 @@ def token_from_refresh_body(body: str) -> str:
         )
     if (
         not isinstance(candidate, str)
-        or candidate.count(".") != 2
-        or any(c.isspace() for c in candidate)
+        or len(candidate) > MAX_JWT_LENGTH
+        or not _JWT.fullmatch(candidate)
     ):
         raise Unauthorized("the token refresh answered no JWT", operation="refreshJWT")
     return candidate

@@ -4,6 +4,11 @@ All outbound HTTP goes through `WhiteskyClient._send`, one `requests.Session`, w
 (connect, read) timeout on every call. Every call is one `Operation` of `operations.py`;
 failures come out as the errors of `errors.py`.
 
+The credential is sent only to the hosts of `allowed_hosts` (see `hosts.py`), and no
+redirect is followed: a 3xx is an error naming its status and the host it points to. What a
+server answered reaches an error message only as whitesky's own JSON `{"message"}`, short
+and on one line; any other body (an HTML page of a proxy, a portal) is not shown.
+
 Retries: a call marked `repeatable` (reads; start, stop, deletes, detaches) is tried up to
 `RetryPolicy.attempts` times on a retryable failure, with exponential backoff and jitter, or
 the server's Retry-After (capped). Any other write is sent once: when its answer is lost the
@@ -15,13 +20,15 @@ from __future__ import annotations
 
 import dataclasses
 import email.utils
+import http
 import logging
 import random
+import re
 import time
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any, TypeVar
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import requests
 import urllib3.exceptions
@@ -33,6 +40,7 @@ from .errors import (
     CapacityExhausted,
     Conflict,
     Forbidden,
+    HostNotAllowed,
     IncompleteListing,
     NotFound,
     RateLimited,
@@ -41,7 +49,9 @@ from .errors import (
     Unavailable,
     UnexpectedResponse,
     WhiteskyError,
+    one_line,
 )
+from .hosts import AllowedHosts
 from .operations import Operation
 from .retry import RetryPolicy
 from .types import (
@@ -85,14 +95,18 @@ DEFAULT_LONG_TIMEOUT: Timeout = (5.0, 300.0)
 DEFAULT_PAGE_SIZE = 500
 
 _RESERVES = frozenset({ops.RESERVE_VGPU.operation_id, ops.RESERVE_AND_ATTACH_VGPU.operation_id})
-_MAX_MESSAGE = 500
+_SERVER_MESSAGE_LIMIT = 200
+_MEDIA_TYPE = re.compile(r"[A-Za-z0-9.+-]{1,40}/[A-Za-z0-9.+-]{1,60}")
 
 
 class WhiteskyClient:
     """One customer account on one VCO.
 
     `api_url` is the API base, e.g. `https://cloud.example.com/api/1`; `iam_url` the IAM host
-    that refreshes the JWT (None: the token is used as is until it fails).
+    that refreshes the JWT (None: the token is used as is until it fails). `on_answer`
+    hears of every attempt: the operation id and the HTTP status, or "error" (no answer).
+    A call to a URL that `allowed_hosts` refuses fails with `HostNotAllowed`, and sends
+    nothing.
     """
 
     def __init__(
@@ -101,6 +115,7 @@ class WhiteskyClient:
         api_url: str,
         customer_id: str,
         token: str,
+        allowed_hosts: AllowedHosts,
         iam_url: str | None = None,
         on_token_refreshed: Callable[[str], None] | None = None,
         timeout: Timeout = DEFAULT_TIMEOUT,
@@ -112,12 +127,14 @@ class WhiteskyClient:
         page_size: int = DEFAULT_PAGE_SIZE,
         refresh_margin: float = 60.0,
         session: requests.Session | None = None,
+        on_answer: Callable[[str, str], None] | None = None,
     ) -> None:
         if page_size < 1:
             raise ValueError("page_size must be at least 1 (0 would ask for everything at once)")
         self.api_url = api_url.rstrip("/")
         self.customer_id = customer_id
         self.iam_url = iam_url.rstrip("/") if iam_url else None
+        self.allowed_hosts = allowed_hosts
         self.timeout = timeout
         self.long_timeout = long_timeout
         self.retry = retry or RetryPolicy()
@@ -128,6 +145,7 @@ class WhiteskyClient:
             token, on_refreshed=on_token_refreshed, refresh_margin=refresh_margin, clock=clock
         )
         self._session = session or requests.Session()
+        self._on_answer = on_answer or (lambda operation, status: None)
 
     @property
     def outcome_window(self) -> float:
@@ -572,8 +590,12 @@ class WhiteskyClient:
         params: list[tuple[str, str]] | None,
         json_body: Any,
         timeout: Timeout,
+        operation: str,
     ) -> requests.Response:
-        """The one place where the client talks to the network."""
+        """The one place where the client talks to the network: only to allowed hosts,
+        and never on to where a redirect points."""
+        if refusal := self.allowed_hosts.refusal(url):
+            raise HostNotAllowed(f"credential not sent: {refusal}", operation=operation)
         return self._session.request(
             method,
             url,
@@ -612,13 +634,16 @@ class WhiteskyClient:
                     params=params,
                     json_body=body,
                     timeout=timeout,
+                    operation=op.operation_id,
                 )
             except requests.RequestException as exc:
+                self._on_answer(op.operation_id, "error")
                 error, sent = self._transport_error(op, exc)
                 maybe_acted = maybe_acted or sent
-            except WhiteskyError as exc:  # the token refresh before the call failed
+            except WhiteskyError as exc:  # a host not allowed, or the refresh before the call
                 error = exc
             else:
+                self._on_answer(op.operation_id, str(response.status_code))
                 elapsed = time.monotonic() - started
                 logger.debug(
                     "whitesky %s %s -> %s (%.3fs)",
@@ -697,14 +722,20 @@ class WhiteskyClient:
                     params=None,
                     json_body=None,
                     timeout=self.timeout,
+                    operation="refreshJWT",
                 )
             except requests.RequestException as exc:
                 raise Unavailable(
                     f"token refresh got no answer ({type(exc).__name__})", operation="refreshJWT"
                 ) from None
             if response.status_code != 200:
+                why = (
+                    _redirect_message(response)
+                    if 300 <= response.status_code < 400
+                    else self._server_message(response)
+                )
                 raise Unauthorized(
-                    f"token refresh refused: {self._server_message(response)}",
+                    f"token refresh refused: {why}",
                     status=response.status_code,
                     operation="refreshJWT",
                     retryable=response.status_code >= 500 or response.status_code == 429,
@@ -719,7 +750,8 @@ class WhiteskyClient:
             return response.json()
         except ValueError:
             raise UnexpectedResponse(
-                f"answer is not JSON: {self._credential.redact(response.text[:200])!r}",
+                f"answer is not JSON ({_body_kind(response)} answer of "
+                f"{len(response.content)} bytes, not shown)",
                 status=response.status_code,
                 operation=op.operation_id,
             ) from None
@@ -732,21 +764,27 @@ class WhiteskyClient:
             raise
 
     def _server_message(self, response: requests.Response) -> str:
-        message: Any = None
+        """whitesky's `{"message"}` (Flask-RESTX errors), short and on one line; for any
+        other answer only the status's standard phrase: a foreign body is never shown."""
         try:
             data = response.json()
         except ValueError:
             data = None
-        if isinstance(data, dict):
-            message = data.get("message")
-        if not isinstance(message, str) or not message:
-            message = response.text.strip() or response.reason or "no message"
-        return self._credential.redact(str(message)[:_MAX_MESSAGE])
+        message = data.get("message") if isinstance(data, dict) else None
+        if isinstance(message, str) and message.strip():
+            return one_line(self._credential.redact(message), _SERVER_MESSAGE_LIMIT)
+        try:
+            phrase = http.HTTPStatus(response.status_code).phrase
+        except ValueError:
+            phrase = "Unknown status"
+        return f"{phrase} (no whitesky message; {_body_kind(response)} answer not shown)"
 
     def _http_error(self, op: Operation, response: requests.Response) -> WhiteskyError:
         status = response.status_code
-        message = self._server_message(response)
         where = op.operation_id
+        if 300 <= status < 400:
+            return WhiteskyError(_redirect_message(response), status=status, operation=where)
+        message = self._server_message(response)
         if status in (400, 422):
             return BadRequest(message, status=status, operation=where)
         if status == 401:
@@ -794,6 +832,31 @@ class WhiteskyClient:
 
 
 # --- helpers that only the client needs -------------------------------------------------
+
+
+def _redirect_message(response: requests.Response) -> str:
+    """A 3xx named by where it points (the host only: a path or query may carry anything)."""
+    location = response.headers.get("Location", "")
+    try:
+        parts = urlsplit(location)
+        host = parts.hostname
+        port = parts.port
+    except ValueError:
+        host, port = "an unreadable Location", None
+    where = host or ("the same host" if location else "nowhere (no Location)")
+    if host and ":" in host:
+        where = f"[{host}]"
+    if host and port is not None:
+        where = f"{where}:{port}"
+    return f"redirected to {one_line(where, 100)}; redirects are not followed"
+
+
+def _body_kind(response: requests.Response) -> str:
+    """The media type of an answer, when it reads as one (it is the server's text too)."""
+    media_type = response.headers.get("Content-Type", "").split(";")[0].strip().lower()
+    if not media_type:
+        return "an untyped"
+    return media_type if _MEDIA_TYPE.fullmatch(media_type) else "an unreadably typed"
 
 
 def _listing_of(parse: Callable[[Any], R]) -> Callable[[Any], list[R]]:

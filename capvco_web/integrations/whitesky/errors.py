@@ -12,11 +12,27 @@ reservation by name in the vGPU listing): repeating the call blindly may create 
 
 from __future__ import annotations
 
+import unicodedata
+
+MESSAGE_LIMIT = 300
+"""The longest message an error carries (it ends up in failure messages, logs, pages)."""
+
+_HIDDEN = frozenset({"Cc", "Cf", "Cs", "Co", "Zl", "Zp"})
+
+
+def one_line(text: str, limit: int = MESSAGE_LIMIT) -> str:
+    """`text` on one line (control and invisible characters as spaces, runs of spaces as
+    one) and at most `limit` characters long."""
+    visible = "".join(" " if unicodedata.category(c) in _HIDDEN else c for c in text)
+    flat = " ".join(visible.split())
+    return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "\u2026"
+
 
 class WhiteskyError(Exception):
     """A whitesky call failed.
 
-    `message` is the server's own `{"message"}` when it sent one, else our description.
+    `message` is the server's own `{"message"}` when it sent one, else our description; on
+    one line and short, whatever the server sent (see `one_line`).
     `status` is the HTTP status (None when no answer came), `operation` the operationId.
     """
 
@@ -30,6 +46,7 @@ class WhiteskyError(Exception):
         operation: str | None = None,
         retryable: bool | None = None,
     ) -> None:
+        message = one_line(message)
         self.message = message
         self.status = status
         self.operation = operation
@@ -61,6 +78,11 @@ class BadRequest(WhiteskyError):
 
 class Unauthorized(WhiteskyError):
     """401 that survived one token refresh, or the refresh itself failed."""
+
+
+class HostNotAllowed(WhiteskyError):
+    """The URL of the call (API or IAM) is not in the allow-list: nothing was sent, the
+    credential least of all. Fixing the account's URL (or the list) is the only cure."""
 
 
 class Forbidden(WhiteskyError):

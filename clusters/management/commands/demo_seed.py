@@ -13,7 +13,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
 from capvco_web.integrations import whitesky as ws
-from clusters.models import Account, Cluster, ClusterSite, MachinePool
+from clusters.models import Account, Cluster, ClusterSite, MachinePool, whitesky_allowed_hosts
 from clusters.observe import account_locations_observe
 from clusters.whitesky import whitesky_client
 
@@ -34,6 +34,11 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, simulator: str, **options: Any) -> None:
         root = simulator.rstrip("/")
+        if refusal := whitesky_allowed_hosts().refusal(root):
+            raise CommandError(
+                f"the simulator at {root} is not an allowed whitesky host ({refusal}); "
+                f"add {root} to WHITESKY_ALLOWED_HOSTS (make run does)"
+            )
         try:
             token = requests.get(f"{root}/_sim/token", timeout=5)
             token.raise_for_status()

@@ -28,7 +28,7 @@ from django.utils import timezone
 from clusters.models import VirtualMachine
 from clusters.orphans import vm_orphans_list
 from gpus.models import VgpuReservation
-from gpus.orphans import orphans_list
+from gpus.selectors import orphans_list
 
 NO_VM_PRICE = "no price known for VMs: the location's mirrored prices cover vGPUs only"
 

@@ -3,16 +3,24 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
-from capvco_web.integrations.whitesky import RetryPolicy, WhiteskyClient
+from capvco_web.integrations.whitesky import AllowedHosts, RetryPolicy, WhiteskyClient
 from tests.integrations.whitesky.world import WORLD
 from tests.whitesky_sim import WhiteskySimulator
 
 # Fast and deterministic: three attempts, tiny backoff (recorded, not slept), short timeouts.
 TEST_RETRY = RetryPolicy(attempts=3, base_delay=0.01, max_delay=0.05, max_retry_after=30.0)
 READ_TIMEOUT = 1.0
+
+
+def allowing(*urls: str | None) -> AllowedHosts:
+    """An allow-list that holds exactly the origins of these URLs."""
+    origins = [urlsplit(url) for url in urls if url]
+    entries = [f"{o.scheme}://{o.netloc}" if o.scheme == "http" else o.netloc for o in origins]
+    return AllowedHosts(entries, source="the test's allowed hosts")
 
 
 @pytest.fixture
@@ -46,6 +54,7 @@ def make_client(
             "long_timeout": (2.0, READ_TIMEOUT),
         }
         settings.update(overrides)
+        settings.setdefault("allowed_hosts", allowing(settings["api_url"], settings["iam_url"]))
         client = WhiteskyClient(**settings)
         clients.append(client)
         return client

@@ -18,6 +18,7 @@ from capvco_web.integrations.whitesky.auth import (
     token_from_refresh_body,
 )
 from capvco_web.integrations.whitesky.client import _retry_after
+from tests.integrations.whitesky.conftest import allowing
 
 
 def make_jwt(exp: float | None) -> str:
@@ -57,7 +58,17 @@ def test_refresh_answer_is_accepted_in_every_known_shape(body: str) -> None:
     assert token_from_refresh_body(body.format(jwt=token)) == token
 
 
-@pytest.mark.parametrize("body", ["", "<html>error</html>", '{"message": "no"}'])
+@pytest.mark.parametrize(
+    "body",
+    [
+        "",
+        "<html>error</html>",
+        '{"message": "no"}',
+        "<p>a.b.c</p>",  # two dots do not make a JWT
+        '{"jwt": "e30.e30.<script>"}',
+        "e30." + "a" * 9000 + ".c2ln",  # longer than any credential stored
+    ],
+)
 def test_refresh_answer_without_a_jwt_is_unauthorized(body: str) -> None:
     with pytest.raises(Unauthorized):
         token_from_refresh_body(body)
@@ -65,7 +76,9 @@ def test_refresh_answer_without_a_jwt_is_unauthorized(body: str) -> None:
 
 def test_token_is_in_no_repr() -> None:
     token = make_jwt(2_000_000_000)
-    client = WhiteskyClient(api_url="http://x/api/1", customer_id="c", token=token)
+    client = WhiteskyClient(
+        api_url="https://x/api/1", customer_id="c", token=token, allowed_hosts=allowing("https://x")
+    )
     assert token not in repr(client)
     assert token not in repr(JwtCredential(token))
 

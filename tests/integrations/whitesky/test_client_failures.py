@@ -158,7 +158,11 @@ def test_listing_that_moves_between_pages_is_incomplete(
             return response
 
     moving = ReleasingDuringListing(
-        api_url=sim.api_url, customer_id=sim.customer_id, token=sim.token(), page_size=2
+        api_url=sim.api_url,
+        customer_id=sim.customer_id,
+        token=sim.token(),
+        page_size=2,
+        allowed_hosts=client.allowed_hosts,
     )
     listing = moving.list_vgpus(location=LOCATION)
     moving.close()
@@ -181,7 +185,11 @@ def test_listing_shorter_than_its_count_is_incomplete(
             return response
 
     lister = OverstatedCount(
-        api_url=sim.api_url, customer_id=sim.customer_id, token=sim.token(), page_size=2
+        api_url=sim.api_url,
+        customer_id=sim.customer_id,
+        token=sim.token(),
+        page_size=2,
+        allowed_hosts=client.allowed_hosts,
     )
     listing = lister.list_vgpus(location=LOCATION)
     lister.close()

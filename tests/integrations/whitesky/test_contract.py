@@ -19,6 +19,7 @@ import pytest
 from capvco_web.integrations.whitesky import operations
 from capvco_web.integrations.whitesky.client import WhiteskyClient
 from capvco_web.integrations.whitesky.operations import ALL_OPERATIONS, Operation
+from tests.integrations.whitesky.conftest import allowing
 
 ROOT = Path(__file__).resolve().parents[3]
 SPEC_CANDIDATES = [
@@ -172,13 +173,23 @@ def test_writes_that_create_something_are_never_repeated() -> None:
 
 
 def test_request_function_refuses_an_undeclared_query_parameter() -> None:
-    client = WhiteskyClient(api_url="http://127.0.0.1:9/api/1", customer_id="c", token="t")
+    client = WhiteskyClient(
+        api_url="http://127.0.0.1:9/api/1",
+        customer_id="c",
+        token="t",
+        allowed_hosts=allowing("http://127.0.0.1:9"),
+    )
     with pytest.raises(ValueError, match="not declared"):
         client._call(operations.LIST_VMS, path={"cloudspace_id": "cs"}, query={"bogus": True})
 
 
 def test_request_function_refuses_an_undeclared_body_field() -> None:
-    client = WhiteskyClient(api_url="http://127.0.0.1:9/api/1", customer_id="c", token="t")
+    client = WhiteskyClient(
+        api_url="http://127.0.0.1:9/api/1",
+        customer_id="c",
+        token="t",
+        allowed_hosts=allowing("http://127.0.0.1:9"),
+    )
     with pytest.raises(ValueError, match=r"firewall\.custom"):
         client._call(
             operations.CREATE_CLOUDSPACE,

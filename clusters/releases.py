@@ -1,6 +1,8 @@
-"""Orphans (billed reservations and VMs that no machine owns) and the sweep that reclaims
-them, carries out the releases people asked for, and sends again the releases left
-unconfirmed (an answer lost, a worker that died) that no worker is attempting.
+"""Releasing vGPUs, which is orchestration: the VM that holds a vGPU decides whether and
+how it can go. A person's request (refused up front for a machine's GPU), and the sweep
+that reclaims orphans (billed reservations and VMs that no machine owns), carries out the
+releases people asked for, and sends again the releases left unconfirmed (an answer lost,
+a worker that died) that no worker is attempting.
 
 Automatic reclaim needs all of: the account allows it, the grace period is over, enough
 consecutive complete listings saw the orphan, the location's last observation was
@@ -18,24 +20,26 @@ from datetime import datetime
 from functools import partial
 
 from django.contrib.auth.models import AnonymousUser, User
-from django.db.models import Q, QuerySet
+from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from capvco_web.audit import audit_record
 from capvco_web.integrations import whitesky as ws
+from capvco_web.permissions import permission_require
 from capvco_web.rows import model_update
 from clusters.models import Location, Machine, VirtualMachine
 from clusters.orphans import VmOwners, other_accounts_prefixes, vm_orphans_due
 from clusters.reconcile import vm_remove
 from gpus import naming
 from gpus.models import VgpuReservation
+from gpus.selectors import orphans_list, releases_stalled, stalled_releases
 from gpus.services import (
     PENDING_REQUESTS,
     RELEASABLE,
     ReleaseRefused,
-    release_blocker,
     release_request_pending,
     reservation_release,
+    reservation_snapshot,
 )
 
 State = VgpuReservation.State
@@ -50,13 +54,108 @@ class SweepResult:
     errors: list[str] = field(default_factory=list)
 
 
-def orphans_list(*, location: Location | None = None) -> QuerySet[VgpuReservation]:
-    rows = VgpuReservation.objects.filter(
-        orphaned_since__isnull=False, state__in=[State.RESERVED, State.ATTACHED, State.RELEASING]
-    ).select_related("location__account")
-    if location is not None:
-        rows = rows.filter(location=location)
-    return rows.order_by("orphaned_since", "name")
+def release_blocker(reservation: VgpuReservation) -> VirtualMachine | None:
+    """What stands before releasing a reservation, from the database alone.
+
+    None: nothing, it can go at once (unassigned, or on a halted VM that is not ours).
+    A VM: the VM of ours that holds it and that no machine owns; that VM goes first
+    (a vGPU cannot be detached from a running VM). Refused (ReleaseRefused): it holds a
+    machine's GPU, which whitesky would refuse to detach while the VM runs and which the
+    machine would lose otherwise; or a VM we cannot remove holds it.
+    """
+    name, vm_id = reservation.name, reservation.vm_id
+    if vm_id is None:
+        return None
+    location = reservation.location
+    vm = VirtualMachine.objects.filter(location=location, vm_id=vm_id).first()
+    owners = VmOwners(location)
+    owner = owners.of(vm.name if vm else "", vm_id)
+    if owner.kind == "machine":
+        raise ReleaseRefused(
+            f"{name} is attached to machine {owner.machine} (VM {vm_id}): scale pool "
+            f"{owner.pool} down or delete the machine"
+        )
+    if vm is None:
+        raise ReleaseRefused(
+            f"{name} is attached to VM {vm_id}, which is in no cloudspace of a cluster in "
+            f"{location.name}: detach it from that VM (stopped) in whitesky first"
+        )
+    if owner.kind == "creating":
+        raise ReleaseRefused(
+            f"{name} is attached to VM {vm.name} ({vm_id}), which machine {owner.machine} "
+            "may be taking over right now: try again once that machine runs or is gone"
+        )
+    if owner.kind == "orphan":
+        return vm
+    if vm.status == "RUNNING":
+        raise ReleaseRefused(
+            f"{name} is attached to VM {vm.name} ({vm_id}), which is not ours and runs: "
+            "stop that VM, or detach the vGPU from it, first"
+        )
+    return None
+
+
+def reservation_release_request(
+    *, reservation: VgpuReservation, actor: User | AnonymousUser, reason: str
+) -> VgpuReservation:
+    """A person asks to release a reservation: refused at once when it cannot happen,
+    else recorded on the row (who, why, when) and audited. A worker carries it out: the
+    task sent after this, or the orphan sweep when that task never runs."""
+    if not isinstance(actor, User):
+        raise ValueError("A release request needs a signed-in person.")
+    permission_require(actor, "gpus.release_vgpureservation", reservation)
+    reason = reason.strip()
+    if not reason:
+        raise ValueError("A release needs a reason.")
+    name = reservation.name
+    if reservation.vgpu_id is None:
+        raise ReleaseRefused(f"{name} has no vGPU id yet: nothing to release.")
+    if reservation.state == State.RELEASING:
+        raise ReleaseRefused(f"{name} is being released already.")
+    if reservation.state not in RELEASABLE:
+        raise ReleaseRefused(f"{name} is {reservation.state}: nothing to release.")
+    if release_request_pending(reservation):
+        by = reservation.release_requested_by
+        raise ReleaseRefused(
+            f"{name}: {by.get_username() if by else 'someone'} asked for its release already; "
+            "a worker carries it out."
+        )
+    release_blocker(reservation)
+    before = reservation_snapshot(reservation)
+    seen = {
+        "state": reservation.state,
+        "release_requested_at": reservation.release_requested_at,
+        "release_attempted_at": reservation.release_attempted_at,
+    }
+    request = {
+        "release_requested_at": timezone.now(),
+        "release_requested_by": actor,
+        "release_reason": reason,
+        "release_error": "",
+    }
+    if not model_update(reservation, request, expect=seen):
+        raise ReleaseRefused(f"{name} changed meanwhile: look at it again.")
+    audit_record(
+        actor=actor,
+        action="vgpu.release_requested",
+        obj=reservation,
+        reason=reason,
+        before=before,
+        after=reservation_snapshot(reservation),
+    )
+    return reservation
+
+
+def locations_to_sweep(now: datetime) -> QuerySet[Location]:
+    """Locations with something for the sweep: a person's request no worker carried out,
+    a release whose outcome was lost, or (where the account allows it) an orphan."""
+    here = OuterRef("pk")
+    pending = VgpuReservation.objects.filter(PENDING_REQUESTS, location=here)
+    stalled = VgpuReservation.objects.filter(stalled_releases(), location=here)
+    orphan_vgpus = VgpuReservation.objects.filter(location=here, orphaned_since__isnull=False)
+    orphan_vms = VirtualMachine.objects.filter(location=here, orphaned_since__isnull=False)
+    auto = Q(account__orphan_auto_release=True) & (Exists(orphan_vgpus) | Exists(orphan_vms))
+    return Location.objects.filter(Exists(pending) | Exists(stalled) | auto)
 
 
 def orphans_due(*, location: Location, now: datetime) -> list[VgpuReservation]:
@@ -84,20 +183,6 @@ def orphans_due(*, location: Location, now: datetime) -> list[VgpuReservation]:
         for row in rows.exclude(refused_lately)
         if not row.name.startswith(foreign) and row.name.rpartition("-gpu-")[0] not in live
     ]
-
-
-def stalled_releases() -> Q:
-    """Releases not confirmed: their answer, or their worker, was lost, or an attempt is in
-    flight. The sweep sends each again unless an attempt holds its release lock."""
-    return Q(state=State.RELEASING, vgpu_id__isnull=False)
-
-
-def releases_stalled(*, location: Location) -> QuerySet[VgpuReservation]:
-    return (
-        VgpuReservation.objects.filter(stalled_releases(), location=location)
-        .select_related("location__account", "release_requested_by")
-        .order_by("name")
-    )
 
 
 def orphan_vm_remove(

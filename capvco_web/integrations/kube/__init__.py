@@ -1,0 +1,59 @@
+"""Typed reads of a Kubernetes cluster's API. Pure Python: no Django in here.
+
+`KubeClient` lives in `.client`, which imports the official `kubernetes` package (slow to
+import); what is here (kubeconfig rules, errors, types) does not, so that the models can
+validate a kubeconfig without it. Import the client from
+`capvco_web.integrations.kube.client` where calls are made.
+"""
+
+from .errors import (
+    BadRequest,
+    Conflict,
+    Expired,
+    Forbidden,
+    KubeError,
+    NotFound,
+    ServerError,
+    Timeout,
+    TooManyRequests,
+    Unauthorized,
+    UnexpectedResponse,
+    Unreachable,
+)
+from .kubeconfig import Kubeconfig, KubeconfigInvalid, kubeconfig_load
+from .types import (
+    GPU_RESOURCE,
+    SRIOV_NETWORK_ANNOTATION,
+    Listing,
+    Node,
+    Pod,
+    parse_node,
+    parse_pod,
+    pod_gpu_requests,
+)
+
+__all__ = [
+    "GPU_RESOURCE",
+    "SRIOV_NETWORK_ANNOTATION",
+    "BadRequest",
+    "Conflict",
+    "Expired",
+    "Forbidden",
+    "KubeError",
+    "Kubeconfig",
+    "KubeconfigInvalid",
+    "Listing",
+    "Node",
+    "NotFound",
+    "Pod",
+    "ServerError",
+    "Timeout",
+    "TooManyRequests",
+    "Unauthorized",
+    "UnexpectedResponse",
+    "Unreachable",
+    "kubeconfig_load",
+    "parse_node",
+    "parse_pod",
+    "pod_gpu_requests",
+]

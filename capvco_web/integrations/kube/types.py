@@ -1,0 +1,146 @@
+"""What the Kubernetes API answers, as frozen dataclasses, read from the JSON of a listing.
+
+Parsing is lenient about what we only show (a node without a Ready condition is not
+ready, a pod without a phase is `Unknown`) and strict about identity (a node without a
+name, a pod without a uid is an `UnexpectedResponse`): a row we cannot key we cannot
+mirror, nor judge gone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from .errors import KubeError, UnexpectedResponse
+
+T = TypeVar("T")
+Json = Mapping[str, Any]
+
+GPU_RESOURCE = "nvidia.com/gpu"
+# The annotation a pod asks for an SR-IOV NIC with: the external network, as
+# docs/guides/kubernetes.md says.
+SRIOV_NETWORK_ANNOTATION = "capvco.io/sriov-network"
+
+
+@dataclass(frozen=True)
+class Listing(Generic[T]):
+    """A listing that says whether it is whole.
+
+    `complete` is False when a page failed (the error is in `error`: a timeout, a 5xx, an
+    expired continue token), or an item could not be read; `items` then holds what was
+    read, and no decision that assumes "absent means gone" may be taken from it.
+    `resource_version` is the list's (of its first page: every page of one listing is
+    of the same snapshot); `calls` how many requests it took.
+    """
+
+    items: tuple[T, ...]
+    complete: bool
+    error: KubeError | None = None
+    resource_version: str = ""
+    calls: int = 0
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    uid: str
+    provider_id: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    gpu_capacity: int = 0
+    gpu_allocatable: int = 0
+    ready: bool = False
+    kubelet_version: str = ""
+
+
+@dataclass(frozen=True)
+class Pod:
+    uid: str
+    namespace: str
+    name: str
+    node_name: str
+    phase: str
+    gpu_requests: int = 0
+    sriov_network: str = ""
+
+
+def _identity(obj: Json, *keys: str) -> list[str]:
+    meta = obj.get("metadata")
+    if not isinstance(meta, Mapping):
+        raise UnexpectedResponse("an object without metadata")
+    values = []
+    for key in keys:
+        value = meta.get(key)
+        if not isinstance(value, str) or not value:
+            raise UnexpectedResponse(f"an object without metadata.{key}: {dict(meta)!r:.200}")
+        values.append(value)
+    return values
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def quantity_count(value: Any) -> int:
+    """A count of a device resource (`"2"`). Devices come whole; anything else is 0."""
+    if isinstance(value, int):
+        return max(value, 0)
+    try:
+        return max(int(str(value)), 0)
+    except ValueError:
+        return 0
+
+
+def parse_node(obj: Json) -> Node:
+    name, uid = _identity(obj, "name", "uid")
+    status = _mapping(obj.get("status"))
+    ready = any(
+        isinstance(condition, Mapping)
+        and condition.get("type") == "Ready"
+        and condition.get("status") == "True"
+        for condition in status.get("conditions") or []
+    )
+    labels = {str(k): str(v) for k, v in _mapping(_mapping(obj["metadata"]).get("labels")).items()}
+    return Node(
+        name=name,
+        uid=uid,
+        provider_id=str(_mapping(obj.get("spec")).get("providerID") or ""),
+        labels=labels,
+        gpu_capacity=quantity_count(_mapping(status.get("capacity")).get(GPU_RESOURCE, 0)),
+        gpu_allocatable=quantity_count(_mapping(status.get("allocatable")).get(GPU_RESOURCE, 0)),
+        ready=ready,
+        kubelet_version=str(_mapping(status.get("nodeInfo")).get("kubeletVersion") or ""),
+    )
+
+
+def _container_gpus(container: Any) -> int:
+    """What a container asks: its request, or its limit (a device resource's request
+    defaults to its limit)."""
+    resources = _mapping(_mapping(container).get("resources"))
+    requests = _mapping(resources.get("requests"))
+    if GPU_RESOURCE in requests:
+        return quantity_count(requests[GPU_RESOURCE])
+    return quantity_count(_mapping(resources.get("limits")).get(GPU_RESOURCE, 0))
+
+
+def pod_gpu_requests(spec: Json) -> int:
+    """The GPUs a pod holds on its node, as the scheduler counts them: its containers
+    together, or its largest init container if that asks more (they run one by one)."""
+    running = sum(_container_gpus(c) for c in spec.get("containers") or [])
+    init = max((_container_gpus(c) for c in spec.get("initContainers") or []), default=0)
+    return max(running, init)
+
+
+def parse_pod(obj: Json) -> Pod:
+    namespace, name, uid = _identity(obj, "namespace", "name", "uid")
+    spec = _mapping(obj.get("spec"))
+    annotations = _mapping(_mapping(obj["metadata"]).get("annotations"))
+    return Pod(
+        uid=uid,
+        namespace=namespace,
+        name=name,
+        node_name=str(spec.get("nodeName") or ""),
+        phase=str(_mapping(obj.get("status")).get("phase") or "Unknown"),
+        gpu_requests=pod_gpu_requests(spec),
+        sriov_network=str(annotations.get(SRIOV_NETWORK_ANNOTATION) or "").strip(),
+    )

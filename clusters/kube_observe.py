@@ -1,0 +1,202 @@
+"""Observe a workload cluster: mirror its nodes and pods, and link nodes to machines.
+
+One node listing and one pod listing (of every namespace) per cluster and pass, each
+read in pages. Both are listed first, then written in one transaction, stamped with the
+time the listings began. A listing that did not complete adds and updates what it shows
+and removes nothing; only a complete one says a node or pod is gone, and only for rows
+last written before it began.
+
+A pass over an unchanged cluster writes nothing but the cluster's stamp: a complete
+listing whose resourceVersion is the one last mirrored is not compared at all, and
+otherwise a row is written only when a mirrored field differs (a node's heartbeat moves
+its resourceVersion, not what we keep).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from capvco_web.integrations import kube
+from capvco_web.rows import fields_assign
+from clusters.models import Cluster, KubeNode, KubePod
+from clusters.nodes import node_owners_flag
+
+if TYPE_CHECKING:
+    from capvco_web.integrations.kube.client import KubeClient
+
+logger = logging.getLogger(__name__)
+
+BATCH = 1000
+_POD_FIELDS = ("namespace", "name", "node_name", "phase", "gpu_requests", "sriov_network")
+
+
+@dataclass
+class KubeObservationResult:
+    cluster: str
+    complete: bool
+    errors: list[str] = field(default_factory=list)
+    writes: int = 0
+    """Row writes beyond the one that stamps the cluster with this pass."""
+    list_calls: int = 0
+    unchanged: list[str] = field(default_factory=list)
+    """The listings (`nodes`, `pods`) skipped because their resourceVersion was mirrored."""
+
+
+def cluster_kube_observe(*, client: KubeClient, cluster: Cluster) -> KubeObservationResult:
+    nodes_started = timezone.now()
+    nodes = client.list_nodes()
+    pods_started = timezone.now()
+    pods = client.list_pods()
+    result = KubeObservationResult(
+        cluster=cluster.name,
+        complete=nodes.complete and pods.complete,
+        list_calls=nodes.calls + pods.calls,
+    )
+    for what, listing in (("nodes", nodes), ("pods", pods)):
+        if listing.error is not None:
+            result.errors.append(f"{what}: {listing.error}")
+    stamp: dict[str, Any] = {
+        "kube_observation_complete": result.complete,
+        "kube_observation_error": "; ".join(result.errors),
+        "kube_observation_started_at": nodes_started,
+    }
+    with transaction.atomic():
+        now = timezone.now()
+        if _unchanged(nodes, cluster.kube_nodes_resource_version):
+            result.unchanged.append("nodes")
+        else:
+            result.writes += nodes_sync(
+                cluster=cluster, listing=nodes, listed_at=nodes_started, now=now
+            )
+        if _unchanged(pods, cluster.kube_pods_resource_version):
+            result.unchanged.append("pods")
+        else:
+            result.writes += pods_sync(
+                cluster=cluster, listing=pods, listed_at=pods_started, now=now
+            )
+        result.writes += node_owners_flag(
+            cluster=cluster,
+            complete=nodes.complete,
+            listed_at=nodes_started,
+            now=now,
+            join_timeout=timedelta(seconds=settings.NODE_JOIN_TIMEOUT_SECONDS),
+        ).writes
+        # One write per cluster and pass: when its listings began, and whether whole.
+        if nodes.complete:
+            stamp["kube_nodes_resource_version"] = nodes.resource_version
+        if pods.complete:
+            stamp["kube_pods_resource_version"] = pods.resource_version
+        if result.complete:
+            stamp["kube_last_complete_observation_at"] = nodes_started
+        Cluster.objects.filter(pk=cluster.pk).update(**stamp)
+        for name, value in stamp.items():
+            setattr(cluster, name, value)
+    for problem in result.errors:
+        logger.warning("observe kubernetes of %s: %s", cluster.name, problem)
+    return result
+
+
+def _unchanged(listing: kube.Listing[Any], mirrored: str) -> bool:
+    return listing.complete and bool(mirrored) and listing.resource_version == mirrored
+
+
+def nodes_sync(
+    *, cluster: Cluster, listing: kube.Listing[kube.Node], listed_at: datetime, now: datetime
+) -> int:
+    """Mirror the listed nodes; from a complete listing, drop the rows it no longer shows."""
+    existing = {row.name: row for row in KubeNode.objects.filter(cluster=cluster)}
+    to_create: list[KubeNode] = []
+    to_update: list[KubeNode] = []
+    fields: set[str] = set()
+    for node in listing.items:
+        data = {
+            "uid": node.uid,
+            "provider_id": node.provider_id,
+            "labels": dict(node.labels),
+            "gpu_capacity": node.gpu_capacity,
+            "gpu_allocatable": node.gpu_allocatable,
+            "ready": node.ready,
+            "kubelet_version": node.kubelet_version,
+        }
+        row = existing.pop(node.name, None)
+        if row is None:
+            to_create.append(
+                KubeNode(cluster=cluster, name=node.name, first_seen_at=now, updated_at=now, **data)
+            )
+        elif row.updated_at > listed_at:
+            continue  # written after the listing began: newer than what it shows
+        else:
+            if row.uid != node.uid:  # another node of the same name: a replacement
+                data["first_seen_at"] = now
+            if changed := fields_assign(row, data):
+                row.updated_at = now
+                fields.update(changed)
+                to_update.append(row)
+    KubeNode.objects.bulk_create(to_create, batch_size=BATCH)
+    if to_update:
+        KubeNode.objects.bulk_update(to_update, sorted(fields | {"updated_at"}), batch_size=BATCH)
+    gone = [row.pk for row in existing.values() if row.updated_at <= listed_at]
+    if not listing.complete:
+        gone = []
+    _delete(KubeNode, gone)
+    return len(to_create) + len(to_update) + len(gone)
+
+
+def pods_sync(
+    *, cluster: Cluster, listing: kube.Listing[kube.Pod], listed_at: datetime, now: datetime
+) -> int:
+    """Mirror the listed pods (by uid); from a complete listing, drop the rows it no longer
+    shows. Rows are read as tuples: a cluster has thousands of pods."""
+    existing: dict[str, tuple[int, tuple[Any, ...], datetime]] = {
+        row[1]: (row[0], tuple(row[2:-1]), row[-1])
+        for row in KubePod.objects.filter(cluster=cluster).values_list(
+            "pk", "uid", *_POD_FIELDS, "updated_at"
+        )
+    }
+    to_create: list[KubePod] = []
+    to_update: list[KubePod] = []
+    for pod in listing.items:
+        values = (
+            pod.namespace,
+            pod.name,
+            pod.node_name,
+            pod.phase,
+            pod.gpu_requests,
+            pod.sriov_network,
+        )
+        found = existing.pop(pod.uid, None)
+        data = dict(zip(_POD_FIELDS, values, strict=True))
+        if found is None:
+            to_create.append(
+                KubePod(cluster=cluster, uid=pod.uid, first_seen_at=now, updated_at=now, **data)
+            )
+            continue
+        pk, mirrored, updated_at = found
+        if updated_at <= listed_at and mirrored != values:
+            to_update.append(KubePod(pk=pk, cluster=cluster, uid=pod.uid, updated_at=now, **data))
+    KubePod.objects.bulk_create(to_create, batch_size=BATCH)
+    if to_update:
+        KubePod.objects.bulk_update(to_update, [*_POD_FIELDS, "updated_at"], batch_size=BATCH)
+    gone = [pk for pk, _, updated_at in existing.values() if updated_at <= listed_at]
+    if not listing.complete:
+        gone = []
+    _delete(KubePod, gone)
+    return len(to_create) + len(to_update) + len(gone)
+
+
+def _delete(model: type[KubeNode] | type[KubePod], pks: Sequence[int]) -> None:
+    for chunk in _chunks(pks):
+        model.objects.filter(pk__in=chunk).delete()
+
+
+def _chunks(items: Sequence[int]) -> Iterable[Sequence[int]]:
+    for start in range(0, len(items), BATCH):
+        yield items[start : start + BATCH]

@@ -1,0 +1,177 @@
+"""Which machine a Kubernetes node runs on, and the flags a complete node listing raises:
+a machine whose node never joined (or left), a node that no machine owns.
+
+A node is its machine's by providerID, which the VCO cloud provider sets to
+`vco://<location>/<vm id>` (`provider_id`; an assumption, see docs/known-limitations.md),
+else by name: kubeadm names a node after its host, and a machine's VM is named
+`capvco-<cluster>-<machine>`. A providerID in our form is authoritative: a node whose
+providerID names a VM that no machine has (an old VM of a replaced machine) is nobody's,
+whatever its name.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from clusters.models import Cluster, KubeNode, Machine
+from gpus import naming
+
+PROVIDER_ID_PREFIX = "vco://"
+_PROVIDER_ID = re.compile(r"^vco://([^/]+)/([0-9]{1,18})$")
+# Nodes of a control plane that no pool of ours made are not flagged as unowned.
+CONTROL_PLANE_LABELS = ("node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master")
+
+
+def provider_id(location: str, vm_id: int) -> str:
+    return f"{PROVIDER_ID_PREFIX}{location}/{vm_id}"
+
+
+def provider_id_parse(value: str) -> tuple[str, int] | None:
+    """(location, VM id) from a providerID in our form; None for any other."""
+    match = _PROVIDER_ID.match(value.strip())
+    return (match.group(1), int(match.group(2))) if match else None
+
+
+@dataclass(frozen=True)
+class MachineRef:
+    pk: int
+    vm_name: str
+    location: str
+    vm_id: int | None
+
+
+class NodeOwners:
+    """The machines of one cluster, by VM (location, id) and by VM name."""
+
+    def __init__(self, cluster: Cluster, machines: list[MachineRef]) -> None:
+        self.cluster = cluster
+        self.by_vm = {(m.location, m.vm_id): m for m in machines if m.vm_id is not None}
+        self.by_name = {m.vm_name: m for m in machines}
+
+    @classmethod
+    def load(cls, cluster: Cluster) -> NodeOwners:
+        rows = Machine.objects.filter(pool__cluster=cluster).values_list(
+            "pk", "name", "pool__site__location__name", "vm_id"
+        )
+        return cls(
+            cluster,
+            [
+                MachineRef(pk, naming.vm_name(cluster.name, name), location, vm_id)
+                for pk, name, location, vm_id in rows
+            ],
+        )
+
+    def owner(self, *, name: str, provider_id: str) -> MachineRef | None:
+        vm = provider_id_parse(provider_id)
+        if vm is not None and (found := self.by_vm.get(vm)) is not None:
+            return found
+        by_name = self.by_name.get(name)
+        if by_name is None:
+            return None
+        if vm is not None and by_name.vm_id is not None:
+            return None  # the providerID names another VM than the machine's own
+        return by_name
+
+
+@dataclass
+class FlagCounts:
+    nodes: int = 0
+    machines: int = 0
+
+    @property
+    def writes(self) -> int:
+        return self.nodes + self.machines
+
+
+def node_owners_flag(
+    *,
+    cluster: Cluster,
+    complete: bool,
+    listed_at: datetime,
+    now: datetime,
+    join_timeout: timedelta,
+) -> FlagCounts:
+    """Link each mirrored node to its machine and raise or clear the flags.
+
+    From any listing: a node's machine, a machine's first join, and clearing a machine's
+    flag once its node shows. Only from a complete node listing (begun at `listed_at`):
+    a node nobody owns is flagged (`unowned_since`), and a running machine whose VM
+    started `join_timeout` before the listing began, with no node, is flagged
+    (`node_missing`): by then its node had its time to join.
+    """
+    owners = NodeOwners.load(cluster)
+    counts = FlagCounts()
+    to_update: list[KubeNode] = []
+    owned: set[int] = set()
+    for node in KubeNode.objects.filter(cluster=cluster).only(
+        "pk", "name", "provider_id", "labels", "machine_id", "unowned_since"
+    ):
+        found = owners.owner(name=node.name, provider_id=node.provider_id)
+        machine_id = found.pk if found else None
+        if machine_id is not None:
+            owned.add(machine_id)
+        unowned_since = node.unowned_since
+        if machine_id is not None or _control_plane(node.labels):
+            unowned_since = None
+        elif complete:
+            unowned_since = unowned_since or now
+        if (node.machine_id, node.unowned_since) != (machine_id, unowned_since):
+            node.machine_id, node.unowned_since, node.updated_at = machine_id, unowned_since, now
+            to_update.append(node)
+    if to_update:
+        KubeNode.objects.bulk_update(to_update, ["machine", "unowned_since", "updated_at"])
+    counts.nodes = len(to_update)
+
+    fields = (
+        "pk", "name", "vm_id", "phase", "delete_requested", "vm_started_at", "vm_created_at",
+        "node_joined_at", "node_missing", "node_missing_reason", "pool__site__location__name",
+    )  # fmt: skip
+    machines = list(
+        Machine.objects.filter(pool__cluster=cluster)
+        .select_related("pool__site__location")
+        .only(*fields)
+    )
+    joined = [m.pk for m in machines if m.pk in owned and m.node_joined_at is None]
+    if joined:
+        counts.machines += Machine.objects.filter(pk__in=joined).update(node_joined_at=now)
+    due_before = listed_at - join_timeout
+    for machine in machines:
+        if machine.pk in owned:
+            due = False
+        elif not complete:
+            continue  # only a whole listing says a node is missing
+        else:
+            started = machine.vm_started_at or machine.vm_created_at
+            due = (
+                machine.phase == Machine.Phase.RUNNING
+                and not machine.delete_requested
+                and started is not None
+                and started <= due_before
+            )
+        reason = _missing_reason(cluster, machine, join_timeout) if due else ""
+        if (machine.node_missing, machine.node_missing_reason) != (due, reason):
+            counts.machines += Machine.objects.filter(pk=machine.pk).update(
+                node_missing=due, node_missing_reason=reason
+            )
+    return counts
+
+
+def _control_plane(labels: Mapping[str, str]) -> bool:
+    return any(label in labels for label in CONTROL_PLANE_LABELS)
+
+
+def _missing_reason(cluster: Cluster, machine: Machine, join_timeout: timedelta) -> str:
+    vm_name = naming.vm_name(cluster.name, machine.name)
+    expected = f"no node named {vm_name}"
+    if machine.vm_id is not None:
+        location = machine.pool.site.location.name
+        expected += f" or with providerID {provider_id(location, machine.vm_id)}"
+    minutes = int(join_timeout.total_seconds() // 60)
+    if machine.node_joined_at is None:
+        return f"Never joined: {expected}, {minutes} minutes after its VM started."[:300]
+    return (f"Its node left: {expected} (it joined {machine.node_joined_at:%Y-%m-%d %H:%M} UTC).")[
+        :300
+    ]

@@ -1,0 +1,37 @@
+"""Reading vGPU reservations: orphans and releases left unconfirmed."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from django.db.models import Q, QuerySet
+
+from gpus.models import VgpuReservation
+
+if TYPE_CHECKING:
+    from clusters.models import Location
+
+State = VgpuReservation.State
+
+
+def orphans_list(*, location: Location | None = None) -> QuerySet[VgpuReservation]:
+    rows = VgpuReservation.objects.filter(
+        orphaned_since__isnull=False, state__in=[State.RESERVED, State.ATTACHED, State.RELEASING]
+    ).select_related("location__account")
+    if location is not None:
+        rows = rows.filter(location=location)
+    return rows.order_by("orphaned_since", "name")
+
+
+def stalled_releases() -> Q:
+    """Releases not confirmed: their answer, or their worker, was lost, or an attempt is in
+    flight. The sweep sends each again unless an attempt holds its release lock."""
+    return Q(state=State.RELEASING, vgpu_id__isnull=False)
+
+
+def releases_stalled(*, location: Location) -> QuerySet[VgpuReservation]:
+    return (
+        VgpuReservation.objects.filter(stalled_releases(), location=location)
+        .select_related("location__account", "release_requested_by")
+        .order_by("name")
+    )

@@ -1,0 +1,22 @@
+"""A fake Kubernetes API server: ``python -m simulator.kube --port 8082``.
+
+The official ``kubernetes`` client talks to it over real HTTP. One process serves many
+clusters, each under its own base path (``http://HOST:PORT/clusters/<name>``, the
+``server`` of its kubeconfig), with its own bearer token.
+
+How the pieces fit (read in this order):
+
+* ``resources``: the kinds served (nodes, pods, namespaces, configmaps, CRDs, and custom
+  resources registered by a CRD) and their discovery entries;
+* ``selectors``: label and field selectors;
+* ``patches``: JSON merge, strategic merge and JSON patches;
+* ``store``: ``ClusterState``, one cluster's objects and the API server's rules
+  (resourceVersion, paging with continue tokens, 404/409/410, status subresources),
+  with no HTTP;
+* ``errors``: Status objects as the real server words them;
+* ``faults``: injected failures per operation;
+* ``server``: the HTTP server, routing, the control API (``/_sim/``), the call log.
+
+Why its own server rather than a subclass of ``kmock``: the contract is in
+``docs/simulator-contract.md`` (section "The Kubernetes simulator").
+"""

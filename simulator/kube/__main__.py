@@ -1,0 +1,57 @@
+"""``python -m simulator.kube``: serve the fake Kubernetes API until SIGINT or SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from types import FrameType
+
+from simulator.kube.server import KubeHTTPServer, Simulator
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m simulator.kube",
+        description="Serve fake Kubernetes API servers (one per simulated cluster, under "
+        "/clusters/<name>) and their control API (/_sim/).",
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8082, help="0 picks a free port")
+    parser.add_argument("--seed", type=int, default=0, help="seed for faults without their own")
+    parser.add_argument(
+        "--cluster",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a cluster to serve from the start (repeatable); more with POST /_sim/clusters",
+    )
+    args = parser.parse_args(argv)
+
+    simulator = Simulator(seed=args.seed)
+    server = KubeHTTPServer((args.host, args.port), simulator)
+    host, port = str(server.server_address[0]), int(server.server_address[1])
+    for name in args.cluster:
+        simulator.control_cluster_add(name, f"{host}:{port}")
+
+    stop = threading.Event()
+
+    def request_stop(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGINT, request_stop)
+    signal.signal(signal.SIGTERM, request_stop)
+    serving = threading.Thread(target=server.serve_forever, name="kube-http", daemon=True)
+    serving.start()
+    print(f"kube simulator listening on http://{host}:{port}", flush=True)
+    while not stop.wait(timeout=1.0):
+        pass
+    server.shutdown()
+    server.server_close()
+    print("kube simulator stopped", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

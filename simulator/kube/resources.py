@@ -1,0 +1,150 @@
+"""The kinds a simulated cluster serves: the few built-in ones the project uses, and any
+custom resource registered by a CustomResourceDefinition (or the control API).
+
+Storage is per group and plural, whatever the version: a custom resource served at two
+versions is one set of objects (the real server converts between versions; the simulator
+only rewrites `apiVersion`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+CORE_VERBS = ["create", "delete", "get", "list", "patch", "update"]
+
+# What a create does to the status of a kind with a status subresource, as the real
+# registry strategies do: a pod starts Pending whatever it was sent with, a namespace
+# Active, a custom resource without status; a node keeps what the kubelet registered.
+STATUS_ON_CREATE_KEEP = "keep"
+STATUS_ON_CREATE_DROP = "drop"
+
+
+@dataclass(frozen=True)
+class ResourceType:
+    group: str  # "" for the core group
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool
+    status_subresource: bool = True
+    builtin: bool = True  # built-in kinds take strategic merge patches; custom ones do not
+    status_on_create: Any = STATUS_ON_CREATE_KEEP
+    field_selectors: tuple[str, ...] = ()
+    short_names: tuple[str, ...] = field(default=())
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def storage_key(self) -> tuple[str, str]:
+        return (self.group, self.plural)
+
+    @property
+    def qualified(self) -> str:
+        """How the server names the kind in messages: `pods`, `machines.cluster.x-k8s.io`."""
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+    @property
+    def list_kind(self) -> str:
+        return f"{self.kind}List"
+
+    def selectable_fields(self) -> tuple[str, ...]:
+        fields = ("metadata.name", "metadata.namespace") if self.namespaced else ("metadata.name",)
+        return fields + self.field_selectors
+
+    def discovery(self) -> list[dict[str, Any]]:
+        """Its entries in an APIResourceList."""
+        entries = [
+            {
+                "name": self.plural,
+                "singularName": self.kind.lower(),
+                "namespaced": self.namespaced,
+                "kind": self.kind,
+                "verbs": [*CORE_VERBS, "deletecollection", "watch"],
+                **({"shortNames": list(self.short_names)} if self.short_names else {}),
+            }
+        ]
+        if self.status_subresource:
+            entries.append(
+                {
+                    "name": f"{self.plural}/status",
+                    "singularName": "",
+                    "namespaced": self.namespaced,
+                    "kind": self.kind,
+                    "verbs": ["get", "patch", "update"],
+                }
+            )
+        return entries
+
+
+NODES = ResourceType(
+    "", "v1", "nodes", "Node", namespaced=False, field_selectors=("spec.unschedulable",),
+    short_names=("no",),
+)  # fmt: skip
+PODS = ResourceType(
+    "", "v1", "pods", "Pod", namespaced=True,
+    status_on_create={"phase": "Pending"},
+    field_selectors=(
+        "spec.nodeName", "spec.restartPolicy", "spec.schedulerName", "spec.serviceAccountName",
+        "spec.hostNetwork", "status.phase", "status.podIP", "status.nominatedNodeName",
+    ),
+    short_names=("po",),
+)  # fmt: skip
+NAMESPACES = ResourceType(
+    "", "v1", "namespaces", "Namespace", namespaced=False,
+    status_on_create={"phase": "Active"}, field_selectors=("status.phase",),
+    short_names=("ns",),
+)  # fmt: skip
+CONFIGMAPS = ResourceType(
+    "", "v1", "configmaps", "ConfigMap", namespaced=True, status_subresource=False,
+    short_names=("cm",),
+)  # fmt: skip
+CRDS = ResourceType(
+    "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition",
+    namespaced=False, short_names=("crd",),
+)  # fmt: skip
+
+BUILTIN: tuple[ResourceType, ...] = (NODES, PODS, NAMESPACES, CONFIGMAPS, CRDS)
+
+
+def custom_type(
+    *, group: str, version: str, plural: str, kind: str, namespaced: bool, status: bool = True
+) -> ResourceType:
+    return ResourceType(
+        group,
+        version,
+        plural,
+        kind,
+        namespaced=namespaced,
+        status_subresource=status,
+        builtin=False,
+        status_on_create=STATUS_ON_CREATE_DROP if status else STATUS_ON_CREATE_KEEP,
+    )
+
+
+def types_from_crd(crd: dict[str, Any]) -> list[ResourceType]:
+    """The kinds a CustomResourceDefinition serves (one per served version)."""
+    spec = crd.get("spec") or {}
+    names = spec.get("names") or {}
+    group, plural, kind = spec.get("group"), names.get("plural"), names.get("kind")
+    if not (group and plural and kind):
+        raise ValueError("spec.group, spec.names.plural and spec.names.kind are required")
+    found = []
+    for version in spec.get("versions") or []:
+        if not version.get("served", True) or not version.get("name"):
+            continue
+        found.append(
+            custom_type(
+                group=group,
+                version=version["name"],
+                plural=plural,
+                kind=kind,
+                namespaced=spec.get("scope", "Namespaced") == "Namespaced",
+                status="status" in (version.get("subresources") or {}),
+            )
+        )
+    if not found:
+        raise ValueError("spec.versions names no served version")
+    return found

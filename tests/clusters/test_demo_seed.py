@@ -1,0 +1,30 @@
+"""`make run`'s demo: seeded against the simulator, which must be an allowed host."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from clusters.models import Account, Cluster
+from tests.http_stub import HttpStub, Reply
+from tests.whitesky_sim import WhiteskySimulator
+
+pytestmark = pytest.mark.django_db
+
+
+def test_demo_is_seeded_against_the_allowed_simulator(whitesky_sim: WhiteskySimulator) -> None:
+    call_command("demo_seed", simulator=whitesky_sim.base_url)
+    assert Account.objects.get(name="demo").api_url == whitesky_sim.api_url
+    assert Cluster.objects.get(name="demo").pools.count() == 2
+
+
+def test_demo_against_a_simulator_not_allowed_says_so_and_asks_it_nothing(
+    http_stub: Any,
+) -> None:
+    elsewhere: HttpStub = http_stub(Reply(200, b'{"jwt": "a.b.c", "customer_id": "c"}'))
+    with pytest.raises(CommandError, match=r"add .* to WHITESKY_ALLOWED_HOSTS"):
+        call_command("demo_seed", simulator=elsewhere.origin)
+    assert elsewhere.received == []
+    assert not Account.objects.exists()

@@ -1,0 +1,348 @@
+"""Observe a workload cluster's Kubernetes: nodes and pods mirrored, nodes linked to
+machines, flags raised only from complete listings; the official client against the fake
+API server over HTTP."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import kubernetes
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from clusters.kube import kube_client
+from clusters.kube_observe import KubeObservationResult, cluster_kube_observe
+from clusters.models import Cluster, KubeNode, KubePod, Machine, MachinePool
+from clusters.tasks import kube_observed_clusters, observe_cluster_kube
+from tests.kube_sim import KubeSimulator, SimCluster, node_object, pod_object
+
+GPU_0, GPU_1 = "capvco-prod-gpu-0", "capvco-prod-gpu-1"  # the VM names of the pool's machines
+
+Observe = Callable[[], KubeObservationResult]
+
+
+@pytest.fixture
+def sim_cluster(kube_sim: KubeSimulator, pool: MachinePool, settings: Any) -> SimCluster:
+    """Cluster `prod` (pool `gpu`, machines gpu-0 and gpu-1 on VMs 100 and 101 in nl-1)
+    with the kubeconfig of a fake API server."""
+    settings.KUBE_LIST_PAGE_SIZE = 2  # every listing here takes several pages
+    settings.KUBE_READ_TIMEOUT = 1.0
+    found = kube_sim.cluster("prod")
+    Cluster.objects.filter(pk=pool.cluster_id).update(kubeconfig=found.kubeconfig_yaml)
+    return found
+
+
+@pytest.fixture
+def observe(sim_cluster: SimCluster, pool: MachinePool) -> Observe:
+    def run() -> KubeObservationResult:
+        cluster = Cluster.objects.get(pk=pool.cluster_id)
+        with kube_client(cluster) as client:
+            return cluster_kube_observe(client=client, cluster=cluster)
+
+    return run
+
+
+@pytest.fixture
+def core(sim_cluster: SimCluster) -> kubernetes.client.CoreV1Api:
+    """The official client, as another actor (kubectl, the kubelet) would use it."""
+    api = kubernetes.config.new_client_from_config_dict(sim_cluster.kubeconfig)
+    return kubernetes.client.CoreV1Api(api)
+
+
+def seed(kube_sim: KubeSimulator, *, pods_per_node: int = 2) -> None:
+    """Both machines' nodes (one by providerID, one by name) with GPU pods."""
+    kube_sim.put(
+        "prod",
+        node_object(GPU_0, provider_id="vco://nl-1/100", gpus=1),
+        node_object(GPU_1, gpus=1, allocatable_gpus=0),
+        *[
+            pod_object(f"job-{node[-1]}-{i}", node=node, gpus=1 if i == 0 else 0)
+            for node in (GPU_0, GPU_1)
+            for i in range(pods_per_node)
+        ],
+    )
+
+
+def sql_writes(queries: CaptureQueriesContext) -> list[str]:
+    return [
+        q["sql"].split(" SET ")[0].split(" (")[0]
+        for q in queries.captured_queries
+        if q["sql"].startswith(("INSERT", "UPDATE", "DELETE"))
+    ]
+
+
+def started(machine: str, minutes_ago: float) -> None:
+    Machine.objects.filter(name=machine).update(
+        vm_started_at=timezone.now() - timedelta(minutes=minutes_ago)
+    )
+
+
+def test_nodes_and_pods_are_mirrored_with_their_gpus_and_sriov_network(
+    kube_sim: KubeSimulator, observe: Observe
+) -> None:
+    seed(kube_sim)
+    kube_sim.put(
+        "prod",
+        pod_object("nic", namespace="team-a", node=GPU_0, sriov_network="ext-101"),
+        pod_object("waiting", namespace="team-a", phase="Pending", gpus=2),
+    )
+
+    result = observe()
+
+    assert result.complete and result.errors == []
+    nodes = {n.name: n for n in KubeNode.objects.all()}
+    assert (nodes[GPU_0].gpu_capacity, nodes[GPU_0].gpu_allocatable, nodes[GPU_0].ready) == (
+        1, 1, True,
+    )  # fmt: skip
+    assert (nodes[GPU_1].gpu_capacity, nodes[GPU_1].gpu_allocatable) == (1, 0)
+    assert nodes[GPU_0].provider_id == "vco://nl-1/100"
+    assert nodes[GPU_0].kubelet_version == "v1.33.1"
+    assert nodes[GPU_0].labels["kubernetes.io/hostname"] == GPU_0
+    pods = {(p.namespace, p.name): p for p in KubePod.objects.all()}
+    assert len(pods) == 6
+    assert (pods[("default", "job-0-0")].node_name, pods[("default", "job-0-0")].gpu_requests) == (
+        GPU_0, 1,
+    )  # fmt: skip
+    assert pods[("team-a", "nic")].sriov_network == "ext-101"
+    waiting = pods[("team-a", "waiting")]
+    assert (waiting.node_name, waiting.phase, waiting.gpu_requests) == ("", "Pending", 2)
+    cluster = Cluster.objects.get(name="prod")
+    assert cluster.kube_observation_complete
+    assert cluster.kube_last_complete_observation_at == cluster.kube_observation_started_at
+
+
+def test_a_second_observe_of_an_unchanged_cluster_writes_nothing_but_its_stamp(
+    kube_sim: KubeSimulator, observe: Observe
+) -> None:
+    seed(kube_sim, pods_per_node=3)
+    started("gpu-0", minutes_ago=30)
+    observe()
+    kube_sim.clear_calls()
+
+    with CaptureQueriesContext(connection) as queries:
+        result = observe()
+
+    assert (result.complete, result.writes, result.unchanged) == (True, 0, ["nodes", "pods"])
+    assert sql_writes(queries) == ['UPDATE "clusters_cluster"']
+    # One node listing (2 nodes: one page of 2) and one pod listing (6 pods: 3 pages).
+    operations = [c["operation"] for c in kube_sim.calls("prod")]
+    assert operations == ["list nodes"] + ["list pods"] * 3
+
+
+def test_a_change_to_fields_not_mirrored_writes_no_row(
+    kube_sim: KubeSimulator, observe: Observe, core: kubernetes.client.CoreV1Api
+) -> None:
+    seed(kube_sim)
+    observe()
+    # The kubelet's heartbeat and an annotation move the resourceVersion, not what we keep.
+    core.patch_node(GPU_0, {"metadata": {"annotations": {"heartbeat": "2"}}})
+
+    with CaptureQueriesContext(connection) as queries:
+        result = observe()
+
+    assert result.unchanged == []  # the listings were compared
+    assert result.writes == 0
+    assert sql_writes(queries) == ['UPDATE "clusters_cluster"']
+
+
+def test_changes_are_mirrored_and_a_vanished_node_and_pod_are_removed(
+    kube_sim: KubeSimulator, observe: Observe, core: kubernetes.client.CoreV1Api
+) -> None:
+    seed(kube_sim)
+    observe()
+    core.delete_node(GPU_1)
+    core.delete_namespaced_pod("job-1-0", "default")
+    core.patch_node(GPU_0, {"metadata": {"labels": {"capvco.io/gpu-type": "nvidia-a100"}}})
+    core.patch_namespaced_pod_status("job-0-0", "default", {"status": {"phase": "Succeeded"}})
+
+    result = observe()
+
+    assert result.complete
+    assert sorted(KubeNode.objects.values_list("name", flat=True)) == [GPU_0]
+    assert not KubePod.objects.filter(name="job-1-0").exists()
+    assert KubePod.objects.get(name="job-0-0").phase == "Succeeded"
+    assert KubeNode.objects.get(name=GPU_0).labels["capvco.io/gpu-type"] == "nvidia-a100"
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [
+        {"status": 503},
+        {"status": 410},  # the continue token expired between pages
+        {"latency_ms": 1500},  # longer than the read timeout
+        {"lost_response": "truncate"},  # the page is cut off mid-answer
+    ],
+    ids=["5xx", "expired-continue", "timeout", "cut-short"],
+)
+def test_a_pod_listing_that_fails_midway_removes_nothing(
+    kube_sim: KubeSimulator,
+    observe: Observe,
+    core: kubernetes.client.CoreV1Api,
+    fault: dict[str, Any],
+) -> None:
+    seed(kube_sim, pods_per_node=3)
+    observe()
+    for name in ("job-0-0", "job-0-1", "job-1-0"):
+        core.delete_namespaced_pod(name, "default")
+    kube_sim.put("prod", pod_object("new", namespace="a-first", node=GPU_0))
+    # 4 pods in pages of 2: a-first/new and default/job-0-2 come, the second page fails.
+    kube_sim.fault(operation="list pods", skip=1, **fault)
+
+    result = observe()
+
+    assert not result.complete
+    assert "pods: list pods" in result.errors[0]
+    # What the first page showed is mirrored; nothing absent from it is judged gone.
+    names = set(KubePod.objects.values_list("name", flat=True))
+    assert names == {"new", "job-0-0", "job-0-1", "job-0-2", "job-1-0", "job-1-1", "job-1-2"}
+    cluster = Cluster.objects.get(name="prod")
+    assert not cluster.kube_observation_complete
+    assert "pods" in cluster.kube_observation_error
+    assert cluster.kube_pods_resource_version != ""  # still the last complete listing's
+
+    kube_sim.clear_faults()
+    assert observe().complete
+    names = set(KubePod.objects.values_list("name", flat=True))
+    assert names == {"new", "job-0-2", "job-1-1", "job-1-2"}
+
+
+def test_a_node_listing_that_fails_midway_removes_no_node_and_raises_no_flag(
+    kube_sim: KubeSimulator, observe: Observe, core: kubernetes.client.CoreV1Api
+) -> None:
+    kube_sim.put("prod", node_object(GPU_0), node_object(GPU_1), node_object("z-stray"))
+    observe()
+    core.delete_node(GPU_1)
+    kube_sim.put("prod", node_object("a-stray"))
+    started("gpu-1", minutes_ago=60)
+    # 3 nodes in pages of 2: a-stray and gpu-0 come, the second page fails.
+    kube_sim.fault(operation="list nodes", status=500, skip=1)
+
+    result = observe()
+
+    assert not result.complete
+    assert KubeNode.objects.filter(name=GPU_1).exists()
+    assert not Machine.objects.get(name="gpu-1").node_missing
+    assert KubeNode.objects.get(name="a-stray").unowned_since is None
+
+
+def test_nodes_are_matched_to_machines_by_provider_id_else_by_name(
+    kube_sim: KubeSimulator, observe: Observe, pool: MachinePool
+) -> None:
+    kube_sim.put(
+        "prod",
+        # providerID names gpu-1's VM although the name reads as another host's.
+        node_object("worker-7", provider_id="vco://nl-1/101"),
+        # No providerID: matched by the VM name.
+        node_object(GPU_0),
+        # Its name is gpu-0's VM, but its providerID names an old VM: nobody's.
+        node_object("capvco-prod-gpu-9", provider_id="vco://nl-1/999"),
+    )
+    Machine.objects.create(pool=pool, name="gpu-9", index=9, vm_id=109)
+
+    observe()
+
+    owners = dict(KubeNode.objects.values_list("name", "machine__name"))
+    assert owners == {"worker-7": "gpu-1", GPU_0: "gpu-0", "capvco-prod-gpu-9": None}
+    assert Machine.objects.get(name="gpu-0").node_joined_at is not None
+
+
+def test_a_machine_whose_node_never_joined_is_flagged_after_the_timeout_and_not_before(
+    kube_sim: KubeSimulator, observe: Observe, settings: Any
+) -> None:
+    settings.NODE_JOIN_TIMEOUT_SECONDS = 900
+    kube_sim.put("prod", node_object(GPU_0))
+    started("gpu-0", minutes_ago=60)
+    started("gpu-1", minutes_ago=14)
+
+    observe()
+    late = Machine.objects.get(name="gpu-1")
+    assert (late.node_missing, late.node_missing_reason) == (False, "")
+
+    started("gpu-1", minutes_ago=16)
+    observe()
+    late.refresh_from_db()
+    assert late.node_missing
+    assert late.node_missing_reason == (
+        f"Never joined: no node named {GPU_1} or with providerID vco://nl-1/101, "
+        "15 minutes after its VM started."
+    )
+    assert not Machine.objects.get(name="gpu-0").node_missing
+
+    kube_sim.put("prod", node_object(GPU_1, provider_id="vco://nl-1/101"))
+    observe()
+    late.refresh_from_db()
+    assert (late.node_missing, late.node_missing_reason) == (False, "")
+    assert late.node_joined_at is not None
+
+
+def test_a_machine_not_running_is_never_flagged(kube_sim: KubeSimulator, observe: Observe) -> None:
+    started("gpu-1", minutes_ago=60)
+    Machine.objects.filter(name="gpu-1").update(phase=Machine.Phase.DELETING)
+
+    observe()
+
+    assert not Machine.objects.get(name="gpu-1").node_missing
+
+
+def test_a_node_that_no_machine_owns_is_flagged_from_a_complete_listing_only(
+    kube_sim: KubeSimulator, observe: Observe
+) -> None:
+    kube_sim.put(
+        "prod",
+        node_object("a-stray"),
+        node_object("cp-0", labels={"node-role.kubernetes.io/control-plane": ""}),
+        node_object(GPU_0),
+    )
+    # 3 nodes in pages of 2: a-stray and gpu-0 come, the second page fails once.
+    kube_sim.fault(operation="list nodes", status=503, skip=1, times=1)
+
+    observe()
+    stray = KubeNode.objects.get(name="a-stray")  # mirrored, not yet flagged
+    assert (stray.machine_id, stray.unowned_since) == (None, None)
+
+    observe()
+    flagged = KubeNode.objects.filter(unowned_since__isnull=False)
+    # A control-plane node is not a machine of a pool: not flagged.
+    assert set(flagged.values_list("name", flat=True)) == {"a-stray"}
+
+
+def test_a_machine_deleted_with_force_leaves_its_node_unowned(
+    kube_sim: KubeSimulator, observe: Observe
+) -> None:
+    seed(kube_sim)
+    observe()
+    Machine.objects.filter(name="gpu-1").delete()
+
+    observe()
+
+    node = KubeNode.objects.get(name=GPU_1)
+    assert (node.machine_id, node.unowned_since is not None) == (None, True)
+
+
+def test_the_task_observes_active_clusters_with_a_kubeconfig_only(
+    kube_sim: KubeSimulator, sim_cluster: SimCluster, pool: MachinePool
+) -> None:
+    seed(kube_sim)
+    other = Cluster.objects.create(name="other", account=pool.cluster.account)
+    assert list(kube_observed_clusters()) == [pool.cluster]
+
+    observe_cluster_kube(pool.cluster_id)
+    observe_cluster_kube(other.pk)  # no kubeconfig: nothing to do
+
+    assert KubeNode.objects.filter(cluster=pool.cluster).count() == 2
+    Cluster.objects.filter(pk=pool.cluster_id).update(state=Cluster.State.DELETING)
+    assert list(kube_observed_clusters()) == []
+
+
+def test_the_task_records_a_kubeconfig_that_cannot_be_used(pool: MachinePool) -> None:
+    Cluster.objects.filter(pk=pool.cluster_id).update(kubeconfig="current-context: nowhere\n")
+
+    observe_cluster_kube(pool.cluster_id)
+
+    cluster = Cluster.objects.get(pk=pool.cluster_id)
+    assert not cluster.kube_observation_complete
+    assert "contexts" in cluster.kube_observation_error

@@ -1,0 +1,165 @@
+"""The Kubernetes client against the fake API server over HTTP: listings in pages that say
+whether they completed, every failure as a typed error, and nothing read or left behind
+in the process's own Kubernetes configuration."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes.client import Configuration
+
+from capvco_web.integrations import kube
+from capvco_web.integrations.kube.client import KubeClient
+from tests.kube_sim import KubeSimulator, SimCluster, node_object, pod_object
+
+
+@pytest.fixture
+def cluster(kube_sim: KubeSimulator) -> SimCluster:
+    found = kube_sim.cluster("prod")
+    kube_sim.put(
+        "prod",
+        *[node_object(f"node-{i}", gpus=i % 2) for i in range(5)],
+        *[pod_object(f"pod-{i}", node=f"node-{i % 5}", gpus=1) for i in range(7)],
+    )
+    return found
+
+
+@pytest.fixture
+def client(cluster: SimCluster) -> Iterator[KubeClient]:
+    with KubeClient.from_text(cluster.kubeconfig_yaml, page_size=2, timeout=(1.0, 0.5)) as found:
+        yield found
+
+
+def test_a_listing_reads_every_page_of_one_snapshot(
+    client: KubeClient, kube_sim: KubeSimulator
+) -> None:
+    nodes = client.list_nodes()
+    pods = client.list_pods()
+
+    assert (nodes.complete, nodes.error, nodes.calls) == (True, None, 3)
+    assert [n.name for n in nodes.items] == [f"node-{i}" for i in range(5)]
+    assert nodes.items[1].gpu_capacity == 1 and nodes.items[0].ready
+    assert (pods.complete, len(pods.items), pods.calls) == (True, 7, 4)
+    assert nodes.resource_version == pods.resource_version != ""
+    kube_sim.put("prod", node_object("node-9"))
+    assert client.list_nodes().resource_version != nodes.resource_version
+
+
+@pytest.mark.parametrize(
+    ("fault", "error", "status"),
+    [
+        ({"status": 503}, kube.ServerError, 503),
+        ({"status": 410}, kube.Expired, 410),
+        ({"status": 429, "retry_after": 7}, kube.TooManyRequests, 429),
+        ({"latency_ms": 1200}, kube.Timeout, None),
+        ({"lost_response": "truncate"}, kube.Unreachable, None),
+        ({"lost_response": "drop"}, kube.Unreachable, None),
+    ],
+    ids=["5xx", "expired", "429", "timeout", "cut-short", "dropped"],
+)
+def test_a_page_that_fails_ends_the_listing_incomplete_with_what_was_read(
+    client: KubeClient,
+    kube_sim: KubeSimulator,
+    fault: dict[str, object],
+    error: type[kube.KubeError],
+    status: int | None,
+) -> None:
+    kube_sim.fault(operation="list pods", skip=2, times=1, **fault)
+
+    listing = client.list_pods()
+
+    assert not listing.complete
+    assert [p.name for p in listing.items] == ["pod-0", "pod-1", "pod-2", "pod-3"]
+    assert isinstance(listing.error, error) and listing.error.status == status
+    assert listing.error.retryable
+    assert listing.error.operation == "list pods"
+    if isinstance(listing.error, kube.TooManyRequests):
+        assert listing.error.retry_after == 7
+    assert client.list_pods().complete  # the fault fired once
+
+
+@pytest.mark.parametrize(
+    ("status", "error"),
+    [(401, kube.Unauthorized), (403, kube.Forbidden), (404, kube.NotFound), (409, kube.Conflict)],
+)
+def test_refusals_are_typed_and_not_retryable(
+    client: KubeClient, kube_sim: KubeSimulator, status: int, error: type[kube.KubeError]
+) -> None:
+    kube_sim.fault(operation="list nodes", status=status)
+
+    listing = client.list_nodes()
+
+    assert isinstance(listing.error, error) and not listing.error.retryable
+    assert (listing.complete, listing.items, listing.calls) == (False, (), 1)
+
+
+def test_a_refused_token_is_unauthorized(cluster: SimCluster) -> None:
+    config = yaml.safe_load(cluster.kubeconfig_yaml)
+    config["users"][0]["user"]["token"] = "not-the-token"
+    with KubeClient.from_text(yaml.safe_dump(config)) as client:
+        error = client.list_nodes().error
+    assert isinstance(error, kube.Unauthorized) and error.message == "Unauthorized"
+
+
+def test_a_kind_the_cluster_does_not_serve_is_not_found(client: KubeClient) -> None:
+    listing = client.list_custom_objects(
+        group="cluster.x-k8s.io", version="v1beta1", plural="clusters"
+    )
+    assert isinstance(listing.error, kube.NotFound)
+
+
+def test_custom_objects_are_listed_as_the_api_answers_them(
+    client: KubeClient, kube_sim: KubeSimulator
+) -> None:
+    kube_sim.register(
+        "prod", group="cluster.x-k8s.io", version="v1beta1", plural="machinedeployments",
+        kind="MachineDeployment", namespaced=True,
+    )  # fmt: skip
+    kube_sim.put(
+        "prod",
+        *[
+            {
+                "apiVersion": "cluster.x-k8s.io/v1beta1",
+                "kind": "MachineDeployment",
+                "metadata": {"name": f"md-{i}", "namespace": ns},
+                "spec": {"replicas": i},
+            }
+            for i, ns in enumerate(["a", "b", "c"])
+        ],
+    )
+    listing = client.list_custom_objects(
+        group="cluster.x-k8s.io", version="v1beta1", plural="machinedeployments"
+    )
+    assert listing.complete and [o["spec"]["replicas"] for o in listing.items] == [0, 1, 2]
+
+
+def test_an_api_server_nobody_listens_on_is_unreachable(cluster: SimCluster) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # free, and closed again below
+    config = yaml.safe_load(cluster.kubeconfig_yaml)
+    config["clusters"][0]["cluster"]["server"] = f"http://127.0.0.1:{port}"
+    with KubeClient.from_text(yaml.safe_dump(config)) as client:
+        error = client.list_nodes().error
+    assert isinstance(error, kube.Unreachable) and error.retryable
+
+
+def test_the_process_kubernetes_configuration_is_neither_read_nor_changed(
+    cluster: SimCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A kubeconfig in the usual places, pointing elsewhere: it must not be what is used.
+    decoy = tmp_path / "config"
+    decoy.write_text(cluster.kubeconfig_yaml.replace("127.0.0.1", "198.51.100.1"))
+    monkeypatch.setenv("KUBECONFIG", str(decoy))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    default_before = Configuration._default
+
+    with KubeClient.from_text(cluster.kubeconfig_yaml) as client:
+        assert client.list_nodes().complete
+
+    assert Configuration._default is default_before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config"]  # no ~/.kube made

@@ -1,0 +1,87 @@
+"""Which URLs the whitesky credential may be sent to: https to a listed host, or exactly a
+listed http://host:port origin (the simulator); nothing else."""
+
+from __future__ import annotations
+
+import pytest
+
+from capvco_web.integrations.whitesky import AllowedHosts
+
+ALLOWED = AllowedHosts(
+    ["vco.example", "https://iam.example:8443", "http://127.0.0.1:8081"],
+    source="WHITESKY_ALLOWED_HOSTS",
+)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://vco.example/api/1",
+        "https://VCO.example./api/1",  # host names are case-insensitive; a final dot is the same
+        "https://vco.example:9443/api/1",  # a bare host: https on any port
+        "https://iam.example:8443",
+        "http://127.0.0.1:8081/api/1",
+    ],
+)
+def test_listed_hosts_are_allowed(url: str) -> None:
+    assert ALLOWED.refusal(url) is None
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("https://evil.example/api/1", "evil.example is not in WHITESKY_ALLOWED_HOSTS"),
+        ("https://vco.example.evil.example/api/1", "not in WHITESKY_ALLOWED_HOSTS"),
+        ("https://evilvco.example/api/1", "not in WHITESKY_ALLOWED_HOSTS"),
+        ("http://vco.example/api/1", "use https"),
+        ("https://iam.example/x", "not in WHITESKY_ALLOWED_HOSTS"),  # listed with port 8443 only
+        ("http://127.0.0.1:8082/api/1", "use https"),  # another port of an http origin
+        ("http://127.0.0.1/api/1", "use https"),
+        ("https://127.0.0.1:8081/api/1", "not in WHITESKY_ALLOWED_HOSTS"),
+        ("https://vco.example@evil.example/api/1", "user or password"),
+        ("https://user:pw@vco.example/api/1", "user or password"),
+        ("ftp://vco.example/", "use https"),
+        ("vco.example/api/1", "use https"),
+        ("https:///api/1", "no host"),
+        ("https://vco.example:99999/", "port"),
+        ("https://[::1/", "not a URL"),
+        # What parsers read differently is refused before any is asked.
+        ("https://evil.exa\nmple.vco.example/", "spaces, control characters or backslashes"),
+        ("https://vco.exa\tmple/api/1", "spaces, control characters or backslashes"),
+        ("https://evil.example\\@vco.example/", "spaces, control characters or backslashes"),
+        ("https://vco.example /api/1", "spaces, control characters or backslashes"),
+    ],
+)
+def test_other_urls_are_refused_saying_why(url: str, why: str) -> None:
+    refusal = ALLOWED.refusal(url)
+    assert refusal is not None
+    assert why in refusal
+
+
+def test_an_empty_list_refuses_everything_and_says_how_to_allow() -> None:
+    refusal = AllowedHosts([], source="WHITESKY_ALLOWED_HOSTS").refusal("https://vco.example")
+    assert refusal is not None
+    assert "WHITESKY_ALLOWED_HOSTS is empty" in refusal
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        "*",
+        "*.example.com",
+        "https://vco.example/api/1",  # an origin, not a URL
+        "https://vco.example?x=1",
+        "ftp://vco.example",
+        "http://user@127.0.0.1:8081",
+        "https://",
+        "vco example",
+    ],
+)
+def test_entries_that_are_not_a_host_or_an_origin_are_refused(entry: str) -> None:
+    with pytest.raises(ValueError, match="WHITESKY_ALLOWED_HOSTS"):
+        AllowedHosts([entry], source="WHITESKY_ALLOWED_HOSTS")
+
+
+def test_entries_are_normalised() -> None:
+    hosts = AllowedHosts(["  VCO.Example. ", "", "HTTP://LocalHost:8081/"], source="X")
+    assert hosts.entries == ("vco.example", "http://localhost:8081")

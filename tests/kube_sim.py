@@ -1,0 +1,269 @@
+"""The fake Kubernetes API for tests (pytest plugin) and for scripts (``KubeSimulator``).
+
+``tests/conftest.py`` loads this module with ``pytest_plugins``. The ``kube_sim`` fixture
+gives one simulator process per test session, reset before each test (no cluster, no
+fault, an empty call log). Scripts (benchmarks, the demo) use the class directly::
+
+    with KubeSimulator() as sim:
+        cluster = sim.cluster("prod")
+        api = kubernetes.client.CoreV1Api(
+            kubernetes.config.new_client_from_config_dict(cluster.kubeconfig)
+        )
+
+The control API it drives is described in docs/simulator-contract.md.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import pytest
+import requests
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+CONTROL_TIMEOUT = 60  # seconds; seeding thousands of pods takes a while
+GPU = "nvidia.com/gpu"
+
+
+@dataclass(frozen=True)
+class SimCluster:
+    name: str
+    server: str
+    token: str
+    kubeconfig: dict[str, Any]
+
+    @property
+    def kubeconfig_yaml(self) -> str:
+        import yaml
+
+        return str(yaml.safe_dump(self.kubeconfig))
+
+
+class KubeSimulator:
+    """A simulator subprocess on a free port, and a client for its control API."""
+
+    def __init__(self, *, host: str = "127.0.0.1", port: int = 0, seed: int | None = None):
+        self._args = [sys.executable, "-m", "simulator.kube", "--host", host, "--port", str(port)]
+        if seed is not None:
+            self._args += ["--seed", str(seed)]
+        self._process: subprocess.Popen[str] | None = None
+        self._stderr = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - lives with the object
+        self._session = requests.Session()
+        self.base_url = ""
+
+    # ---- process -------------------------------------------------------------------------
+
+    def start(self, timeout: float = 20.0) -> KubeSimulator:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        self._process = subprocess.Popen(
+            self._args, cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE,
+            stderr=self._stderr, text=True,
+        )  # fmt: skip
+        line = self._process.stdout.readline() if self._process.stdout else ""
+        if "listening on " not in line:
+            self.stop()
+            raise RuntimeError(f"kube simulator did not start: {line!r} {self.stderr()}")
+        self.base_url = line.rsplit("listening on ", 1)[1].strip()
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self._control("GET", "clusters")
+                return self
+            except requests.ConnectionError:
+                if time.monotonic() > deadline or self._process.poll() is not None:
+                    self.stop()
+                    raise RuntimeError("kube simulator does not answer") from None
+                time.sleep(0.05)
+
+    def stop(self) -> None:
+        process, self._process = self._process, None
+        self._session.close()
+        if process is None or process.poll() is not None:
+            return
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        if process.stdout is not None:
+            process.stdout.close()
+
+    def stderr(self) -> str:
+        self._stderr.seek(0)
+        return self._stderr.read()
+
+    def __enter__(self) -> KubeSimulator:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # ---- control API -------------------------------------------------------------------
+
+    def _control(self, method: str, name: str, body: Any = None) -> Any:
+        response = self._session.request(
+            method, f"{self.base_url}/_sim/{name}", json=body, timeout=CONTROL_TIMEOUT
+        )
+        if response.status_code != 200:
+            raise RuntimeError(
+                f"kube simulator control {method} /_sim/{name}: "
+                f"{response.status_code} {response.text}"
+            )
+        return response.json()
+
+    def reset(self) -> None:
+        """No cluster, no fault, an empty call log, default configuration."""
+        self._control("POST", "reset")
+
+    def cluster(self, name: str, *, token: str | None = None) -> SimCluster:
+        """Add a cluster (namespaces default, kube-system, ... exist) and answer its access."""
+        body: dict[str, Any] = {"name": name}
+        if token is not None:
+            body["token"] = token
+        found = self._control("POST", "clusters", body)
+        return SimCluster(found["name"], found["server"], found["token"], found["kubeconfig"])
+
+    def remove_cluster(self, name: str) -> None:
+        self._control("DELETE", f"clusters/{name}")
+
+    def put(self, cluster: str, *objects: dict[str, Any]) -> str:
+        """Store objects as given (status included, namespaces made as needed), as a
+        kubelet registering its node or a controller would; answers the resourceVersion."""
+        found = self._control("POST", f"clusters/{cluster}/objects", {"objects": list(objects)})
+        return str(found["resourceVersion"])
+
+    def compact(self, cluster: str) -> None:
+        """Expire the continue tokens of older resourceVersions (etcd compaction): 410."""
+        self._control("POST", f"clusters/{cluster}/compact")
+
+    def register(self, cluster: str, **spec: Any) -> None:
+        """Serve a custom kind: ``register(c, group=, version=, plural=, kind=, namespaced=)``."""
+        self._control("POST", f"clusters/{cluster}/resources", spec)
+
+    def state(self, cluster: str) -> dict[str, Any]:
+        return dict(self._control("GET", f"clusters/{cluster}/state"))
+
+    def fault(self, **spec: Any) -> int:
+        """Add a fault, e.g. ``fault(operation="list pods", status=503, skip=1)``."""
+        return int(self._control("POST", "faults", spec)["id"])
+
+    def clear_faults(self) -> None:
+        self._control("DELETE", "faults")
+
+    def faults(self) -> list[dict[str, Any]]:
+        return list(self._control("GET", "faults")["faults"])
+
+    def calls(self, cluster: str | None = None) -> list[dict[str, Any]]:
+        found = list(self._control("GET", "calls")["calls"])
+        return [call for call in found if cluster is None or call["cluster"] == cluster]
+
+    def clear_calls(self) -> None:
+        self._control("DELETE", "calls")
+
+    def configure(self, *, continue_ttl_seconds: float) -> None:
+        self._control("POST", "config", {"continue_ttl_seconds": continue_ttl_seconds})
+
+
+# ---- objects as a kubelet and the scheduler would make them -----------------------------
+
+
+def node_object(
+    name: str,
+    *,
+    provider_id: str = "",
+    gpus: int = 0,
+    allocatable_gpus: int | None = None,
+    ready: bool = True,
+    labels: dict[str, str] | None = None,
+    kubelet_version: str = "v1.33.1",
+) -> dict[str, Any]:
+    capacity: dict[str, str] = {"cpu": "4", "memory": "16Gi", "pods": "110"}
+    allocatable = dict(capacity)
+    if gpus:
+        capacity[GPU] = str(gpus)
+        allocatable[GPU] = str(gpus if allocatable_gpus is None else allocatable_gpus)
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {"kubernetes.io/hostname": name, **(labels or {})},
+        },
+        "spec": {"providerID": provider_id} if provider_id else {},
+        "status": {
+            "capacity": capacity,
+            "allocatable": allocatable,
+            "conditions": [
+                {"type": "Ready", "status": "True" if ready else "False", "reason": "KubeletReady"}
+            ],
+            # Every field: the official client's models refuse a node info without one.
+            "nodeInfo": {
+                "kubeletVersion": kubelet_version,
+                "kubeProxyVersion": "",
+                "architecture": "amd64",
+                "operatingSystem": "linux",
+                "osImage": "Ubuntu 24.04 LTS",
+                "kernelVersion": "6.8.0",
+                "containerRuntimeVersion": "containerd://1.7.24",
+                "bootID": name,
+                "machineID": name,
+                "systemUUID": name,
+            },
+        },
+    }
+
+
+def pod_object(
+    name: str,
+    *,
+    namespace: str = "default",
+    node: str = "",
+    phase: str = "Running",
+    gpus: int = 0,
+    sriov_network: str = "",
+) -> dict[str, Any]:
+    resources = {"limits": {GPU: str(gpus)}} if gpus else {}
+    annotations = {"capvco.io/sriov-network": sriov_network} if sriov_network else {}
+    container = {"name": "main", "image": "busybox", "resources": resources}
+    spec: dict[str, Any] = {"containers": [container]}
+    if node:
+        spec["nodeName"] = node
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "annotations": annotations},
+        "spec": spec,
+        "status": {"phase": phase},
+    }
+
+
+@pytest.fixture(scope="session")
+def kube_sim_process() -> Iterator[KubeSimulator]:
+    """The session's simulator process; tests use ``kube_sim``, which resets it."""
+    simulator = KubeSimulator().start()
+    try:
+        yield simulator
+    finally:
+        simulator.stop()
+
+
+@pytest.fixture
+def kube_sim(kube_sim_process: KubeSimulator) -> KubeSimulator:
+    """The fake Kubernetes API with no cluster, no fault and an empty call log."""
+    kube_sim_process.reset()
+    return kube_sim_process

@@ -1,0 +1,32 @@
+"""The official client, pointed at one simulated cluster."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import kubernetes
+import pytest
+
+from tests.kube_sim import KubeSimulator, SimCluster
+
+
+@pytest.fixture
+def cluster(kube_sim: KubeSimulator) -> SimCluster:
+    return kube_sim.cluster("prod")
+
+
+@pytest.fixture
+def api_client(cluster: SimCluster) -> Iterator[kubernetes.client.ApiClient]:
+    client = kubernetes.config.new_client_from_config_dict(cluster.kubeconfig)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def core(api_client: kubernetes.client.ApiClient) -> kubernetes.client.CoreV1Api:
+    return kubernetes.client.CoreV1Api(api_client)
+
+
+@pytest.fixture
+def custom(api_client: kubernetes.client.ApiClient) -> kubernetes.client.CustomObjectsApi:
+    return kubernetes.client.CustomObjectsApi(api_client)
