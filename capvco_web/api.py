@@ -5,7 +5,9 @@ Bodies and pages: capvco_web.api_input; the schema: capvco_web.api_schema."""
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import Any, ClassVar
 
 from django.core.exceptions import ValidationError as DjangoValidationError
@@ -304,6 +306,46 @@ class ReasonSerializer(StrictInputMixin):
     """Every destructive call says why; the reason goes into the audit record."""
 
     reason = ReasonField()
+
+
+# Durations: written as the API answers them, so the schema's pattern is the whole rule.
+
+
+def _one_to(most: int) -> str:
+    """A pattern of the whole numbers 1 to `most` (at least 1), without leading zeros."""
+    digits = str(most)
+    shorter = ["[1-9]" + "[0-9]" * (length - 1) for length in range(1, len(digits))]
+    below = [
+        f"{digits[:i]}[{int(i == 0)}-{int(d) - 1}]" + "[0-9]" * (len(digits) - i - 1)
+        for i, d in enumerate(digits)
+        if int(d) > int(i == 0)
+    ]
+    return "(?:" + "|".join([*shorter, *below, digits]) + ")"
+
+
+def duration_pattern(most: timedelta) -> str:
+    """`[D ]HH:MM:SS[.ffffff]` from 0 to `most` (whole days), as a pattern."""
+    days = most.days
+    assert most == timedelta(days=days) and days > 1, "whole days, more than one"
+    time = r"(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]{1,6})?"
+    return rf"^(?:(?:{_one_to(days - 1)} )?{time}|{days} 00:00:00(?:\.0{{1,6}})?)$"
+
+
+class DurationTextField(serializers.DurationField):
+    """A duration from 0 to `most`, written as the API answers it: `[D ]HH:MM:SS[.ffffff]`
+    (`01:30:00`, `2 00:00:00`). Nothing else is read (no ISO 8601, no bare seconds): the
+    schema's pattern (`pattern`, see ApiSchema) is the whole rule."""
+
+    def __init__(self, *, most: timedelta, **kwargs: Any) -> None:
+        self.pattern = duration_pattern(most)
+        said = f"Give a duration as [D ]HH:MM:SS, from 00:00:00 to {most.days} 00:00:00."
+        kwargs["error_messages"] = {"invalid": said, **kwargs.get("error_messages", {})}
+        super().__init__(min_value=timedelta(0), max_value=most, **kwargs)
+
+    def to_internal_value(self, value: Any) -> timedelta:
+        if not isinstance(value, str) or not re.fullmatch(self.pattern, value):
+            self.fail("invalid")
+        return super().to_internal_value(value)
 
 
 # Django's own answers under /api/ (no such URL; a crash) in the one error shape too.

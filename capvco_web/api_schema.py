@@ -11,7 +11,7 @@ from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.plumbing import force_instance
 from drf_spectacular.utils import OpenApiResponse
 
-from capvco_web.api import NO_NUL, ErrorSerializer, StrictInputMixin
+from capvco_web.api import NO_NUL, DurationTextField, ErrorSerializer, StrictInputMixin
 
 _ERRORS = {
     "400": "Invalid input: `fields` names each problem (or `detail`, for a body that is not "
@@ -101,11 +101,17 @@ class ApiSchema(AutoSchema):
             schema.pop("description", None)  # not the docstring of a base class
         return schema
 
+    def _map_serializer_field(self, field: Any, direction: str, *args: Any) -> dict[str, Any]:
+        schema: dict[str, Any] = super()._map_serializer_field(field, direction, *args)
+        if isinstance(field, DurationTextField):
+            schema["pattern"] = field.pattern
+        return schema
+
     def _insert_field_validators(self, field: Any, schema: dict[str, Any]) -> None:
         super()._insert_field_validators(field, schema)
         string = schema["oneOf"][0] if "oneOf" in schema else schema
-        # A validator that states its rule itself (visible text), for what is sent or what
-        # is answered.
+        # A validator that states its rule itself (visible text, the allowed whitesky
+        # hosts), for what is sent or what is answered.
         for validator in field.validators:
             if hasattr(validator, "json_schema"):
                 string.update(validator.json_schema(self._direction))

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
@@ -14,6 +15,7 @@ from django.core.validators import (
     RegexValidator,
 )
 from django.db import connection, models, transaction
+from django.utils.deconstruct import deconstructible
 
 from capvco_web.encryption import EncryptedTextField
 from capvco_web.integrations.kube import KubeconfigInvalid, kubeconfig_load
@@ -58,10 +60,36 @@ def whitesky_allowed_hosts() -> AllowedHosts:
     return AllowedHosts(settings.WHITESKY_ALLOWED_HOSTS, source="WHITESKY_ALLOWED_HOSTS")
 
 
-def whitesky_url(value: str) -> None:
-    """An account's API or IAM URL must be one the credential may be sent to."""
-    if refusal := whitesky_allowed_hosts().refusal(value):
-        raise ValidationError(refusal, code="host_not_allowed")
+@deconstructible
+class WhiteskyUrl:
+    """An account's API or IAM URL must be one the credential may be sent to, written
+    plainly (`https://host[:port]/path`, no query or fragment): a rule the API's schema
+    states whole, as a pattern of the allowed hosts (`json_schema`)."""
+
+    def __call__(self, value: str) -> None:
+        hosts = whitesky_allowed_hosts()
+        if refusal := hosts.refusal(value):
+            raise ValidationError(refusal, code="host_not_allowed")
+        if not re.fullmatch(hosts.url_pattern(), value):
+            raise ValidationError(
+                "Write the URL plainly: https://host[:port]/path, the host in lower case, no "
+                "query, fragment or trailing dot, a port without leading zeros.",
+                code="url_form",
+            )
+
+    def json_schema(self, direction: str) -> dict[str, str]:
+        # Of what is sent only: a stored URL may predate the rule or the list.
+        return {"pattern": whitesky_allowed_hosts().url_pattern()} if direction == "request" else {}
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, WhiteskyUrl)
+
+    def __hash__(self) -> int:
+        return hash(WhiteskyUrl)
+
+
+# One instance: migrations name it (clusters.models.whitesky_url).
+whitesky_url = WhiteskyUrl()
 
 
 NAMES_LOCK = 0x63617076  # the advisory lock that serialises cluster and pool creates

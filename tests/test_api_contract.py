@@ -1,8 +1,8 @@
 """The API keeps the contract its own OpenAPI schema states: schemathesis sends generated
 requests, valid and invalid, to a live server, as a logged-in superuser, and runs every
 check on each answer: no 500, every status documented, every body as the schema says,
-valid input accepted and invalid input refused. The few rules no schema can state are
-listed in tests/api_fuzz.py (UNSTATABLE).
+valid input accepted and invalid input refused. Every operation takes part; the few rules
+no schema can state are listed in tests/api_fuzz.py (UNSTATABLE).
 
 Bounded and derandomized here (the same cases on every run); `python -m tests.api_fuzz`
 runs the long one, stateful phase included.
@@ -29,18 +29,9 @@ from tests.api_fuzz import (
 
 EXAMPLES = int(os.environ.get("CAPVCO_API_CONTRACT_EXAMPLES", "25"))
 
-SCHEMA = schema_for_schemathesis(served_schema())
-
-# Writes of an account: schema-valid URLs (any `format: uri`) and grace periods (any
-# string) are refused, until the account fields get rules that the schema states (issue 8:
-# allowed whitesky hosts, a bounded grace period). Apart, and expected to fail, until then.
-ACCOUNT_WRITES = ["accounts_create", "accounts_update", "accounts_partial_update"]
-
-schema = schemathesis.openapi.from_dict(SCHEMA).exclude(operation_id=ACCOUNT_WRITES)
+schema = schemathesis.openapi.from_dict(schema_for_schemathesis(served_schema()))
 schema.config.generation.update(max_examples=EXAMPLES)
 schema.hook("filter_failure")(keeps_failure)
-pending = schemathesis.openapi.from_dict(SCHEMA).include(operation_id=ACCOUNT_WRITES)
-pending.config.generation.update(max_examples=EXAMPLES)
 contract = hypothesis_settings(
     deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck)
 )
@@ -70,19 +61,6 @@ def unthrottled(settings: Any) -> None:
 @schema.parametrize()
 @contract
 def test_every_operation_keeps_the_contract(
-    case: schemathesis.Case, live_server: Any, world: dict[str, int], auth: dict[str, str]
-) -> None:
-    pin_path(case, world)
-    case.call_and_validate(base_url=live_server.url, headers=auth)
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="account URLs and grace period: refused beyond what the schema says (issue 8)",
-)
-@pending.parametrize()
-@contract
-def test_account_writes_keep_the_contract_once_account_fields_state_their_rules(
     case: schemathesis.Case, live_server: Any, world: dict[str, int], auth: dict[str, str]
 ) -> None:
     pin_path(case, world)

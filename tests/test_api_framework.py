@@ -5,6 +5,8 @@ and the interactive page say what there is."""
 from __future__ import annotations
 
 import json
+import re
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -15,9 +17,10 @@ from rest_framework.test import APIClient
 from capvco_web.api import exception_handler
 from capvco_web.models import ApiToken
 from capvco_web.tokens import MAX_TOKENS_PER_USER
-from clusters.models import Cluster, MachinePool, Membership, conflict
+from clusters.models import Account, Cluster, MachinePool, Membership, conflict
 from tests.api_fuzz import served_schema
 from tests.factories import (
+    JWT,
     AccountFactory,
     ClusterFactory,
     ClusterSiteFactory,
@@ -446,6 +449,74 @@ def test_the_schema_says_who_may_and_how_to_authenticate(api: APIClient) -> None
     assert {"tokenAuth": []} in scale["security"]
     assert document["components"]["securitySchemes"]["tokenAuth"]["scheme"] == "bearer"
     assert "/api/v1/nodes/{id}/" in document["paths"] and "/api/v1/tokens/" in document["paths"]
+
+
+# --- account fields state their rules -------------------------------------------------------
+
+
+def account_body(**changes: Any) -> dict[str, Any]:
+    return {"name": "b", "api_url": "https://vco.example/api/1",
+            "iam_url": "https://iam.example", "customer_id": "c-2",
+            "credential": JWT, **changes}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("url", "taken"),
+    [("https://vco.example/api/1", True), ("https://vco.example:8443/api/1", True),
+     ("https://vco.example/api/1?x=1", False), ("https://vco.example/api/1#top", False),
+     ("HTTPS://vco.example/api/1", False), ("https://vco.example./api/1", False),
+     ("https://vco.example:08443/api/1", False), ("https://collector.example/api/1", False)],
+)  # fmt: skip
+def test_an_account_url_is_taken_exactly_when_the_schema_pattern_says(
+    api: APIClient, url: str, taken: bool
+) -> None:
+    pattern = schema(api)["components"]["schemas"]["AccountRequest"]["properties"]["api_url"]
+
+    response = api.post("/api/v1/accounts/", account_body(api_url=url))
+
+    assert bool(re.fullmatch(pattern["pattern"], url)) is taken
+    assert response.status_code == (201 if taken else 400), response.json()
+    if not taken:
+        assert list(response.json()["fields"]) == ["api_url"]
+
+
+@pytest.mark.parametrize(
+    ("given", "stored"),
+    [("00:00:00", timedelta(0)), ("01:30:00", timedelta(minutes=90)),
+     ("2 00:00:00", timedelta(days=2)), ("89 23:59:59.5", timedelta(days=90, seconds=-0.5)),
+     ("90 00:00:00", timedelta(days=90)), ("90 00:00:01", None), ("PT1H", None),
+     ("3600", None), ("-1 00:00:00", None), ("0 01:00:00", None), ("24:00:00", None)],
+)  # fmt: skip
+def test_an_orphan_grace_period_is_taken_exactly_when_the_schema_pattern_says(
+    api: APIClient, given: str, stored: timedelta | None
+) -> None:
+    account = AccountFactory()
+    pattern = schema(api)["components"]["schemas"]["AccountRequest"]["properties"][
+        "orphan_grace_period"
+    ]["pattern"]
+
+    response = api.patch(f"/api/v1/accounts/{account.pk}/", {"orphan_grace_period": given})
+
+    assert bool(re.fullmatch(pattern, given)) is (stored is not None)
+    account.refresh_from_db()
+    if stored is None:
+        assert response.status_code == 400
+        assert list(response.json()["fields"]) == ["orphan_grace_period"]
+    else:
+        assert (response.status_code, account.orphan_grace_period) == (200, stored)
+        assert re.fullmatch(pattern, response.json()["orphan_grace_period"])  # as answered
+
+
+def test_moving_an_account_url_without_the_credential_answers_409(api: APIClient) -> None:
+    account = AccountFactory()
+
+    moved = api.patch(f"/api/v1/accounts/{account.pk}/", {"api_url": "https://vco.example/v2"})
+    kept = api.patch(f"/api/v1/accounts/{account.pk}/", {"api_url": account.api_url})
+
+    assert moved.status_code == 409  # the same request keeping the stored URL passes
+    assert list(moved.json()["fields"]) == ["credential"]
+    assert kept.status_code == 200
+    assert Account.objects.get(pk=account.pk).api_url == account.api_url
 
 
 # --- the API root and its interactive page ---------------------------------------------------

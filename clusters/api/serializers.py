@@ -13,6 +13,7 @@ from rest_framework import serializers
 from capvco_web.api import (
     HAS_TEXT,
     NO_NUL,
+    DurationTextField,
     ModelCleanMixin,
     ReasonField,
     StrictInputMixin,
@@ -21,6 +22,7 @@ from capvco_web.api import (
 from clusters.models import (
     MAX_CREDENTIAL_LENGTH,
     MAX_GPUS_PER_MACHINE,
+    MAX_ORPHAN_GRACE_PERIOD,
     MAX_REPLICAS,
     Account,
     Cluster,
@@ -38,6 +40,13 @@ from clusters.services import account_update_check
 
 
 class AccountSerializer(ModelCleanMixin):
+    orphan_grace_period = DurationTextField(
+        most=MAX_ORPHAN_GRACE_PERIOD,
+        required=False,
+        help_text="How long an orphan waits before it is released or removed: "
+        f"[D ]HH:MM:SS, from 00:00:00 to {MAX_ORPHAN_GRACE_PERIOD.days} 00:00:00 "
+        "(default 01:00:00).",
+    )
     credential = serializers.CharField(
         write_only=True,
         max_length=MAX_CREDENTIAL_LENGTH,
@@ -52,6 +61,15 @@ class AccountSerializer(ModelCleanMixin):
             "id", "name", "api_url", "iam_url", "customer_id", "credential",
             "orphan_auto_release", "orphan_grace_period", "orphan_confirmations",
         ]  # fmt: skip
+        _plain = (
+            "written plainly: https://host[:port]/path (http only to an origin listed so), "
+            "the host one of WHITESKY_ALLOWED_HOSTS, no query or fragment; the pattern "
+            "lists the hosts."
+        )
+        extra_kwargs = {
+            "api_url": {"help_text": f"The VCO API base, e.g. https://vco.example/api/1, {_plain}"},
+            "iam_url": {"help_text": f"The IAM host that refreshes the JWT, {_plain}"},
+        }
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         attrs = super().validate(attrs)

@@ -139,7 +139,8 @@ def test_api_url_change_without_the_credential_is_refused(
     response = api.patch(
         f"/api/v1/accounts/{account.pk}/", {"api_url": "https://vco2.example/api/1"}, format="json"
     )
-    assert response.status_code == 400
+    # A conflict with the stored URL (the same change keeping it would pass): 409.
+    assert response.status_code == 409
     assert "again" in response.json()["fields"]["credential"][0]
     account.refresh_from_db()
     assert account.api_url == "https://vco.example/api/1"
