@@ -241,6 +241,9 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # No badge fetched from validator.swagger.io: the page talks to us only (and the CSP
+    # would block it).
+    "SWAGGER_UI_SETTINGS": {"deepLinking": True, "validatorUrl": None},
 }
 
 # Celery. Tasks are idempotent: they are acknowledged after they ran and redelivered

@@ -7,9 +7,11 @@ from __future__ import annotations
 import json
 import re
 from datetime import timedelta
+from html.parser import HTMLParser
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.test import Client
 from rest_framework.test import APIClient
@@ -30,6 +32,7 @@ from tests.factories import (
     UserFactory,
     VgpuReservationFactory,
 )
+from tests.test_auth import inline_code
 
 pytestmark = pytest.mark.django_db
 
@@ -531,20 +534,49 @@ def test_the_api_root_lists_every_endpoint(api: APIClient) -> None:
     assert top_level | {"/api/v1/schema/", "/api/v1/docs/"} == listed
 
 
-def test_the_interactive_api_page_is_served_from_our_own_static_files(client: Client) -> None:
+class PageFiles(HTMLParser):
+    """The files a page loads: scripts and style sheets (and its icon)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        named = dict(attrs)
+        url = named.get("src") if tag == "script" else named.get("href") if tag == "link" else None
+        if url:
+            self.found.append(url)
+
+
+def page_files(html: bytes) -> list[str]:
+    parser = PageFiles()
+    parser.feed(html.decode())
+    return parser.found
+
+
+def test_the_interactive_api_page_works_under_the_content_security_policy(
+    client: Client,
+) -> None:
     client.force_login(UserFactory())
 
     page = client.get("/api/v1/docs/")
-    script = client.get("/api/v1/docs/", {"script": ""})
 
     assert page.status_code == 200
-    html = page.content.decode()
-    assert "/static/drf_spectacular_sidecar/swagger-ui-dist/swagger-ui-bundle.js" in html
-    assert "<script>" not in html  # its own script is a file too (a strict CSP allows it)
-    assert script.status_code == 200
-    assert "/api/v1/schema/" in script.content.decode()
-    bundle = "/static/drf_spectacular_sidecar/swagger-ui-dist/swagger-ui-bundle.js"
-    assert b"".join(client.get(bundle).streaming_content).startswith(b"/*")
+    assert page["Content-Security-Policy"] == settings.CONTENT_SECURITY_POLICY
+    assert inline_code(page.content) == []  # the policy allows no inline script or style
+    files = page_files(page.content)
+    sidecar = "/static/drf_spectacular_sidecar/swagger-ui-dist/"
+    assert {f"{sidecar}swagger-ui-bundle.js", f"{sidecar}swagger-ui.css",
+            "/static/css/api-docs.css", "/api/v1/docs/?script="} <= set(files)  # fmt: skip
+    for url in files:  # all of our own origin (no CDN), and all there
+        assert url.startswith("/"), url
+        response = client.get(url)
+        assert response.status_code == 200, url
+        kind = "css" if url.endswith(".css") else "png" if url.endswith(".png") else "javascript"
+        assert kind in response["Content-Type"], url
+    script = client.get("/api/v1/docs/", {"script": ""}).content.decode()
+    assert '"/api/v1/schema/"' in script
+    assert '"validatorUrl": null' in script  # no badge fetched from validator.swagger.io
 
 
 def test_the_navigation_links_the_api_page(client: Client) -> None:
