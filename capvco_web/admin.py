@@ -14,24 +14,26 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 
 from capvco_web.models import ApiToken, AuditEvent, Heartbeat
+from capvco_web.permissions import AccountScopedAdmin
 from capvco_web.tokens import api_token_check, api_token_create, api_token_revoke
 
 
 @admin.register(AuditEvent)
-class AuditEventAdmin(admin.ModelAdmin[AuditEvent]):
-    """Read-only: the audit trail is written by the code, never edited."""
+class AuditEventAdmin(AccountScopedAdmin[AuditEvent]):
+    """Read-only: the audit trail is written by the code, never edited. A member sees the
+    events of their accounts; events of no account (tokens, users) only superusers."""
 
     list_display = ["created_at", "actor_name", "action", "object_type", "object_repr"]
     list_filter = ["action", "object_type"]
     search_fields = ["object_repr", "reason", "actor_name"]
 
-    def has_add_permission(self, request: object) -> bool:
+    def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
-    def has_change_permission(self, request: object, obj: object = None) -> bool:
+    def has_change_permission(self, request: HttpRequest, obj: AuditEvent | None = None) -> bool:
         return False
 
-    def has_delete_permission(self, request: object, obj: object = None) -> bool:
+    def has_delete_permission(self, request: HttpRequest, obj: AuditEvent | None = None) -> bool:
         return False
 
 

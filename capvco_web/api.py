@@ -279,9 +279,19 @@ NO_NUL = "^[^\\u0000]*$"
 
 # What str.strip() removes, spelled out: Python's `\s` and ECMAScript's (the schema's)
 # differ, and the schema must say exactly what is refused.
-_WHITESPACE = r"\t\n\x0b\x0c\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+WHITESPACE = r"\t\n\x0b\x0c\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
 # A string with something other than whitespace (and no NUL), as a pattern.
-HAS_TEXT = rf"^[^\x00]*[^{_WHITESPACE}\x00][^\x00]*$"
+HAS_TEXT = rf"^[^\x00]*[^{WHITESPACE}\x00][^\x00]*$"
+
+
+def stripped_text_pattern(least: int, most: int) -> str:
+    """A pattern of text that, stripped of whitespace, is empty or `least` to `most`
+    characters long (as a form field that strips reads it), with no NUL."""
+    assert 2 <= least <= most
+    space, edge = f"[{WHITESPACE}]*", f"[^{WHITESPACE}\\x00]"
+    return rf"^{space}(?:{edge}[^\x00]{{{least - 2},{most - 2}}}{edge})?{space}$"
+
+
 _reason_text = RegexValidator(
     HAS_TEXT,
     "Give a reason (not only spaces, no NUL characters).",

@@ -11,7 +11,13 @@ from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.plumbing import force_instance
 from drf_spectacular.utils import OpenApiResponse
 
-from capvco_web.api import NO_NUL, DurationTextField, ErrorSerializer, StrictInputMixin
+from capvco_web.api import (
+    NO_NUL,
+    DurationTextField,
+    ErrorSerializer,
+    StrictInputMixin,
+    stripped_text_pattern,
+)
 
 _ERRORS = {
     "400": "Invalid input: `fields` names each problem (or `detail`, for a body that is not "
@@ -45,11 +51,13 @@ class ApiSchema(AutoSchema):
         if operation is None:
             return None
         parameters = operation.get("parameters", [])
+        filterset = getattr(self.view, "filterset_class", None)
+        filters = filterset.base_filters if filterset is not None else {}
         for parameter in parameters:
             schema = parameter["schema"]
             plain = not {"enum", "pattern", "format"} & set(schema)
             if parameter["in"] == "query" and schema.get("type") == "string" and plain:
-                schema["pattern"] = NO_NUL  # a filter's form field refuses NUL
+                schema["pattern"] = _text_filter_pattern(filters.get(parameter["name"]))
         places = {parameter["in"] for parameter in parameters}
         statuses = {"401", "403", "429"}  # every operation needs authentication
         if "requestBody" in operation:
@@ -125,6 +133,15 @@ class ApiSchema(AutoSchema):
 
 
 _BLANK = {"type": "string", "maxLength": 0}
+
+
+def _text_filter_pattern(given: Any) -> str:
+    """What a text filter takes: its form field refuses NUL, and judges the length of what
+    is left once stripped (e.g. a search of at least 3 characters)."""
+    extra = getattr(given, "extra", {})
+    if "min_length" in extra or "max_length" in extra:
+        return stripped_text_pattern(max(extra.get("min_length") or 2, 2), extra["max_length"])
+    return NO_NUL
 
 
 def _admits_blank(schema: dict[str, Any]) -> bool:

@@ -9,6 +9,7 @@ from django.db import models
 
 from capvco_web.encryption import EncryptedTextField
 from capvco_web.models import AuditEvent
+from capvco_web.ownership import account_id_of, account_path
 
 
 def audit_record(
@@ -22,7 +23,9 @@ def audit_record(
 ) -> AuditEvent:
     """Write an audit event. `actor` is a user, or the name of the system component acting."""
     user = actor if isinstance(actor, User) else None
+    account_id = account_id_of(obj) if account_path(type(obj)) else None
     return AuditEvent.objects.create(
+        account_id=account_id,
         actor=user,
         actor_name=actor
         if isinstance(actor, str)

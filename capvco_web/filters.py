@@ -16,6 +16,7 @@ _INTEGER = re.compile(r"-?[0-9]+")
 
 
 class IdField(forms.Field):
+    widget = forms.NumberInput
     default_error_messages = {"invalid": "Give an id (a whole number)."}
 
     def to_python(self, value: Any) -> int | None:
@@ -30,6 +31,8 @@ class IdField(forms.Field):
 
 
 class TrueFalseField(forms.Field):
+    # In a page's form: "any" sends nothing (a page leaves empty parameters out).
+    widget = forms.Select(choices=[("", "any"), ("true", "yes"), ("false", "no")])
     default_error_messages = {"invalid": "Give true or false."}
 
     def to_python(self, value: Any) -> bool | None:

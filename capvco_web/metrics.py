@@ -142,6 +142,12 @@ def _counters() -> Iterator[Metric]:
             "Machine steps applied by the reconciler, by action and outcome",
             ["action", "outcome"],
         ),
+        (
+            "capvco_kube_writes",
+            "Writes to workload clusters: node_labels (patched, error), gpu_addon "
+            "(created, replaced, removed, error)",
+            ["what", "outcome"],
+        ),
     ):
         family = CounterMetricFamily(name, help_text, labels=labels)
         try:

@@ -31,10 +31,23 @@ class AuditEvent(models.Model):
     reason = models.TextField(blank=True)
     before = models.JSONField(null=True, blank=True)
     after = models.JSONField(null=True, blank=True)
+    # The account of the object, so that its members see the event. No constraint: the
+    # history of an account outlives the account.
+    account = models.ForeignKey(
+        "clusters.Account",
+        null=True,
+        blank=True,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        related_name="+",
+    )
 
     class Meta:
         ordering = ["-created_at", "-id"]
-        indexes = [models.Index(fields=["object_type", "object_id"])]
+        indexes = [
+            models.Index(fields=["object_type", "object_id"]),
+            models.Index(fields=["account", "-created_at"]),
+        ]
 
     def __str__(self) -> str:
         return f"{self.actor_name} {self.action} {self.object_type} {self.object_repr}"

@@ -38,6 +38,8 @@ from rest_framework.request import Request
 from rest_framework.views import APIView
 from rest_framework.viewsets import GenericViewSet
 
+from capvco_web.ownership import account_id_of, account_path
+
 M = TypeVar("M", bound=models.Model)
 User = UserModel | AnonymousUser
 # A person, or the name of the system component acting (a task, the reconciler, a command):
@@ -56,6 +58,9 @@ _VIEW = frozenset(
         "clusters.view_membership",
         "clusters.view_kubenode",
         "clusters.view_kubepod",
+        "clusters.view_cloudspace",
+        "clusters.view_image",
+        "capvco_web.view_auditevent",
         "gpus.view_gpuprofile",
         "gpus.view_vgpureservation",
     }
@@ -90,48 +95,12 @@ ROLE_PERMISSIONS: dict[str, frozenset[str]] = {
     "admin": frozenset(_ADMINISTER),
 }
 
-# How each model reaches its account ("pk": it is the account).
-ACCOUNT_PATHS: dict[str, str] = {
-    "clusters.account": "pk",
-    "clusters.membership": "account",
-    "clusters.location": "account",
-    "clusters.cluster": "account",
-    "clusters.clustersite": "cluster__account",
-    "clusters.machinepool": "cluster__account",
-    "clusters.machine": "pool__cluster__account",
-    "clusters.virtualmachine": "location__account",
-    "clusters.kubenode": "cluster__account",
-    "clusters.kubepod": "cluster__account",
-    "gpus.gpuprofile": "location__account",
-    "gpus.vgpureservation": "location__account",
-}
-
 _CACHE = "_capvco_account_perms"
 
 
 def perm_name(model: type[models.Model], verb: str) -> str:
     """`clusters.scale_machinepool` for (MachinePool, "scale")."""
     return f"{model._meta.app_label}.{verb}_{model._meta.model_name}"
-
-
-def account_path(model: type[models.Model]) -> str | None:
-    return ACCOUNT_PATHS.get(model._meta.label_lower)
-
-
-def account_id_of(obj: models.Model) -> int | None:
-    """The account `obj` belongs to; None while it belongs to none yet."""
-    path = account_path(type(obj))
-    if path is None:
-        raise TypeError(f"{obj._meta.label} belongs to no account (see ACCOUNT_PATHS)")
-    if path == "pk":
-        return obj.pk  # type: ignore[no-any-return]
-    *hops, last = path.split("__")
-    target: Any = obj
-    for hop in hops:
-        if getattr(target, f"{hop}_id", None) is None:
-            return None
-        target = getattr(target, hop)
-    return getattr(target, f"{last}_id")  # type: ignore[no-any-return]
 
 
 def _is_superuser(user: User) -> bool:
@@ -158,6 +127,13 @@ def _perms_by_account(user: User) -> dict[int, frozenset[str]]:
     cached = {account_id: frozenset(perms) for account_id, perms in found.items()}
     setattr(user, _CACHE, cached)
     return cached
+
+
+def permissions_forget(user: User) -> None:
+    """Drop the user's permissions read for this request: their memberships changed (they
+    created an account and became its admin), and the next check must see it."""
+    if hasattr(user, _CACHE):
+        delattr(user, _CACHE)
 
 
 def accounts_where(user: User, perm: str) -> set[int] | None:

@@ -76,6 +76,7 @@ INSTALLED_APPS = [
     "clusters",
     "gpus",
     "sriov",
+    "dashboard",
 ]
 
 MIDDLEWARE = [
@@ -108,6 +109,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "dashboard.context.dashboard",
             ],
         },
     },
@@ -132,7 +134,7 @@ AUTHENTICATION_BACKENDS = [
     "django.contrib.auth.backends.ModelBackend",
 ]
 LOGIN_URL = "login"
-LOGIN_REDIRECT_URL = "dashboard"
+LOGIN_REDIRECT_URL = "dashboard:overview"
 LOGOUT_REDIRECT_URL = "login"
 
 LANGUAGE_CODE = "en-us"
@@ -272,6 +274,11 @@ HEARTBEAT_INTERVAL = timedelta(seconds=env.float("HEARTBEAT_INTERVAL_SECONDS", d
 OBSERVE_INTERVAL = timedelta(seconds=env.float("OBSERVE_INTERVAL_SECONDS", default=30))
 RECONCILE_INTERVAL = timedelta(seconds=env.float("RECONCILE_INTERVAL_SECONDS", default=30))
 ORPHAN_SWEEP_INTERVAL = timedelta(seconds=env.float("ORPHAN_SWEEP_INTERVAL_SECONDS", default=60))
+HISTORY_PRUNE_INTERVAL = timedelta(days=1)
+# Cloudspaces and images change seldom: the choices a new cluster is set up with.
+CATALOG_OBSERVE_INTERVAL = timedelta(
+    seconds=env.float("CATALOG_OBSERVE_INTERVAL_SECONDS", default=300)
+)
 
 
 def _every(task: str, interval: timedelta) -> dict[str, object]:
@@ -284,7 +291,17 @@ CELERY_BEAT_SCHEDULE = {
     "observe": _every("clusters.tasks.observe_all", OBSERVE_INTERVAL),
     "reconcile": _every("clusters.tasks.reconcile_all", RECONCILE_INTERVAL),
     "orphan-sweep": _every("clusters.tasks.orphan_sweep_all", ORPHAN_SWEEP_INTERVAL),
+    "history-prune": _every("capvco_web.tasks.history_prune", HISTORY_PRUNE_INTERVAL),
+    "observe-catalog": _every("clusters.tasks.observe_catalog_all", CATALOG_OBSERVE_INTERVAL),
 }
+
+# History kept: released vGPU reservations and audit events older than this many days are
+# deleted once a day (and by `manage.py history_prune`); 0 keeps them for ever.
+RESERVATION_HISTORY_DAYS = env.int("RESERVATION_HISTORY_DAYS", default=90)
+AUDIT_HISTORY_DAYS = env.int("AUDIT_HISTORY_DAYS", default=365)
+
+# How often the dashboard's panels refresh themselves.
+DASHBOARD_POLL_SECONDS = env.int("DASHBOARD_POLL_SECONDS", default=10)
 
 # whitesky: the hosts an account's API and IAM URLs may name, so the credential goes nowhere
 # else: `host` (https, any port), `https://host:port`, or `http://host:port` (plain http to
@@ -314,6 +331,14 @@ KUBE_READ_TIMEOUT = env.float("KUBE_READ_TIMEOUT_SECONDS", default=30)
 KUBE_LIST_PAGE_SIZE = env.int("KUBE_LIST_PAGE_SIZE", default=500)
 # A running machine with no node this long after its VM started is flagged ("never joined").
 NODE_JOIN_TIMEOUT_SECONDS = env.float("NODE_JOIN_TIMEOUT_SECONDS", default=900)
+# A node of a GPU machine that advertises no nvidia.com/gpu this long after it joined (or
+# the GPU add-on was applied) is flagged.
+GPU_ADVERTISE_TIMEOUT_SECONDS = env.float("GPU_ADVERTISE_TIMEOUT_SECONDS", default=600)
+# The image of the GPU add-on (the NVIDIA device plugin's DaemonSet), pinned: a new one is
+# rolled out to every cluster with the add-on on.
+GPU_DEVICE_PLUGIN_IMAGE = env.str(
+    "GPU_DEVICE_PLUGIN_IMAGE", default="nvcr.io/nvidia/k8s-device-plugin:v0.17.0"
+)
 
 LOGGING = {
     "version": 1,

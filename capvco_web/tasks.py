@@ -6,6 +6,7 @@ from django.utils import timezone
 
 from capvco_web.integrations.whitesky import WhiteskyError
 from capvco_web.models import Heartbeat
+from capvco_web.retention import history_prune as retention_prune
 
 BEAT = "beat"
 
@@ -27,3 +28,9 @@ def retry_if_transient(
 def send_on_commit(task: Task[Any, Any], *args: Any) -> None:
     """Send a task once the current transaction commits (at once outside of one)."""
     transaction.on_commit(lambda: task.delay(*args))
+
+
+@shared_task
+def history_prune() -> None:
+    """Sent by beat once a day: history past its retention goes (capvco_web.retention)."""
+    retention_prune()

@@ -1,16 +1,27 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
+from django.contrib.auth.decorators import login_not_required
+from django.http import HttpRequest, HttpResponsePermanentRedirect
+from django.templatetags.static import static
 from django.urls import include, path
 
-from capvco_web import health, metrics, views
+from capvco_web import health, metrics
+
+
+@login_not_required
+def favicon(request: HttpRequest) -> HttpResponsePermanentRedirect:
+    # Browsers ask for it on pages that name none (the API's, the admin's).
+    return HttpResponsePermanentRedirect(static("favicon.svg"))
+
 
 urlpatterns = [
-    path("", views.dashboard, name="dashboard"),
+    path("", include("dashboard.urls")),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path("metrics", metrics.metrics, name="metrics"),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("favicon.ico", favicon),
     path("admin/", admin.site.urls),
     path("api/v1/", include("capvco_web.api_urls")),
 ]

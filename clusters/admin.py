@@ -11,6 +11,9 @@ checkbox on the cluster page) goes through its audited service, which refuses wh
 anything still hangs from it and says what to do. Names that end up in VM and vGPU
 names cannot be changed once created: a renamed cluster would make its own reservations
 look like orphans.
+
+A cluster imported from Cluster API, its sites and pools are shown read-only, saying where
+to change them; the services refuse a change all the same (`ImportedReadOnly`).
 """
 
 from __future__ import annotations
@@ -44,8 +47,10 @@ from capvco_web.permissions import (
 from clusters.models import (
     MAX_CREDENTIAL_LENGTH,
     Account,
+    Cloudspace,
     Cluster,
     ClusterSite,
+    Image,
     KubeNode,
     KubePod,
     Location,
@@ -56,6 +61,7 @@ from clusters.models import (
 )
 from clusters.services import (
     InUse,
+    account_capi_kubeconfig_set,
     account_create,
     account_delete,
     account_delete_check,
@@ -86,7 +92,40 @@ from gpus.models import GpuProfile, VgpuReservation
 M = TypeVar("M", bound=models.Model)
 
 
-class DeleteThroughServiceAdmin(AccountScopedAdmin[M]):
+def _import_refusal(obj: Any) -> str | None:
+    refusal = getattr(obj, "import_refusal", None)
+    return refusal() if obj is not None and refusal is not None else None
+
+
+class ImportedReadOnlyAdmin(AccountScopedAdmin[M]):
+    """Rows of a cluster imported from Cluster API: viewed here, changed in the management
+    cluster. The page says so (`import_note`)."""
+
+    def has_change_permission(self, request: HttpRequest, obj: M | None = None) -> bool:
+        return not _import_refusal(obj) and super().has_change_permission(request, obj)
+
+    def has_delete_permission(self, request: HttpRequest, obj: M | None = None) -> bool:
+        return not _import_refusal(obj) and super().has_delete_permission(request, obj)
+
+    @admin.display(description="Cluster API")
+    def import_note(self, obj: M) -> str:
+        return _import_refusal(obj) or "not imported: managed here"
+
+
+class ImportedReadOnlyInline(AccountScopedInline[M]):
+    """The sites and pools on the page of an imported cluster (`obj`): read-only."""
+
+    def has_add_permission(self, request: HttpRequest, obj: Any) -> bool:  # type: ignore[override]
+        return not _import_refusal(obj) and super().has_add_permission(request, obj)
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return not _import_refusal(obj) and super().has_change_permission(request, obj)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return not _import_refusal(obj) and super().has_delete_permission(request, obj)
+
+
+class DeleteThroughServiceAdmin(ImportedReadOnlyAdmin[M]):
     """Row deletes (the delete page and the bulk action) go through the model's audited
     delete service. The confirmation page lists, as what protects the rows, the service's
     refusals, which say what is in the way and what to do."""
@@ -163,6 +202,19 @@ class AccountForm(forms.ModelForm[Account]):
         help_text="Paste a JWT to replace the stored one; leave empty to keep it. Changing "
         "the API or IAM URL needs it again.",
     )
+    new_capi_kubeconfig = forms.CharField(
+        required=False,
+        label="Management cluster kubeconfig",
+        widget=forms.Textarea(attrs={"rows": 6, "autocomplete": "off"}),
+        help_text="Paste the kubeconfig of a management cluster to import its Cluster API "
+        "clusters into this account; leave empty to keep the stored one (never shown).",
+    )
+    remove_capi_kubeconfig = forms.BooleanField(
+        required=False,
+        label="Stop importing",
+        help_text="Forget the management cluster; the clusters imported so far are managed "
+        "here from now on.",
+    )
 
     class Meta:
         model = Account
@@ -190,6 +242,21 @@ class AccountForm(forms.ModelForm[Account]):
                 self.add_error("new_credential", exc.message_dict["credential"])
         return cleaned
 
+    def clean_new_capi_kubeconfig(self) -> str:
+        text = str(self.cleaned_data.get("new_capi_kubeconfig") or "").strip()
+        if text:
+            try:
+                kubeconfig_load(text)
+            except KubeconfigInvalid as exc:
+                raise ValidationError(str(exc)) from exc
+        return text
+
+    def capi_kubeconfig_wanted(self) -> str | None:
+        """The management kubeconfig to store ("" removes it); None: keep the stored one."""
+        if text := self.cleaned_data.get("new_capi_kubeconfig"):
+            return str(text)
+        return "" if self.cleaned_data.get("remove_capi_kubeconfig") else None
+
     def changes(self) -> dict[str, Any]:
         """The account's fields as the form gives them, with the credential when given."""
         fields = AccountForm.Meta.fields  # the admin's subclass lists new_credential too
@@ -209,7 +276,10 @@ class AccountAdmin(DeleteThroughServiceAdmin[Account]):
     form = AccountForm
     formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
     list_display = ["name", "api_url", "customer_id", "orphan_auto_release"]
-    readonly_fields = ["credential_status"]
+    readonly_fields = [
+        "credential_status", "capi_kubeconfig_status", "capi_import_complete",
+        "capi_import_error", "capi_import_started_at", "capi_last_complete_import_at",
+    ]  # fmt: skip
 
     # The released reservations (history), and what is mirrored from its locations.
     deleted_by_service = (VgpuReservation, Location, GpuProfile, Membership)
@@ -217,11 +287,25 @@ class AccountAdmin(DeleteThroughServiceAdmin[Account]):
     def save_model(self, request: HttpRequest, obj: Account, form: Any, change: bool) -> None:
         if not change:
             account_create(account=obj, actor=request.user)
-            return
-        try:  # validated and audited as in the API
-            account_update(account=obj, changes=form.changes(), actor=request.user)
-        except ValidationError as exc:  # changed since the form was checked
-            self.message_user(request, "; ".join(exc.messages), messages.ERROR)
+        else:
+            try:  # validated and audited as in the API
+                account_update(account=obj, changes=form.changes(), actor=request.user)
+            except ValidationError as exc:  # changed since the form was checked
+                self.message_user(request, "; ".join(exc.messages), messages.ERROR)
+                return
+        wanted = form.capi_kubeconfig_wanted()
+        if wanted is not None and wanted != obj.capi_kubeconfig:
+            # Through its own service: audited with its server, never its secret.
+            account_capi_kubeconfig_set(account=obj, kubeconfig=wanted, actor=request.user)
+
+    @admin.display(description="management cluster")
+    def capi_kubeconfig_status(self, account: Account) -> str:
+        if not account.capi_kubeconfig:
+            return "none stored: no Cluster API import"
+        try:
+            return f"stored, server {kubeconfig_load(account.capi_kubeconfig).server}"
+        except KubeconfigInvalid as exc:
+            return f"stored, unusable: {exc}"
 
     def delete_check(self, obj: Account) -> None:
         account_delete_check(account=obj)
@@ -285,7 +369,7 @@ def _delete_check(obj: models.Model) -> None:
 
 
 class ClusterSiteInline(
-    AccountScopedInline[ClusterSite], admin.TabularInline[ClusterSite, Cluster]
+    ImportedReadOnlyInline[ClusterSite], admin.TabularInline[ClusterSite, Cluster]
 ):
     model = ClusterSite
     formset = DeleteCheckedFormSet
@@ -309,7 +393,7 @@ class MachinePoolFormSet(DeleteCheckedFormSet):
 
 
 class MachinePoolInline(
-    AccountScopedInline[MachinePool], admin.StackedInline[MachinePool, Cluster]
+    ImportedReadOnlyInline[MachinePool], admin.StackedInline[MachinePool, Cluster]
 ):
     model = MachinePool
     formset = MachinePoolFormSet
@@ -338,7 +422,7 @@ class ClusterForm(forms.ModelForm[Cluster]):
 
     class Meta:
         model = Cluster
-        fields = ["name", "account"]
+        fields = ["name", "account", "gpu_addon"]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -362,18 +446,32 @@ class ClusterForm(forms.ModelForm[Cluster]):
 
 
 @admin.register(Cluster)
-class ClusterAdmin(AccountScopedAdmin[Cluster]):
+class ClusterAdmin(ImportedReadOnlyAdmin[Cluster]):
     form = ClusterForm
-    list_display = ["name", "account", "state", "kube_observation_complete", "created_at"]
-    list_filter = ["state", "account"]
+    list_display = [
+        "name", "account", "state", "kube_observation_complete", "gpu_addon", "imported_from",
+        "created_at",
+    ]  # fmt: skip
+    list_filter = ["state", "account", "gpu_addon"]
     inlines = [ClusterSiteInline, MachinePoolInline]
     actions = ["delete_selected_clusters"]
 
+    def has_change_permission(self, request: HttpRequest, obj: Cluster | None = None) -> bool:
+        # An imported cluster's kubeconfig is ours to set; its other fields are read-only
+        # (below), and the services refuse a change to them all the same.
+        return AccountScopedAdmin.has_change_permission(self, request, obj)
+
     def get_readonly_fields(self, request: HttpRequest, obj: Cluster | None = None) -> list[str]:
+        if obj is not None and obj.imported:
+            return [*self._readonly(obj), "gpu_addon"]
+        return self._readonly(obj)
+
+    def _readonly(self, obj: Cluster | None) -> list[str]:
         fixed = [
             "state", "deletion_blockers", "created_at", "kubeconfig_status",
             "kube_observation_complete", "kube_observation_error",
             "kube_observation_started_at", "kube_last_complete_observation_at",
+            "gpu_addon_applied_at", "gpu_addon_error", "import_note",
         ]  # fmt: skip
         return ["name", "account", *fixed] if obj else fixed
 
@@ -467,7 +565,7 @@ class ClusterSiteAdmin(DeleteThroughServiceAdmin[ClusterSite]):
         self, request: HttpRequest, obj: ClusterSite | None = None
     ) -> list[str]:
         # Moving a site would strand the VMs already in its cloudspace.
-        return ["cluster", "location", "cloudspace_id"] if obj else []
+        return ["cluster", "location", "cloudspace_id", "import_note"] if obj else []
 
     def save_model(self, request: HttpRequest, obj: ClusterSite, form: Any, change: bool) -> None:
         (site_update if change else site_create)(site=obj, actor=request.user)
@@ -481,7 +579,7 @@ class ScaleForm(ReasonForm):
 
 @admin.register(MachinePool)
 class MachinePoolAdmin(DeleteThroughServiceAdmin[MachinePool]):
-    list_display = ["__str__", "site", "replicas", "gpu_type", "gpu_count"]
+    list_display = ["__str__", "site", "replicas", "gpu_type", "gpu_count", "imported_from"]
     list_filter = ["cluster"]
     actions = ["delete_selected", "scale_selected"]
 
@@ -531,7 +629,8 @@ class MachinePoolAdmin(DeleteThroughServiceAdmin[MachinePool]):
     def get_readonly_fields(
         self, request: HttpRequest, obj: MachinePool | None = None
     ) -> list[str]:
-        return ["cluster", "site"] if obj else []
+        imported = ["imported_from", "import_generation", "capi_sriov_secret_ref", "import_note"]
+        return ["cluster", "site", *imported] if obj else []
 
 
 @admin.register(Machine)
@@ -632,7 +731,8 @@ class MembershipAdmin(DeleteThroughServiceAdmin[Membership]):
 
 
 class MirroredAdmin(AccountScopedAdmin[M]):
-    """Rows mirrored from a cluster's Kubernetes: read here, changed only by observing."""
+    """Rows mirrored from whitesky or a cluster's Kubernetes: read here, changed only by
+    observing."""
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -647,10 +747,10 @@ class MirroredAdmin(AccountScopedAdmin[M]):
 @admin.register(KubeNode)
 class KubeNodeAdmin(MirroredAdmin[KubeNode]):
     list_display = [
-        "name", "cluster", "ready", "gpu_allocatable", "gpu_capacity", "machine",
-        "unowned_since", "kubelet_version",
+        "name", "cluster", "ready", "gpu_type_label", "gpu_allocatable", "gpu_capacity",
+        "machine", "unowned_since", "gpus_missing", "kubelet_version",
     ]  # fmt: skip
-    list_filter = ["cluster", "ready"]
+    list_filter = ["cluster", "ready", "gpus_missing"]
     list_select_related = ["cluster", "machine"]
     search_fields = ["name", "provider_id"]
 
@@ -661,3 +761,19 @@ class KubePodAdmin(MirroredAdmin[KubePod]):
     list_filter = ["cluster", "phase"]
     list_select_related = ["cluster"]
     search_fields = ["name", "namespace", "node_name", "uid"]
+
+
+@admin.register(Cloudspace)
+class CloudspaceAdmin(MirroredAdmin[Cloudspace]):
+    list_display = ["name", "cloudspace_id", "location", "status"]
+    list_filter = ["location"]
+    list_select_related = ["location"]
+    search_fields = ["name", "cloudspace_id"]
+
+
+@admin.register(Image)
+class ImageAdmin(MirroredAdmin[Image]):
+    list_display = ["name", "image_id", "location", "status", "os_type"]
+    list_filter = ["location"]
+    list_select_related = ["location"]
+    search_fields = ["name"]

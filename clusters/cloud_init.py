@@ -13,8 +13,9 @@ DRIVER_VERSION_FILE = "/etc/capvco/nvidia-driver-version"
 
 
 def driver_cloud_config(version: str) -> str:
-    """Tells the VM which driver to install: the image's first-boot script (or the GPU
-    add-on) reads the file; empty version, no file: the image has the driver."""
+    """Tells the VM which driver to install: the image's first-boot script reads the file
+    (the GPU add-on's device plugin installs no driver); empty version, no file: the image
+    has the driver."""
     return (
         "#cloud-config\n"
         "write_files:\n"

@@ -1,11 +1,15 @@
 from __future__ import annotations
 
 import django_filters
+from django.db.models import QuerySet
 
 from capvco_web.filters import IdFilter, StrictFilterSet, TrueFalseFilter
+from capvco_web.integrations.kube import GPU_TYPE_LABEL
 from clusters.models import (
+    Cloudspace,
     Cluster,
     ClusterSite,
+    Image,
     KubeNode,
     KubePod,
     Location,
@@ -21,6 +25,22 @@ class MembershipFilterSet(StrictFilterSet):
     class Meta:
         model = Membership
         fields = ["account"]
+
+
+class CloudspaceFilterSet(StrictFilterSet):
+    location = IdFilter(field_name="location_id")
+
+    class Meta:
+        model = Cloudspace
+        fields = ["location"]
+
+
+class ImageFilterSet(StrictFilterSet):
+    location = IdFilter(field_name="location_id")
+
+    class Meta:
+        model = Image
+        fields = ["location"]
 
 
 class LocationFilterSet(StrictFilterSet):
@@ -71,10 +91,17 @@ class KubeNodeFilterSet(StrictFilterSet):
     machine = IdFilter(field_name="machine_id")
     ready = TrueFalseFilter(field_name="ready")
     unowned = TrueFalseFilter(field_name="unowned_since", lookup_expr="isnull", exclude=True)
+    gpus_missing = TrueFalseFilter(field_name="gpus_missing")
+    gpu_type = django_filters.CharFilter(
+        method="_gpu_type", help_text="Its capvco.io/gpu-type label, e.g. nvidia-a100"
+    )
 
     class Meta:
         model = KubeNode
-        fields = ["cluster", "machine", "ready", "unowned"]
+        fields = ["cluster", "machine", "ready", "unowned", "gpus_missing", "gpu_type"]
+
+    def _gpu_type(self, queryset: QuerySet[KubeNode], name: str, value: str) -> QuerySet[KubeNode]:
+        return queryset.filter(**{f"labels__{GPU_TYPE_LABEL}": value})
 
 
 class KubePodFilterSet(StrictFilterSet):

@@ -26,6 +26,7 @@ from django.utils import timezone
 
 from capvco_web.integrations import kube
 from capvco_web.rows import fields_assign
+from clusters.gpu_nodes import node_gpu_flags
 from clusters.models import Cluster, KubeNode, KubePod
 from clusters.nodes import node_owners_flag
 
@@ -48,6 +49,7 @@ class KubeObservationResult:
     list_calls: int = 0
     unchanged: list[str] = field(default_factory=list)
     """The listings (`nodes`, `pods`) skipped because their resourceVersion was mirrored."""
+    nodes_complete: bool = False
 
 
 def cluster_kube_observe(*, client: KubeClient, cluster: Cluster) -> KubeObservationResult:
@@ -59,6 +61,7 @@ def cluster_kube_observe(*, client: KubeClient, cluster: Cluster) -> KubeObserva
         cluster=cluster.name,
         complete=nodes.complete and pods.complete,
         list_calls=nodes.calls + pods.calls,
+        nodes_complete=nodes.complete,
     )
     for what, listing in (("nodes", nodes), ("pods", pods)):
         if listing.error is not None:
@@ -89,6 +92,13 @@ def cluster_kube_observe(*, client: KubeClient, cluster: Cluster) -> KubeObserva
             now=now,
             join_timeout=timedelta(seconds=settings.NODE_JOIN_TIMEOUT_SECONDS),
         ).writes
+        result.writes += node_gpu_flags(
+            cluster=cluster,
+            complete=nodes.complete,
+            listed_at=nodes_started,
+            now=now,
+            timeout=timedelta(seconds=settings.GPU_ADVERTISE_TIMEOUT_SECONDS),
+        )
         # One write per cluster and pass: when its listings began, and whether whole.
         if nodes.complete:
             stamp["kube_nodes_resource_version"] = nodes.resource_version

@@ -18,7 +18,12 @@ from django.db import connection, models, transaction
 from django.utils.deconstruct import deconstructible
 
 from capvco_web.encryption import EncryptedTextField
-from capvco_web.integrations.kube import KubeconfigInvalid, kubeconfig_load
+from capvco_web.integrations.kube import (
+    GPU_COUNT_LABEL,
+    GPU_TYPE_LABEL,
+    KubeconfigInvalid,
+    kubeconfig_load,
+)
 from capvco_web.integrations.whitesky import AllowedHosts
 from capvco_web.integrations.whitesky.auth import JWT_PATTERN, MAX_JWT_LENGTH
 from capvco_web.validators import visible_text
@@ -150,6 +155,26 @@ class Account(models.Model):
         help_text="Consecutive complete listings that must show a reservation orphaned "
         "before it is released automatically.",
     )
+    # Cluster API import: clusters and pools defined in a management cluster.
+    capi_kubeconfig = EncryptedTextField(
+        blank=True,
+        help_text="The kubeconfig of a management cluster whose Cluster API objects define "
+        "clusters of this account (imported: changed there, read-only here); stored "
+        "encrypted, never shown. Empty: nothing is imported.",
+    )
+    capi_import_complete = models.BooleanField(
+        default=False,
+        editable=False,
+        help_text="Whether the last import listed every Cluster API object it reads. "
+        "Nothing is deleted from a partial one.",
+    )
+    capi_import_error = models.TextField(blank=True, editable=False)
+    capi_import_started_at = models.DateTimeField(
+        null=True, blank=True, editable=False, help_text="When the last import's listings began."
+    )
+    capi_last_complete_import_at = models.DateTimeField(
+        null=True, blank=True, editable=False, help_text="When the last complete one's began."
+    )
 
     class Meta:
         constraints = [
@@ -171,6 +196,22 @@ class Account(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def has_capi_kubeconfig(self) -> bool:
+        return bool(self.capi_kubeconfig)
+
+    def clean(self) -> None:
+        if self.capi_kubeconfig:
+            try:
+                kubeconfig_load(self.capi_kubeconfig)
+            except KubeconfigInvalid as exc:
+                raise ValidationError({"capi_kubeconfig": str(exc)}) from exc
+
+
+IMPORTED_READ_ONLY = (
+    "{what} is imported from Cluster API ({source}): change it in the management cluster, not here."
+)
 
 
 class Membership(models.Model):
@@ -292,6 +333,36 @@ class Cluster(models.Model):
     kube_pods_resource_version = models.CharField(
         max_length=64, blank=True, editable=False, help_text="The same, for pods."
     )
+    # The GPU add-on: the NVIDIA device plugin, applied to the workload cluster.
+    gpu_addon = models.BooleanField(
+        default=False,
+        verbose_name="GPU add-on",
+        help_text="Apply the NVIDIA device plugin (a DaemonSet in kube-system) to the "
+        "workload cluster, so that its GPU nodes advertise nvidia.com/gpu; off removes it. "
+        "Needs a kubeconfig. Imported clusters: their Cluster API label "
+        "capvco.infrastructure.cluster.x-k8s.io/gpu: nvidia decides.",
+    )
+    gpu_addon_hash = models.CharField(
+        max_length=64,
+        blank=True,
+        editable=False,
+        help_text="The hash of the add-on's manifest as last applied; empty: none of ours "
+        "is known to be in the cluster.",
+    )
+    gpu_addon_applied_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text="Since when the add-on, as it is now, is in the cluster.",
+    )
+    gpu_addon_error = models.TextField(blank=True, editable=False)
+    imported_from = models.CharField(
+        max_length=300,
+        blank=True,
+        editable=False,
+        help_text="The Cluster API Cluster it mirrors (<namespace>/<name> in its account's "
+        "management cluster). An imported cluster, its sites and pools change there only.",
+    )
 
     def __str__(self) -> str:
         return self.name
@@ -310,6 +381,19 @@ class Cluster(models.Model):
     @property
     def has_kubeconfig(self) -> bool:
         return bool(self.kubeconfig)
+
+    @property
+    def imported(self) -> bool:
+        return bool(self.imported_from)
+
+    def import_refusal(self) -> str | None:
+        """Why a person may not change or delete this cluster or what belongs to it (its
+        sites and pools); None when they may."""
+        if not self.imported_from:
+            return None
+        return IMPORTED_READ_ONLY.format(
+            what=f"Cluster {self.name}", source=f"Cluster {self.imported_from}"
+        )
 
     def clean(self) -> None:
         if self.kubeconfig:
@@ -372,6 +456,10 @@ class ClusterSite(models.Model):
 
     def __str__(self) -> str:
         return f"{self.cluster} in {self.location}"
+
+    def import_refusal(self) -> str | None:
+        """Why a person may not change or delete this site (its cluster is imported)."""
+        return self.cluster.import_refusal() if self.cluster_id else None
 
     def clean(self) -> None:
         errors = _moves(
@@ -436,6 +524,25 @@ class MachinePool(models.Model):
     )
     next_index = models.PositiveIntegerField(
         default=0, editable=False, help_text="The index of the next machine: never reused."
+    )
+    imported_from = models.CharField(
+        max_length=300,
+        blank=True,
+        editable=False,
+        help_text="The Cluster API MachineDeployment it is a generation of (<namespace>/<name>).",
+    )
+    import_generation = models.PositiveSmallIntegerField(
+        default=0,
+        editable=False,
+        help_text="Imported: which template of its MachineDeployment it runs (1, 2, ...); "
+        "a template change makes the next generation.",
+    )
+    capi_sriov_secret_ref = models.CharField(
+        max_length=300,
+        blank=True,
+        editable=False,
+        help_text="Imported: spec.sriov.credentialSecretRef of its VCOMachineTemplate "
+        "(<namespace>/<name>), recorded only.",
     )
 
     class Meta:
@@ -526,6 +633,17 @@ class MachinePool(models.Model):
     @property
     def wants_gpus(self) -> bool:
         return self.gpu_count > 0
+
+    def import_refusal(self) -> str | None:
+        """Why a person may not change, scale or delete this pool, or add one to its
+        cluster: the cluster is imported (the pool's MachineDeployment decides)."""
+        if not self.cluster_id or not self.cluster.imported_from:
+            return None
+        if not self.imported_from:
+            return self.cluster.import_refusal()
+        return IMPORTED_READ_ONLY.format(
+            what=f"Pool {self.name}", source=f"MachineDeployment {self.imported_from}"
+        )
 
 
 class Machine(models.Model):
@@ -645,6 +763,13 @@ class KubeNode(models.Model):
         help_text="Since when complete listings show it with no machine of the cluster "
         "owning it (control-plane nodes excepted).",
     )
+    gpus_missing = models.BooleanField(
+        default=False,
+        help_text="Its machine has GPUs, yet it advertises no nvidia.com/gpu "
+        "GPU_ADVERTISE_TIMEOUT_SECONDS after it joined or the add-on was applied (from a "
+        "complete node listing).",
+    )
+    gpus_missing_reason = models.CharField(max_length=300, blank=True)
     first_seen_at = models.DateTimeField()
     updated_at = models.DateTimeField(help_text="When the mirror last wrote the row")
 
@@ -655,6 +780,15 @@ class KubeNode(models.Model):
 
     def __str__(self) -> str:
         return f"{self.cluster.name}/{self.name}"
+
+    @property
+    def gpu_type_label(self) -> str:
+        """Its `capvco.io/gpu-type` label as last observed ("": none)."""
+        return str(self.labels.get(GPU_TYPE_LABEL, ""))
+
+    @property
+    def gpu_count_label(self) -> str:
+        return str(self.labels.get(GPU_COUNT_LABEL, ""))
 
 
 class KubePod(models.Model):
@@ -690,3 +824,42 @@ class KubePod(models.Model):
 
     def __str__(self) -> str:
         return f"{self.cluster.name}/{self.namespace}/{self.name}"
+
+
+class Cloudspace(models.Model):
+    """A cloudspace of the account at a location (mirrored): where a site's VMs can go."""
+
+    location = models.ForeignKey(Location, on_delete=models.CASCADE, related_name="cloudspaces")
+    cloudspace_id = models.CharField(max_length=100)
+    name = models.CharField(max_length=200)
+    status = models.CharField(max_length=32)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["location", "cloudspace_id"], name="cloudspace_unique_per_location"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.cloudspace_id})"
+
+
+class Image(models.Model):
+    """An image the account can boot VMs from at a location (mirrored)."""
+
+    location = models.ForeignKey(Location, on_delete=models.CASCADE, related_name="images")
+    image_id = models.PositiveIntegerField()
+    name = models.CharField(max_length=200)
+    status = models.CharField(max_length=32)
+    os_type = models.CharField(max_length=64, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["location", "image_id"], name="image_unique_per_location"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.image_id})"

@@ -11,13 +11,14 @@ import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
 from decimal import Decimal
+from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
 from capvco_web.integrations import whitesky as ws
 from capvco_web.rows import fields_assign
-from clusters.models import Account, ClusterSite, Location, VirtualMachine
+from clusters.models import Account, Cloudspace, ClusterSite, Image, Location, VirtualMachine
 from clusters.orphans import vm_orphans_flag
 from clusters.selectors import machine_ids_by_owner, pools_by_cluster
 from gpus.mirror import gpu_profiles_sync, vgpus_sync
@@ -52,6 +53,65 @@ def account_locations_observe(*, client: ws.WhiteskyClient, account: Account) ->
         elif changed := fields_assign(row, data):
             row.save(update_fields=changed)
     return list(existing.values())
+
+
+def account_catalog_observe(
+    *, client: ws.WhiteskyClient, account: Account, locations: list[Location]
+) -> list[str]:
+    """Mirror the account's cloudspaces and, per location, its images: what a new site can
+    name. A listing that fails changes nothing of what it would have shown; the errors
+    are answered (and logged)."""
+    errors: list[str] = []
+    by_name = {location.name: location for location in locations}
+    try:
+        cloudspaces = client.list_cloudspaces(locations=list(by_name))
+    except ws.WhiteskyError as exc:
+        errors.append(f"cloudspaces: {exc}")
+    else:
+        for name, location in by_name.items():
+            listed = {
+                c.cloudspace_id: {"name": c.name, "status": c.status}
+                for c in cloudspaces
+                if c.location == name
+            }
+            _catalog_sync(Cloudspace, location, "cloudspace_id", listed)
+    for name, location in by_name.items():
+        try:
+            images = client.list_images(location=name)
+        except ws.WhiteskyError as exc:
+            errors.append(f"images of {name}: {exc}")
+            continue
+        listed_images = {
+            i.image_id: {"name": i.name, "status": i.status, "os_type": i.os_type} for i in images
+        }
+        _catalog_sync(Image, location, "image_id", listed_images)
+    for problem in errors:
+        logger.warning("observe %s: %s", account.name, problem)
+    return errors
+
+
+def _catalog_sync(
+    model: type[Cloudspace] | type[Image],
+    location: Location,
+    key: str,
+    listed: dict[Any, dict[str, Any]],
+) -> int:
+    """Make the location's rows of `model` what a whole listing shows; writes only changes."""
+    rows = {getattr(row, key): row for row in model.objects.filter(location=location)}
+    writes = 0
+    with transaction.atomic():
+        for ident, data in listed.items():
+            row = rows.pop(ident, None)
+            if row is None:
+                model.objects.create(location=location, **{key: ident}, **data)
+                writes += 1
+            elif changed := fields_assign(row, data):
+                row.save(update_fields=changed)
+                writes += 1
+        if rows:
+            model.objects.filter(pk__in=[row.pk for row in rows.values()]).delete()
+            writes += len(rows)
+    return writes
 
 
 def vms_sync(*, location: Location, cloudspace_id: str, vms: list[ws.Vm]) -> int:

@@ -13,7 +13,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
-from django.db.models import Count, Q
+from django.db.models import Count, Prefetch, Q
 
 from clusters.models import Cluster, ClusterSite, Location, Machine, MachinePool, VirtualMachine
 from clusters.selectors import pools_by_cluster
@@ -25,6 +25,7 @@ Phase = Machine.Phase
 RState = VgpuReservation.State
 VM_GONE = frozenset({"DELETED", "DESTROYED"})
 LIVE_RESERVATION = (RState.RESERVING, RState.RESERVED, RState.ATTACHED, RState.RELEASING)
+HELD = "billed_reservations"  # a machine's vGPUs, when read with it (_machines)
 
 Action = Literal["create", "provision", "replace_vm", "teardown", "reclaim"]
 ACTIONS: tuple[Action, ...] = get_args(Action)
@@ -123,6 +124,9 @@ class ClusterPlan:
 def gpus_held(machine: Machine) -> list[VgpuReservation]:
     if machine.pk is None:
         return []  # a machine the plan would make
+    held: list[VgpuReservation] | None = getattr(machine, HELD, None)
+    if held is not None:
+        return held  # read with the machine, for the whole cluster at once (_machines)
     return list(
         VgpuReservation.objects.filter(machine=machine, state__in=LIVE_RESERVATION).order_by(
             "owner_index", "pk"
@@ -227,8 +231,8 @@ def cluster_plan(cluster: Cluster) -> ClusterPlan:
             plan.steps.append(machine_teardown_step(machine, "cluster is being deleted"))
         plan.steps.append(cluster_reclaim_step(cluster))
         return plan
-    vms = _observed_vms(cluster)
     machines = _machines(Q(pool__cluster=cluster))
+    vms = _observed_vms(cluster, machines)
     by_pool: dict[int, list[Machine]] = defaultdict(list)
     for machine in machines:
         by_pool[machine.pool_id].append(machine)
@@ -308,16 +312,32 @@ class OwnerTest:
 
 
 def _machines(where: Q) -> list[Machine]:
-    return list(
+    """The machines, each with the vGPUs it holds: one query for them all, not one per
+    machine (the dashboard shows the plan of a cluster of hundreds)."""
+    held = VgpuReservation.objects.filter(state__in=LIVE_RESERVATION).order_by("owner_index", "pk")
+    machines = list(
         Machine.objects.filter(where)
-        .select_related("pool__site__location", "pool__cluster")
+        .prefetch_related(Prefetch("reservations", queryset=held, to_attr=HELD))
         .order_by("pool__name", "index")
     )
+    # One pool object per pool, shared by its machines, not one copy (with its site,
+    # location and cluster) per machine.
+    pools = MachinePool.objects.filter(pk__in={m.pool_id for m in machines}).select_related(
+        "site__location", "cluster"
+    )
+    by_id = {pool.pk: pool for pool in pools}
+    for machine in machines:
+        machine.pool = by_id[machine.pool_id]
+    return machines
 
 
-def _observed_vms(cluster: Cluster) -> dict[tuple[int, int], VirtualMachine]:
+def _observed_vms(
+    cluster: Cluster, machines: list[Machine]
+) -> dict[tuple[int, int], VirtualMachine]:
+    """The listed VMs of the machines, by (location, VM id)."""
     locations = ClusterSite.objects.filter(cluster=cluster).values("location")
+    vm_ids = [m.vm_id for m in machines if m.vm_id is not None]
     return {
         (vm.location_id, vm.vm_id): vm
-        for vm in VirtualMachine.objects.filter(location__in=locations)
+        for vm in VirtualMachine.objects.filter(location__in=locations, vm_id__in=vm_ids)
     }

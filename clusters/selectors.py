@@ -2,7 +2,21 @@
 
 from __future__ import annotations
 
-from clusters.models import Cluster, Machine, MachinePool
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery, Sum
+from django.db.models.functions import Coalesce
+
+from capvco_web.integrations.kube import GPU_TYPE_LABEL
+from clusters.gpu_nodes import gpu_label_value
+from clusters.models import Cluster, KubeNode, KubePod, Location, Machine, MachinePool
+from gpus.models import GpuProfile, VgpuReservation
+from gpus.resolve import gpu_type_of
+
+# Pods that hold (or wait for) what they request; finished ones hold nothing.
+ACTIVE_POD_PHASES = (KubePod.Phase.PENDING, KubePod.Phase.RUNNING)
 
 
 def pools_by_cluster(account_id: int) -> dict[str, set[str]]:
@@ -25,3 +39,127 @@ def machine_ids_by_owner(account_id: int) -> dict[tuple[str, str], int]:
         "pool__cluster__name", "name", "pk"
     )
     return {(cluster, machine): pk for cluster, machine, pk in rows}
+
+
+def _per_cluster(rows: QuerySet[Any], value: Any) -> Coalesce:
+    """One figure of the rows of the outer cluster (`cluster=OuterRef("pk")` already in
+    `rows`), 0 when there are none: a subquery, so that a list of clusters is one query."""
+    grouped = rows.order_by().values("cluster").annotate(figure=value).values("figure")
+    return Coalesce(Subquery(grouped, output_field=IntegerField()), 0)
+
+
+def clusters_with_kube_summary(queryset: QuerySet[Cluster]) -> QuerySet[Cluster]:
+    """The clusters with their Kubernetes summary, as last observed: nodes (ready), GPUs
+    the nodes have and advertise as allocatable, GPUs requested by pods on a node and by
+    pods not scheduled yet, and the flags raised (`summary_*` attributes)."""
+    nodes = KubeNode.objects.filter(cluster=OuterRef("pk"))
+    pods = KubePod.objects.filter(cluster=OuterRef("pk"), phase__in=ACTIVE_POD_PHASES)
+    missing = Machine.objects.filter(pool__cluster=OuterRef("pk"), node_missing=True)
+    return queryset.annotate(
+        summary_nodes=_per_cluster(nodes, Count("pk")),
+        summary_nodes_ready=_per_cluster(nodes.filter(ready=True), Count("pk")),
+        summary_gpu_capacity=_per_cluster(nodes, Sum("gpu_capacity")),
+        summary_gpu_allocatable=_per_cluster(nodes, Sum("gpu_allocatable")),
+        summary_gpu_requested=_per_cluster(pods.exclude(node_name=""), Sum("gpu_requests")),
+        summary_gpu_unscheduled=_per_cluster(pods.filter(node_name=""), Sum("gpu_requests")),
+        summary_nodes_unowned=_per_cluster(nodes.filter(unowned_since__isnull=False), Count("pk")),
+        summary_nodes_gpus_missing=_per_cluster(nodes.filter(gpus_missing=True), Count("pk")),
+        summary_machines_node_missing=Coalesce(
+            Subquery(
+                missing.order_by()
+                .values("pool__cluster")
+                .annotate(figure=Count("pk"))
+                .values("figure"),
+                output_field=IntegerField(),
+            ),
+            0,
+        ),
+    )
+
+
+def kube_nodes_with_requests(queryset: QuerySet[KubeNode]) -> QuerySet[KubeNode]:
+    """The nodes with `gpu_requested`: the GPUs that pods placed on each ask for."""
+    pods = KubePod.objects.filter(
+        cluster=OuterRef("cluster"), node_name=OuterRef("name"), phase__in=ACTIVE_POD_PHASES
+    )
+    requested = pods.order_by().values("cluster").annotate(figure=Sum("gpu_requests"))
+    return queryset.annotate(
+        gpu_requested=Coalesce(Subquery(requested.values("figure"), output_field=IntegerField()), 0)
+    )
+
+
+@dataclass(frozen=True)
+class GpuCapacityRow:
+    """GPUs of one type in one location, as whitesky and Kubernetes see them."""
+
+    location: str
+    gpu_type: str
+    """As whitesky's cards name it ("NVIDIA A100"); the label value where only Kubernetes
+    knows the type, "" for GPU nodes that carry no type label (yet)."""
+    gpu_type_label: str
+    attached_in_whitesky: int
+    allocatable_in_kubernetes: int
+    requested_in_kubernetes: int
+
+
+def gpu_capacity_by_location_and_type(account_ids: set[int] | None = None) -> list[GpuCapacityRow]:
+    """Per location and GPU type: vGPUs attached to VMs (whitesky), GPUs the nodes of our
+    machines advertise as allocatable and GPUs their pods request (Kubernetes), for the
+    accounts given (None: all; see capvco_web.permissions.accounts_where). A type is
+    matched by its label value, so "NVIDIA A100" in whitesky meets `nvidia-a100` on a node.
+    Nodes no machine owns are left out: their location is not known."""
+    locations = Location.objects.all()
+    if account_ids is not None:
+        locations = locations.filter(account_id__in=account_ids)
+    names = dict(locations.values_list("pk", "name"))
+    types = {
+        (card.location_id, card.profile_id): gpu_type_of(card)
+        for card in GpuProfile.objects.filter(location_id__in=names)
+    }
+    attached: Counter[tuple[str, str]] = Counter()
+    shown: dict[tuple[str, str], str] = {}
+    rows = (
+        VgpuReservation.objects.filter(location_id__in=names, state=VgpuReservation.State.ATTACHED)
+        .values("location_id", "gpu_id")
+        .annotate(n=Count("pk"))
+    )
+    for row in rows:
+        gpu_type = types.get((row["location_id"], row["gpu_id"]), "unknown")
+        key = (names[row["location_id"]], gpu_label_value(gpu_type))
+        attached[key] += row["n"]
+        shown.setdefault(key, gpu_type)
+    pods = KubePod.objects.filter(phase__in=ACTIVE_POD_PHASES).exclude(node_name="")
+    if account_ids is not None:
+        pods = pods.filter(cluster__account_id__in=account_ids)
+    requested = {
+        (cluster_id, node): figure or 0
+        for cluster_id, node, figure in pods.order_by()
+        .values("cluster_id", "node_name")
+        .annotate(figure=Sum("gpu_requests"))
+        .values_list("cluster_id", "node_name", "figure")
+    }
+    allocatable: Counter[tuple[str, str]] = Counter()
+    asked: Counter[tuple[str, str]] = Counter()
+    nodes = KubeNode.objects.filter(machine__pool__site__location_id__in=names).values_list(
+        "cluster_id", "name", "labels", "gpu_allocatable", "machine__pool__site__location_id"
+    )
+    for cluster_id, name, labels, gpus, location_id in nodes:
+        label = str((labels or {}).get(GPU_TYPE_LABEL, ""))
+        node_requests = requested.get((cluster_id, name), 0)
+        if not (gpus or node_requests or label):
+            continue
+        key = (names[location_id], label)
+        allocatable[key] += gpus
+        asked[key] += node_requests
+        shown.setdefault(key, label)
+    return [
+        GpuCapacityRow(
+            location=location,
+            gpu_type=shown[(location, label)],
+            gpu_type_label=label,
+            attached_in_whitesky=attached[(location, label)],
+            allocatable_in_kubernetes=allocatable[(location, label)],
+            requested_in_kubernetes=asked[(location, label)],
+        )
+        for location, label in sorted(shown)
+    ]

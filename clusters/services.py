@@ -9,30 +9,38 @@ value of a secret.
 Machines, and the rows they hang from (pool, site, cluster, account), are deleted only
 through teardown: the foreign keys PROTECT, and the deletes here refuse with `InUse`,
 naming what is in the way and what to do, while anything still hangs from the row.
+
+A cluster imported from Cluster API (`Cluster.imported_from`), its sites and its pools
+change only through the import (actor `IMPORT_ACTOR`): for anyone else the services
+here refuse with `ImportedReadOnly`, whichever entry point asks. Its kubeconfig and its
+machines (a teardown of one) stay ours to change.
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from django.contrib.auth.models import AnonymousUser, Group, User
-from django.core.exceptions import ValidationError
-from django.core.validators import MaxValueValidator
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models, transaction
 from django.db.models import ProtectedError
 
 from capvco_web.audit import audit_changes, audit_record, audit_snapshot
 from capvco_web.integrations.kube import KubeconfigInvalid, kubeconfig_load
-from capvco_web.permissions import perm_name, permission_require
+from capvco_web.permissions import perm_name, permission_require, permissions_forget
 from capvco_web.rows import model_update
+from capvco_web.tasks import send_on_commit
 from clusters.models import (
     Account,
     Cluster,
     ClusterSite,
     KubeNode,
     KubePod,
+    Location,
     Machine,
     MachinePool,
     Membership,
@@ -43,6 +51,25 @@ from gpus.models import VgpuReservation
 
 Actor = User | AnonymousUser | str
 M = TypeVar("M", bound=models.Model)
+
+# The one actor that changes imported clusters, sites and pools (clusters.capi_import).
+IMPORT_ACTOR = "capi-import"
+
+
+class ImportedReadOnly(PermissionDenied):
+    """A change refused because the row mirrors a Cluster API object: the management
+    cluster owns it. The message says so and where to change it; the API answers 403
+    with it, the admin shows it."""
+
+
+def imported_check(obj: models.Model, actor: Actor) -> None:
+    """Raise `ImportedReadOnly` when `obj` (a cluster, site or pool) is imported and the
+    actor is not the import."""
+    if actor == IMPORT_ACTOR:
+        return
+    refusal = getattr(obj, "import_refusal", None)
+    if refusal is not None and (message := refusal()):
+        raise ImportedReadOnly(message)
 
 
 class InUse(ProtectedError):
@@ -101,6 +128,7 @@ def cluster_delete(*, cluster: Cluster, actor: User | AnonymousUser | str, reaso
     """Ask for a cluster's deletion: the reconciler tears it down and releases every
     reservation carrying its prefix; the cluster stays `deleting` until none is listed."""
     permission_require(actor, "clusters.delete_cluster", cluster)
+    imported_check(cluster, actor)
     if not reason.strip():
         raise ValueError("A cluster deletion needs a reason.")
     updated = Cluster.objects.filter(pk=cluster.pk, state=Cluster.State.ACTIVE).update(
@@ -141,6 +169,7 @@ def pool_delete(*, pool: MachinePool, actor: Actor, reason: str = "") -> None:
             MachinePool.objects.select_for_update().select_related("site__location").get(pk=pool.pk)
         )
         permission_require(actor, "clusters.delete_machinepool", pool)
+        imported_check(pool, actor)
         pool_delete_check(pool=pool)
         before = {
             "name": pool.name,
@@ -191,6 +220,7 @@ def site_delete(*, site: ClusterSite, actor: Actor, reason: str = "") -> None:
             .get(pk=site.pk)
         )
         permission_require(actor, "clusters.delete_clustersite", site)
+        imported_check(site, actor)
         site_delete_check(site=site)
         before = {
             "cluster": site.cluster.name,
@@ -353,13 +383,14 @@ def cluster_rows_delete(*, cluster: Cluster, actor: Actor, reason: str) -> None:
 # --- creating and changing rows ------------------------------------------------------------
 
 
-def _row_create(obj: M, *, actor: Actor, action: str) -> M:
+def _row_create(obj: M, *, actor: Actor, action: str, reason: str = "") -> M:
     """Check the role in the account the new row goes into, validate, save, audit."""
     permission_require(actor, perm_name(type(obj), "add"), obj)
+    imported_check(obj, actor)
     obj.full_clean()
     with transaction.atomic():
         obj.save()
-        audit_record(actor=actor, action=action, obj=obj, after=audit_snapshot(obj))
+        audit_record(actor=actor, action=action, obj=obj, reason=reason, after=audit_snapshot(obj))
     return obj
 
 
@@ -376,6 +407,7 @@ def _row_update(obj: M, *, actor: Actor, action: str, reason: str = "") -> M:
         before, after = audit_changes(stored, obj)
         if not after:
             return obj
+        imported_check(stored, actor)  # a save that changes nothing is no change
         obj.save()
         audit_record(actor=actor, action=action, obj=obj, reason=reason, before=before, after=after)
     return obj
@@ -384,7 +416,10 @@ def _row_update(obj: M, *, actor: Actor, action: str, reason: str = "") -> M:
 def account_create(*, account: Account, actor: Actor) -> Account:
     """Create an account (Django's global permission `clusters.add_account`: no role in
     an account that does not exist yet grants it). The person who creates it becomes its
-    admin, so that they see it."""
+    admin, so that they see it. The account is observed as soon as it is committed."""
+    # Here, not at the top: the tasks module imports the services.
+    from clusters.tasks import observe_account
+
     permission_require(actor, "clusters.add_account")
     account.full_clean()
     with transaction.atomic():
@@ -392,6 +427,9 @@ def account_create(*, account: Account, actor: Actor) -> Account:
         audit_record(
             actor=actor, action="account.create", obj=account, after=audit_snapshot(account)
         )
+        # Observed at once, not at the next beat tick: its locations, cards, cloudspaces
+        # and images are there to choose from when its first cluster is set up.
+        send_on_commit(observe_account, account.pk, True)
         if isinstance(actor, User) and not actor.is_superuser:
             membership_create(
                 membership=Membership(
@@ -399,43 +437,46 @@ def account_create(*, account: Account, actor: Actor) -> Account:
                 ),
                 actor="account-create",
             )
+            permissions_forget(actor)  # what they may do next in this request includes it
     return account
 
 
-def cluster_create(*, cluster: Cluster, actor: Actor) -> Cluster:
-    return _row_create(cluster, actor=actor, action="cluster.create")
+def cluster_create(*, cluster: Cluster, actor: Actor, reason: str = "") -> Cluster:
+    return _row_create(cluster, actor=actor, action="cluster.create", reason=reason)
 
 
-def cluster_update(*, cluster: Cluster, actor: Actor) -> Cluster:
-    return _row_update(cluster, actor=actor, action="cluster.update")
+def cluster_update(*, cluster: Cluster, actor: Actor, reason: str = "") -> Cluster:
+    return _row_update(cluster, actor=actor, action="cluster.update", reason=reason)
 
 
-def site_create(*, site: ClusterSite, actor: Actor) -> ClusterSite:
-    return _row_create(site, actor=actor, action="site.create")
+def site_create(*, site: ClusterSite, actor: Actor, reason: str = "") -> ClusterSite:
+    return _row_create(site, actor=actor, action="site.create", reason=reason)
 
 
-def site_update(*, site: ClusterSite, actor: Actor) -> ClusterSite:
+def site_update(*, site: ClusterSite, actor: Actor, reason: str = "") -> ClusterSite:
     """Save a site's changes; moving it (cluster, location, cloudspace) is refused by
     `ClusterSite.clean`."""
-    return _row_update(site, actor=actor, action="site.update")
+    return _row_update(site, actor=actor, action="site.update", reason=reason)
 
 
-def pool_create(*, pool: MachinePool, actor: Actor) -> MachinePool:
-    return _row_create(pool, actor=actor, action="pool.create")
+def pool_create(*, pool: MachinePool, actor: Actor, reason: str = "") -> MachinePool:
+    return _row_create(pool, actor=actor, action="pool.create", reason=reason)
 
 
-def pool_update(*, pool: MachinePool, actor: Actor) -> MachinePool:
+def pool_update(*, pool: MachinePool, actor: Actor, reason: str = "") -> MachinePool:
     """Save a pool's changes (its replicas too); moving it (cluster, site) is refused by
     `MachinePool.clean`."""
-    return _row_update(pool, actor=actor, action="pool.update")
+    return _row_update(pool, actor=actor, action="pool.update", reason=reason)
 
 
 def pool_scale(*, pool: MachinePool, replicas: int, actor: Actor, reason: str) -> MachinePool:
     """Set a pool's replicas, and nothing else: what an operator may do. The reconciler
     creates the machines missing or tears the surplus down. Audited with the reason."""
     permission_require(actor, "clusters.scale_machinepool", pool)
+    imported_check(pool, actor)
     if not reason.strip():
         raise ValueError("Scaling a pool needs a reason.")
+    MinValueValidator(0)(replicas)
     MaxValueValidator(100)(replicas)
     with transaction.atomic():
         pool = MachinePool.objects.select_for_update().get(pk=pool.pk)
@@ -553,3 +594,186 @@ def _kubeconfig_server(kubeconfig: str) -> str:
         return kubeconfig_load(kubeconfig).server
     except KubeconfigInvalid:
         return "(unreadable)"
+
+
+@dataclass(frozen=True)
+class SiteSpec:
+    location: Location
+    cloudspace_id: str
+    image_id: int
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    name: str
+    location: Location
+    replicas: int
+    gpu_type: str = ""
+    gpu_count: int = 0
+    vcpus: int = 4
+    memory_mib: int = 8192
+    disk_gib: int = 50
+
+
+def _validated(obj: models.Model, label: str) -> None:
+    """The model's own validation, its errors under `label` (which site, which pool)."""
+    try:
+        obj.full_clean()
+    except ValidationError as exc:
+        problems = [
+            f"{field}: {message}" if field != "__all__" else message
+            for field, messages in exc.message_dict.items()
+            for message in messages
+        ]
+        raise ValidationError({label: problems}) from exc
+
+
+def cluster_setup(
+    *,
+    name: str,
+    account: Account,
+    sites: Sequence[SiteSpec],
+    pools: Sequence[PoolSpec],
+    actor: Actor,
+) -> Cluster:
+    """Create a cluster with its sites and pools at once, each checked by its model as the
+    API checks it and by the actor's role in the account (an admin's: add cluster, site and
+    pool); when anything is refused nothing is made. Each row is audited as the API's
+    creates are, the cluster's event naming its sites and pools too."""
+    with transaction.atomic():
+        cluster = Cluster(name=name, account=account)
+        permission_require(actor, "clusters.add_cluster", cluster)
+        _validated(cluster, "cluster")
+        cluster.save()
+        audit_record(
+            actor=actor,
+            action="cluster.create",
+            obj=cluster,
+            after={
+                **audit_snapshot(cluster),
+                "sites": [
+                    f"{s.location.name}: cloudspace {s.cloudspace_id}, image {s.image_id}"
+                    for s in sites
+                ],
+                "pools": [
+                    f"{p.name} in {p.location.name}: {p.replicas} x "
+                    f"{f'{p.gpu_count} {p.gpu_type}' if p.gpu_count else 'no GPU'}"
+                    for p in pools
+                ],
+            },
+        )
+        by_location: dict[int, ClusterSite] = {}
+        for spec in sites:
+            site = ClusterSite(
+                cluster=cluster,
+                location=spec.location,
+                cloudspace_id=spec.cloudspace_id,
+                image_id=spec.image_id,
+            )
+            permission_require(actor, "clusters.add_clustersite", site)
+            _validated(site, f"site in {spec.location.name}")
+            site.save()
+            audit_record(actor=actor, action="site.create", obj=site, after=audit_snapshot(site))
+            by_location[spec.location.pk] = site
+        for pool_spec in pools:
+            label = f"pool {pool_spec.name}"
+            pool_site = by_location.get(pool_spec.location.pk)
+            if pool_site is None:
+                raise ValidationError(
+                    {label: [f"{pool_spec.location.name} is not one of the cluster's sites."]}
+                )
+            pool = MachinePool(
+                cluster=cluster,
+                site=pool_site,
+                name=pool_spec.name,
+                replicas=pool_spec.replicas,
+                gpu_type=pool_spec.gpu_type,
+                gpu_count=pool_spec.gpu_count,
+                vcpus=pool_spec.vcpus,
+                memory_mib=pool_spec.memory_mib,
+                disk_gib=pool_spec.disk_gib,
+            )
+            permission_require(actor, "clusters.add_machinepool", pool)
+            _validated(pool, label)
+            pool.save()
+            audit_record(actor=actor, action="pool.create", obj=pool, after=audit_snapshot(pool))
+    return cluster
+
+
+def cluster_gpu_addon_set(
+    *, cluster: Cluster, enabled: bool, actor: Actor, reason: str = ""
+) -> Cluster:
+    """Turn the cluster's GPU add-on on or off: the next observe pass applies the NVIDIA
+    device plugin to its Kubernetes, or removes ours (clusters.gpu_addon). Audited; an
+    imported cluster's follows its Cluster API label instead."""
+    with transaction.atomic():
+        cluster = Cluster.objects.select_for_update().get(pk=cluster.pk)
+        permission_require(actor, "clusters.change_cluster", cluster)
+        imported_check(cluster, actor)
+        before = cluster.gpu_addon
+        if not model_update(cluster, {"gpu_addon": enabled}):
+            return cluster
+        audit_record(
+            actor=actor,
+            action="cluster.gpu_addon_set",
+            obj=cluster,
+            reason=reason,
+            before={"gpu_addon": before},
+            after={"gpu_addon": enabled},
+        )
+    return cluster
+
+
+def account_capi_kubeconfig_set(
+    *, account: Account, kubeconfig: str, actor: Actor, reason: str = ""
+) -> None:
+    """Store (or, empty, remove) the kubeconfig of the management cluster whose Cluster API
+    objects define clusters of this account (clusters.capi_import).
+
+    Audited with the API server before and after, never the credential. Removing it, or
+    pointing it at another API server, hands the clusters imported so far over to this
+    control plane (`imported_from` cleared, each audited): the new source cannot say
+    anything about them, and a listing of another management cluster that lacks them
+    must not read as their deletion.
+    """
+    permission_require(actor, "clusters.change_account", account)
+    kubeconfig = kubeconfig.strip()
+    server_after = ""
+    if kubeconfig:
+        try:
+            server_after = kubeconfig_load(kubeconfig).server
+        except KubeconfigInvalid as exc:
+            raise ValidationError({"capi_kubeconfig": str(exc)}) from exc
+    with transaction.atomic():
+        stored = Account.objects.select_for_update().get(pk=account.pk)
+        server_before = _kubeconfig_server(stored.capi_kubeconfig)
+        fields: dict[str, Any] = {"capi_kubeconfig": kubeconfig}
+        if server_after != server_before:
+            fields.update(
+                capi_import_complete=False,
+                capi_import_error="",
+                capi_import_started_at=None,
+                capi_last_complete_import_at=None,
+            )
+            for cluster in Cluster.objects.filter(account=stored).exclude(imported_from=""):
+                audit_record(
+                    actor=actor,
+                    action="cluster.import_release",
+                    obj=cluster,
+                    reason="the account's management cluster changed or was removed",
+                    before={"imported_from": cluster.imported_from, "server": server_before},
+                    after={"imported_from": ""},
+                )
+                Cluster.objects.filter(pk=cluster.pk).update(imported_from="")
+        Account.objects.filter(pk=stored.pk).update(**fields)
+        audit_record(
+            actor=actor,
+            action=(
+                "account.capi_kubeconfig_set" if kubeconfig else "account.capi_kubeconfig_remove"
+            ),
+            obj=stored,
+            reason=reason,
+            before={"server": server_before},
+            after={"server": server_after},
+        )
+    account.refresh_from_db()

@@ -1,5 +1,6 @@
-"""Periodic, idempotent tasks: observe every location, reconcile every cluster, sweep
-orphans; and the release a person asked for.
+"""Periodic, idempotent tasks: observe every location (and, on a slower beat, each
+account's cloudspaces and images), reconcile every cluster, sweep orphans; and the release
+a person asked for.
 
 Tasks take ids and call one reconciler; beat sends the fan-out ones (see settings).
 """
@@ -18,10 +19,17 @@ from capvco_web.integrations import whitesky as ws
 from capvco_web.integrations.kube import KubeconfigInvalid
 from capvco_web.locks import object_lock
 from capvco_web.tasks import retry_if_transient, send_on_commit
-from clusters.kube import kube_client
+from clusters.capi_import import account_capi_import
+from clusters.gpu_addon import cluster_gpu_addon_reconcile
+from clusters.gpu_nodes import node_gpu_labels_apply
+from clusters.kube import kube_client, management_client
 from clusters.kube_observe import cluster_kube_observe
 from clusters.models import Account, Cluster, Location
-from clusters.observe import account_locations_observe, location_observe
+from clusters.observe import (
+    account_catalog_observe,
+    account_locations_observe,
+    location_observe,
+)
 from clusters.reconcile import PassContext, cluster_reconcile, machine_reconcile
 from clusters.releases import (
     locations_to_sweep,
@@ -41,22 +49,50 @@ def observe_all() -> None:
         send_on_commit(observe_account, account_id)
     for cluster_id in kube_observed_clusters().values_list("pk", flat=True):
         send_on_commit(observe_cluster_kube, cluster_id)
+    for account_id in capi_imported_accounts().values_list("pk", flat=True):
+        send_on_commit(import_capi_account, account_id)
 
 
 @shared_task(bind=True, max_retries=3)
-def observe_account(self: Task[Any, Any], account_id: int) -> None:
+def observe_account(self: Task[Any, Any], account_id: int, catalog: bool = False) -> None:
+    """The account's locations, then each location; with `catalog` (a new account: see
+    account_create), its cloudspaces and images too, which beat observes on their own
+    slower beat (observe_catalog_all)."""
     account = Account.objects.get(pk=account_id)
+    locations: list[Location] = []
     with object_lock(f"observe-account:{account_id}") as taken:
+        if taken:  # else another observe of the account lists its locations
+            with whitesky_client(account) as client:
+                try:
+                    locations = account_locations_observe(client=client, account=account)
+                except ws.WhiteskyError as exc:
+                    retry_if_transient(self, exc)
+                    raise
+    for location in locations:
+        send_on_commit(observe_location, location.pk)
+    if catalog:
+        send_on_commit(observe_catalog, account_id)
+
+
+@shared_task
+def observe_catalog_all() -> None:
+    for account_id in Account.objects.values_list("pk", flat=True):
+        send_on_commit(observe_catalog, account_id)
+
+
+@shared_task
+def observe_catalog(account_id: int) -> None:
+    """The account's cloudspaces and images: the choices a new cluster is set up with."""
+    account = Account.objects.filter(pk=account_id).first()
+    if account is None:
+        return
+    with object_lock(f"observe-catalog:{account_id}") as taken:
         if not taken:
             return
         with whitesky_client(account) as client:
-            try:
-                locations = account_locations_observe(client=client, account=account)
-            except ws.WhiteskyError as exc:
-                retry_if_transient(self, exc)
-                raise
-    for location in locations:
-        send_on_commit(observe_location, location.pk)
+            account_catalog_observe(
+                client=client, account=account, locations=list(account.locations.all())
+            )
 
 
 @shared_task
@@ -76,7 +112,9 @@ def kube_observed_clusters() -> QuerySet[Cluster]:
 
 @shared_task
 def observe_cluster_kube(cluster_id: int) -> None:
-    """Mirror the cluster's nodes and pods; flag machines and nodes without each other."""
+    """Mirror the cluster's nodes and pods; flag machines and nodes without each other and
+    GPU nodes that advertise no GPU; then put right what the control plane writes there:
+    the GPU labels of its nodes and the GPU add-on."""
     cluster = kube_observed_clusters().filter(pk=cluster_id).first()
     if cluster is None:
         return  # deleted, deleting, or its kubeconfig removed since the fan-out
@@ -92,7 +130,38 @@ def observe_cluster_kube(cluster_id: int) -> None:
             logger.warning("observe kubernetes of %s: %s", cluster.name, exc)
             return
         with client:
-            cluster_kube_observe(client=client, cluster=cluster)
+            observed = cluster_kube_observe(client=client, cluster=cluster)
+            node_gpu_labels_apply(
+                client=client, cluster=cluster, nodes_complete=observed.nodes_complete
+            )
+            cluster_gpu_addon_reconcile(client=client, cluster=cluster)
+
+
+def capi_imported_accounts() -> QuerySet[Account]:
+    """Accounts with a management cluster to import clusters from."""
+    return Account.objects.exclude(capi_kubeconfig="")
+
+
+@shared_task
+def import_capi_account(account_id: int) -> None:
+    """Mirror the Cluster API clusters of the account's management cluster into clusters
+    and pools (clusters.capi_import)."""
+    account = capi_imported_accounts().filter(pk=account_id).first()
+    if account is None:
+        return  # deleted, or its management kubeconfig removed since the fan-out
+    with object_lock(f"capi-import:{account_id}") as taken:
+        if not taken:
+            return
+        try:
+            client = management_client(account)
+        except KubeconfigInvalid as exc:
+            Account.objects.filter(pk=account_id).update(
+                capi_import_complete=False, capi_import_error=str(exc)
+            )
+            logger.warning("capi import of %s: %s", account.name, exc)
+            return
+        with client:
+            account_capi_import(client=client, account=account)
 
 
 @shared_task

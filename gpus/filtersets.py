@@ -1,10 +1,21 @@
+"""The filters of vGPU reservations: one FilterSet for the API and the dashboard's list."""
+
 from __future__ import annotations
 
 import django_filters
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
 from capvco_web.filters import IdFilter, StrictFilterSet, TrueFalseFilter
-from gpus.models import GpuProfile, VgpuReservation
+from gpus import naming
+from gpus.models import BILLED_STATES, GpuProfile, VgpuReservation
+from gpus.resolve import gpu_type_of
+
+State = VgpuReservation.State
+SEARCH_MIN_LENGTH = 3  # shorter words would match nearly every name (and no trigram)
+
+
+def _normal(text: str) -> str:
+    return " ".join(text.lower().split())
 
 
 class GpuProfileFilterSet(StrictFilterSet):
@@ -16,17 +27,72 @@ class GpuProfileFilterSet(StrictFilterSet):
 
 
 class VgpuReservationFilterSet(StrictFilterSet):
-    location = IdFilter(field_name="location_id")
-    orphaned = TrueFalseFilter(method="filter_orphaned")
-    cluster = django_filters.CharFilter(field_name="owner_cluster")
+    location = IdFilter(field_name="location_id", label="Location")
+    orphaned = TrueFalseFilter(method="filter_orphaned", label="Orphaned (no machine owns it)")
+    cluster = django_filters.CharFilter(field_name="owner_cluster", label="Cluster (by name)")
+    type = django_filters.CharFilter(
+        method="filter_type", label="GPU type", help_text='e.g. "NVIDIA A100", as the cards say'
+    )
+    unassigned = TrueFalseFilter(method="filter_unassigned", label="Billed, attached to no VM")
+    not_ours = TrueFalseFilter(
+        method="filter_not_ours", label=f"Not named by us (no {naming.PREFIX} prefix)"
+    )
+    vm_id = IdFilter(field_name="vm_id", label="VM id")
+    q = django_filters.CharFilter(
+        method="filter_search",
+        label="Name contains",
+        help_text=f"At least {SEARCH_MIN_LENGTH} characters: a cluster, machine or vGPU name",
+        # A bounded search: a shorter word would match nearly every name, reading them all.
+        min_length=SEARCH_MIN_LENGTH,
+        max_length=200,
+    )
 
     class Meta:
         model = VgpuReservation
-        fields = ["location", "state", "cluster", "orphaned"]
+        fields = ["location", "state", "cluster", "orphaned", "type", "unassigned", "not_ours"]
 
     def filter_orphaned(
         self, queryset: QuerySet[VgpuReservation], name: str, value: bool | None
     ) -> QuerySet[VgpuReservation]:
         if value is None:
             return queryset
-        return queryset.filter(orphaned_since__isnull=not value)
+        if value:
+            # Only billed rows are ever flagged (a release clears the flag); saying so
+            # lets the database read the index of billed rows alone.
+            return queryset.filter(orphaned_since__isnull=False, state__in=BILLED_STATES)
+        return queryset.filter(orphaned_since__isnull=True)
+
+    def filter_type(
+        self, queryset: QuerySet[VgpuReservation], name: str, value: str
+    ) -> QuerySet[VgpuReservation]:
+        """The reservations on a card of that type: a type spans cards, per location."""
+        if not value:
+            return queryset
+        wanted = _normal(value)
+        cards = Q(pk__in=[])
+        for card in GpuProfile.objects.only("location_id", "profile_id", "vendor", "model"):
+            if _normal(gpu_type_of(card)) == wanted:
+                cards |= Q(location_id=card.location_id, gpu_id=card.profile_id)
+        return queryset.filter(cards)
+
+    def filter_unassigned(
+        self, queryset: QuerySet[VgpuReservation], name: str, value: bool | None
+    ) -> QuerySet[VgpuReservation]:
+        unassigned = Q(state=State.RESERVED, vm_id__isnull=True)
+        if value is None:
+            return queryset
+        return queryset.filter(unassigned) if value else queryset.exclude(unassigned)
+
+    def filter_not_ours(
+        self, queryset: QuerySet[VgpuReservation], name: str, value: bool | None
+    ) -> QuerySet[VgpuReservation]:
+        ours = Q(name__startswith=naming.PREFIX)
+        if value is None:
+            return queryset
+        return queryset.exclude(ours) if value else queryset.filter(ours)
+
+    def filter_search(
+        self, queryset: QuerySet[VgpuReservation], name: str, value: str
+    ) -> QuerySet[VgpuReservation]:
+        value = value.strip()
+        return queryset.filter(name__icontains=value) if value else queryset

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from django.db.models import Q, QuerySet
@@ -34,4 +35,13 @@ def releases_stalled(*, location: Location) -> QuerySet[VgpuReservation]:
         VgpuReservation.objects.filter(stalled_releases(), location=location)
         .select_related("location__account", "release_requested_by")
         .order_by("name")
+    )
+
+
+def released_before(before: datetime) -> QuerySet[VgpuReservation]:
+    """Reservations released before `before` (history; rows released before the release
+    time was kept count from their last change)."""
+    return VgpuReservation.objects.filter(
+        Q(released_at__lt=before) | Q(released_at__isnull=True, updated_at__lt=before),
+        state=State.RELEASED,
     )

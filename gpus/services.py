@@ -23,6 +23,7 @@ from capvco_web.locks import object_lock
 from capvco_web.rows import model_update
 from gpus import naming
 from gpus.models import VgpuReservation
+from gpus.selectors import released_before
 
 State = VgpuReservation.State
 
@@ -262,3 +263,12 @@ def reservation_confirm_released(*, reservation: VgpuReservation, listed_ids: se
         return False
     gone = {"state": State.RELEASED, "released_at": timezone.now(), "orphaned_since": None}
     return model_update(reservation, gone, expect={"state": reservation.state})
+
+
+def reservations_history_prune(*, before: datetime, batch: int = 5000) -> int:
+    """Delete the reservations released before `before`: history, whose releases are in
+    the audit log. In batches, so no long lock holds the table. Answers how many."""
+    deleted = 0
+    while ids := list(released_before(before).values_list("pk", flat=True)[:batch]):
+        deleted += released_before(before).filter(pk__in=ids).delete()[0]
+    return deleted

@@ -97,6 +97,7 @@ UNSTATABLE = {
     "POST /api/v1/tokens/": _past_expiry,
     "POST /api/v1/clusters/": _not_a_kubeconfig,
     "PUT /api/v1/clusters/{id}/kubeconfig/": _not_a_kubeconfig,
+    "PUT /api/v1/accounts/{id}/capi-kubeconfig/": _not_a_kubeconfig,
 }
 
 
@@ -119,6 +120,7 @@ def seed_world() -> dict[str, int]:
     as; the id of each object, by the first segment of its path."""
 
     from capvco_web.tokens import api_token_create
+    from clusters.models import Cloudspace, Image
     from tests.factories import (
         GpuProfileFactory,
         KubeNodeFactory,
@@ -143,10 +145,18 @@ def seed_world() -> dict[str, int]:
     node = KubeNodeFactory(cluster=pool.cluster, machine=machine)
     pod = KubePodFactory(cluster=pool.cluster, node_name=node.name)
     token, _ = api_token_create(user=superuser, name="contract", actor=CONTRACT_USER)
+    cloudspace = Cloudspace.objects.create(
+        location=attached.location, cloudspace_id="cs-1", name="prod", status="DEPLOYED"
+    )
+    image = Image.objects.create(
+        location=attached.location, image_id=1, name="ubuntu-24.04", status="CREATED"
+    )
     return {
         "accounts": pool.cluster.account_id,
         "memberships": member.pk,
         "locations": attached.location_id,
+        "cloudspaces": cloudspace.pk,
+        "images": image.pk,
         "clusters": pool.cluster_id,
         "sites": pool.site_id,
         "pools": pool.pk,

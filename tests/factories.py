@@ -16,7 +16,7 @@ from django.contrib.auth.models import Group, Permission
 from django.utils import timezone
 from factory.django import DjangoModelFactory, Password
 
-from capvco_web.models import Heartbeat
+from capvco_web.models import AuditEvent, Heartbeat
 from capvco_web.permissions import ROLE_PERMISSIONS
 from capvco_web.tasks import BEAT
 from clusters.models import (
@@ -257,3 +257,17 @@ class HeartbeatFactory(DjangoModelFactory):
 
     name = BEAT
     ticked_at = factory.LazyFunction(timezone.now)
+
+
+class AuditEventFactory(DjangoModelFactory):
+    """A person's release request of a reservation, as the audit log keeps it."""
+
+    class Meta:
+        model = AuditEvent
+
+    actor_name = "ops"
+    action = "vgpu.release_requested"
+    object_type = "gpus.VgpuReservation"
+    object_id = factory.Sequence(str)
+    object_repr = factory.Sequence(lambda n: f"capvco-demo-gpu-{n}-gpu-0")
+    reason = "not needed"

@@ -51,10 +51,18 @@ class SimCluster:
 class KubeSimulator:
     """A simulator subprocess on a free port, and a client for its control API."""
 
-    def __init__(self, *, host: str = "127.0.0.1", port: int = 0, seed: int | None = None):
+    def __init__(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        seed: int | None = None,
+        extra_args: tuple[str, ...] = (),
+    ):
         self._args = [sys.executable, "-m", "simulator.kube", "--host", host, "--port", str(port)]
         if seed is not None:
             self._args += ["--seed", str(seed)]
+        self._args += list(extra_args)
         self._process: subprocess.Popen[str] | None = None
         self._stderr = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - lives with the object
         self._session = requests.Session()

@@ -290,6 +290,23 @@ def test_orphaned_filter_takes_true_or_false_only(api: APIClient, value: str, st
         assert response.json()["count"] == 1
 
 
+@pytest.mark.parametrize(
+    ("q", "status"),
+    [("abc", 200), ("  abc ", 200), ("", 200), ("   ", 200), ("ab", 400), (" ab  ", 400),
+     ("a" * 200, 200), ("a" * 201, 400)],
+)  # fmt: skip
+def test_a_search_is_taken_exactly_when_the_schema_pattern_says(
+    api: APIClient, q: str, status: int
+) -> None:
+    parameters = schema(api)["paths"]["/api/v1/reservations/"]["get"]["parameters"]
+    (pattern,) = (p["schema"]["pattern"] for p in parameters if p["name"] == "q")
+
+    response = api.get("/api/v1/reservations/", {"q": q})
+
+    assert response.status_code == status
+    assert bool(re.fullmatch(pattern, q)) is (status == 200)
+
+
 # --- the schema says what the API does ------------------------------------------------------
 
 

@@ -134,6 +134,7 @@ CHECKOUT = (
     "clusters",
     "gpus",
     "sriov",
+    "dashboard",
     "templates",
     "static",
     "tests",

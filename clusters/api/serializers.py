@@ -25,8 +25,10 @@ from clusters.models import (
     MAX_ORPHAN_GRACE_PERIOD,
     MAX_REPLICAS,
     Account,
+    Cloudspace,
     Cluster,
     ClusterSite,
+    Image,
     KubeNode,
     KubePod,
     Location,
@@ -55,11 +57,19 @@ class AccountSerializer(ModelCleanMixin):
         help_text="The JWT; never returned. Required again to change api_url or iam_url.",
     )
 
+    has_capi_kubeconfig = serializers.BooleanField(
+        read_only=True,
+        help_text="Whether a management cluster's kubeconfig is stored: its Cluster API "
+        "clusters are imported (PUT accounts/<id>/capi-kubeconfig/).",
+    )
+
     class Meta:
         model = Account
         fields = [
             "id", "name", "api_url", "iam_url", "customer_id", "credential",
             "orphan_auto_release", "orphan_grace_period", "orphan_confirmations",
+            "has_capi_kubeconfig", "capi_import_complete", "capi_import_error",
+            "capi_import_started_at",
         ]  # fmt: skip
         _plain = (
             "written plainly: https://host[:port]/path (http only to an origin listed so), "
@@ -81,6 +91,24 @@ class AccountSerializer(ModelCleanMixin):
         return attrs
 
 
+class CloudspaceSerializer(serializers.ModelSerializer[Cloudspace]):
+    """A cloudspace of the account at a location: what a site's `cloudspace_id` names."""
+
+    class Meta:
+        model = Cloudspace
+        fields = ["id", "location", "cloudspace_id", "name", "status"]
+        read_only_fields = fields
+
+
+class ImageSerializer(serializers.ModelSerializer[Image]):
+    """An image at a location: what a site's `image_id` names."""
+
+    class Meta:
+        model = Image
+        fields = ["id", "location", "image_id", "name", "status", "os_type"]
+        read_only_fields = fields
+
+
 class LocationSerializer(serializers.ModelSerializer[Location]):
     class Meta:
         model = Location
@@ -97,6 +125,36 @@ class ClusterSiteSerializer(ModelCleanMixin):
         fields = ["id", "cluster", "location", "cloudspace_id", "image_id"]
 
 
+def _summary_figure(name: str, help_text: str) -> serializers.IntegerField:
+    return serializers.IntegerField(
+        source=f"summary_{name}", read_only=True, default=0, help_text=help_text
+    )
+
+
+class KubeSummarySerializer(serializers.Serializer[Cluster]):
+    """The cluster's Kubernetes as last observed (zeros without a kubeconfig)."""
+
+    nodes = _summary_figure("nodes", "Nodes")
+    nodes_ready = _summary_figure("nodes_ready", "Nodes that are Ready")
+    gpu_capacity = _summary_figure("gpu_capacity", "nvidia.com/gpu the nodes have")
+    gpu_allocatable = _summary_figure(
+        "gpu_allocatable", "nvidia.com/gpu the nodes advertise as allocatable"
+    )
+    gpu_requested = _summary_figure(
+        "gpu_requested", "nvidia.com/gpu requested by pending and running pods on a node"
+    )
+    gpu_unscheduled = _summary_figure(
+        "gpu_unscheduled", "nvidia.com/gpu requested by pods not scheduled on a node yet"
+    )
+    nodes_unowned = _summary_figure("nodes_unowned", "Nodes no machine owns")
+    nodes_gpus_missing = _summary_figure(
+        "nodes_gpus_missing", "GPU nodes that advertise no nvidia.com/gpu"
+    )
+    machines_node_missing = _summary_figure(
+        "machines_node_missing", "Running machines whose node never joined or left"
+    )
+
+
 class ClusterSerializer(ModelCleanMixin):
     sites = ClusterSiteSerializer(many=True, read_only=True)
     kubeconfig = serializers.CharField(
@@ -108,18 +166,28 @@ class ClusterSerializer(ModelCleanMixin):
         "with it. Stored encrypted, never returned.",
     )
     has_kubeconfig = serializers.BooleanField(read_only=True)
+    kubernetes = KubeSummarySerializer(source="*", read_only=True)
 
     class Meta:
         model = Cluster
         fields = [
             "id", "name", "account", "state", "deletion_blockers", "created_at", "sites",
             "kubeconfig", "has_kubeconfig", "kube_observation_complete",
-            "kube_observation_error", "kube_observation_started_at",
+            "kube_observation_error", "kube_observation_started_at", "kubernetes",
+            "gpu_addon", "gpu_addon_applied_at", "gpu_addon_error", "imported_from",
         ]  # fmt: skip
         read_only_fields = [
             "state", "deletion_blockers", "created_at", "kube_observation_complete",
-            "kube_observation_error", "kube_observation_started_at",
+            "kube_observation_error", "kube_observation_started_at", "gpu_addon_applied_at",
+            "gpu_addon_error", "imported_from",
         ]  # fmt: skip
+
+
+class GpuAddonSerializer(StrictInputMixin, serializers.Serializer[Cluster]):
+    """The GPU add-on on or off; the change is audited with the reason."""
+
+    enabled = serializers.BooleanField()
+    reason = ReasonField(required=False, allow_blank=True, default="")
 
 
 class KubeconfigSerializer(StrictInputMixin, serializers.Serializer[Cluster]):
@@ -201,7 +269,7 @@ class MachinePoolSerializer(ModelCleanMixin):
         model = MachinePool
         fields = [
             "id", "cluster", "site", "name", "replicas", "vcpus", "memory_mib", "disk_gib",
-            "user_data", "gpu",
+            "user_data", "gpu", "imported_from", "import_generation", "capi_sriov_secret_ref",
         ]  # fmt: skip
 
 
@@ -311,13 +379,23 @@ class KubeNodeSerializer(serializers.ModelSerializer[KubeNode]):
     """A Kubernetes node as last observed, and the machine whose VM it runs on."""
 
     cluster = serializers.CharField(source="cluster.name", read_only=True)
+    gpu_type_label = serializers.CharField(
+        read_only=True, help_text="Its capvco.io/gpu-type label (e.g. nvidia-a100); empty: none"
+    )
+    gpu_count_label = serializers.CharField(
+        read_only=True, help_text="Its capvco.io/gpu-count label; empty: none"
+    )
+    gpu_requested = serializers.IntegerField(
+        read_only=True, default=0, help_text="nvidia.com/gpu requested by the pods placed on it"
+    )
 
     class Meta:
         model = KubeNode
         fields = [
-            "id", "cluster", "name", "uid", "provider_id", "labels", "gpu_capacity",
-            "gpu_allocatable", "ready", "kubelet_version", "machine", "unowned_since",
-            "first_seen_at", "updated_at",
+            "id", "cluster", "name", "uid", "provider_id", "labels", "gpu_type_label",
+            "gpu_count_label", "gpu_capacity", "gpu_allocatable", "gpu_requested", "ready",
+            "kubelet_version", "machine", "unowned_since", "gpus_missing",
+            "gpus_missing_reason", "first_seen_at", "updated_at",
         ]  # fmt: skip
         read_only_fields = fields
 

@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import models, transaction
+from django.db.models import QuerySet
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
@@ -19,9 +20,12 @@ from capvco_web.api import ErrorSerializer, ReasonSerializer, api_validation_err
 from capvco_web.permissions import AccountScopedViewSetMixin
 from clusters.api.serializers import (
     AccountSerializer,
+    CloudspaceSerializer,
     ClusterSerializer,
     ClusterSiteSerializer,
     DeleteReasonSerializer,
+    GpuAddonSerializer,
+    ImageSerializer,
     KubeconfigSerializer,
     KubeNodeSerializer,
     KubePodSerializer,
@@ -33,8 +37,10 @@ from clusters.api.serializers import (
     PoolScaleSerializer,
 )
 from clusters.filtersets import (
+    CloudspaceFilterSet,
     ClusterFilterSet,
     ClusterSiteFilterSet,
+    ImageFilterSet,
     KubeNodeFilterSet,
     KubePodFilterSet,
     LocationFilterSet,
@@ -44,8 +50,10 @@ from clusters.filtersets import (
 )
 from clusters.models import (
     Account,
+    Cloudspace,
     Cluster,
     ClusterSite,
+    Image,
     KubeNode,
     KubePod,
     Location,
@@ -54,12 +62,15 @@ from clusters.models import (
     Membership,
 )
 from clusters.plan import cluster_plan
+from clusters.selectors import clusters_with_kube_summary, kube_nodes_with_requests
 from clusters.services import (
+    account_capi_kubeconfig_set,
     account_create,
     account_delete,
     account_update,
     cluster_create,
     cluster_delete,
+    cluster_gpu_addon_set,
     cluster_kubeconfig_set,
     machine_delete,
     machine_force_delete,
@@ -114,6 +125,7 @@ def _delete_schema(in_use_by: str) -> Callable[[View], View]:
 class AccountViewSet(AccountScopedViewSetMixin, viewsets.ModelViewSet[Account]):
     queryset = Account.objects.order_by("name")
     serializer_class = AccountSerializer
+    action_verbs = {"capi_kubeconfig": "change", "capi_kubeconfig_remove": "change"}
 
     def perform_create(self, serializer: serializers.BaseSerializer[Account]) -> None:
         account = Account(**serializer.validated_data)
@@ -132,6 +144,36 @@ class AccountViewSet(AccountScopedViewSetMixin, viewsets.ModelViewSet[Account]):
         account = self.get_object()
         reason = _reason(request, DeleteReasonSerializer)
         account_delete(account=account, actor=request.user, reason=reason)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(request=KubeconfigSerializer, responses={204: None})
+    @action(detail=True, methods=["put"], url_path="capi-kubeconfig")
+    def capi_kubeconfig(self, request: Request, pk: str | None = None) -> Response:
+        """Store the kubeconfig of a management cluster whose Cluster API clusters are
+        imported into this account (write-only; audited with its server, never its
+        secret). Another API server than before hands the clusters imported so far over."""
+        serializer = KubeconfigSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        try:
+            account_capi_kubeconfig_set(
+                account=self.get_object(),
+                kubeconfig=serializer.validated_data["kubeconfig"],
+                actor=request.user,
+                reason=serializer.validated_data["reason"],
+            )
+        except DjangoValidationError as exc:
+            raise api_validation_error(exc, {"capi_kubeconfig": ("kubeconfig",)}) from exc
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(request=DeleteReasonSerializer, responses={204: None})
+    @capi_kubeconfig.mapping.delete
+    def capi_kubeconfig_remove(self, request: Request, pk: str | None = None) -> Response:
+        """Stop importing: the clusters imported so far are managed here from now on
+        (no longer read-only). Audited."""
+        reason = _reason(request, DeleteReasonSerializer)
+        account_capi_kubeconfig_set(
+            account=self.get_object(), kubeconfig="", actor=request.user, reason=reason
+        )
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -153,6 +195,22 @@ class MembershipViewSet(AccountScopedViewSetMixin, viewsets.ModelViewSet[Members
         membership_delete(membership=instance, actor=self.request.user)
 
 
+class CloudspaceViewSet(AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[Cloudspace]):
+    """The account's cloudspaces per location, as last observed: choices for a new site."""
+
+    queryset = Cloudspace.objects.order_by("location", "name")
+    serializer_class = CloudspaceSerializer
+    filterset_class = CloudspaceFilterSet
+
+
+class ImageViewSet(AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[Image]):
+    """The images per location, as last observed: choices for a new site."""
+
+    queryset = Image.objects.order_by("location", "name")
+    serializer_class = ImageSerializer
+    filterset_class = ImageFilterSet
+
+
 class LocationViewSet(AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[Location]):
     queryset = Location.objects.order_by("account", "name")
     serializer_class = LocationSerializer
@@ -169,7 +227,15 @@ class ClusterViewSet(
     queryset = Cluster.objects.prefetch_related("sites").order_by("name")
     serializer_class = ClusterSerializer
     filterset_class = ClusterFilterSet
-    action_verbs = {"plan": "view", "kubeconfig": "change", "kubeconfig_remove": "change"}
+    action_verbs = {
+        "plan": "view",
+        "kubeconfig": "change",
+        "kubeconfig_remove": "change",
+        "gpu_addon": "change",
+    }
+
+    def get_queryset(self) -> QuerySet[Cluster]:
+        return clusters_with_kube_summary(super().get_queryset())
 
     def perform_create(self, serializer: serializers.BaseSerializer[Cluster]) -> None:
         fields = dict(serializer.validated_data)
@@ -205,6 +271,21 @@ class ClusterViewSet(
         except DjangoValidationError as exc:
             raise api_validation_error(exc) from exc
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(request=GpuAddonSerializer, responses={200: ClusterSerializer})
+    @action(detail=True, methods=["put"], url_path="gpu-addon")
+    def gpu_addon(self, request: Request, pk: str | None = None) -> Response:
+        """Turn the GPU add-on (the NVIDIA device plugin in the cluster's Kubernetes) on
+        or off; the next observe pass applies or removes it. Audited."""
+        asked = GpuAddonSerializer(data=request.data)
+        asked.is_valid(raise_exception=True)
+        cluster_gpu_addon_set(
+            cluster=self.get_object(),
+            enabled=asked.validated_data["enabled"],
+            actor=request.user,
+            reason=asked.validated_data["reason"],
+        )
+        return Response(ClusterSerializer(self.get_object()).data)
 
     @extend_schema(request=DeleteReasonSerializer, responses={204: None})
     @kubeconfig.mapping.delete
@@ -321,6 +402,9 @@ class KubeNodeViewSet(AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[K
     queryset = KubeNode.objects.select_related("cluster").order_by("cluster__name", "name")
     serializer_class = KubeNodeSerializer
     filterset_class = KubeNodeFilterSet
+
+    def get_queryset(self) -> QuerySet[KubeNode]:
+        return kube_nodes_with_requests(super().get_queryset())
 
 
 class KubePodViewSet(AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[KubePod]):

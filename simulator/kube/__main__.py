@@ -8,6 +8,7 @@ import sys
 import threading
 from types import FrameType
 
+from simulator.kube.joiner import Joiner
 from simulator.kube.server import KubeHTTPServer, Simulator
 
 
@@ -27,6 +28,15 @@ def main(argv: list[str] | None = None) -> int:
         metavar="NAME",
         help="a cluster to serve from the start (repeatable); more with POST /_sim/clusters",
     )
+    parser.add_argument(
+        "--join-whitesky",
+        metavar="URL",
+        help="the demo: running VMs of this whitesky simulator named capvco-<cluster>-... "
+        "join the clusters served here as nodes (simulator/kube/joiner.py)",
+    )
+    parser.add_argument(
+        "--join-interval", type=float, default=2.0, help="seconds between two joiner passes"
+    )
     args = parser.parse_args(argv)
 
     simulator = Simulator(seed=args.seed)
@@ -44,6 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, request_stop)
     serving = threading.Thread(target=server.serve_forever, name="kube-http", daemon=True)
     serving.start()
+    if args.join_whitesky:
+        joiner = Joiner(simulator, args.join_whitesky, interval=args.join_interval)
+        threading.Thread(target=joiner.run, args=(stop,), name="joiner", daemon=True).start()
     print(f"kube simulator listening on http://{host}:{port}", flush=True)
     while not stop.wait(timeout=1.0):
         pass

@@ -1,5 +1,6 @@
-"""The kinds a simulated cluster serves: the few built-in ones the project uses, and any
-custom resource registered by a CustomResourceDefinition (or the control API).
+"""The kinds a simulated cluster serves: the few built-in ones the project uses (nodes,
+pods, namespaces, configmaps, daemonsets, CRDs), and any custom resource registered by a
+CustomResourceDefinition (or the control API).
 
 Storage is per group and plural, whatever the version: a custom resource served at two
 versions is one set of objects (the real server converts between versions; the simulator
@@ -101,12 +102,17 @@ CONFIGMAPS = ResourceType(
     "", "v1", "configmaps", "ConfigMap", namespaced=True, status_subresource=False,
     short_names=("cm",),
 )  # fmt: skip
+# A DaemonSet's status is the controller's: a create drops what it was sent with.
+DAEMONSETS = ResourceType(
+    "apps", "v1", "daemonsets", "DaemonSet", namespaced=True,
+    status_on_create=STATUS_ON_CREATE_DROP, short_names=("ds",),
+)  # fmt: skip
 CRDS = ResourceType(
     "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition",
     namespaced=False, short_names=("crd",),
 )  # fmt: skip
 
-BUILTIN: tuple[ResourceType, ...] = (NODES, PODS, NAMESPACES, CONFIGMAPS, CRDS)
+BUILTIN: tuple[ResourceType, ...] = (NODES, PODS, NAMESPACES, CONFIGMAPS, DAEMONSETS, CRDS)
 
 
 def custom_type(

@@ -143,7 +143,8 @@ def test_admin_add_form_offers_only_the_accounts_where_the_role_may_add(world: W
     assert not Cluster.objects.filter(name="theirs").exists()
     event = AuditEvent.objects.get(action="cluster.create")
     assert event.after == {"name": "ours", "account": str(world.own.account), "state": "active",
-                           "deletion_blockers": [], "kubeconfig": ""}  # fmt: skip
+                           "deletion_blockers": [], "kubeconfig": "",
+                           "gpu_addon": False}  # fmt: skip
 
 
 def inline_management() -> dict[str, str]:

@@ -39,6 +39,14 @@ class Case:
 
 
 REASON = {"reason": "as asked in the ticket"}
+MANAGEMENT_KUBECONFIG = """
+apiVersion: v1
+kind: Config
+current-context: mgmt
+contexts: [{name: mgmt, context: {cluster: mgmt, user: capi}}]
+clusters: [{name: mgmt, cluster: {server: "https://mgmt.example:6443"}}]
+users: [{name: capi, user: {token: t0ken}}]
+"""
 
 
 def _reads(name: str, url: Callable[[Tenant], str]) -> Case:
@@ -55,6 +63,22 @@ CASES = [
         level=3,
         allowed=200,
         body=lambda t: {"orphan_confirmations": 5},
+    ),
+    Case(
+        "account management kubeconfig set",
+        "put",
+        lambda t: f"/api/v1/accounts/{t.account.pk}/capi-kubeconfig/",
+        level=3,
+        allowed=204,
+        body=lambda t: {"kubeconfig": MANAGEMENT_KUBECONFIG, **REASON},
+    ),
+    Case(
+        "account management kubeconfig remove",
+        "delete",
+        lambda t: f"/api/v1/accounts/{t.account.pk}/capi-kubeconfig/",
+        level=3,
+        allowed=204,
+        body=lambda t: REASON,
     ),
     Case(
         "account delete (still has a cluster)",
@@ -76,6 +100,14 @@ CASES = [
         allowed=201,
         body=lambda t: {"name": f"fresh{t.account.pk}", "account": t.account.pk},
         creates=True,
+    ),
+    Case(
+        "cluster gpu add-on",
+        "put",
+        lambda t: f"/api/v1/clusters/{t.cluster.pk}/gpu-addon/",
+        level=3,
+        allowed=200,
+        body=lambda t: {"enabled": True, **REASON},
     ),
     Case(
         "cluster delete",

@@ -104,6 +104,7 @@ def test_site_pool_and_cluster_changes_are_audited_with_before_and_after(world: 
             "state": "active",
             "deletion_blockers": [],
             "kubeconfig": "",
+            "gpu_addon": False,
         }
     ]
     (site_create,) = events("site.create")

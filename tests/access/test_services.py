@@ -42,6 +42,16 @@ CALLS: dict[str, tuple[Callable[[Tenant, Any], object], str]] = {
         ),
         "admin",
     ),
+    "cluster_setup": (
+        lambda t, a: services.cluster_setup(
+            name="fresh",
+            account=t.account,
+            sites=[services.SiteSpec(t.spare_location, "cs-x", 1)],
+            pools=[services.PoolSpec(name="gpu", location=t.spare_location, replicas=0)],
+            actor=a,
+        ),
+        "admin",
+    ),
     "pool_update": (
         lambda t, a: services.pool_update(pool=_set(t.pool, vcpus=16), actor=a),
         "admin",

@@ -52,6 +52,7 @@ from django.utils import timezone  # noqa: E402
 from clusters.kube import kube_client  # noqa: E402
 from clusters.kube_observe import cluster_kube_observe  # noqa: E402
 from clusters.models import (  # noqa: E402
+    MAX_REPLICAS,
     Account,
     Cluster,
     ClusterSite,
@@ -140,7 +141,10 @@ def seed(sim: KubeSimulator, clusters: int, nodes: int, pods_per_node: int) -> N
         site = ClusterSite.objects.create(
             cluster=cluster, location=location, cloudspace_id=f"cs-{name}", image_id=1
         )
-        pool = MachinePool.objects.create(cluster=cluster, site=site, name="gpu", replicas=nodes)
+        # The machines are made below; a pool's replicas are bounded (MAX_REPLICAS).
+        pool = MachinePool.objects.create(
+            cluster=cluster, site=site, name="gpu", replicas=min(nodes, MAX_REPLICAS)
+        )
         machines = Machine.objects.bulk_create(
             Machine(
                 pool=pool,

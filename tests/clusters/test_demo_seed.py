@@ -7,8 +7,10 @@ from typing import Any
 import pytest
 from django.core.management import CommandError, call_command
 
+from capvco_web.models import AuditEvent
 from clusters.models import Account, Cluster
 from tests.http_stub import HttpStub, Reply
+from tests.kube_sim import KubeSimulator
 from tests.whitesky_sim import WhiteskySimulator
 
 pytestmark = pytest.mark.django_db
@@ -28,3 +30,24 @@ def test_demo_against_a_simulator_not_allowed_says_so_and_asks_it_nothing(
         call_command("demo_seed", simulator=elsewhere.origin)
     assert elsewhere.received == []
     assert not Account.objects.exists()
+
+
+def test_the_demo_cluster_gets_the_kubernetes_simulators_kubeconfig_and_the_gpu_addon(
+    whitesky_sim: WhiteskySimulator, kube_sim: KubeSimulator
+) -> None:
+    served = kube_sim.cluster("demo")
+
+    call_command("demo_seed", simulator=whitesky_sim.base_url, kube_simulator=kube_sim.base_url)
+    call_command("demo_seed", simulator=whitesky_sim.base_url, kube_simulator=kube_sim.base_url)
+
+    cluster = Cluster.objects.get(name="demo")
+    assert cluster.gpu_addon
+    assert served.token in cluster.kubeconfig
+    assert AuditEvent.objects.filter(action="cluster.kubeconfig_set").count() == 1
+
+
+def test_a_kubernetes_simulator_without_the_demo_cluster_is_refused_by_name(
+    whitesky_sim: WhiteskySimulator, kube_sim: KubeSimulator
+) -> None:
+    with pytest.raises(CommandError, match="does not serve cluster demo"):
+        call_command("demo_seed", simulator=whitesky_sim.base_url, kube_simulator=kube_sim.base_url)

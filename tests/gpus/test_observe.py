@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from clusters.models import Location, VirtualMachine
+from typing import Any
+
+from clusters.models import Account, Cloudspace, Image, Location, VirtualMachine
+from clusters.services import account_create
 from clusters.whitesky import whitesky_client
 from gpus.models import GpuProfile, VgpuReservation
 from tests.gpus.conftest import NL, Plane
@@ -58,3 +61,26 @@ def test_cards_follow_the_listing_and_free_instances_fall_as_machines_reserve(
     plane.observe()
     free_after = sum(c.available_instances for c in GpuProfile.objects.filter(location__name=NL))
     assert free_before - free_after == 2
+
+
+def test_a_new_account_is_observed_at_once_not_at_the_next_beat_tick(
+    whitesky_sim: Any, admin_user: Any, run_tasks: Any
+) -> None:
+    """Created through the service (API, admin): its locations, cards, cloudspaces and
+    images are listed when the create commits, before any beat tick."""
+    account = Account(
+        name="fresh",
+        api_url=whitesky_sim.api_url,
+        iam_url=whitesky_sim.iam_url,
+        customer_id=whitesky_sim.customer_id,
+        credential=whitesky_sim.token(),
+    )
+    with run_tasks():
+        account_create(account=account, actor=admin_user)
+    locations = Location.objects.filter(account=account)
+    assert locations.count() >= 2
+    assert all(location.observation_complete for location in locations)
+    assert GpuProfile.objects.filter(location__account=account).exists()
+    for location in locations:
+        assert Cloudspace.objects.filter(location=location).exists()
+        assert Image.objects.filter(location=location).exists()

@@ -309,3 +309,50 @@ def test_discovery_answers_with_or_without_a_trailing_slash(
 def test_a_request_without_the_cluster_token_is_unauthorized(cluster: SimCluster) -> None:
     answer = requests.get(f"{cluster.server}/api/v1/nodes", timeout=5)
     assert (answer.status_code, answer.json()["reason"]) == (401, "Unauthorized")
+
+
+def a_daemonset(name: str, image: str = "registry.example/agent:1") -> dict[str, Any]:
+    labels = {"app": name}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {"containers": [{"name": "agent", "image": image}]},
+            },
+        },
+        "status": {
+            "currentNumberScheduled": 3,
+            "desiredNumberScheduled": 3,
+            "numberMisscheduled": 0,
+            "numberReady": 3,
+        },
+    }
+
+
+def test_daemonsets_of_apps_v1_are_created_replaced_and_deleted(
+    api_client: kubernetes.client.ApiClient,
+) -> None:
+    apps = kubernetes.client.AppsV1Api(api_client)
+
+    created = apps.create_namespaced_daemon_set("kube-system", a_daemonset("agent"))
+    read = apps.read_namespaced_daemon_set("agent", "kube-system")
+    read.spec.template.spec.containers[0].image = "registry.example/agent:2"
+    replaced = apps.replace_namespaced_daemon_set("agent", "kube-system", read)
+    listed = apps.list_daemon_set_for_all_namespaces(label_selector="app=agent")
+    deleted = apps.delete_namespaced_daemon_set("agent", "kube-system")
+
+    assert created.metadata.uid and created.metadata.namespace == "kube-system"
+    assert created.status is None  # the controller's to fill, not the client's
+    assert (created.metadata.generation, replaced.metadata.generation) == (1, 2)
+    assert replaced.spec.template.spec.containers[0].image == "registry.example/agent:2"
+    assert [ds.metadata.name for ds in listed.items] == ["agent"]
+    assert (deleted["status"], deleted["details"]["name"]) == ("Success", "agent")
+    with pytest.raises(ApiException) as gone:
+        apps.read_namespaced_daemon_set("agent", "kube-system")
+    assert status_of(gone)["message"] == 'daemonsets.apps "agent" not found'
+    discovery = kubernetes.client.ApisApi(api_client).get_api_versions()
+    assert "apps/v1" in [v.group_version for g in discovery.groups for v in g.versions]

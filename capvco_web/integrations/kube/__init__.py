@@ -22,7 +22,9 @@ from .errors import (
 )
 from .kubeconfig import Kubeconfig, KubeconfigInvalid, kubeconfig_load
 from .types import (
+    GPU_COUNT_LABEL,
     GPU_RESOURCE,
+    GPU_TYPE_LABEL,
     SRIOV_NETWORK_ANNOTATION,
     Listing,
     Node,
@@ -33,7 +35,9 @@ from .types import (
 )
 
 __all__ = [
+    "GPU_COUNT_LABEL",
     "GPU_RESOURCE",
+    "GPU_TYPE_LABEL",
     "SRIOV_NETWORK_ANNOTATION",
     "BadRequest",
     "Conflict",

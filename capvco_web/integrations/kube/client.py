@@ -7,7 +7,9 @@ go through `KubeClient._send`, which turns every failure into an error of `error
 
 Listings are read in pages (`limit` + `continue`) and their JSON is read as is
 (`_preload_content=False`): the client's own models refuse any object that lacks a field
-they require, and building them costs more than the request.
+they require, and building them costs more than the request. Writes (a node's labels,
+the GPU add-on's DaemonSet) send and read plain JSON too (`_request`): the typed
+methods would validate our bodies against the client's models first.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import json
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 import urllib3.exceptions
 from kubernetes.client import ApiClient, Configuration, CoreV1Api, CustomObjectsApi
@@ -50,6 +53,8 @@ DEFAULT_TIMEOUT: TimeoutPair = (5.0, 30.0)
 DEFAULT_PAGE_SIZE = 500
 MAX_PAGES = 10_000
 _MAX_MESSAGE = 500
+MERGE_PATCH = "application/merge-patch+json"
+Json = Mapping[str, Any]
 
 
 class KubeClient:
@@ -133,6 +138,79 @@ class KubeClient:
             _as_mapping,
         )
 
+    # --- writes --------------------------------------------------------------------------
+
+    def patch_node_labels(self, name: str, labels: Mapping[str, str | None]) -> Node:
+        """Set labels of a node (None removes one) with one merge patch; answers the node
+        as it is after the patch. A patch that sets what is there changes nothing."""
+        body = {"metadata": {"labels": dict(labels)}}
+        answer = self._send(
+            f"patch node {name}",
+            lambda: self._request(
+                "PATCH", f"/api/v1/nodes/{_segment(name)}", body=body, content_type=MERGE_PATCH
+            ),
+        )
+        return parse_node(answer)
+
+    def read_daemonset(self, namespace: str, name: str) -> Json | None:
+        """The DaemonSet as the API answers it; None when there is none of that name."""
+        try:
+            return self._send(
+                f"read daemonset {namespace}/{name}",
+                lambda: self._request("GET", _daemonset_path(namespace, name)),
+            )
+        except NotFound:
+            return None
+
+    def create_daemonset(self, namespace: str, body: Json) -> Json:
+        """Raises Conflict (`AlreadyExists`) when one of that name exists."""
+        name = str(body["metadata"]["name"])
+        return self._send(
+            f"create daemonset {namespace}/{name}",
+            lambda: self._request("POST", _daemonset_path(namespace), body=body),
+        )
+
+    def replace_daemonset(self, namespace: str, name: str, body: Json) -> Json:
+        """Replace it whole. With `metadata.resourceVersion` in the body, raises Conflict
+        when it changed since it was read."""
+        return self._send(
+            f"replace daemonset {namespace}/{name}",
+            lambda: self._request("PUT", _daemonset_path(namespace, name), body=body),
+        )
+
+    def delete_daemonset(self, namespace: str, name: str) -> None:
+        """Raises NotFound when there is none of that name."""
+        self._send(
+            f"delete daemonset {namespace}/{name}",
+            lambda: self._request("DELETE", _daemonset_path(namespace, name)),
+        )
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Json | None = None,
+        content_type: str = "application/json",
+    ) -> Any:
+        """One call with a JSON body (or none), answered as the raw response; a status
+        other than 2xx raises ApiException as the typed methods do."""
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        request = self._api.param_serialize(
+            method=method,
+            resource_path=path,
+            header_params=headers,
+            body=dict(body) if body is not None else None,
+            auth_settings=["BearerToken"],
+        )
+        response = self._api.call_api(*request, _request_timeout=self.timeout)
+        response.read()  # type: ignore[no-untyped-call]
+        if not 200 <= response.status <= 299:
+            raise ApiException.from_response(http_resp=response, body=None, data=None)
+        return response
+
     def _list(
         self,
         operation: str,
@@ -190,6 +268,15 @@ class KubeClient:
         if not isinstance(payload, dict):
             raise UnexpectedResponse("an answer that is not a JSON object", operation=operation)
         return payload
+
+
+def _segment(name: str) -> str:
+    return quote(name, safe="")
+
+
+def _daemonset_path(namespace: str, name: str = "") -> str:
+    path = f"/apis/apps/v1/namespaces/{_segment(namespace)}/daemonsets"
+    return f"{path}/{_segment(name)}" if name else path
 
 
 def _as_mapping(value: Any) -> Mapping[str, Any]:

@@ -18,6 +18,10 @@ T = TypeVar("T")
 Json = Mapping[str, Any]
 
 GPU_RESOURCE = "nvidia.com/gpu"
+# The labels the control plane keeps on a GPU node: its GPUs' type (a label value, e.g.
+# `nvidia-a100`) and how many it has (docs/guides/gpu.md).
+GPU_TYPE_LABEL = "capvco.io/gpu-type"
+GPU_COUNT_LABEL = "capvco.io/gpu-count"
 # The annotation a pod asks for an SR-IOV NIC with: the external network, as
 # docs/guides/kubernetes.md says.
 SRIOV_NETWORK_ANNOTATION = "capvco.io/sriov-network"

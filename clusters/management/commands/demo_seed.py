@@ -1,7 +1,10 @@
 """Seed the demo: an account on the whitesky simulator and a GPU cluster that converges.
 
-Only for the simulator (it takes its token from the simulator's control API). Run again,
-it refreshes the token and leaves what exists alone.
+Only for the simulator (it takes its token from the simulator's control API). With
+`--kube-simulator`, the demo cluster gets the kubeconfig of the fake Kubernetes API's
+cluster `demo` (whose joiner turns the cluster's running VMs into nodes) and its GPU
+add-on on. Run again, it refreshes the token and the kubeconfig (the fake API server
+makes a new one each start) and leaves what exists alone.
 """
 
 from __future__ import annotations
@@ -9,13 +12,17 @@ from __future__ import annotations
 from typing import Any
 
 import requests
+import yaml
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
 from capvco_web.integrations import whitesky as ws
 from clusters.models import Account, Cluster, ClusterSite, MachinePool, whitesky_allowed_hosts
 from clusters.observe import account_locations_observe
+from clusters.services import cluster_kubeconfig_set
 from clusters.whitesky import whitesky_client
+
+DEMO_CLUSTER = "demo"
 
 
 def _ubuntu(images: list[ws.Image]) -> ws.Image | None:
@@ -31,8 +38,37 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--simulator", required=True, help="e.g. http://127.0.0.1:8081")
+        parser.add_argument(
+            "--kube-simulator",
+            default="",
+            help="the fake Kubernetes API serving cluster 'demo', e.g. http://127.0.0.1:8082",
+        )
 
-    def handle(self, *args: Any, simulator: str, **options: Any) -> None:
+    def handle(self, *args: Any, simulator: str, kube_simulator: str = "", **options: Any) -> None:
+        self._whitesky(simulator)
+        if kube_simulator:
+            self._kubernetes(kube_simulator.rstrip("/"))
+
+    def _kubernetes(self, root: str) -> None:
+        try:
+            found = requests.get(f"{root}/_sim/clusters/{DEMO_CLUSTER}", timeout=5)
+            found.raise_for_status()
+        except requests.RequestException as exc:
+            raise CommandError(
+                f"the Kubernetes simulator at {root} does not serve cluster {DEMO_CLUSTER}: {exc}"
+            ) from exc
+        kubeconfig = yaml.safe_dump(found.json()["kubeconfig"])
+        cluster = Cluster.objects.get(name=DEMO_CLUSTER)
+        if cluster.kubeconfig != kubeconfig.strip():
+            cluster_kubeconfig_set(
+                cluster=cluster,
+                kubeconfig=kubeconfig,
+                actor="demo-seed",
+                reason="the demo's Kubernetes simulator",
+            )
+        self.stdout.write(f"Demo cluster '{DEMO_CLUSTER}': Kubernetes at {found.json()['server']}.")
+
+    def _whitesky(self, simulator: str) -> None:
         root = simulator.rstrip("/")
         if refusal := whitesky_allowed_hosts().refusal(root):
             raise CommandError(
@@ -70,11 +106,12 @@ class Command(BaseCommand):
                 )
                 for loc in locations
             }
-        if Cluster.objects.filter(name="demo").exists():
+        if Cluster.objects.filter(name=DEMO_CLUSTER).exists():
             self.stdout.write("The demo cluster exists already.")
             return
         with transaction.atomic():
-            cluster = Cluster.objects.create(name="demo", account=account)
+            # The GPU add-on on: once the device plugin runs, the nodes advertise their GPUs.
+            cluster = Cluster.objects.create(name=DEMO_CLUSTER, account=account, gpu_addon=True)
             for pool_name, index, replicas, gpu_type in DEMO_POOLS:
                 location = locations[index]
                 image = images[location.name]

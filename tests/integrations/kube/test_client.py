@@ -163,3 +163,61 @@ def test_the_process_kubernetes_configuration_is_neither_read_nor_changed(
 
     assert Configuration._default is default_before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["config"]  # no ~/.kube made
+
+
+def test_node_labels_are_set_and_removed_with_one_merge_patch(
+    client: KubeClient, kube_sim: KubeSimulator
+) -> None:
+    kube_sim.put("prod", node_object("node-9", labels={"team": "ml", "old": "x"}))
+    kube_sim.clear_calls()
+
+    node = client.patch_node_labels("node-9", {"capvco.io/gpu-type": "nvidia-a100", "old": None})
+
+    assert node.labels == {
+        "kubernetes.io/hostname": "node-9", "team": "ml", "capvco.io/gpu-type": "nvidia-a100",
+    }  # fmt: skip
+    assert [(c["operation"], c["status"]) for c in kube_sim.calls()] == [("patch nodes", 200)]
+    with pytest.raises(kube.NotFound):
+        client.patch_node_labels("node-gone", {"a": "b"})
+
+
+def test_a_daemonset_is_read_created_replaced_and_deleted_as_plain_json(
+    client: KubeClient,
+) -> None:
+    body = {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": "agent", "namespace": "kube-system", "annotations": {"v": "1"}},
+        "spec": {"selector": {"matchLabels": {"app": "agent"}}, "template": {}},
+    }
+    assert client.read_daemonset("kube-system", "agent") is None
+
+    created = client.create_daemonset("kube-system", body)
+    with pytest.raises(kube.Conflict) as twice:
+        client.create_daemonset("kube-system", body)
+    changed = {**body, "metadata": {**body["metadata"], "annotations": {"v": "2"}}}
+    stale = {**changed, "metadata": {**changed["metadata"], "resourceVersion": "1"}}
+    with pytest.raises(kube.Conflict):
+        client.replace_daemonset("kube-system", "agent", stale)
+    replaced = client.replace_daemonset("kube-system", "agent", changed)
+    read = client.read_daemonset("kube-system", "agent")
+    client.delete_daemonset("kube-system", "agent")
+
+    assert twice.value.reason == "AlreadyExists"
+    assert created["metadata"]["uid"] == replaced["metadata"]["uid"]
+    assert read is not None and read["metadata"]["annotations"] == {"v": "2"}
+    assert client.read_daemonset("kube-system", "agent") is None
+    with pytest.raises(kube.NotFound):
+        client.delete_daemonset("kube-system", "agent")
+
+
+def test_a_write_whose_answer_is_lost_is_an_error_that_may_have_acted(
+    client: KubeClient, kube_sim: KubeSimulator
+) -> None:
+    kube_sim.put("prod", node_object("node-9"))
+    kube_sim.fault(operation="patch nodes", lost_response="drop", times=1)
+
+    with pytest.raises(kube.Unreachable):
+        client.patch_node_labels("node-9", {"gpu": "t4"})
+
+    assert client.list_nodes().items[-1].labels["gpu"] == "t4"

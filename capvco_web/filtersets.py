@@ -1,0 +1,35 @@
+"""The filters of the audit log."""
+
+from __future__ import annotations
+
+import django_filters
+
+from capvco_web.models import AuditEvent
+
+
+class AuditEventFilterSet(django_filters.FilterSet):
+    actor = django_filters.CharFilter(
+        field_name="actor_name", lookup_expr="iexact", label="Actor", help_text="a user name"
+    )
+    action = django_filters.CharFilter(
+        lookup_expr="startswith",
+        label="Action",
+        help_text='e.g. "vgpu.release_requested", or "vgpu." for all of them',
+    )
+    object_type = django_filters.CharFilter(
+        label="Object type", help_text='e.g. "clusters.Machine"'
+    )
+    object_id = django_filters.CharFilter(label="Object id")
+    object = django_filters.CharFilter(
+        field_name="object_repr", lookup_expr="icontains", label="Object name contains"
+    )
+    since = django_filters.IsoDateTimeFilter(
+        field_name="created_at", lookup_expr="gte", label="Since"
+    )
+    until = django_filters.IsoDateTimeFilter(
+        field_name="created_at", lookup_expr="lt", label="Until"
+    )
+
+    class Meta:
+        model = AuditEvent
+        fields = ["actor", "action", "object_type", "object_id", "object", "since", "until"]

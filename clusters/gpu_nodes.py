@@ -1,0 +1,200 @@
+"""The GPUs of a cluster's nodes: the labels that say which GPUs a node has, and the flag
+for a node whose GPUs are not advertised.
+
+A node whose machine has vGPUs attached carries two labels, kept right by every pass over
+a complete node listing:
+
+* `capvco.io/gpu-type`: the type of the card its vGPUs are on, as the location's GPU
+  listing names it ("NVIDIA A100"), made a label value (`nvidia-a100`): the same for every
+  pool of that type, however the pool spelled it ("A100", "nvidia a100");
+* `capvco.io/gpu-count`: how many are attached.
+
+One merge patch per node whose labels differ from the listing (a new node, a replaced one,
+labels someone removed); none when they are right. Other labels are left alone.
+
+A node of a running machine of a GPU pool that advertises no allocatable `nvidia.com/gpu`
+`GPU_ADVERTISE_TIMEOUT_SECONDS` after it joined (or after the GPU add-on was applied, if
+later) is flagged (`KubeNode.gpus_missing`), from complete node listings only.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from django.utils import timezone
+
+from capvco_web.counters import count
+from capvco_web.integrations import kube
+from clusters.models import Cluster, KubeNode, Machine
+from gpus.models import GpuProfile, VgpuReservation
+from gpus.resolve import gpu_type_of
+
+if TYPE_CHECKING:
+    from capvco_web.integrations.kube.client import KubeClient
+
+logger = logging.getLogger(__name__)
+
+GPU_TYPE_LABEL, GPU_COUNT_LABEL = kube.GPU_TYPE_LABEL, kube.GPU_COUNT_LABEL
+MAX_LABEL_VALUE = 63
+_NOT_IN_LABEL = re.compile(r"[^a-z0-9]+")
+
+
+def gpu_label_value(gpu_type: str) -> str:
+    """A GPU type as a label value: lowercase letters and digits, runs of anything else a
+    single dash, at most 63 characters ("NVIDIA A100-SXM4 80GB" → `nvidia-a100-sxm4-80gb`)."""
+    value = _NOT_IN_LABEL.sub("-", gpu_type.lower()).strip("-")
+    return value[:MAX_LABEL_VALUE].rstrip("-")
+
+
+@dataclass(frozen=True)
+class MachineGpus:
+    """The vGPUs attached to a machine's VM: the type of their card, and how many."""
+
+    gpu_type: str
+    count: int
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return {GPU_TYPE_LABEL: gpu_label_value(self.gpu_type), GPU_COUNT_LABEL: str(self.count)}
+
+
+def machine_gpus(cluster: Cluster) -> dict[int, MachineGpus]:
+    """Each machine of the cluster with attached vGPUs whose card the mirror knows. All
+    GPUs of a machine come from one card; a card not (or no longer) listed is left out
+    rather than guessed from the pool's spelling, so that a label never flips."""
+    attached = list(
+        VgpuReservation.objects.filter(
+            machine__pool__cluster=cluster, state=VgpuReservation.State.ATTACHED
+        ).values_list("machine_id", "location_id", "gpu_id")
+    )
+    if not attached:
+        return {}
+    cards = {
+        (card.location_id, card.profile_id): gpu_type_of(card)
+        for card in GpuProfile.objects.filter(location_id__in={row[1] for row in attached})
+    }
+    counts: dict[int, int] = {}
+    types: dict[int, str] = {}
+    for machine_id, location_id, gpu_id in attached:
+        gpu_type = cards.get((location_id, gpu_id))
+        if gpu_type is None or not gpu_label_value(gpu_type):
+            continue
+        types[machine_id] = gpu_type
+        counts[machine_id] = counts.get(machine_id, 0) + 1
+    return {pk: MachineGpus(types[pk], counts[pk]) for pk in types}
+
+
+@dataclass
+class LabelResult:
+    patched: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    skipped: bool = False
+    """True when the node listing was partial: nothing was compared or written."""
+
+
+def node_gpu_labels_apply(
+    *, client: KubeClient, cluster: Cluster, nodes_complete: bool
+) -> LabelResult:
+    """Patch the GPU labels of every node of the cluster whose mirrored labels (from the
+    listing just taken) differ from its machine's GPUs. Only after a complete listing: a
+    partial one may lack the labels a node has. The mirror takes the labels the patch
+    answered, so that the next pass compares against the truth."""
+    result = LabelResult(skipped=not nodes_complete)
+    if not nodes_complete:
+        return result
+    gpus = machine_gpus(cluster)
+    if not gpus:
+        return result
+    patched: list[KubeNode] = []
+    for node in KubeNode.objects.filter(cluster=cluster, machine_id__in=list(gpus)).only(
+        "pk", "name", "labels", "machine_id"
+    ):
+        assert node.machine_id is not None
+        wanted = gpus[node.machine_id].labels
+        if all(node.labels.get(key) == value for key, value in wanted.items()):
+            continue
+        try:
+            answer = client.patch_node_labels(node.name, wanted)
+        except kube.KubeError as exc:
+            result.errors.append(f"label node {node.name}: {exc}")
+            count("kube_writes", "node_labels", "error")
+            continue
+        count("kube_writes", "node_labels", "patched")
+        logger.info("labelled node %s of %s: %s", node.name, cluster.name, wanted)
+        node.labels, node.updated_at = dict(answer.labels), timezone.now()
+        patched.append(node)
+        result.patched.append(node.name)
+    if patched:
+        KubeNode.objects.bulk_update(patched, ["labels", "updated_at"])
+    for problem in result.errors:
+        logger.warning("kubernetes of %s: %s", cluster.name, problem)
+    return result
+
+
+def node_gpu_flags(
+    *,
+    cluster: Cluster,
+    complete: bool,
+    listed_at: datetime,
+    now: datetime,
+    timeout: timedelta,
+) -> int:
+    """Raise or clear `gpus_missing` on the cluster's nodes; answers the rows written.
+
+    Raised only from a complete node listing (begun at `listed_at`), for a node of a
+    running machine of a GPU pool that shows no allocatable GPU although it joined
+    `timeout` before the listing began, and the add-on (when on) was applied that long
+    before too. Cleared as soon as the node advertises GPUs or stops being such a node.
+    """
+    gpus = machine_gpus(cluster)
+    due_before = listed_at - timeout
+    # The add-on on: its device plugin is given the time too, from when it was applied
+    # (not yet: nothing is due; an add-on that cannot be applied shows its own error).
+    addon_since = (cluster.gpu_addon_applied_at or listed_at) if cluster.gpu_addon else None
+    changed: list[KubeNode] = []
+    for node in KubeNode.objects.filter(cluster=cluster).select_related("machine__pool"):
+        machine = node.machine
+        expected = (
+            machine is not None
+            and machine.pool.wants_gpus
+            and machine.phase == Machine.Phase.RUNNING
+            and not machine.delete_requested
+        )
+        if not expected or node.gpu_allocatable > 0:
+            missing, reason = False, ""
+        elif not complete:
+            continue  # only a whole listing raises the flag
+        else:
+            since = max(node.first_seen_at, addon_since or node.first_seen_at)
+            missing = since <= due_before
+            reason = _missing_reason(cluster, node, gpus.get(node.machine_id or 0), timeout)
+            reason = reason if missing else ""
+        if (node.gpus_missing, node.gpus_missing_reason) != (missing, reason):
+            node.gpus_missing, node.gpus_missing_reason, node.updated_at = missing, reason, now
+            changed.append(node)
+    if changed:
+        KubeNode.objects.bulk_update(changed, ["gpus_missing", "gpus_missing_reason", "updated_at"])
+    return len(changed)
+
+
+def _missing_reason(
+    cluster: Cluster, node: KubeNode, gpus: MachineGpus | None, timeout: timedelta
+) -> str:
+    assert node.machine is not None
+    pool = node.machine.pool
+    has = (
+        f"{gpus.count} x {gpus.gpu_type} attached"
+        if gpus is not None
+        else f"pool {pool.name} asks {pool.gpu_count} x {pool.gpu_type or 'GPU'}"
+    )
+    minutes = int(timeout.total_seconds() // 60)
+    why = (
+        "is the device plugin running there, and the driver installed?"
+        if cluster.gpu_addon
+        else "the GPU add-on is off for this cluster: nothing here installs the device plugin."
+    )
+    return f"No nvidia.com/gpu advertised {minutes} minutes after it joined ({has}): {why}"[:300]

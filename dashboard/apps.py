@@ -1,0 +1,9 @@
+from django.apps import AppConfig
+
+
+class DashboardConfig(AppConfig):
+    """The operators' pages: capacity, money leaking, clusters and their plan, the audit
+    log, and the actions an operator takes. Views read the database only; actions go
+    through the same services as the API."""
+
+    name = "dashboard"

@@ -1,0 +1,118 @@
+"""The forms of the dashboard's actions: each asks for the reason the audit log keeps."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db.models import QuerySet
+from django.forms.utils import ErrorDict
+
+from clusters.models import Account, Cloudspace, Image, Location
+
+
+class ReasonForm(forms.Form):
+    reason = forms.CharField(
+        max_length=1000,
+        widget=forms.Textarea(attrs={"rows": 3, "autofocus": True}),
+        help_text="Recorded in the audit log with your name.",
+    )
+    next = forms.CharField(required=False, widget=forms.HiddenInput)
+
+
+class ScaleForm(ReasonForm):
+    replicas = forms.IntegerField(
+        validators=[MinValueValidator(0), MaxValueValidator(100)],
+        help_text="0 to 100 machines. Fewer: the surplus is torn down (machines that do "
+        "not run first, then the newest); more: new machines are made.",
+    )
+    field_order = ["replicas", "reason", "next"]
+
+
+class ClusterSetupForm(forms.Form):
+    """A new cluster: its account and name (its sites and pools are forms of their own)."""
+
+    account = forms.ModelChoiceField(queryset=Account.objects.none(), empty_label=None)
+    name = forms.CharField(
+        max_length=40,
+        required=False,
+        help_text="Lowercase letters, digits and dashes; its VMs and vGPUs carry it.",
+    )
+
+    def __init__(self, *args: Any, accounts: QuerySet[Account], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["account"].queryset = accounts  # type: ignore[attr-defined]
+
+
+class SiteForm(forms.Form):
+    """Whether the cluster runs in one location of its account, and with what there."""
+
+    use = forms.BooleanField(required=False, label="Run here")
+    cloudspace = forms.ChoiceField(required=False)
+    image = forms.TypedChoiceField(coerce=int, required=False, empty_value=None)
+
+    def __init__(
+        self,
+        *args: Any,
+        location: Location,
+        cloudspaces: list[Cloudspace],
+        images: list[Image],
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.location = location
+        self.fields["cloudspace"].choices = [("", "---")] + [  # type: ignore[attr-defined]
+            (c.cloudspace_id, f"{c.name} ({c.cloudspace_id}, {c.status.lower()})")
+            for c in cloudspaces
+        ]
+        self.fields["image"].choices = [("", "---")] + [  # type: ignore[attr-defined]
+            (i.image_id, f"{i.name} ({i.image_id})") for i in images
+        ]
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if data.get("use"):
+            for field in ("cloudspace", "image"):
+                if not data.get(field):
+                    self.add_error(field, f"Choose the {field} in {self.location.name}.")
+        return data
+
+
+class PoolForm(forms.Form):
+    """A machine pool of the new cluster; a row without a name is left out."""
+
+    name = forms.CharField(max_length=20, required=False)
+    location = forms.TypedChoiceField(coerce=int)
+    replicas = forms.IntegerField(
+        initial=1, validators=[MinValueValidator(0), MaxValueValidator(100)]
+    )
+    gpu_type = forms.ChoiceField(required=False, label="GPU type")
+    gpu_count = forms.IntegerField(
+        initial=1, label="GPUs each", validators=[MinValueValidator(0), MaxValueValidator(8)]
+    )
+    vcpus = forms.IntegerField(initial=4, validators=[MinValueValidator(1)])
+    memory_mib = forms.IntegerField(
+        initial=8192, label="Memory (MiB)", validators=[MinValueValidator(512)]
+    )
+    disk_gib = forms.IntegerField(
+        initial=50, label="Disk (GiB)", validators=[MinValueValidator(10)]
+    )
+
+    def __init__(
+        self, *args: Any, locations: list[Location], gpu_types: list[str], **kwargs: Any
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["location"].choices = [(loc.pk, loc.name) for loc in locations]  # type: ignore[attr-defined]
+        self.fields["gpu_type"].choices = [("", "no GPU")] + [(t, t) for t in gpu_types]  # type: ignore[attr-defined]
+
+    @property
+    def wanted(self) -> bool:
+        return bool(self.is_bound and (self.data.get(self.add_prefix("name")) or "").strip())
+
+    def full_clean(self) -> None:
+        if self.is_bound and not self.wanted:
+            self.cleaned_data = {}
+            self._errors = ErrorDict()
+            return
+        super().full_clean()

@@ -1,0 +1,25 @@
+from django.urls import path
+
+from dashboard.views import actions, audit, clusters, overview, reservations, setup
+
+app_name = "dashboard"
+
+urlpatterns = [
+    path("", overview.overview, name="overview"),
+    path("reservations/", reservations.reservation_list, name="reservations"),
+    path("reservations/csv/", reservations.reservation_csv, name="reservations-csv"),
+    path("reservations/<int:pk>/release/", actions.reservation_release, name="reservation-release"),
+    path("clusters/", clusters.cluster_list, name="clusters"),
+    path("clusters/new/", setup.cluster_new, name="cluster-new"),
+    path("clusters/<int:pk>/", clusters.cluster_detail, name="cluster"),
+    path("clusters/<int:pk>/delete/", actions.cluster_delete, name="cluster-delete"),
+    path("pools/<int:pk>/scale/", actions.pool_scale, name="pool-scale"),
+    path("machines/<int:pk>/delete/", actions.machine_delete, name="machine-delete"),
+    path(
+        "machines/<int:pk>/force-delete/",
+        actions.machine_force_delete,
+        name="machine-force-delete",
+    ),
+    path("audit/", audit.audit_list, name="audit"),
+    path("dismiss/", actions.dismiss, name="dismiss"),
+]

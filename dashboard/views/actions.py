@@ -1,0 +1,308 @@
+"""What an operator does from the dashboard: scale a pool, delete a machine (with teardown
+or by force), delete a cluster, release a reservation. Each through the same service as
+the API, which checks the role in the object's account (capvco_web.permissions); each
+with a confirmation page that asks for the reason the audit log keeps. Another account's
+object is not found (404); one the role may see but not act on is refused (403).
+
+Without JavaScript: GET shows the confirmation page, POST acts and redirects back with a
+message. With htmx: the confirmation is drawn into the page's action panel, and POST
+answers with the fragment the action changed, the message, and an emptied panel. A
+refusal answers 409 (400 for bad input) with the form and what is wrong.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib import messages
+from django.core.exceptions import ValidationError
+from django.db.models import ProtectedError
+from django.http import HttpResponse, HttpResponseRedirect, QueryDict
+from django.shortcuts import get_object_or_404, redirect, render
+from django.template.loader import render_to_string
+from django.urls import reverse
+from django.utils.cache import patch_vary_headers
+from django.views.decorators.http import require_http_methods
+from django_htmx.http import reswap, retarget
+
+from capvco_web.api import in_use_detail
+from capvco_web.htmx import HtmxHttpRequest
+from capvco_web.permissions import permission_require, visible
+from capvco_web.tasks import send_on_commit
+from clusters import services
+from clusters.models import Cluster, Machine, MachinePool
+from clusters.releases import reservation_release_request
+from clusters.tasks import reservation_release_task
+from dashboard.forms import ReasonForm, ScaleForm
+from dashboard.views.clusters import cluster_body
+from dashboard.views.common import local_url, query_of
+from dashboard.views.reservations import TEMPLATE as RESERVATIONS_TEMPLATE
+from dashboard.views.reservations import reservation_table
+from gpus.models import VgpuReservation
+from gpus.services import ReleaseRefused
+
+PANEL = "action-panel"
+
+
+@dataclass(frozen=True)
+class Home:
+    """Where an action's outcome shows: the page to go back to, and its fragment (by id)
+    drawn again as the page's query asks."""
+
+    url: str
+    target: str
+    draw: Callable[[HtmxHttpRequest, QueryDict], str]
+
+
+@dataclass(frozen=True)
+class Confirmation:
+    title: str
+    object_label: str
+    consequence: str
+    button: str
+    danger: bool = True
+
+
+def _reservations_home() -> Home:
+    def draw(request: HtmxHttpRequest, params: QueryDict) -> str:
+        context, _ = reservation_table(request, params)
+        return render_to_string(
+            f"{RESERVATIONS_TEMPLATE}#reservation-table", context, request=request
+        )
+
+    return Home(reverse("dashboard:reservations"), "reservation-table", draw)
+
+
+def _cluster_home(cluster: Cluster) -> Home:
+    def draw(request: HtmxHttpRequest, params: QueryDict) -> str:
+        cluster.refresh_from_db()
+        context = cluster_body(request, cluster, params)
+        return render_to_string("dashboard/cluster.html#cluster-body", context, request=request)
+
+    return Home(reverse("dashboard:cluster", args=[cluster.pk]), "cluster-body", draw)
+
+
+def _confirmation_page(
+    request: HtmxHttpRequest, context: dict[str, Any], *, status: int
+) -> HttpResponse:
+    template = "dashboard/confirm.html#confirm-form" if request.htmx else "dashboard/confirm.html"
+    response = render(request, template, context, status=status)
+    if request.htmx and status >= 400:
+        # Into the panel that holds the form, not the fragment success would replace.
+        retarget(response, f"#{PANEL}")
+        reswap(response, "innerHTML")
+    patch_vary_headers(response, ["HX-Request"])
+    return response
+
+
+def _confirm_and_act(
+    request: HtmxHttpRequest,
+    *,
+    obj: Any,
+    perm: str,
+    confirmation: Confirmation,
+    home: Home,
+    act: Callable[[dict[str, Any]], str],
+    form_class: type[ReasonForm] = ReasonForm,
+    initial: dict[str, Any] | None = None,
+) -> HttpResponse:
+    # Refused before the form is shown; the service checks again when it acts.
+    permission_require(request.user, perm, obj)
+    asked = request.POST.get("next") if request.method == "POST" else request.GET.get("next")
+    back = local_url(request, asked, home.url)
+    form: ReasonForm
+    if request.method == "POST":
+        form = form_class(request.POST)
+    else:
+        form = form_class(initial={**(initial or {}), "next": back})
+    context = {
+        "form": form,
+        "confirmation": confirmation,
+        "action_url": request.path,
+        "target": home.target,
+        "back": back,
+        "in_panel": bool(request.htmx),
+    }
+    if request.method != "POST":
+        return _confirmation_page(request, context, status=200)
+    if not form.is_valid():
+        return _confirmation_page(request, context, status=400)
+    try:
+        message = act(form.cleaned_data)
+    except (ReleaseRefused, ProtectedError) as exc:
+        form.add_error(None, in_use_detail(exc) if isinstance(exc, ProtectedError) else str(exc))
+        return _confirmation_page(request, context, status=409)
+    except ValidationError as exc:
+        form.add_error(None, exc)
+        return _confirmation_page(request, context, status=400)
+    except ValueError as exc:
+        form.add_error(None, str(exc))
+        return _confirmation_page(request, context, status=400)
+    messages.success(request, message)
+    if not request.htmx:
+        response: HttpResponse = redirect(back)
+        return response
+    fragment = home.draw(request, query_of(back))
+    after = render_to_string("dashboard/_after_action.html", {}, request=request)
+    return HttpResponse(fragment + after)
+
+
+@require_http_methods(["GET", "POST"])
+def reservation_release(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    reservation = get_object_or_404(
+        visible(request.user, VgpuReservation.objects.select_related("location")), pk=pk
+    )
+
+    def act(data: dict[str, Any]) -> str:
+        reservation_release_request(
+            reservation=reservation, actor=request.user, reason=data["reason"]
+        )
+        send_on_commit(reservation_release_task, reservation.pk)
+        return (
+            f"Release of {reservation.name} asked for: a worker carries it out, and its "
+            "outcome lands in the audit log."
+        )
+
+    return _confirm_and_act(
+        request,
+        obj=reservation,
+        perm="gpus.release_vgpureservation",
+        confirmation=Confirmation(
+            title="Release vGPU reservation",
+            object_label=f"{reservation.name} in {reservation.location.name}",
+            consequence="Detached and released for good: whitesky stops billing it, and "
+            "whatever used it loses it. A VM of ours that no machine owns and that holds it "
+            "is removed first.",
+            button="Release",
+        ),
+        home=_reservations_home(),
+        act=act,
+    )
+
+
+@require_http_methods(["GET", "POST"])
+def pool_scale(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    pool = get_object_or_404(
+        visible(request.user, MachinePool.objects.select_related("cluster")), pk=pk
+    )
+
+    def act(data: dict[str, Any]) -> str:
+        before = pool.replicas
+        services.pool_scale(
+            pool=pool, replicas=data["replicas"], actor=request.user, reason=data["reason"]
+        )
+        return f"Pool {pool} scaled from {before} to {data['replicas']} replicas."
+
+    return _confirm_and_act(
+        request,
+        obj=pool,
+        perm="clusters.scale_machinepool",
+        confirmation=Confirmation(
+            title="Scale machine pool",
+            object_label=f"{pool} ({pool.replicas} replicas now)",
+            consequence="The next reconcile makes the machines missing, or tears the surplus "
+            "down: their VMs deleted, their vGPUs released.",
+            button="Scale",
+            danger=False,
+        ),
+        home=_cluster_home(pool.cluster),
+        act=act,
+        form_class=ScaleForm,
+        initial={"replicas": pool.replicas},
+    )
+
+
+def _machine(request: HtmxHttpRequest, pk: int) -> Machine:
+    return get_object_or_404(
+        visible(request.user, Machine.objects.select_related("pool__cluster")), pk=pk
+    )
+
+
+@require_http_methods(["GET", "POST"])
+def machine_delete(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    machine = _machine(request, pk)
+
+    def act(data: dict[str, Any]) -> str:
+        services.machine_delete(machine=machine, actor=request.user, reason=data["reason"])
+        return f"Machine {machine} is being torn down; pool {machine.pool.name} makes another."
+
+    return _confirm_and_act(
+        request,
+        obj=machine,
+        perm="clusters.delete_machine",
+        confirmation=Confirmation(
+            title="Delete machine",
+            object_label=str(machine),
+            consequence="Torn down: its VM stopped and deleted, its vGPUs released. The pool "
+            "keeps its replicas and makes a new machine in its place; scale the pool down "
+            "for fewer machines.",
+            button="Delete",
+        ),
+        home=_cluster_home(machine.pool.cluster),
+        act=act,
+    )
+
+
+@require_http_methods(["GET", "POST"])
+def machine_force_delete(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    machine = _machine(request, pk)
+    cluster = machine.pool.cluster
+
+    def act(data: dict[str, Any]) -> str:
+        name = str(machine)
+        services.machine_force_delete(machine=machine, actor=request.user, reason=data["reason"])
+        return f"Machine {name} dropped without teardown; its VM and vGPUs are now orphans."
+
+    return _confirm_and_act(
+        request,
+        obj=machine,
+        perm="clusters.force_delete_machine",
+        confirmation=Confirmation(
+            title="Force delete machine",
+            object_label=str(machine),
+            consequence="Dropped at once, without teardown: its VM and vGPUs stay behind, "
+            "billed, as orphans, until the orphan sweep or the cluster's deletion reclaims "
+            "them by name. Use it when the teardown cannot finish.",
+            button="Force delete",
+        ),
+        home=_cluster_home(cluster),
+        act=act,
+    )
+
+
+@require_http_methods(["GET", "POST"])
+def cluster_delete(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    cluster = get_object_or_404(visible(request.user, Cluster.objects.all()), pk=pk)
+
+    def act(data: dict[str, Any]) -> str:
+        services.cluster_delete(cluster=cluster, actor=request.user, reason=data["reason"])
+        return (
+            f"Cluster {cluster.name} is being deleted: its machines are torn down and every "
+            "vGPU and VM named for it released."
+        )
+
+    return _confirm_and_act(
+        request,
+        obj=cluster,
+        perm="clusters.delete_cluster",
+        confirmation=Confirmation(
+            title="Delete cluster",
+            object_label=cluster.name,
+            consequence="Every machine is torn down (VMs deleted, vGPUs released), then every "
+            "VM and vGPU named for the cluster in its account; the cluster stays "
+            "'deleting' until none is listed. This cannot be undone.",
+            button="Delete cluster",
+        ),
+        home=_cluster_home(cluster),
+        act=act,
+    )
+
+
+@require_http_methods(["GET"])
+def dismiss(request: HtmxHttpRequest) -> HttpResponse | HttpResponseRedirect:
+    """Cancel: an empty action panel (htmx), or back to the page (no JavaScript)."""
+    if request.htmx:
+        return HttpResponse("")
+    return redirect(local_url(request, request.GET.get("next"), reverse("dashboard:overview")))

@@ -1,0 +1,224 @@
+"""Clusters: the list with what each holds, and one cluster with its sites, pools (how
+their GPU type resolves), machines with their VMs and GPUs, and its plan (drift)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlencode
+
+from django.core.paginator import Paginator
+from django.db.models import Count
+from django.http import HttpResponse, QueryDict
+from django.shortcuts import get_object_or_404
+from django.urls import reverse
+from django.views.decorators.http import require_GET
+
+from capvco_web.htmx import HtmxHttpRequest
+from capvco_web.permissions import allowed, visible
+from clusters.models import Cluster, ClusterSite, Machine, MachinePool, VirtualMachine
+from clusters.plan import cluster_plan
+from dashboard.selectors import PoolGpus, held_by_machine, pool_gpus
+from dashboard.views.common import page_or_fragment
+from dashboard.views.setup import accounts_for_new_clusters
+from gpus.models import BILLED_STATES, GpuProfile, VgpuReservation
+
+CLUSTERS_PER_PAGE = 50
+MACHINES_PER_PAGE = 50
+Phase = Machine.Phase
+
+
+@dataclass
+class ClusterSummary:
+    cluster: Cluster
+    locations: list[str]
+    pools: int
+    machines: int
+    phases: dict[str, int]
+    gpus: int
+
+    @property
+    def failed(self) -> int:
+        return self.phases.get(Phase.FAILED, 0)
+
+
+@require_GET
+def cluster_list(request: HtmxHttpRequest) -> HttpResponse:
+    clusters = visible(request.user, Cluster.objects.select_related("account").order_by("name"))
+    failed_only = request.GET.get("failed") == "true"
+    if failed_only:
+        with_failed = visible(request.user, Machine.objects.filter(phase=Phase.FAILED))
+        clusters = clusters.filter(pk__in=with_failed.values("pool__cluster_id"))
+    page = Paginator(clusters, CLUSTERS_PER_PAGE).get_page(request.GET.get("page"))
+    ids = [c.pk for c in page]
+    phases: dict[int, dict[str, int]] = defaultdict(dict)
+    for cluster_id, phase, n in (
+        visible(request.user, Machine.objects.filter(pool__cluster__in=ids))
+        .values_list("pool__cluster_id", "phase")
+        .annotate(n=Count("pk"))
+        .values_list("pool__cluster_id", "phase", "n")
+        .order_by()
+    ):
+        phases[cluster_id][phase] = n
+    pools = dict(
+        visible(request.user, MachinePool.objects.filter(cluster__in=ids))
+        .values_list("cluster_id")
+        .annotate(n=Count("pk"))
+        .values_list("cluster_id", "n")
+        .order_by()
+    )
+    gpus = dict(
+        visible(
+            request.user,
+            VgpuReservation.objects.filter(machine__pool__cluster__in=ids, state__in=BILLED_STATES),
+        )
+        .values_list("machine__pool__cluster_id")
+        .annotate(n=Count("pk"))
+        .values_list("machine__pool__cluster_id", "n")
+        .order_by()
+    )
+    locations: dict[int, list[str]] = defaultdict(list)
+    for cluster_id, location in (
+        visible(request.user, ClusterSite.objects.filter(cluster__in=ids))
+        .order_by("location__name")
+        .values_list("cluster_id", "location__name")
+    ):
+        locations[cluster_id].append(location)
+    context = {
+        "page": page,
+        "failed_only": failed_only,
+        "summaries": [
+            ClusterSummary(
+                cluster=c,
+                locations=locations[c.pk],
+                pools=pools.get(c.pk, 0),
+                machines=sum(phases[c.pk].values()),
+                phases=phases[c.pk],
+                gpus=gpus.get(c.pk, 0),
+            )
+            for c in page
+        ],
+        "page_url": request.get_full_path(),
+        "can_add": not request.htmx and accounts_for_new_clusters(request).exists(),
+    }
+    return page_or_fragment(
+        request, "dashboard/clusters.html", context, fragments=["cluster-table"]
+    )
+
+
+@dataclass
+class PoolRow:
+    pool: MachinePool
+    gpus: PoolGpus | None
+    can_scale: bool
+
+
+@dataclass
+class MachineRow:
+    machine: Machine
+    vm: VirtualMachine | None
+    gpus: list[VgpuReservation]
+    delete_url: str  # empty: not offered
+    force_delete_url: str
+
+
+def cluster_body(request: HtmxHttpRequest, cluster: Cluster, params: QueryDict) -> dict[str, Any]:
+    """What the cluster page shows below its title, as `params` (its query) asks."""
+    sites = list(
+        visible(request.user, ClusterSite.objects.filter(cluster=cluster))
+        .select_related("location")
+        .order_by("location__name")
+    )
+    cards = list(
+        visible(
+            request.user, GpuProfile.objects.filter(location__in=[s.location_id for s in sites])
+        )
+    )
+    pools = list(
+        visible(request.user, MachinePool.objects.filter(cluster=cluster))
+        .select_related("site__location")
+        .order_by("name")
+    )
+    machines = visible(request.user, Machine.objects.filter(pool__cluster=cluster)).order_by(
+        "pool__name", "index"
+    )
+    page = Paginator(machines.select_related("pool"), MACHINES_PER_PAGE).get_page(
+        params.get("page")
+    )
+    on_page = list(page)
+    pools_by_id = {p.pk: p for p in pools}
+    for machine in on_page:
+        # The page's pools are the machines' pools: no query per machine for its names.
+        pool = pools_by_id.get(machine.pool_id, machine.pool)
+        pool.cluster = cluster
+        machine.pool = pool
+    held = held_by_machine(visible(request.user, VgpuReservation.objects.all()), on_page)
+    vms = {
+        (vm.location_id, vm.vm_id): vm
+        for vm in visible(
+            request.user,
+            VirtualMachine.objects.filter(
+                location__in=[s.location_id for s in sites],
+                vm_id__in=[m.vm_id for m in on_page if m.vm_id is not None],
+            ),
+        )
+    }
+    phases = dict(
+        machines.values_list("phase").annotate(n=Count("pk")).values_list("phase", "n").order_by()
+    )
+    plan = cluster_plan(cluster)
+    cluster_url = reverse("dashboard:cluster", args=[cluster.pk])
+    page_url = f"{cluster_url}?{params.urlencode()}" if params else cluster_url
+    back = "?" + urlencode({"next": page_url})
+
+    def offered(may_do: bool, name: str, pk: int) -> str:
+        return reverse(name, args=[pk]) + back if may_do else ""
+
+    return {
+        "cluster": cluster,
+        "sites": sites,
+        "pools": [
+            PoolRow(
+                pool,
+                pool_gpus(pool, cards),
+                allowed(request.user, "clusters.scale_machinepool", pool),
+            )
+            for pool in pools
+        ],
+        "machines": [
+            MachineRow(
+                machine=m,
+                vm=vms.get((m.pool.site.location_id, m.vm_id)) if m.vm_id is not None else None,
+                gpus=held.get(m.pk, []),
+                delete_url=offered(
+                    not m.delete_requested and allowed(request.user, "clusters.delete_machine", m),
+                    "dashboard:machine-delete",
+                    m.pk,
+                ),
+                force_delete_url=offered(
+                    allowed(request.user, "clusters.force_delete_machine", m),
+                    "dashboard:machine-force-delete",
+                    m.pk,
+                ),
+            )
+            for m in on_page
+        ],
+        "machine_page": page,
+        "phases": phases,
+        "plan": plan,
+        "can_delete_cluster": cluster.state == Cluster.State.ACTIVE
+        and allowed(request.user, "clusters.delete_cluster", cluster),
+        "page_url": page_url,
+        "back": back,
+        "reservations_url": reverse("dashboard:reservations"),
+    }
+
+
+@require_GET
+def cluster_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    cluster = get_object_or_404(
+        visible(request.user, Cluster.objects.select_related("account")), pk=pk
+    )
+    context = cluster_body(request, cluster, request.GET)
+    return page_or_fragment(request, "dashboard/cluster.html", context, fragments=["cluster-body"])

@@ -1,0 +1,53 @@
+"""The overview: GPU capacity per location and type, money billed for nothing, how fresh
+each location's observation is, failed machines, and the system's own health."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.http import HttpResponse
+from django.utils import timezone
+from django.views.decorators.http import require_GET
+
+from capvco_web.health import readiness
+from capvco_web.htmx import HtmxHttpRequest
+from capvco_web.permissions import visible
+from clusters.models import Location, Machine
+from dashboard.selectors import capacity_board, money_wasted, observations
+from dashboard.views.common import page_or_fragment
+from gpus.models import GpuProfile, VgpuReservation
+
+FAILED_SHOWN = 20
+TEMPLATE = "dashboard/overview.html"
+
+
+def _system_status() -> dict[str, object]:
+    """Readiness as /readyz has it: the template shows each check's detail to staff only."""
+    checks = readiness()
+    return {"checks": checks, "ready": all(result.ok for result in checks.values())}
+
+
+@require_GET
+def overview(request: HtmxHttpRequest) -> HttpResponse:
+    if request.htmx and request.htmx.target != "overview":
+        return page_or_fragment(request, TEMPLATE, _system_status(), fragments=["system-status"])
+    now = timezone.now()
+    locations = list(visible(request.user, Location.objects.order_by("name", "pk")))
+    reservations = visible(request.user, VgpuReservation.objects.all())
+    failed = visible(request.user, Machine.objects.filter(phase=Machine.Phase.FAILED))
+    context: dict[str, object] = {
+        "now": now,
+        "board": capacity_board(
+            cards=visible(request.user, GpuProfile.objects.all()), reservations=reservations
+        ),
+        "waste": money_wasted(reservations=reservations, locations=locations, now=now),
+        "observations": observations(
+            locations=locations, now=now, interval=settings.OBSERVE_INTERVAL
+        ),
+        "failed": list(
+            failed.select_related("pool__cluster").order_by("-updated_at")[:FAILED_SHOWN]
+        ),
+        "failed_count": failed.count(),
+    }
+    if not request.htmx:
+        context.update(_system_status())
+    return page_or_fragment(request, TEMPLATE, context, fragments=["overview"])

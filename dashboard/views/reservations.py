@@ -1,0 +1,261 @@
+"""vGPU reservations: the API's filters (one FilterSet), keyset pages in two orders, a
+search bounded by an index, and a CSV export of the filtered set."""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from django import forms
+from django.db.models import QuerySet
+from django.http import HttpResponse, QueryDict, StreamingHttpResponse
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_GET
+
+from capvco_web.htmx import HtmxHttpRequest
+from capvco_web.permissions import allowed, visible
+from clusters.models import Cluster, Location, VirtualMachine
+from dashboard.pagination import CURSOR_PARAMS, BadCursor, KeysetPage, Sort, keyset_page
+from dashboard.views.common import page_or_fragment
+from gpus import naming
+from gpus.filtersets import VgpuReservationFilterSet
+from gpus.models import GpuProfile, VgpuReservation
+from gpus.resolve import gpu_type_of
+from gpus.services import RELEASABLE, release_request_pending
+
+TEMPLATE = "dashboard/reservations.html"
+PAGE_SIZE = 50
+SORTS = {
+    "-created": Sort("created_at", True, "newest first"),
+    "created": Sort("created_at", False, "oldest first"),
+    "name": Sort("name", False, "name, A to Z"),
+    "-name": Sort("name", True, "name, Z to A"),
+}
+DEFAULT_SORT = "-created"
+RELEASE = "gpus.release_vgpureservation"
+
+
+@dataclass
+class ReservationRow:
+    """A reservation with what its row links to, read for the whole page at once."""
+
+    reservation: VgpuReservation
+    gpu_type: str
+    vm: VirtualMachine | None
+    cluster_id: int | None
+    can_release: bool
+    release_pending: bool
+    accrued_cost: Decimal
+    named_by_us: bool
+
+
+def _reservations(request: HtmxHttpRequest) -> QuerySet[VgpuReservation]:
+    return visible(
+        request.user,
+        VgpuReservation.objects.select_related(
+            "location", "machine__pool__cluster", "release_requested_by"
+        ),
+    )
+
+
+class LocationChoiceField(forms.ModelChoiceField):  # type: ignore[type-arg]
+    """A location picked from those the user sees (any other: "Select a valid choice");
+    the API's filter takes its id."""
+
+    def to_python(self, value: Any) -> int | None:
+        location = super().to_python(value)
+        return None if location is None else int(location.pk)
+
+
+def reservation_filterset(request: HtmxHttpRequest, params: QueryDict) -> VgpuReservationFilterSet:
+    """The API's FilterSet over what the user sees; its choices too. The form's fields left
+    empty are left out, as the API wants them."""
+    given = QueryDict(mutable=True)
+    for name, values in params.lists():
+        if kept := [value for value in values if value != ""]:
+            given.setlist(name, kept)
+    filterset = VgpuReservationFilterSet(given, queryset=_reservations(request), request=request)
+    fields = filterset.form.fields
+    fields["location"] = LocationChoiceField(
+        visible(request.user, Location.objects.order_by("name")), required=False
+    )
+    fields["type"].widget.attrs["list"] = "gpu-types"
+    return filterset
+
+
+def _rows(request: HtmxHttpRequest, reservations: list[VgpuReservation]) -> list[ReservationRow]:
+    now = timezone.now()
+    location_ids = {r.location_id for r in reservations}
+    types = {
+        (card.location_id, card.profile_id): gpu_type_of(card)
+        for card in visible(request.user, GpuProfile.objects.filter(location_id__in=location_ids))
+    }
+    vm_ids = {r.vm_id for r in reservations if r.vm_id is not None}
+    vms = {
+        (vm.location_id, vm.vm_id): vm
+        for vm in visible(
+            request.user,
+            VirtualMachine.objects.filter(location_id__in=location_ids, vm_id__in=vm_ids),
+        )
+    }
+    owners = {r.owner_cluster for r in reservations if r.machine is None and r.owner_cluster}
+    clusters = dict(
+        visible(request.user, Cluster.objects.filter(name__in=owners)).values_list("name", "pk")
+    )
+    rows = []
+    for r in reservations:
+        pending = release_request_pending(r)
+        cluster_id = r.machine.pool.cluster_id if r.machine else clusters.get(r.owner_cluster)
+        rows.append(
+            ReservationRow(
+                reservation=r,
+                gpu_type=types.get((r.location_id, r.gpu_id), ""),
+                vm=vms.get((r.location_id, r.vm_id)) if r.vm_id is not None else None,
+                cluster_id=cluster_id,
+                # A machine's GPU goes with its machine (scale down, delete it): the
+                # service refuses it; no button offers it.
+                can_release=(
+                    r.machine_id is None
+                    and r.vgpu_id is not None
+                    and r.state in RELEASABLE
+                    and not pending
+                    and allowed(request.user, RELEASE, r)
+                ),
+                release_pending=pending,
+                accrued_cost=r.accrued_cost(now),
+                named_by_us=r.name.startswith(naming.PREFIX),
+            )
+        )
+    return rows
+
+
+def reservation_table(request: HtmxHttpRequest, params: QueryDict) -> tuple[dict[str, Any], int]:
+    """The list as `params` (a page's query) asks for it, and the status to answer."""
+    filterset = reservation_filterset(request, params)
+    sort_key = params.get("sort") or DEFAULT_SORT
+    list_url = reverse("dashboard:reservations")
+    context: dict[str, Any] = {
+        "filterset": filterset,
+        "params": params,
+        "sort_key": sort_key,
+        "sorts": SORTS,
+        "page_url": f"{list_url}?{params.urlencode()}" if params else list_url,
+        "list_url": list_url,
+        "gpu_types": sorted(
+            {gpu_type_of(c) for c in visible(request.user, GpuProfile.objects.all())}
+        ),
+        "errors": [],
+        "rows": [],
+        "page": None,
+    }
+    sort = SORTS.get(sort_key)
+    if sort is None:
+        context["errors"].append(f"Unknown sort {sort_key!r}: use one of {', '.join(SORTS)}.")
+        return context, 400
+    if not filterset.is_valid():
+        for field, messages in filterset.form.errors.items():
+            context["errors"] += [f"{field}: {message}" for message in messages]
+        return context, 400
+    try:
+        page: KeysetPage[VgpuReservation] = keyset_page(
+            filterset.qs, sort=sort, params=params, size=PAGE_SIZE
+        )
+    except BadCursor as exc:
+        context["errors"].append(str(exc))
+        return context, 400
+    context["page"] = page
+    context["rows"] = _rows(request, page.rows)
+    context["csv_query"] = _without(params, CURSOR_PARAMS).urlencode()
+    return context, 200
+
+
+def _without(params: QueryDict, names: tuple[str, ...]) -> QueryDict:
+    kept = params.copy()
+    for name in names:
+        kept.pop(name, None)
+    return kept
+
+
+@require_GET
+def reservation_list(request: HtmxHttpRequest) -> HttpResponse:
+    context, status = reservation_table(request, request.GET)
+    return page_or_fragment(
+        request, TEMPLATE, context, fragments=["reservation-table"], status=status
+    )
+
+
+# --- CSV --------------------------------------------------------------------------------
+
+CSV_COLUMNS = [
+    "id", "name", "location", "gpu_type", "card", "state", "vgpu_id", "vm_id", "cluster",
+    "pool", "machine", "created_at", "first_seen_at", "unassigned_since", "orphaned_since",
+    "released_at", "release_requested_by", "release_reason", "currency", "cost_per_hour",
+    "accrued_cost",
+]  # fmt: skip
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+class _Echo:
+    def write(self, value: str) -> str:
+        return value
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, datetime):
+        return value.isoformat()
+    text = str(value)
+    # Names come from whitesky, not only from us: a spreadsheet must not run them.
+    return f"'{text}" if text.startswith(FORMULA_START) else text
+
+
+def _csv_lines(request: HtmxHttpRequest, rows: QuerySet[VgpuReservation]) -> Iterator[str]:
+    now = timezone.now()
+    types = {
+        (card.location_id, card.profile_id): gpu_type_of(card)
+        for card in visible(request.user, GpuProfile.objects.all())
+    }
+    writer = csv.writer(_Echo())
+    yield writer.writerow(CSV_COLUMNS)
+    for r in rows.iterator(chunk_size=2000):
+        machine = r.machine
+        by = r.release_requested_by
+        yield writer.writerow(
+            _cell(value)
+            for value in [
+                r.pk, r.name, r.location.name, types.get((r.location_id, r.gpu_id), ""),
+                r.gpu_id, r.state, r.vgpu_id, r.vm_id,
+                machine.pool.cluster.name if machine else r.owner_cluster,
+                machine.pool.name if machine else "",
+                machine.name if machine else r.owner_machine,
+                r.created_at, r.first_seen_at, r.unassigned_since, r.orphaned_since,
+                r.released_at, by.get_username() if by else "", r.release_reason,
+                r.location.currency, r.hourly_cost.quantize(Decimal("0.0001")),
+                r.accrued_cost(now),
+            ]
+        )  # fmt: skip
+
+
+@require_GET
+def reservation_csv(request: HtmxHttpRequest) -> HttpResponse | StreamingHttpResponse:
+    """Every reservation the filters select (not one page), as CSV."""
+    filterset = reservation_filterset(request, request.GET)
+    if not filterset.is_valid():
+        problems = "; ".join(
+            f"{field}: {' '.join(str(m) for m in messages)}"
+            for field, messages in filterset.form.errors.items()
+        )
+        return HttpResponse(problems, status=400, content_type="text/plain")
+    rows = filterset.qs.order_by("created_at", "id")
+    stamp = timezone.now().strftime("%Y%m%d-%H%M%S")
+    return StreamingHttpResponse(
+        _csv_lines(request, rows),
+        content_type="text/csv; charset=utf-8",
+        headers={"Content-Disposition": f'attachment; filename="reservations-{stamp}.csv"'},
+    )
