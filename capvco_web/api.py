@@ -1,71 +1,108 @@
-"""Shared pieces of the REST API."""
+"""What every endpoint of the REST API shares: the one error shape (and the 409 of what
+conflicts with the database), and serializers that take input exactly as documented.
+Bodies and pages: capvco_web.api_input; the schema: capvco_web.api_schema."""
 
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Mapping
-from typing import Any
+from datetime import timedelta
+from typing import Any, ClassVar
 
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.core.validators import RegexValidator
 from django.db import models
 from django.db.models import ProtectedError, RestrictedError
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views import defaults
 from rest_framework import serializers, status
-from rest_framework.exceptions import APIException
+from rest_framework.exceptions import APIException, ErrorDetail
+from rest_framework.exceptions import ValidationError as ApiValidationError
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-
-class ModelCleanMixin(serializers.ModelSerializer):  # type: ignore[type-arg]
-    """Runs the model's own validation (`full_clean`), so the API refuses exactly what the
-    model and the admin refuse, with the error on the field that caused it.
-
-    `error_paths` renames model fields to the API's (nested) field names.
-    """
-
-    error_paths: Mapping[str, tuple[str, ...]] = {}
-
-    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        attrs = super().validate(attrs)
-        if self.instance is None:
-            model: type[models.Model] = self.Meta.model
-            instance = model(**attrs)
-        else:
-            instance = copy.copy(self.instance)  # the real one changes only on save()
-            for field, value in attrs.items():
-                setattr(instance, field, value)
-        try:
-            instance.full_clean(validate_unique=False)
-        except DjangoValidationError as exc:
-            raise serializers.ValidationError(self._nest(exc.message_dict)) from exc
-        return attrs
-
-    def _nest(self, errors: dict[str, list[str]]) -> dict[str, Any]:
-        nested: dict[str, Any] = {}
-        for field, messages in errors.items():
-            path = self.error_paths.get(field, (field,))
-            target = nested
-            for key in path[:-1]:
-                target = target.setdefault(key, {})
-            target[path[-1]] = messages
-        return nested
+from capvco_web.auth import API_PREFIX
 
 
-class ReasonSerializer(serializers.Serializer):  # type: ignore[type-arg]
-    """Every destructive call says why; the reason goes into the audit record."""
+class ErrorSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    """Every error the API answers (4xx) has this shape."""
 
-    reason = serializers.CharField(max_length=1000, trim_whitespace=True)
+    detail = serializers.CharField(help_text="What went wrong and, where it helps, what to do.")
+    code = serializers.CharField(
+        help_text="Stable and machine-readable: invalid, parse_error, not_authenticated, "
+        "authentication_failed, permission_denied, not_found, method_not_allowed, "
+        "unsupported_media_type, in_use, release_refused, throttled, ..."
+    )
+
+    def get_fields(self) -> dict[str, serializers.Field]:  # type: ignore[type-arg]
+        fields = super().get_fields()
+        # Declared here: a class attribute named `fields` would hide Serializer.fields.
+        fields["fields"] = serializers.DictField(
+            required=False,
+            help_text="Invalid input only: the messages per field, nested as in the request "
+            "body (`non_field_errors` for the request as a whole).",
+        )
+        return fields
+
+
+def _field_messages(errors: Any, path: str = "") -> list[str]:
+    """`gpu.type: message` for every message in DRF's nested validation errors."""
+    if isinstance(errors, Mapping):
+        return [
+            line
+            for key, value in errors.items()
+            for line in _field_messages(
+                value, path if key == "non_field_errors" else f"{path}.{key}".lstrip(".")
+            )
+        ]
+    if isinstance(errors, list):
+        if all(isinstance(item, str) for item in errors):
+            return [f"{path}: {message}" if path else str(message) for message in errors]
+        return [
+            line
+            for index, item in enumerate(errors)
+            for line in _field_messages(item, f"{path}[{index}]")
+        ]
+    return [f"{path}: {errors}" if path else str(errors)]
+
+
+# Refusals of a request that is valid in itself but not against what the database holds
+# now: an object named that does not exist, a name taken, objects that do not belong
+# together. They answer 409, not 400: the same request may succeed another time.
+STATE_CODES = frozenset({"does_not_exist", "unique", "conflict"})
+
+
+def _leaf_codes(codes: Any) -> set[str]:
+    if isinstance(codes, Mapping):
+        return {code for value in codes.values() for code in _leaf_codes(value)}
+    if isinstance(codes, list):
+        return {code for value in codes for code in _leaf_codes(value)}
+    return {str(codes)}
+
+
+def is_state_conflict(exc: ApiValidationError) -> bool:
+    return _leaf_codes(exc.get_codes()) <= STATE_CODES
+
+
+def error_body(exc: APIException, data: Any) -> dict[str, Any]:
+    """DRF's error data in the one shape: `detail`, `code`, and for invalid input `fields`."""
+    if isinstance(exc, ApiValidationError):
+        fields = data if isinstance(data, Mapping) else {"non_field_errors": data}
+        lines = _field_messages(fields)
+        conflict = is_state_conflict(exc)
+        said = "; ".join(line.rstrip(".") for line in lines) + "."
+        detail = ("Conflict: " if conflict else "Invalid input: ") + said
+        return {"detail": detail, "code": "conflict" if conflict else "invalid", "fields": fields}
+    detail = data.get("detail", "") if isinstance(data, Mapping) else data
+    code = detail.code if isinstance(detail, ErrorDetail) else exc.default_code
+    return {"detail": str(detail), "code": code}
 
 
 class InUseConflict(APIException):
     status_code = status.HTTP_409_CONFLICT
     default_detail = "Still in use."
     default_code = "in_use"
-
-
-class ConflictSerializer(serializers.Serializer):  # type: ignore[type-arg]
-    """A 409: what is in the way, and what to do about it."""
-
-    detail = serializers.CharField()
 
 
 def in_use_detail(exc: ProtectedError | RestrictedError) -> str:
@@ -80,11 +117,258 @@ def in_use_detail(exc: ProtectedError | RestrictedError) -> str:
     return f"Still in use by {shown}: delete or tear down those first."
 
 
+def api_validation_error(
+    exc: DjangoValidationError, paths: Mapping[str, tuple[str, ...]] | None = None
+) -> ApiValidationError:
+    """A model's or a service's refusal as the API's, with its codes (a `conflict` answers
+    409), each field's messages under its API name (`paths`: model field to nested path)."""
+    if not hasattr(exc, "error_dict"):
+        return ApiValidationError(
+            [ErrorDetail(m, code=e.code or "invalid") for e in exc.error_list for m in e.messages]
+        )
+    nested: dict[str, Any] = {}
+    for field, errors in exc.error_dict.items():
+        path = (paths or {}).get(field, (field,))
+        target = nested
+        for key in path[:-1]:
+            target = target.setdefault(key, {})
+        target[path[-1]] = [
+            ErrorDetail(message, code=error.code or "invalid")
+            for error in errors
+            for message in error.messages
+        ]
+    return ApiValidationError(nested)
+
+
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
-    """DRF's handler; a delete refused because something still hangs from the object
-    answers 409 naming it, and a model's own refusal at save answers 400 (never a 500)."""
+    """DRF's handler in the one error shape; a delete refused because something still
+    hangs from the object answers 409 naming it, and a model's own refusal at save (e.g.
+    under a lock) answers as the serializer's would have (never a 500)."""
     if isinstance(exc, ProtectedError | RestrictedError):
         exc = InUseConflict(in_use_detail(exc))
-    if isinstance(exc, DjangoValidationError):  # a model's check at save (e.g. under a lock)
-        exc = serializers.ValidationError(getattr(exc, "message_dict", None) or exc.messages)
-    return drf_exception_handler(exc, context)
+    if isinstance(exc, DjangoValidationError):
+        exc = api_validation_error(exc)
+    response = drf_exception_handler(exc, context)
+    if response is not None:
+        api_exc = exc if isinstance(exc, APIException) else APIException()
+        response.data = error_body(api_exc, response.data)
+        if isinstance(exc, ApiValidationError) and is_state_conflict(exc):
+            response.status_code = status.HTTP_409_CONFLICT
+    return response
+
+
+# Serializers: what they take is what the schema says, nothing coerced or ignored.
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, Mapping):
+        return "an object"
+    return "null"
+
+
+def _expected_type(field: serializers.Field) -> tuple[str, tuple[type, ...]] | None:  # type: ignore[type-arg]
+    """The JSON type a field takes (as the schema documents it), or None for any."""
+    if isinstance(field, serializers.BooleanField):
+        return "a boolean", (bool,)
+    if isinstance(field, serializers.IntegerField | serializers.PrimaryKeyRelatedField):
+        return "a whole number", (int,)
+    if isinstance(field, serializers.SlugRelatedField):
+        return "a string", (str,)
+    if isinstance(field, serializers.FloatField | serializers.DecimalField):
+        return "a number", (int, float, str)
+    if isinstance(field, serializers.ListField | serializers.ListSerializer):
+        return "an array", (list,)
+    if isinstance(field, serializers.ManyRelatedField | serializers.MultipleChoiceField):
+        return "an array", (list,)
+    if isinstance(field, serializers.DictField | serializers.Serializer):
+        return "an object", (Mapping,)
+    if isinstance(field, serializers.JSONField):
+        return None
+    if isinstance(field, serializers.CharField | serializers.ChoiceField):
+        return "a string", (str,)
+    if isinstance(field, serializers.DurationField | serializers.DateTimeField):
+        return "a string", (str,)
+    if isinstance(field, serializers.DateField | serializers.TimeField):
+        return "a string", (str,)
+    return None
+
+
+def _type_problem(field: serializers.Field, value: Any) -> str | None:  # type: ignore[type-arg]
+    expected = _expected_type(field)
+    if value is None or expected is None:
+        return None  # null: the field says whether it takes one
+    name, types = expected
+    if isinstance(value, types) and not (isinstance(value, bool) and bool not in types):
+        return None
+    return f"Give {name}, not {_json_type(value)}."
+
+
+class StrictInputMixin(serializers.Serializer):  # type: ignore[type-arg]
+    """Refuses (400, naming them) fields the serializer does not take and values of
+    another JSON type than documented, where DRF would ignore or coerce them (`"5"` for
+    a number, `5` for a string, `"yes"` for a boolean).
+
+    The schema says the same (`additionalProperties: false`, see ApiSchema), with
+    `schema_rules`: JSON Schema keywords for rules that span several fields.
+    """
+
+    schema_rules: ClassVar[dict[str, Any]] = {}
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            errors: dict[str, list[str]] = {}
+            for name, value in data.items():
+                field = self.fields.get(name)
+                if field is None:
+                    errors[name] = ["Unknown field."]
+                elif field.read_only:
+                    errors[name] = ["Read-only field: leave it out."]
+                elif problem := _type_problem(field, value):
+                    errors[name] = [problem]
+            if errors:
+                raise ApiValidationError(errors)
+        return super().to_internal_value(data)
+
+
+class ModelCleanMixin(StrictInputMixin, serializers.ModelSerializer):  # type: ignore[type-arg]
+    """Runs the model's own validation (`full_clean`), so the API refuses exactly what the
+    model and the admin refuse, with the error on the field that caused it.
+
+    Strings are taken as given (not trimmed): the lengths the schema documents are the
+    ones enforced, and the model's validators judge the characters.
+
+    `error_paths` renames model fields to the API's (nested) field names.
+    """
+
+    error_paths: Mapping[str, tuple[str, ...]] = {}
+
+    def build_standard_field(
+        self, field_name: str, model_field: models.Field[Any, Any]
+    ) -> tuple[type[serializers.Field], dict[str, Any]]:  # type: ignore[type-arg]
+        field_class, kwargs = super().build_standard_field(field_name, model_field)
+        if issubclass(field_class, serializers.CharField):
+            kwargs["trim_whitespace"] = False
+        return field_class, kwargs
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        attrs = super().validate(attrs)
+        if self.instance is None:
+            model: type[models.Model] = self.Meta.model
+            instance = model(**attrs)
+        else:
+            instance = copy.copy(self.instance)  # the real one changes only on save()
+            for field, value in attrs.items():
+                setattr(instance, field, value)
+        try:
+            instance.full_clean(validate_unique=False)
+        except DjangoValidationError as exc:
+            raise api_validation_error(exc, self.error_paths) from exc
+        return attrs
+
+
+# DRF refuses NUL characters in every string (PostgreSQL cannot store them).
+NO_NUL = "^[^\\u0000]*$"
+
+# What str.strip() removes, spelled out: Python's `\s` and ECMAScript's (the schema's)
+# differ, and the schema must say exactly what is refused.
+WHITESPACE = r"\t\n\x0b\x0c\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+# A string with something other than whitespace (and no NUL), as a pattern.
+HAS_TEXT = rf"^[^\x00]*[^{WHITESPACE}\x00][^\x00]*$"
+
+
+def stripped_text_pattern(least: int, most: int) -> str:
+    """A pattern of text that, stripped of whitespace, is empty or `least` to `most`
+    characters long (as a form field that strips reads it), with no NUL."""
+    assert 2 <= least <= most
+    space, edge = f"[{WHITESPACE}]*", f"[^{WHITESPACE}\\x00]"
+    return rf"^{space}(?:{edge}[^\x00]{{{least - 2},{most - 2}}}{edge})?{space}$"
+
+
+_reason_text = RegexValidator(
+    HAS_TEXT,
+    "Give a reason (not only spaces, no NUL characters).",
+)
+
+
+class ReasonField(serializers.CharField):
+    """A reason for the audit record: at most 1,000 characters as sent, not only
+    whitespace; stored trimmed."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(max_length=1000, trim_whitespace=False, **kwargs)
+        if not self.allow_blank:
+            self.validators.append(_reason_text)
+
+    def run_validation(self, data: Any = serializers.empty) -> Any:
+        value = super().run_validation(data)
+        return value.strip() if isinstance(value, str) else value
+
+
+class ReasonSerializer(StrictInputMixin):
+    """Every destructive call says why; the reason goes into the audit record."""
+
+    reason = ReasonField()
+
+
+# Durations: written as the API answers them, so the schema's pattern is the whole rule.
+
+
+def _one_to(most: int) -> str:
+    """A pattern of the whole numbers 1 to `most` (at least 1), without leading zeros."""
+    digits = str(most)
+    shorter = ["[1-9]" + "[0-9]" * (length - 1) for length in range(1, len(digits))]
+    below = [
+        f"{digits[:i]}[{int(i == 0)}-{int(d) - 1}]" + "[0-9]" * (len(digits) - i - 1)
+        for i, d in enumerate(digits)
+        if int(d) > int(i == 0)
+    ]
+    return "(?:" + "|".join([*shorter, *below, digits]) + ")"
+
+
+def duration_pattern(most: timedelta) -> str:
+    """`[D ]HH:MM:SS[.ffffff]` from 0 to `most` (whole days), as a pattern."""
+    days = most.days
+    assert most == timedelta(days=days) and days > 1, "whole days, more than one"
+    time = r"(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]{1,6})?"
+    return rf"^(?:(?:{_one_to(days - 1)} )?{time}|{days} 00:00:00(?:\.0{{1,6}})?)$"
+
+
+class DurationTextField(serializers.DurationField):
+    """A duration from 0 to `most`, written as the API answers it: `[D ]HH:MM:SS[.ffffff]`
+    (`01:30:00`, `2 00:00:00`). Nothing else is read (no ISO 8601, no bare seconds): the
+    schema's pattern (`pattern`, see ApiSchema) is the whole rule."""
+
+    def __init__(self, *, most: timedelta, **kwargs: Any) -> None:
+        self.pattern = duration_pattern(most)
+        said = f"Give a duration as [D ]HH:MM:SS, from 00:00:00 to {most.days} 00:00:00."
+        kwargs["error_messages"] = {"invalid": said, **kwargs.get("error_messages", {})}
+        super().__init__(min_value=timedelta(0), max_value=most, **kwargs)
+
+    def to_internal_value(self, value: Any) -> timedelta:
+        if not isinstance(value, str) or not re.fullmatch(self.pattern, value):
+            self.fail("invalid")
+        return super().to_internal_value(value)
+
+
+# Django's own answers under /api/ (no such URL; a crash) in the one error shape too.
+
+
+def page_not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
+    if request.path_info.startswith(API_PREFIX):
+        return JsonResponse({"detail": "Not found.", "code": "not_found"}, status=404)
+    return defaults.page_not_found(request, exception)
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    if request.path_info.startswith(API_PREFIX):
+        body = {"detail": "A server error occurred.", "code": "error"}
+        return JsonResponse(body, status=500)
+    return defaults.server_error(request)

@@ -48,16 +48,18 @@ def _audit_fields(token: ApiToken) -> dict[str, str | None]:
 
 def api_token_check(*, token: ApiToken) -> None:
     """Raise ValidationError, by field, when `token` (not saved yet) may not be made."""
-    errors: dict[str, list[str]] = {}
+    errors: dict[str, str | ValidationError] = {}
     if not token.name.strip():
-        errors["name"] = ["Give the token a name that says what it is for."]
+        errors["name"] = "Give the token a name that says what it is for."
     if token.expires_at is not None and token.expires_at <= timezone.now():
-        errors["expires_at"] = ["The expiry must be in the future."]
+        errors["expires_at"] = "The expiry must be in the future."
     if ApiToken.objects.filter(user=token.user).count() >= MAX_TOKENS_PER_USER:
-        errors["user"] = [
+        # Not the request's fault: the same one succeeds once a token is revoked (409).
+        errors["user"] = ValidationError(
             f"{token.user.get_username()} has {MAX_TOKENS_PER_USER} tokens already: "
-            "revoke one first."
-        ]
+            "revoke one first.",
+            code="conflict",
+        )
     if errors:
         raise ValidationError(errors)
 

@@ -6,18 +6,27 @@ from typing import Any
 
 from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.core.validators import RegexValidator
 from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema
 from rest_framework import exceptions, mixins, serializers, status, viewsets
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from capvco_web.api import HAS_TEXT, StrictInputMixin, api_validation_error
 from capvco_web.auth import ApiTokenAuthentication
 from capvco_web.models import ApiToken
 from capvco_web.tokens import api_token_create, api_token_revoke
 
 
-class ApiTokenSerializer(serializers.ModelSerializer[ApiToken]):
+class ApiTokenSerializer(StrictInputMixin, serializers.ModelSerializer[ApiToken]):
+    # Taken as sent (its length too), stored trimmed by the service.
+    name = serializers.CharField(
+        max_length=ApiToken._meta.get_field("name").max_length,
+        trim_whitespace=False,
+        validators=[RegexValidator(HAS_TEXT, "Give the token a name that says what it is for.")],
+        help_text="What the token is for.",
+    )
     prefix = serializers.CharField(
         read_only=True, help_text="The start of the token, to recognise it by."
     )
@@ -79,7 +88,7 @@ class ApiTokenViewSet(
                 actor=_user(request),
             )
         except DjangoValidationError as exc:
-            raise exceptions.ValidationError(exc.message_dict) from None
+            raise api_validation_error(exc) from None
         # The only answer that ever holds the token.
         body = {**ApiTokenSerializer(token).data, "token": raw}
         return Response(body, status=status.HTTP_201_CREATED)

@@ -25,3 +25,6 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", include("capvco_web.api_urls")),
 ]
+
+handler404 = "capvco_web.api.page_not_found"
+handler500 = "capvco_web.api.server_error"

@@ -20,15 +20,22 @@ from django.utils.deconstruct import deconstructible
 # Unicode categories Cc, Cf, Cs, Co, Zl, Zp and Zs but U+0020, and the Hangul fillers
 # (letters that show nothing). A character class, so that the OpenAPI schema carries it
 # as a `pattern`; the ranges were computed from unicodedata (Unicode 14).
-_INVISIBLE = (
+_SHOWN_INVISIBLE = (
     r"\u0000-\u001f\u007f-\u00a0\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890-\u0891"
     r"\u08e2\u115f-\u1160\u1680\u180e\u2000-\u200f\u2028-\u202f\u205f-\u2064"
-    r"\u2066-\u206f\u3000\u3164\ud800-\uf8ff\ufeff\uffa0\ufff9-\ufffb"
+    r"\u2066-\u206f\u3000\u3164\ue000-\uf8ff\ufeff\uffa0\ufff9-\ufffb"
     r"\U000110bd\U000110cd\U00013430-\U00013438\U0001bca0-\U0001bca3"
     r"\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f"
     r"\U000f0000-\U000ffffd\U00100000-\U0010fffd"
 )
+# Lone surrogates (Cs) are refused too, but left out of the schema's pattern: the regex
+# engines of JSON Schema validators refuse a class that names them, and no text that is
+# valid Unicode holds one.
+_INVISIBLE = rf"{_SHOWN_INVISIBLE}\ud800-\udfff"
 _INVISIBLE_CHAR = re.compile(f"[{_INVISIBLE}]")
+# The schema names characters past U+FFFF as themselves: `\U0010fffd` is Python's escape,
+# not ECMAScript's (whose `\u{10fffd}` Python does not read).
+_SCHEMA_INVISIBLE = re.sub(r"\\U([0-9a-f]{8})", lambda m: chr(int(m[1], 16)), _SHOWN_INVISIBLE)
 
 
 @deconstructible
@@ -37,7 +44,7 @@ class VisibleText(RegexValidator):
 
     def __init__(self) -> None:
         super().__init__(
-            regex=f"^[^{_INVISIBLE}]*\\Z",
+            regex=f"^[^{_SHOWN_INVISIBLE}]*\\Z",
             message="Use visible characters and plain spaces only.",
             code="invisible_character",
         )
@@ -53,6 +60,10 @@ class VisibleText(RegexValidator):
             code=self.code,
             params={"code": ord(char), "name": name},
         )
+
+    def json_schema(self, direction: str) -> dict[str, str]:
+        """The rule as the API's schema states it (see capvco_web.api_schema)."""
+        return {"pattern": f"^[^{_SCHEMA_INVISIBLE}]*$"}
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, VisibleText)

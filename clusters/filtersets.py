@@ -3,24 +3,95 @@ from __future__ import annotations
 import django_filters
 from django.db.models import QuerySet
 
+from capvco_web.filters import IdFilter, StrictFilterSet, TrueFalseFilter
 from capvco_web.integrations.kube import GPU_TYPE_LABEL
-from clusters.models import KubeNode, KubePod, Machine
+from clusters.models import (
+    Cloudspace,
+    Cluster,
+    ClusterSite,
+    Image,
+    KubeNode,
+    KubePod,
+    Location,
+    Machine,
+    MachinePool,
+    Membership,
+)
 
 
-class MachineFilterSet(django_filters.FilterSet):
+class MembershipFilterSet(StrictFilterSet):
+    account = IdFilter(field_name="account_id")
+
+    class Meta:
+        model = Membership
+        fields = ["account"]
+
+
+class CloudspaceFilterSet(StrictFilterSet):
+    location = IdFilter(field_name="location_id")
+
+    class Meta:
+        model = Cloudspace
+        fields = ["location"]
+
+
+class ImageFilterSet(StrictFilterSet):
+    location = IdFilter(field_name="location_id")
+
+    class Meta:
+        model = Image
+        fields = ["location"]
+
+
+class LocationFilterSet(StrictFilterSet):
+    account = IdFilter(field_name="account_id")
+
+    class Meta:
+        model = Location
+        fields = ["account", "name"]
+
+
+class ClusterFilterSet(StrictFilterSet):
+    account = IdFilter(field_name="account_id")
+
+    class Meta:
+        model = Cluster
+        fields = ["account", "state"]
+
+
+class ClusterSiteFilterSet(StrictFilterSet):
+    cluster = IdFilter(field_name="cluster_id")
+    location = IdFilter(field_name="location_id")
+
+    class Meta:
+        model = ClusterSite
+        fields = ["cluster", "location"]
+
+
+class MachinePoolFilterSet(StrictFilterSet):
+    cluster = IdFilter(field_name="cluster_id")
+    site = IdFilter(field_name="site_id")
+
+    class Meta:
+        model = MachinePool
+        fields = ["cluster", "site"]
+
+
+class MachineFilterSet(StrictFilterSet):
     cluster = django_filters.CharFilter(field_name="pool__cluster__name")
+    pool = IdFilter(field_name="pool_id")
 
     class Meta:
         model = Machine
         fields = ["cluster", "pool", "phase"]
 
 
-class KubeNodeFilterSet(django_filters.FilterSet):
+class KubeNodeFilterSet(StrictFilterSet):
     cluster = django_filters.CharFilter(field_name="cluster__name")
-    unowned = django_filters.BooleanFilter(
-        field_name="unowned_since", lookup_expr="isnull", exclude=True
-    )
-
+    machine = IdFilter(field_name="machine_id")
+    ready = TrueFalseFilter(field_name="ready")
+    unowned = TrueFalseFilter(field_name="unowned_since", lookup_expr="isnull", exclude=True)
+    gpus_missing = TrueFalseFilter(field_name="gpus_missing")
     gpu_type = django_filters.CharFilter(
         method="_gpu_type", help_text="Its capvco.io/gpu-type label, e.g. nvidia-a100"
     )
@@ -33,7 +104,7 @@ class KubeNodeFilterSet(django_filters.FilterSet):
         return queryset.filter(**{f"labels__{GPU_TYPE_LABEL}": value})
 
 
-class KubePodFilterSet(django_filters.FilterSet):
+class KubePodFilterSet(StrictFilterSet):
     cluster = django_filters.CharFilter(field_name="cluster__name")
     node = django_filters.CharFilter(field_name="node_name")
 

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
@@ -14,6 +15,7 @@ from django.core.validators import (
     RegexValidator,
 )
 from django.db import connection, models, transaction
+from django.utils.deconstruct import deconstructible
 
 from capvco_web.encryption import EncryptedTextField
 from capvco_web.integrations.kube import (
@@ -63,10 +65,36 @@ def whitesky_allowed_hosts() -> AllowedHosts:
     return AllowedHosts(settings.WHITESKY_ALLOWED_HOSTS, source="WHITESKY_ALLOWED_HOSTS")
 
 
-def whitesky_url(value: str) -> None:
-    """An account's API or IAM URL must be one the credential may be sent to."""
-    if refusal := whitesky_allowed_hosts().refusal(value):
-        raise ValidationError(refusal, code="host_not_allowed")
+@deconstructible
+class WhiteskyUrl:
+    """An account's API or IAM URL must be one the credential may be sent to, written
+    plainly (`https://host[:port]/path`, no query or fragment): a rule the API's schema
+    states whole, as a pattern of the allowed hosts (`json_schema`)."""
+
+    def __call__(self, value: str) -> None:
+        hosts = whitesky_allowed_hosts()
+        if refusal := hosts.refusal(value):
+            raise ValidationError(refusal, code="host_not_allowed")
+        if not re.fullmatch(hosts.url_pattern(), value):
+            raise ValidationError(
+                "Write the URL plainly: https://host[:port]/path, the host in lower case, no "
+                "query, fragment or trailing dot, a port without leading zeros.",
+                code="url_form",
+            )
+
+    def json_schema(self, direction: str) -> dict[str, str]:
+        # Of what is sent only: a stored URL may predate the rule or the list.
+        return {"pattern": whitesky_allowed_hosts().url_pattern()} if direction == "request" else {}
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, WhiteskyUrl)
+
+    def __hash__(self) -> int:
+        return hash(WhiteskyUrl)
+
+
+# One instance: migrations name it (clusters.models.whitesky_url).
+whitesky_url = WhiteskyUrl()
 
 
 NAMES_LOCK = 0x63617076  # the advisory lock that serialises cluster and pool creates
@@ -79,6 +107,12 @@ def names_lock() -> None:
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [NAMES_LOCK])
+
+
+def conflict(message: str) -> ValidationError:
+    """A refusal because of what other rows hold (not of the values themselves): the API
+    answers it 409."""
+    return ValidationError(message, code="conflict")
 
 
 class Account(models.Model):
@@ -340,8 +374,8 @@ class Cluster(models.Model):
         with transaction.atomic():
             names_lock()  # clean() checked without it; checked again here, under it
             names = Cluster.objects.values_list("name", flat=True)
-            if conflict := naming.cluster_name_conflict(self.name, names):
-                raise ValidationError({"name": conflict})
+            if taken := naming.cluster_name_conflict(self.name, names):
+                raise ValidationError({"name": conflict(taken)})
             super().save(*args, **kwargs)
 
     @property
@@ -371,17 +405,21 @@ class Cluster(models.Model):
         # (see gpus.naming), against every cluster of every account, deleting ones too.
         if self.pk and Cluster.objects.filter(pk=self.pk).exclude(name=self.name).exists():
             raise ValidationError(
-                {"name": "A cluster's name cannot change: its VM and vGPU names carry it."}
+                {
+                    "name": conflict(
+                        "A cluster's name cannot change: its VM and vGPU names carry it."
+                    )
+                }
             )
         others = Cluster.objects.exclude(pk=self.pk) if self.pk else Cluster.objects.all()
         names = others.values_list("name", flat=True)
-        if conflict := naming.cluster_name_conflict(self.name, names):
-            raise ValidationError({"name": conflict})
+        if taken := naming.cluster_name_conflict(self.name, names):
+            raise ValidationError({"name": conflict(taken)})
 
 
-def _moves(obj: models.Model, fields: list[str], message: str) -> dict[str, str]:
-    """The fields of a saved row that differ from the stored row, each with `message`:
-    where a row lives is fixed at its creation."""
+def _moves(obj: models.Model, fields: list[str], message: str) -> dict[str, str | ValidationError]:
+    """The fields of a saved row that differ from the stored row, each with `message` (a
+    conflict with the stored row): where a row lives is fixed at its creation."""
     if obj.pk is None:
         return {}
     attnames = {name: getattr(obj._meta.get_field(name), "attname") for name in fields}  # noqa: B009
@@ -389,7 +427,7 @@ def _moves(obj: models.Model, fields: list[str], message: str) -> dict[str, str]
     if stored is None:
         return {}
     return {
-        name: message
+        name: conflict(message)
         for name, attname in attnames.items()
         if stored[attname] != getattr(obj, attname)
     }
@@ -435,7 +473,9 @@ class ClusterSite(models.Model):
             and self.cluster_id
             and self.location.account_id != self.cluster.account_id
         ):
-            errors["location"] = "The location belongs to another account than the cluster."
+            errors["location"] = conflict(
+                "The location belongs to another account than the cluster."
+            )
         if errors:
             raise ValidationError(errors)
 
@@ -541,7 +581,7 @@ class MachinePool(models.Model):
             with transaction.atomic():
                 names_lock()  # clean() checked without it; checked again here, under it
                 if name_error := self._name_error():
-                    raise ValidationError({"name": name_error})
+                    raise ValidationError({"name": conflict(name_error)})
                 super().save(*args, **kwargs)
             return
         # `next_index` moves only in machine_create, under the row's lock. An edit (API,
@@ -571,9 +611,9 @@ class MachinePool(models.Model):
             and self.cluster_id
             and self.site.cluster_id != self.cluster_id
         ):
-            errors["site"] = "The site (location) does not belong to this cluster."
+            errors["site"] = conflict("The site (location) does not belong to this cluster.")
         if name_error := self._name_error():
-            errors["name"] = name_error
+            errors["name"] = conflict(name_error)
         if errors:
             raise ValidationError(errors)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 
 from django.db.models import Count, Prefetch, Q
 
@@ -28,6 +28,7 @@ LIVE_RESERVATION = (RState.RESERVING, RState.RESERVED, RState.ATTACHED, RState.R
 HELD = "billed_reservations"  # a machine's vGPUs, when read with it (_machines)
 
 Action = Literal["create", "provision", "replace_vm", "teardown", "reclaim"]
+ACTIONS: tuple[Action, ...] = get_args(Action)
 
 
 @dataclass(frozen=True)

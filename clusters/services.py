@@ -253,10 +253,14 @@ def account_update_check(*, account: Account, changes: Mapping[str, Any]) -> Non
     send the JWT stored in it to an address of their choosing, allowed host or not."""
     moved = [f for f in ACCOUNT_URLS if f in changes and changes[f] != getattr(account, f)]
     if moved and not changes.get("credential"):
+        # A conflict with the stored URLs (409): the same change keeping them needs none.
         raise ValidationError(
             {
-                "credential": "Give the credential again to change the API or IAM URL: "
-                "the stored one is never sent to a new address."
+                "credential": ValidationError(
+                    "Give the credential again to change the API or IAM URL: the stored one "
+                    "is never sent to a new address.",
+                    code="conflict",
+                )
             }
         )
 

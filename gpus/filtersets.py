@@ -5,6 +5,7 @@ from __future__ import annotations
 import django_filters
 from django.db.models import Q, QuerySet
 
+from capvco_web.filters import IdFilter, StrictFilterSet, TrueFalseFilter
 from gpus import naming
 from gpus.models import BILLED_STATES, GpuProfile, VgpuReservation
 from gpus.resolve import gpu_type_of
@@ -17,21 +18,26 @@ def _normal(text: str) -> str:
     return " ".join(text.lower().split())
 
 
-class VgpuReservationFilterSet(django_filters.FilterSet):
-    orphaned = django_filters.BooleanFilter(
-        method="filter_orphaned", label="Orphaned (no machine owns it)"
-    )
+class GpuProfileFilterSet(StrictFilterSet):
+    location = IdFilter(field_name="location_id")
+
+    class Meta:
+        model = GpuProfile
+        fields = ["location", "vendor"]
+
+
+class VgpuReservationFilterSet(StrictFilterSet):
+    location = IdFilter(field_name="location_id", label="Location")
+    orphaned = TrueFalseFilter(method="filter_orphaned", label="Orphaned (no machine owns it)")
     cluster = django_filters.CharFilter(field_name="owner_cluster", label="Cluster (by name)")
     type = django_filters.CharFilter(
         method="filter_type", label="GPU type", help_text='e.g. "NVIDIA A100", as the cards say'
     )
-    unassigned = django_filters.BooleanFilter(
-        method="filter_unassigned", label="Billed, attached to no VM"
-    )
-    not_ours = django_filters.BooleanFilter(
+    unassigned = TrueFalseFilter(method="filter_unassigned", label="Billed, attached to no VM")
+    not_ours = TrueFalseFilter(
         method="filter_not_ours", label=f"Not named by us (no {naming.PREFIX} prefix)"
     )
-    vm_id = django_filters.NumberFilter(label="VM id")
+    vm_id = IdFilter(field_name="vm_id", label="VM id")
     q = django_filters.CharFilter(
         method="filter_search",
         label="Name contains",

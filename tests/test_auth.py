@@ -50,7 +50,10 @@ def test_api_answers_an_anonymous_caller_401_saying_how_to_authenticate(
     response = client.get(path, HTTP_ACCEPT="application/json")
     assert response.status_code == 401
     assert response["WWW-Authenticate"] == 'Bearer realm="api"'
-    assert response.json() == {"detail": "Authentication credentials were not provided."}
+    assert response.json() == {
+        "detail": "Authentication credentials were not provided.",
+        "code": "not_authenticated",
+    }
 
 
 def test_api_takes_no_http_basic_authentication(client: Client, user: Any) -> None:

@@ -1,17 +1,29 @@
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from django.contrib.auth.models import Group, User
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.core.validators import MaxLengthValidator
 from django.db import models
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from capvco_web.api import ModelCleanMixin
+from capvco_web.api import (
+    HAS_TEXT,
+    NO_NUL,
+    DurationTextField,
+    ModelCleanMixin,
+    ReasonField,
+    StrictInputMixin,
+    api_validation_error,
+)
 from clusters.models import (
     MAX_CREDENTIAL_LENGTH,
     MAX_GPUS_PER_MACHINE,
+    MAX_ORPHAN_GRACE_PERIOD,
+    MAX_REPLICAS,
     Account,
     Cloudspace,
     Cluster,
@@ -25,10 +37,18 @@ from clusters.models import (
     Membership,
     jwt_shape,
 )
+from clusters.plan import ACTIONS
 from clusters.services import account_update_check
 
 
 class AccountSerializer(ModelCleanMixin):
+    orphan_grace_period = DurationTextField(
+        most=MAX_ORPHAN_GRACE_PERIOD,
+        required=False,
+        help_text="How long an orphan waits before it is released or removed: "
+        f"[D ]HH:MM:SS, from 00:00:00 to {MAX_ORPHAN_GRACE_PERIOD.days} 00:00:00 "
+        "(default 01:00:00).",
+    )
     credential = serializers.CharField(
         write_only=True,
         max_length=MAX_CREDENTIAL_LENGTH,
@@ -51,6 +71,15 @@ class AccountSerializer(ModelCleanMixin):
             "has_capi_kubeconfig", "capi_import_complete", "capi_import_error",
             "capi_import_started_at",
         ]  # fmt: skip
+        _plain = (
+            "written plainly: https://host[:port]/path (http only to an origin listed so), "
+            "the host one of WHITESKY_ALLOWED_HOSTS, no query or fragment; the pattern "
+            "lists the hosts."
+        )
+        extra_kwargs = {
+            "api_url": {"help_text": f"The VCO API base, e.g. https://vco.example/api/1, {_plain}"},
+            "iam_url": {"help_text": f"The IAM host that refreshes the JWT, {_plain}"},
+        }
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         attrs = super().validate(attrs)
@@ -58,7 +87,7 @@ class AccountSerializer(ModelCleanMixin):
             try:
                 account_update_check(account=self.instance, changes=attrs)
             except DjangoValidationError as exc:
-                raise serializers.ValidationError(exc.message_dict) from exc
+                raise api_validation_error(exc) from exc
         return attrs
 
 
@@ -154,55 +183,81 @@ class ClusterSerializer(ModelCleanMixin):
         ]  # fmt: skip
 
 
-class GpuAddonSerializer(serializers.Serializer[Cluster]):
+class GpuAddonSerializer(StrictInputMixin, serializers.Serializer[Cluster]):
     """The GPU add-on on or off; the change is audited with the reason."""
 
     enabled = serializers.BooleanField()
-    reason = serializers.CharField(
-        max_length=1000, trim_whitespace=True, required=False, allow_blank=True, default=""
-    )
+    reason = ReasonField(required=False, allow_blank=True, default="")
 
 
-class KubeconfigSerializer(serializers.Serializer[Cluster]):
+class KubeconfigSerializer(StrictInputMixin, serializers.Serializer[Cluster]):
     """A new kubeconfig for a cluster; the change is audited (its server, never its secret)."""
 
     kubeconfig = serializers.CharField(
         write_only=True, trim_whitespace=True, style={"base_template": "textarea.html"}
     )
-    reason = serializers.CharField(
-        max_length=1000, trim_whitespace=True, required=False, allow_blank=True, default=""
+    reason = ReasonField(required=False, allow_blank=True, default="")
+
+
+def _gpu_field(model_field: str) -> serializers.CharField:
+    """A string of the `gpu` object, bounded and validated as the pool's own field, so that
+    its schema states the model's limits too."""
+    field = MachinePool._meta.get_field(model_field)
+    assert isinstance(field, models.CharField)
+    return serializers.CharField(
+        source=model_field,
+        required=False,
+        allow_blank=True,
+        default="",
+        trim_whitespace=False,
+        max_length=field.max_length,
+        # max_length adds its own: the model's would say the same twice.
+        validators=[v for v in field.validators if not isinstance(v, MaxLengthValidator)],
     )
 
 
-def _pool_text(field_name: str) -> dict[str, Any]:
-    """The limits of a pool's text field as the model sets them, for a renamed field of the
-    API, so that its schema states them too (the model validates them either way)."""
-    field = MachinePool._meta.get_field(field_name)
-    assert isinstance(field, models.CharField)
-    validators = [v for v in field.validators if not isinstance(v, MaxLengthValidator)]
-    return {
-        "source": field_name,
-        "max_length": field.max_length,
-        "validators": validators,
-        "required": False,
-        "allow_blank": True,
-        "default": "",
-    }
+def _has_text(field: str) -> dict[str, Any]:
+    return {"required": [field], "properties": {field: {"pattern": HAS_TEXT}}}
 
 
-class GpuRequestSerializer(serializers.Serializer[MachinePool]):
-    """`gpu: {type, profileId, count, driverVersion}`: what a pool asks for, by type."""
+class PoolGpuSerializer(StrictInputMixin, serializers.Serializer[MachinePool]):
+    """`gpu: {type, profileId, count, driverVersion}`: what a pool asks for, by type.
+    No GPU: count 0 (or left out) and neither type nor profile id. GPUs: a count of 1 to
+    8, and a type or a profile id. Taken whole, on PATCH too: what it leaves out is
+    reset to its default."""
 
-    type = serializers.CharField(**_pool_text("gpu_type"))
-    profileId = serializers.CharField(**_pool_text("gpu_profile_id"))
+    type = _gpu_field("gpu_type")
+    profileId = _gpu_field("gpu_profile_id")
     count = serializers.IntegerField(
         source="gpu_count", min_value=0, max_value=MAX_GPUS_PER_MACHINE, default=0
     )
-    driverVersion = serializers.CharField(**_pool_text("gpu_driver_version"))
+    driverVersion = _gpu_field("gpu_driver_version")
+
+    schema_rules = {
+        "anyOf": [
+            {
+                "properties": {
+                    "count": {"enum": [0]},
+                    "type": {"maxLength": 0},
+                    "profileId": {"maxLength": 0},
+                }
+            },
+            {
+                "required": ["count"],
+                "properties": {"count": {"minimum": 1}},
+                "anyOf": [_has_text("type"), _has_text("profileId")],
+            },
+        ]
+    }
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            data = {"type": "", "profileId": "", "count": 0, "driverVersion": "", **data}
+        return super().to_internal_value(data)
 
 
 class MachinePoolSerializer(ModelCleanMixin):
-    gpu = GpuRequestSerializer(source="*", required=False)
+    gpu = PoolGpuSerializer(source="*", required=False)
     error_paths = {
         "gpu_type": ("gpu", "type"),
         "gpu_profile_id": ("gpu", "profileId"),
@@ -235,7 +290,7 @@ class MachineSerializer(serializers.ModelSerializer[Machine]):
 class PlanStepSerializer(serializers.Serializer[object]):
     """One step of the plan, with every decision it carries."""
 
-    action = serializers.CharField(help_text="create, provision, replace_vm, teardown or reclaim")
+    action = serializers.ChoiceField(choices=ACTIONS)
     target = serializers.CharField(help_text="The machine (or, for reclaim, the cluster)")
     reason = serializers.CharField()
     pool_id = serializers.IntegerField(allow_null=True)
@@ -248,28 +303,71 @@ class PlanStepSerializer(serializers.Serializer[object]):
     description = serializers.CharField(source="describe", help_text="The step in words")
 
 
-class DeleteReasonSerializer(serializers.Serializer[object]):
+class DeleteReasonSerializer(StrictInputMixin):
     """Deleting an empty pool, site or account destroys nothing billed: a reason is
     welcome (it goes into the audit record) but not required."""
 
-    reason = serializers.CharField(
-        max_length=1000, trim_whitespace=True, required=False, allow_blank=True, default=""
-    )
+    reason = ReasonField(required=False, allow_blank=True, default="")
 
 
-class PoolScaleSerializer(serializers.Serializer[object]):
+class PoolScaleSerializer(StrictInputMixin):
     """Scaling a pool: the replicas wanted, and why (it goes into the audit record)."""
 
-    replicas = serializers.IntegerField(min_value=0, max_value=100)
-    reason = serializers.CharField(max_length=1000, trim_whitespace=True)
+    replicas = serializers.IntegerField(min_value=0, max_value=MAX_REPLICAS)
+    reason = ReasonField()
+
+
+@extend_schema_field({"type": "string", "enum": Membership.Role.values})
+class RoleField(serializers.SlugRelatedField[Group]):
+    """A role by name: one of the roles, or refused (400) as any other invalid value."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        roles = Group.objects.filter(name__in=Membership.Role.values)
+        super().__init__(slug_field="name", queryset=roles, **kwargs)
+
+    def to_internal_value(self, data: Any) -> Group:
+        if data not in Membership.Role.values:
+            raise serializers.ValidationError(
+                f"Choose one of {', '.join(Membership.Role.values)}.", code="invalid_choice"
+            )
+        return super().to_internal_value(data)
+
+
+_USERNAME_LENGTH = User._meta.get_field("username").max_length
+
+
+@extend_schema_field(
+    {
+        "type": "string",
+        "minLength": 1,
+        "maxLength": _USERNAME_LENGTH,
+        "pattern": NO_NUL,
+        "description": "The user's user name.",
+    }
+)
+class UsernameField(serializers.SlugRelatedField[User]):
+    """A user by user name. A name no user can have (too long, or with a NUL character,
+    which the database refuses to compare) is invalid (400), not looked up."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(slug_field="username", queryset=User.objects.all(), **kwargs)
+
+    def to_internal_value(self, data: Any) -> User:
+        if isinstance(data, str) and ("\x00" in data or len(data) > (_USERNAME_LENGTH or 0)):
+            raise serializers.ValidationError(
+                f"Give a user name: at most {_USERNAME_LENGTH} characters, no NUL.",
+                code="invalid",
+            )
+        return super().to_internal_value(data)
 
 
 class MembershipSerializer(ModelCleanMixin):
     """A user's role in an account: viewer, operator or admin."""
 
-    user = serializers.SlugRelatedField[User](slug_field="username", queryset=User.objects.all())
-    role = serializers.SlugRelatedField[Group](
-        slug_field="name", queryset=Group.objects.filter(name__in=Membership.Role.values)
+    user = UsernameField()
+    role = RoleField(
+        help_text="viewer: reads; operator: also scales pools, deletes machines and clusters, "
+        "releases reservations; admin: also the account, its sites, pools, clusters and members."
     )
 
     class Meta:

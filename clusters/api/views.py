@@ -16,7 +16,7 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from capvco_web.api import ConflictSerializer, ReasonSerializer
+from capvco_web.api import ErrorSerializer, ReasonSerializer, api_validation_error
 from capvco_web.permissions import AccountScopedViewSetMixin
 from clusters.api.serializers import (
     AccountSerializer,
@@ -36,7 +36,18 @@ from clusters.api.serializers import (
     PlanStepSerializer,
     PoolScaleSerializer,
 )
-from clusters.filtersets import KubeNodeFilterSet, KubePodFilterSet, MachineFilterSet
+from clusters.filtersets import (
+    CloudspaceFilterSet,
+    ClusterFilterSet,
+    ClusterSiteFilterSet,
+    ImageFilterSet,
+    KubeNodeFilterSet,
+    KubePodFilterSet,
+    LocationFilterSet,
+    MachineFilterSet,
+    MachinePoolFilterSet,
+    MembershipFilterSet,
+)
 from clusters.models import (
     Account,
     Cloudspace,
@@ -103,7 +114,7 @@ def _delete_schema(in_use_by: str) -> Callable[[View], View]:
         responses={
             204: None,
             409: OpenApiResponse(
-                ConflictSerializer,
+                ErrorSerializer,
                 description=f"Still in use by {in_use_by}: the detail names what is in "
                 "the way and what to do.",
             ),
@@ -151,9 +162,7 @@ class AccountViewSet(AccountScopedViewSetMixin, viewsets.ModelViewSet[Account]):
                 reason=serializer.validated_data["reason"],
             )
         except DjangoValidationError as exc:
-            raise serializers.ValidationError(
-                {"kubeconfig": exc.message_dict["capi_kubeconfig"]}
-            ) from exc
+            raise api_validation_error(exc, {"capi_kubeconfig": ("kubeconfig",)}) from exc
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     @extend_schema(request=DeleteReasonSerializer, responses={204: None})
@@ -173,7 +182,7 @@ class MembershipViewSet(AccountScopedViewSetMixin, viewsets.ModelViewSet[Members
 
     queryset = Membership.objects.select_related("user", "role").order_by("account", "user")
     serializer_class = MembershipSerializer
-    filterset_fields = ["account"]
+    filterset_class = MembershipFilterSet
 
     def perform_create(self, serializer: serializers.BaseSerializer[Membership]) -> None:
         membership = Membership(**serializer.validated_data)
@@ -191,7 +200,7 @@ class CloudspaceViewSet(AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet
 
     queryset = Cloudspace.objects.order_by("location", "name")
     serializer_class = CloudspaceSerializer
-    filterset_fields = ["location"]
+    filterset_class = CloudspaceFilterSet
 
 
 class ImageViewSet(AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[Image]):
@@ -199,13 +208,13 @@ class ImageViewSet(AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[Imag
 
     queryset = Image.objects.order_by("location", "name")
     serializer_class = ImageSerializer
-    filterset_fields = ["location"]
+    filterset_class = ImageFilterSet
 
 
 class LocationViewSet(AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[Location]):
     queryset = Location.objects.order_by("account", "name")
     serializer_class = LocationSerializer
-    filterset_fields = ["account", "name"]
+    filterset_class = LocationFilterSet
 
 
 class ClusterViewSet(
@@ -217,7 +226,7 @@ class ClusterViewSet(
 ):
     queryset = Cluster.objects.prefetch_related("sites").order_by("name")
     serializer_class = ClusterSerializer
-    filterset_fields = ["account", "state"]
+    filterset_class = ClusterFilterSet
     action_verbs = {
         "plan": "view",
         "kubeconfig": "change",
@@ -240,7 +249,7 @@ class ClusterViewSet(
         serializer.instance = cluster
 
     @extend_schema(responses=PlanStepSerializer(many=True))
-    @action(detail=True, methods=["get"])
+    @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
     def plan(self, request: Request, pk: str | None = None) -> Response:
         """What the next reconcile pass would do (a dry run, from the database only)."""
         plan = cluster_plan(self.get_object())
@@ -260,7 +269,7 @@ class ClusterViewSet(
                 reason=serializer.validated_data["reason"],
             )
         except DjangoValidationError as exc:
-            raise serializers.ValidationError(exc.message_dict) from exc
+            raise api_validation_error(exc) from exc
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     @extend_schema(request=GpuAddonSerializer, responses={200: ClusterSerializer})
@@ -301,7 +310,7 @@ class ClusterViewSet(
 class ClusterSiteViewSet(AccountScopedViewSetMixin, viewsets.ModelViewSet[ClusterSite]):
     queryset = ClusterSite.objects.select_related("location").order_by("cluster", "location")
     serializer_class = ClusterSiteSerializer
-    filterset_fields = ["cluster", "location"]
+    filterset_class = ClusterSiteFilterSet
 
     def perform_create(self, serializer: serializers.BaseSerializer[ClusterSite]) -> None:
         site = ClusterSite(**serializer.validated_data)
@@ -322,7 +331,7 @@ class ClusterSiteViewSet(AccountScopedViewSetMixin, viewsets.ModelViewSet[Cluste
 class MachinePoolViewSet(AccountScopedViewSetMixin, viewsets.ModelViewSet[MachinePool]):
     queryset = MachinePool.objects.order_by("cluster", "name")
     serializer_class = MachinePoolSerializer
-    filterset_fields = ["cluster", "site"]
+    filterset_class = MachinePoolFilterSet
     action_verbs = {"scale": "scale"}
 
     def perform_create(self, serializer: serializers.BaseSerializer[MachinePool]) -> None:

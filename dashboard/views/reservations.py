@@ -10,6 +10,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+from django import forms
 from django.db.models import QuerySet
 from django.http import HttpResponse, QueryDict, StreamingHttpResponse
 from django.urls import reverse
@@ -62,11 +63,27 @@ def _reservations(request: HtmxHttpRequest) -> QuerySet[VgpuReservation]:
     )
 
 
+class LocationChoiceField(forms.ModelChoiceField):  # type: ignore[type-arg]
+    """A location picked from those the user sees (any other: "Select a valid choice");
+    the API's filter takes its id."""
+
+    def to_python(self, value: Any) -> int | None:
+        location = super().to_python(value)
+        return None if location is None else int(location.pk)
+
+
 def reservation_filterset(request: HtmxHttpRequest, params: QueryDict) -> VgpuReservationFilterSet:
-    """The API's FilterSet over what the user sees; its choices too."""
-    filterset = VgpuReservationFilterSet(params, queryset=_reservations(request), request=request)
+    """The API's FilterSet over what the user sees; its choices too. The form's fields left
+    empty are left out, as the API wants them."""
+    given = QueryDict(mutable=True)
+    for name, values in params.lists():
+        if kept := [value for value in values if value != ""]:
+            given.setlist(name, kept)
+    filterset = VgpuReservationFilterSet(given, queryset=_reservations(request), request=request)
     fields = filterset.form.fields
-    fields["location"].queryset = visible(request.user, Location.objects.order_by("name"))  # type: ignore[attr-defined]
+    fields["location"] = LocationChoiceField(
+        visible(request.user, Location.objects.order_by("name")), required=False
+    )
     fields["type"].widget.attrs["list"] = "gpu-types"
     return filterset
 

@@ -36,7 +36,9 @@ class VgpuReservationSerializer(serializers.ModelSerializer[VgpuReservation]):
     location_name = serializers.CharField(source="location.name", read_only=True)
     accrued_cost = serializers.SerializerMethodField(help_text="Since it was flagged orphaned")
     currency = serializers.CharField(source="location.currency", read_only=True)
-    release_requested_by = serializers.SlugRelatedField[User](slug_field="username", read_only=True)
+    release_requested_by = serializers.SlugRelatedField[User](
+        slug_field="username", read_only=True, allow_null=True
+    )
 
     class Meta:
         model = VgpuReservation

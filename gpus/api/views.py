@@ -4,14 +4,14 @@ release is recorded here and carried out by a worker."""
 from __future__ import annotations
 
 from drf_spectacular.utils import OpenApiResponse, extend_schema
-from rest_framework import serializers, status, viewsets
+from rest_framework import status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import APIException
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from capvco_web.api import ReasonSerializer
+from capvco_web.api import ErrorSerializer, ReasonSerializer
 from capvco_web.permissions import AccountScopedViewSetMixin, visible
 from capvco_web.tasks import send_on_commit
 from clusters.releases import reservation_release_request
@@ -21,7 +21,7 @@ from gpus.api.serializers import (
     GpuTypeOfferSerializer,
     VgpuReservationSerializer,
 )
-from gpus.filtersets import VgpuReservationFilterSet
+from gpus.filtersets import GpuProfileFilterSet, VgpuReservationFilterSet
 from gpus.models import GpuProfile, VgpuReservation
 from gpus.resolve import offers
 from gpus.services import ReleaseRefused
@@ -30,7 +30,7 @@ from gpus.services import ReleaseRefused
 class GpuProfileViewSet(AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[GpuProfile]):
     queryset = GpuProfile.objects.order_by("location", "profile_id")
     serializer_class = GpuProfileSerializer
-    filterset_fields = ["location", "vendor"]
+    filterset_class = GpuProfileFilterSet
 
 
 class GpuTypesView(APIView):
@@ -56,10 +56,6 @@ class ReleaseConflict(APIException):
     default_code = "release_refused"
 
 
-class ReleaseRefusedSerializer(serializers.Serializer[object]):
-    detail = serializers.CharField()
-
-
 class VgpuReservationViewSet(
     AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[VgpuReservation]
 ):
@@ -73,7 +69,7 @@ class VgpuReservationViewSet(
         responses={
             202: VgpuReservationSerializer,
             409: OpenApiResponse(
-                ReleaseRefusedSerializer,
+                ErrorSerializer,
                 description="Refused, saying why and what to do instead (e.g. the GPU of a "
                 "machine: scale its pool down or delete the machine)",
             ),

@@ -3,7 +3,7 @@ another one.
 
 * Another account's object is not found (404), whatever the role: the API does not tell
   that it exists. Creating under another account's object is refused as for an id that
-  exists nowhere (400).
+  exists nowhere (409, an object named that does not exist).
 * In their own account, a role that may not do the action is refused (403).
 * A superuser may do everything everywhere.
 * A refusal writes nothing (no audit record); a write that is allowed is audited.
@@ -255,7 +255,7 @@ def expected(case: Case, caller: str, scope: str) -> int:
         # is one that does not exist.
         if not may:
             return 403
-        return case.allowed if scope == "own" else 400
+        return case.allowed if scope == "own" else 409
     if scope == "other" or caller == "none":
         return 404
     return case.allowed if may else 403

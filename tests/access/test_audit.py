@@ -157,8 +157,9 @@ def test_an_account_admin_cannot_move_a_membership_to_another_account(world: Wor
         format="json",
     )
 
-    assert response.status_code == 400
-    assert "account" in response.json()
+    # Another account is one that does not exist for them (409, as for any missing object).
+    assert response.status_code == 409
+    assert "account" in response.json()["fields"]
     assert Membership.objects.get(pk=membership.pk).account == world.own.account
 
 
@@ -200,9 +201,9 @@ def test_moving_a_site_is_refused_naming_the_field(world: World, field: str, val
 
     response = api.patch(f"/api/v1/sites/{own.site.pk}/", body, format="json")
 
-    assert response.status_code == 400
-    assert list(response.json()) == [field]
-    assert "cannot move" in response.json()[field][0]
+    assert response.status_code == 409  # against the stored site, as a rename
+    assert list(response.json()["fields"]) == [field]
+    assert "cannot move" in response.json()["fields"][field][0]
     site = ClusterSite.objects.get(pk=own.site.pk)
     assert (site.location, site.cloudspace_id) == (own.site.location, own.site.cloudspace_id)
     assert not AuditEvent.objects.exists()
@@ -217,8 +218,8 @@ def test_moving_a_pool_is_refused_naming_the_field(world: World, field: str) -> 
 
     response = api.patch(f"/api/v1/pools/{own.pool.pk}/", body, format="json")
 
-    assert response.status_code == 400
-    assert "cannot move" in response.json()[field][0]
+    assert response.status_code == 409  # against the stored pool, as a rename
+    assert "cannot move" in response.json()["fields"][field][0]
     assert MachinePool.objects.get(pk=own.pool.pk).site == own.site
 
 

@@ -57,7 +57,7 @@ def test_api_refuses_a_url_outside_the_allowed_hosts(
 ) -> None:
     response = api.post("/api/v1/accounts/", account_body(**{field: url}), format="json")
     assert response.status_code == 400
-    assert why in response.json()[field][0]
+    assert why in response.json()["fields"][field][0]
     assert not Account.objects.exists()
 
 
@@ -139,9 +139,9 @@ def test_api_url_change_without_the_credential_is_refused(
     response = api.patch(
         f"/api/v1/accounts/{account.pk}/", {"api_url": "https://vco2.example/api/1"}, format="json"
     )
-    assert response.status_code == 400
-    assert "credential" in response.json()
-    assert "again" in response.json()["credential"][0]
+    # A conflict with the stored URL (the same change keeping it would pass): 409.
+    assert response.status_code == 409
+    assert "again" in response.json()["fields"]["credential"][0]
     account.refresh_from_db()
     assert account.api_url == "https://vco.example/api/1"
     assert not AuditEvent.objects.exists()
@@ -273,7 +273,7 @@ def test_admin_never_shows_the_credential(admin_client: Client, site: ClusterSit
 def test_api_refuses_a_credential_that_is_no_jwt(api: APIClient, credential: str, why: str) -> None:
     response = api.post("/api/v1/accounts/", account_body(credential=credential), format="json")
     assert response.status_code == 400
-    assert why in str(response.json()["credential"])
+    assert why in str(response.json()["fields"]["credential"])
     assert not Account.objects.exists()
 
 

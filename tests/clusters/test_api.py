@@ -47,7 +47,9 @@ def test_pool_with_gpus_but_no_type_is_refused_naming_the_field(
     response = api.post("/api/v1/pools/", pool_body(site, count=2), format="json")
     assert response.status_code == 400
     assert response.json() == {
-        "gpu": {"type": ["A pool with GPUs needs a GPU type (or a profile id)."]}
+        "detail": "Invalid input: gpu.type: A pool with GPUs needs a GPU type (or a profile id).",
+        "code": "invalid",
+        "fields": {"gpu": {"type": ["A pool with GPUs needs a GPU type (or a profile id)."]}},
     }
     assert not MachinePool.objects.exists()
 
@@ -55,7 +57,7 @@ def test_pool_with_gpus_but_no_type_is_refused_naming_the_field(
 def test_pool_gpu_count_above_eight_is_refused(api: APIClient, site: ClusterSite) -> None:
     response = api.post("/api/v1/pools/", pool_body(site, type="T4", count=9), format="json")
     assert response.status_code == 400
-    assert "count" in response.json()["gpu"]
+    assert "count" in response.json()["fields"]["gpu"]
 
 
 def test_pool_in_a_location_of_another_cluster_is_refused(
@@ -64,8 +66,10 @@ def test_pool_in_a_location_of_another_cluster_is_refused(
     other = Cluster.objects.create(name="other", account=site.cluster.account)
     body = {**pool_body(site, type="T4", count=1), "cluster": other.pk}
     response = api.post("/api/v1/pools/", body, format="json")
-    assert response.status_code == 400
-    assert response.json() == {"site": ["The site (location) does not belong to this cluster."]}
+    assert response.status_code == 409
+    assert response.json()["fields"] == {
+        "site": ["The site (location) does not belong to this cluster."]
+    }
 
 
 def test_updating_a_pool_validates_the_whole_pool(api: APIClient, site: ClusterSite) -> None:
@@ -130,7 +134,7 @@ def test_api_pool_delete_with_machines_answers_409_and_keeps_them(
     response = api.delete(f"/api/v1/pools/{pool.pk}/")
 
     assert response.status_code == 409
-    assert response.json() == {"detail": POOL_IN_USE}
+    assert response.json() == {"detail": POOL_IN_USE, "code": "in_use"}
     assert machines_left() == ["gpu-0", "gpu-1"]
     assert deletes_audited() == []
 
@@ -141,7 +145,7 @@ def test_api_site_delete_with_machines_answers_409_and_keeps_them(
     response = api.delete(f"/api/v1/sites/{pool.site_id}/")
 
     assert response.status_code == 409
-    assert response.json() == {"detail": SITE_IN_USE}
+    assert response.json() == {"detail": SITE_IN_USE, "code": "in_use"}
     assert machines_left() == ["gpu-0", "gpu-1"]
     assert ClusterSite.objects.filter(pk=pool.site_id).exists()
     assert deletes_audited() == []
@@ -151,7 +155,7 @@ def test_api_account_delete_with_a_cluster_answers_409(api: APIClient, site: Clu
     response = api.delete(f"/api/v1/accounts/{site.cluster.account_id}/")
 
     assert response.status_code == 409
-    assert response.json() == {"detail": ACCOUNT_IN_USE}
+    assert response.json() == {"detail": ACCOUNT_IN_USE, "code": "in_use"}
     assert Account.objects.filter(name="acme").exists()
 
 
@@ -183,7 +187,8 @@ def test_a_protected_row_met_on_any_path_answers_409_naming_it(pool: MachinePool
     assert response.status_code == 409
     assert response.data == {
         "detail": "Still in use by machine prod/gpu-0, machine prod/gpu-1: "
-        "delete or tear down those first."
+        "delete or tear down those first.",
+        "code": "in_use",
     }
 
 

@@ -50,7 +50,7 @@ def test_account_orphan_policy_out_of_bounds_is_refused(
 ) -> None:
     response = api.post("/api/v1/accounts/", account_body(**{field: value}), format="json")
     assert response.status_code == 400
-    assert list(response.json()) == [field]
+    assert list(response.json()["fields"]) == [field]
     assert not Account.objects.exists()
 
 
@@ -83,7 +83,7 @@ def test_pool_size_out_of_bounds_is_refused(
     body = {"cluster": site.cluster_id, "site": site.pk, "name": "cpu", field: value}
     response = api.post("/api/v1/pools/", body, format="json")
     assert response.status_code == 400
-    assert list(response.json()) == [field]
+    assert list(response.json()["fields"]) == [field]
     assert not MachinePool.objects.exists()
 
 
@@ -103,7 +103,7 @@ def test_site_image_id_out_of_bounds_is_refused(
     body = {"cluster": cluster.pk, "location": site.location_id, "cloudspace_id": "cs-2"}
     response = api.post("/api/v1/sites/", {**body, "image_id": image_id}, format="json")
     assert response.status_code == 400
-    assert list(response.json()) == ["image_id"]
+    assert list(response.json()["fields"]) == ["image_id"]
 
 
 @pytest.mark.parametrize(
@@ -152,14 +152,16 @@ def test_schema_states_the_bounds(api: APIClient) -> None:
     assert schemas["ClusterSite"]["properties"]["image_id"]["maximum"] == 2**31 - 1
     confirmations = account["orphan_confirmations"]
     assert (confirmations["minimum"], confirmations["maximum"]) == (1, 100)
-    assert account["credential"]["maxLength"] == 8192
-    assert "pattern" in account["credential"]
+    credential = schemas["AccountRequest"]["properties"]["credential"]  # write-only
+    assert credential["maxLength"] == 8192
+    assert "pattern" in credential
     assert account["name"]["maxLength"] == 100
     assert "pattern" in account["name"]
-    gpu = schemas["GpuRequest"]["properties"]
+    gpu = schemas["PoolGpuRequest"]["properties"]
     assert (gpu["count"]["minimum"], gpu["count"]["maximum"]) == (0, 8)
-    # A text that may be blank: oneOf [the text as the model wants it, ""].
-    gpu_type, profile, driver = (gpu[f]["oneOf"][0] for f in ("type", "profileId", "driverVersion"))
+    # A text that may be blank: its pattern takes "" (visible text), or oneOf [the text as
+    # the model wants it, ""].
+    gpu_type, profile, driver = gpu["type"], gpu["profileId"], gpu["driverVersion"]["oneOf"][0]
     assert gpu_type["maxLength"] == profile["maxLength"] == 100
     assert "pattern" in gpu_type and "pattern" in profile
     assert driver["maxLength"] == 40
@@ -185,14 +187,14 @@ def test_account_name_with_an_invisible_character_is_refused_naming_it(
 ) -> None:
     response = api.post("/api/v1/accounts/", account_body(name=name), format="json")
     assert response.status_code == 400
-    assert shown in response.json()["name"][0]
+    assert shown in response.json()["fields"]["name"][0]
     assert not Account.objects.exists()
 
 
 def test_account_name_with_a_nul_is_refused(api: APIClient) -> None:
     response = api.post("/api/v1/accounts/", account_body(name="ac\x00me"), format="json")
     assert response.status_code == 400
-    assert list(response.json()) == ["name"]
+    assert list(response.json()["fields"]) == ["name"]
 
 
 def test_names_in_other_scripts_are_accepted(api: APIClient) -> None:
@@ -207,7 +209,7 @@ def test_site_cloudspace_id_with_an_invisible_character_is_refused(
     body = {"cluster": cluster.pk, "location": site.location_id, "image_id": 1}
     response = api.post("/api/v1/sites/", {**body, "cloudspace_id": "cs\u200b-2"}, format="json")
     assert response.status_code == 400
-    assert "U+200B" in response.json()["cloudspace_id"][0]
+    assert "U+200B" in response.json()["fields"]["cloudspace_id"][0]
 
 
 @pytest.mark.parametrize(
@@ -225,7 +227,7 @@ def test_pool_gpu_request_out_of_bounds_is_refused_on_its_field(
     body = {"cluster": site.cluster_id, "site": site.pk, "name": "gpu", "gpu": gpu}
     response = api.post("/api/v1/pools/", body, format="json")
     assert response.status_code == 400
-    assert list(response.json()["gpu"]) == [field]
+    assert list(response.json()["fields"]["gpu"]) == [field]
 
 
 def test_pool_gpu_type_with_an_invisible_character_is_refused(
@@ -235,7 +237,7 @@ def test_pool_gpu_type_with_an_invisible_character_is_refused(
     gpu = {"type": "NVIDIA\u200b A100", "count": 1}
     response = api.post("/api/v1/pools/", {**body, "gpu": gpu}, format="json")
     assert response.status_code == 400
-    assert "U+200B" in response.json()["gpu"]["type"][0]
+    assert "U+200B" in response.json()["fields"]["gpu"]["type"][0]
 
 
 @pytest.mark.parametrize("name", ["prod\n", "prod\u200b", "pr\x00od"])

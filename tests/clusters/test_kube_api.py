@@ -88,8 +88,8 @@ def test_a_kubeconfig_that_cannot_be_used_is_refused_naming_the_problem(
     response = api.post("/api/v1/clusters/", body, format="json")
 
     assert response.status_code == 400
-    assert list(response.json()) == ["kubeconfig"]
-    assert problem in response.json()["kubeconfig"][0]
+    assert list(response.json()["fields"]) == ["kubeconfig"]
+    assert problem in response.json()["fields"]["kubeconfig"][0]
     assert not Cluster.objects.filter(name="edge").exists()
 
 
@@ -106,7 +106,7 @@ def test_replacing_a_kubeconfig_is_audited_and_compares_the_mirror_afresh(
     refused = api.put(url, {"kubeconfig": EXEC_KUBECONFIG}, format="json")
     replaced = api.put(url, {"kubeconfig": other, "reason": "moved"}, format="json")
 
-    assert refused.status_code == 400 and "exec" in refused.json()["kubeconfig"][0]
+    assert refused.status_code == 400 and "exec" in refused.json()["fields"]["kubeconfig"][0]
     assert replaced.status_code == 204
     cluster.refresh_from_db()
     assert "api.other.example" in cluster.kubeconfig

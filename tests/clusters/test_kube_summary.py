@@ -110,7 +110,7 @@ def test_the_gpu_addon_is_switched_through_the_api_and_audited(
 
     assert on.status_code == 200 and on.json()["gpu_addon"] is True
     assert again.status_code == 200
-    assert bad.status_code == 400 and "enabled" in bad.json()
+    assert bad.status_code == 400 and "enabled" in bad.json()["fields"]
     (event,) = AuditEvent.objects.filter(action="cluster.gpu_addon_set")
     assert (event.before, event.after, event.reason) == (
         {"gpu_addon": False}, {"gpu_addon": True}, "GPU pools coming",

@@ -156,8 +156,8 @@ def test_api_refuses_a_cluster_whose_vm_names_could_be_read_as_anothers(
 
     response = api.post("/api/v1/clusters/", {"name": "x-y", "account": account.pk})
 
-    assert response.status_code == 400
-    assert response.json() == {"name": [X_Y_AFTER_X]}
+    assert response.status_code == 409
+    assert response.json()["fields"] == {"name": [X_Y_AFTER_X]}
     assert list(Cluster.objects.values_list("name", flat=True)) == ["x"]
 
 
@@ -169,9 +169,9 @@ def test_api_refuses_a_pool_whose_vm_names_could_be_read_as_anothers(
 
     response = api.post("/api/v1/pools/", body, format="json")
 
-    assert response.status_code == 400
-    assert list(response.json()) == ["name"]
-    assert "Pool 'gpu' exists in cluster 'c'" in response.json()["name"][0]
+    assert response.status_code == 409
+    assert list(response.json()["fields"]) == ["name"]
+    assert "Pool 'gpu' exists in cluster 'c'" in response.json()["fields"]["name"][0]
     assert list(MachinePool.objects.values_list("name", flat=True)) == ["gpu"]
 
 
@@ -180,8 +180,8 @@ def test_api_refuses_renaming_a_pool(api: APIClient, account: Account) -> None:
 
     response = api.patch(f"/api/v1/pools/{pool.pk}/", {"name": "cpu"}, format="json")
 
-    assert response.status_code == 400
-    assert response.json() == {
+    assert response.status_code == 409
+    assert response.json()["fields"] == {
         "name": ["A pool's name cannot change: its VM and vGPU names carry it."]
     }
 

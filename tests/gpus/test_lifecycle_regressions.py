@@ -285,7 +285,7 @@ def test_a_driver_version_that_is_not_one_is_refused(
     }
     response = api.post("/api/v1/pools/", body, format="json")
     assert response.status_code == 400
-    assert "driverVersion" in response.json()["gpu"]
+    assert "driverVersion" in response.json()["fields"]["gpu"]
 
 
 # --- 10. timestamps that move --------------------------------------------------------------

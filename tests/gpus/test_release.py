@@ -78,7 +78,8 @@ def test_api_refuses_to_release_a_machines_gpu_with_409_naming_machine_and_what_
     assert response.status_code == 409
     assert response.json() == {
         "detail": f"capvco-demo-t4-0-gpu-0 is attached to machine demo/t4-0 (VM {vm_id}): "
-        "scale pool t4 down or delete the machine"
+        "scale pool t4 down or delete the machine",
+        "code": "release_refused",
     }
     row.refresh_from_db()
     assert (row.state, row.release_requested_at) == (State.ATTACHED, None)

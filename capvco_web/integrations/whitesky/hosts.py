@@ -15,6 +15,10 @@ from dataclasses import dataclass
 from urllib.parse import SplitResult, urlsplit
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
+# A port from 1 to 65535, as written without leading zeros.
+_PORT = r"(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])"
+# Path segments of RFC 3986 characters (pchar): no query, no fragment.
+_PATH = r"(?:/(?:[A-Za-z0-9._~!$&'()*+,;=:@-]|%[0-9A-Fa-f]{2})*)*"
 
 
 @dataclass(frozen=True)
@@ -27,6 +31,16 @@ class _Entry:
         return (
             self.scheme == scheme and self.host == host and (self.port is None or self.port == port)
         )
+
+    def url_pattern(self) -> str:
+        """The origins this entry allows, as written plainly: scheme and host in lower
+        case, the port left out or given without leading zeros."""
+        origin = f"{self.scheme}://{_literal(_netloc(self.host, None))}"
+        if self.port is None:
+            return f"{origin}(?::{_PORT})?"
+        if self.port == _DEFAULT_PORTS[self.scheme]:
+            return f"{origin}(?::{self.port})?"
+        return f"{origin}:{self.port}"
 
     def __str__(self) -> str:
         where = _netloc(self.host, self.port)
@@ -48,6 +62,14 @@ class AllowedHosts:
 
     def __repr__(self) -> str:
         return f"AllowedHosts({list(self.entries)!r}, source={self.source!r})"
+
+    def url_pattern(self) -> str:
+        """A regular expression (ECMAScript's and Python's alike) of the URLs to listed
+        origins written plainly: `https://host[:port]` and a path of RFC 3986 characters, no
+        query, fragment, user or trailing dot. Each such URL passes `refusal`; the schema of
+        an API that takes these URLs can state it."""
+        origins = "|".join(entry.url_pattern() for entry in self._entries) or "(?!)"
+        return f"^(?:{origins}){_PATH}$"
 
     def refusal(self, url: str) -> str | None:
         """Why the credential may not be sent to `url`, or None when it may."""
@@ -115,6 +137,11 @@ def _entry(text: str, source: str) -> _Entry:
 
 def _host(parts: SplitResult) -> str:
     return (parts.hostname or "").rstrip(".")  # urlsplit lowercases it
+
+
+def _literal(text: str) -> str:
+    """`text` as a regular expression that matches it only, in ECMAScript and Python alike."""
+    return "".join(f"\\{c}" if c in r"^$\.*+?()[]{}|/" else c for c in text)
 
 
 def _netloc(host: str, port: int | None) -> str:

@@ -3,7 +3,11 @@ listed http://host:port origin (the simulator); nothing else."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from capvco_web.integrations.whitesky import AllowedHosts
 
@@ -85,3 +89,29 @@ def test_entries_that_are_not_a_host_or_an_origin_are_refused(entry: str) -> Non
 def test_entries_are_normalised() -> None:
     hosts = AllowedHosts(["  VCO.Example. ", "", "HTTP://LocalHost:8081/"], source="X")
     assert hosts.entries == ("vco.example", "http://localhost:8081")
+
+
+@settings(max_examples=300, derandomize=True, database=None)
+@given(url=st.from_regex(ALLOWED.url_pattern(), fullmatch=True))
+def test_every_url_the_pattern_takes_is_allowed(url: str) -> None:
+    # The pattern is what the API's schema states for an account's URLs: never more.
+    assert ALLOWED.refusal(url) is None
+
+
+@pytest.mark.parametrize(
+    ("url", "taken"),
+    [
+        ("https://vco.example/api/1", True),
+        ("https://vco.example:9443/api/1", True),
+        ("https://iam.example:8443", True),
+        ("https://iam.example", False),  # that entry allows port 8443 only
+        ("http://127.0.0.1:8081/api/1", True),
+        ("http://127.0.0.1/api/1", False),
+        ("https://VCO.example/api/1", False),  # allowed, but not written plainly
+        ("https://vco.example./api/1", False),
+        ("https://vco.example/api/1?x=1", False),
+        ("https://vco.example:0443/api/1", False),
+    ],
+)
+def test_the_pattern_takes_listed_urls_written_plainly(url: str, taken: bool) -> None:
+    assert bool(re.fullmatch(ALLOWED.url_pattern(), url)) is taken

@@ -1,0 +1,79 @@
+"""Filters shared by the API and the dashboard lists: strict about their values, and an
+id that matches nothing answers an empty list (not a 400, as a choice of existing rows
+would)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import django_filters
+from django import forms
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
+
+_INTEGER = re.compile(r"-?[0-9]+")
+
+
+class IdField(forms.Field):
+    widget = forms.NumberInput
+    default_error_messages = {"invalid": "Give an id (a whole number)."}
+
+    def to_python(self, value: Any) -> int | None:
+        if value in self.empty_values:
+            return None
+        if not isinstance(value, str) or not _INTEGER.fullmatch(value):
+            raise forms.ValidationError(self.error_messages["invalid"], code="invalid")
+        sign, digits = (-1, value[1:]) if value.startswith("-") else (1, value)
+        digits = digits.lstrip("0") or "0"
+        # Past any id a database holds: matches nothing, however many digits it has.
+        return sign * (10**30 if len(digits) > 30 else int(digits))
+
+
+class TrueFalseField(forms.Field):
+    # In a page's form: "any" sends nothing (a page leaves empty parameters out).
+    widget = forms.Select(choices=[("", "any"), ("true", "yes"), ("false", "no")])
+    default_error_messages = {"invalid": "Give true or false."}
+
+    def to_python(self, value: Any) -> bool | None:
+        if value in self.empty_values:
+            return None
+        if value not in ("true", "false"):
+            raise forms.ValidationError(self.error_messages["invalid"], code="invalid")
+        return bool(value == "true")
+
+
+@extend_schema_field(OpenApiTypes.INT)
+class IdFilter(django_filters.Filter):
+    """Rows whose foreign key (or id) is this id; none when nothing has it."""
+
+    field_class = IdField
+
+
+@extend_schema_field(OpenApiTypes.BOOL)
+class TrueFalseFilter(django_filters.Filter):
+    """`true` or `false`, nothing else (not `yes`, `1` or `maybe`, read as no filter)."""
+
+    field_class = TrueFalseField
+
+
+class StrictFilterSet(django_filters.FilterSet):
+    """A filter set that refuses (400) a parameter given twice, and an empty value where a
+    string is not what the parameter takes, instead of silently filtering by one of them
+    or by nothing."""
+
+    def get_form_class(self) -> type[forms.Form]:
+        filters = self.filters
+
+        class StrictForm(super().get_form_class()):  # type: ignore[misc]
+            def clean(self) -> dict[str, Any]:
+                cleaned: dict[str, Any] = super().clean()
+                for name, given in filters.items():
+                    values = self.data.getlist(name) if hasattr(self.data, "getlist") else []
+                    if len(values) > 1:
+                        self.add_error(name, "Give this parameter once.")
+                    elif values == [""] and not isinstance(given, django_filters.CharFilter):
+                        self.add_error(name, "Give a value, or leave the parameter out.")
+                return cleaned
+
+        return StrictForm

@@ -1,0 +1,264 @@
+"""Our API against its own OpenAPI schema, with schemathesis: the world it runs in, and the
+long run as a command.
+
+    python -m tests.api_fuzz [--examples 300] [--seed 1] [-- more schemathesis options]
+
+starts the API on a throwaway test database (the settings of the test suite), fills it
+with one of every object, logs a superuser in, and runs `schemathesis run` with every
+check and phase (stateful included) against it. The test suite runs a bounded, derandomized
+share of the same (tests/test_api_contract.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import logging
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+# A session of a superuser: the cookie, and a CSRF token that matches its cookie.
+CSRF_TOKEN = "apicontractcsrftoken0123456789ab"
+
+
+def served_schema() -> dict[str, Any]:
+    """The API's OpenAPI schema, from the generator behind /api/v1/schema/."""
+    from drf_spectacular.generators import SchemaGenerator
+
+    return dict(SchemaGenerator().get_schema(request=None, public=True))
+
+
+# A pattern that is one character class repeated: `^[...]*$`.
+_CLASS_REPEATED = re.compile(r"\^(\[(?:\\.|[^\]\\])*\])\*\$")
+
+
+def schema_for_schemathesis(schema: dict[str, Any]) -> dict[str, Any]:
+    """The schema, saying the same in a form schemathesis (4.32) reads: it folds a string's
+    length bounds into its pattern itself, and writes characters past U+FFFF there as
+    `\\U` escapes that its own regex check then refuses. Folded here first, for patterns
+    of one class repeated, which mean the same with `{min,max}`."""
+    schema = copy.deepcopy(schema)
+    stack: list[Any] = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            found = _CLASS_REPEATED.fullmatch(node.get("pattern") or "")
+            lengths = {"minLength", "maxLength"} & set(node)
+            if found and lengths and max(map(ord, found[1])) > 0xFFFF:
+                least, most = node.pop("minLength", 0), node.pop("maxLength", "")
+                node["pattern"] = f"^{found[1]}{{{least},{most}}}$"
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return schema
+
+
+# Rules no OpenAPI schema can state. A request that breaks one is refused (400) though it
+# is valid by the schema; for these requests alone that refusal is not counted as a
+# failure (every other check still counts).
+
+
+def _past_expiry(body: dict[str, Any]) -> bool:
+    """A token asked to expire before now: no JSON Schema keyword compares a date-time
+    with the clock."""
+    expires = body.get("expires_at")
+    if not isinstance(expires, str):
+        return False
+    try:
+        when = datetime.fromisoformat(expires.upper().replace("Z", "+00:00"))
+    except ValueError:
+        return False
+    return when.tzinfo is not None and when <= datetime.now(UTC)
+
+
+def _not_a_kubeconfig(body: dict[str, Any]) -> bool:
+    """A kubeconfig that does not read as one (YAML of clusters, users and a context): a
+    document's structure inside a string is beyond a pattern."""
+    from capvco_web.integrations.kube import KubeconfigInvalid, kubeconfig_load
+
+    kubeconfig = body.get("kubeconfig")
+    if not isinstance(kubeconfig, str) or not kubeconfig.strip():
+        return False
+    try:
+        kubeconfig_load(kubeconfig)
+    except KubeconfigInvalid:
+        return True
+    return False
+
+
+UNSTATABLE = {
+    "POST /api/v1/tokens/": _past_expiry,
+    "POST /api/v1/clusters/": _not_a_kubeconfig,
+    "PUT /api/v1/clusters/{id}/kubeconfig/": _not_a_kubeconfig,
+    "PUT /api/v1/accounts/{id}/capi-kubeconfig/": _not_a_kubeconfig,
+}
+
+
+def _body_schema_refuses(case: Any) -> bool:
+    """Whether the body sent is one the operation's schema itself refuses. schemathesis
+    may still call it valid: its error feedback reads our errors' `fields` as a property
+    of the body and sends one (which every body refuses: additionalProperties false)."""
+    bodies = list(case.operation.body)
+    sent = case.body
+    return bool(bodies) and isinstance(sent, dict) and not any(b.is_valid(sent) for b in bodies)
+
+
+def keeps_failure(context: Any, failure: Any, case: Any, response: Any) -> bool:
+    """schemathesis' `filter_failure` hook: all but a refusal of a request that breaks
+    one of the rules above, or that the schema refuses itself."""
+    from schemathesis.openapi.checks import RejectedPositiveData
+
+    if not isinstance(failure, RejectedPositiveData):
+        return True
+    rule = UNSTATABLE.get(case.operation.label)
+    unstatable = rule is not None and isinstance(case.body, dict) and rule(case.body)
+    return not (unstatable or _body_schema_refuses(case))
+
+
+# The superuser the run acts as; it owns the world's API token.
+CONTRACT_USER = "contract"
+
+
+def seed_world() -> dict[str, int]:
+    """One of every object the API serves, wired together, and the superuser the run acts
+    as; the id of each object, by the first segment of its path."""
+
+    from capvco_web.tokens import api_token_create
+    from clusters.models import Cloudspace, Image
+    from tests.factories import (
+        GpuProfileFactory,
+        KubeNodeFactory,
+        KubePodFactory,
+        MachineFactory,
+        MembershipFactory,
+        UserFactory,
+        VgpuReservationFactory,
+        role_group,
+    )
+
+    superuser = UserFactory(username=CONTRACT_USER, is_staff=True, is_superuser=True)
+    for role in ("viewer", "operator", "admin"):
+        role_group(role)  # the roles a membership names (a flushed database has none)
+    attached = VgpuReservationFactory()
+    machine = attached.machine
+    pool = machine.pool
+    VgpuReservationFactory(orphaned=True, location=attached.location)
+    MachineFactory(pool=pool)
+    card = GpuProfileFactory(location=attached.location)
+    member = MembershipFactory(account=pool.cluster.account, role="operator")
+    node = KubeNodeFactory(cluster=pool.cluster, machine=machine)
+    pod = KubePodFactory(cluster=pool.cluster, node_name=node.name)
+    token, _ = api_token_create(user=superuser, name="contract", actor=CONTRACT_USER)
+    cloudspace = Cloudspace.objects.create(
+        location=attached.location, cloudspace_id="cs-1", name="prod", status="DEPLOYED"
+    )
+    image = Image.objects.create(
+        location=attached.location, image_id=1, name="ubuntu-24.04", status="CREATED"
+    )
+    return {
+        "accounts": pool.cluster.account_id,
+        "memberships": member.pk,
+        "locations": attached.location_id,
+        "cloudspaces": cloudspace.pk,
+        "images": image.pk,
+        "clusters": pool.cluster_id,
+        "sites": pool.site_id,
+        "pools": pool.pk,
+        "machines": machine.pk,
+        "nodes": node.pk,
+        "pods": pod.pk,
+        "gpu-profiles": card.pk,
+        "reservations": attached.pk,
+        "tokens": token.pk,
+    }
+
+
+def superuser_headers() -> dict[str, str]:
+    """Headers that authenticate as the run's superuser through a session, as a browser
+    would (a session may make API tokens; a token may not)."""
+    from django.contrib.auth.models import User
+    from django.test import Client
+
+    client = Client()
+    client.force_login(User.objects.get(username=CONTRACT_USER))
+    session = client.cookies["sessionid"].value
+    return {"Cookie": f"sessionid={session}; csrftoken={CSRF_TOKEN}", "X-CSRFToken": CSRF_TOKEN}
+
+
+def pin_path(case: Any, world: dict[str, int]) -> None:
+    """Aim most cases at an object that exists (the interesting answers); leave the others
+    with the id drawn, which mostly names none (404). Ids that are not numbers (negative
+    cases) stay as drawn."""
+    drawn = (case.path_parameters or {}).get("id")
+    if isinstance(drawn, int) and not isinstance(drawn, bool) and drawn % 4:
+        case.path_parameters["id"] = world[case.path.split("/")[3]]
+
+
+def _run(examples: int, seed: int, extra: list[str]) -> int:
+    import django
+    from django.contrib.staticfiles.handlers import StaticFilesHandler
+    from django.test.testcases import LiveServerThread
+    from django.test.utils import setup_databases, teardown_databases
+
+    django.setup()
+    # Refusals are what most cases are about; a server error still shows, with its traceback.
+    logging.getLogger("django.request").setLevel(logging.ERROR)
+    databases = setup_databases(verbosity=1, interactive=False, keepdb=False)
+    server = LiveServerThread("127.0.0.1", StaticFilesHandler, port=0)
+    try:
+        seed_world()
+        # The session authenticates; the empty Authorization header makes it ours for
+        # schemathesis (see tests/test_api_contract.py).
+        headers = {**superuser_headers(), "Authorization": ""}
+        server.daemon = True
+        server.start()
+        server.is_ready.wait()
+        if server.error:
+            raise server.error
+        base = f"http://127.0.0.1:{server.port}"
+        document = Path(tempfile.mkdtemp()) / "schema.json"
+        document.write_text(json.dumps(schema_for_schemathesis(served_schema())))
+        command = [
+            str(Path(sys.executable).with_name("schemathesis")),
+            "run",
+            str(document),
+            f"--url={base}",
+            "--checks=all",
+            f"--max-examples={examples}",
+            f"--seed={seed}",
+            "--continue-on-failure",
+            "--suppress-health-check=all",
+            "--workers=1",
+            *[f"--header={name}: {value}" for name, value in headers.items()],
+            *extra,
+        ]
+        hooks = {**os.environ, "SCHEMATHESIS_HOOKS": "tests.api_fuzz_hooks"}
+        return subprocess.run(command, check=False, env=hooks).returncode
+    finally:
+        server.terminate()
+        teardown_databases(databases, verbosity=1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--examples", type=int, default=300, help="per operation and phase")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("extra", nargs="*", help="more `schemathesis run` options, after --")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
+    # One caller sends thousands of requests a minute: the throttles would answer most
+    # of them 429 and hide what the API does with them.
+    for rate in ("API_RATE_USER", "API_RATE_ANON", "API_RATE_FAILED_AUTH"):
+        os.environ.setdefault(rate, "1000000/minute")
+    return _run(args.examples, args.seed, args.extra)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
