@@ -37,36 +37,46 @@ def sriov_config_of(cluster: Cluster) -> SriovConfig:
 
 
 def sriov_config_check(config: SriovConfig) -> None:
-    """Raise ValidationError, by field, when `config` may not be saved as it is."""
-    errors: dict[str, str] = {}
+    """Raise ValidationError, by field, when `config` may not be saved as it is. What is
+    missing to enable it (a stored credential or network, the cluster's kubeconfig, the
+    cluster being active) is a `conflict`: the same change may be made later."""
+    errors: dict[str, ValidationError] = {}
     cluster = config.cluster
     if config.credential and config.credential == cluster.account.credential:
-        errors["credential"] = (
+        errors["credential"] = ValidationError(
             "This is the account's own credential. SR-IOV needs one of its own, made for "
             "NIC attach and detach: give that JWT."
         )
     if config.enabled:
         if not config.credential:
-            errors["credential"] = (
+            errors["credential"] = ValidationError(
                 "SR-IOV cannot be enabled without a credential of its own: give the JWT made "
-                "for NIC attach and detach. The account's credential is never used for NICs."
+                "for NIC attach and detach. The account's credential is never used for NICs.",
+                code="conflict",
             )
         if not config.external_network.strip():
-            errors["external_network"] = "Name the external network pods get NICs on."
+            errors["external_network"] = ValidationError(
+                "Name the external network pods get NICs on.", code="conflict"
+            )
         if not cluster.kubeconfig:
-            errors["enabled"] = (
+            errors["enabled"] = ValidationError(
                 "Give the cluster a kubeconfig first: NICs are reclaimed from its pod "
-                "listings, and pods are checked against it."
+                "listings, and pods are checked against it.",
+                code="conflict",
             )
         elif cluster.state != Cluster.State.ACTIVE:
-            errors["enabled"] = f"Cluster {cluster.name} is being deleted."
+            errors["enabled"] = ValidationError(
+                f"Cluster {cluster.name} is being deleted.", code="conflict"
+            )
     try:
-        config.full_clean(exclude=["cluster"], validate_unique=False)
+        config.full_clean(exclude=["cluster"], validate_unique=False, validate_constraints=False)
     except ValidationError as exc:
         for field, messages in exc.message_dict.items():
-            errors.setdefault(field, " ".join(messages))
+            errors.setdefault(field, ValidationError(" ".join(messages)))
     if errors:
         raise ValidationError(errors)
+    # The table's constraints say what the checks above say; met, unless a check is missing.
+    config.validate_constraints(exclude=["cluster"])
 
 
 def sriov_config_set(
@@ -81,13 +91,11 @@ def sriov_config_set(
     if unknown:
         raise ValidationError({name: "Not a setting of SR-IOV." for name in sorted(unknown)})
     if "credential" in changes and actor != IMPORT_ACTOR and (refs := credential_refs(cluster)):
-        raise ValidationError(
-            {
-                "credential": f"Cluster {cluster.name} is imported: its SR-IOV credential is "
-                f"read from the Secret {', '.join(refs)} of its management cluster; change it "
-                "there."
-            }
+        said = (
+            f"Cluster {cluster.name} is imported: its SR-IOV credential is read from the "
+            f"Secret {', '.join(refs)} of its management cluster; change it there."
         )
+        raise ValidationError({"credential": ValidationError(said, code="conflict")})
     with transaction.atomic():
         stored = SriovConfig.objects.select_for_update().filter(cluster=cluster).first()
         if stored is None:

@@ -133,11 +133,14 @@ def seed_world() -> dict[str, int]:
     from capvco_web.tokens import api_token_create
     from clusters.models import Cloudspace, Image
     from tests.factories import (
+        ExternalNetworkFactory,
         GpuProfileFactory,
         KubeNodeFactory,
         KubePodFactory,
+        LeakedNicFactory,
         MachineFactory,
         MembershipFactory,
+        PodNicFactory,
         UserFactory,
         VgpuReservationFactory,
         role_group,
@@ -162,6 +165,9 @@ def seed_world() -> dict[str, int]:
     image = Image.objects.create(
         location=attached.location, image_id=1, name="ubuntu-24.04", status="CREATED"
     )
+    nic = PodNicFactory(cluster=pool.cluster, location=attached.location)
+    leaked = LeakedNicFactory(cluster=pool.cluster, location=attached.location)
+    network = ExternalNetworkFactory(location=attached.location)
     return {
         "accounts": pool.cluster.account_id,
         "memberships": member.pk,
@@ -177,6 +183,10 @@ def seed_world() -> dict[str, int]:
         "gpu-profiles": card.pk,
         "reservations": attached.pk,
         "tokens": token.pk,
+        "sriov/clusters": pool.cluster_id,
+        "sriov/nics": nic.pk,
+        "sriov/leaked-nics": leaked.pk,
+        "sriov/external-networks": network.pk,
     }
 
 
@@ -195,10 +205,11 @@ def superuser_headers() -> dict[str, str]:
 def pin_path(case: Any, world: dict[str, int]) -> None:
     """Aim most cases at an object that exists (the interesting answers); leave the others
     with the id drawn, which mostly names none (404). Ids that are not numbers (negative
-    cases) stay as drawn."""
+    cases) stay as drawn. The world's key is the path between /api/v1/ and the id."""
     drawn = (case.path_parameters or {}).get("id")
     if isinstance(drawn, int) and not isinstance(drawn, bool) and drawn % 4:
-        case.path_parameters["id"] = world[case.path.split("/")[3]]
+        collection = case.path.split("/{id}")[0].removeprefix("/api/v1/")
+        case.path_parameters["id"] = world[collection]
 
 
 def _run(examples: int, seed: int, extra: list[str]) -> int:

@@ -22,6 +22,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from capvco_web.api import ErrorSerializer, StrictInputMixin
 from capvco_web.auth import FailedTokenThrottle
 from sriov.agent import Refused, pod_nic_add, pod_nic_delete
 from sriov.models import AgentToken, PodNic
@@ -91,7 +92,7 @@ class AgentRefusal(exceptions.APIException):
             self.wait = retry_after
 
 
-class AddSerializer(serializers.Serializer[Any]):
+class AddSerializer(StrictInputMixin, serializers.Serializer[Any]):
     pod_uid = serializers.RegexField(POD_UID_PATTERN, max_length=64)
     namespace = serializers.CharField(max_length=63)
     pod_name = serializers.CharField(max_length=253)
@@ -116,6 +117,13 @@ class NicSerializer(serializers.ModelSerializer[PodNic]):
         read_only_fields = fields
 
 
+def _error(description: str) -> OpenApiResponse:
+    return OpenApiResponse(ErrorSerializer, description=description)
+
+
+_BUSY = _error("The VM's queue or whitesky is busy: try again after Retry-After.")
+
+
 class AgentView(APIView):
     authentication_classes = [AgentTokenAuthentication]
     permission_classes = [IsAgent]
@@ -132,18 +140,13 @@ class AgentNicsView(AgentView):
         request=AddSerializer,
         responses={
             200: NicSerializer,
-            403: OpenApiResponse(
-                description="The pod or node is another cluster's, or the pod runs on another node."
+            403: _error("The pod or node is another cluster's, or the pod runs on another node."),
+            404: _error("No such pod in the cluster."),
+            409: _error(
+                "Refused: SR-IOV off, the node is no machine of the cluster, whitesky "
+                "refused the attach (the answer says why; the VM is never stopped)."
             ),
-            404: OpenApiResponse(description="No such pod in the cluster."),
-            409: OpenApiResponse(
-                description="Refused: SR-IOV off, the node is no machine of "
-                "the cluster, whitesky refused the attach (the answer says "
-                "why; the VM is never stopped)."
-            ),
-            503: OpenApiResponse(
-                description="The VM's queue or whitesky is busy: try again after Retry-After."
-            ),
+            503: _BUSY,
         },
     )
     def post(self, request: Request) -> Response:
@@ -173,7 +176,9 @@ class AgentNicView(AgentView):
             .first()
         )
 
-    @extend_schema(responses={200: NicSerializer, 404: OpenApiResponse(description="None.")})
+    @extend_schema(
+        responses={200: NicSerializer, 404: _error("The pod has no live NIC in the cluster.")}
+    )
     def get(self, request: Request, pod_uid: str) -> Response:
         """CHECK: the pod's live NIC as recorded."""
         nic = self._live(request, pod_uid)
@@ -181,7 +186,14 @@ class AgentNicView(AgentView):
             raise exceptions.NotFound(f"Pod {pod_uid} has no NIC in this cluster.")
         return Response(NicSerializer(nic).data)
 
-    @extend_schema(responses={204: None, 403: OpenApiResponse(description="Another cluster's.")})
+    @extend_schema(
+        responses={
+            204: None,
+            403: _error("The pod is another cluster's."),
+            409: _error("Refused: whitesky refused the detach (the answer says why)."),
+            503: _BUSY,
+        }
+    )
     def delete(self, request: Request, pod_uid: str) -> Response:
         """DEL: detach and release the pod's NIC; 204 also when it has none."""
         try:

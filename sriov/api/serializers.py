@@ -4,6 +4,8 @@ from typing import Any
 
 from rest_framework import serializers
 
+from capvco_web.api import HAS_TEXT, ReasonField, ReasonSerializer, StrictInputMixin
+from clusters.models import MAX_CREDENTIAL_LENGTH, jwt_shape
 from sriov.models import AGENT_TOKEN_PREFIX, MAX_MTU, MIN_MTU, ExternalNetwork, LeakedNic, PodNic
 
 
@@ -110,14 +112,21 @@ class SriovStatusSerializer(serializers.Serializer[Any]):
     agent_tokens = AgentTokenInfoSerializer(many=True)
 
 
-class SriovSetSerializer(serializers.Serializer[Any]):
+class SriovSetSerializer(StrictInputMixin, serializers.Serializer[Any]):
+    """What is left out is kept. Enabling it needs a credential and an external network,
+    given here or kept (409 when none is kept)."""
+
     enabled = serializers.BooleanField(required=False)
-    external_network = serializers.CharField(max_length=200, required=False, allow_blank=True)
+    external_network = serializers.CharField(
+        max_length=200, required=False, allow_blank=True, trim_whitespace=False
+    )
     credential = serializers.CharField(
         write_only=True,
         required=False,
         allow_blank=True,
-        trim_whitespace=True,
+        trim_whitespace=False,
+        max_length=MAX_CREDENTIAL_LENGTH,
+        validators=[jwt_shape],
         help_text="The JWT for NIC attach and detach, made for SR-IOV (write-only; left out: "
         "kept). Never the account's own credential.",
     )
@@ -127,17 +136,32 @@ class SriovSetSerializer(serializers.Serializer[Any]):
         help_text="The SR-IOV add-on: apply the node manifests to the cluster when a token "
         "is made.",
     )
-    reason = serializers.CharField(max_length=1000, required=False, allow_blank=True)
+    reason = ReasonField(required=False, allow_blank=True)
+
+    schema_rules = {
+        "anyOf": [
+            {"properties": {"enabled": {"enum": [False]}}},
+            {"properties": {"external_network": {"pattern": HAS_TEXT}}},
+        ]
+    }
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        network = attrs.get("external_network")
+        if attrs.get("enabled") and network is not None and not network.strip():
+            raise serializers.ValidationError(
+                {"external_network": "Name the external network pods get NICs on."}
+            )
+        return attrs
 
 
-class TokenRotateSerializer(serializers.Serializer[Any]):
+class TokenRotateSerializer(StrictInputMixin, serializers.Serializer[Any]):
     overlap_seconds = serializers.IntegerField(
         min_value=0,
         max_value=86400,
         default=0,
         help_text="How long the replaced tokens keep working (0: not at all).",
     )
-    reason = serializers.CharField(max_length=1000, required=False, allow_blank=True)
+    reason = ReasonField(required=False, allow_blank=True)
 
 
 class TokenMadeSerializer(serializers.Serializer[Any]):
@@ -150,5 +174,5 @@ class TokenMadeSerializer(serializers.Serializer[Any]):
     apply_error = serializers.CharField(allow_blank=True)
 
 
-class DetachRequestSerializer(serializers.Serializer[Any]):
-    reason = serializers.CharField(max_length=1000, trim_whitespace=True)
+class DetachRequestSerializer(ReasonSerializer):
+    """Why the leaked NIC is detached (for the audit record)."""

@@ -12,12 +12,13 @@ from django.conf import settings
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import HttpResponse
 from drf_spectacular.utils import OpenApiResponse, extend_schema
-from rest_framework import mixins, serializers, viewsets
+from rest_framework import mixins, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from capvco_web.api import api_validation_error
 from capvco_web.permissions import AccountScopedViewSetMixin
 from clusters.models import Cluster
 from sriov.api.serializers import (
@@ -32,6 +33,7 @@ from sriov.api.serializers import (
     TokenRotateSerializer,
     VmQueueSerializer,
 )
+from sriov.filtersets import ExternalNetworkFilterSet, LeakedNicFilterSet, PodNicFilterSet
 from sriov.manifests import manifests_yaml, sriov_manifests
 from sriov.models import AGENT_TOKEN_PREFIX, AgentToken, ExternalNetwork, LeakedNic, PodNic
 from sriov.node_side import node_side_apply
@@ -107,7 +109,7 @@ class SriovClusterViewSet(
         try:
             sriov_config_set(cluster=cluster, changes=changes, actor=request.user, reason=reason)
         except DjangoValidationError as exc:
-            raise serializers.ValidationError(exc.message_dict) from exc
+            raise api_validation_error(exc) from exc
         return Response(SriovStatusSerializer(_status(cluster)).data)
 
     @extend_schema(request=TokenRotateSerializer, responses={201: TokenMadeSerializer})
@@ -158,7 +160,7 @@ class PodNicViewSet(AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[Pod
 
     queryset = PodNic.objects.select_related("cluster", "location").order_by("-requested_at")
     serializer_class = PodNicSerializer
-    filterset_fields = ["cluster", "state", "node_name", "namespace", "vm_id", "location"]
+    filterset_class = PodNicFilterSet
 
 
 class LeakedNicViewSet(AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[LeakedNic]):
@@ -166,7 +168,7 @@ class LeakedNicViewSet(AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[
 
     queryset = LeakedNic.objects.select_related("cluster", "location").order_by("leaked_since")
     serializer_class = LeakedNicSerializer
-    filterset_fields = ["cluster", "location", "vm_id"]
+    filterset_class = LeakedNicFilterSet
     action_verbs = {"detach": "detach"}
 
     @extend_schema(request=DetachRequestSerializer, responses={202: LeakedNicSerializer})
@@ -190,11 +192,18 @@ class ExternalNetworkViewSet(
 
     queryset = ExternalNetwork.objects.select_related("location").order_by("location", "network_id")
     serializer_class = ExternalNetworkSerializer
-    filterset_fields = ["location"]
+    filterset_class = ExternalNetworkFilterSet
     action_verbs = {"address_use": "view"}
 
     @extend_schema(responses=NetworkUseSerializer(many=True))
-    @action(detail=False, methods=["get"], url_path="address-use")
+    # All of them, as one list: neither paged nor filtered.
+    @action(
+        detail=False,
+        methods=["get"],
+        url_path="address-use",
+        pagination_class=None,
+        filter_backends=[],
+    )
     def address_use(self, request: Request) -> Response:
         """Per location and network: free addresses (as last listed) and those pod NICs
         hold."""

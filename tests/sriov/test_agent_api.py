@@ -163,7 +163,17 @@ def test_bad_input_is_a_400_naming_the_field(world: World, client: Client) -> No
         URL, {"pod_uid": "not a uid!", "namespace": "default"}, content_type="application/json"
     )
     assert response.status_code == 400
-    assert {"pod_uid", "pod_name", "node_name"} <= set(response.json())
+    assert response.json()["code"] == "invalid"
+    assert {"pod_uid", "pod_name", "node_name"} <= set(response.json()["fields"])
+
+
+def test_a_field_the_agent_api_does_not_take_is_refused(world: World, client: Client) -> None:
+    world.pod("web")
+    body = {**add_body(world, "web"), "vm_id": 1}
+    response = agent(client, world.agent_token).post(URL, body, content_type="application/json")
+    assert response.status_code == 400
+    assert response.json()["fields"] == {"vm_id": ["Unknown field."]}
+    assert not PodNic.objects.exists()
 
 
 def test_add_while_sriov_is_disabled_is_refused(world: World, client: Client) -> None:

@@ -37,11 +37,32 @@ def put(client: Client, path: str, body: dict[str, Any]) -> Any:
     return client.put(path, body, content_type="application/json")
 
 
+def post(client: Client, path: str, body: dict[str, Any]) -> Any:
+    return client.post(path, body, content_type="application/json")
+
+
 def test_enabling_without_a_credential_is_refused_naming_it(fresh: World, client: Client) -> None:
     as_role(client, fresh, "admin")
     response = put(client, url(fresh), {"enabled": True, "external_network": NETWORK})
+    assert response.status_code == 409  # none given and none kept
+    assert "credential of its own" in response.json()["fields"]["credential"][0]
+    assert not SriovConfig.objects.get(cluster=fresh.cluster).enabled
+
+
+def test_enabling_with_a_blank_network_is_refused_naming_it(fresh: World, client: Client) -> None:
+    as_role(client, fresh, "admin")
+    body = {"enabled": True, "external_network": "  ", "credential": fresh.sim.token("z")}
+    response = put(client, url(fresh), body)
     assert response.status_code == 400
-    assert "credential of its own" in response.json()["credential"][0]
+    assert "external network" in response.json()["fields"]["external_network"][0]
+    assert not SriovConfig.objects.get(cluster=fresh.cluster).enabled
+
+
+def test_a_field_it_does_not_take_is_refused(fresh: World, client: Client) -> None:
+    as_role(client, fresh, "admin")
+    response = put(client, url(fresh), {"enabled": True, "credential_source": "x"})
+    assert response.status_code == 400
+    assert response.json()["fields"] == {"credential_source": ["Unknown field."]}
     assert not SriovConfig.objects.get(cluster=fresh.cluster).enabled
 
 
@@ -50,7 +71,7 @@ def test_the_accounts_own_credential_is_refused(fresh: World, client: Client) ->
     body = {"enabled": True, "external_network": NETWORK, "credential": fresh.account.credential}
     response = put(client, url(fresh), body)
     assert response.status_code == 400
-    assert "account's own credential" in response.json()["credential"][0]
+    assert "account's own credential" in response.json()["fields"]["credential"][0]
 
 
 def test_enabling_without_a_kubeconfig_is_refused(fresh: World, client: Client) -> None:
@@ -58,8 +79,8 @@ def test_enabling_without_a_kubeconfig_is_refused(fresh: World, client: Client) 
     as_role(client, fresh, "admin")
     body = {"enabled": True, "external_network": NETWORK, "credential": fresh.sim.token("x")}
     response = put(client, url(fresh), body)
-    assert response.status_code == 400
-    assert "kubeconfig" in response.json()["enabled"][0]
+    assert response.status_code == 409  # the cluster's state: the same change works later
+    assert "kubeconfig" in response.json()["fields"]["enabled"][0]
 
 
 def test_an_admin_enables_it_and_the_credential_is_never_shown(
@@ -85,13 +106,13 @@ def test_only_admins_enable_it_or_rotate_tokens(fresh: World, client: Client, ro
     as_role(client, fresh, role)
     body = {"enabled": True, "external_network": NETWORK, "credential": fresh.sim.token("y")}
     assert put(client, url(fresh), body).status_code == 403
-    assert client.post(url(fresh, "agent-token/")).status_code == 403
+    assert post(client, url(fresh, "agent-token/"), {}).status_code == 403
     assert client.get(url(fresh)).status_code == 200  # they read it
 
 
 def test_a_rotated_token_is_shown_once_with_its_manifests(world: World, client: Client) -> None:
     as_role(client, world, "admin")
-    made = client.post(url(world, "agent-token/"), {"reason": "rotate"})
+    made = post(client, url(world, "agent-token/"), {"reason": "rotate"})
     assert made.status_code == 201
     token = made.json()["token"]
     assert token.startswith("cvsriov_")
@@ -140,7 +161,7 @@ def test_with_the_addon_on_a_new_token_is_applied_to_the_cluster(
     as_role(client, world, "admin")
     assert put(client, url(world), {"install_node_side": True}).json()["install_node_side"]
     for _ in range(2):  # made, then replaced
-        made = client.post(url(world, "agent-token/"), {"reason": "install"})
+        made = post(client, url(world, "agent-token/"), {"reason": "install"})
         assert made.status_code == 201
         assert (made.json()["applied"], made.json()["apply_error"]) == (True, "")
     headers = {"Authorization": f"Bearer {world.kube_token}"}
@@ -168,7 +189,7 @@ def test_an_apply_that_fails_says_so_and_the_token_is_still_made(
     as_role(client, world, "admin")
     put(client, url(world), {"install_node_side": True})
     world.kube.fault(operation="*", status=403)
-    made = client.post(url(world, "agent-token/"), {"reason": "install"})
+    made = post(client, url(world, "agent-token/"), {"reason": "install"})
     assert made.status_code == 201
     assert made.json()["applied"] is False
     assert "403" in made.json()["apply_error"] or "orbidden" in made.json()["apply_error"]
