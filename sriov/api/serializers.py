@@ -5,6 +5,7 @@ from typing import Any
 from rest_framework import serializers
 
 from capvco_web.api import HAS_TEXT, ReasonField, ReasonSerializer, StrictInputMixin
+from capvco_web.validators import visible_text
 from clusters.models import MAX_CREDENTIAL_LENGTH, jwt_shape
 from sriov.models import AGENT_TOKEN_PREFIX, MAX_MTU, MIN_MTU, ExternalNetwork, LeakedNic, PodNic
 
@@ -118,7 +119,11 @@ class SriovSetSerializer(StrictInputMixin, serializers.Serializer[Any]):
 
     enabled = serializers.BooleanField(required=False)
     external_network = serializers.CharField(
-        max_length=200, required=False, allow_blank=True, trim_whitespace=False
+        max_length=200,
+        required=False,
+        allow_blank=True,
+        trim_whitespace=False,
+        validators=[visible_text],
     )
     credential = serializers.CharField(
         write_only=True,
