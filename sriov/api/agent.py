@@ -169,6 +169,8 @@ class AgentNicsView(AgentView):
 
 
 class AgentNicView(AgentView):
+    serializer_class = NicSerializer  # what CHECK answers; DEL takes no body
+
     def _live(self, request: Request, pod_uid: str) -> PodNic | None:
         return (
             PodNic.objects.filter(cluster=self.agent(request).cluster, pod_uid=pod_uid)
