@@ -555,12 +555,7 @@ def cluster_kubeconfig_set(
     """
     permission_require(actor, "clusters.change_cluster", cluster)
     kubeconfig = kubeconfig.strip()
-    server_after = ""
-    if kubeconfig:
-        try:
-            server_after = kubeconfig_load(kubeconfig).server
-        except KubeconfigInvalid as exc:
-            raise ValidationError({"kubeconfig": str(exc)}) from exc
+    server_after = _kubeconfig_server_checked(kubeconfig, field="kubeconfig")
     server_before = _kubeconfig_server(cluster.kubeconfig)
     with transaction.atomic():
         Cluster.objects.filter(pk=cluster.pk).update(
@@ -585,6 +580,17 @@ def cluster_kubeconfig_set(
         )
     cluster.kubeconfig = kubeconfig
     cluster.kube_nodes_resource_version = cluster.kube_pods_resource_version = ""
+
+
+def _kubeconfig_server_checked(kubeconfig: str, *, field: str) -> str:
+    """The API server of a kubeconfig about to be stored ("" for none); one that cannot be
+    used is refused on `field`."""
+    if not kubeconfig:
+        return ""
+    try:
+        return kubeconfig_load(kubeconfig).server
+    except KubeconfigInvalid as exc:
+        raise ValidationError({field: str(exc)}) from exc
 
 
 def _kubeconfig_server(kubeconfig: str) -> str:
@@ -738,12 +744,7 @@ def account_capi_kubeconfig_set(
     """
     permission_require(actor, "clusters.change_account", account)
     kubeconfig = kubeconfig.strip()
-    server_after = ""
-    if kubeconfig:
-        try:
-            server_after = kubeconfig_load(kubeconfig).server
-        except KubeconfigInvalid as exc:
-            raise ValidationError({"capi_kubeconfig": str(exc)}) from exc
+    server_after = _kubeconfig_server_checked(kubeconfig, field="capi_kubeconfig")
     with transaction.atomic():
         stored = Account.objects.select_for_update().get(pk=account.pk)
         server_before = _kubeconfig_server(stored.capi_kubeconfig)
