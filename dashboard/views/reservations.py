@@ -88,13 +88,17 @@ def reservation_filterset(request: HtmxHttpRequest, params: QueryDict) -> VgpuRe
     return filterset
 
 
+def _card_types(
+    request: HtmxHttpRequest, cards: QuerySet[GpuProfile]
+) -> dict[tuple[int, str], str]:
+    """The GPU type of each card the user sees, by (location id, profile id)."""
+    return {(c.location_id, c.profile_id): gpu_type_of(c) for c in visible(request.user, cards)}
+
+
 def _rows(request: HtmxHttpRequest, reservations: list[VgpuReservation]) -> list[ReservationRow]:
     now = timezone.now()
     location_ids = {r.location_id for r in reservations}
-    types = {
-        (card.location_id, card.profile_id): gpu_type_of(card)
-        for card in visible(request.user, GpuProfile.objects.filter(location_id__in=location_ids))
-    }
+    types = _card_types(request, GpuProfile.objects.filter(location_id__in=location_ids))
     vm_ids = {r.vm_id for r in reservations if r.vm_id is not None}
     vms = {
         (vm.location_id, vm.vm_id): vm
@@ -217,10 +221,7 @@ def _cell(value: object) -> str:
 
 def _csv_lines(request: HtmxHttpRequest, rows: QuerySet[VgpuReservation]) -> Iterator[str]:
     now = timezone.now()
-    types = {
-        (card.location_id, card.profile_id): gpu_type_of(card)
-        for card in visible(request.user, GpuProfile.objects.all())
-    }
+    types = _card_types(request, GpuProfile.objects.all())
     writer = csv.writer(_Echo())
     yield writer.writerow(CSV_COLUMNS)
     for r in rows.iterator(chunk_size=2000):
