@@ -53,13 +53,15 @@ print(default_broker_url(Path(sys.argv[1]).resolve()))' "$VAR_DIR")}"
   if [ "${SIMULATOR:-1}" != 0 ]; then
     # The simulator serves plain http: allowed as exactly this origin, nothing wider.
     export WHITESKY_ALLOWED_HOSTS="${WHITESKY_ALLOWED_HOSTS:+$WHITESKY_ALLOWED_HOSTS,}http://127.0.0.1:${SIM_PORT:-8081}"
+    # The fake Kubernetes API: exactly its origin (http, or https once it serves TLS).
+    export KUBE_ALLOWED_HOSTS="${KUBE_ALLOWED_HOSTS:+$KUBE_ALLOWED_HOSTS,}http://127.0.0.1:${KUBE_SIM_PORT:-8082},https://127.0.0.1:${KUBE_SIM_PORT:-8082}"
   fi
   (
     umask 077
     {
       echo "# Written by make run (bin/run): the settings it chose. The environment wins."
       printf '%s=%s\n' DEBUG "$DEBUG" CELERY_BROKER_URL "$CELERY_BROKER_URL" \
-        WHITESKY_ALLOWED_HOSTS "${WHITESKY_ALLOWED_HOSTS:-}"
+        WHITESKY_ALLOWED_HOSTS "${WHITESKY_ALLOWED_HOSTS:-}" KUBE_ALLOWED_HOSTS "${KUBE_ALLOWED_HOSTS:-}"
     } >"$VAR_DIR/run.env.tmp"
   )
   mv "$VAR_DIR/run.env.tmp" "$VAR_DIR/run.env"

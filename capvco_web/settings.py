@@ -9,6 +9,7 @@ from pathlib import Path
 
 import django_stubs_ext
 import environ
+from django.core.exceptions import ImproperlyConfigured
 
 from capvco_web.environment import (
     broker_transport_options,
@@ -23,6 +24,7 @@ from capvco_web.environment import (
     throttle_rate,
     whitesky_allowed_hosts,
 )
+from capvco_web.integrations.kube.servers import AllowedServers
 
 django_stubs_ext.monkeypatch()
 
@@ -330,6 +332,15 @@ METRICS_ALLOWED_IPS = env.list("METRICS_ALLOWED_IPS", default=[])
 METRICS_KEY_PREFIX = env.str("METRICS_KEY_PREFIX", default="capvco:")
 # Kubernetes of each workload cluster: seconds to wait for its API server (to connect, for
 # an answer), and the page size of its node and pod listings (all pages are always read).
+# Kubernetes API servers a kubeconfig (a cluster's, an account's management cluster's) may
+# name, so its credential goes nowhere else; a non-public address only where an entry names
+# it or its range (capvco_web/integrations/kube/servers.py). `make run` adds its fake API.
+try:
+    KUBE_ALLOWED_HOSTS = list(
+        AllowedServers(env.str("KUBE_ALLOWED_HOSTS", default="").split(",")).entries
+    )
+except ValueError as exc:
+    raise ImproperlyConfigured(str(exc)) from None
 KUBE_CONNECT_TIMEOUT = env.float("KUBE_CONNECT_TIMEOUT_SECONDS", default=5)
 KUBE_READ_TIMEOUT = env.float("KUBE_READ_TIMEOUT_SECONDS", default=30)
 KUBE_LIST_PAGE_SIZE = env.int("KUBE_LIST_PAGE_SIZE", default=500)

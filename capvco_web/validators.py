@@ -1,5 +1,9 @@
 """Validators that models of several apps share.
 
+`kubeconfig_checked` is the one check of a kubeconfig about to be stored or used (a
+cluster's, an account's management cluster's; API, admin, dashboard, import, tasks): it
+reads, its values have their types, and its server is one KUBE_ALLOWED_HOSTS allows.
+
 `VisibleText` keeps names and identifiers that people type, read and compare free of
 characters that do not show: controls (NUL, which PostgreSQL refuses, line breaks), format
 characters (zero-width spaces, bidi overrides that make a name read backwards), other
@@ -13,9 +17,12 @@ import re
 import unicodedata
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator
 from django.utils.deconstruct import deconstructible
+
+from capvco_web.integrations.kube import AllowedServers, Kubeconfig, kubeconfig_check
 
 # Unicode categories Cc, Cf, Cs, Co, Zl, Zp and Zs but U+0020, and the Hangul fillers
 # (letters that show nothing). A character class, so that the OpenAPI schema carries it
@@ -73,3 +80,13 @@ class VisibleText(RegexValidator):
 
 
 visible_text = VisibleText()
+
+
+def kube_allowed_servers() -> AllowedServers:
+    """The Kubernetes API servers a kubeconfig's credential may go to (KUBE_ALLOWED_HOSTS)."""
+    return AllowedServers(settings.KUBE_ALLOWED_HOSTS, source="KUBE_ALLOWED_HOSTS")
+
+
+def kubeconfig_checked(text: str) -> Kubeconfig:
+    """The kubeconfig, read and checked; raises KubeconfigInvalid naming the problem."""
+    return kubeconfig_check(text, kube_allowed_servers())

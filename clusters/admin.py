@@ -37,13 +37,14 @@ from django.utils.translation import gettext_lazy
 
 from capvco_web.admin import ReasonForm, confirmation_asked, reason_asked
 from capvco_web.api import in_use_detail
-from capvco_web.integrations.kube import KubeconfigInvalid, kubeconfig_load
+from capvco_web.integrations.kube import KubeconfigInvalid
 from capvco_web.integrations.whitesky.auth import jwt_expiry
 from capvco_web.permissions import (
     AccountScopedAdmin,
     AccountScopedInline,
     allowed_somewhere,
 )
+from capvco_web.validators import kubeconfig_checked
 from clusters.models import (
     MAX_CREDENTIAL_LENGTH,
     Account,
@@ -246,7 +247,7 @@ class AccountForm(forms.ModelForm[Account]):
         text = str(self.cleaned_data.get("new_capi_kubeconfig") or "").strip()
         if text:
             try:
-                kubeconfig_load(text)
+                kubeconfig_checked(text)
             except KubeconfigInvalid as exc:
                 raise ValidationError(str(exc)) from exc
         return text
@@ -303,7 +304,7 @@ class AccountAdmin(DeleteThroughServiceAdmin[Account]):
         if not account.capi_kubeconfig:
             return "none stored: no Cluster API import"
         try:
-            return f"stored, server {kubeconfig_load(account.capi_kubeconfig).server}"
+            return f"stored, server {kubeconfig_checked(account.capi_kubeconfig).server}"
         except KubeconfigInvalid as exc:
             return f"stored, unusable: {exc}"
 
@@ -480,7 +481,7 @@ class ClusterAdmin(ImportedReadOnlyAdmin[Cluster]):
         if not cluster.kubeconfig:
             return "none stored: Kubernetes is not observed"
         try:
-            return f"stored, server {kubeconfig_load(cluster.kubeconfig).server}"
+            return f"stored, server {kubeconfig_checked(cluster.kubeconfig).server}"
         except KubeconfigInvalid as exc:
             return f"stored, unusable: {exc}"
 

@@ -6,11 +6,13 @@ from __future__ import annotations
 from django.conf import settings
 
 from capvco_web.integrations.kube.client import KubeClient
+from capvco_web.validators import kube_allowed_servers
 from clusters.models import Account, Cluster
 
 
 def kube_client(cluster: Cluster) -> KubeClient:
-    """Raises KubeconfigInvalid when the stored kubeconfig cannot be used."""
+    """Raises KubeconfigInvalid when the stored kubeconfig cannot be used (its server
+    no longer allowed, too)."""
     return _client(cluster.kubeconfig)
 
 
@@ -23,6 +25,7 @@ def management_client(account: Account) -> KubeClient:
 def _client(kubeconfig: str) -> KubeClient:
     return KubeClient.from_text(
         kubeconfig,
+        allowed_servers=kube_allowed_servers(),
         timeout=(settings.KUBE_CONNECT_TIMEOUT, settings.KUBE_READ_TIMEOUT),
         page_size=settings.KUBE_LIST_PAGE_SIZE,
     )

@@ -18,15 +18,10 @@ from django.db import connection, models, transaction
 from django.utils.deconstruct import deconstructible
 
 from capvco_web.encryption import EncryptedTextField
-from capvco_web.integrations.kube import (
-    GPU_COUNT_LABEL,
-    GPU_TYPE_LABEL,
-    KubeconfigInvalid,
-    kubeconfig_load,
-)
+from capvco_web.integrations.kube import GPU_COUNT_LABEL, GPU_TYPE_LABEL, KubeconfigInvalid
 from capvco_web.integrations.whitesky import AllowedHosts
 from capvco_web.integrations.whitesky.auth import JWT_PATTERN, MAX_JWT_LENGTH
-from capvco_web.validators import visible_text
+from capvco_web.validators import kubeconfig_checked, visible_text
 from gpus import naming
 
 # Cluster, pool and machine names end up in VM and vGPU names
@@ -204,7 +199,7 @@ class Account(models.Model):
     def clean(self) -> None:
         if self.capi_kubeconfig:
             try:
-                kubeconfig_load(self.capi_kubeconfig)
+                kubeconfig_checked(self.capi_kubeconfig)
             except KubeconfigInvalid as exc:
                 raise ValidationError({"capi_kubeconfig": str(exc)}) from exc
 
@@ -398,7 +393,7 @@ class Cluster(models.Model):
     def clean(self) -> None:
         if self.kubeconfig:
             try:
-                kubeconfig_load(self.kubeconfig)
+                kubeconfig_checked(self.kubeconfig)
             except KubeconfigInvalid as exc:
                 raise ValidationError({"kubeconfig": str(exc)}) from exc
         # VM and vGPU names carry the cluster name: they must read as this cluster's only

@@ -34,6 +34,7 @@ from capvco_web.integrations.kube import KubeconfigInvalid, kubeconfig_load
 from capvco_web.permissions import perm_name, permission_require, permissions_forget
 from capvco_web.rows import model_update
 from capvco_web.tasks import send_on_commit
+from capvco_web.validators import kubeconfig_checked
 from clusters.models import (
     Account,
     Cluster,
@@ -588,7 +589,7 @@ def _kubeconfig_server_checked(kubeconfig: str, *, field: str) -> str:
     if not kubeconfig:
         return ""
     try:
-        return kubeconfig_load(kubeconfig).server
+        return kubeconfig_checked(kubeconfig).server
     except KubeconfigInvalid as exc:
         raise ValidationError({field: str(exc)}) from exc
 

@@ -81,6 +81,7 @@ class KubeSimulator:
             self.stop()
             raise RuntimeError(f"kube simulator did not start: {line!r} {self.stderr()}")
         self.base_url = line.rsplit("listening on ", 1)[1].strip()
+        kube_server_allow(self.base_url)
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -185,6 +186,19 @@ class KubeSimulator:
 
     def configure(self, *, continue_ttl_seconds: float) -> None:
         self._control("POST", "config", {"continue_ttl_seconds": continue_ttl_seconds})
+
+
+def kube_server_allow(origin: str) -> None:
+    """Let the control plane of this process, and of the processes it starts from now on,
+    send a kubeconfig's credential to `origin` (an http(s)://127.0.0.1:port)."""
+    listed = [e for e in os.environ.get("KUBE_ALLOWED_HOSTS", "").split(",") if e.strip()]
+    if origin not in listed:
+        os.environ["KUBE_ALLOWED_HOSTS"] = ",".join([*listed, origin])
+    if os.environ.get("DJANGO_SETTINGS_MODULE"):
+        from django.conf import settings
+
+        if origin not in settings.KUBE_ALLOWED_HOSTS:
+            settings.KUBE_ALLOWED_HOSTS = [*settings.KUBE_ALLOWED_HOSTS, origin]
 
 
 # ---- objects as a kubelet and the scheduler would make them -----------------------------

@@ -20,6 +20,9 @@ for name in ("SECURE_SSL_REDIRECT", "SESSION_COOKIE_SECURE", "CSRF_COOKIE_SECURE
 # The hosts the factories' accounts name; a whitesky simulator adds its own address when it
 # starts (tests/whitesky_sim.py).
 os.environ.setdefault("WHITESKY_ALLOWED_HOSTS", "vco.example,iam.example")
+# The Kubernetes API servers the tests' kubeconfigs name; a fake Kubernetes API adds its own
+# origin when it starts (tests/kube_sim.py).
+os.environ.setdefault("KUBE_ALLOWED_HOSTS", "api.prod.example,api.other.example,mgmt.example")
 REDIS_URL = os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379")
 # Database 15 keeps the tests' queues apart from a control plane running beside them;
 # the run's key prefix keeps two test runs apart.

@@ -14,13 +14,15 @@ from .errors import (
     KubeError,
     NotFound,
     ServerError,
+    ServerNotAllowed,
     Timeout,
     TooManyRequests,
     Unauthorized,
     UnexpectedResponse,
     Unreachable,
 )
-from .kubeconfig import Kubeconfig, KubeconfigInvalid, kubeconfig_load
+from .kubeconfig import Kubeconfig, KubeconfigInvalid, kubeconfig_check, kubeconfig_load
+from .servers import AllowedServers
 from .types import (
     GPU_COUNT_LABEL,
     GPU_RESOURCE,
@@ -39,6 +41,7 @@ __all__ = [
     "GPU_RESOURCE",
     "GPU_TYPE_LABEL",
     "SRIOV_NETWORK_ANNOTATION",
+    "AllowedServers",
     "BadRequest",
     "Conflict",
     "Expired",
@@ -51,11 +54,13 @@ __all__ = [
     "NotFound",
     "Pod",
     "ServerError",
+    "ServerNotAllowed",
     "Timeout",
     "TooManyRequests",
     "Unauthorized",
     "UnexpectedResponse",
     "Unreachable",
+    "kubeconfig_check",
     "kubeconfig_load",
     "parse_node",
     "parse_pod",

@@ -10,19 +10,34 @@ Listings are read in pages (`limit` + `continue`) and their JSON is read as is
 they require, and building them costs more than the request. Writes (a node's labels,
 the GPU add-on's DaemonSet) send and read plain JSON too (`_request`): the typed
 methods would validate our bodies against the client's models first.
+
+The credential goes only where `allowed_servers` (KUBE_ALLOWED_HOSTS) allows: `_send`
+refuses a server outside it before anything is sent, and every connection resolves the
+name itself and connects only to an address it checked (`_checked_socket`), so a name that
+resolves to an address the list does not allow (DNS rebinding included) is never
+connected to. No redirect is followed, and no proxy is used: not a kubeconfig's
+`proxy-url` (refused when it is read) nor HTTPS_PROXY and the like from the environment.
+A failure's message is the Kubernetes Status message of the answer (its first line,
+bounded) or the standard phrase of its status, never the rest of the body: a server that
+is not a Kubernetes API server may answer anything, and the message is shown to viewers.
 """
 
 from __future__ import annotations
 
 import base64
 import functools
+import http
 import json
 import logging
+import re
+import socket
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 from urllib.parse import quote
 
+import urllib3.connection
 import urllib3.exceptions
+import urllib3.util.connection
 from kubernetes.client import ApiClient, Configuration, CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
@@ -36,13 +51,15 @@ from .errors import (
     KubeError,
     NotFound,
     ServerError,
+    ServerNotAllowed,
     Timeout,
     TooManyRequests,
     Unauthorized,
     UnexpectedResponse,
     Unreachable,
 )
-from .kubeconfig import Kubeconfig, KubeconfigInvalid, kubeconfig_load
+from .kubeconfig import Kubeconfig, KubeconfigInvalid, kubeconfig_check
+from .servers import AllowedServers
 from .types import Listing, Node, Pod, parse_node, parse_pod
 
 logger = logging.getLogger(__name__)
@@ -53,7 +70,7 @@ TimeoutPair = tuple[float, float]
 DEFAULT_TIMEOUT: TimeoutPair = (5.0, 30.0)
 DEFAULT_PAGE_SIZE = 500
 MAX_PAGES = 10_000
-_MAX_MESSAGE = 500
+_MAX_MESSAGE = 300
 MERGE_PATCH = "application/merge-patch+json"
 Json = Mapping[str, Any]
 
@@ -65,22 +82,29 @@ class KubeClient:
         self,
         *,
         kubeconfig: Kubeconfig,
+        allowed_servers: AllowedServers,
         timeout: TimeoutPair = DEFAULT_TIMEOUT,
         page_size: int = DEFAULT_PAGE_SIZE,
     ) -> None:
         if page_size < 1:
             raise ValueError("page_size must be at least 1")
         self.server = kubeconfig.server
+        self.allowed_servers = allowed_servers
         self.timeout = timeout
         self.page_size = page_size
-        self._api = _api_client(kubeconfig)
+        self._api = _api_client(kubeconfig, allowed_servers)
         self._core = CoreV1Api(self._api)
         self._custom = CustomObjectsApi(self._api)
 
     @classmethod
-    def from_text(cls, text: str, **options: Any) -> KubeClient:
-        """A client from a kubeconfig as stored (YAML); raises KubeconfigInvalid."""
-        return cls(kubeconfig=kubeconfig_load(text), **options)
+    def from_text(cls, text: str, *, allowed_servers: AllowedServers, **options: Any) -> KubeClient:
+        """A client from a kubeconfig as stored (YAML); raises KubeconfigInvalid, also
+        when its server is not one `allowed_servers` allows."""
+        return cls(
+            kubeconfig=kubeconfig_check(text, allowed_servers),
+            allowed_servers=allowed_servers,
+            **options,
+        )
 
     def __repr__(self) -> str:
         return f"KubeClient(server={self.server!r})"
@@ -295,9 +319,15 @@ class KubeClient:
             try:
                 page = self._send(operation, functools.partial(fetch, token))
                 metadata = _as_mapping(page.get("metadata") or {})
-                found = [parse(_as_mapping(raw)) for raw in page.get("items") or []]
+                found = [parse(_as_mapping(raw)) for raw in _as_list(page.get("items") or [])]
             except KubeError as exc:
                 return ended(exc)
+            except (TypeError, ValueError, AttributeError) as exc:  # a field of another shape
+                return ended(
+                    UnexpectedResponse(
+                        f"an item that cannot be read ({type(exc).__name__})", operation=operation
+                    )
+                )
             items.extend(found)
             version = version or str(metadata.get("resourceVersion") or "")
             token = str(metadata.get("continue") or "") or None
@@ -311,24 +341,34 @@ class KubeClient:
     # --- the one place where calls are made ---------------------------------------------
 
     def _send(self, operation: str, call: Callable[[], Any]) -> dict[str, Any]:
-        """Make one call and read its JSON answer; every failure becomes a KubeError."""
+        """Make one call and read its JSON answer; every failure becomes a KubeError.
+        Nothing is sent to a server the allow-list refuses."""
+        if refusal := self.allowed_servers.refusal(self.server):
+            raise ServerNotAllowed(f"credential not sent: {refusal}", operation=operation)
         try:
             response = call()
             body = response.data
         except ApiException as exc:
             raise _api_error(operation, exc) from exc
+        except _AddressNotAllowed as exc:
+            raise ServerNotAllowed(exc.refusal, operation=operation) from exc
         except urllib3.exceptions.NewConnectionError as exc:  # refused, or no such host
             raise Unreachable(f"{type(exc).__name__}: {exc}", operation=operation) from exc
         except urllib3.exceptions.TimeoutError as exc:
             raise Timeout(f"no answer in time ({exc})", operation=operation) from exc
+        except urllib3.exceptions.ProtocolError as exc:
+            # Its text may quote what the server sent (a status line that is not HTTP's).
+            cause = exc.args[1] if len(exc.args) > 1 else exc
+            raise Unreachable(
+                f"the connection broke or the answer is not HTTP ({type(cause).__name__})",
+                operation=operation,
+            ) from exc
         except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise Unreachable(f"{type(exc).__name__}: {exc}", operation=operation) from exc
+            raise Unreachable(f"{type(exc).__name__}", operation=operation) from exc
         try:
             payload = json.loads(body)
         except ValueError as exc:
-            raise UnexpectedResponse(
-                f"an answer that is not JSON: {exc}", operation=operation
-            ) from exc
+            raise UnexpectedResponse("an answer that is not JSON", operation=operation) from exc
         if not isinstance(payload, dict):
             raise UnexpectedResponse("an answer that is not a JSON object", operation=operation)
         return payload
@@ -357,24 +397,142 @@ def _daemonset_path(namespace: str, name: str = "") -> str:
 
 def _as_mapping(value: Any) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
-        raise UnexpectedResponse(f"a list item that is not an object: {value!r:.100}")
+        raise UnexpectedResponse(f"a list item that is {type(value).__name__}, not an object")
     return value
 
 
-def _api_client(kubeconfig: Kubeconfig) -> ApiClient:
+def _as_list(value: Any) -> list[Any]:
+    if not isinstance(value, list):
+        raise UnexpectedResponse(f"items that are {type(value).__name__}, not a list")
+    return value
+
+
+def _api_client(kubeconfig: Kubeconfig, allowed_servers: AllowedServers) -> ApiClient:
     # A configuration of its own: the loader would otherwise fill (and the process keep)
     # the default one. No urllib3 retries: a timeout costs one read timeout, not four.
+    # No proxy: setting it (to none) stops the configuration reading HTTPS_PROXY and the
+    # like from the environment.
     configuration = Configuration()
     configuration.retries = False
+    configuration.proxy = None
+    configuration.no_proxy = None
     try:
         client: ApiClient = new_client_from_config_dict(  # type: ignore[no-untyped-call]
             config_dict=kubeconfig.config,
             persist_config=False,
             client_configuration=configuration,
         )
-    except (ConfigException, ValueError, TypeError) as exc:
-        raise KubeconfigInvalid(f"The kubeconfig cannot be used: {exc}") from exc
+    except (ConfigException, ValueError, TypeError, AttributeError) as exc:
+        # What kubeconfig_load lets through should load; a message, not a crash, if not.
+        raise KubeconfigInvalid(f"The kubeconfig cannot be used ({type(exc).__name__}).") from exc
+    rest = client.rest_client
+    given = rest.pool_manager
+    if type(given) is not urllib3.PoolManager:  # a proxy's, SOCKS or HTTP: never ours
+        client.close()  # type: ignore[no-untyped-call]
+        raise KubeconfigInvalid("The kubeconfig cannot be used: it names a proxy.")
+    rest.pool_manager = _CheckedPoolManager(
+        allowed_servers, headers=given.headers, **given.connection_pool_kw
+    )
+    given.clear()
     return client
+
+
+class _AddressNotAllowed(urllib3.exceptions.NewConnectionError):
+    """No connection was made: the server's name resolves only to addresses the
+    allow-list refuses."""
+
+    def __init__(self, conn: urllib3.connection.HTTPConnection, refusal: str) -> None:
+        super().__init__(conn, refusal)
+        self.refusal = refusal
+
+
+def _checked_socket(
+    conn: urllib3.connection.HTTPConnection, allowed_servers: AllowedServers
+) -> socket.socket:
+    """A socket connected to an address of the server's name that the allow-list allows:
+    the name is resolved here once, and the address checked is the one connected to (as
+    urllib3's own `_new_conn` does, but for the check)."""
+    try:
+        found = socket.getaddrinfo(conn._dns_host, conn.port, 0, socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise urllib3.exceptions.NameResolutionError(conn.host, conn, exc) from exc
+    refusals: list[str] = []
+    failure: OSError | None = None
+    for *_, address in found:
+        ip, port = str(address[0]), int(address[1])
+        if refusal := allowed_servers.address_refusal(ip, port):
+            refusals.append(refusal)
+            continue
+        try:
+            return urllib3.util.connection.create_connection(
+                (ip, port),
+                conn.timeout,
+                source_address=conn.source_address,
+                socket_options=conn.socket_options,
+            )
+        except TimeoutError as exc:
+            raise urllib3.exceptions.ConnectTimeoutError(
+                conn, f"Connection to {conn.host} timed out. (connect timeout={conn.timeout})"
+            ) from exc
+        except OSError as exc:
+            failure = exc
+    if failure is not None:
+        raise urllib3.exceptions.NewConnectionError(
+            conn, f"Failed to establish a new connection: {failure}"
+        ) from failure
+    raise _AddressNotAllowed(conn, f"not connected to {conn.host}: {refusals[0]}")
+
+
+class _CheckedHTTPConnection(urllib3.connection.HTTPConnection):
+    def __init__(self, *args: Any, allowed_servers: AllowedServers, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.allowed_servers = allowed_servers
+
+    def _new_conn(self) -> socket.socket:
+        return _checked_socket(self, self.allowed_servers)
+
+
+class _CheckedHTTPSConnection(urllib3.connection.HTTPSConnection):
+    # TLS is set up on the socket afterwards, against the server's name (or its
+    # tls-server-name), as for any other.
+    def __init__(self, *args: Any, allowed_servers: AllowedServers, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.allowed_servers = allowed_servers
+
+    def _new_conn(self) -> socket.socket:
+        return _checked_socket(self, self.allowed_servers)
+
+
+_CHECKED_CONNECTIONS: dict[str, type[urllib3.connection.HTTPConnection]] = {
+    "http": _CheckedHTTPConnection,
+    "https": _CheckedHTTPSConnection,
+}
+
+
+class _CheckedPoolManager(urllib3.PoolManager):
+    """urllib3's pool manager whose connections check the address they connect to, and
+    that follows no redirect (the answer is returned as it is, and refused as not 2xx)."""
+
+    def __init__(self, allowed_servers: AllowedServers, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.allowed_servers = allowed_servers
+
+    def _new_pool(
+        self,
+        scheme: str,
+        host: str,
+        port: int,
+        request_context: dict[str, Any] | None = None,
+    ) -> Any:
+        pool = super()._new_pool(scheme, host, port, request_context)
+        pool.ConnectionCls = _CHECKED_CONNECTIONS[scheme]
+        pool.conn_kw["allowed_servers"] = self.allowed_servers
+        return pool
+
+    def urlopen(  # type: ignore[override]
+        self, method: str, url: str, redirect: bool = True, **kw: Any
+    ) -> Any:
+        return super().urlopen(method, url, redirect=False, **kw)
 
 
 _STATUS_ERRORS: dict[int, type[KubeError]] = {
@@ -392,19 +550,12 @@ _STATUS_ERRORS: dict[int, type[KubeError]] = {
 
 def _api_error(operation: str, exc: ApiException) -> KubeError:
     status = int(exc.status or 0)
-    message, reason = (exc.reason or "").strip(), ""
-    try:
-        body = json.loads(exc.body or "")
-    except ValueError:
-        body = None
-    if isinstance(body, dict):
-        message = str(body.get("message") or message)
-        reason = str(body.get("reason") or "")
-    elif exc.body:
-        message = str(exc.body).strip()
-    message = message[:_MAX_MESSAGE] or f"HTTP {status}"
     if status == 0:  # TLS and other failures the client reports without an answer
-        return Unreachable(message, operation=operation)
+        # Our client's words (a TLS failure), not the server's: kept whole, on one line.
+        text = " ".join(str(exc.reason or "no answer").split())
+        return Unreachable(text[:_MAX_MESSAGE], operation=operation)
+    message, reason = _status_of(exc.body)
+    message = message or _phrase(status)
     if status == 429:
         return TooManyRequests(
             message, status=status, reason=reason, operation=operation,
@@ -414,6 +565,38 @@ def _api_error(operation: str, exc: ApiException) -> KubeError:
         return ServerError(message, status=status, reason=reason, operation=operation)
     kind = _STATUS_ERRORS.get(status, UnexpectedResponse)
     return kind(message, status=status, reason=reason, operation=operation)
+
+
+_REASON = re.compile(r"[A-Za-z]{1,64}")
+_UNSHOWN = re.compile(r"[^\x20-\x7e\u00a1-\uffff]|[\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def _status_of(body: Any) -> tuple[str, str]:
+    """The message and reason of a Kubernetes `Status` answer ("" when it is none)."""
+    try:
+        found = json.loads(body or "")
+    except (ValueError, TypeError):
+        return "", ""
+    if not isinstance(found, dict) or found.get("kind") != "Status":
+        return "", ""
+    message, reason = found.get("message"), found.get("reason")
+    return (
+        _one_line(message) if isinstance(message, str) else "",
+        reason if isinstance(reason, str) and _REASON.fullmatch(reason) else "",
+    )
+
+
+def _one_line(text: str) -> str:
+    """The first line of `text`, printable and at most _MAX_MESSAGE characters."""
+    line = _UNSHOWN.sub(" ", text.strip().splitlines()[0] if text.strip() else "").strip()
+    return line if len(line) <= _MAX_MESSAGE else f"{line[: _MAX_MESSAGE - 1]}…"
+
+
+def _phrase(status: int) -> str:
+    try:
+        return http.HTTPStatus(status).phrase
+    except ValueError:
+        return f"HTTP {status}"
 
 
 def _retry_after(exc: ApiException) -> float | None:

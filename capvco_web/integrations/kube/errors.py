@@ -10,7 +10,9 @@ from __future__ import annotations
 class KubeError(Exception):
     """A Kubernetes API call failed.
 
-    `message` is the server's Status message when it sent one, else our description;
+    `message` is the first line of the server's Status message when it sent one, else our
+    description (the HTTP status's standard phrase): never the rest of what it answered,
+    which may be anything when the server is not a Kubernetes API server;
     `status` the HTTP status (None when no answer came), `reason` the Status reason
     (`NotFound`, `AlreadyExists`, `Expired`, ...), `operation` what was asked
     (`list nodes`).
@@ -51,6 +53,11 @@ class Unreachable(KubeError):
     """No connection to the API server, or it broke before the whole answer came."""
 
     default_retryable = True
+
+
+class ServerNotAllowed(KubeError):
+    """Nothing was sent: the kubeconfig's server is not one KUBE_ALLOWED_HOSTS allows, or
+    its name resolves only to addresses it does not (servers.py)."""
 
 
 class Timeout(KubeError):

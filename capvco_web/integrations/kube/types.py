@@ -76,7 +76,7 @@ def _identity(obj: Json, *keys: str) -> list[str]:
     for key in keys:
         value = meta.get(key)
         if not isinstance(value, str) or not value:
-            raise UnexpectedResponse(f"an object without metadata.{key}: {dict(meta)!r:.200}")
+            raise UnexpectedResponse(f"an object without metadata.{key}")
         values.append(value)
     return values
 

@@ -7,14 +7,22 @@ from __future__ import annotations
 import socket
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 import yaml
 from kubernetes.client import Configuration
 
 from capvco_web.integrations import kube
+from capvco_web.integrations.kube import AllowedServers
 from capvco_web.integrations.kube.client import KubeClient
 from tests.kube_sim import KubeSimulator, SimCluster, node_object, pod_object
+
+
+def allowing(cluster: SimCluster) -> AllowedServers:
+    """An allow-list of the simulator's origin alone (http or https, as it serves)."""
+    parts = urlsplit(cluster.server)
+    return AllowedServers([f"{parts.scheme}://{parts.netloc}"])
 
 
 @pytest.fixture
@@ -30,7 +38,9 @@ def cluster(kube_sim: KubeSimulator) -> SimCluster:
 
 @pytest.fixture
 def client(cluster: SimCluster) -> Iterator[KubeClient]:
-    with KubeClient.from_text(cluster.kubeconfig_yaml, page_size=2, timeout=(1.0, 0.5)) as found:
+    with KubeClient.from_text(
+        cluster.kubeconfig_yaml, allowed_servers=allowing(cluster), page_size=2, timeout=(1.0, 0.5)
+    ) as found:
         yield found
 
 
@@ -100,7 +110,7 @@ def test_refusals_are_typed_and_not_retryable(
 def test_a_refused_token_is_unauthorized(cluster: SimCluster) -> None:
     config = yaml.safe_load(cluster.kubeconfig_yaml)
     config["users"][0]["user"]["token"] = "not-the-token"
-    with KubeClient.from_text(yaml.safe_dump(config)) as client:
+    with KubeClient.from_text(yaml.safe_dump(config), allowed_servers=allowing(cluster)) as client:
         error = client.list_nodes().error
     assert isinstance(error, kube.Unauthorized) and error.message == "Unauthorized"
 
@@ -142,8 +152,10 @@ def test_an_api_server_nobody_listens_on_is_unreachable(cluster: SimCluster) -> 
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]  # free, and closed again below
     config = yaml.safe_load(cluster.kubeconfig_yaml)
-    config["clusters"][0]["cluster"]["server"] = f"http://127.0.0.1:{port}"
-    with KubeClient.from_text(yaml.safe_dump(config)) as client:
+    config["clusters"][0]["cluster"]["server"] = server = f"http://127.0.0.1:{port}"
+    with KubeClient.from_text(
+        yaml.safe_dump(config), allowed_servers=AllowedServers([server])
+    ) as client:
         error = client.list_nodes().error
     assert isinstance(error, kube.Unreachable) and error.retryable
 
@@ -158,7 +170,7 @@ def test_the_process_kubernetes_configuration_is_neither_read_nor_changed(
     monkeypatch.setenv("HOME", str(tmp_path))
     default_before = Configuration._default
 
-    with KubeClient.from_text(cluster.kubeconfig_yaml) as client:
+    with KubeClient.from_text(cluster.kubeconfig_yaml, allowed_servers=allowing(cluster)) as client:
         assert client.list_nodes().complete
 
     assert Configuration._default is default_before

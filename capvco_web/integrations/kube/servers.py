@@ -1,0 +1,220 @@
+"""Where a kubeconfig's credential may be sent: the allow-list of Kubernetes API servers.
+
+An entry (of `KUBE_ALLOWED_HOSTS`) is one of:
+
+* a host name or address, `api.example.com`, `10.0.0.5`, `[fd00::5]`: https to that host,
+  any port;
+* a domain with a leading dot, `.k8s.example.com`: https to any host under it (not to the
+  domain itself), any port;
+* `https://host:port`: https to that port only;
+* `http://host:port`: plain http to exactly that origin (a simulator on 127.0.0.1);
+* an address range, `10.20.0.0/16`, `fd00::/8`: https to any address of it, any port.
+
+A URL must name a listed origin (no user or password in it, no other scheme). Then the
+address connected to must be public, or named by an entry: as its host (`10.0.0.5`,
+`http://127.0.0.1:8082`) or in its range. The client resolves the name itself and connects
+to the address it checked (`address_refusal`), so a listed name that resolves, or is made
+to resolve (DNS rebinding), to a private, loopback, link-local or other non-public address
+reaches it only where the operator named that address or range.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable
+from dataclasses import dataclass
+from urllib.parse import SplitResult, urlsplit
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+@dataclass(frozen=True)
+class _Origin:
+    scheme: str
+    host: str  # a name, an address, or (suffix) a domain that names end with
+    port: int | None  # None: any port (https only)
+    suffix: bool = False
+
+    def allows(self, scheme: str, host: str, port: int) -> bool:
+        if self.scheme != scheme or (self.port is not None and self.port != port):
+            return False
+        return host.endswith(f".{self.host}") if self.suffix else host == self.host
+
+    def __str__(self) -> str:
+        if self.suffix:
+            return f".{self.host}"
+        if self.port is None:
+            return _netloc(self.host, None)
+        return f"{self.scheme}://{_netloc(self.host, self.port)}"
+
+
+class AllowedServers:
+    """The Kubernetes API servers a kubeconfig may name, and the addresses the client may
+    connect to. `source` names the list in messages (the setting it was read from)."""
+
+    def __init__(self, entries: Iterable[str], *, source: str = "KUBE_ALLOWED_HOSTS") -> None:
+        self.source = source
+        origins: list[_Origin] = []
+        networks: list[tuple[Network, int | None, bool]] = []
+        shown: list[str] = []
+        for text in entries:
+            if text.strip():
+                shown.append(_entry_read(text.strip(), source, origins, networks))
+        self._origins = tuple(origins)
+        self._networks = tuple(networks)
+        self._shown = tuple(shown)
+
+    @property
+    def entries(self) -> tuple[str, ...]:
+        """The entries, normalised."""
+        return self._shown
+
+    def __repr__(self) -> str:
+        return f"AllowedServers({list(self.entries)!r}, source={self.source!r})"
+
+    def refusal(self, url: str) -> str | None:
+        """Why a kubeconfig's credential may not be sent to `url`, or None when it may."""
+        if any(c.isspace() or not c.isprintable() or c == "\\" for c in url):
+            return "the URL holds spaces, control characters or backslashes"
+        try:
+            parts = urlsplit(url)
+            port = parts.port
+        except ValueError:
+            return "not a URL with a port from 0 to 65535"
+        scheme = parts.scheme.lower()
+        if scheme not in _DEFAULT_PORTS:
+            return "use https (https://host:port)"
+        if parts.username is not None or parts.password is not None:
+            return "a URL with a user or password in it is refused"
+        host = _host(parts)
+        if not host:
+            return "the URL has no host"
+        port = port if port is not None else _DEFAULT_PORTS[scheme]
+        if any(origin.allows(scheme, host, port) for origin in self._origins):
+            return None
+        address = _address(host)
+        if scheme == "https" and address is not None and self._in_range(address):
+            return None
+        if scheme == "http":
+            return (
+                f"http://{_netloc(host, port)} is not in {self.source} (plain http is allowed "
+                "only to an origin listed as http://host:port; use https)"
+            )
+        if not self._origins and not self._networks:
+            return (
+                f"{host} is not in {self.source} ({self.source} is empty: list the "
+                "Kubernetes API servers the control plane may reach)"
+            )
+        return f"{host} is not in {self.source}"
+
+    def address_refusal(self, address: str, port: int) -> str | None:
+        """Why the client may not connect to `address` (as resolved) on `port`, or None
+        when it may: a public address, or one an entry names (with that port, if it
+        names one)."""
+        found = _address(address.partition("%")[0])  # without an IPv6 zone
+        if found is None:
+            return f"{address} is not an IP address"
+        if self._named(found, port):
+            return None
+        if found.is_global and not found.is_multicast:
+            return None
+        return (
+            f"{found} is not a public address (private, loopback, link-local or reserved): "
+            f"name it, or its range, in {self.source} to allow it"
+        )
+
+    def _in_range(self, address: Address) -> bool:
+        """Whether a range entry (`10.20.0.0/16`) holds `address`."""
+        return any(address in network for network, _, ranged in self._networks if ranged)
+
+    def _named(self, address: Address, port: int) -> bool:
+        """Whether an entry names `address`: a range holds it, or an entry's host is it
+        (with that port, when the entry names one)."""
+        return any(
+            address in network and only in (None, port) for network, only, _ in self._networks
+        )
+
+
+def _entry_read(
+    entry: str,
+    source: str,
+    origins: list[_Origin],
+    networks: list[tuple[Network, int | None, bool]],
+) -> str:
+    """Read one entry into `origins` and `networks`; answers it normalised."""
+    problem = (
+        f"{source}: {entry!r} is not a host name, a .domain, an http(s)://host:port origin "
+        "or an address range"
+    )
+    if "*" in entry or any(c.isspace() for c in entry):
+        raise ValueError(f"{problem} (no wildcards: list a .domain or a range)")
+    if "/" in entry and "://" not in entry:
+        try:
+            network = _unmapped_network(ipaddress.ip_network(entry, strict=True))
+        except ValueError:
+            raise ValueError(f"{problem} (a range such as 10.20.0.0/16)") from None
+        networks.append((network, None, True))
+        return str(network)
+    if entry.startswith("."):
+        domain = entry[1:].rstrip(".").lower()
+        if not domain or _address(domain) is not None or "/" in domain or ":" in domain:
+            raise ValueError(problem)
+        origins.append(_Origin("https", domain, None, suffix=True))
+        return str(origins[-1])
+    url = entry if "://" in entry else f"https://{entry}"
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        raise ValueError(problem) from None
+    scheme = parts.scheme.lower()
+    host = _host(parts)
+    if (
+        scheme not in _DEFAULT_PORTS
+        or not host
+        or parts.username is not None
+        or parts.password is not None
+        or parts.path not in ("", "/")
+        or parts.query
+        or parts.fragment
+    ):
+        raise ValueError(problem)
+    if scheme == "http":  # exactly one origin
+        origin = _Origin("http", host, port if port is not None else 80)
+    else:
+        origin = _Origin("https", host, port)
+    origins.append(origin)
+    address = _address(host)
+    if address is not None:  # an address named as a host may be connected to, so
+        networks.append((ipaddress.ip_network(address), origin.port, False))
+    return str(origin)
+
+
+def _host(parts: SplitResult) -> str:
+    host = (parts.hostname or "").rstrip(".")  # urlsplit lowercases it
+    address = _address(host)
+    return str(address) if address is not None else host
+
+
+def _address(text: str) -> Address | None:
+    """`text` as an IP address (an IPv4-mapped IPv6 one as its IPv4 address), else None."""
+    try:
+        address = ipaddress.ip_address(text)
+    except ValueError:
+        return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
+
+
+def _unmapped_network(network: Network) -> Network:
+    if isinstance(network, ipaddress.IPv6Network) and network.network_address.ipv4_mapped:
+        raise ValueError("an IPv4-mapped range: write it as IPv4")
+    return network
+
+
+def _netloc(host: str, port: int | None) -> str:
+    shown = f"[{host}]" if ":" in host else host
+    return shown if port is None else f"{shown}:{port}"
