@@ -32,6 +32,16 @@ def test_demo_against_a_simulator_not_allowed_says_so_and_asks_it_nothing(
     assert not Account.objects.exists()
 
 
+def test_demo_against_a_kubernetes_simulator_not_allowed_says_so_and_asks_nothing(
+    http_stub: Any, whitesky_sim: WhiteskySimulator
+) -> None:
+    elsewhere: HttpStub = http_stub(Reply(200, b"{}"))
+    with pytest.raises(CommandError, match=r"add .* to KUBE_ALLOWED_HOSTS"):
+        call_command("demo_seed", simulator=whitesky_sim.base_url, kube_simulator=elsewhere.origin)
+    assert elsewhere.received == []
+    assert not Account.objects.exists()
+
+
 def test_the_demo_cluster_gets_the_kubernetes_simulators_kubeconfig_and_the_gpu_addon(
     whitesky_sim: WhiteskySimulator, kube_sim: KubeSimulator
 ) -> None:

@@ -17,6 +17,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
 from capvco_web.integrations import whitesky as ws
+from capvco_web.validators import kube_allowed_servers
 from clusters.models import Account, Cluster, ClusterSite, MachinePool, whitesky_allowed_hosts
 from clusters.observe import account_locations_observe
 from clusters.services import cluster_kubeconfig_set
@@ -45,9 +46,15 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, simulator: str, kube_simulator: str = "", **options: Any) -> None:
+        kube_root = kube_simulator.rstrip("/")
+        if kube_root and (refusal := kube_allowed_servers().refusal(kube_root)):
+            raise CommandError(
+                f"the Kubernetes simulator at {kube_root} is not an allowed API server "
+                f"({refusal}); add {kube_root} to KUBE_ALLOWED_HOSTS (make run does)"
+            )
         self._whitesky(simulator)
-        if kube_simulator:
-            self._kubernetes(kube_simulator.rstrip("/"))
+        if kube_root:
+            self._kubernetes(kube_root)
 
     def _kubernetes(self, root: str) -> None:
         try:
