@@ -118,7 +118,7 @@ class AllowedServers:
             return f"{address} is not an IP address"
         if self._named(found, port):
             return None
-        if found.is_global and not found.is_multicast:
+        if _public(found):
             return None
         return (
             f"{found} is not a public address (private, loopback, link-local or reserved): "
@@ -207,6 +207,24 @@ def _address(text: str) -> Address | None:
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         return address.ipv4_mapped
     return address
+
+
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+_IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")
+
+
+def _public(address: Address) -> bool:
+    """Globally reachable, and so is any IPv4 address it carries (6to4, NAT64, the old
+    IPv4-compatible form), which Python's `is_global` does not look into."""
+    if not address.is_global or address.is_multicast:
+        return False
+    if isinstance(address, ipaddress.IPv6Address):
+        carried = address.sixtofour
+        if address in _NAT64 or address in _IPV4_COMPATIBLE:
+            carried = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+        if carried is not None:
+            return _public(carried)
+    return True
 
 
 def _unmapped_network(network: Network) -> Network:

@@ -5,10 +5,13 @@ message or the status's phrase. Real local listeners stand in for internal servi
 
 from __future__ import annotations
 
+import base64
 import json
 import socket
+import ssl
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 import yaml
@@ -207,3 +210,80 @@ def test_what_a_service_that_is_not_http_answers_is_not_kept() -> None:
 
     assert isinstance(error, kube.Unreachable)
     assert SECRET not in str(error) + repr(error)
+
+
+def self_signed(name: str) -> tuple[bytes, bytes]:
+    """A certificate (PEM) for `name` (a DNS name, or an IP address) and its key (PEM)."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    try:
+        alt: x509.GeneralName = x509.IPAddress(ipaddress.ip_address(name))
+    except ValueError:
+        alt = x509.DNSName(name)
+    now = datetime.datetime.now(datetime.UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([alt]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    return (
+        certificate.public_bytes(serialization.Encoding.PEM),
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        ),
+    )
+
+
+@pytest.mark.parametrize("name", ["127.0.0.1", "api.prod.example"], ids=["address", "sni"])
+def test_https_is_verified_over_the_checked_connection(
+    http_stub: Callable[[Reply], HttpStub], tmp_path: Path, name: str
+) -> None:
+    certificate, key = self_signed(name)
+    (tmp_path / "cert.pem").write_bytes(certificate)
+    (tmp_path / "key.pem").write_bytes(key)
+    stub = http_stub(Reply(200, NODES.encode(), {"Content-Type": "application/json"}))
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(tmp_path / "cert.pem", tmp_path / "key.pem")
+    stub._server.socket = context.wrap_socket(stub._server.socket, server_side=True)
+    server = stub.origin.replace("http://", "https://")
+    config = yaml.safe_load(kubeconfig(server))
+    cluster = config["clusters"][0]["cluster"]
+    cluster["certificate-authority-data"] = base64.b64encode(certificate).decode()
+    if name != "127.0.0.1":
+        cluster["tls-server-name"] = name
+
+    with KubeClient(
+        kubeconfig=kubeconfig_load(yaml.safe_dump(config)),
+        allowed_servers=AllowedServers([server]),
+        timeout=(2.0, 2.0),
+    ) as verified:
+        listing = verified.list_nodes()
+    del cluster["certificate-authority-data"]
+    with KubeClient(
+        kubeconfig=kubeconfig_load(yaml.safe_dump(config)),
+        allowed_servers=AllowedServers([server]),
+        timeout=(2.0, 2.0),
+    ) as unverified:
+        refused = unverified.list_nodes()
+
+    assert listing.complete, listing.error
+    assert isinstance(refused.error, kube.Unreachable) and "CERTIFICATE_VERIFY_FAILED" in str(
+        refused.error
+    )

@@ -71,6 +71,7 @@ def test_an_empty_list_allows_none_and_says_so() -> None:
     [
         ("203.0.114.9", 6443),  # public
         ("2a00:1450::1", 6443),
+        ("64:ff9b::cb00:7209", 6443),  # NAT64 of a public address
         ("10.20.9.9", 1),  # in a listed range, any port
         ("192.0.2.7", 6443),  # listed (as a host, any port)
         ("fd00::5", 443),
@@ -97,6 +98,9 @@ def test_an_address_is_connected_to_when_public_or_named(address: str, port: int
         ("fc00::1", 6443),
         ("0.0.0.0", 6443),  # noqa: S104 - an address refused, not bound
         ("224.0.0.1", 6443),
+        ("2002:7f00:1::", 6443),  # 6to4 of 127.0.0.1
+        ("64:ff9b::a00:1", 6443),  # NAT64 of 10.0.0.1
+        ("::7f00:1", 6443),  # IPv4-compatible 127.0.0.1
     ],
 )
 def test_a_non_public_address_is_refused_unless_named(address: str, port: int) -> None:
