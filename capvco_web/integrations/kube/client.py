@@ -451,7 +451,12 @@ def _checked_socket(
 ) -> socket.socket:
     """A socket connected to an address of the server's name that the allow-list allows:
     the name is resolved here once, and the address checked is the one connected to (as
-    urllib3's own `_new_conn` does, but for the check)."""
+    urllib3's own `_new_conn` does, but for the check). The origin is checked again as
+    urllib3 read it from the URL, whatever another parser made of it."""
+    scheme = "https" if isinstance(conn, urllib3.connection.HTTPSConnection) else "http"
+    host = f"[{conn.host}]" if ":" in conn.host else conn.host
+    if refusal := allowed_servers.refusal(f"{scheme}://{host}:{conn.port}"):
+        raise _AddressNotAllowed(conn, f"not connected to {conn.host}: {refusal}")
     try:
         found = socket.getaddrinfo(conn._dns_host, conn.port, 0, socket.SOCK_STREAM)
     except socket.gaierror as exc:
