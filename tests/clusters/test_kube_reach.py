@@ -196,3 +196,19 @@ def test_a_stored_kubeconfig_with_a_value_of_the_wrong_type_gets_a_clear_observa
     assert problem in cluster.kube_observation_error
     assert not cluster.kube_observation_complete
     assert not contacted(listener)
+
+
+def test_the_account_admin_refuses_a_management_cluster_outside_the_allow_list(
+    admin_client: Client, site: ClusterSite
+) -> None:
+    from tests.clusters.test_accounts import admin_form
+
+    account = site.cluster.account
+    url = reverse("admin:clusters_account_change", args=[account.pk])
+    text = kubeconfig("https://10.0.0.1:6443")
+
+    posted = admin_client.post(url, admin_form(account, new_capi_kubeconfig=text))
+
+    assert posted.status_code == 200
+    assert "10.0.0.1 is not in KUBE_ALLOWED_HOSTS" in posted.content.decode()
+    assert Account.objects.get(pk=account.pk).capi_kubeconfig == ""
