@@ -13,8 +13,11 @@ Every cluster request goes through the same pipeline (`Simulator.handle_cluster`
 
 from __future__ import annotations
 
+import base64
 import json
 import secrets
+import socket
+import ssl
 import threading
 import time
 from dataclasses import dataclass, field
@@ -90,8 +93,9 @@ class ControlError(Exception):
 
 
 class Simulator:
-    def __init__(self, *, seed: int = 0) -> None:
+    def __init__(self, *, seed: int = 0, ca_pem: bytes = b"") -> None:
         self.lock = threading.Lock()
+        self.ca_pem = ca_pem  # written into the kubeconfigs handed out
         self.seed = seed
         self.clusters: dict[str, ClusterState] = {}
         self.faults = FaultPlan(seed)
@@ -292,12 +296,12 @@ class Simulator:
             return self._cluster_add({"name": name}, host)
 
     def _cluster_described(self, state: ClusterState, host: str) -> dict[str, Any]:
-        server = f"http://{host}{CLUSTER_PREFIX}{state.name}"
+        server = f"https://{host}{CLUSTER_PREFIX}{state.name}"
         return {
             "name": state.name,
             "server": server,
             "token": state.token,
-            "kubeconfig": kubeconfig(state.name, server, state.token),
+            "kubeconfig": kubeconfig(state.name, server, state.token, self.ca_pem),
         }
 
     def _cluster_control(
@@ -342,12 +346,13 @@ class Simulator:
         raise ControlError(404, f"no control call {method} {request.path}")
 
 
-def kubeconfig(name: str, server: str, token: str) -> dict[str, Any]:
+def kubeconfig(name: str, server: str, token: str, ca_pem: bytes) -> dict[str, Any]:
     user = f"{name}-admin"
+    cluster = {"server": server, "certificate-authority-data": base64.b64encode(ca_pem).decode()}
     return {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": name, "cluster": {"server": server}}],
+        "clusters": [{"name": name, "cluster": cluster}],
         "users": [{"name": user, "user": {"token": token}}],
         "contexts": [{"name": name, "context": {"cluster": name, "user": user}}],
         "current-context": name,
@@ -464,14 +469,36 @@ def _resource_list(state: ClusterState, group: str, version: str) -> dict[str, A
 # ---- the HTTP server -------------------------------------------------------------------
 
 
+HANDSHAKE_TIMEOUT = 10.0
+
+
 class KubeHTTPServer(ThreadingHTTPServer):
+    """HTTPS only: the TLS handshake runs in the connection's own thread, so a client
+    that never finishes it holds up nobody else."""
+
     daemon_threads = True
     allow_reuse_address = True
     request_queue_size = 64
 
-    def __init__(self, address: tuple[str, int], simulator: Simulator) -> None:
+    def __init__(
+        self, address: tuple[str, int], simulator: Simulator, tls: ssl.SSLContext
+    ) -> None:
         super().__init__(address, _Handler)
         self.simulator = simulator
+        self.tls = tls
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        assert isinstance(request, socket.socket)
+        request.settimeout(HANDSHAKE_TIMEOUT)
+        try:
+            wrapped = self.tls.wrap_socket(request, server_side=True)
+        except (OSError, ssl.SSLError):
+            return  # not TLS, or a client that does not trust our CA: nothing to answer
+        wrapped.settimeout(None)
+        try:
+            super().finish_request(wrapped, client_address)
+        finally:
+            wrapped.close()
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -41,17 +41,31 @@ class Command(BaseCommand):
         parser.add_argument(
             "--kube-simulator",
             default="",
-            help="the fake Kubernetes API serving cluster 'demo', e.g. http://127.0.0.1:8082",
+            help="the fake Kubernetes API serving cluster 'demo', e.g. https://127.0.0.1:8082",
+        )
+        parser.add_argument(
+            "--kube-simulator-ca",
+            default="",
+            help="the CA certificate the fake Kubernetes API serves with (its --tls-dir/ca.crt)",
         )
 
-    def handle(self, *args: Any, simulator: str, kube_simulator: str = "", **options: Any) -> None:
+    def handle(
+        self,
+        *args: Any,
+        simulator: str,
+        kube_simulator: str = "",
+        kube_simulator_ca: str = "",
+        **options: Any,
+    ) -> None:
         self._whitesky(simulator)
         if kube_simulator:
-            self._kubernetes(kube_simulator.rstrip("/"))
+            self._kubernetes(kube_simulator.rstrip("/"), kube_simulator_ca or True)
 
-    def _kubernetes(self, root: str) -> None:
+    def _kubernetes(self, root: str, verify: str | bool) -> None:
         try:
-            found = requests.get(f"{root}/_sim/clusters/{DEMO_CLUSTER}", timeout=5)
+            found = requests.get(
+                f"{root}/_sim/clusters/{DEMO_CLUSTER}", timeout=5, verify=verify
+            )
             found.raise_for_status()
         except requests.RequestException as exc:
             raise CommandError(
