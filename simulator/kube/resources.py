@@ -1,6 +1,6 @@
 """The kinds a simulated cluster serves: the few built-in ones the project uses (nodes,
-pods, namespaces, configmaps, daemonsets, CRDs), and any custom resource registered by a
-CustomResourceDefinition (or the control API).
+pods, namespaces, configmaps, secrets, daemonsets, deployments, CRDs), and any custom
+resource registered by a CustomResourceDefinition (or the control API).
 
 Storage is per group and plural, whatever the version: a custom resource served at two
 versions is one set of objects (the real server converts between versions; the simulator
@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-CORE_VERBS = ["create", "delete", "get", "list", "patch", "update"]
+# The verbs served, and only those: deletecollection is not simulated.
+CORE_VERBS = ["create", "delete", "get", "list", "patch", "update", "watch"]
 
 # What a create does to the status of a kind with a status subresource, as the real
 # registry strategies do: a pod starts Pending whatever it was sent with, a namespace
@@ -63,7 +64,7 @@ class ResourceType:
                 "singularName": self.kind.lower(),
                 "namespaced": self.namespaced,
                 "kind": self.kind,
-                "verbs": [*CORE_VERBS, "deletecollection", "watch"],
+                "verbs": list(CORE_VERBS),
                 **({"shortNames": list(self.short_names)} if self.short_names else {}),
             }
         ]
@@ -108,13 +109,17 @@ DAEMONSETS = ResourceType(
     "apps", "v1", "daemonsets", "DaemonSet", namespaced=True,
     status_on_create=STATUS_ON_CREATE_DROP, short_names=("ds",),
 )  # fmt: skip
+DEPLOYMENTS = ResourceType(
+    "apps", "v1", "deployments", "Deployment", namespaced=True,
+    status_on_create=STATUS_ON_CREATE_DROP, short_names=("deploy",),
+)  # fmt: skip
 CRDS = ResourceType(
     "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition",
     namespaced=False, short_names=("crd",),
 )  # fmt: skip
 
 BUILTIN: tuple[ResourceType, ...] = (
-    NODES, PODS, NAMESPACES, CONFIGMAPS, SECRETS, DAEMONSETS, CRDS,
+    NODES, PODS, NAMESPACES, CONFIGMAPS, SECRETS, DAEMONSETS, DEPLOYMENTS, CRDS,
 )  # fmt: skip
 
 
