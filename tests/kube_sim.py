@@ -66,7 +66,7 @@ class KubeSimulator:
         seed: int | None = None,
         extra_args: tuple[str, ...] = (),
     ):
-        self._tls_dir = tempfile.TemporaryDirectory(prefix="kube-sim-tls-")  # noqa: SIM115
+        self._tls_dir = tempfile.TemporaryDirectory(prefix="kube-sim-tls-")
         self.ca_file = str(Path(self._tls_dir.name) / "ca.crt")
         self._args = [sys.executable, "-m", "simulator.kube", "--host", host, "--port", str(port)]
         self._args += ["--tls-dir", self._tls_dir.name]

@@ -1,6 +1,7 @@
 """The kinds a simulated cluster serves: the few built-in ones the project uses (nodes,
-pods, namespaces, configmaps, secrets, daemonsets, deployments, CRDs), and any custom
-resource registered by a CustomResourceDefinition (or the control API).
+pods, namespaces, configmaps, secrets, serviceaccounts, daemonsets, deployments, CRDs,
+RBAC's roles and bindings), and any custom resource registered by a
+CustomResourceDefinition (or the control API).
 
 Storage is per group and plural, whatever the version: a custom resource served at two
 versions is one set of objects (the real server converts between versions; the simulator
@@ -34,6 +35,7 @@ class ResourceType:
     status_on_create: Any = STATUS_ON_CREATE_KEEP
     field_selectors: tuple[str, ...] = ()
     short_names: tuple[str, ...] = field(default=())
+    categories: tuple[str, ...] = ()  # "all": listed by `kubectl get all`
 
     @property
     def api_version(self) -> str:
@@ -66,6 +68,7 @@ class ResourceType:
                 "kind": self.kind,
                 "verbs": list(CORE_VERBS),
                 **({"shortNames": list(self.short_names)} if self.short_names else {}),
+                **({"categories": list(self.categories)} if self.categories else {}),
             }
         ]
         if self.status_subresource:
@@ -92,7 +95,7 @@ PODS = ResourceType(
         "spec.nodeName", "spec.restartPolicy", "spec.schedulerName", "spec.serviceAccountName",
         "spec.hostNetwork", "status.phase", "status.podIP", "status.nominatedNodeName",
     ),
-    short_names=("po",),
+    short_names=("po",), categories=("all",),
 )  # fmt: skip
 NAMESPACES = ResourceType(
     "", "v1", "namespaces", "Namespace", namespaced=False,
@@ -107,19 +110,33 @@ SECRETS = ResourceType("", "v1", "secrets", "Secret", namespaced=True, status_su
 # A DaemonSet's status is the controller's: a create drops what it was sent with.
 DAEMONSETS = ResourceType(
     "apps", "v1", "daemonsets", "DaemonSet", namespaced=True,
-    status_on_create=STATUS_ON_CREATE_DROP, short_names=("ds",),
+    status_on_create=STATUS_ON_CREATE_DROP, short_names=("ds",), categories=("all",),
 )  # fmt: skip
 DEPLOYMENTS = ResourceType(
     "apps", "v1", "deployments", "Deployment", namespaced=True,
-    status_on_create=STATUS_ON_CREATE_DROP, short_names=("deploy",),
+    status_on_create=STATUS_ON_CREATE_DROP, short_names=("deploy",), categories=("all",),
 )  # fmt: skip
 CRDS = ResourceType(
     "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition",
     namespaced=False, short_names=("crd",),
 )  # fmt: skip
 
+SERVICE_ACCOUNTS = ResourceType(
+    "", "v1", "serviceaccounts", "ServiceAccount", namespaced=True, status_subresource=False,
+    short_names=("sa",),
+)  # fmt: skip
+_RBAC = "rbac.authorization.k8s.io"
+RBAC = tuple(
+    ResourceType(_RBAC, "v1", plural, kind, namespaced=namespaced, status_subresource=False)
+    for plural, kind, namespaced in (
+        ("roles", "Role", True), ("rolebindings", "RoleBinding", True),
+        ("clusterroles", "ClusterRole", False), ("clusterrolebindings", "ClusterRoleBinding", False),
+    )
+)  # fmt: skip
+
 BUILTIN: tuple[ResourceType, ...] = (
-    NODES, PODS, NAMESPACES, CONFIGMAPS, SECRETS, DAEMONSETS, DEPLOYMENTS, CRDS,
+    NODES, PODS, NAMESPACES, CONFIGMAPS, SECRETS, SERVICE_ACCOUNTS, DAEMONSETS, DEPLOYMENTS,
+    CRDS, *RBAC,
 )  # fmt: skip
 
 

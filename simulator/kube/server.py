@@ -194,7 +194,11 @@ class Simulator:
                 body = json.loads(request.body or b"null")
             except ValueError as exc:
                 raise errors.bad_request(f"the body of the request is not JSON: {exc}") from exc
-        dry_run = _dry_run(request)
+        if route.verb == "patch" and content_type not in patches.TYPES:
+            raise errors.unsupported_patch(list(patches.TYPES))  # server-side apply among them
+        if route.verb == "delete":
+            body = _delete_options(request)
+        dry_run = _dry_run(request, body if route.verb == "delete" else None)
         warnings = _field_validation(rt, route.verb, content_type, body, request)
         with self.lock:
             if route.verb == "list":
@@ -513,8 +517,23 @@ def _field_validation(
     return ['299 - "' + problem.replace('"', '\\"') + '"' for problem in problems]
 
 
-def _dry_run(request: Request) -> bool:
+def _delete_options(request: Request) -> dict[str, Any]:
+    """The DeleteOptions a delete may carry in its body (kubectl sends dryRun there)."""
+    if not request.body:
+        return {}
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if content_type not in JSON_TYPES:
+        raise errors.unsupported_media_type(content_type)
+    try:
+        options = json.loads(request.body)
+    except ValueError as exc:
+        raise errors.bad_request(f"the body of the request is not JSON: {exc}") from exc
+    return options if isinstance(options, dict) else {}
+
+
+def _dry_run(request: Request, options: dict[str, Any] | None = None) -> bool:
     values = [value for value in request.query.get("dryRun", []) if value]
+    values += [str(value) for value in (options or {}).get("dryRun") or []]
     for value in values:
         if value != "All":
             raise errors.bad_request(f'Invalid dry run value: "{value}": supported values: "All"')

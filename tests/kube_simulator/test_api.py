@@ -303,7 +303,9 @@ def test_discovery_answers_with_or_without_a_trailing_slash(
     assert (pods.namespaced, pods.kind) == (True, "Pod")
     assert "cluster.x-k8s.io" in [g.name for g in groups.groups]
     for path in ("/version/", "/api/", "/api/v1/", "/apis/", "/apis/cluster.x-k8s.io/v1beta1/"):
-        answer = requests.get(cluster.server + path, headers=headers, timeout=5, verify=cluster.ca_file)
+        answer = requests.get(
+            cluster.server + path, headers=headers, timeout=5, verify=cluster.ca_file
+        )
         assert answer.status_code == 200
 
 

@@ -63,9 +63,7 @@ class Command(BaseCommand):
 
     def _kubernetes(self, root: str, verify: str | bool) -> None:
         try:
-            found = requests.get(
-                f"{root}/_sim/clusters/{DEMO_CLUSTER}", timeout=5, verify=verify
-            )
+            found = requests.get(f"{root}/_sim/clusters/{DEMO_CLUSTER}", timeout=5, verify=verify)
             found.raise_for_status()
         except requests.RequestException as exc:
             raise CommandError(
