@@ -200,8 +200,21 @@ class KubeSimulator:
     def clear_calls(self) -> None:
         self._control("DELETE", "calls")
 
-    def configure(self, *, continue_ttl_seconds: float) -> None:
-        self._control("POST", "config", {"continue_ttl_seconds": continue_ttl_seconds})
+    def configure(
+        self,
+        *,
+        continue_ttl_seconds: float | None = None,
+        bookmark_interval_seconds: float | None = None,
+        watch_history: int | None = None,
+    ) -> None:
+        """Change what `reset` sets back: continue-token lifetime, seconds between two
+        bookmarks of a watch (60), events a watch can start behind (1000)."""
+        given = {
+            "continue_ttl_seconds": continue_ttl_seconds,
+            "bookmark_interval_seconds": bookmark_interval_seconds,
+            "watch_history": watch_history,
+        }
+        self._control("POST", "config", {k: v for k, v in given.items() if v is not None})
 
 
 # ---- objects as a kubelet and the scheduler would make them -----------------------------
