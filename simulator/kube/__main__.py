@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import signal
 import sys
 import tempfile
@@ -44,7 +45,8 @@ def main(argv: list[str] | None = None) -> int:
         "--tls-dir",
         metavar="DIR",
         help="where its CA (ca.crt, the one to trust) and server certificate are kept, "
-        "made when missing; default: a temporary directory, removed at exit",
+        "made when missing, and the kubeconfig of each --cluster (NAME.kubeconfig); "
+        "default: a temporary directory, removed at exit",
     )
     args = parser.parse_args(argv)
 
@@ -58,7 +60,11 @@ def _serve(args: argparse.Namespace, tls_dir: Path) -> int:
     server = KubeHTTPServer((args.host, args.port), simulator, found.server_context())
     host, port = str(server.server_address[0]), int(server.server_address[1])
     for name in args.cluster:
-        simulator.control_cluster_add(name, f"{host}:{port}")
+        described = simulator.control_cluster_add(name, f"{host}:{port}")
+        # For kubectl: `kubectl --kubeconfig DIR/NAME.kubeconfig get nodes` (JSON is YAML).
+        kubeconfig_file = tls_dir / f"{name}.kubeconfig"
+        kubeconfig_file.write_text(json.dumps(described["kubeconfig"], indent=2))
+        kubeconfig_file.chmod(0o600)
 
     stop = threading.Event()
 

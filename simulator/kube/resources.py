@@ -129,8 +129,10 @@ _RBAC = "rbac.authorization.k8s.io"
 RBAC = tuple(
     ResourceType(_RBAC, "v1", plural, kind, namespaced=namespaced, status_subresource=False)
     for plural, kind, namespaced in (
-        ("roles", "Role", True), ("rolebindings", "RoleBinding", True),
-        ("clusterroles", "ClusterRole", False), ("clusterrolebindings", "ClusterRoleBinding", False),
+        ("roles", "Role", True),
+        ("rolebindings", "RoleBinding", True),
+        ("clusterroles", "ClusterRole", False),
+        ("clusterrolebindings", "ClusterRoleBinding", False),
     )
 )  # fmt: skip
 

@@ -568,8 +568,8 @@ def _event_for(
     now = event.new is not None and (selects is None or selects(event.new))
     if now and event.new is not None:
         return _event_line("MODIFIED" if was else "ADDED", as_version(event.new, rt))
-    if was:
-        gone = event.new if event.new is not None else event.old
+    gone = event.new if event.new is not None else event.old
+    if was and gone is not None:
         return _event_line("DELETED", as_version(gone, rt))
     return None
 

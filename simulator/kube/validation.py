@@ -141,7 +141,8 @@ def _workload_causes(
         return [required("spec")]
     causes: list[Cause] = []
     selector = spec.get("selector")
-    template = spec.get("template") if isinstance(spec.get("template"), dict) else {}
+    found = spec.get("template")
+    template: dict[str, Any] = found if isinstance(found, dict) else {}
     labels = (template.get("metadata") or {}).get("labels") or {}
     if not isinstance(selector, dict) or not (
         selector.get("matchLabels") or selector.get("matchExpressions")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -83,6 +84,8 @@ def test_the_process_serves_the_clusters_it_was_started_with_and_stops_cleanly(
             verify=str(tmp_path / "ca.crt"),  # the CA the kubeconfig hands out
         )
         assert base.startswith("https://")
+        written = json.loads((Path(ca_file).parent / "demo.kubeconfig").read_text())
+        assert written == found["kubeconfig"]
         assert nodes.json()["kind"] == "NodeList"
         with pytest.raises(requests.exceptions.SSLError):
             requests.get(f"{base}/_sim/clusters", timeout=5, verify=True)  # not a public CA

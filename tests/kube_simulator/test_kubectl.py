@@ -169,7 +169,8 @@ STEPS = [
         "apply -f -",
         WORKS,
         "configmap/settings created",
-        stdin_of="create configmap settings -n ml --from-literal=mode=fast --dry-run=client -o yaml",
+        stdin_of="create configmap settings -n ml --from-literal=mode=fast "
+        "--dry-run=client -o yaml",
     ),
     Step("get configmap settings -n ml -o yaml", WORKS, "mode: fast"),
     Step(

@@ -171,7 +171,9 @@ def test_a_protobuf_body_is_refused_with_415_so_clients_fall_back_to_json(
 ) -> None:
     protobuf = {"Content-Type": "application/vnd.kubernetes.protobuf"}
     created = raw(cluster, "POST", "/api/v1/namespaces", data=b"k8s\x00\n\x0f", headers=protobuf)
-    deleted = raw(cluster, "DELETE", "/api/v1/namespaces/default", data=b"k8s\x00", headers=protobuf)
+    deleted = raw(
+        cluster, "DELETE", "/api/v1/namespaces/default", data=b"k8s\x00", headers=protobuf
+    )
 
     for answer in (created, deleted):
         assert answer.status_code == 415
