@@ -36,6 +36,7 @@ class ResourceType:
     field_selectors: tuple[str, ...] = ()
     short_names: tuple[str, ...] = field(default=())
     categories: tuple[str, ...] = ()  # "all": listed by `kubectl get all`
+    scale: bool = False  # a /scale subresource (autoscaling/v1 Scale of spec.replicas)
 
     @property
     def api_version(self) -> str:
@@ -71,6 +72,18 @@ class ResourceType:
                 **({"categories": list(self.categories)} if self.categories else {}),
             }
         ]
+        if self.scale:
+            entries.append(
+                {
+                    "name": f"{self.plural}/scale",
+                    "singularName": "",
+                    "namespaced": self.namespaced,
+                    "group": "autoscaling",
+                    "version": "v1",
+                    "kind": "Scale",
+                    "verbs": ["get", "patch", "update"],
+                }
+            )
         if self.status_subresource:
             entries.append(
                 {
@@ -115,6 +128,7 @@ DAEMONSETS = ResourceType(
 DEPLOYMENTS = ResourceType(
     "apps", "v1", "deployments", "Deployment", namespaced=True,
     status_on_create=STATUS_ON_CREATE_DROP, short_names=("deploy",), categories=("all",),
+    scale=True,
 )  # fmt: skip
 CRDS = ResourceType(
     "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition",

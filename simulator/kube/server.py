@@ -215,6 +215,12 @@ class Simulator:
                     continue_token=request.param("continue"),
                 )
                 status = 200
+            elif route.subresource == "scale":
+                answer = state.scale(
+                    rt, route.namespace, route.name, route.verb, content_type, body,
+                    dry_run=dry_run,
+                )  # fmt: skip
+                status = 200
             elif route.verb == "get":
                 answer, status = state.get(rt, route.namespace, route.name), 200
             elif route.verb == "create":
@@ -614,11 +620,13 @@ def _route(state: ClusterState, method: str, path: str, request: Request) -> Rou
         if verb is None:
             raise errors.method_not_allowed(method, rt)
         return Route(verb, rt, namespace, rest[1])
-    if len(rest) == 3 and rest[2] == "status" and rt.status_subresource:
+    if len(rest) == 3 and (
+        (rest[2] == "status" and rt.status_subresource) or (rest[2] == "scale" and rt.scale)
+    ):
         verb = _SUBRESOURCE_VERBS.get(method)
         if verb is None:
             raise errors.method_not_allowed(method, rt)
-        return Route(verb, rt, namespace, rest[1], "status")
+        return Route(verb, rt, namespace, rest[1], rest[2])
     raise StatusError(404, "the server could not find the requested resource")
 
 

@@ -398,6 +398,55 @@ class ClusterState:
             self._crd_register(new, dry_run=dry_run)
         return self._store(rt, (namespace, name), copy.deepcopy(new), dry_run=dry_run)
 
+    def scale(
+        self,
+        rt: ResourceType,
+        namespace: str,
+        name: str,
+        verb: str,
+        content_type: str = "",
+        body: Any = None,
+        *,
+        dry_run: bool = False,
+    ) -> Obj:
+        """The /scale subresource: an autoscaling/v1 Scale of `spec.replicas`; an update or
+        patch of it changes only the replicas."""
+        old = self.get(rt, namespace, name)
+        current = _scale_of(old)
+        if verb == "get":
+            return current
+        try:
+            if verb == "update":
+                wanted = body
+            elif content_type == patches.JSON_PATCH:
+                wanted = patches.json_patch(current, body)
+            elif content_type in patches.TYPES:
+                wanted = self._object_patch(body, patches.merge_patch, current)
+            else:
+                raise errors.unsupported_patch(list(patches.TYPES))
+        except patches.PatchError as exc:
+            if exc.malformed:
+                raise errors.bad_request(str(exc)) from exc
+            raise StatusError(422, str(exc), reason="Invalid") from exc
+        replicas = (
+            ((wanted or {}).get("spec") or {}).get("replicas") if isinstance(wanted, dict) else None
+        )
+        if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
+            raise validation.refusal(
+                rt,
+                name,
+                [
+                    validation.invalid_value(
+                        "spec.replicas", replicas, "must be greater than or equal to 0"
+                    )
+                ],
+            )
+        metadata = dict(old["metadata"])
+        if (wanted.get("metadata") or {}).get("resourceVersion"):
+            metadata["resourceVersion"] = wanted["metadata"]["resourceVersion"]
+        new = {**old, "metadata": metadata, "spec": {**old["spec"], "replicas": replicas}}
+        return _scale_of(self._update(rt, namespace, old, new, "", dry_run=dry_run))
+
     def delete(self, rt: ResourceType, namespace: str, name: str, *, dry_run: bool = False) -> Obj:
         old = self.get(rt, namespace, name)
         if dry_run:
@@ -554,6 +603,25 @@ class ClusterState:
             return
         for rt in found:
             self.register(rt)
+
+
+def _scale_of(obj: Obj) -> Obj:
+    meta = obj["metadata"]
+    selector = ((obj.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+    return {
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": {
+            key: meta[key]
+            for key in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+            if key in meta
+        },
+        "spec": {"replicas": int((obj.get("spec") or {}).get("replicas", 1))},
+        "status": {
+            "replicas": int((obj.get("status") or {}).get("replicas", 0)),
+            "selector": ",".join(f"{k}={v}" for k, v in sorted(selector.items())),
+        },
+    }
 
 
 def _secret_normalize(rt: ResourceType, obj: Obj) -> None:

@@ -208,7 +208,8 @@ STEPS = [
     Step("rollout status deployment/web -n ml --timeout=20s", WORKS, "successfully rolled out"),
     Step("set image deployment/web nginx=nginx:1.27 -n ml", WORKS, "image updated"),
     Step("rollout status deployment/web -n ml --timeout=20s", WORKS, "successfully rolled out"),
-    Step("scale deployment web -n ml --replicas=3", NOT_SIMULATED, "", "no /scale subresource"),
+    Step("scale deployment web -n ml --replicas=3", WORKS, "deployment.apps/web scaled"),
+    Step("get deployment web -n ml -o jsonpath={.status.availableReplicas}", WORKS, "3"),
     Step("get all -n ml", WORKS, "web", "no Table output: kubectl's default columns"),
     Step("run pod1 -n ml --image=busybox", WORKS, "pod/pod1 created"),
     Step(

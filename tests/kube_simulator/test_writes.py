@@ -243,3 +243,19 @@ def test_openapi_v2_and_v3_describe_the_kinds_served(cluster: SimCluster) -> Non
     ]
     patch = apps_v3["paths"]["/apis/apps/v1/namespaces/{namespace}/daemonsets/{name}"]["patch"]
     assert "fieldValidation" in [p["name"] for p in patch["parameters"]]
+
+
+def test_a_deployment_scales_through_its_scale_subresource(apps: AppsV1Api) -> None:
+    deployment = {**a_daemonset("web"), "kind": "Deployment"}
+    apps.create_namespaced_deployment("default", deployment)
+
+    before = apps.read_namespaced_deployment_scale("web", "default")
+    apps.patch_namespaced_deployment_scale("web", "default", {"spec": {"replicas": 4}})
+    with pytest.raises(ApiException) as negative:
+        apps.patch_namespaced_deployment_scale("web", "default", {"spec": {"replicas": -1}})
+    read = apps.read_namespaced_deployment("web", "default")
+
+    assert (before.spec.replicas, before.status.selector) == (1, "app=web")
+    assert (read.spec.replicas, read.status.available_replicas) == (4, 4)
+    assert read.status.observed_generation == read.metadata.generation == 2
+    assert negative.value.status == 422
