@@ -53,8 +53,8 @@ print(default_broker_url(Path(sys.argv[1]).resolve()))' "$VAR_DIR")}"
   if [ "${SIMULATOR:-1}" != 0 ]; then
     # The simulator serves plain http: allowed as exactly this origin, nothing wider.
     export WHITESKY_ALLOWED_HOSTS="${WHITESKY_ALLOWED_HOSTS:+$WHITESKY_ALLOWED_HOSTS,}http://127.0.0.1:${SIM_PORT:-8081}"
-    # The fake Kubernetes API: exactly its origin (http, or https once it serves TLS).
-    export KUBE_ALLOWED_HOSTS="${KUBE_ALLOWED_HOSTS:+$KUBE_ALLOWED_HOSTS,}http://127.0.0.1:${KUBE_SIM_PORT:-8082},https://127.0.0.1:${KUBE_SIM_PORT:-8082}"
+    # The fake Kubernetes API (https, its own CA): exactly its origin.
+    export KUBE_ALLOWED_HOSTS="${KUBE_ALLOWED_HOSTS:+$KUBE_ALLOWED_HOSTS,}https://127.0.0.1:${KUBE_SIM_PORT:-8082}"
   fi
   (
     umask 077

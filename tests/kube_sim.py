@@ -40,6 +40,13 @@ class SimCluster:
     server: str
     token: str
     kubeconfig: dict[str, Any]
+    ca_file: str  # the simulator's CA: `verify=` of a plain HTTP client
+
+    def kubeconfig_file(self, directory: Path) -> Path:
+        """The kubeconfig as kubectl reads it (`--kubeconfig`)."""
+        path = directory / f"{self.name}.kubeconfig"
+        path.write_text(self.kubeconfig_yaml)
+        return path
 
     @property
     def kubeconfig_yaml(self) -> str:
@@ -59,7 +66,10 @@ class KubeSimulator:
         seed: int | None = None,
         extra_args: tuple[str, ...] = (),
     ):
+        self._tls_dir = tempfile.TemporaryDirectory(prefix="kube-sim-tls-")
+        self.ca_file = str(Path(self._tls_dir.name) / "ca.crt")
         self._args = [sys.executable, "-m", "simulator.kube", "--host", host, "--port", str(port)]
+        self._args += ["--tls-dir", self._tls_dir.name]
         if seed is not None:
             self._args += ["--seed", str(seed)]
         self._args += list(extra_args)
@@ -106,6 +116,7 @@ class KubeSimulator:
             process.wait()
         if process.stdout is not None:
             process.stdout.close()
+        self._tls_dir.cleanup()
 
     def stderr(self) -> str:
         self._stderr.seek(0)
@@ -126,7 +137,11 @@ class KubeSimulator:
 
     def _control(self, method: str, name: str, body: Any = None) -> Any:
         response = self._session.request(
-            method, f"{self.base_url}/_sim/{name}", json=body, timeout=CONTROL_TIMEOUT
+            method,
+            f"{self.base_url}/_sim/{name}",
+            json=body,
+            timeout=CONTROL_TIMEOUT,
+            verify=self.ca_file,  # per call: REQUESTS_CA_BUNDLE would override a session's
         )
         if response.status_code != 200:
             raise RuntimeError(
@@ -145,7 +160,9 @@ class KubeSimulator:
         if token is not None:
             body["token"] = token
         found = self._control("POST", "clusters", body)
-        return SimCluster(found["name"], found["server"], found["token"], found["kubeconfig"])
+        return SimCluster(
+            found["name"], found["server"], found["token"], found["kubeconfig"], self.ca_file
+        )
 
     def remove_cluster(self, name: str) -> None:
         self._control("DELETE", f"clusters/{name}")
@@ -184,8 +201,21 @@ class KubeSimulator:
     def clear_calls(self) -> None:
         self._control("DELETE", "calls")
 
-    def configure(self, *, continue_ttl_seconds: float) -> None:
-        self._control("POST", "config", {"continue_ttl_seconds": continue_ttl_seconds})
+    def configure(
+        self,
+        *,
+        continue_ttl_seconds: float | None = None,
+        bookmark_interval_seconds: float | None = None,
+        watch_history: int | None = None,
+    ) -> None:
+        """Change what `reset` sets back: continue-token lifetime, seconds between two
+        bookmarks of a watch (60), events a watch can start behind (1000)."""
+        given = {
+            "continue_ttl_seconds": continue_ttl_seconds,
+            "bookmark_interval_seconds": bookmark_interval_seconds,
+            "watch_history": watch_history,
+        }
+        self._control("POST", "config", {k: v for k, v in given.items() if v is not None})
 
 
 def kube_server_allow(origin: str) -> None:

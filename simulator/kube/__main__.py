@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import json
 import signal
 import sys
+import tempfile
 import threading
+from pathlib import Path
 from types import FrameType
 
 from simulator.kube.joiner import Joiner
 from simulator.kube.server import KubeHTTPServer, Simulator
+from simulator.kube.tls import certificates
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,13 +41,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--join-interval", type=float, default=2.0, help="seconds between two joiner passes"
     )
+    parser.add_argument(
+        "--tls-dir",
+        metavar="DIR",
+        help="where its CA (ca.crt, the one to trust) and server certificate are kept, "
+        "made when missing, and the kubeconfig of each --cluster (NAME.kubeconfig); "
+        "default: a temporary directory, removed at exit",
+    )
     args = parser.parse_args(argv)
 
-    simulator = Simulator(seed=args.seed)
-    server = KubeHTTPServer((args.host, args.port), simulator)
+    with tempfile.TemporaryDirectory(prefix="kube-simulator-tls-") as scratch:
+        return _serve(args, Path(args.tls_dir or scratch))
+
+
+def _serve(args: argparse.Namespace, tls_dir: Path) -> int:
+    found = certificates(tls_dir, args.host)
+    simulator = Simulator(seed=args.seed, ca_pem=found.ca_pem)
+    server = KubeHTTPServer((args.host, args.port), simulator, found.server_context())
     host, port = str(server.server_address[0]), int(server.server_address[1])
     for name in args.cluster:
-        simulator.control_cluster_add(name, f"{host}:{port}")
+        described = simulator.control_cluster_add(name, f"{host}:{port}")
+        # For kubectl: `kubectl --kubeconfig DIR/NAME.kubeconfig get nodes` (JSON is YAML).
+        kubeconfig_file = tls_dir / f"{name}.kubeconfig"
+        kubeconfig_file.write_text(json.dumps(described["kubeconfig"], indent=2))
+        kubeconfig_file.chmod(0o600)
 
     stop = threading.Event()
 
@@ -57,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.join_whitesky:
         joiner = Joiner(simulator, args.join_whitesky, interval=args.join_interval)
         threading.Thread(target=joiner.run, args=(stop,), name="joiner", daemon=True).start()
-    print(f"kube simulator listening on http://{host}:{port}", flush=True)
+    print(f"kube simulator listening on https://{host}:{port}", flush=True)
+    print(f"kube simulator CA certificate: {found.ca_file}", flush=True)
     while not stop.wait(timeout=1.0):
         pass
     server.shutdown()

@@ -22,6 +22,7 @@ REASONS = {
     403: "Forbidden",
     404: "NotFound",
     405: "MethodNotAllowed",
+    406: "NotAcceptable",
     409: "Conflict",
     410: "Expired",
     415: "UnsupportedMediaType",
@@ -116,6 +117,22 @@ def bad_request(message: str) -> StatusError:
 
 def expired(continue_token: str = "") -> StatusError:
     return StatusError(410, EXPIRED_MESSAGE, reason="Expired", continue_token=continue_token)
+
+
+def too_old(version: int, oldest: int) -> StatusError:
+    """A watch from a resourceVersion the history no longer holds (the real server's words)."""
+    return StatusError(410, f"too old resource version: {version} ({oldest})", reason="Expired")
+
+
+def unsupported_media_type(content_type: str) -> StatusError:
+    """A body in a format the server does not decode: clients fall back to JSON on 415."""
+    return StatusError(
+        415,
+        f"the body of the request was in an unknown format - accepted "
+        f"media types include: application/json, application/yaml "
+        f'(not "{content_type}")',
+        reason="UnsupportedMediaType",
+    )
 
 
 def unsupported_patch(accepted: list[str]) -> StatusError:

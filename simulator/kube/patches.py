@@ -21,6 +21,7 @@ JSON_PATCH = "application/json-patch+json"
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 APPLY_PATCH = "application/apply-patch+yaml"
+TYPES = (JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH)  # what is simulated: not APPLY_PATCH
 
 # Lists of objects merged by a key in strategic merge patches (patchMergeKey in the types).
 MERGE_KEYS = {

@@ -1,5 +1,6 @@
 """The kinds a simulated cluster serves: the few built-in ones the project uses (nodes,
-pods, namespaces, configmaps, daemonsets, CRDs), and any custom resource registered by a
+pods, namespaces, configmaps, secrets, serviceaccounts, daemonsets, deployments, CRDs,
+RBAC's roles and bindings), and any custom resource registered by a
 CustomResourceDefinition (or the control API).
 
 Storage is per group and plural, whatever the version: a custom resource served at two
@@ -12,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-CORE_VERBS = ["create", "delete", "get", "list", "patch", "update"]
+# The verbs served, and only those: deletecollection is not simulated.
+CORE_VERBS = ["create", "delete", "get", "list", "patch", "update", "watch"]
 
 # What a create does to the status of a kind with a status subresource, as the real
 # registry strategies do: a pod starts Pending whatever it was sent with, a namespace
@@ -33,6 +35,8 @@ class ResourceType:
     status_on_create: Any = STATUS_ON_CREATE_KEEP
     field_selectors: tuple[str, ...] = ()
     short_names: tuple[str, ...] = field(default=())
+    categories: tuple[str, ...] = ()  # "all": listed by `kubectl get all`
+    scale: bool = False  # a /scale subresource (autoscaling/v1 Scale of spec.replicas)
 
     @property
     def api_version(self) -> str:
@@ -63,10 +67,23 @@ class ResourceType:
                 "singularName": self.kind.lower(),
                 "namespaced": self.namespaced,
                 "kind": self.kind,
-                "verbs": [*CORE_VERBS, "deletecollection", "watch"],
+                "verbs": list(CORE_VERBS),
                 **({"shortNames": list(self.short_names)} if self.short_names else {}),
+                **({"categories": list(self.categories)} if self.categories else {}),
             }
         ]
+        if self.scale:
+            entries.append(
+                {
+                    "name": f"{self.plural}/scale",
+                    "singularName": "",
+                    "namespaced": self.namespaced,
+                    "group": "autoscaling",
+                    "version": "v1",
+                    "kind": "Scale",
+                    "verbs": ["get", "patch", "update"],
+                }
+            )
         if self.status_subresource:
             entries.append(
                 {
@@ -91,7 +108,7 @@ PODS = ResourceType(
         "spec.nodeName", "spec.restartPolicy", "spec.schedulerName", "spec.serviceAccountName",
         "spec.hostNetwork", "status.phase", "status.podIP", "status.nominatedNodeName",
     ),
-    short_names=("po",),
+    short_names=("po",), categories=("all",),
 )  # fmt: skip
 NAMESPACES = ResourceType(
     "", "v1", "namespaces", "Namespace", namespaced=False,
@@ -106,15 +123,36 @@ SECRETS = ResourceType("", "v1", "secrets", "Secret", namespaced=True, status_su
 # A DaemonSet's status is the controller's: a create drops what it was sent with.
 DAEMONSETS = ResourceType(
     "apps", "v1", "daemonsets", "DaemonSet", namespaced=True,
-    status_on_create=STATUS_ON_CREATE_DROP, short_names=("ds",),
+    status_on_create=STATUS_ON_CREATE_DROP, short_names=("ds",), categories=("all",),
+)  # fmt: skip
+DEPLOYMENTS = ResourceType(
+    "apps", "v1", "deployments", "Deployment", namespaced=True,
+    status_on_create=STATUS_ON_CREATE_DROP, short_names=("deploy",), categories=("all",),
+    scale=True,
 )  # fmt: skip
 CRDS = ResourceType(
     "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition",
     namespaced=False, short_names=("crd",),
 )  # fmt: skip
 
+SERVICE_ACCOUNTS = ResourceType(
+    "", "v1", "serviceaccounts", "ServiceAccount", namespaced=True, status_subresource=False,
+    short_names=("sa",),
+)  # fmt: skip
+_RBAC = "rbac.authorization.k8s.io"
+RBAC = tuple(
+    ResourceType(_RBAC, "v1", plural, kind, namespaced=namespaced, status_subresource=False)
+    for plural, kind, namespaced in (
+        ("roles", "Role", True),
+        ("rolebindings", "RoleBinding", True),
+        ("clusterroles", "ClusterRole", False),
+        ("clusterrolebindings", "ClusterRoleBinding", False),
+    )
+)  # fmt: skip
+
 BUILTIN: tuple[ResourceType, ...] = (
-    NODES, PODS, NAMESPACES, CONFIGMAPS, SECRETS, DAEMONSETS, CRDS,
+    NODES, PODS, NAMESPACES, CONFIGMAPS, SECRETS, SERVICE_ACCOUNTS, DAEMONSETS, DEPLOYMENTS,
+    CRDS, *RBAC,
 )  # fmt: skip
 
 

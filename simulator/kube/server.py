@@ -13,23 +13,31 @@ Every cluster request goes through the same pipeline (`Simulator.handle_cluster`
 
 from __future__ import annotations
 
+import base64
 import json
 import secrets
+import socket
+import ssl
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from simulator.kube import errors
+from simulator.kube import errors, openapi, patches
 from simulator.kube.errors import StatusError
 from simulator.kube.faults import Fault, FaultPlan, FaultSpecError
 from simulator.kube.resources import PODS, ResourceType, custom_type
-from simulator.kube.store import ClusterState, objects_put
+from simulator.kube.selectors import Matcher, matcher
+from simulator.kube.store import WATCH_HISTORY, ClusterState, Event, as_version, objects_put
 
 CLUSTER_PREFIX = "/clusters/"
 GIT_VERSION = "v1.33.0-capvco-sim"
+BOOKMARK_INTERVAL = 60.0  # seconds between two bookmarks of a quiet watch, as the real server
+WATCH_TIMEOUT = 1800  # seconds a watch without timeoutSeconds lasts (the server's minimum)
+JSON_TYPES = ("application/json", "")
 # Deleting these answers the deleted object; other kinds answer a Status of success.
 DELETE_ANSWERS_OBJECT = {PODS.storage_key}
 
@@ -53,6 +61,7 @@ class Reply:
     content_type: str = "application/json"
     headers: dict[str, str] = field(default_factory=dict)
     lost: str | None = None  # "drop" or "truncate": the answer never arrives whole
+    stream: Iterator[bytes] | None = None  # a watch: sent chunked, one event a chunk
 
     @classmethod
     def json(cls, status: int, payload: Any, headers: dict[str, str] | None = None) -> Reply:
@@ -68,7 +77,7 @@ class Reply:
 class Route:
     """What a cluster request asks for."""
 
-    verb: str  # discovery, list, get, create, update, patch, delete
+    verb: str  # discovery, list, watch, get, create, update, patch, delete
     rt: ResourceType | None = None
     namespace: str = ""
     name: str = ""
@@ -90,13 +99,17 @@ class ControlError(Exception):
 
 
 class Simulator:
-    def __init__(self, *, seed: int = 0) -> None:
+    def __init__(self, *, seed: int = 0, ca_pem: bytes = b"") -> None:
         self.lock = threading.Lock()
+        self.ca_pem = ca_pem  # written into the kubeconfigs handed out
         self.seed = seed
         self.clusters: dict[str, ClusterState] = {}
         self.faults = FaultPlan(seed)
         self.calls: list[dict[str, Any]] = []
         self.continue_ttl = 300.0
+        self.bookmark_interval = BOOKMARK_INTERVAL
+        self.watch_history = WATCH_HISTORY
+        self.changed = threading.Condition(self.lock)  # a cluster was written to
 
     # ---- requests ------------------------------------------------------------------------
 
@@ -164,18 +177,31 @@ class Simulator:
         if request.headers.get("authorization", "") != f"Bearer {state.token}":
             raise errors.unauthorized()
         if route.rt is None:
+            if isinstance(route.discovery, bytes):
+                return Reply(200, route.discovery)  # an OpenAPI document, encoded once
             return Reply.json(200, route.discovery)
         rt = route.rt
+        if route.verb == "watch":
+            return self._watch(state, rt, route.namespace, request)
         body: Any = None
+        content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
         if route.verb in ("create", "update", "patch"):
+            if "protobuf" in content_type or (
+                route.verb != "patch" and content_type not in JSON_TYPES
+            ):
+                raise errors.unsupported_media_type(content_type)
             try:
                 body = json.loads(request.body or b"null")
             except ValueError as exc:
                 raise errors.bad_request(f"the body of the request is not JSON: {exc}") from exc
+        if route.verb == "patch" and content_type not in patches.TYPES:
+            raise errors.unsupported_patch(list(patches.TYPES))  # server-side apply among them
+        if route.verb == "delete":
+            body = _delete_options(request)
+        dry_run = _dry_run(request, body if route.verb == "delete" else None)
+        warnings = _field_validation(rt, route.verb, content_type, body, request)
         with self.lock:
             if route.verb == "list":
-                if request.param("watch") in ("true", "1"):
-                    raise errors.bad_request("watch is not simulated")
                 try:
                     limit = int(request.param("limit", "0") or 0)
                 except ValueError:
@@ -189,21 +215,29 @@ class Simulator:
                     continue_token=request.param("continue"),
                 )
                 status = 200
+            elif route.subresource == "scale":
+                answer = state.scale(
+                    rt, route.namespace, route.name, route.verb, content_type, body,
+                    dry_run=dry_run,
+                )  # fmt: skip
+                status = 200
             elif route.verb == "get":
                 answer, status = state.get(rt, route.namespace, route.name), 200
             elif route.verb == "create":
-                answer, status = state.create(rt, route.namespace, body), 201
+                answer, status = state.create(rt, route.namespace, body, dry_run=dry_run), 201
             elif route.verb == "update":
-                answer = state.replace(rt, route.namespace, route.name, body, route.subresource)
-                status = 200
-            elif route.verb == "patch":
-                content_type = request.headers.get("content-type", "").split(";")[0].strip()
-                answer = state.patch(
-                    rt, route.namespace, route.name, content_type, body, route.subresource
+                answer = state.replace(
+                    rt, route.namespace, route.name, body, route.subresource, dry_run=dry_run
                 )
                 status = 200
+            elif route.verb == "patch":
+                answer = state.patch(
+                    rt, route.namespace, route.name, content_type, body, route.subresource,
+                    dry_run=dry_run,
+                )  # fmt: skip
+                status = 200
             else:
-                deleted = state.delete(rt, route.namespace, route.name)
+                deleted = state.delete(rt, route.namespace, route.name, dry_run=dry_run)
                 status = 200
                 if rt.storage_key in DELETE_ANSWERS_OBJECT or not rt.builtin:
                     answer = deleted
@@ -221,7 +255,83 @@ class Simulator:
                         },
                     }
         # Encoded outside the lock: stored objects are never changed in place.
-        return Reply.json(status, answer)
+        headers = {"Warning": ", ".join(warnings)} if warnings else {}
+        return Reply.json(status, answer, headers)
+
+    def _watch(
+        self, state: ClusterState, rt: ResourceType, namespace: str, request: Request
+    ) -> Reply:
+        """A watch as the real server streams it: from `resourceVersion` on (none or "0":
+        first every current object as ADDED), one JSON event a line, BOOKMARKs when asked
+        for, until `timeoutSeconds`. A resourceVersion the history no longer holds is an
+        ERROR event carrying 410 Expired, as the watch cache answers it."""
+        selects = matcher(
+            request.param("labelSelector"), request.param("fieldSelector"), rt.selectable_fields()
+        )
+        timeout = _whole_number(request, "timeoutSeconds", WATCH_TIMEOUT)
+        bookmarks = request.param("allowWatchBookmarks") in ("true", "1")
+        start = request.param("resourceVersion")
+        initial: list[bytes] = []
+        failed: StatusError | None = None
+        with self.lock:
+            interval = self.bookmark_interval
+            if start in ("", "0"):
+                since = state.resource_version
+                current = state.list(rt, namespace)["items"]
+                initial = [
+                    _event_line("ADDED", obj) for obj in current if selects is None or selects(obj)
+                ]
+            else:
+                try:
+                    since = int(start)
+                except ValueError:
+                    raise errors.bad_request(f"invalid resource version: {start!r}") from None
+                try:
+                    state.events_since(since)
+                except StatusError as exc:
+                    failed = exc
+
+        def events() -> Iterator[bytes]:
+            yield from initial
+            if failed is not None:
+                yield _event_line("ERROR", failed.status())
+                return
+            last = since
+            now = time.monotonic()
+            deadline, next_bookmark = now + timeout, now + interval
+            while True:
+                expired: StatusError | None = None
+                with self.changed:  # never yield while holding the lock
+                    if state.removed:
+                        return
+                    try:
+                        found = state.events_since(last)
+                        if not found:
+                            wait = min(deadline, next_bookmark if bookmarks else deadline)
+                            self.changed.wait(max(0.0, min(wait - time.monotonic(), 1.0)))
+                            found = [] if state.removed else state.events_since(last)
+                    except StatusError as exc:
+                        expired = exc
+                    current = state.resource_version
+                if expired is not None:
+                    yield _event_line("ERROR", expired.status())
+                    return
+                for event in found:
+                    line = _event_for(event, rt, namespace, selects)
+                    if line is not None:
+                        yield line
+                    last = event.resource_version
+                now = time.monotonic()
+                if bookmarks and now >= next_bookmark:
+                    last = max(last, current)
+                    mark = {"kind": rt.kind, "apiVersion": rt.api_version,
+                            "metadata": {"resourceVersion": str(last)}}  # fmt: skip
+                    yield _event_line("BOOKMARK", mark)
+                    next_bookmark = now + interval
+                if now >= deadline:
+                    return
+
+        return Reply(200, stream=events())
 
     # ---- control API ---------------------------------------------------------------------
 
@@ -233,10 +343,15 @@ class Simulator:
         except ValueError as exc:
             raise ControlError(400, f"the body is not JSON: {exc}") from exc
         if parts == ["reset"] and method == "POST":
+            for state in self.clusters.values():
+                state.removed = True
+            self.changed.notify_all()  # their watches end
             self.clusters.clear()
             self.faults = FaultPlan(self.seed)
             self.calls = []
             self.continue_ttl = 300.0
+            self.bookmark_interval = BOOKMARK_INTERVAL
+            self.watch_history = WATCH_HISTORY
             return {}
         if parts == ["clusters"] and method == "GET":
             return {"clusters": sorted(self.clusters)}
@@ -264,16 +379,34 @@ class Simulator:
                 return {}
         if parts == ["config"]:
             if method == "POST":
-                ttl = (body or {}).get("continue_ttl_seconds")
-                if ttl is not None:
-                    if not isinstance(ttl, int | float) or ttl < 0:
-                        raise ControlError(400, "continue_ttl_seconds must be a number >= 0")
-                    self.continue_ttl = float(ttl)
-                    for state in self.clusters.values():
-                        state.continue_ttl = self.continue_ttl
+                self._configure(body or {})
             if method in ("GET", "POST"):
-                return {"continue_ttl_seconds": self.continue_ttl}
+                return {
+                    "continue_ttl_seconds": self.continue_ttl,
+                    "bookmark_interval_seconds": self.bookmark_interval,
+                    "watch_history": self.watch_history,
+                }
         raise ControlError(404, f"no control call {method} {request.path}")
+
+    def _configure(self, body: dict[str, Any]) -> None:
+        def number(name: str, least: float) -> float | None:
+            value = body.get(name)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int | float) or value < least
+            ):
+                raise ControlError(400, f"{name} must be a number >= {least:g}")
+            return None if value is None else float(value)
+
+        ttl, interval = number("continue_ttl_seconds", 0), number("bookmark_interval_seconds", 0.1)
+        history = number("watch_history", 1)
+        if ttl is not None:
+            self.continue_ttl = ttl
+        if interval is not None:
+            self.bookmark_interval = interval
+        if history is not None:
+            self.watch_history = int(history)
+        for state in self.clusters.values():
+            state.continue_ttl, state.history_size = self.continue_ttl, self.watch_history
 
     def _cluster_add(self, body: dict[str, Any], host: str) -> dict[str, Any]:
         name = body.get("name")
@@ -283,6 +416,8 @@ class Simulator:
             raise ControlError(409, f"cluster {name} exists")
         state = ClusterState(name, str(body.get("token") or secrets.token_urlsafe(24)))
         state.continue_ttl = self.continue_ttl
+        state.history_size = self.watch_history
+        state.changed = self.changed
         self.clusters[name] = state
         return self._cluster_described(state, host)
 
@@ -292,12 +427,12 @@ class Simulator:
             return self._cluster_add({"name": name}, host)
 
     def _cluster_described(self, state: ClusterState, host: str) -> dict[str, Any]:
-        server = f"http://{host}{CLUSTER_PREFIX}{state.name}"
+        server = f"https://{host}{CLUSTER_PREFIX}{state.name}"
         return {
             "name": state.name,
             "server": server,
             "token": state.token,
-            "kubeconfig": kubeconfig(state.name, server, state.token),
+            "kubeconfig": kubeconfig(state.name, server, state.token, self.ca_pem),
         }
 
     def _cluster_control(
@@ -308,6 +443,8 @@ class Simulator:
             raise ControlError(404, f"no cluster {name}")
         if rest == [] and method == "DELETE":
             del self.clusters[name]
+            state.removed = True
+            self.changed.notify_all()  # its watches end
             return {}
         if rest == [] and method == "GET":
             return self._cluster_described(state, request.headers.get("host", ""))
@@ -342,16 +479,105 @@ class Simulator:
         raise ControlError(404, f"no control call {method} {request.path}")
 
 
-def kubeconfig(name: str, server: str, token: str) -> dict[str, Any]:
+def kubeconfig(name: str, server: str, token: str, ca_pem: bytes) -> dict[str, Any]:
     user = f"{name}-admin"
+    cluster = {"server": server, "certificate-authority-data": base64.b64encode(ca_pem).decode()}
     return {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": name, "cluster": {"server": server}}],
+        "clusters": [{"name": name, "cluster": cluster}],
         "users": [{"name": user, "user": {"token": token}}],
         "contexts": [{"name": name, "context": {"cluster": name, "user": user}}],
         "current-context": name,
     }
+
+
+def _accepts_json(request: Request) -> bool:
+    accept = request.headers.get("accept", "")
+    types = [part.split(";")[0].strip().lower() for part in accept.split(",") if part.strip()]
+    return not types or any(t in ("application/json", "*/*", "application/*") for t in types)
+
+
+def _field_validation(
+    rt: ResourceType, verb: str, content_type: str, body: Any, request: Request
+) -> list[str]:
+    """`fieldValidation` as the real server does it on what is written: Strict refuses
+    fields the kind's schema does not declare (400), Warn (the default) answers them as
+    `Warning` headers, Ignore says nothing. A JSON patch is not checked."""
+    directive = request.param("fieldValidation") or "Warn"
+    if directive not in ("Strict", "Warn", "Ignore"):
+        raise errors.bad_request(
+            f'fieldValidation parameter unsupported: "{directive}": supported values: '
+            '"Ignore", "Warn", "Strict"'
+        )
+    if directive == "Ignore" or verb not in ("create", "update", "patch"):
+        return []
+    if verb == "patch" and content_type == patches.JSON_PATCH:
+        return []
+    unknown = openapi.unknown_fields(rt, body)
+    if not unknown:
+        return []
+    problems = [f'unknown field "{field}"' for field in unknown]
+    if directive == "Strict":
+        raise errors.bad_request("strict decoding error: " + ", ".join(problems))
+    return ['299 - "' + problem.replace('"', '\\"') + '"' for problem in problems]
+
+
+def _delete_options(request: Request) -> dict[str, Any]:
+    """The DeleteOptions a delete may carry in its body (kubectl sends dryRun there)."""
+    if not request.body:
+        return {}
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if content_type not in JSON_TYPES:
+        raise errors.unsupported_media_type(content_type)
+    try:
+        options = json.loads(request.body)
+    except ValueError as exc:
+        raise errors.bad_request(f"the body of the request is not JSON: {exc}") from exc
+    return options if isinstance(options, dict) else {}
+
+
+def _dry_run(request: Request, options: dict[str, Any] | None = None) -> bool:
+    values = [value for value in request.query.get("dryRun", []) if value]
+    values += [str(value) for value in (options or {}).get("dryRun") or []]
+    for value in values:
+        if value != "All":
+            raise errors.bad_request(f'Invalid dry run value: "{value}": supported values: "All"')
+    return bool(values)
+
+
+def _whole_number(request: Request, name: str, default: int) -> int:
+    text = request.param(name)
+    if not text:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise errors.bad_request(f"{name} must be an integer: {text!r}") from None
+    if value < 0:
+        raise errors.bad_request(f"{name} must not be negative: {value}")
+    return value
+
+
+def _event_line(kind: str, obj: Any) -> bytes:
+    return json.dumps({"type": kind, "object": obj}, separators=(",", ":")).encode() + b"\n"
+
+
+def _event_for(
+    event: Event, rt: ResourceType, namespace: str, selects: Matcher | None
+) -> bytes | None:
+    """The event a watch of `rt` (in `namespace`, with its selectors) sees of a write: an
+    object that leaves the selection is DELETED, one that enters it ADDED."""
+    if event.storage_key != rt.storage_key or (namespace and event.key[0] != namespace):
+        return None
+    was = event.old is not None and (selects is None or selects(event.old))
+    now = event.new is not None and (selects is None or selects(event.new))
+    if now and event.new is not None:
+        return _event_line("MODIFIED" if was else "ADDED", as_version(event.new, rt))
+    gone = event.new if event.new is not None else event.old
+    if was and gone is not None:
+        return _event_line("DELETED", as_version(gone, rt))
+    return None
 
 
 # ---- routing ---------------------------------------------------------------------------
@@ -384,7 +610,8 @@ def _route(state: ClusterState, method: str, path: str, request: Request) -> Rou
         raise StatusError(404, "the server could not find the requested resource")
     if len(rest) == 1:
         if method == "GET":
-            return Route("list", rt, namespace)
+            watch = request.param("watch") in ("true", "1")
+            return Route("watch" if watch else "list", rt, namespace)
         if method == "POST" and (namespace or not rt.namespaced):
             return Route("create", rt, namespace)
         raise errors.method_not_allowed(method, rt)
@@ -393,11 +620,13 @@ def _route(state: ClusterState, method: str, path: str, request: Request) -> Rou
         if verb is None:
             raise errors.method_not_allowed(method, rt)
         return Route(verb, rt, namespace, rest[1])
-    if len(rest) == 3 and rest[2] == "status" and rt.status_subresource:
+    if len(rest) == 3 and (
+        (rest[2] == "status" and rt.status_subresource) or (rest[2] == "scale" and rt.scale)
+    ):
         verb = _SUBRESOURCE_VERBS.get(method)
         if verb is None:
             raise errors.method_not_allowed(method, rt)
-        return Route(verb, rt, namespace, rest[1], "status")
+        return Route(verb, rt, namespace, rest[1], rest[2])
     raise StatusError(404, "the server could not find the requested resource")
 
 
@@ -425,6 +654,18 @@ def _discovery(state: ClusterState, parts: list[str], request: Request) -> Any:
         }
     if parts == ["api", "v1"]:
         return _resource_list(state, "", "v1")
+    if parts == ["openapi", "v2"]:
+        if not _accepts_json(request):
+            # What a server without the protobuf encoding answers (kube-openapi's handler).
+            raise StatusError(406, "only application/json is served", reason="NotAcceptable")
+        return openapi.v2(GIT_VERSION)
+    if parts == ["openapi", "v3"]:
+        return openapi.v3_index(CLUSTER_PREFIX + state.name, GIT_VERSION)
+    if parts[:2] == ["openapi", "v3"]:
+        found = openapi.v3("/".join(parts[2:]), GIT_VERSION)
+        if found is None:
+            raise StatusError(404, "the server could not find the requested resource")
+        return found
     groups = state.groups()
     if parts == ["apis"]:
         return {
@@ -464,14 +705,34 @@ def _resource_list(state: ClusterState, group: str, version: str) -> dict[str, A
 # ---- the HTTP server -------------------------------------------------------------------
 
 
+HANDSHAKE_TIMEOUT = 10.0
+
+
 class KubeHTTPServer(ThreadingHTTPServer):
+    """HTTPS only: the TLS handshake runs in the connection's own thread, so a client
+    that never finishes it holds up nobody else."""
+
     daemon_threads = True
     allow_reuse_address = True
     request_queue_size = 64
 
-    def __init__(self, address: tuple[str, int], simulator: Simulator) -> None:
+    def __init__(self, address: tuple[str, int], simulator: Simulator, tls: ssl.SSLContext) -> None:
         super().__init__(address, _Handler)
         self.simulator = simulator
+        self.tls = tls
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        assert isinstance(request, socket.socket)
+        request.settimeout(HANDSHAKE_TIMEOUT)
+        try:
+            wrapped = self.tls.wrap_socket(request, server_side=True)
+        except (OSError, ssl.SSLError):
+            return  # not TLS, or a client that does not trust our CA: nothing to answer
+        wrapped.settimeout(None)
+        try:
+            super().finish_request(wrapped, client_address)
+        finally:
+            wrapped.close()
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -510,6 +771,9 @@ class _Handler(BaseHTTPRequestHandler):
         if reply.lost == "drop":
             self.close_connection = True
             return
+        if reply.stream is not None:
+            self._stream(reply)
+            return
         self.send_response(reply.status)
         for name, value in reply.headers.items():
             self.send_header(name, value)
@@ -522,6 +786,23 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             return
         self.wfile.write(reply.body)
+
+    def _stream(self, reply: Reply) -> None:
+        assert reply.stream is not None
+        self.send_response(reply.status)
+        self.send_header("Content-Type", reply.content_type)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self.wfile.flush()
+        try:
+            for chunk in reply.stream:
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except OSError:
+            pass  # the client went away
+        self.close_connection = True
 
     do_GET = _serve
     do_POST = _serve

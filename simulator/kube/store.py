@@ -14,6 +14,13 @@ Rules kept from the real server:
   that continues from the current state.
 * Stored objects are never changed in place (a write stores a new dict), so a snapshot
   is a list of references.
+* Every write is an event (ADDED, MODIFIED, DELETED) in a bounded history, which a watch
+  reads from its resourceVersion on; a resourceVersion older than the history holds is
+  410 Expired, as etcd's compacted revisions are.
+* `dry_run`: a write checked and answered in full, and nothing stored.
+* The workload controllers' part, in a blink: once a DaemonSet or Deployment changed,
+  its status says it is rolled out (every matching node, every replica ready), so
+  `kubectl rollout status` ends.
 """
 
 from __future__ import annotations
@@ -24,20 +31,25 @@ import bisect
 import copy
 import json
 import random
+import threading
 import time
 import uuid
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from simulator.kube import errors, patches
+from simulator.kube import errors, patches, validation
 from simulator.kube.errors import StatusError
 from simulator.kube.resources import (
     BUILTIN,
     CRDS,
+    DAEMONSETS,
+    DEPLOYMENTS,
     NAMESPACES,
+    NODES,
+    SECRETS,
     STATUS_ON_CREATE_DROP,
     STATUS_ON_CREATE_KEEP,
     ResourceType,
@@ -50,7 +62,20 @@ Key = tuple[str, str]  # (namespace, name); namespace "" for cluster-scoped kind
 
 DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 MAX_SNAPSHOTS = 256
+WATCH_HISTORY = 1000  # events a watch can start behind the current resourceVersion
 _NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"  # what generateName appends, as the server does
+
+
+@dataclass(frozen=True)
+class Event:
+    """One write, as a watch sees it: the object before (None: created) and after (None:
+    deleted)."""
+
+    resource_version: int
+    storage_key: tuple[str, str]
+    key: Key
+    old: Obj | None
+    new: Obj | None
 
 
 @dataclass
@@ -78,6 +103,11 @@ class ClusterState:
         self.types: dict[tuple[str, str, str], ResourceType] = {}
         self.objects: dict[tuple[str, str], dict[Key, Obj]] = {}
         self._snapshots: OrderedDict[tuple[Any, ...], Snapshot] = OrderedDict()
+        self.events: deque[Event] = deque()
+        self.history_size = WATCH_HISTORY
+        self.history_floor = 0  # a watch from an older resourceVersion is 410 Expired
+        self.changed: threading.Condition | None = None  # notified on every write
+        self.removed = False  # watches of a removed cluster end
         for rt in BUILTIN:
             self.register(rt)
         for namespace in DEFAULT_NAMESPACES:
@@ -116,11 +146,81 @@ class ClusterState:
 
     # ---- writes --------------------------------------------------------------------------
 
-    def _store(self, rt: ResourceType, key: Key, obj: Obj) -> Obj:
+    def _store(
+        self, rt: ResourceType, key: Key, obj: Obj, *, dry_run: bool = False, control: bool = True
+    ) -> Obj:
+        if dry_run:
+            return obj  # a create's answer has no resourceVersion yet, an update's the old one
         self.resource_version += 1
         obj["metadata"]["resourceVersion"] = str(self.resource_version)
+        old = self.objects[rt.storage_key].get(key)
         self.objects[rt.storage_key][key] = obj
+        self._record(rt.storage_key, key, old, obj)
+        if control:
+            self._controller(rt, key)
         return obj
+
+    def _record(
+        self, storage_key: tuple[str, str], key: Key, old: Obj | None, new: Obj | None
+    ) -> None:
+        self.events.append(Event(self.resource_version, storage_key, key, old, new))
+        while len(self.events) > self.history_size:
+            self.history_floor = self.events.popleft().resource_version
+        if self.changed is not None:
+            self.changed.notify_all()
+
+    def _forget(self, rt_key: tuple[str, str], key: Key) -> None:
+        """Delete a stored object: the next resourceVersion, and a DELETED event whose
+        object carries it, as the real server's does."""
+        old = self.objects[rt_key].pop(key)
+        self.resource_version += 1
+        gone = {
+            **old,
+            "metadata": {**old["metadata"], "resourceVersion": str(self.resource_version)},
+        }
+        self._record(rt_key, key, gone, None)
+
+    def _controller(self, rt: ResourceType, key: Key) -> None:
+        if rt not in (DAEMONSETS, DEPLOYMENTS):
+            return
+        obj = self.objects[rt.storage_key][key]
+        generation = int(obj["metadata"].get("generation", 1))
+        if (obj.get("status") or {}).get("observedGeneration") == generation:
+            return
+        spec = obj.get("spec") or {}
+        if rt == DAEMONSETS:
+            wanted = (((spec.get("template") or {}).get("spec") or {}).get("nodeSelector")) or {}
+            nodes = sum(
+                1
+                for node in self.objects[NODES.storage_key].values()
+                if all(
+                    (node["metadata"].get("labels") or {}).get(k) == v for k, v in wanted.items()
+                )
+            )
+            status: dict[str, Any] = {
+                "currentNumberScheduled": nodes, "desiredNumberScheduled": nodes,
+                "numberAvailable": nodes, "numberMisscheduled": 0, "numberReady": nodes,
+                "observedGeneration": generation, "updatedNumberScheduled": nodes,
+            }  # fmt: skip
+        else:
+            replicas = int(spec.get("replicas", 1))
+            now = _now()
+            status = {
+                "observedGeneration": generation, "replicas": replicas,
+                "updatedReplicas": replicas, "readyReplicas": replicas,
+                "availableReplicas": replicas,
+                "conditions": [
+                    {"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable",
+                     "message": "Deployment has minimum availability.",
+                     "lastUpdateTime": now, "lastTransitionTime": now},
+                    {"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable",
+                     "message": f'ReplicaSet "{key[1]}" has successfully progressed.',
+                     "lastUpdateTime": now, "lastTransitionTime": now},
+                ],
+            }  # fmt: skip
+            if not replicas:
+                status = {"observedGeneration": generation, "conditions": status["conditions"]}
+        self._store(rt, key, {**obj, "status": status, "metadata": dict(obj["metadata"])})
 
     def _fresh_metadata(self, obj: Obj) -> None:
         meta = obj["metadata"]
@@ -153,11 +253,12 @@ class ClusterState:
             meta["creationTimestamp"] = old["metadata"]["creationTimestamp"]
         meta.pop("resourceVersion", None)
         self._fresh_metadata(obj)
+        _secret_normalize(rt, obj)
         if rt == CRDS:
             self._crd_register(obj)
-        return self._store(rt, (namespace, name), obj)
+        return self._store(rt, (namespace, name), obj, control=False)  # status as given
 
-    def create(self, rt: ResourceType, namespace: str, body: Any) -> Obj:
+    def create(self, rt: ResourceType, namespace: str, body: Any, *, dry_run: bool = False) -> Obj:
         obj = self._body(rt, body)
         meta = obj["metadata"]
         if meta.get("resourceVersion"):
@@ -171,6 +272,8 @@ class ClusterState:
                 self._rng.choice(_NAME_CHARS) for _ in range(5)
             )
         name = meta["name"]
+        _secret_normalize(rt, obj)
+        validation.validate(rt, obj)
         self._namespace_check(rt, namespace, meta)
         key = (namespace, name)
         if key in self.objects[rt.storage_key]:
@@ -184,11 +287,18 @@ class ClusterState:
                 obj["status"] = copy.deepcopy(rt.status_on_create)
         self._fresh_metadata(obj)
         if rt == CRDS:
-            self._crd_register(obj)
-        return self._store(rt, key, obj)
+            self._crd_register(obj, dry_run=dry_run)
+        return self._store(rt, key, obj, dry_run=dry_run)
 
     def replace(
-        self, rt: ResourceType, namespace: str, name: str, body: Any, subresource: str = ""
+        self,
+        rt: ResourceType,
+        namespace: str,
+        name: str,
+        body: Any,
+        subresource: str = "",
+        *,
+        dry_run: bool = False,
     ) -> Obj:
         old = self.get(rt, namespace, name)
         new = self._body(rt, body)
@@ -197,7 +307,7 @@ class ClusterState:
                 f"the name of the object ({new['metadata']['name']}) does not match the name "
                 f"on the URL ({name})"
             )
-        return self._update(rt, namespace, old, new, subresource)
+        return self._update(rt, namespace, old, new, subresource, dry_run=dry_run)
 
     def patch(
         self,
@@ -207,6 +317,8 @@ class ClusterState:
         content_type: str,
         body: Any,
         subresource: str = "",
+        *,
+        dry_run: bool = False,
     ) -> Obj:
         old = self.get(rt, namespace, name)
         accepted = [patches.JSON_PATCH, patches.MERGE_PATCH]
@@ -233,7 +345,7 @@ class ClusterState:
             "namespace", ""
         ):
             raise errors.invalid(rt, name, "metadata.name: Invalid value: field is immutable")
-        return self._update(rt, namespace, old, new, subresource)
+        return self._update(rt, namespace, old, new, subresource, dry_run=dry_run)
 
     @staticmethod
     def _object_patch(body: Any, apply: Callable[[Any, Any], Any], old: Obj) -> Any:
@@ -242,7 +354,14 @@ class ClusterState:
         return apply(old, body)
 
     def _update(
-        self, rt: ResourceType, namespace: str, old: Obj, new: Obj, subresource: str
+        self,
+        rt: ResourceType,
+        namespace: str,
+        old: Obj,
+        new: Obj,
+        subresource: str,
+        *,
+        dry_run: bool = False,
     ) -> Obj:
         name = old["metadata"]["name"]
         wanted = new["metadata"].get("resourceVersion")
@@ -271,23 +390,75 @@ class ClusterState:
             metadata["generation"] = int(old["metadata"].get("generation", 1)) + 1
         new.setdefault("apiVersion", old.get("apiVersion"))
         new.setdefault("kind", old.get("kind"))
+        _secret_normalize(rt, new)
+        validation.validate(rt, new, old)
         if new == old:
             return old  # nothing changed: no write, the resourceVersion stays
         if rt == CRDS:
-            self._crd_register(new)
-        return self._store(rt, (namespace, name), copy.deepcopy(new))
+            self._crd_register(new, dry_run=dry_run)
+        return self._store(rt, (namespace, name), copy.deepcopy(new), dry_run=dry_run)
 
-    def delete(self, rt: ResourceType, namespace: str, name: str) -> Obj:
+    def scale(
+        self,
+        rt: ResourceType,
+        namespace: str,
+        name: str,
+        verb: str,
+        content_type: str = "",
+        body: Any = None,
+        *,
+        dry_run: bool = False,
+    ) -> Obj:
+        """The /scale subresource: an autoscaling/v1 Scale of `spec.replicas`; an update or
+        patch of it changes only the replicas."""
         old = self.get(rt, namespace, name)
-        del self.objects[rt.storage_key][(namespace, name)]
-        self.resource_version += 1
+        current = _scale_of(old)
+        if verb == "get":
+            return current
+        try:
+            if verb == "update":
+                wanted = body
+            elif content_type == patches.JSON_PATCH:
+                wanted = patches.json_patch(current, body)
+            elif content_type in patches.TYPES:
+                wanted = self._object_patch(body, patches.merge_patch, current)
+            else:
+                raise errors.unsupported_patch(list(patches.TYPES))
+        except patches.PatchError as exc:
+            if exc.malformed:
+                raise errors.bad_request(str(exc)) from exc
+            raise StatusError(422, str(exc), reason="Invalid") from exc
+        replicas = (
+            ((wanted or {}).get("spec") or {}).get("replicas") if isinstance(wanted, dict) else None
+        )
+        if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
+            raise validation.refusal(
+                rt,
+                name,
+                [
+                    validation.invalid_value(
+                        "spec.replicas", replicas, "must be greater than or equal to 0"
+                    )
+                ],
+            )
+        metadata = dict(old["metadata"])
+        if (wanted.get("metadata") or {}).get("resourceVersion"):
+            metadata["resourceVersion"] = wanted["metadata"]["resourceVersion"]
+        new = {**old, "metadata": metadata, "spec": {**old["spec"], "replicas": replicas}}
+        return _scale_of(self._update(rt, namespace, old, new, "", dry_run=dry_run))
+
+    def delete(self, rt: ResourceType, namespace: str, name: str, *, dry_run: bool = False) -> Obj:
+        old = self.get(rt, namespace, name)
+        if dry_run:
+            return old
+        self._forget(rt.storage_key, (namespace, name))
         if rt == NAMESPACES:
             # Immediate, where the real server first marks the namespace Terminating.
-            for kind in list(self.types.values()):
+            for kind in {kind.storage_key: kind for kind in self.types.values()}.values():
                 if kind.namespaced:
                     store = self.objects[kind.storage_key]
                     for key in [key for key in store if key[0] == name]:
-                        del store[key]
+                        self._forget(kind.storage_key, key)
         if rt == CRDS:
             for found in types_from_crd(old):
                 self.types.pop((found.group, found.version, found.plural), None)
@@ -295,9 +466,21 @@ class ClusterState:
         return old
 
     def compact(self) -> None:
-        """Expire every continue token of an older resourceVersion (etcd compaction)."""
+        """Expire every continue token and watch of an older resourceVersion (etcd
+        compaction)."""
         self.compacted = self.resource_version
         self._snapshots.clear()
+        self.events.clear()
+        self.history_floor = self.resource_version
+
+    def events_since(self, version: int) -> list[Event]:
+        """The writes after `version`; 410 when the history no longer holds them all."""
+        if version < self.history_floor:
+            raise errors.too_old(version, self.history_floor)
+        if not self.events or version >= self.events[-1].resource_version:
+            return []
+        versions = [event.resource_version for event in self.events]
+        return list(self.events)[bisect.bisect_right(versions, version) :]
 
     # ---- reads ---------------------------------------------------------------------------
 
@@ -305,7 +488,7 @@ class ClusterState:
         obj = self.objects[rt.storage_key].get((namespace if rt.namespaced else "", name))
         if obj is None:
             raise errors.not_found(rt, name)
-        return _as_version(obj, rt)
+        return as_version(obj, rt)
 
     def list(
         self,
@@ -345,7 +528,7 @@ class ClusterState:
             "kind": rt.list_kind,
             "apiVersion": rt.api_version,
             "metadata": metadata,
-            "items": [_as_version(obj, rt) for obj in snapshot.items[begin:end]],
+            "items": [as_version(obj, rt) for obj in snapshot.items[begin:end]],
         }
 
     def _snapshot_for(
@@ -411,20 +594,70 @@ class ClusterState:
         if ("", namespace) not in self.objects[NAMESPACES.storage_key]:
             raise errors.not_found(NAMESPACES, namespace)
 
-    def _crd_register(self, crd: Obj) -> None:
+    def _crd_register(self, crd: Obj, *, dry_run: bool = False) -> None:
         try:
             found = types_from_crd(crd)
         except ValueError as exc:
             raise errors.invalid(CRDS, crd["metadata"].get("name", ""), str(exc)) from exc
+        if dry_run:
+            return
         for rt in found:
             self.register(rt)
+
+
+def _scale_of(obj: Obj) -> Obj:
+    meta = obj["metadata"]
+    selector = ((obj.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+    return {
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": {
+            key: meta[key]
+            for key in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+            if key in meta
+        },
+        "spec": {"replicas": int((obj.get("spec") or {}).get("replicas", 1))},
+        "status": {
+            "replicas": int((obj.get("status") or {}).get("replicas", 0)),
+            "selector": ",".join(f"{k}={v}" for k, v in sorted(selector.items())),
+        },
+    }
+
+
+def _secret_normalize(rt: ResourceType, obj: Obj) -> None:
+    """A Secret as the real server stores it: `stringData` is write-only, merged into
+    `data` (base64, over a key of the same name) and never stored nor returned; `data`
+    must be base64; `type` defaults to Opaque."""
+    if rt != SECRETS:
+        return
+    data = obj.get("data")
+    if data is not None and not isinstance(data, dict):
+        raise errors.bad_request(
+            'Secret in version "v1" cannot be handled as a Secret: data must be an object'
+        )
+    data = dict(data or {})
+    for key, value in data.items():
+        try:
+            base64.b64decode(str(value), validate=True)
+        except (binascii.Error, ValueError):
+            raise errors.bad_request(
+                f'Secret in version "v1" cannot be handled as a Secret: illegal base64 data '
+                f"at data.{key}"
+            ) from None
+    string_data = obj.pop("stringData", None)
+    if isinstance(string_data, dict):
+        for key, value in string_data.items():
+            data[key] = base64.b64encode(str(value).encode()).decode()
+    if data or "data" in obj:
+        obj["data"] = data
+    obj.setdefault("type", "Opaque")
 
 
 def _spec_of(obj: Obj) -> dict[str, Any]:
     return {k: v for k, v in obj.items() if k not in ("metadata", "status")}
 
 
-def _as_version(obj: Obj, rt: ResourceType) -> Obj:
+def as_version(obj: Obj, rt: ResourceType) -> Obj:
     """The object as the version it was asked at (custom kinds served at several)."""
     if obj.get("apiVersion") == rt.api_version:
         return obj

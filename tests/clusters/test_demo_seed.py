@@ -47,8 +47,18 @@ def test_the_demo_cluster_gets_the_kubernetes_simulators_kubeconfig_and_the_gpu_
 ) -> None:
     served = kube_sim.cluster("demo")
 
-    call_command("demo_seed", simulator=whitesky_sim.base_url, kube_simulator=kube_sim.base_url)
-    call_command("demo_seed", simulator=whitesky_sim.base_url, kube_simulator=kube_sim.base_url)
+    call_command(
+        "demo_seed",
+        simulator=whitesky_sim.base_url,
+        kube_simulator=kube_sim.base_url,
+        kube_simulator_ca=kube_sim.ca_file,
+    )
+    call_command(
+        "demo_seed",
+        simulator=whitesky_sim.base_url,
+        kube_simulator=kube_sim.base_url,
+        kube_simulator_ca=kube_sim.ca_file,
+    )
 
     cluster = Cluster.objects.get(name="demo")
     assert cluster.gpu_addon
@@ -60,4 +70,9 @@ def test_a_kubernetes_simulator_without_the_demo_cluster_is_refused_by_name(
     whitesky_sim: WhiteskySimulator, kube_sim: KubeSimulator
 ) -> None:
     with pytest.raises(CommandError, match="does not serve cluster demo"):
-        call_command("demo_seed", simulator=whitesky_sim.base_url, kube_simulator=kube_sim.base_url)
+        call_command(
+            "demo_seed",
+            simulator=whitesky_sim.base_url,
+            kube_simulator=kube_sim.base_url,
+            kube_simulator_ca=kube_sim.ca_file,
+        )

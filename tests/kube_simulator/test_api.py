@@ -303,11 +303,14 @@ def test_discovery_answers_with_or_without_a_trailing_slash(
     assert (pods.namespaced, pods.kind) == (True, "Pod")
     assert "cluster.x-k8s.io" in [g.name for g in groups.groups]
     for path in ("/version/", "/api/", "/api/v1/", "/apis/", "/apis/cluster.x-k8s.io/v1beta1/"):
-        assert requests.get(cluster.server + path, headers=headers, timeout=5).status_code == 200
+        answer = requests.get(
+            cluster.server + path, headers=headers, timeout=5, verify=cluster.ca_file
+        )
+        assert answer.status_code == 200
 
 
 def test_a_request_without_the_cluster_token_is_unauthorized(cluster: SimCluster) -> None:
-    answer = requests.get(f"{cluster.server}/api/v1/nodes", timeout=5)
+    answer = requests.get(f"{cluster.server}/api/v1/nodes", timeout=5, verify=cluster.ca_file)
     assert (answer.status_code, answer.json()["reason"]) == (401, "Unauthorized")
 
 

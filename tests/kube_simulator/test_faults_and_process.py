@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import requests
@@ -60,23 +63,32 @@ def test_a_fault_that_cannot_be_is_refused(kube_sim: KubeSimulator) -> None:
         kube_sim.fault(status=500)
 
 
-def test_the_process_serves_the_clusters_it_was_started_with_and_stops_cleanly() -> None:
+def test_the_process_serves_the_clusters_it_was_started_with_and_stops_cleanly(
+    tmp_path: Path,
+) -> None:
     process = subprocess.Popen(
         [sys.executable, "-m", "simulator.kube", "--port", "0", "--cluster", "demo"],
         cwd=PROJECT_ROOT, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
         assert process.stdout is not None
-        line = process.stdout.readline()
-        base = line.rsplit("listening on ", 1)[1].strip()
-        found = requests.get(f"{base}/_sim/clusters/demo", timeout=5).json()
-        token = found["token"]
+        base = process.stdout.readline().rsplit("listening on ", 1)[1].strip()
+        ca_file = process.stdout.readline().rsplit("CA certificate: ", 1)[1].strip()
+        found = requests.get(f"{base}/_sim/clusters/demo", timeout=5, verify=ca_file).json()
+        cluster = found["kubeconfig"]["clusters"][0]["cluster"]
+        (tmp_path / "ca.crt").write_bytes(base64.b64decode(cluster["certificate-authority-data"]))
         nodes = requests.get(
             f"{found['server']}/api/v1/nodes",
-            headers={"Authorization": f"Bearer {token}"},
+            headers={"Authorization": f"Bearer {found['token']}"},
             timeout=5,
+            verify=str(tmp_path / "ca.crt"),  # the CA the kubeconfig hands out
         )
+        assert base.startswith("https://")
+        written = json.loads((Path(ca_file).parent / "demo.kubeconfig").read_text())
+        assert written == found["kubeconfig"]
         assert nodes.json()["kind"] == "NodeList"
+        with pytest.raises(requests.exceptions.SSLError):
+            requests.get(f"{base}/_sim/clusters", timeout=5, verify=True)  # not a public CA
     finally:
         process.terminate()
         out, _ = process.communicate(timeout=10)

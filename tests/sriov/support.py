@@ -65,6 +65,7 @@ class World:
             f"{self.kube_server}/api/v1/namespaces/{namespace}/pods/{name}",
             headers={"Authorization": f"Bearer {self.kube_token}"},
             timeout=5,
+            verify=self.kube_cluster.ca_file,
         )
         found.raise_for_status()
         return dict(found.json())

@@ -3,6 +3,7 @@ write-only and never shown; agent tokens shown once; reads scoped by account."""
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 import pytest
@@ -169,13 +170,17 @@ def test_with_the_addon_on_a_new_token_is_applied_to_the_cluster(
         f"{world.kube_server}/api/v1/namespaces/kube-system/secrets/capvco-sriov-agent",
         headers=headers,
         timeout=5,
+        verify=world.kube_cluster.ca_file,
     ).json()
-    assert secret["stringData"]["token"] == made.json()["token"]
+    # As a real API server answers a Secret: `data` in base64, `stringData` never returned.
+    assert base64.b64decode(secret["data"]["token"]).decode() == made.json()["token"]
+    assert "stringData" not in secret
     daemonset = requests.get(
         f"{world.kube_server}/apis/apps/v1/namespaces/kube-system/daemonsets/"
         "capvco-sriov-installer",
         headers=headers,
         timeout=5,
+        verify=world.kube_cluster.ca_file,
     )
     assert daemonset.status_code == 200
     event = AuditEvent.objects.filter(action="sriov.node_side_apply").latest("pk")

@@ -43,6 +43,7 @@ def test_the_demo_gives_pods_nics_through_the_agent_api(
         "demo_sriov",
         simulator=whitesky_sim.base_url,
         kube=kube_sim.base_url,
+        kube_ca=kube_sim.ca_file,
         web=live_server.url,
         wait=5,
         stdout=out,

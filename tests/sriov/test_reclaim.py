@@ -35,6 +35,7 @@ def delete_pod(world: World, name: str) -> None:
         f"{world.kube_server}/api/v1/namespaces/default/pods/{name}",
         headers={"Authorization": f"Bearer {world.kube_token}"},
         timeout=5,
+        verify=world.kube_cluster.ca_file,
     ).raise_for_status()
 
 

@@ -42,10 +42,22 @@ class Command(BaseCommand):
         parser.add_argument(
             "--kube-simulator",
             default="",
-            help="the fake Kubernetes API serving cluster 'demo', e.g. http://127.0.0.1:8082",
+            help="the fake Kubernetes API serving cluster 'demo', e.g. https://127.0.0.1:8082",
+        )
+        parser.add_argument(
+            "--kube-simulator-ca",
+            default="",
+            help="the CA certificate the fake Kubernetes API serves with (its --tls-dir/ca.crt)",
         )
 
-    def handle(self, *args: Any, simulator: str, kube_simulator: str = "", **options: Any) -> None:
+    def handle(
+        self,
+        *args: Any,
+        simulator: str,
+        kube_simulator: str = "",
+        kube_simulator_ca: str = "",
+        **options: Any,
+    ) -> None:
         kube_root = kube_simulator.rstrip("/")
         if kube_root and (refusal := kube_allowed_servers().refusal(kube_root)):
             raise CommandError(
@@ -54,11 +66,11 @@ class Command(BaseCommand):
             )
         self._whitesky(simulator)
         if kube_root:
-            self._kubernetes(kube_root)
+            self._kubernetes(kube_root, kube_simulator_ca or True)
 
-    def _kubernetes(self, root: str) -> None:
+    def _kubernetes(self, root: str, verify: str | bool) -> None:
         try:
-            found = requests.get(f"{root}/_sim/clusters/{DEMO_CLUSTER}", timeout=5)
+            found = requests.get(f"{root}/_sim/clusters/{DEMO_CLUSTER}", timeout=5, verify=verify)
             found.raise_for_status()
         except requests.RequestException as exc:
             raise CommandError(

@@ -33,13 +33,26 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--simulator", required=True, help="e.g. http://127.0.0.1:8081")
-        parser.add_argument("--kube", required=True, help="e.g. http://127.0.0.1:8082")
+        parser.add_argument("--kube", required=True, help="e.g. https://127.0.0.1:8082")
+        parser.add_argument(
+            "--kube-ca",
+            default="",
+            help="the CA certificate the fake Kubernetes API serves with (its --tls-dir/ca.crt)",
+        )
         parser.add_argument("--web", required=True, help="e.g. http://127.0.0.1:8000")
         parser.add_argument("--wait", type=float, default=300, help="seconds to wait for VMs")
 
     def handle(
-        self, *args: Any, simulator: str, kube: str, web: str, wait: float, **options: Any
+        self,
+        *args: Any,
+        simulator: str,
+        kube: str,
+        web: str,
+        wait: float,
+        kube_ca: str = "",
+        **options: Any,
     ) -> None:
+        self.verify: str | bool = kube_ca or True
         cluster = Cluster.objects.select_related("account").filter(name="demo").first()
         if cluster is None:
             raise CommandError("no demo cluster: run demo_seed first")
@@ -105,12 +118,13 @@ class Command(BaseCommand):
 
     def _joined(self, kube: str, node: str, deadline: float) -> str:
         """Wait until the VM's node joined (the fake API server's joiner makes it)."""
-        info = requests.get(f"{kube}/_sim/clusters/demo", timeout=5).json()
+        info = requests.get(f"{kube}/_sim/clusters/demo", timeout=5, verify=self.verify).json()
         while True:
             found = requests.get(
                 f"{info['server']}/api/v1/nodes/{node}",
                 headers={"Authorization": f"Bearer {info['token']}"},
                 timeout=5,
+                verify=self.verify,
             )
             if found.status_code == 200:
                 return node
@@ -140,15 +154,19 @@ class Command(BaseCommand):
             for index, (name, namespace) in enumerate(PODS)
         ]
         requests.post(
-            f"{kube}/_sim/clusters/demo/objects", json={"objects": pods}, timeout=10
+            f"{kube}/_sim/clusters/demo/objects",
+            json={"objects": pods},
+            timeout=10,
+            verify=self.verify,
         ).raise_for_status()
 
     def _pod(self, kube: str, namespace: str, name: str) -> dict[str, Any]:
-        info = requests.get(f"{kube}/_sim/clusters/demo", timeout=5).json()
+        info = requests.get(f"{kube}/_sim/clusters/demo", timeout=5, verify=self.verify).json()
         found = requests.get(
             f"{info['server']}/api/v1/namespaces/{namespace}/pods/{name}",
             headers={"Authorization": f"Bearer {info['token']}"},
             timeout=5,
+            verify=self.verify,
         )
         found.raise_for_status()
         return dict(found.json())

@@ -200,7 +200,13 @@ def test_a_daemonset_is_read_created_replaced_and_deleted_as_plain_json(
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
         "metadata": {"name": "agent", "namespace": "kube-system", "annotations": {"v": "1"}},
-        "spec": {"selector": {"matchLabels": {"app": "agent"}}, "template": {}},
+        "spec": {
+            "selector": {"matchLabels": {"app": "agent"}},
+            "template": {
+                "metadata": {"labels": {"app": "agent"}},
+                "spec": {"containers": [{"name": "agent", "image": "registry.example/agent:1"}]},
+            },
+        },
     }
     assert client.read_daemonset("kube-system", "agent") is None
 
