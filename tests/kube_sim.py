@@ -54,6 +54,15 @@ class SimCluster:
 
         return str(yaml.safe_dump(self.kubeconfig))
 
+    def allowed_servers(self) -> Any:
+        """An allow-list of this simulator's origin alone, for a KubeClient made by hand."""
+        from urllib.parse import urlsplit
+
+        from capvco_web.integrations.kube.servers import AllowedServers
+
+        parts = urlsplit(self.server)
+        return AllowedServers([f"{parts.scheme}://{parts.netloc}"])
+
 
 class KubeSimulator:
     """A simulator subprocess on a free port, and a client for its control API."""

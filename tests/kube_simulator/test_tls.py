@@ -26,9 +26,13 @@ def test_the_project_client_verifies_the_server_with_the_kubeconfigs_ca(
         other_ca
     ).decode()
 
-    with KubeClient.from_text(cluster.kubeconfig_yaml) as client:
+    with KubeClient.from_text(
+        cluster.kubeconfig_yaml, allowed_servers=cluster.allowed_servers()
+    ) as client:
         names = [node.name for node in client.list_nodes().items]
-    with KubeClient.from_text(yaml.safe_dump(forged)) as client:
+    with KubeClient.from_text(
+        yaml.safe_dump(forged), allowed_servers=cluster.allowed_servers()
+    ) as client:
         refused = client.list_nodes()
 
     assert cluster.server.startswith("https://127.0.0.1:")
