@@ -127,10 +127,11 @@ ensure_redis() {
   port=$(free_port)
   say "starting Redis on 127.0.0.1:$port"
   mkdir -p "$ROOT/var"
+  # Named after its port: apart from another make test's and from make run's (redis.pid).
   redis-server --port $port --bind 127.0.0.1 --save '' --appendonly no --daemonize yes \
-    --pidfile "$ROOT/var/redis.pid" --logfile "$ROOT/var/redis.log"
+    --pidfile "$ROOT/var/test-redis-$port.pid" --logfile "$ROOT/var/test-redis-$port.log"
   wait_for_port 127.0.0.1 $port 10
-  STARTED_REDIS_PIDFILE="$ROOT/var/redis.pid"
+  STARTED_REDIS_PIDFILE="$ROOT/var/test-redis-$port.pid"
   export REDIS_URL=redis://127.0.0.1:$port
 }
 
@@ -237,7 +238,7 @@ supervise() {
         restarts+=("$SECONDS")
         say "starting the ${names[$dead]} again (restart ${#restarts[@]} of at most" \
           "$WORKER_RESTARTS in $((WORKER_RESTART_WINDOW / 60)) minutes)" >&2
-        echo "==> started again by make run after: $status" >>"${logs[$dead]}"
+        echo "==> make run starts it again (it ended with status $status)" >>"${logs[$dead]}"
         "$restart"
         continue
       fi
