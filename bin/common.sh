@@ -35,9 +35,10 @@ ensure_venv() {
   fi
 }
 
-# The settings `make run` chooses: DEBUG on, one broker for every process it starts
-# (Redis when it answers, else the filesystem), unless the environment says otherwise, and
-# its simulator (unless SIMULATOR=0) among the hosts an account's credential may go to.
+# The settings `make run` chooses: DEBUG on, one broker for every process it starts (the
+# private Redis of this var dir, on a unix socket; bin/run starts it) unless the
+# environment says otherwise, and its simulator (unless SIMULATOR=0) among the hosts an
+# account's credential may go to.
 # Exported for the processes started here, and written to $VAR_DIR/run.env, which settings
 # read under the environment: a later manage.py or celery in this checkout, in any shell,
 # gets the same ones.
@@ -128,10 +129,11 @@ ensure_redis() {
   port=$(free_port)
   say "starting Redis on 127.0.0.1:$port"
   mkdir -p "$ROOT/var"
+  # Named after its port: apart from another make test's and from make run's (redis.pid).
   redis-server --port $port --bind 127.0.0.1 --save '' --appendonly no --daemonize yes \
-    --pidfile "$ROOT/var/redis.pid" --logfile "$ROOT/var/redis.log"
+    --pidfile "$ROOT/var/test-redis-$port.pid" --logfile "$ROOT/var/test-redis-$port.log"
   wait_for_port 127.0.0.1 $port 10
-  STARTED_REDIS_PIDFILE="$ROOT/var/redis.pid"
+  STARTED_REDIS_PIDFILE="$ROOT/var/test-redis-$port.pid"
   export REDIS_URL=redis://127.0.0.1:$port
 }
 
@@ -143,4 +145,149 @@ stop_started_services() {
   if [ -n "${STARTED_REDIS_PIDFILE:-}" ] && [ -f "$STARTED_REDIS_PIDFILE" ]; then
     kill "$(cat "$STARTED_REDIS_PIDFILE")" 2>/dev/null || true
   fi
+}
+
+# --- make run's processes ------------------------------------------------------------
+
+# One make run per var dir: the lock is held by the run and every process it started.
+run_lock() {
+  local var_dir="${CAPVCO_VAR_DIR:-$ROOT/var}"
+  mkdir -p "$var_dir"
+  exec 9>"$var_dir/run.lock"
+  if ! flock -n 9; then
+    echo "another make run is using $var_dir (its processes hold $var_dir/run.lock): stop it," \
+      "or give this one a var dir (CAPVCO_VAR_DIR) and ports (PORT, SIM_PORT, KUBE_SIM_PORT) of its own" >&2
+    exit 1
+  fi
+}
+
+ports_free() {  # port name [port name...]: refuse to start when one is taken
+  while [ $# -gt 0 ]; do
+    if port_answers 127.0.0.1 "$1"; then
+      echo "port $1 ($2) is in use, by another make run or another program: choose a free one, e.g. $2=$(free_port)" >&2
+      exit 1
+    fi
+    shift 2
+  done
+}
+
+redis_private_check() {  # socket: redis-server installed, and the path fits a socket address
+  command -v redis-server >/dev/null || apt_install redis-server
+  if [ "${#1}" -gt 107 ]; then
+    echo "$1 is too long for a unix socket (${#1} bytes, at most 107): set CAPVCO_VAR_DIR" \
+      "to a shorter path, or CELERY_BROKER_URL to a Redis of your own" >&2
+    exit 1
+  fi
+}
+
+redis_private_wait() {  # socket seconds
+  local i
+  for ((i = 0; i < $2 * 10; i++)); do
+    [ "$(redis-cli -s "$1" ping 2>/dev/null)" = PONG ] && return 0
+    sleep 0.1
+  done
+  echo "the private Redis does not answer on $1 after $2 s" >&2
+  return 1
+}
+
+# The processes started (pids, in order), their names and logs; extra_pids are one-shot
+# commands, stopped with the rest but not watched.
+pids=()
+extra_pids=()
+declare -A names=() logs=()
+supervised() {  # name log: watch the process just started ($!)
+  pids+=("$!")
+  names[$!]=$1
+  logs[$!]=$2
+}
+
+process_died() {  # pid status: say which process ended, how, and the end of its log
+  local how
+  if [ "$2" -gt 128 ]; then
+    how="was killed by signal $(($2 - 128)) (SIG$(kill -l $(($2 - 128))))"
+  else
+    how="exited with status $2"
+  fi
+  say "the ${names[$1]} (pid $1) $how; the last lines of ${logs[$1]}:" >&2
+  tail -n 20 "${logs[$1]}" | sed 's/^/    /' >&2
+  # What it left of its process group (pool processes, beat) goes with it.
+  kill -KILL -- "-$1" 2>/dev/null || true
+}
+
+WORKER_RESTARTS=3         # at most this many restarts of the worker ...
+WORKER_RESTART_WINDOW=600 # ... within this many seconds; one more death stops the run
+
+# Wait until a process ends (Ctrl-C: the trap stops everything). The worker, whose pid is
+# in the variable named $1, is started again by the command $2; any other process ending,
+# or the worker too often, stops the run.
+supervise() {
+  local worker_var=$1 restart=$2 dead status pid recent restarts=()
+  while true; do
+    dead=""
+    wait -n -p dead "${pids[@]}" 2>/dev/null && status=0 || status=$?
+    [ -n "$dead" ] || continue
+    local alive=()
+    for pid in "${pids[@]}"; do [ "$pid" = "$dead" ] || alive+=("$pid"); done
+    pids=("${alive[@]}")
+    process_died "$dead" "$status"
+    if [ "$dead" = "${!worker_var}" ]; then
+      recent=()
+      for pid in "${restarts[@]}"; do
+        [ $((SECONDS - pid)) -lt "$WORKER_RESTART_WINDOW" ] && recent+=("$pid")
+      done
+      restarts=("${recent[@]}")
+      if [ "${#restarts[@]}" -lt "$WORKER_RESTARTS" ]; then
+        restarts+=("$SECONDS")
+        say "starting the ${names[$dead]} again (restart ${#restarts[@]} of at most" \
+          "$WORKER_RESTARTS in $((WORKER_RESTART_WINDOW / 60)) minutes)" >&2
+        echo "==> make run starts it again (it ended with status $status)" >>"${logs[$dead]}"
+        "$restart"
+        continue
+      fi
+      say "stopping everything: the ${names[$dead]} died $((WORKER_RESTARTS + 1)) times in" \
+        "$((WORKER_RESTART_WINDOW / 60)) minutes" >&2
+    else
+      say "stopping everything: the ${names[$dead]} is gone" >&2
+    fi
+    exit 1
+  done
+}
+
+stop_processes() {  # pid...: TERM, up to 20 s to end, then KILL what is left of their groups
+  local pid i alive=()
+  [ $# -gt 0 ] || return 0
+  kill -TERM "$@" 2>/dev/null || true
+  for ((i = 0; i < 200; i++)); do
+    alive=()
+    for pid in "$@"; do
+      # Gone, or a zombie not reaped yet (its state, after the name in parentheses, is Z)
+      [ "$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | cut -c1)" = Z ] || { [ -e "/proc/$pid" ] && alive+=("$pid"); }
+    done
+    [ "${#alive[@]}" -eq 0 ] && break
+    sleep 0.1
+  done
+  for pid in "${alive[@]}"; do
+    say "the ${names[$pid]:-process $pid} still runs after 20 s: killing it" >&2
+    kill -KILL -- "-$pid" 2>/dev/null || true
+  done
+  wait "$@" 2>/dev/null || true
+}
+
+# Stop everything make run started: the web server, the worker (TERM: Celery's warm
+# shutdown, the task at hand finishes) and the demo first, then the simulators, the
+# broker last, so that nothing loses its broker while it stops.
+stop() {
+  trap - INT TERM HUP EXIT
+  say "stopping"
+  local pid first=() simulators=() broker=()
+  for pid in "${pids[@]}"; do
+    case ${names[$pid]} in
+      "private Redis") broker+=("$pid") ;;
+      *simulator) simulators+=("$pid") ;;
+      *) first+=("$pid") ;;
+    esac
+  done
+  stop_processes "${first[@]}" "${extra_pids[@]}"
+  stop_processes "${simulators[@]}"
+  stop_processes "${broker[@]}"
 }

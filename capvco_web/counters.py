@@ -1,6 +1,7 @@
 """Counters that every process, web and workers, adds to and a scrape reads: a Redis hash
-when the broker is Redis, else a file under the var dir (the embedded default, one
-machine). Nothing here touches the database, so counting costs no query."""
+in the broker's Redis (for `make run`, the private Redis of its checkout), else, beside a
+broker that is not Redis, a file under the var dir (one machine). Nothing here touches
+the database, so counting costs no query."""
 
 from __future__ import annotations
 
@@ -11,10 +12,11 @@ from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
 from typing import Protocol
-from urllib.parse import urlparse
 
 import redis
 from django.conf import settings
+
+from capvco_web.environment import redis_client_url
 
 logger = logging.getLogger(__name__)
 SEP = "\x1f"  # joins label values into one field of the store
@@ -71,8 +73,8 @@ class FileCounters:
 
 @cache
 def counters() -> CounterStore:
-    url = settings.CELERY_BROKER_URL
-    if urlparse(url).scheme in ("redis", "rediss"):
+    url = redis_client_url(settings.CELERY_BROKER_URL)
+    if url is not None:
         return RedisCounters(url, settings.METRICS_KEY_PREFIX)
     return FileCounters(Path(settings.VAR_DIR) / "metrics")
 

@@ -7,7 +7,6 @@ Every error names the variable that caused it.
 from __future__ import annotations
 
 import secrets
-import socket
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -74,27 +73,34 @@ def settings_environment(var_dir: Path, environ: Mapping[str, str]) -> dict[str,
     return {**run_env_read(var_dir / RUN_ENV), **environ}
 
 
-def redis_answers(host: str = "127.0.0.1", port: int = 6379, timeout: float = 0.3) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=timeout) as conn:
-            conn.sendall(b"PING\r\n")
-            return conn.recv(16).startswith(b"+PONG")
-    except OSError:
-        return False
+# The private Redis `make run` starts for its var dir listens on this unix socket only: no
+# TCP port, so two checkouts on one host can neither collide nor reach each other's.
+PRIVATE_REDIS_SOCKET = "redis.sock"
+
+
+def private_redis_socket(var_dir: Path) -> Path:
+    return var_dir.resolve() / PRIVATE_REDIS_SOCKET
 
 
 def default_broker_url(var_dir: Path) -> str:
-    """Redis on 127.0.0.1:6379 when it answers, otherwise a broker on the filesystem."""
-    if redis_answers():
-        return "redis://127.0.0.1:6379/0"
-    return f"filesystem://{var_dir / 'broker'}"
+    """The private Redis of this var dir (started by `make run`), never a shared one."""
+    return f"redis+socket://{private_redis_socket(var_dir)}"
+
+
+def redis_client_url(broker_url: str) -> str | None:
+    """The redis-py URL of the Redis a Celery broker URL names (redis://, rediss://,
+    redis+socket:///path); None for a broker that is not Redis."""
+    parsed = urlparse(broker_url)
+    if parsed.scheme in ("redis", "rediss"):
+        return broker_url
+    if parsed.scheme == "redis+socket":
+        return f"unix://{parsed.path}" + (f"?{parsed.query}" if parsed.query else "")
+    return None
 
 
 def broker_transport_options(broker_url: str, *, task_time_limit: int) -> dict[str, Any]:
     """CELERY_BROKER_TRANSPORT_OPTIONS for the broker of this URL."""
-    if broker_url.startswith("filesystem://"):
-        return filesystem_broker_options(broker_url)
-    if urlparse(broker_url).scheme in ("redis", "rediss", "sentinel"):
+    if urlparse(broker_url).scheme in ("redis", "rediss", "redis+socket", "sentinel"):
         return redis_broker_options(task_time_limit)
     return {}
 
@@ -115,22 +121,6 @@ def redis_broker_options(task_time_limit: int) -> dict[str, Any]:
         # on each look, often enough that the timeout and not the sweep sets the delay.
         "unacked_restore_interval": min(10, max(1, visibility_timeout // 10)),
         "unacked_restore_throttle": 1,
-    }
-
-
-def filesystem_broker_options(broker_url: str) -> dict[str, Any]:
-    """Folders for Celery's filesystem transport (created here: kombu expects them)."""
-    if not broker_url.startswith("filesystem://"):
-        return {}
-    folder = Path(broker_url.removeprefix("filesystem://") or "var/broker")
-    for sub in ("queue", "processed", "control"):
-        (folder / sub).mkdir(parents=True, exist_ok=True)
-    return {
-        "data_folder_in": str(folder / "queue"),
-        "data_folder_out": str(folder / "queue"),
-        "processed_folder": str(folder / "processed"),
-        "control_folder": str(folder / "control"),
-        "store_processed": False,
     }
 
 
@@ -179,18 +169,24 @@ CACHE_KEY_PREFIX = "capvco-cache"
 
 
 def cache_config(url: str, *, broker_url: str) -> dict[str, Any]:
-    """CACHES["default"]: CACHE_URL (e.g. redis://HOST:6379/1, locmemcache://); unset, the
-    broker's Redis when the broker is Redis, else memory of each process."""
+    """CACHES["default"]: CACHE_URL (e.g. redis://HOST:6379/1, unix:///path/redis.sock,
+    locmemcache://); unset, the broker's Redis when the broker is Redis, else memory of each
+    process."""
+    url = url or redis_client_url(broker_url) or ""
     if not url:
-        if urlparse(broker_url).scheme in ("redis", "rediss"):
-            url = broker_url
-        else:
-            return {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+        return {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+    if urlparse(url).scheme == "unix":  # django-environ knows no socket URL; redis-py does
+        return {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": url,
+            "KEY_PREFIX": CACHE_KEY_PREFIX,
+        }
     try:
         config: dict[str, Any] = environ.Env.cache_url_config(url)
     except Exception as exc:  # django-environ raises several types for unknown schemes
         raise ImproperlyConfigured(
-            f"CACHE_URL={url!r} is not a cache URL: use redis://HOST:PORT/DB or locmemcache://"
+            f"CACHE_URL={url!r} is not a cache URL: use redis://HOST:PORT/DB, "
+            "unix:///PATH/redis.sock or locmemcache://"
         ) from exc
     config.setdefault("KEY_PREFIX", CACHE_KEY_PREFIX)
     return config

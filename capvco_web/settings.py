@@ -256,6 +256,8 @@ SPECTACULAR_SETTINGS = {
 # when a worker dies mid-task.
 CELERY_TASK_SOFT_TIME_LIMIT = env.int("CELERY_TASK_SOFT_TIME_LIMIT", default=120)
 CELERY_TASK_TIME_LIMIT = env.int("CELERY_TASK_TIME_LIMIT", default=180)
+# Unset, the private Redis of this var dir, on a unix socket (`make run` starts it): never
+# one another checkout on the host uses.
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="") or default_broker_url(VAR_DIR)
 # With Redis, the task of a killed worker is delivered again a little after the time limit.
 CELERY_BROKER_TRANSPORT_OPTIONS = broker_transport_options(
@@ -269,7 +271,7 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 
 # The cache, shared by the web processes: the API's throttle counts. By default the
-# broker's Redis, else (a filesystem broker) each process counts on its own.
+# broker's Redis, else (a broker that is not Redis) each process counts on its own.
 CACHES = {"default": cache_config(env.str("CACHE_URL", default=""), broker_url=CELERY_BROKER_URL)}
 
 # The beat schedule, in one place. Readiness fails when the last heartbeat is older than

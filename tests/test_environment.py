@@ -13,8 +13,8 @@ from capvco_web.environment import (
     database_config,
     default_broker_url,
     encryption_keys,
-    filesystem_broker_options,
     new_secret_key,
+    redis_client_url,
     run_env_read,
     secret_from_env,
     settings_environment,
@@ -55,23 +55,22 @@ def test_sqlite_url_waits_for_locks_instead_of_failing(tmp_path: Path) -> None:
     assert config["OPTIONS"]["timeout"] >= 10
 
 
-def test_broker_falls_back_to_filesystem_when_redis_does_not_answer(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_the_default_broker_is_a_private_redis_of_each_var_dir_even_beside_a_shared_one(
+    tmp_path: Path,
 ) -> None:
-    monkeypatch.setattr("capvco_web.environment.redis_answers", lambda: False)
-    url = default_broker_url(tmp_path)
-    assert url == f"filesystem://{tmp_path}/broker"
-    options = filesystem_broker_options(url)
-    assert Path(options["data_folder_in"]).is_dir()
+    # Whether or not a Redis answers on 127.0.0.1:6379 (one does here): two checkouts, or a
+    # `make run` beside `make test`, never share a broker by default.
+    one, other = default_broker_url(tmp_path / "one"), default_broker_url(tmp_path / "other")
+    assert one == f"redis+socket://{tmp_path.resolve()}/one/redis.sock"
+    assert other == f"redis+socket://{tmp_path.resolve()}/other/redis.sock"
+    assert one == default_broker_url(tmp_path / "one" / ".." / "one")
 
 
-def test_broker_prefers_redis_when_it_answers(tmp_path: Path) -> None:
-    # The real Redis of this machine (bin/test makes sure one runs on 6379 or REDIS_URL).
-    from capvco_web.environment import redis_answers
-
-    if not redis_answers():
-        pytest.skip("no Redis on 127.0.0.1:6379 (bin/test started one elsewhere)")
-    assert default_broker_url(tmp_path) == "redis://127.0.0.1:6379/0"
+def test_the_private_redis_is_reached_on_its_socket_by_redis_py(tmp_path: Path) -> None:
+    socket = tmp_path / "redis.sock"
+    assert redis_client_url(f"redis+socket://{socket}") == f"unix://{socket}"
+    assert redis_client_url("redis://h:6379/2") == "redis://h:6379/2"
+    assert redis_client_url("amqp://guest@h//") is None
 
 
 @pytest.mark.parametrize("limit", [2, 30, 180, 3600])
@@ -95,10 +94,12 @@ def test_broker_options_of_the_settings_keep_the_test_key_prefix(settings) -> No
     )
 
 
-def test_filesystem_broker_keeps_its_folders(tmp_path: Path) -> None:
-    options = broker_transport_options(f"filesystem://{tmp_path}/broker", task_time_limit=180)
-    assert options["data_folder_in"] == str(tmp_path / "broker" / "queue")
-    assert "visibility_timeout" not in options
+def test_the_private_redis_gives_a_lost_task_up_soon_after_the_task_time_limit(
+    tmp_path: Path,
+) -> None:
+    options = broker_transport_options(default_broker_url(tmp_path), task_time_limit=180)
+    assert options["visibility_timeout"] == 225
+    assert broker_transport_options("amqp://guest@h//", task_time_limit=180) == {}
 
 
 def test_secret_is_refused_missing_when_debug_is_off(tmp_path: Path) -> None:
@@ -260,8 +261,15 @@ def test_the_cache_is_the_brokers_redis_so_web_processes_share_throttle_counts()
     assert config["LOCATION"] == "redis://127.0.0.1:6379/0"
 
 
-def test_the_cache_is_per_process_memory_beside_a_filesystem_broker(tmp_path: Path) -> None:
-    config = cache_config("", broker_url=f"filesystem://{tmp_path}")
+def test_the_cache_is_the_private_redis_beside_it(tmp_path: Path) -> None:
+    config = cache_config("", broker_url=default_broker_url(tmp_path))
+    assert config["BACKEND"] == "django.core.cache.backends.redis.RedisCache"
+    assert config["LOCATION"] == f"unix://{tmp_path.resolve()}/redis.sock"
+    assert config["KEY_PREFIX"] == "capvco-cache"
+
+
+def test_the_cache_is_per_process_memory_beside_a_broker_that_is_not_redis() -> None:
+    config = cache_config("", broker_url="amqp://guest@h//")
     assert config["BACKEND"] == "django.core.cache.backends.locmem.LocMemCache"
 
 
