@@ -137,6 +137,16 @@ class AgentToken(models.Model):
         editable=False,
         help_text="The node a node token is bound to; empty: the cluster's enrollment token.",
     )
+    machine = models.ForeignKey(
+        Machine,
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        editable=False,
+        related_name="sriov_agent_tokens",
+        help_text="The machine whose node a node token is bound to: the token goes with it "
+        "(a later machine of the same name enrolls afresh).",
+    )
     enrolled_from = models.GenericIPAddressField(
         null=True, blank=True, editable=False, help_text="The address a node token was asked from."
     )

@@ -126,16 +126,17 @@ def node_token_enroll(
     kube_client: Callable[[], KubeClient] | None = None,
 ) -> tuple[AgentToken, str]:
     """Exchange the cluster's enrollment token for a token bound to its node `node_name`
-    (returned once). Only for a node of the cluster that is one of its machines (the
-    mirror, else its Kubernetes API). When the node holds a live token, `current_token`
-    must be one of them: it is then replaced (kept NODE_TOKEN_OVERLAP longer); otherwise
-    NodeEnrolled. Audited, with the caller's address."""
+    and its machine (returned once). Only for a node of the cluster that is one of its
+    machines (the mirror, else its Kubernetes API). When the node's machine holds a live
+    token, `current_token` must be one of them: it is then replaced (kept
+    NODE_TOKEN_OVERLAP longer); otherwise NodeEnrolled. Tokens of an earlier machine of
+    the same node name are deleted. Audited, with the caller's address."""
     if enrollment.node_name:
         raise ValueError("Only the cluster's enrollment token enrolls a node.")
     cluster = enrollment.cluster
-    node_placement(
+    machine = node_placement(
         cluster=cluster, node_name=node_name, kube_client=kube_client or _default_kube(cluster)
-    )
+    ).machine
     key_id, raw = _token_new()
     now = timezone.now()
     refused = NodeEnrolled(
@@ -144,17 +145,17 @@ def node_token_enroll(
     )
     try:
         with transaction.atomic():
-            live = list(
-                AgentToken.objects.select_for_update()
-                .filter(_live(), cluster=cluster, node_name=node_name)
-                .order_by("pk")
+            tokens = AgentToken.objects.select_for_update().filter(
+                cluster=cluster, node_name=node_name
             )
+            live = list(tokens.filter(_live(), machine=machine).order_by("pk"))
             presented = token_hash(current_token) if current_token else _NO_HASH
             if live and not any(hmac.compare_digest(t.token_hash, presented) for t in live):
                 raise refused
-            AgentToken.objects.filter(
-                cluster=cluster, node_name=node_name, expires_at__lte=now
-            ).delete()
+            # Expired ones, and those of another machine that had the node's name before.
+            stale = tokens.exclude(pk__in=[t.pk for t in live])
+            gone = list(stale.values_list("key_id", flat=True))
+            stale.delete()
             ends = now + NODE_TOKEN_OVERLAP
             AgentToken.objects.filter(pk__in=[t.pk for t in live]).filter(
                 Q(expires_at__isnull=True) | Q(expires_at__gt=ends)
@@ -162,6 +163,7 @@ def node_token_enroll(
             token = AgentToken.objects.create(
                 cluster=cluster,
                 node_name=node_name,
+                machine=machine,
                 enrolled_from=address,
                 key_id=key_id,
                 token_hash=token_hash(raw),
@@ -170,10 +172,14 @@ def node_token_enroll(
                 actor=INSTALLER,
                 action="sriov.node_token_enroll",
                 obj=cluster,
-                before={"tokens": [f"{AGENT_TOKEN_PREFIX}{t.key_id}" for t in live]},
+                before={
+                    "tokens": [f"{AGENT_TOKEN_PREFIX}{t.key_id}" for t in live],
+                    "deleted": [f"{AGENT_TOKEN_PREFIX}{k}" for k in gone],
+                },
                 after={
                     "token": f"{AGENT_TOKEN_PREFIX}{key_id}",
                     "node": node_name,
+                    "machine": machine.name,
                     "address": address,
                     "enrollment_token": f"{AGENT_TOKEN_PREFIX}{enrollment.key_id}",
                 },

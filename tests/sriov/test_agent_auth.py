@@ -171,6 +171,27 @@ def test_a_node_enrolls_once_and_again_only_with_its_current_token(world: World)
     assert token not in str([e.after for e in events]) and new not in str([e.after for e in events])
 
 
+def test_a_node_token_goes_with_its_machine_and_a_new_machine_of_the_name_enrolls(
+    world: World,
+) -> None:
+    old_token = world.node_token(0)
+    machine = world.machines[0]
+    pool = machine.pool
+    # Torn down: the machine's row goes, and its node's token with it.
+    machine.delete()
+    world.pod("web")
+    assert add(bearer(old_token), add_body(world, "web")).status_code == 401
+    # Scaled up again: a machine of the same name, a new VM, its node named as before.
+    vm_id = world.sim.seed(CLOUDSPACE, vms=1, prefix="capvco-demo-again")["vm_ids"][0]
+    Machine.objects.create(pool=pool, name=machine.name, index=0, vm_id=vm_id, phase="running")
+    world.kube.put(
+        "demo", node_object("node-0", provider_id=f"vco://{world.location.name}/{vm_id}")
+    )
+    enrolled = enroll_call(world.enrollment_token, "node-0")
+    assert enrolled.status_code == 201, enrolled.content
+    assert AgentToken.objects.get(node_name="node-0").machine.vm_id == vm_id  # type: ignore[union-attr]
+
+
 def test_only_a_machine_of_the_cluster_enrolls(world: World, other: tuple[Cluster, str]) -> None:
     world.kube.put("demo", node_object("stray"))  # a node that is none of its machines
     for node in ("stray", "no-such-node"):
