@@ -32,7 +32,7 @@ from django.utils import timezone
 from capvco_web.audit import audit_record
 from capvco_web.permissions import Actor, permission_require
 from capvco_web.tokens import LAST_USED_RESOLUTION, token_hash
-from clusters.models import Cluster
+from clusters.models import Cluster, Machine
 from sriov.models import AGENT_TOKEN_PREFIX, AgentToken
 from sriov.placement import Refused, node_placement
 
@@ -145,6 +145,9 @@ def node_token_enroll(
     )
     try:
         with transaction.atomic():
+            # One enrollment of a machine at a time: the next sees the token this one made.
+            if not list(Machine.objects.select_for_update().filter(pk=machine.pk).values("pk")):
+                raise Refused(f"Node {node_name}'s machine is gone.")
             tokens = AgentToken.objects.select_for_update().filter(
                 cluster=cluster, node_name=node_name
             )

@@ -26,7 +26,7 @@ import re
 from typing import Any
 
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import exceptions, permissions, serializers, status
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
 from rest_framework.request import Request
@@ -221,6 +221,7 @@ class AgentEnrollView(AgentView):
         request=EnrollSerializer,
         responses={
             201: EnrolledSerializer,
+            403: _error("A node token: nodes enroll with the cluster's enrollment token."),
             409: _error(
                 "Refused: the node is no machine of the cluster, or it enrolled already and "
                 "its current token was not given."
@@ -302,15 +303,26 @@ def _pod_uid_checked(pod_uid: str) -> str:
     return pod_uid
 
 
+_POD_UID_PARAMETER = OpenApiParameter(
+    "pod_uid",
+    str,
+    OpenApiParameter.PATH,
+    required=True,
+    pattern="^[A-Za-z0-9-]{1,64}$",
+    description="The pod's uid (K8S_POD_UID); anything else answers 404.",
+)
+
+
 class AgentNicView(AgentView):
     serializer_class = NicSerializer  # what CHECK answers; DEL takes no body
 
     @extend_schema(
+        parameters=[_POD_UID_PARAMETER],
         responses={
             200: NicSerializer,
             403: _error("Another node's VM holds the NIC."),
             404: _error("The pod has no live NIC in the cluster (or that is no pod uid)."),
-        }
+        },
     )
     def get(self, request: Request, pod_uid: str) -> Response:
         """CHECK: the pod's live NIC as recorded."""
@@ -326,13 +338,14 @@ class AgentNicView(AgentView):
         return Response(NicSerializer(nic).data)
 
     @extend_schema(
+        parameters=[_POD_UID_PARAMETER],
         responses={
             204: None,
             403: _error("Another node's VM holds the NIC: nothing was changed."),
             404: _error("That is no pod uid."),
             409: _error("Refused: whitesky refused the detach (the answer says why)."),
             503: _BUSY,
-        }
+        },
     )
     def delete(self, request: Request, pod_uid: str) -> Response:
         """DEL: detach and release the pod's NIC; 204 also when it has none."""

@@ -192,6 +192,31 @@ def test_a_node_token_goes_with_its_machine_and_a_new_machine_of_the_name_enroll
     assert AgentToken.objects.get(node_name="node-0").machine.vm_id == vm_id  # type: ignore[union-attr]
 
 
+def test_two_enrollments_of_one_node_at_once_make_one_token(world: World, live_server: Any) -> None:
+    import requests
+
+    statuses: list[int] = []
+    start = threading.Barrier(4)
+
+    def one() -> None:
+        start.wait()
+        answer = requests.post(
+            f"{live_server.url}{ENROLL}",
+            json={"node_name": world.node(1)},
+            headers={"Authorization": f"Bearer {world.enrollment_token}"},
+            timeout=30,
+        )
+        statuses.append(answer.status_code)
+
+    threads = [threading.Thread(target=one) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(statuses) == [201, 409, 409, 409]
+    assert AgentToken.objects.filter(node_name=world.node(1)).count() == 1
+
+
 def test_only_a_machine_of_the_cluster_enrolls(world: World, other: tuple[Cluster, str]) -> None:
     world.kube.put("demo", node_object("stray"))  # a node that is none of its machines
     for node in ("stray", "no-such-node"):
