@@ -194,8 +194,9 @@ def node_token_enroll(
 
 def node_token_revoke(*, cluster: Cluster, node_name: str, actor: Actor, reason: str) -> int:
     """Delete every token of the cluster's node `node_name` (they answer 401 from now on);
-    how many. The node may then enroll again without one: to keep a node out, remove it
-    from the cluster or rotate the enrollment token too. Needs the admin role. Audited."""
+    how many. The name may then enroll again without one (a new machine of it, or the
+    node itself, which can read the Secret): to keep a node out, remove its machine.
+    Needs the admin role. Audited."""
     permission_require(actor, "sriov.change_sriovconfig", cluster)
     if not node_name:
         raise ValueError("Name the node whose tokens are revoked.")
