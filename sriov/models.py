@@ -174,10 +174,6 @@ class AgentToken(models.Model):
         whose = f"node {self.node_name}" if self.node_name else "enrollment"
         return f"{AGENT_TOKEN_PREFIX}{self.key_id} ({whose}) of {self.cluster}"
 
-    @property
-    def is_node_token(self) -> bool:
-        return bool(self.node_name)
-
 
 class PodNic(models.Model):
     """An external NIC that belongs to one pod, on the VM of the node the pod runs on.
