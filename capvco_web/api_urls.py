@@ -65,6 +65,7 @@ urlpatterns = [
     ),
     path("gpu-types/", gpus.GpuTypesView.as_view(), name="gpu-types"),
     path("sriov/queues/", sriov.VmQueueView.as_view(), name="sriov-queues"),
+    path("sriov/agent/enroll/", sriov_agent.AgentEnrollView.as_view(), name="sriov-agent-enroll"),
     path("sriov/agent/nics/", sriov_agent.AgentNicsView.as_view(), name="sriov-agent-nics"),
     path(
         "sriov/agent/nics/<str:pod_uid>/",

@@ -221,6 +221,15 @@ REST_FRAMEWORK = {
         "failed_token_auth": throttle_rate(
             env.str("API_RATE_FAILED_AUTH", default="10/minute"), "API_RATE_FAILED_AUTH"
         ),
+        # The agent API's own (sriov/api/agent.py): calls per node token, and refused
+        # agent tokens per address (a valid token is never refused for those).
+        "sriov_agent": throttle_rate(
+            env.str("SRIOV_AGENT_RATE", default="600/minute"), "SRIOV_AGENT_RATE"
+        ),
+        "sriov_agent_failed_auth": throttle_rate(
+            env.str("SRIOV_AGENT_RATE_FAILED_AUTH", default="10/minute"),
+            "SRIOV_AGENT_RATE_FAILED_AUTH",
+        ),
     },
     "NUM_PROXIES": TRUSTED_PROXY_COUNT,
     # JSON in (bounded in depth), JSON or the browsable API out.

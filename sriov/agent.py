@@ -40,7 +40,6 @@ from sriov.placement import (
     KubeClientFactory,
     Placement,
     Refused,
-    WrongCluster,
     WrongNode,
     node_placement,
     pod_check,
@@ -237,13 +236,9 @@ def _first_request(
     node_name: str,
     container_id: str,
 ) -> PodNic:
-    """Check the pod and its node, then record its request (the row, `requested`)."""
-    other = PodNic.objects.filter(pod_uid=pod_uid).exclude(cluster=cluster).first()
-    if other is not None:
-        raise WrongCluster(
-            f"Pod {pod_uid} has a NIC in another cluster than {cluster.name}, whose agent "
-            "token this is."
-        )
+    """Check the pod and its node, then record its request (the row, `requested`). Only
+    this cluster's mirror and Kubernetes are asked: what another cluster holds is never
+    said (a pod of another cluster is, here, a pod that does not exist)."""
     pod_check(
         cluster=cluster,
         pod_uid=pod_uid,
@@ -418,30 +413,39 @@ def _attach(row: PodNic, client: ws.WhiteskyClient) -> PodNic:
 # --- DEL ---------------------------------------------------------------------------------
 
 
-def pod_nic_delete(
-    *,
-    cluster: Cluster,
-    pod_uid: str,
-    clients: Clients | None = None,
-    wait: float | None = None,
-    reason: str = "CNI DEL",
-) -> PodNic | None:
-    """Detach and release the pod's NIC (DEL); None when it has none (a repeated DEL).
-    Raises Refused when it cannot be detached now."""
-    clients = clients or Clients()
-    wait = settings.SRIOV_ATTACH_WAIT_SECONDS if wait is None else wait
+def nic_of_node(*, cluster: Cluster, node_name: str, pod_uid: str) -> PodNic | None:
+    """The pod's live NIC in the cluster, as the node `node_name` may act on it: None when
+    there is none (also when another cluster has one: that is never said); WrongNode when
+    another node's VM holds it."""
     row = (
         PodNic.objects.filter(cluster=cluster, pod_uid=pod_uid)
         .exclude(state=State.RELEASED)
         .first()
     )
+    if row is not None and row.node_name != node_name:
+        raise WrongNode(
+            f"The NIC of pod {pod_uid} is held by another node's VM: a node acts only for "
+            "the pods on itself."
+        )
+    return row
+
+
+def pod_nic_delete(
+    *,
+    cluster: Cluster,
+    node_name: str,
+    pod_uid: str,
+    clients: Clients | None = None,
+    wait: float | None = None,
+    reason: str = "CNI DEL",
+) -> PodNic | None:
+    """Detach and release the pod's NIC (DEL) when the node `node_name` holds it; None when
+    it has none (a repeated DEL). Raises WrongNode (nothing changed) when another node
+    holds it, Refused when it cannot be detached now."""
+    clients = clients or Clients()
+    wait = settings.SRIOV_ATTACH_WAIT_SECONDS if wait is None else wait
+    row = nic_of_node(cluster=cluster, node_name=node_name, pod_uid=pod_uid)
     if row is None:
-        other = PodNic.objects.filter(pod_uid=pod_uid).exclude(cluster=cluster).first()
-        if other is not None and other.state != State.RELEASED:
-            raise WrongCluster(
-                f"Pod {pod_uid}'s NIC is in another cluster than {cluster.name}, whose agent "
-                "token this is."
-            )
         return None
     nic_release(row=row, clients=clients, wait=wait, actor=AGENT, reason=reason)
     return row
@@ -541,6 +545,7 @@ __all__ = [
     "VmBusy",
     "WhiteskyFailed",
     "WhiteskyRefused",
+    "nic_of_node",
     "nic_release",
     "pod_nic_add",
     "pod_nic_delete",

@@ -1,5 +1,6 @@
-"""The node side of a cluster's SR-IOV, as Kubernetes manifests: a Secret with the agent
-token, a DaemonSet that installs the CNI plugin and its files on every node, and the
+"""The node side of a cluster's SR-IOV, as Kubernetes manifests: a Secret with the
+cluster's enrollment token, a DaemonSet that installs the CNI plugin on every node and
+exchanges that token for the node's own (sriov/cni/install.py), and the
 NetworkAttachmentDefinition (Multus) that pods name to get a NIC.
 
 The token is in the manifests only when it was just made (a rotation answers both): only
@@ -54,6 +55,7 @@ def sriov_manifests(
         "--conf-dir", f"/host{HOST_CONF_DIR}",
         "--token-file", "/var/run/capvco-sriov/token",
         "--node-name", "$(NODE_NAME)",
+        "--agent-url", agent_url,
         "--keep-running",
     ]  # fmt: skip
     daemonset = {

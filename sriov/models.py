@@ -120,11 +120,35 @@ class SriovConfig(models.Model):
 
 
 class AgentToken(models.Model):
-    """The key a cluster's node agents (the CNI plugin) call the agent API with:
-    `cvsriov_<key_id>_<secret>`. Only a SHA-256 is kept; the token is shown once."""
+    """A key of the agent API: `cvsriov_<key_id>_<secret>`. Only a SHA-256 is kept; the
+    token is shown once.
+
+    Two kinds: the cluster's **enrollment** token (`node_name` empty), which the node
+    DaemonSet's Secret carries and which only enrolls nodes; and a **node** token, bound
+    to one node of the cluster, which the installer got for its node and the CNI plugin
+    calls with (it acts only for pods on that node)."""
 
     cluster = models.ForeignKey(
         Cluster, on_delete=models.CASCADE, related_name="sriov_agent_tokens"
+    )
+    node_name = models.CharField(
+        max_length=253,
+        blank=True,
+        editable=False,
+        help_text="The node a node token is bound to; empty: the cluster's enrollment token.",
+    )
+    machine = models.ForeignKey(
+        Machine,
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        editable=False,
+        related_name="sriov_agent_tokens",
+        help_text="The machine whose node a node token is bound to: the token goes with it "
+        "(a later machine of the same name enrolls afresh).",
+    )
+    enrolled_from = models.GenericIPAddressField(
+        null=True, blank=True, editable=False, help_text="The address a node token was asked from."
     )
     key_id = models.CharField(max_length=16, unique=True, editable=False)
     token_hash = models.CharField(max_length=64, editable=False)
@@ -136,9 +160,19 @@ class AgentToken(models.Model):
 
     class Meta:
         ordering = ["-created_at", "-id"]
+        constraints = [
+            # One current token per node (and one enrollment token) per cluster; replaced
+            # ones have an end.
+            models.UniqueConstraint(
+                fields=["cluster", "node_name"],
+                condition=models.Q(expires_at__isnull=True),
+                name="agent_token_current_once",
+            )
+        ]
 
     def __str__(self) -> str:
-        return f"{AGENT_TOKEN_PREFIX}{self.key_id} of {self.cluster}"
+        whose = f"node {self.node_name}" if self.node_name else "enrollment"
+        return f"{AGENT_TOKEN_PREFIX}{self.key_id} ({whose}) of {self.cluster}"
 
 
 class PodNic(models.Model):

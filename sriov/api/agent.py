@@ -1,9 +1,19 @@
-"""The agent API: what the CNI plugin of a cluster's nodes calls, with the cluster's
-agent token (`Authorization: Bearer cvsriov_...`).
+"""The agent API: what the nodes of a cluster call.
 
+    POST   /api/v1/sriov/agent/enroll/          the installer: its node's token, for the
+                                                cluster's enrollment token
     POST   /api/v1/sriov/agent/nics/            ADD: the pod's NIC, attached (idempotent)
     GET    /api/v1/sriov/agent/nics/<pod uid>/  CHECK: the pod's NIC as recorded
     DELETE /api/v1/sriov/agent/nics/<pod uid>/  DEL: detached and released (idempotent)
+
+The NIC calls take a node token (`Authorization: Bearer cvsriov_...`), bound to one node
+of one cluster: they act only for pods on that node. What belongs to another cluster is
+answered as what does not exist.
+
+Authentication and limits of its own (not the API's): the token is checked first, so a
+valid one is never refused for others' failures from its address; refused tokens are
+counted per address (SRIOV_AGENT_RATE_FAILED_AUTH, past it 429 for refused tokens only),
+and calls per token (SRIOV_AGENT_RATE).
 
 Unlike the rest of the API these calls reach whitesky (and, when the mirror does not know
 a pod or node yet, the cluster's Kubernetes) while the request waits: the plugin needs
@@ -12,27 +22,31 @@ the NIC to finish the pod's sandbox.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import exceptions, permissions, serializers, status
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
 from capvco_web.api import ErrorSerializer, StrictInputMixin
-from capvco_web.auth import FailedTokenThrottle
-from sriov.agent import Refused, pod_nic_add, pod_nic_delete
-from sriov.models import AgentToken, PodNic
-from sriov.tokens import AgentTokenRefused, agent_token_authenticate
+from capvco_web.auth import FailedTokenThrottle, RateFromSettings, client_address
+from sriov.agent import Refused, nic_of_node, pod_nic_add, pod_nic_delete
+from sriov.models import AGENT_TOKEN_PREFIX, AgentToken, PodNic
+from sriov.tokens import AgentTokenRefused, agent_token_authenticate, node_token_enroll
 
 POD_UID_PATTERN = r"^[A-Za-z0-9-]{1,64}\Z"
+_POD_UID = re.compile(POD_UID_PATTERN)
 
 
 class Agent:
-    """Who calls: the node agents of one cluster (not a person)."""
+    """Who calls: a node of one cluster (node token), or the cluster's installers before
+    they have one (enrollment token). Not a person."""
 
     is_authenticated = True
     is_active = True
@@ -43,9 +57,42 @@ class Agent:
     def __init__(self, token: AgentToken) -> None:
         self.token = token
         self.cluster = token.cluster
+        self.node_name = token.node_name
 
     def get_username(self) -> str:
-        return f"sriov-agent of {self.cluster.name}"
+        if self.node_name:
+            return f"sriov-agent of node {self.node_name} of {self.cluster.name}"
+        return f"sriov-installer of {self.cluster.name}"
+
+
+class _AgentRate(RateFromSettings):
+    def get_rate(self) -> str | None:
+        # Absent (a test's or a fuzzer's rates): not throttled.
+        rates: dict[str, Any] = api_settings.DEFAULT_THROTTLE_RATES
+        rate: str | None = rates.get(str(self.scope))
+        return rate
+
+
+class AgentFailedTokenThrottle(_AgentRate, FailedTokenThrottle):
+    """SRIOV_AGENT_RATE_FAILED_AUTH: refused agent tokens per address, counted apart from
+    the API's refused tokens. Past it a refused token answers 429, a valid one still
+    its answer."""
+
+    scope = "sriov_agent_failed_auth"
+
+
+class AgentTokenRateThrottle(_AgentRate):
+    """SRIOV_AGENT_RATE: calls per node token; per enrollment token and address (the
+    nodes of a cluster share the enrollment token, and enroll at once after a rotation)."""
+
+    scope = "sriov_agent"
+
+    def get_cache_key(self, request: Request, view: Any) -> str | None:
+        token = request.auth
+        if not isinstance(token, AgentToken):
+            return None
+        ident = token.key_id if token.node_name else f"{token.key_id}:{self.get_ident(request)}"
+        return self.cache_format % {"scope": self.scope, "ident": ident}
 
 
 class AgentTokenAuthentication(BaseAuthentication):
@@ -53,13 +100,15 @@ class AgentTokenAuthentication(BaseAuthentication):
         words = get_authorization_header(request).split()
         if len(words) != 2 or words[0].lower() != b"bearer":
             raise exceptions.NotAuthenticated("The agent API needs 'Bearer <agent token>'.")
-        throttle = FailedTokenThrottle()
-        wait = throttle.wait_needed(request)
-        if wait is not None:
-            raise exceptions.Throttled(wait, detail="Too many refused tokens from your address.")
         try:
             token = agent_token_authenticate(words[1].decode("ascii", errors="replace"))
         except AgentTokenRefused as exc:
+            throttle = AgentFailedTokenThrottle()
+            wait = throttle.wait_needed(request)
+            if wait is not None:
+                raise exceptions.Throttled(
+                    wait, detail="Too many refused agent tokens from your address."
+                ) from None
             throttle.failure_record(request)
             raise exceptions.AuthenticationFailed(str(exc)) from None
         return Agent(token), token
@@ -76,9 +125,21 @@ class AgentTokenScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyp
         return {"type": "http", "scheme": "bearer", "bearerFormat": "cvsriov_<id>_<secret>"}
 
 
-class IsAgent(permissions.BasePermission):
+class IsNodeAgent(permissions.BasePermission):
+    message = (
+        "This is the cluster's enrollment token: it only enrolls a node "
+        "(POST /api/v1/sriov/agent/enroll/). The CNI plugin calls with its node's token."
+    )
+
     def has_permission(self, request: Request, view: Any) -> bool:
-        return isinstance(request.user, Agent)
+        return isinstance(request.user, Agent) and bool(request.user.node_name)
+
+
+class IsInstaller(permissions.BasePermission):
+    message = "Nodes enroll with the cluster's enrollment token (the Secret's), not a node token."
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        return isinstance(request.user, Agent) and not request.user.node_name
 
 
 class AgentRefusal(exceptions.APIException):
@@ -124,10 +185,28 @@ def _error(description: str) -> OpenApiResponse:
 _BUSY = _error("The VM's queue or whitesky is busy: try again after Retry-After.")
 
 
+class EnrollSerializer(StrictInputMixin, serializers.Serializer[Any]):
+    node_name = serializers.CharField(max_length=253)
+    current_token = serializers.CharField(
+        max_length=128,
+        required=False,
+        allow_blank=True,
+        trim_whitespace=False,
+        write_only=True,
+        help_text="The node's token, when it has one: needed to enroll a node again.",
+    )
+
+
+class EnrolledSerializer(serializers.Serializer[Any]):
+    token = serializers.CharField(help_text="Shown this once: it is kept only as a hash.")
+    prefix = serializers.CharField()
+    node_name = serializers.CharField()
+
+
 class AgentView(APIView):
     authentication_classes = [AgentTokenAuthentication]
-    permission_classes = [IsAgent]
-    throttle_classes: list[Any] = []  # machines of the cluster; refused tokens are throttled
+    permission_classes = [IsNodeAgent]
+    throttle_classes = [AgentTokenRateThrottle]
 
     def agent(self, request: Request) -> Agent:
         user = request.user
@@ -135,13 +214,54 @@ class AgentView(APIView):
         return user
 
 
+class AgentEnrollView(AgentView):
+    permission_classes = [IsInstaller]
+
+    @extend_schema(
+        request=EnrollSerializer,
+        responses={
+            201: EnrolledSerializer,
+            403: _error("A node token: nodes enroll with the cluster's enrollment token."),
+            409: _error(
+                "Refused: the node is no machine of the cluster, or it enrolled already and "
+                "its current token was not given."
+            ),
+            503: _BUSY,
+        },
+    )
+    def post(self, request: Request) -> Response:
+        """The installer of a node: a token bound to that node, for the cluster's
+        enrollment token (shown in this answer only). Audited."""
+        asked = EnrollSerializer(data=request.data)
+        asked.is_valid(raise_exception=True)
+        data = asked.validated_data
+        try:
+            token, raw = node_token_enroll(
+                enrollment=self.agent(request).token,
+                node_name=data["node_name"],
+                current_token=data.get("current_token", ""),
+                address=client_address(request),
+            )
+        except Refused as exc:
+            raise AgentRefusal(exc) from exc
+        body = {
+            "token": raw,
+            "prefix": f"{AGENT_TOKEN_PREFIX}{token.key_id}",
+            "node_name": token.node_name,
+        }
+        return Response(EnrolledSerializer(body).data, status=status.HTTP_201_CREATED)
+
+
 class AgentNicsView(AgentView):
     @extend_schema(
         request=AddSerializer,
         responses={
             200: NicSerializer,
-            403: _error("The pod or node is another cluster's, or the pod runs on another node."),
-            404: _error("No such pod in the cluster."),
+            403: _error(
+                "The token is another node's, or the pod runs on another node (or the token "
+                "is the enrollment token)."
+            ),
+            404: _error("No such pod in the cluster (a pod of another cluster is none)."),
             409: _error(
                 "Refused: SR-IOV off, the node is no machine of the cluster, whitesky "
                 "refused the attach (the answer says why; the VM is never stopped)."
@@ -154,13 +274,20 @@ class AgentNicsView(AgentView):
         asked = AddSerializer(data=request.data)
         asked.is_valid(raise_exception=True)
         data = asked.validated_data
+        agent = self.agent(request)
+        if data["node_name"] != agent.node_name:
+            raise exceptions.PermissionDenied(
+                f"This agent token is node {agent.node_name}'s: it asks for pods on that node "
+                f"only, not on {data['node_name']}.",
+                code="other_node",
+            )
         try:
             nic = pod_nic_add(
-                cluster=self.agent(request).cluster,
+                cluster=agent.cluster,
                 pod_uid=data["pod_uid"],
                 namespace=data["namespace"],
                 pod_name=data["pod_name"],
-                node_name=data["node_name"],
+                node_name=agent.node_name,
                 container_id=data.get("container_id", ""),
             )
         except Refused as exc:
@@ -168,38 +295,65 @@ class AgentNicsView(AgentView):
         return Response(NicSerializer(nic).data)
 
 
+def _pod_uid_checked(pod_uid: str) -> str:
+    if not _POD_UID.match(pod_uid):
+        raise exceptions.NotFound(
+            "Not a pod uid: a pod uid is letters, digits and '-', at most 64.", code="not_found"
+        )
+    return pod_uid
+
+
+_POD_UID_PARAMETER = OpenApiParameter(
+    "pod_uid",
+    str,
+    OpenApiParameter.PATH,
+    required=True,
+    pattern="^[A-Za-z0-9-]{1,64}$",
+    description="The pod's uid (K8S_POD_UID); anything else answers 404.",
+)
+
+
 class AgentNicView(AgentView):
     serializer_class = NicSerializer  # what CHECK answers; DEL takes no body
 
-    def _live(self, request: Request, pod_uid: str) -> PodNic | None:
-        return (
-            PodNic.objects.filter(cluster=self.agent(request).cluster, pod_uid=pod_uid)
-            .exclude(state=PodNic.State.RELEASED)
-            .first()
-        )
-
     @extend_schema(
-        responses={200: NicSerializer, 404: _error("The pod has no live NIC in the cluster.")}
+        parameters=[_POD_UID_PARAMETER],
+        responses={
+            200: NicSerializer,
+            403: _error("Another node's VM holds the NIC."),
+            404: _error("The pod has no live NIC in the cluster (or that is no pod uid)."),
+        },
     )
     def get(self, request: Request, pod_uid: str) -> Response:
         """CHECK: the pod's live NIC as recorded."""
-        nic = self._live(request, pod_uid)
+        agent = self.agent(request)
+        try:
+            nic = nic_of_node(
+                cluster=agent.cluster, node_name=agent.node_name, pod_uid=_pod_uid_checked(pod_uid)
+            )
+        except Refused as exc:
+            raise AgentRefusal(exc) from exc
         if nic is None:
             raise exceptions.NotFound(f"Pod {pod_uid} has no NIC in this cluster.")
         return Response(NicSerializer(nic).data)
 
     @extend_schema(
+        parameters=[_POD_UID_PARAMETER],
         responses={
             204: None,
-            403: _error("The pod is another cluster's."),
+            403: _error("Another node's VM holds the NIC: nothing was changed."),
+            404: _error("That is no pod uid."),
             409: _error("Refused: whitesky refused the detach (the answer says why)."),
             503: _BUSY,
-        }
+        },
     )
     def delete(self, request: Request, pod_uid: str) -> Response:
         """DEL: detach and release the pod's NIC; 204 also when it has none."""
+        agent = self.agent(request)
         try:
-            pod_nic_delete(cluster=self.agent(request).cluster, pod_uid=pod_uid)
+            pod_nic_delete(
+                cluster=agent.cluster, node_name=agent.node_name, pod_uid=_pod_uid_checked(pod_uid)
+            )
         except Refused as exc:
             raise AgentRefusal(exc) from exc
         return Response(status=status.HTTP_204_NO_CONTENT)

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from rest_framework import serializers
 
@@ -85,13 +85,23 @@ class VmQueueSerializer(serializers.Serializer[Any]):
 
 
 class AgentTokenInfoSerializer(serializers.Serializer[Any]):
+    """An agent token without its secret: the cluster's enrollment token, or a node's."""
+
     prefix = serializers.SerializerMethodField()
+    kind = serializers.SerializerMethodField()
+    node_name = serializers.CharField(help_text="The node a node token is bound to; empty: none")
+    enrolled_from = serializers.IPAddressField(
+        allow_null=True, help_text="The address a node token was asked from"
+    )
     created_at = serializers.DateTimeField()
     last_used_at = serializers.DateTimeField(allow_null=True)
     expires_at = serializers.DateTimeField(allow_null=True)
 
     def get_prefix(self, token: Any) -> str:
         return f"{AGENT_TOKEN_PREFIX}{token.key_id}"
+
+    def get_kind(self, token: Any) -> Literal["enrollment", "node"]:
+        return "node" if token.node_name else "enrollment"
 
 
 class SriovStatusSerializer(serializers.Serializer[Any]):
@@ -167,6 +177,16 @@ class TokenRotateSerializer(StrictInputMixin, serializers.Serializer[Any]):
         help_text="How long the replaced tokens keep working (0: not at all).",
     )
     reason = ReasonField(required=False, allow_blank=True)
+
+
+class NodeTokenRevokeSerializer(StrictInputMixin, serializers.Serializer[Any]):
+    node_name = serializers.CharField(max_length=253)
+    reason = ReasonField()
+
+
+class NodeTokenRevokedSerializer(serializers.Serializer[Any]):
+    node_name = serializers.CharField()
+    revoked = serializers.IntegerField(help_text="How many of the node's tokens were deleted")
 
 
 class TokenMadeSerializer(serializers.Serializer[Any]):

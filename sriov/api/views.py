@@ -26,6 +26,8 @@ from sriov.api.serializers import (
     ExternalNetworkSerializer,
     LeakedNicSerializer,
     NetworkUseSerializer,
+    NodeTokenRevokedSerializer,
+    NodeTokenRevokeSerializer,
     PodNicSerializer,
     SriovSetSerializer,
     SriovStatusSerializer,
@@ -39,7 +41,7 @@ from sriov.models import AGENT_TOKEN_PREFIX, AgentToken, ExternalNetwork, Leaked
 from sriov.node_side import node_side_apply
 from sriov.selectors import network_address_use, vm_queues
 from sriov.services import leaked_nic_detach_request, sriov_config_of, sriov_config_set
-from sriov.tokens import agent_token_rotate
+from sriov.tokens import agent_token_rotate, node_token_revoke
 
 
 @dataclass
@@ -68,7 +70,9 @@ def _status(cluster: Cluster) -> SriovStatus:
         credential_error=config.credential_error,
         mtu=config.mtu,
         install_node_side=config.install_node_side,
-        agent_tokens=list(AgentToken.objects.filter(cluster=cluster)),
+        agent_tokens=list(
+            AgentToken.objects.filter(cluster=cluster).order_by("node_name", "-created_at")
+        ),
     )
 
 
@@ -87,7 +91,12 @@ class SriovClusterViewSet(
 
     queryset = Cluster.objects.select_related("account").order_by("name")
     serializer_class = SriovStatusSerializer
-    action_verbs = {"update": "view", "agent_token": "view", "manifests": "view"}
+    action_verbs = {
+        "update": "view",
+        "agent_token": "view",
+        "node_token_revoke": "view",
+        "manifests": "view",
+    }
 
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         clusters = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
@@ -115,10 +124,11 @@ class SriovClusterViewSet(
     @extend_schema(request=TokenRotateSerializer, responses={201: TokenMadeSerializer})
     @action(detail=True, methods=["post"], url_path="agent-token")
     def agent_token(self, request: Request, pk: str | None = None) -> Response:
-        """Make the cluster's new agent token and retire the others (at once, or after
-        `overlap_seconds`). The token is in this answer only, with the node manifests that
-        carry it; with the SR-IOV add-on on (`install_node_side`) they are applied to the
-        cluster too. Admins only. Audited."""
+        """Make the cluster's new enrollment token and retire the other enrollment tokens
+        (at once, or after `overlap_seconds`). The token is in this answer only, with the
+        node manifests that carry it; with the SR-IOV add-on on (`install_node_side`) they
+        are applied to the cluster too. Each node's installer then enrolls again and gets
+        a new node token. Admins only. Audited."""
         cluster = self.get_object()
         asked = TokenRotateSerializer(data=request.data)
         asked.is_valid(raise_exception=True)
@@ -142,6 +152,24 @@ class SriovClusterViewSet(
             "manifests": manifests,
         }
         return Response(TokenMadeSerializer(body).data, status=201)
+
+    @extend_schema(request=NodeTokenRevokeSerializer, responses={200: NodeTokenRevokedSerializer})
+    @action(detail=True, methods=["post"], url_path="node-token-revoke")
+    def node_token_revoke(self, request: Request, pk: str | None = None) -> Response:
+        """Delete a node's agent tokens (from now on they answer 401), e.g. when a new
+        machine takes the name of one that held a token. The node may then enroll again
+        with the enrollment token. Admins only, with a reason. Audited."""
+        cluster = self.get_object()
+        asked = NodeTokenRevokeSerializer(data=request.data)
+        asked.is_valid(raise_exception=True)
+        node = asked.validated_data["node_name"]
+        revoked = node_token_revoke(
+            cluster=cluster,
+            node_name=node,
+            actor=request.user,
+            reason=asked.validated_data["reason"],
+        )
+        return Response(NodeTokenRevokedSerializer({"node_name": node, "revoked": revoked}).data)
 
     @extend_schema(responses={(200, "application/yaml"): OpenApiResponse(description="YAML")})
     @action(detail=True, methods=["get"])

@@ -116,8 +116,14 @@ def add(session: requests.Session, url: str, world: World, name: str, node: int)
         "pod_name": name,
         "node_name": world.node(node),
     }
+    token = world.node_tokens[node]  # enrolled before: each node calls with its own
     started = time.perf_counter()
-    response = session.post(f"{url}/api/v1/sriov/agent/nics/", json=body, timeout=120)
+    response = session.post(
+        f"{url}/api/v1/sriov/agent/nics/",
+        json=body,
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=120,
+    )
     took = time.perf_counter() - started
     if response.status_code != 200:
         raise RuntimeError(f"ADD {name}: {response.status_code} {response.text}")
@@ -125,9 +131,7 @@ def add(session: requests.Session, url: str, world: World, name: str, node: int)
 
 
 def session_for(world: World) -> requests.Session:
-    session = requests.Session()
-    session.headers["Authorization"] = f"Bearer {world.agent_token}"
-    return session
+    return requests.Session()
 
 
 def overlaps() -> int:
@@ -145,6 +149,8 @@ def overlaps() -> int:
 
 def run(world: World, url: str, args: argparse.Namespace) -> dict[str, Any]:
     vms = args.vms
+    for v in range(vms):
+        world.node_token(v)
     # 1. One at a time.
     session = session_for(world)
     serial: list[float] = []
@@ -156,7 +162,11 @@ def run(world: World, url: str, args: argparse.Namespace) -> dict[str, Any]:
     for i in range(args.serial):
         uid = world.uid(f"serial-{i}")
         started = time.perf_counter()
-        response = session.delete(f"{url}/api/v1/sriov/agent/nics/{uid}/", timeout=60)
+        response = session.delete(
+            f"{url}/api/v1/sriov/agent/nics/{uid}/",
+            headers={"Authorization": f"Bearer {world.node_tokens[i % vms]}"},
+            timeout=60,
+        )
         dels.append(time.perf_counter() - started)
         assert response.status_code == 204, response.text
     serial_nics_left = sum(len(world.sim_nics(world.vm(v))) for v in range(vms))

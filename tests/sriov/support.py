@@ -1,7 +1,8 @@
 """A control plane with SR-IOV on, against the whitesky simulator and the fake Kubernetes
 API over real HTTP: cluster `demo` in nl-rmd-dc01-001, one machine per seeded VM, each
 with its node (providerID), SR-IOV enabled on network `sriov-nl-rmd` with a credential
-of its own (subject `sriov-operator` in the simulator's call log), and an agent token."""
+of its own (subject `sriov-operator` in the simulator's call log), its enrollment token,
+and node-0's node token (`agent_token`; `node_token(i)` enrolls node i)."""
 
 from __future__ import annotations
 
@@ -14,9 +15,9 @@ from clusters.models import Account, Cluster, ClusterSite, Location, Machine, Ma
 from clusters.observe import account_locations_observe
 from clusters.whitesky import whitesky_client
 from sriov.agent import Clients, pod_nic_add
-from sriov.models import PodNic
+from sriov.models import AgentToken, PodNic
 from sriov.services import sriov_config_set
-from sriov.tokens import agent_token_rotate
+from sriov.tokens import agent_token_rotate, node_token_enroll
 from tests.kube_sim import KubeSimulator, SimCluster, node_object, pod_object
 from tests.whitesky_sim import WhiteskySimulator
 
@@ -36,9 +37,25 @@ class World:
     cluster: Cluster
     location: Location
     machines: list[Machine]
-    agent_token: str
+    enrollment_token: str
     kube_cluster: SimCluster
     pods: dict[str, dict[str, Any]] = field(default_factory=dict)
+    node_tokens: dict[int, str] = field(default_factory=dict)
+
+    def node_token(self, index: int) -> str:
+        """Node `index`'s token, enrolled (as its installer would) the first time."""
+        if index not in self.node_tokens:
+            enrollment = AgentToken.objects.select_related("cluster").get(
+                cluster=self.cluster, node_name="", expires_at__isnull=True
+            )
+            _, raw = node_token_enroll(enrollment=enrollment, node_name=self.node(index))
+            self.node_tokens[index] = raw
+        return self.node_tokens[index]
+
+    @property
+    def agent_token(self) -> str:
+        """Node-0's token: what the CNI plugin on node-0 calls with."""
+        return self.node_token(0)
 
     def node(self, index: int) -> str:
         return f"node-{index}"
@@ -160,7 +177,7 @@ def world_build(
         cluster=cluster,
         location=location,
         machines=machines,
-        agent_token=raw,
+        enrollment_token=raw,
         kube_cluster=kube_cluster,
     )
 

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from clusters.models import Cluster, ClusterSite, MachinePool
+from clusters.models import Cluster, ClusterSite, Machine, MachinePool
 from sriov.models import PodNic
 from sriov.services import sriov_config_set
-from sriov.tokens import agent_token_rotate
+from sriov.tokens import agent_token_rotate, node_token_enroll
 from tests.kube_sim import node_object, pod_object
 from tests.sriov.support import CLOUDSPACE, NETWORK, World
 
@@ -36,12 +36,15 @@ def add_body(world: World, name: str, node: int = 0) -> dict[str, Any]:
 
 @pytest.fixture
 def other(world: World) -> tuple[Cluster, str]:
-    """Cluster `other` of the same account, SR-IOV on, with a node and pod of its own."""
+    """Cluster `other` of the same account, SR-IOV on, with a machine whose node `node-0`
+    holds a node token (returned) and a pod of its own."""
     cluster = Cluster.objects.create(name="other", account=world.account)
     site = ClusterSite.objects.create(
         cluster=cluster, location=world.location, cloudspace_id=CLOUDSPACE, image_id=11
     )
-    MachinePool.objects.create(cluster=cluster, site=site, name="w", replicas=0)
+    pool = MachinePool.objects.create(cluster=cluster, site=site, name="w", replicas=1)
+    vm_id = world.sim.seed(CLOUDSPACE, vms=1, prefix="capvco-other-w")["vm_ids"][0]
+    Machine.objects.create(pool=pool, name="w-0", index=0, vm_id=vm_id, phase="running")
     kube = world.kube.cluster("other")
     Cluster.objects.filter(pk=cluster.pk).update(kubeconfig=kube.kubeconfig_yaml)
     cluster.refresh_from_db()
@@ -54,8 +57,13 @@ def other(world: World) -> tuple[Cluster, str]:
         },
         actor="test",
     )
-    world.kube.put("other", node_object("node-0"), pod_object("intruder", node="node-0"))
-    _, raw = agent_token_rotate(cluster=cluster, actor="test")
+    world.kube.put(
+        "other",
+        node_object("node-0", provider_id=f"vco://{world.location.name}/{vm_id}"),
+        pod_object("intruder", node="node-0"),
+    )
+    enrollment, _ = agent_token_rotate(cluster=cluster, actor="test")
+    _, raw = node_token_enroll(enrollment=enrollment, node_name="node-0")
     return cluster, raw
 
 
@@ -123,11 +131,11 @@ def test_a_token_of_another_cluster_cannot_touch_this_clusters_pods(
     nic = client.post(URL, add_body(world, "web"), content_type="application/json").json()
     _, other_token = other
     agent(client, other_token)
-    # Its own node names the same: the pod is still not its own.
+    # Its own node names the same: the pod is still not its own, and not even seen.
     refused = client.post(URL, add_body(world, "web"), content_type="application/json")
-    assert refused.status_code == 403
-    assert "another cluster" in refused.json()["detail"]
-    assert client.delete(f"{URL}{nic['pod_uid']}/").status_code == 403
+    assert refused.status_code == 404
+    assert "demo" not in refused.json()["detail"]
+    assert client.delete(f"{URL}{nic['pod_uid']}/").status_code == 204  # nothing done
     assert client.get(f"{URL}{nic['pod_uid']}/").status_code == 404
     assert PodNic.objects.get(pod_uid=nic["pod_uid"]).state == PodNic.State.ATTACHED
     assert len(world.sim_nics(world.vm(0))) == 1
@@ -150,11 +158,12 @@ def test_calls_without_a_valid_agent_token_are_refused(world: World, client: Cli
     assert world.sim_nics(world.vm(0)) == []
 
 
-def test_a_rotated_token_stops_working(world: World, client: Client) -> None:
-    world.pod("web")
-    old = world.agent_token
+def test_a_rotated_enrollment_token_stops_enrolling(world: World, client: Client) -> None:
+    old = world.enrollment_token
     agent_token_rotate(cluster=world.cluster, actor="test")
-    response = agent(client, old).post(URL, add_body(world, "web"), content_type="application/json")
+    response = agent(client, old).post(
+        "/api/v1/sriov/agent/enroll/", {"node_name": "node-0"}, content_type="application/json"
+    )
     assert response.status_code == 401
 
 
@@ -195,14 +204,15 @@ def test_a_rotation_with_overlap_keeps_the_old_token_until_then(
 
     from sriov.models import AgentToken
 
-    world.pod("web")
-    old = world.agent_token
+    enroll = "/api/v1/sriov/agent/enroll/"
+    old = world.enrollment_token
     _, new = agent_token_rotate(cluster=world.cluster, actor="test", overlap=timedelta(hours=1))
-    ok = agent(client, old).post(URL, add_body(world, "web"), content_type="application/json")
-    assert ok.status_code == 200
+    ok = agent(client, old).post(enroll, {"node_name": "node-0"}, content_type="application/json")
+    assert ok.status_code == 201
     AgentToken.objects.filter(expires_at__isnull=False).update(
         expires_at=timezone.now() - timedelta(seconds=1)
     )
-    expired = agent(client, old).get(f"{URL}{world.uid('web')}/")
+    body = {"node_name": "node-1"}
+    expired = agent(client, old).post(enroll, body, content_type="application/json")
     assert expired.status_code == 401 and "retired" in expired.json()["detail"]
-    assert agent(client, new).get(f"{URL}{world.uid('web')}/").status_code == 200
+    assert agent(client, new).post(enroll, body, content_type="application/json").status_code == 201

@@ -83,16 +83,20 @@ def test_the_secret_and_daemonset_pass_the_kubernetes_schemas(world: World) -> N
         kubernetes_validate.validate(document, kubernetes_validate.latest_version(), strict=True)
 
 
-def test_the_installer_puts_a_runnable_plugin_and_the_token_in_place(tmp_path: Path) -> None:
+def test_the_installer_puts_a_runnable_plugin_and_the_token_in_place(
+    world: World, live_server: Any, tmp_path: Path
+) -> None:
     token = tmp_path / "secret-token"
-    token.write_text("cvsriov_abc_def\n")
-    changed = install(
-        bin_dir=tmp_path / "bin",
-        conf_dir=tmp_path / "conf",
-        token_file=token,
-        node_name="node-7",
-    )
-    assert len(changed) == 3
+    token.write_text(world.enrollment_token + "\n")
+    options: dict[str, Any] = {
+        "bin_dir": tmp_path / "bin",
+        "conf_dir": tmp_path / "conf",
+        "token_file": token,
+        "node_name": "node-1",
+        "agent_url": f"{live_server.url}/api/v1/sriov/agent/",
+    }
+    changed = install(**options)
+    assert len(changed) == 4  # the plugin, the node's token, its name, which Secret
     plugin = tmp_path / "bin" / "capvco-sriov"
     assert plugin.stat().st_mode & 0o111
     assert (tmp_path / "conf" / "token").stat().st_mode & 0o777 == 0o600
@@ -105,15 +109,7 @@ def test_the_installer_puts_a_runnable_plugin_and_the_token_in_place(tmp_path: P
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert '"supportedVersions"' in result.stdout
-    assert (
-        install(
-            bin_dir=tmp_path / "bin",
-            conf_dir=tmp_path / "conf",
-            token_file=token,
-            node_name="node-7",
-        )
-        == []
-    )
+    assert install(**options) == []
 
 
 def test_reclaim_runs_on_beat() -> None:

@@ -1,6 +1,7 @@
 """Give the demo cluster SR-IOV: a few pods in its Kubernetes (the fake API server, whose
 joiner makes each running VM a node), SR-IOV enabled with a demo credential of its own,
-and NICs for those pods asked for through the agent API, as the CNI plugin would.
+and NICs for those pods asked for through the agent API as the CNI plugin would, with
+each node's token enrolled as its installer would.
 
 Only for `make run` (it takes its credential from the simulator's control API). Waits for
 the demo machines to run and their nodes to join first; run again, it asks again (ADD is
@@ -19,8 +20,9 @@ from clusters.kube import kube_client
 from clusters.kube_observe import cluster_kube_observe
 from clusters.models import Cluster, Machine
 from gpus import naming
+from sriov.models import AgentToken
 from sriov.services import sriov_config_set
-from sriov.tokens import agent_token_rotate
+from sriov.tokens import agent_token_rotate, node_token_revoke
 
 ACTOR = "demo_sriov"
 LOCATION = "nl-rmd-dc01-001"
@@ -76,14 +78,15 @@ class Command(BaseCommand):
             actor=ACTOR,
             reason="demo",
         )
-        _, agent_token = agent_token_rotate(cluster=cluster, actor=ACTOR, reason="demo")
-        session = requests.Session()
-        session.headers["Authorization"] = f"Bearer {agent_token}"
+        _, enrollment = agent_token_rotate(cluster=cluster, actor=ACTOR, reason="demo")
+        agent_url = f"{web.rstrip('/')}/api/v1/sriov/agent"
+        node_tokens = {node: self._enroll(agent_url, enrollment, node) for node in nodes}
         for index, (name, namespace) in enumerate(PODS):
             pod = self._pod(kube.rstrip("/"), namespace, name)
             node = nodes[index % len(nodes)]
-            answer = session.post(
-                f"{web.rstrip('/')}/api/v1/sriov/agent/nics/",
+            answer = requests.post(
+                f"{agent_url}/nics/",
+                headers={"Authorization": f"Bearer {node_tokens[node]}"},
                 json={
                     "pod_uid": pod["metadata"]["uid"],
                     "namespace": namespace,
@@ -99,6 +102,23 @@ class Command(BaseCommand):
                 f"{namespace}/{name} on {node}: {nic['mac']} {nic['address']}/{nic['prefix']}"
             )
         self.stdout.write(self.style.SUCCESS(f"SR-IOV on for 'demo': {len(PODS)} pods have NICs."))
+
+    def _enroll(self, agent_url: str, enrollment: str, node: str) -> str:
+        """The node's token, as its installer gets it (again after each demo run)."""
+        current = AgentToken.objects.filter(cluster__name="demo", node_name=node)
+        if current.exists():  # a demo run before: its token was not kept
+            node_token_revoke(
+                cluster=current[0].cluster, node_name=node, actor=ACTOR, reason="demo again"
+            )
+        answer = requests.post(
+            f"{agent_url}/enroll/",
+            headers={"Authorization": f"Bearer {enrollment}"},
+            json={"node_name": node},
+            timeout=60,
+        )
+        if answer.status_code != 201:
+            raise CommandError(f"enrolling {node}: {answer.status_code} {answer.text}")
+        return str(answer.json()["token"])
 
     def _running_machines(self, cluster: Cluster, deadline: float) -> list[Machine]:
         while True:
