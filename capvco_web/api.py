@@ -10,9 +10,12 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any, ClassVar
 
+from django.apps import apps
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.core.validators import RegexValidator
-from django.db import models
+from django.db import IntegrityError, models
 from django.db.models import ProtectedError, RestrictedError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views import defaults
@@ -99,6 +102,15 @@ def error_body(exc: APIException, data: Any) -> dict[str, Any]:
     return {"detail": str(detail), "code": code}
 
 
+class BodyTooLarge(APIException):
+    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+    default_code = "too_large"
+
+    def __init__(self) -> None:
+        most = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        super().__init__(f"The request body is larger than the API reads: at most {most:,} bytes.")
+
+
 class InUseConflict(APIException):
     status_code = status.HTTP_409_CONFLICT
     default_detail = "Still in use."
@@ -140,14 +152,62 @@ def api_validation_error(
     return ApiValidationError(nested)
 
 
+# What PostgreSQL and SQLite say of a row that breaks a unique constraint: the table and
+# its columns.
+_PG_KEY = re.compile(r"Key \((?P<columns>[^)]+)\)=")
+_SQLITE_UNIQUE = re.compile(r"UNIQUE constraint failed: (?P<columns>[\w., ]+)")
+_UNIQUE_VIOLATION = "23505"  # PostgreSQL's SQLSTATE
+
+
+def _unique_violated(exc: IntegrityError) -> tuple[type[models.Model], list[str]] | None:
+    """The model and columns of the unique constraint a write broke; None for any other
+    integrity error."""
+    cause = exc.__cause__
+    diag = getattr(cause, "diag", None)
+    if diag is not None and getattr(cause, "sqlstate", None) == _UNIQUE_VIOLATION:
+        table, found = diag.table_name, _PG_KEY.match(diag.message_detail or "")
+        columns = [c.strip() for c in found["columns"].split(",")] if found else []
+    elif found := _SQLITE_UNIQUE.match(str(exc)):
+        pairs = [c.strip().split(".") for c in found["columns"].split(",")]
+        table, columns = pairs[0][0], [pair[-1] for pair in pairs]
+    else:
+        return None
+    model = next((m for m in apps.get_models() if m._meta.db_table == table), None)
+    return (model, columns) if model is not None and columns else None
+
+
+def unique_conflict(exc: IntegrityError) -> ApiValidationError | None:
+    """A create that lost a race to an identical one: both passed the serializer's unique
+    check before either was saved, and the second broke the constraint. The same 409 as
+    that check gives one request after the other, naming the field (several: the request
+    as a whole), with the model's own message."""
+    violated = _unique_violated(exc)
+    if violated is None:
+        return None
+    model, columns = violated
+    by_column = {field.column: field for field in model._meta.concrete_fields}
+    if not set(columns) <= set(by_column):
+        return None
+    check = tuple(by_column[column].name for column in columns)
+    message = model().unique_error_message(model, check).messages[0]
+    key = check[0] if len(check) == 1 else "non_field_errors"
+    return ApiValidationError({key: [ErrorDetail(message, code="unique")]})
+
+
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     """DRF's handler in the one error shape; a delete refused because something still
     hangs from the object answers 409 naming it, and a model's own refusal at save (e.g.
-    under a lock) answers as the serializer's would have (never a 500)."""
+    under a lock) answers as the serializer's would have (never a 500), as does a create
+    that lost a race to an identical one (a unique constraint). A body larger than Django
+    reads answers 413."""
     if isinstance(exc, ProtectedError | RestrictedError):
         exc = InUseConflict(in_use_detail(exc))
+    if isinstance(exc, RequestDataTooBig):
+        exc = BodyTooLarge()
     if isinstance(exc, DjangoValidationError):
         exc = api_validation_error(exc)
+    if isinstance(exc, IntegrityError):
+        exc = unique_conflict(exc) or exc
     response = drf_exception_handler(exc, context)
     if response is not None:
         api_exc = exc if isinstance(exc, APIException) else APIException()

@@ -30,6 +30,8 @@ _ERRORS = {
     "409": "Valid in itself, but not against what is there now: an object it names does "
     "not exist, a name is taken, or objects it names do not belong together (`fields` "
     "names each).",
+    "413": "The body is larger than the API reads (2.5 MB by default, "
+    "DATA_UPLOAD_MAX_MEMORY_SIZE).",
     "415": "The body is not `application/json`.",
     "429": "Too many requests: try again after `Retry-After` seconds.",
 }
@@ -61,7 +63,7 @@ class ApiSchema(AutoSchema):
         places = {parameter["in"] for parameter in parameters}
         statuses = {"401", "403", "429"}  # every operation needs authentication
         if "requestBody" in operation:
-            statuses |= {"400", "415"}
+            statuses |= {"400", "413", "415"}
         if "requestBody" in operation and self.method != "DELETE":
             statuses.add("409")
         if "query" in places:
@@ -130,6 +132,9 @@ class ApiSchema(AutoSchema):
         # pattern takes it too, "" would match both (and `oneOf` none).
         if "oneOf" in schema and schema["oneOf"][1] == _BLANK and _admits_blank(string):
             schema.update(schema.pop("oneOf")[0])
+        # A default of "" belongs beside the `oneOf` it matches, not in the pattern's branch.
+        if "oneOf" in schema and "default" in string:
+            schema["default"] = string.pop("default")
 
 
 _BLANK = {"type": "string", "maxLength": 0}

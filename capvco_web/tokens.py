@@ -76,12 +76,15 @@ def api_token_create(
     Raises ValidationError naming the field at fault. Audited.
     """
     token = ApiToken(user=user, name=name.strip(), expires_at=expires_at)
-    api_token_check(token=token)
-    token.key_id = secrets.token_hex(KEY_ID_BYTES)
-    raw = f"{API_TOKEN_PREFIX}{token.key_id}_{secrets.token_urlsafe(SECRET_BYTES)}"
-    token.token_hash = token_hash(raw)
-    token.full_clean()
     with transaction.atomic():
+        # The user's row, locked until the token is saved: creates for one user at once
+        # count and save one after the other, so that none passes the cap.
+        User.objects.select_for_update().filter(pk=user.pk).first()
+        api_token_check(token=token)
+        token.key_id = secrets.token_hex(KEY_ID_BYTES)
+        raw = f"{API_TOKEN_PREFIX}{token.key_id}_{secrets.token_urlsafe(SECRET_BYTES)}"
+        token.token_hash = token_hash(raw)
+        token.full_clean()
         token.save()
         audit_record(actor=actor, action="api_token.create", obj=token, after=_audit_fields(token))
     return token, raw

@@ -40,9 +40,61 @@ _SHOWN_INVISIBLE = (
 # valid Unicode holds one.
 _INVISIBLE = rf"{_SHOWN_INVISIBLE}\ud800-\udfff"
 _INVISIBLE_CHAR = re.compile(f"[{_INVISIBLE}]")
-# The schema names characters past U+FFFF as themselves: `\U0010fffd` is Python's escape,
-# not ECMAScript's (whose `\u{10fffd}` Python does not read).
-_SCHEMA_INVISIBLE = re.sub(r"\\U([0-9a-f]{8})", lambda m: chr(int(m[1], 16)), _SHOWN_INVISIBLE)
+
+
+def _ranges(char_class: str) -> list[tuple[int, int]]:
+    """The code point ranges of a character class body written with `\\u`/`\\U` escapes."""
+    chars = re.sub(r"\\[uU]([0-9a-f]{4,8})", lambda m: chr(int(m[1], 16)), char_class)
+    found, i = [], 0
+    while i < len(chars):
+        if chars[i + 1 : i + 2] == "-":
+            found.append((ord(chars[i]), ord(chars[i + 2])))
+            i += 3
+        else:
+            found.append((ord(chars[i]), ord(chars[i])))
+            i += 1
+    return found
+
+
+def _schema_pattern(invisible: list[tuple[int, int]]) -> str:
+    """The rule as a pattern that reads the same as code points (Python, JSON Schema
+    validators) and as UTF-16 code units (JavaScript without the `u` flag), escaping no
+    surrogate (which validators refuse) and naming characters past U+FFFF as themselves.
+
+    Such a character is a surrogate pair in JavaScript, so no class may hold one as a
+    range's end. Instead, before each character: a lookahead of the invisible ones one by
+    one, and for the private-use planes a block test, `[\\ud7ff-Z]` and not
+    `[\\ud7ff-A]`, with A just before the block and Z its last character: as code points
+    that is the block; as code units, its high surrogates (the low surrogates of A and Z
+    are both U+DFFF and cancel). The block's few characters that are not invisible are
+    allowed first."""
+    bmp = "".join(
+        f"\\u{lo:04x}" if lo == hi else f"\\u{lo:04x}-\\u{hi:04x}"
+        for lo, hi in invisible
+        if hi <= 0xFFFF
+    )
+    singles: list[int] = []
+    blocks: list[tuple[int, int]] = []
+    allowed: list[int] = []
+    for lo, hi in invisible:
+        if hi <= 0xFFFF:
+            continue
+        first, last = lo & ~0x3FF, hi | 0x3FF  # the blocks of 1,024 with one high surrogate
+        if (lo - first) + (last - hi) > 16:
+            singles.extend(range(lo, hi + 1))
+            continue
+        if blocks and blocks[-1][1] + 1 == first:
+            first = blocks.pop()[0]
+        blocks.append((first, last))
+        allowed.extend([*range(lo & ~0x3FF, lo), *range(hi + 1, last + 1)])
+    shown = "".join(
+        f"(?!(?=[\\ud7ff-{chr(last)}])(?![\\ud7ff-{chr(first - 1)}]))" for first, last in blocks
+    )
+    one = f"(?!{'|'.join(map(chr, singles))}){shown}[^{bmp}]"
+    return f"^(?:{'|'.join(map(chr, sorted(set(allowed))))}|{one})*$"
+
+
+_SCHEMA_PATTERN = _schema_pattern(_ranges(_SHOWN_INVISIBLE))
 
 
 @deconstructible
@@ -70,7 +122,7 @@ class VisibleText(RegexValidator):
 
     def json_schema(self, direction: str) -> dict[str, str]:
         """The rule as the API's schema states it (see capvco_web.api_schema)."""
-        return {"pattern": f"^[^{_SCHEMA_INVISIBLE}]*$"}
+        return {"pattern": _SCHEMA_PATTERN}
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, VisibleText)

@@ -1,10 +1,11 @@
 """Our API against its own OpenAPI schema, with schemathesis: the world it runs in, and the
 long run as a command.
 
-    python -m tests.api_fuzz [--examples 300] [--seed 1] [-- more schemathesis options]
+    python -m tests.api_fuzz [--examples 300] [--seed 1] [--as viewer] [-- schemathesis options]
 
-starts the API on a throwaway test database (the settings of the test suite), fills it
-with one of every object, logs a superuser in, and runs `schemathesis run` with every
+starts the API on a throwaway test database (the settings of the test suite, DEBUG off),
+fills it with one of every object, logs a superuser in (`--as viewer`: a viewer of the
+world's account), and runs `schemathesis run` with every
 check and phase (stateful included) against it. The test suite runs a bounded, derandomized
 share of the same (tests/test_api_contract.py).
 """
@@ -16,7 +17,6 @@ import copy
 import json
 import logging
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -35,25 +35,27 @@ def served_schema() -> dict[str, Any]:
     return dict(SchemaGenerator().get_schema(request=None, public=True))
 
 
-# A pattern that is one character class repeated: `^[...]*$`.
-_CLASS_REPEATED = re.compile(r"\^(\[(?:\\.|[^\]\\])*\])\*\$")
-
-
 def schema_for_schemathesis(schema: dict[str, Any]) -> dict[str, Any]:
     """The schema, saying the same in a form schemathesis (4.32) reads: it folds a string's
-    length bounds into its pattern itself, and writes characters past U+FFFF there as
-    `\\U` escapes that its own regex check then refuses. Folded here first, for patterns
-    of one class repeated, which mean the same with `{min,max}`."""
+    length bounds into its pattern's repeat itself, but writes the characters past U+FFFF
+    of the visible-text pattern back as `\\U` escapes, which its own regex check then
+    refuses. Folded here first, for patterns that are one repeat between `^` and `$`
+    (code points, as schemathesis counts)."""
+    import re._constants as sre
+    import re._parser as sre_parse
+
     schema = copy.deepcopy(schema)
     stack: list[Any] = [schema]
     while stack:
         node = stack.pop()
         if isinstance(node, dict):
-            found = _CLASS_REPEATED.fullmatch(node.get("pattern") or "")
+            pattern = node.get("pattern") or ""
             lengths = {"minLength", "maxLength"} & set(node)
-            if found and lengths and max(map(ord, found[1])) > 0xFFFF:
-                least, most = node.pop("minLength", 0), node.pop("maxLength", "")
-                node["pattern"] = f"^{found[1]}{{{least},{most}}}$"
+            if lengths and max(map(ord, pattern), default=0) > 0xFFFF and pattern.endswith("*$"):
+                parsed = list(sre_parse.parse(pattern))
+                if [op for op, _ in parsed] == [sre.AT, sre.MAX_REPEAT, sre.AT]:
+                    least, most = node.pop("minLength", 0), node.pop("maxLength", "")
+                    node["pattern"] = f"{pattern[:-2]}{{{least},{most}}}$"
             stack.extend(node.values())
         elif isinstance(node, list):
             stack.extend(node)
@@ -122,8 +124,10 @@ def keeps_failure(context: Any, failure: Any, case: Any, response: Any) -> bool:
     return not (unstatable or _body_schema_refuses(case))
 
 
-# The superuser the run acts as; it owns the world's API token.
+# The superuser the run acts as (it owns the world's API token), and a viewer of the
+# world's account, the least a member may do.
 CONTRACT_USER = "contract"
+CONTRACT_VIEWER = "contract-viewer"
 
 
 def seed_world() -> dict[str, int]:
@@ -156,6 +160,8 @@ def seed_world() -> dict[str, int]:
     MachineFactory(pool=pool)
     card = GpuProfileFactory(location=attached.location)
     member = MembershipFactory(account=pool.cluster.account, role="operator")
+    viewer = UserFactory(username=CONTRACT_VIEWER)
+    MembershipFactory(user=viewer, account=pool.cluster.account, role="viewer")
     node = KubeNodeFactory(cluster=pool.cluster, machine=machine)
     pod = KubePodFactory(cluster=pool.cluster, node_name=node.name)
     token, _ = api_token_create(user=superuser, name="contract", actor=CONTRACT_USER)
@@ -190,14 +196,15 @@ def seed_world() -> dict[str, int]:
     }
 
 
-def superuser_headers() -> dict[str, str]:
-    """Headers that authenticate as the run's superuser through a session, as a browser
-    would (a session may make API tokens; a token may not)."""
+def superuser_headers(username: str = CONTRACT_USER) -> dict[str, str]:
+    """Headers that authenticate as the run's superuser (or another user of the world)
+    through a session, as a browser would (a session may make API tokens; a token may
+    not)."""
     from django.contrib.auth.models import User
     from django.test import Client
 
     client = Client()
-    client.force_login(User.objects.get(username=CONTRACT_USER))
+    client.force_login(User.objects.get(username=username))
     session = client.cookies["sessionid"].value
     return {"Cookie": f"sessionid={session}; csrftoken={CSRF_TOKEN}", "X-CSRFToken": CSRF_TOKEN}
 
@@ -212,7 +219,7 @@ def pin_path(case: Any, world: dict[str, int]) -> None:
         case.path_parameters["id"] = world[collection]
 
 
-def _run(examples: int, seed: int, extra: list[str]) -> int:
+def _run(examples: int, seed: int, username: str, extra: list[str]) -> int:
     import django
     from django.contrib.staticfiles.handlers import StaticFilesHandler
     from django.test.testcases import LiveServerThread
@@ -227,7 +234,7 @@ def _run(examples: int, seed: int, extra: list[str]) -> int:
         seed_world()
         # The session authenticates; the empty Authorization header makes it ours for
         # schemathesis (see tests/test_api_contract.py).
-        headers = {**superuser_headers(), "Authorization": ""}
+        headers = {**superuser_headers(username), "Authorization": ""}
         server.daemon = True
         server.start()
         server.is_ready.wait()
@@ -261,6 +268,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--examples", type=int, default=300, help="per operation and phase")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--as",
+        dest="role",
+        choices=["superuser", "viewer"],
+        default="superuser",
+        help="act as the superuser, or as a viewer of the world's account",
+    )
     parser.add_argument("extra", nargs="*", help="more `schemathesis run` options, after --")
     args = parser.parse_args(argv)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
@@ -268,7 +282,8 @@ def main(argv: list[str] | None = None) -> int:
     # of them 429 and hide what the API does with them.
     for rate in ("API_RATE_USER", "API_RATE_ANON", "API_RATE_FAILED_AUTH"):
         os.environ.setdefault(rate, "1000000/minute")
-    return _run(args.examples, args.seed, args.extra)
+    username = CONTRACT_USER if args.role == "superuser" else CONTRACT_VIEWER
+    return _run(args.examples, args.seed, username, args.extra)
 
 
 if __name__ == "__main__":

@@ -130,6 +130,25 @@ def test_a_body_that_is_not_json_is_refused_as_unsupported(api: APIClient) -> No
     assert (response.status_code, response.json()["code"]) == (415, "unsupported_media_type")
 
 
+@pytest.mark.parametrize("method", ["post", "put", "patch"])
+def test_a_body_larger_than_the_api_reads_answers_413_in_the_error_shape(
+    api: APIClient, method: str
+) -> None:
+    account = AccountFactory()
+    url = "/api/v1/accounts/" if method == "post" else f"/api/v1/accounts/{account.pk}/"
+    body = json.dumps({"name": "x" * settings.DATA_UPLOAD_MAX_MEMORY_SIZE})
+
+    response = getattr(api, method)(url, body, content_type="application/json")
+
+    assert response.status_code == 413
+    assert response["Content-Type"] == "application/json"
+    assert response.json() == {
+        "detail": "The request body is larger than the API reads: at most 2,621,440 bytes.",
+        "code": "too_large",
+    }
+    assert Account.objects.get().name == account.name
+
+
 def test_an_unknown_api_url_answers_404_in_the_error_shape(api: APIClient) -> None:
     response = api.get("/api/v1/clusters/a.b/")
 

@@ -237,7 +237,7 @@ class PoolGpuSerializer(StrictInputMixin, serializers.Serializer[MachinePool]):
         "anyOf": [
             {
                 "properties": {
-                    "count": {"enum": [0]},
+                    "count": {"type": "integer", "enum": [0]},
                     "type": {"maxLength": 0},
                     "profileId": {"maxLength": 0},
                 }

@@ -155,7 +155,7 @@ class SriovSetSerializer(StrictInputMixin, serializers.Serializer[Any]):
 
     schema_rules = {
         "anyOf": [
-            {"properties": {"enabled": {"enum": [False]}}},
+            {"properties": {"enabled": {"type": "boolean", "enum": [False]}}},
             {"properties": {"external_network": {"pattern": HAS_TEXT}}},
         ]
     }

@@ -106,6 +106,13 @@ class SriovClusterViewSet(
     def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         return Response(SriovStatusSerializer(_status(self.get_object())).data)
 
+    def check_object_permissions(self, request: Request, obj: Any) -> None:
+        # The browsable API asks about the object it shows, the status of the cluster:
+        # the roles speak of the cluster.
+        super().check_object_permissions(
+            request, obj.cluster if isinstance(obj, SriovStatus) else obj
+        )
+
     @extend_schema(request=SriovSetSerializer, responses={200: SriovStatusSerializer})
     def update(self, request: Request, pk: str | None = None) -> Response:
         """Enable or disable SR-IOV, set its network, MTU and credential (write-only; it
