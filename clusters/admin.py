@@ -614,6 +614,10 @@ class MachinePoolAdmin(DeleteThroughServiceAdmin[MachinePool]):
                 )
             except PermissionDenied as exc:
                 self.message_user(request, f"{pool}: not scaled: {exc}", messages.ERROR)
+            except ValidationError as exc:
+                self.message_user(
+                    request, f"{pool}: not scaled: {'; '.join(exc.messages)}", messages.ERROR
+                )
             else:
                 self.message_user(
                     request, f"{pool}: scaled to {asked['replicas']}.", messages.SUCCESS

@@ -386,6 +386,16 @@ class Cluster(models.Model):
     def imported(self) -> bool:
         return bool(self.imported_from)
 
+    def deleting_refusal(self) -> str | None:
+        """Why its pools may not be added, scaled or changed: the cluster is being deleted,
+        and its teardown would drop the change unseen. None while it is active."""
+        if self.state == Cluster.State.ACTIVE:
+            return None
+        return (
+            f"Cluster {self.name} is being deleted (state {self.state}): its pools are torn "
+            "down with it and cannot be added, scaled or changed."
+        )
+
     def import_refusal(self) -> str | None:
         """Why a person may not change or delete this cluster or what belongs to it (its
         sites and pools); None when they may."""
@@ -616,6 +626,8 @@ class MachinePool(models.Model):
             errors["name"] = conflict(name_error)
         if errors:
             raise ValidationError(errors)
+        if self.cluster_id and (refusal := self.cluster.deleting_refusal()):
+            raise conflict(refusal)
 
     def _name_error(self) -> str | None:
         # VM and vGPU names carry the pool name: within its cluster they must read as
