@@ -58,6 +58,9 @@ MIN_MEMORY_MIB, MAX_MEMORY_MIB = 512, 4 * 1024 * 1024  # 4 TiB
 MIN_DISK_GIB, MAX_DISK_GIB = 10, 64 * 1024  # 64 TiB
 MAX_REPLICAS = 100
 MAX_INT32 = 2**31 - 1  # whitesky ids that are integers (images)
+# whitesky documents no bound for user data (it travels in the VM create's query string);
+# ours keeps every row, call and page of it bounded: 64 Ki characters (64 KiB of ASCII).
+MAX_USER_DATA_LENGTH = 65_536
 
 
 def whitesky_allowed_hosts() -> AllowedHosts:
@@ -509,7 +512,18 @@ class MachinePool(models.Model):
     disk_gib = models.PositiveIntegerField(
         default=50, validators=[MinValueValidator(MIN_DISK_GIB), MaxValueValidator(MAX_DISK_GIB)]
     )
-    user_data = models.TextField(blank=True)
+    user_data = models.TextField(
+        blank=True,
+        validators=[
+            MaxLengthValidator(
+                MAX_USER_DATA_LENGTH,
+                f"User data is at most {MAX_USER_DATA_LENGTH:,} characters (this has "
+                "%(show_value)s).",
+            )
+        ],
+        help_text="cloud-init user data of its VMs (at most 65,536 characters); audited as "
+        "its size and digest only.",
+    )
     gpu_type = models.CharField(
         max_length=100,
         blank=True,
@@ -582,6 +596,9 @@ class MachinePool(models.Model):
             ),
         ]
         permissions = [("scale_machinepool", "Can scale machine pool (replicas only)")]
+
+    # What audit records show of these: a size and a digest, not the text (capvco_web.audit).
+    audit_digested = frozenset({"user_data"})
 
     def __str__(self) -> str:
         return f"{self.cluster}/{self.name}"
