@@ -4,6 +4,7 @@ import re
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.contrib.auth.models import Group
@@ -118,6 +119,40 @@ def conflict(message: str) -> ValidationError:
     return ValidationError(message, code="conflict")
 
 
+def whitesky_customer(api_url: str, customer_id: str) -> tuple[str, str]:
+    """Which whitesky customer an account names: its API's host and the customer id (any
+    case, outer spaces ignored). Ports, paths and letter case do not make another one:
+    taking two spellings for one customer only makes a name rule stricter, while taking
+    one customer for two would let two of our clusters own the same VM names."""
+    return (urlsplit(api_url).hostname or "").lower(), customer_id.strip().casefold()
+
+
+def same_customer_account_ids(api_url: str, customer_id: str) -> set[int]:
+    """Every account of ours that names this whitesky customer: their clusters' VMs and
+    vGPUs are in the same listings, so cluster names must be unambiguous among them."""
+    customer = whitesky_customer(api_url, customer_id)
+    rows = Account.objects.values_list("pk", "api_url", "customer_id")
+    return {pk for pk, url, cid in rows if whitesky_customer(url, cid) == customer}
+
+
+def cluster_name_refusal(name: str, account_id: int, *, exclude: int | None = None) -> str | None:
+    """Why a cluster of the account cannot be named `name` (None: it can). Against the
+    clusters of its own account the answer names the cluster in the way, which an admin of
+    the account sees anyway. Against those of another account of the same whitesky
+    customer (which the caller may not see) it says only that the name is not available:
+    not which cluster, which account, or that one exists."""
+    account = Account.objects.get(pk=account_id)
+    accounts = same_customer_account_ids(account.api_url, account.customer_id) | {account_id}
+    clusters = Cluster.objects.filter(account_id__in=accounts)
+    if exclude is not None:
+        clusters = clusters.exclude(pk=exclude)
+    own: list[str] = []
+    others: list[str] = []
+    for other, other_account in clusters.values_list("name", "account_id"):
+        (own if other_account == account_id else others).append(other)
+    return naming.cluster_name_conflict(name, own) or naming.cluster_name_unavailable(name, others)
+
+
 class Account(models.Model):
     """A whitesky customer account, the credential to act on it, and its orphan policy."""
 
@@ -200,6 +235,15 @@ class Account(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if self._state.adding:
+            super().save(*args, **kwargs)
+            return
+        with transaction.atomic():
+            names_lock()  # clean() checked without it; checked again here, under it
+            self._customer_move_check()
+            super().save(*args, **kwargs)
+
     @property
     def has_capi_kubeconfig(self) -> bool:
         return bool(self.capi_kubeconfig)
@@ -210,6 +254,26 @@ class Account(models.Model):
                 kubeconfig_load(self.capi_kubeconfig)
             except KubeconfigInvalid as exc:
                 raise ValidationError({"capi_kubeconfig": str(exc)}) from exc
+        self._customer_move_check()
+
+    def _customer_move_check(self) -> None:
+        """An account that comes to name another whitesky customer (its API host or its
+        customer id changed) brings its clusters' VM names there: refused (409) when
+        they would be ambiguous with the names of that customer's other accounts."""
+        if self.pk is None:
+            return
+        stored = Account.objects.filter(pk=self.pk).values_list("api_url", "customer_id").first()
+        here = whitesky_customer(self.api_url, self.customer_id)
+        if stored is None or whitesky_customer(*stored) == here:
+            return
+        accounts = same_customer_account_ids(self.api_url, self.customer_id) - {self.pk}
+        there = list(Cluster.objects.filter(account_id__in=accounts).values_list("name", flat=True))
+        for name in self.clusters.order_by("name").values_list("name", flat=True):
+            if refusal := naming.cluster_name_unavailable(name, there):
+                field = "customer_id" if self.customer_id != stored[1] else "api_url"
+                raise ValidationError(
+                    {field: conflict(f"This account's clusters cannot move there. {refusal}")}
+                )
 
 
 IMPORTED_READ_ONLY = (
@@ -294,7 +358,10 @@ class Cluster(models.Model):
         ACTIVE = "active"
         DELETING = "deleting"
 
-    name = models.CharField(max_length=40, unique=True, validators=[dns_label])
+    # Unique, and unambiguous as a VM name prefix, among the clusters of one whitesky
+    # customer (cluster_name_refusal); free across customers. The database holds the part
+    # it can: one name per account.
+    name = models.CharField(max_length=40, validators=[dns_label])
     account = models.ForeignKey(Account, on_delete=models.PROTECT, related_name="clusters")
     state = models.CharField(max_length=16, choices=State, default=State.ACTIVE)
     deletion_blockers = models.JSONField(
@@ -367,6 +434,13 @@ class Cluster(models.Model):
         "management cluster). An imported cluster, its sites and pools change there only.",
     )
 
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["account", "name"], name="cluster_name_unique_per_account"
+            )
+        ]
+
     def __str__(self) -> str:
         return self.name
 
@@ -376,8 +450,7 @@ class Cluster(models.Model):
             return
         with transaction.atomic():
             names_lock()  # clean() checked without it; checked again here, under it
-            names = Cluster.objects.values_list("name", flat=True)
-            if taken := naming.cluster_name_conflict(self.name, names):
+            if self.account_id and (taken := cluster_name_refusal(self.name, self.account_id)):
                 raise ValidationError({"name": conflict(taken)})
             super().save(*args, **kwargs)
 
@@ -415,7 +488,8 @@ class Cluster(models.Model):
             except KubeconfigInvalid as exc:
                 raise ValidationError({"kubeconfig": str(exc)}) from exc
         # VM and vGPU names carry the cluster name: they must read as this cluster's only
-        # (see gpus.naming), against every cluster of every account, deleting ones too.
+        # (see gpus.naming), against every cluster of the whitesky customer, deleting ones
+        # too.
         if self.pk and Cluster.objects.filter(pk=self.pk).exclude(name=self.name).exists():
             raise ValidationError(
                 {
@@ -424,9 +498,9 @@ class Cluster(models.Model):
                     )
                 }
             )
-        others = Cluster.objects.exclude(pk=self.pk) if self.pk else Cluster.objects.all()
-        names = others.values_list("name", flat=True)
-        if taken := naming.cluster_name_conflict(self.name, names):
+        if self.account_id and (
+            taken := cluster_name_refusal(self.name, self.account_id, exclude=self.pk)
+        ):
             raise ValidationError({"name": conflict(taken)})
 
 
