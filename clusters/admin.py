@@ -43,6 +43,7 @@ from capvco_web.permissions import (
     AccountScopedAdmin,
     AccountScopedInline,
     allowed_somewhere,
+    users_known,
 )
 from clusters.models import (
     MAX_CREDENTIAL_LENGTH,
@@ -723,6 +724,15 @@ class MembershipAdmin(DeleteThroughServiceAdmin[Membership]):
     list_filter = ["account", "role"]
     list_select_related = ["user", "account", "role"]
     search_fields = ["user__username"]
+
+    def formfield_for_foreignkey(
+        self, db_field: models.ForeignKey[Any, Any], request: HttpRequest, **kwargs: Any
+    ) -> Any:
+        if db_field.name == "user":
+            # Only users the caller may know; any other is "not one of the choices", as
+            # an id that exists nowhere.
+            kwargs["queryset"] = users_known(request.user).order_by("username")
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
     def delete_check(self, obj: Membership) -> None:
         return None  # nothing hangs from a membership
