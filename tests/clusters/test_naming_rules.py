@@ -16,6 +16,7 @@ from django.urls import reverse
 from rest_framework.test import APIClient
 
 from clusters.models import Account, Cluster, ClusterSite, Location, MachinePool, Membership
+from gpus.models import VgpuReservation
 
 pytestmark = pytest.mark.django_db
 JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhcGkifQ.c2lnbmF0dXJl"
@@ -395,3 +396,34 @@ def test_two_creates_at_once_of_x_and_x_y_cannot_both_pass(account: Account) -> 
     thread.join()
     assert sorted(Cluster.objects.values_list("name", flat=True)) == ["x"]
     assert errors == [X_Y_AFTER_X]
+
+
+def test_the_reservations_page_links_an_owner_name_to_the_cluster_of_its_own_account(
+    admin_client: Client,
+) -> None:
+    """Two customers may each have a cluster `blue`: a leftover vGPU named for `blue`
+    links to the `blue` of the account whose listing shows it."""
+    ours, theirs = (
+        Account.objects.create(
+            name=name,
+            api_url="https://vco.example/api/1",
+            iam_url="https://iam.example",
+            customer_id=name,
+            credential=JWT,
+        )
+        for name in ("ours", "theirs")
+    )
+    blue = {
+        account.name: Cluster.objects.create(name="blue", account=account)
+        for account in (ours, theirs)
+    }
+    location = Location.objects.create(account=ours, name="nl-1")
+    VgpuReservation.objects.create(
+        location=location, name="capvco-blue-a-0-gpu-0", vgpu_id="v-1", gpu_id="g",
+        owner_cluster="blue", owner_machine="a-0", state=VgpuReservation.State.RESERVED,
+    )  # fmt: skip
+
+    page = admin_client.get("/reservations/").content.decode()
+
+    assert f'href="/clusters/{blue["ours"].pk}/">blue</a>' in page
+    assert f'href="/clusters/{blue["theirs"].pk}/"' not in page
