@@ -187,7 +187,8 @@ class MembershipViewSet(AccountScopedViewSetMixin, viewsets.ModelViewSet[Members
     def get_serializer(self, *args: Any, **kwargs: Any) -> Any:
         # A user the caller may not know is "no such user", as a name nobody has.
         serializer = super().get_serializer(*args, **kwargs)
-        serializer.fields["user"].queryset = users_known(self.request.user)
+        if isinstance(serializer, MembershipSerializer):  # not a list's: it reads only
+            serializer.fields["user"].queryset = users_known(self.request.user)
         return serializer
 
     def perform_create(self, serializer: serializers.BaseSerializer[Membership]) -> None:
