@@ -5,7 +5,7 @@ decide what they may do (capvco_web.permissions); writes go through the audited 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import models, transaction
@@ -188,7 +188,7 @@ class MembershipViewSet(AccountScopedViewSetMixin, viewsets.ModelViewSet[Members
         # A user the caller may not know is "no such user", as a name nobody has.
         serializer = super().get_serializer(*args, **kwargs)
         if isinstance(serializer, MembershipSerializer):  # not a list's: it reads only
-            serializer.fields["user"].queryset = users_known(self.request.user)
+            cast(Any, serializer.fields["user"]).queryset = users_known(self.request.user)
         return serializer
 
     def perform_create(self, serializer: serializers.BaseSerializer[Membership]) -> None:
