@@ -10,7 +10,7 @@ import secrets
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import urlparse, urlsplit
 
 import environ
 from cryptography.fernet import Fernet
@@ -213,3 +213,23 @@ def whitesky_allowed_hosts(value: str) -> list[str]:
     except ValueError as exc:
         raise ImproperlyConfigured(str(exc)) from None
     return list(hosts.entries)
+
+
+def whitesky_proxy_url(value: str) -> str:
+    """WHITESKY_PROXY_URL: the one proxy whitesky calls go through ("" for none), an
+    http(s) URL of a host (and port); the environment's HTTP(S)_PROXY are never used."""
+    value = value.strip()
+    if not value:
+        return ""
+    parts = urlsplit(value)
+    try:
+        parts.port  # noqa: B018 - refuses a port that is not a number
+    except ValueError:
+        parts = parts._replace(netloc="")
+    plain = parts.path in ("", "/") and not parts.query and not parts.fragment
+    if parts.scheme not in ("http", "https") or not parts.hostname or not plain:
+        raise ImproperlyConfigured(
+            "WHITESKY_PROXY_URL must be a proxy's http:// or https:// URL with a host and "
+            "optionally a port (e.g. http://proxy.internal:3128), nothing else"
+        )
+    return value

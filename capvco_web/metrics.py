@@ -4,6 +4,10 @@ Gauges are read from the database at scrape time (a handful of grouped queries, 
 the number of rows); counters from the store every process counts into
 (`capvco_web.counters`).
 
+Every per-location series carries `account` (the account's id: stable when the account is
+renamed) beside `location`: two accounts may both have a location `nl-1`, and each is its
+own series. `capvco_account_info{account, account_name}` names the ids.
+
 Scrapes need `Authorization: Bearer <METRICS_TOKEN>` or a client address in
 `METRICS_ALLOWED_IPS`; with neither set, nobody may scrape.
 """
@@ -32,7 +36,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from capvco_web.counters import SRIOV_ATTACH_BUCKETS, counters
-from clusters.models import Location, Machine
+from clusters.models import Account, Location, Machine
 from gpus.models import HOURS_PER_MONTH, GpuProfile, VgpuReservation
 from gpus.resolve import gpu_type_of
 from sriov.selectors import leaked_count, nic_state_counts, queue_lengths
@@ -45,6 +49,7 @@ logger = logging.getLogger(__name__)
 
 class ControlPlaneCollector(Collector):
     def collect(self) -> Iterator[Metric]:
+        yield from _accounts()
         yield from _gpu_instances()
         yield from _reservations()
         yield from _machines()
@@ -54,21 +59,38 @@ class ControlPlaneCollector(Collector):
         yield from _sriov_attach_seconds()
 
 
+def _accounts() -> Iterator[Metric]:
+    family = GaugeMetricFamily(
+        "capvco_account_info",
+        "The name of each account whose id the per-location series carry as `account`",
+        labels=["account", "account_name"],
+    )
+    for pk, name in Account.objects.order_by("pk").values_list("pk", "name"):
+        family.add_metric([str(pk), name], 1)
+    yield family
+
+
+def _where() -> dict[int, tuple[str, str]]:
+    """Each location's (account, location) labels, by its id."""
+    rows = Location.objects.values_list("pk", "account_id", "name")
+    return {pk: (str(account_id), name) for pk, account_id, name in rows}
+
+
 def _gpu_instances() -> Iterator[Metric]:
     State = VgpuReservation.State
     family = GaugeMetricFamily(
         "capvco_gpu_instances",
-        "vGPU instances per location and GPU type: free (as whitesky lists them), "
+        "vGPU instances per account, location and GPU type: free (as whitesky lists them), "
         "reserved (billed, not attached), attached",
-        labels=["location", "gpu_type", "state"],
+        labels=["account", "location", "gpu_type", "state"],
     )
+    where = _where()
     type_of: dict[tuple[int, str], str] = {}
-    figures: Counter[tuple[str, str, str]] = Counter()
-    for card in GpuProfile.objects.select_related("location"):
+    figures: Counter[tuple[int, str, str]] = Counter()
+    for card in GpuProfile.objects.all():
         gpu_type = gpu_type_of(card)
         type_of[(card.location_id, card.profile_id)] = gpu_type
-        figures[(card.location.name, gpu_type, "free")] += card.available_instances
-    names = dict(Location.objects.values_list("pk", "name"))
+        figures[(card.location_id, gpu_type, "free")] += card.available_instances
     held = (
         VgpuReservation.objects.filter(state__in=[State.RESERVED, State.ATTACHED])
         .values("location_id", "gpu_id", "state")
@@ -76,9 +98,14 @@ def _gpu_instances() -> Iterator[Metric]:
     )
     for row in held:
         gpu_type = type_of.get((row["location_id"], row["gpu_id"]), "unknown")
-        figures[(names.get(row["location_id"], "?"), gpu_type, row["state"])] += row["n"]
-    for (location, gpu_type, state), value in sorted(figures.items()):
-        family.add_metric([location, gpu_type, state], value)
+        figures[(row["location_id"], gpu_type, row["state"])] += row["n"]
+    labelled = {
+        (*where[location_id], gpu_type, state): n
+        for (location_id, gpu_type, state), n in figures.items()
+        if location_id in where
+    }
+    for labels, value in sorted(labelled.items()):
+        family.add_metric(list(labels), value)
     yield family
 
 
@@ -90,29 +117,29 @@ def _reservations() -> Iterator[Metric]:
             VgpuReservation.State.RELEASING,
         ]
     )
-    prices = {
-        pk: (name, currency, price)
-        for pk, name, currency, price in Location.objects.values_list(
-            "pk", "name", "currency", "vgu_price"
-        )
-    }
+    locations = sorted(
+        Location.objects.values_list("pk", "account_id", "name", "currency", "vgu_price"),
+        key=lambda row: (row[1], row[2]),
+    )
     for kind, rows, what in (
         ("unassigned", billed.filter(vm_id__isnull=True), "billed and attached to no VM"),
         ("orphaned", billed.filter(orphaned_since__isnull=False), "billed and owned by nobody"),
     ):
         number = GaugeMetricFamily(
-            f"capvco_reservations_{kind}", f"vGPU reservations {what}", labels=["location"]
+            f"capvco_reservations_{kind}",
+            f"vGPU reservations {what}",
+            labels=["account", "location"],
         )
         cost = GaugeMetricFamily(
             f"capvco_reservations_{kind}_cost_per_hour",
             f"What the reservations {what} cost per hour, in the location's currency",
-            labels=["location", "currency"],
+            labels=["account", "location", "currency"],
         )
         per_location = dict(rows.values_list("location_id").annotate(n=Count("pk")))
-        for location_id, (name, currency, price) in sorted(prices.items()):
+        for location_id, account_id, name, currency, price in locations:
             n = per_location.get(location_id, 0)
-            number.add_metric([name], n)
-            cost.add_metric([name, currency], float(n * price / HOURS_PER_MONTH))
+            number.add_metric([str(account_id), name], n)
+            cost.add_metric([str(account_id), name, currency], float(n * price / HOURS_PER_MONTH))
         yield number
         yield cost
 
@@ -129,12 +156,16 @@ def _observation_age() -> Iterator[Metric]:
     family = GaugeMetricFamily(
         "capvco_observation_age_seconds",
         "Seconds since the listings of the location's last complete observation began",
-        labels=["location"],
+        labels=["account", "location"],
     )
     now = timezone.now()
-    rows = Location.objects.order_by("name").values_list("name", "last_complete_observation_at")
-    for name, at in rows:
-        family.add_metric([name], (now - at).total_seconds() if at else float("inf"))
+    rows = Location.objects.order_by("account_id", "name").values_list(
+        "account_id", "name", "last_complete_observation_at"
+    )
+    for account_id, name, at in rows:
+        family.add_metric(
+            [str(account_id), name], (now - at).total_seconds() if at else float("inf")
+        )
     yield family
 
 
@@ -146,11 +177,11 @@ def _sriov() -> Iterator[Metric]:
     queues = GaugeMetricFamily(
         "capvco_sriov_queue_length",
         "NIC requests waiting for their VM's turn (VMs with none are left out)",
-        labels=["location", "vm_id"],
+        labels=["account", "location", "vm_id"],
     )
     lengths = queue_lengths()
-    for (location, vm_id), n in sorted(lengths.items()):
-        queues.add_metric([location, str(vm_id)], n)
+    for (account_id, location, vm_id), n in sorted(lengths.items()):
+        queues.add_metric([str(account_id), location, str(vm_id)], n)
     yield queues
     yield GaugeMetricFamily(
         "capvco_sriov_queued", "NIC requests waiting, over every VM", value=sum(lengths.values())

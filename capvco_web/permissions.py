@@ -183,6 +183,20 @@ def scoped(queryset: QuerySet[M], accounts: set[int] | None) -> QuerySet[M]:
     return queryset.filter(**{lookup: accounts})
 
 
+MEMBERSHIP_GIVING = ("clusters.add_membership", "clusters.change_membership")
+
+
+def users_known(user: User) -> QuerySet[UserModel]:
+    """The users whom `user` may give a role (the choices of a membership's user, and the
+    user names the API looks up): every user for a superuser; otherwise the members of
+    the accounts where they may give roles. Others are as unknown as a name nobody has:
+    an account admin learns of no user outside their accounts."""
+    accounts = _union(accounts_where(user, perm) for perm in MEMBERSHIP_GIVING)
+    if accounts is None:
+        return UserModel.objects.all()
+    return UserModel.objects.filter(memberships__account__in=accounts).distinct()
+
+
 def visible(user: User, queryset: QuerySet[M]) -> QuerySet[M]:
     """The rows of `queryset` that the user may see."""
     return scoped(queryset, accounts_where(user, perm_name(queryset.model, "view")))

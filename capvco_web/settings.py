@@ -23,6 +23,7 @@ from capvco_web.environment import (
     settings_environment,
     throttle_rate,
     whitesky_allowed_hosts,
+    whitesky_proxy_url,
 )
 from capvco_web.integrations.kube.servers import AllowedServers
 
@@ -324,6 +325,11 @@ DASHBOARD_POLL_SECONDS = env.int("DASHBOARD_POLL_SECONDS", default=10)
 # else: `host` (https, any port), `https://host:port`, or `http://host:port` (plain http to
 # exactly that origin, e.g. the simulator). `make run` adds its simulator's.
 WHITESKY_ALLOWED_HOSTS = whitesky_allowed_hosts(env.str("WHITESKY_ALLOWED_HOSTS", default=""))
+# whitesky: calls go through this proxy only ("": straight); HTTP(S)_PROXY of the
+# environment are never used for whitesky. And the CA bundle its TLS certificates are
+# checked with ("": the one requests ships; REQUESTS_CA_BUNDLE is not read).
+WHITESKY_PROXY_URL = whitesky_proxy_url(env.str("WHITESKY_PROXY_URL", default=""))
+WHITESKY_CA_BUNDLE = env.str("WHITESKY_CA_BUNDLE", default="")
 # whitesky: vGPU reservations are listed in pages of this size (all pages, always).
 WHITESKY_VGPU_PAGE_SIZE = env.int("WHITESKY_VGPU_PAGE_SIZE", default=500)
 # Seconds to wait for whitesky: to connect, for an answer, for the answer of a long call

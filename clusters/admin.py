@@ -43,6 +43,7 @@ from capvco_web.permissions import (
     AccountScopedAdmin,
     AccountScopedInline,
     allowed_somewhere,
+    users_known,
 )
 from capvco_web.validators import kubeconfig_checked
 from clusters.models import (
@@ -615,6 +616,10 @@ class MachinePoolAdmin(DeleteThroughServiceAdmin[MachinePool]):
                 )
             except PermissionDenied as exc:
                 self.message_user(request, f"{pool}: not scaled: {exc}", messages.ERROR)
+            except ValidationError as exc:
+                self.message_user(
+                    request, f"{pool}: not scaled: {'; '.join(exc.messages)}", messages.ERROR
+                )
             else:
                 self.message_user(
                     request, f"{pool}: scaled to {asked['replicas']}.", messages.SUCCESS
@@ -720,6 +725,15 @@ class MembershipAdmin(DeleteThroughServiceAdmin[Membership]):
     list_filter = ["account", "role"]
     list_select_related = ["user", "account", "role"]
     search_fields = ["user__username"]
+
+    def formfield_for_foreignkey(
+        self, db_field: models.ForeignKey[Any, Any], request: HttpRequest, **kwargs: Any
+    ) -> Any:
+        if db_field.name == "user":
+            # Only users the caller may know; any other is "not one of the choices", as
+            # an id that exists nowhere.
+            kwargs["queryset"] = users_known(request.user).order_by("username")
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
     def delete_check(self, obj: Membership) -> None:
         return None  # nothing hangs from a membership

@@ -4,6 +4,7 @@ import re
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.contrib.auth.models import Group
@@ -53,6 +54,9 @@ MIN_MEMORY_MIB, MAX_MEMORY_MIB = 512, 4 * 1024 * 1024  # 4 TiB
 MIN_DISK_GIB, MAX_DISK_GIB = 10, 64 * 1024  # 64 TiB
 MAX_REPLICAS = 100
 MAX_INT32 = 2**31 - 1  # whitesky ids that are integers (images)
+# whitesky documents no bound for user data (it travels in the VM create's query string);
+# ours keeps every row, call and page of it bounded: 64 Ki characters (64 KiB of ASCII).
+MAX_USER_DATA_LENGTH = 65_536
 
 
 def whitesky_allowed_hosts() -> AllowedHosts:
@@ -108,6 +112,40 @@ def conflict(message: str) -> ValidationError:
     """A refusal because of what other rows hold (not of the values themselves): the API
     answers it 409."""
     return ValidationError(message, code="conflict")
+
+
+def whitesky_customer(api_url: str, customer_id: str) -> tuple[str, str]:
+    """Which whitesky customer an account names: its API's host and the customer id (any
+    case, outer spaces ignored). Ports, paths and letter case do not make another one:
+    taking two spellings for one customer only makes a name rule stricter, while taking
+    one customer for two would let two of our clusters own the same VM names."""
+    return (urlsplit(api_url).hostname or "").lower(), customer_id.strip().casefold()
+
+
+def same_customer_account_ids(api_url: str, customer_id: str) -> set[int]:
+    """Every account of ours that names this whitesky customer: their clusters' VMs and
+    vGPUs are in the same listings, so cluster names must be unambiguous among them."""
+    customer = whitesky_customer(api_url, customer_id)
+    rows = Account.objects.values_list("pk", "api_url", "customer_id")
+    return {pk for pk, url, cid in rows if whitesky_customer(url, cid) == customer}
+
+
+def cluster_name_refusal(name: str, account_id: int, *, exclude: int | None = None) -> str | None:
+    """Why a cluster of the account cannot be named `name` (None: it can). Against the
+    clusters of its own account the answer names the cluster in the way, which an admin of
+    the account sees anyway. Against those of another account of the same whitesky
+    customer (which the caller may not see) it says only that the name is not available:
+    not which cluster, which account, or that one exists."""
+    account = Account.objects.get(pk=account_id)
+    accounts = same_customer_account_ids(account.api_url, account.customer_id) | {account_id}
+    clusters = Cluster.objects.filter(account_id__in=accounts)
+    if exclude is not None:
+        clusters = clusters.exclude(pk=exclude)
+    own: list[str] = []
+    others: list[str] = []
+    for other, other_account in clusters.values_list("name", "account_id"):
+        (own if other_account == account_id else others).append(other)
+    return naming.cluster_name_conflict(name, own) or naming.cluster_name_unavailable(name, others)
 
 
 class Account(models.Model):
@@ -192,6 +230,15 @@ class Account(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if self._state.adding:
+            super().save(*args, **kwargs)
+            return
+        with transaction.atomic():
+            names_lock()  # clean() checked without it; checked again here, under it
+            self._customer_move_check()
+            super().save(*args, **kwargs)
+
     @property
     def has_capi_kubeconfig(self) -> bool:
         return bool(self.capi_kubeconfig)
@@ -202,6 +249,26 @@ class Account(models.Model):
                 kubeconfig_checked(self.capi_kubeconfig)
             except KubeconfigInvalid as exc:
                 raise ValidationError({"capi_kubeconfig": str(exc)}) from exc
+        self._customer_move_check()
+
+    def _customer_move_check(self) -> None:
+        """An account that comes to name another whitesky customer (its API host or its
+        customer id changed) brings its clusters' VM names there: refused (409) when
+        they would be ambiguous with the names of that customer's other accounts."""
+        if self.pk is None:
+            return
+        stored = Account.objects.filter(pk=self.pk).values_list("api_url", "customer_id").first()
+        here = whitesky_customer(self.api_url, self.customer_id)
+        if stored is None or whitesky_customer(*stored) == here:
+            return
+        accounts = same_customer_account_ids(self.api_url, self.customer_id) - {self.pk}
+        there = list(Cluster.objects.filter(account_id__in=accounts).values_list("name", flat=True))
+        for name in self.clusters.order_by("name").values_list("name", flat=True):
+            if refusal := naming.cluster_name_unavailable(name, there):
+                field = "customer_id" if self.customer_id != stored[1] else "api_url"
+                raise ValidationError(
+                    {field: conflict(f"This account's clusters cannot move there. {refusal}")}
+                )
 
 
 IMPORTED_READ_ONLY = (
@@ -286,7 +353,10 @@ class Cluster(models.Model):
         ACTIVE = "active"
         DELETING = "deleting"
 
-    name = models.CharField(max_length=40, unique=True, validators=[dns_label])
+    # Unique, and unambiguous as a VM name prefix, among the clusters of one whitesky
+    # customer (cluster_name_refusal); free across customers. The database holds the part
+    # it can: one name per account.
+    name = models.CharField(max_length=40, validators=[dns_label])
     account = models.ForeignKey(Account, on_delete=models.PROTECT, related_name="clusters")
     state = models.CharField(max_length=16, choices=State, default=State.ACTIVE)
     deletion_blockers = models.JSONField(
@@ -359,6 +429,13 @@ class Cluster(models.Model):
         "management cluster). An imported cluster, its sites and pools change there only.",
     )
 
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["account", "name"], name="cluster_name_unique_per_account"
+            )
+        ]
+
     def __str__(self) -> str:
         return self.name
 
@@ -368,8 +445,7 @@ class Cluster(models.Model):
             return
         with transaction.atomic():
             names_lock()  # clean() checked without it; checked again here, under it
-            names = Cluster.objects.values_list("name", flat=True)
-            if taken := naming.cluster_name_conflict(self.name, names):
+            if self.account_id and (taken := cluster_name_refusal(self.name, self.account_id)):
                 raise ValidationError({"name": conflict(taken)})
             super().save(*args, **kwargs)
 
@@ -380,6 +456,16 @@ class Cluster(models.Model):
     @property
     def imported(self) -> bool:
         return bool(self.imported_from)
+
+    def deleting_refusal(self) -> str | None:
+        """Why its pools may not be added, scaled or changed: the cluster is being deleted,
+        and its teardown would drop the change unseen. None while it is active."""
+        if self.state == Cluster.State.ACTIVE:
+            return None
+        return (
+            f"Cluster {self.name} is being deleted (state {self.state}): its pools are torn "
+            "down with it and cannot be added, scaled or changed."
+        )
 
     def import_refusal(self) -> str | None:
         """Why a person may not change or delete this cluster or what belongs to it (its
@@ -397,7 +483,8 @@ class Cluster(models.Model):
             except KubeconfigInvalid as exc:
                 raise ValidationError({"kubeconfig": str(exc)}) from exc
         # VM and vGPU names carry the cluster name: they must read as this cluster's only
-        # (see gpus.naming), against every cluster of every account, deleting ones too.
+        # (see gpus.naming), against every cluster of the whitesky customer, deleting ones
+        # too.
         if self.pk and Cluster.objects.filter(pk=self.pk).exclude(name=self.name).exists():
             raise ValidationError(
                 {
@@ -406,9 +493,9 @@ class Cluster(models.Model):
                     )
                 }
             )
-        others = Cluster.objects.exclude(pk=self.pk) if self.pk else Cluster.objects.all()
-        names = others.values_list("name", flat=True)
-        if taken := naming.cluster_name_conflict(self.name, names):
+        if self.account_id and (
+            taken := cluster_name_refusal(self.name, self.account_id, exclude=self.pk)
+        ):
             raise ValidationError({"name": conflict(taken)})
 
 
@@ -494,7 +581,18 @@ class MachinePool(models.Model):
     disk_gib = models.PositiveIntegerField(
         default=50, validators=[MinValueValidator(MIN_DISK_GIB), MaxValueValidator(MAX_DISK_GIB)]
     )
-    user_data = models.TextField(blank=True)
+    user_data = models.TextField(
+        blank=True,
+        validators=[
+            MaxLengthValidator(
+                MAX_USER_DATA_LENGTH,
+                f"User data is at most {MAX_USER_DATA_LENGTH:,} characters (this has "
+                "%(show_value)s).",
+            )
+        ],
+        help_text="cloud-init user data of its VMs (at most 65,536 characters); audited as "
+        "its size and digest only.",
+    )
     gpu_type = models.CharField(
         max_length=100,
         blank=True,
@@ -568,6 +666,9 @@ class MachinePool(models.Model):
         ]
         permissions = [("scale_machinepool", "Can scale machine pool (replicas only)")]
 
+    # What audit records show of these: a size and a digest, not the text (capvco_web.audit).
+    audit_digested = frozenset({"user_data"})
+
     def __str__(self) -> str:
         return f"{self.cluster}/{self.name}"
 
@@ -611,6 +712,8 @@ class MachinePool(models.Model):
             errors["name"] = conflict(name_error)
         if errors:
             raise ValidationError(errors)
+        if self.cluster_id and (refusal := self.cluster.deleting_refusal()):
+            raise conflict(refusal)
 
     def _name_error(self) -> str | None:
         # VM and vGPU names carry the pool name: within its cluster they must read as

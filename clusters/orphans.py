@@ -22,7 +22,15 @@ from django.utils import timezone
 
 from capvco_web.integrations import whitesky as ws
 from capvco_web.rows import model_update
-from clusters.models import Account, Cluster, ClusterSite, Location, Machine, VirtualMachine
+from clusters.models import (
+    Account,
+    Cluster,
+    ClusterSite,
+    Location,
+    Machine,
+    VirtualMachine,
+    same_customer_account_ids,
+)
 from clusters.selectors import pools_by_cluster
 from gpus import naming
 
@@ -154,8 +162,12 @@ def vm_orphans_due(*, location: Location, now: datetime) -> list[VirtualMachine]
 
 
 def other_accounts_prefixes(account: Account) -> tuple[str, ...]:
-    """Name prefixes of the clusters of other accounts. A name with our prefix is provably
-    ours when it names a cluster of this account or a cluster that exists nowhere (gone);
-    one of another account's clusters is that account's business, not an orphan of ours."""
-    names = Cluster.objects.exclude(account=account).values_list("name", flat=True)
+    """Name prefixes of the clusters of our other accounts of the same whitesky customer,
+    whose VMs and vGPUs this account's listings show too. A name with our prefix is
+    provably ours when it names a cluster of this account or a cluster that exists nowhere
+    at the customer (gone); one of another such account's clusters is that account's
+    business, not an orphan of ours. Accounts of other customers never appear in these
+    listings: their cluster names (which may equal ours) decide nothing here."""
+    accounts = same_customer_account_ids(account.api_url, account.customer_id) - {account.pk}
+    names = Cluster.objects.filter(account_id__in=accounts).values_list("name", flat=True)
     return tuple(f"{naming.PREFIX}{name}-" for name in names)

@@ -460,14 +460,28 @@ def site_update(*, site: ClusterSite, actor: Actor, reason: str = "") -> Cluster
     return _row_update(site, actor=actor, action="site.update", reason=reason)
 
 
+def _cluster_active_lock(cluster_id: int) -> None:
+    """Lock the cluster's row until the transaction ends and refuse (409) while it is being
+    deleted: `cluster_delete` waits for the lock, so a pool change either lands before the
+    deletion or is refused, never accepted and then dropped by the teardown."""
+    cluster = Cluster.objects.select_for_update().get(pk=cluster_id)
+    if refusal := cluster.deleting_refusal():
+        raise ValidationError(refusal, code="conflict")
+
+
 def pool_create(*, pool: MachinePool, actor: Actor, reason: str = "") -> MachinePool:
-    return _row_create(pool, actor=actor, action="pool.create", reason=reason)
+    with transaction.atomic():
+        if pool.cluster_id:
+            _cluster_active_lock(pool.cluster_id)
+        return _row_create(pool, actor=actor, action="pool.create", reason=reason)
 
 
 def pool_update(*, pool: MachinePool, actor: Actor, reason: str = "") -> MachinePool:
     """Save a pool's changes (its replicas too); moving it (cluster, site) is refused by
-    `MachinePool.clean`."""
-    return _row_update(pool, actor=actor, action="pool.update", reason=reason)
+    `MachinePool.clean`, and so is any change while its cluster is being deleted."""
+    with transaction.atomic():
+        _cluster_active_lock(pool.cluster_id)
+        return _row_update(pool, actor=actor, action="pool.update", reason=reason)
 
 
 def pool_scale(*, pool: MachinePool, replicas: int, actor: Actor, reason: str) -> MachinePool:
@@ -480,6 +494,7 @@ def pool_scale(*, pool: MachinePool, replicas: int, actor: Actor, reason: str) -
     MinValueValidator(0)(replicas)
     MaxValueValidator(100)(replicas)
     with transaction.atomic():
+        _cluster_active_lock(pool.cluster_id)
         pool = MachinePool.objects.select_for_update().get(pk=pool.pk)
         before = pool.replicas
         if not model_update(pool, {"replicas": replicas}):

@@ -26,6 +26,8 @@ def whitesky_client(account: Account) -> ws.WhiteskyClient:
         iam_url=account.iam_url or None,
         on_token_refreshed=token_store,
         on_answer=whitesky_call_count,
+        proxy_url=settings.WHITESKY_PROXY_URL or None,
+        ca_bundle=settings.WHITESKY_CA_BUNDLE or None,
         page_size=settings.WHITESKY_VGPU_PAGE_SIZE,
         timeout=(settings.WHITESKY_CONNECT_TIMEOUT, settings.WHITESKY_READ_TIMEOUT),
         long_timeout=(settings.WHITESKY_CONNECT_TIMEOUT, settings.WHITESKY_LONG_READ_TIMEOUT),

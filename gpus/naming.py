@@ -6,12 +6,18 @@ is read against the known cluster and pool names, and it is unambiguous because 
 rules (`cluster_name_conflict`, `pool_name_conflict`): no cluster name equals another or
 is another followed by a dash, and the same for the pools of one cluster.
 
+The cluster rule holds among the clusters of one whitesky customer (every account of ours
+that names that customer: clusters.models.same_customer_account_ids), whose VMs and
+vGPUs share the customer's listings. Accounts of other customers never list them, so
+their cluster names are free of it.
+
 Why that suffices: if a name reads as cluster `c` and as cluster `c2`, both `c-` and `c2-`
 begin it, so one of them begins the other: `c == c2`, or one name is the other followed by
 a dash, which the rule forbids. The same argument, on what follows `c-`, fixes the pool.
 What is left, `<index>` or `<index>-gpu-<n>` with digits only, reads one way. The rules
 hold for any subset of the clusters too (one account's, which is what names are read
 against), and a cluster we no longer know (deleted) cannot be taken for one we know.
+
 """
 
 from __future__ import annotations
@@ -49,8 +55,8 @@ def _overlapping(name: str, others: Iterable[str]) -> tuple[str, str, str] | Non
 
 
 def cluster_name_conflict(name: str, others: Iterable[str]) -> str | None:
-    """Why `name` cannot be a cluster next to `others` (every other cluster, of every
-    account, deleting ones included), or None when it can."""
+    """Why `name` cannot be a cluster next to `others` (other clusters the caller may know
+    of: its account's, deleting ones included), or None when it can."""
     if (found := _overlapping(name, others)) is None:
         return None
     other, shorter, longer = found
@@ -59,6 +65,18 @@ def cluster_name_conflict(name: str, others: Iterable[str]) -> str | None:
     return (
         f"Cluster '{other}' exists: VM names of cluster '{longer}' (capvco-{longer}-...) "
         f"could be read as names of cluster '{shorter}'."
+    )
+
+
+def cluster_name_unavailable(name: str, others: Iterable[str]) -> str | None:
+    """Why `name` cannot be a cluster next to `others` that the caller may not know of
+    (clusters of other accounts of the same whitesky customer), or None when it can: the
+    same rule, said without naming them, their account, or that they exist."""
+    if _overlapping(name, others) is None:
+        return None
+    return (
+        f"Cluster name '{name}' is not available at this whitesky customer: its VM and vGPU "
+        f"names ({PREFIX}{name}-...) must read as one cluster's only. Choose another name."
     )
 
 

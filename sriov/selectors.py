@@ -120,15 +120,15 @@ def nic_state_counts() -> dict[str, int]:
     return {state: found.get(state, 0) for state in State.values}
 
 
-def queue_lengths() -> dict[tuple[str, int], int]:
-    """Requests waiting per (location, VM), over every account (metrics); VMs with none
-    are left out."""
+def queue_lengths() -> dict[tuple[int, str, int], int]:
+    """Requests waiting per (account id, location name, VM), over every account (metrics);
+    VMs with none are left out."""
     rows = (
         PodNic.objects.filter(state=State.REQUESTED)
-        .values_list("location__name", "vm_id")
+        .values_list("location__account_id", "location__name", "vm_id")
         .annotate(n=Count("pk"))
     )
-    return {(location, vm_id): n for location, vm_id, n in rows}
+    return {(account_id, location, vm_id): n for account_id, location, vm_id, n in rows}
 
 
 def leaked_count() -> int:

@@ -176,6 +176,9 @@ class ClusterSerializer(ModelCleanMixin):
             "kube_observation_error", "kube_observation_started_at", "kubernetes",
             "gpu_addon", "gpu_addon_applied_at", "gpu_addon_error", "imported_from",
         ]  # fmt: skip
+        # The name rule is the model's (clean): one name per account is only the part the
+        # database holds, and its generic "must make a unique set" would say less.
+        validators: list[Any] = []
         read_only_fields = [
             "state", "deletion_blockers", "created_at", "kube_observation_complete",
             "kube_observation_error", "kube_observation_started_at", "gpu_addon_applied_at",
@@ -347,7 +350,13 @@ _USERNAME_LENGTH = User._meta.get_field("username").max_length
 )
 class UsernameField(serializers.SlugRelatedField[User]):
     """A user by user name. A name no user can have (too long, or with a NUL character,
-    which the database refuses to compare) is invalid (400), not looked up."""
+    which the database refuses to compare) is invalid (400), not looked up. A user the
+    caller may not know (the view narrows the queryset) reads as one nobody has."""
+
+    default_error_messages = {
+        "does_not_exist": "No user '{value}' that you may give a role: a "
+        "superuser gives people their first role.",
+    }
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(slug_field="username", queryset=User.objects.all(), **kwargs)

@@ -5,7 +5,7 @@ decide what they may do (capvco_web.permissions); writes go through the audited 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import models, transaction
@@ -17,7 +17,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from capvco_web.api import ErrorSerializer, ReasonSerializer, api_validation_error
-from capvco_web.permissions import AccountScopedViewSetMixin
+from capvco_web.permissions import AccountScopedViewSetMixin, users_known
 from clusters.api.serializers import (
     AccountSerializer,
     CloudspaceSerializer,
@@ -183,6 +183,13 @@ class MembershipViewSet(AccountScopedViewSetMixin, viewsets.ModelViewSet[Members
     queryset = Membership.objects.select_related("user", "role").order_by("account", "user")
     serializer_class = MembershipSerializer
     filterset_class = MembershipFilterSet
+
+    def get_serializer(self, *args: Any, **kwargs: Any) -> Any:
+        # A user the caller may not know is "no such user", as a name nobody has.
+        serializer = super().get_serializer(*args, **kwargs)
+        if isinstance(serializer, MembershipSerializer):  # not a list's: it reads only
+            cast(Any, serializer.fields["user"]).queryset = users_known(self.request.user)
+        return serializer
 
     def perform_create(self, serializer: serializers.BaseSerializer[Membership]) -> None:
         membership = Membership(**serializer.validated_data)

@@ -149,7 +149,10 @@ def _confirm_and_act(
         return _confirmation_page(request, context, status=409)
     except ValidationError as exc:
         form.add_error(None, exc)
-        return _confirmation_page(request, context, status=400)
+        # A refusal because of what the rows hold now (a cluster being deleted) is 409.
+        errors = getattr(exc, "error_dict", {None: getattr(exc, "error_list", [])})
+        conflicting = any(e.code == "conflict" for found in errors.values() for e in found)
+        return _confirmation_page(request, context, status=409 if conflicting else 400)
     except ValueError as exc:
         form.add_error(None, str(exc))
         return _confirmation_page(request, context, status=400)

@@ -107,14 +107,22 @@ def _rows(request: HtmxHttpRequest, reservations: list[VgpuReservation]) -> list
             VirtualMachine.objects.filter(location_id__in=location_ids, vm_id__in=vm_ids),
         )
     }
+    # Cluster names are unique per whitesky customer, not overall: read with the account.
     owners = {r.owner_cluster for r in reservations if r.machine is None and r.owner_cluster}
-    clusters = dict(
-        visible(request.user, Cluster.objects.filter(name__in=owners)).values_list("name", "pk")
-    )
+    clusters = {
+        (account_id, name): pk
+        for account_id, name, pk in visible(
+            request.user, Cluster.objects.filter(name__in=owners)
+        ).values_list("account_id", "name", "pk")
+    }
     rows = []
     for r in reservations:
         pending = release_request_pending(r)
-        cluster_id = r.machine.pool.cluster_id if r.machine else clusters.get(r.owner_cluster)
+        cluster_id = (
+            r.machine.pool.cluster_id
+            if r.machine
+            else clusters.get((r.location.account_id, r.owner_cluster))
+        )
         rows.append(
             ReservationRow(
                 reservation=r,

@@ -19,6 +19,7 @@ from clusters.models import (
 )
 from gpus.models import GpuProfile, VgpuReservation
 from tests.factories import (
+    AccountFactory,
     ClusterSiteFactory,
     GpuProfileFactory,
     LocationFactory,
@@ -95,3 +96,14 @@ def caller_make(caller: str, world: World) -> User:
     if caller in ROLES:
         MembershipFactory(user=user, account=world.own.account, role=caller)
     return user
+
+
+def newcomer_known_to_admins_of(account: Account, username: str | None = None) -> User:
+    """A user whom the admins of `account` may give a role there: a member of another
+    account they administer (an account admin knows no other user: docs/guides/access.md)."""
+    annex = AccountFactory()
+    newcomer: User = UserFactory(**({"username": username} if username else {}))
+    MembershipFactory(user=newcomer, account=annex, role="viewer")
+    for admin in Membership.objects.filter(account=account, role__name="admin"):
+        MembershipFactory(user=admin.user, account=annex, role="admin")
+    return newcomer

@@ -13,7 +13,7 @@ from django.urls import reverse
 
 from capvco_web.models import AuditEvent
 from clusters.models import Account, Cluster, Location, Machine, MachinePool, Membership
-from tests.access.conftest import World, caller_make
+from tests.access.conftest import World, caller_make, newcomer_known_to_admins_of
 from tests.factories import ClusterSiteFactory, LocationFactory, MembershipFactory
 
 pytestmark = pytest.mark.django_db
@@ -217,7 +217,7 @@ def test_operator_cannot_edit_a_pools_placement_in_the_admin(world: World) -> No
 
 def test_account_admin_manages_members_of_their_account_only(world: World) -> None:
     admin = signed_in("admin", world)
-    newcomer = User.objects.create_user("newcomer")
+    newcomer = newcomer_known_to_admins_of(world.own.account, "newcomer")
     add = reverse("admin:clusters_membership_add")
     roles = {g.name: g.pk for g in Membership._meta.get_field("role").related_model.objects.all()}
 
@@ -229,15 +229,17 @@ def test_account_admin_manages_members_of_their_account_only(world: World) -> No
         add, {"user": newcomer.pk, "account": world.own.account.pk, "role": roles["operator"]}
     )
 
-    assert set(form.fields["account"].queryset.values_list("pk", flat=True)) == {
-        world.own.account.pk
-    }
+    offered = set(form.fields["account"].queryset.values_list("pk", flat=True))
+    assert world.own.account.pk in offered and world.other.account.pk not in offered
+    assert set(form.fields["user"].queryset) == set(
+        User.objects.filter(memberships__account__in=offered)
+    )
     assert set(form.fields["role"].queryset.values_list("name", flat=True)) == {
         "viewer", "operator", "admin"
     }  # fmt: skip
     assert refused.status_code == 200 and "account" in refused.context["adminform"].form.errors
     assert added.status_code == 302
-    membership = Membership.objects.get(user=newcomer)
+    membership = Membership.objects.get(user=newcomer, account=world.own.account)
     assert (membership.account, membership.role.name) == (world.own.account, "operator")
     event = AuditEvent.objects.get(action="membership.create")
     assert event.after == {

@@ -19,8 +19,15 @@ import pytest
 from rest_framework.test import APIClient
 
 from capvco_web.models import AuditEvent
-from tests.access.conftest import CALLERS, LEVEL, Tenant, World, caller_make
-from tests.factories import JWT, UserFactory
+from tests.access.conftest import (
+    CALLERS,
+    LEVEL,
+    Tenant,
+    World,
+    caller_make,
+    newcomer_known_to_admins_of,
+)
+from tests.factories import JWT
 
 
 @dataclass
@@ -222,7 +229,7 @@ CASES = [
         level=3,
         allowed=201,
         body=lambda t: {
-            "user": UserFactory().username,
+            "user": newcomer_known_to_admins_of(t.account).username,
             "account": t.account.pk,
             "role": "operator",
         },

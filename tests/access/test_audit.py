@@ -17,7 +17,7 @@ from capvco_web.api_urls import router
 from capvco_web.models import AuditEvent
 from capvco_web.permissions import ROLE_PERMISSIONS, AccountScopedViewSetMixin
 from clusters.models import Account, ClusterSite, MachinePool, Membership
-from tests.access.conftest import World, caller_make
+from tests.access.conftest import World, caller_make, newcomer_known_to_admins_of
 from tests.clusters.test_admin import cluster_page_data
 from tests.factories import JWT, LocationFactory, UserFactory
 
@@ -125,7 +125,7 @@ def test_site_pool_and_cluster_changes_are_audited_with_before_and_after(world: 
 
 def test_membership_changes_are_audited(world: World) -> None:
     api = api_as(caller_make("admin", world))
-    newcomer = UserFactory(username="newcomer")
+    newcomer = newcomer_known_to_admins_of(world.own.account, "newcomer")
 
     made = api.post(
         "/api/v1/memberships/",
@@ -144,7 +144,7 @@ def test_membership_changes_are_audited(world: World) -> None:
     assert [e.before for e in events("membership.delete")] == [
         {"user": "newcomer", "account": str(world.own.account), "role": "operator"}
     ]
-    assert not Membership.objects.filter(user=newcomer).exists()
+    assert not Membership.objects.filter(user=newcomer, account=world.own.account).exists()
 
 
 def test_an_account_admin_cannot_move_a_membership_to_another_account(world: World) -> None:

@@ -8,13 +8,15 @@ import time
 from typing import Any
 
 import pytest
+from django.contrib.auth.models import Group
 from django.core.exceptions import ValidationError
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 from django.test import Client
 from django.urls import reverse
 from rest_framework.test import APIClient
 
-from clusters.models import Account, Cluster, ClusterSite, Location, MachinePool
+from clusters.models import Account, Cluster, ClusterSite, Location, MachinePool, Membership
+from gpus.models import VgpuReservation
 
 pytestmark = pytest.mark.django_db
 JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhcGkifQ.c2lnbmF0dXJl"
@@ -76,14 +78,102 @@ def test_cluster_whose_name_another_extends_by_a_dash_is_refused(account: Accoun
     assert name_errors(Cluster(name="x", account=account)) == [X_AFTER_X_Y]
 
 
-def test_cluster_names_overlap_across_accounts_too(account: Account) -> None:
+def same_customer_account(account: Account, name: str = "globex") -> Account:
+    """Another account of ours naming the same whitesky customer: the same API host (on
+    another port) and customer id (in other letters)."""
+    return Account.objects.create(
+        name=name, api_url="https://vco.example:8443/api/1", iam_url="https://iam.example",
+        customer_id=account.customer_id.upper(), credential=JWT,
+    )  # fmt: skip
+
+
+def test_cluster_names_overlap_among_accounts_of_one_whitesky_customer(account: Account) -> None:
+    cluster_made(same_customer_account(account), "x")
+
+    for name in ("x", "x-y"):
+        [refusal] = name_errors(Cluster(name=name, account=account))
+        # Not which cluster, not which account, not that one exists.
+        assert refusal == (
+            f"Cluster name '{name}' is not available at this whitesky customer: its VM and "
+            f"vGPU names (capvco-{name}-...) must read as one cluster's only. Choose another "
+            "name."
+        )
+        assert "'x'" not in refusal.replace(f"'{name}'", "") and "globex" not in refusal
+
+
+def test_cluster_names_are_free_across_whitesky_customers(account: Account) -> None:
+    for other_customer in (
+        {"api_url": "https://vco.example/api/1", "customer_id": "c2"},
+        {"api_url": "https://vco2.example/api/1", "customer_id": account.customer_id},
+    ):
+        other = Account.objects.create(
+            name=other_customer["api_url"] + other_customer["customer_id"],
+            iam_url="https://iam.example", credential=JWT, **other_customer,
+        )  # fmt: skip
+        cluster_made(other, "x", "gpu")
+    Cluster(name="x-y", account=account).full_clean()
+
+    cluster_made(account, "x", "gpu")
+
+    assert Cluster.objects.filter(name="x").count() == 3
+
+
+def test_the_database_holds_one_name_per_account(account: Account) -> None:
     other = Account.objects.create(
         name="other", api_url="https://vco.example/api/1", iam_url="https://iam.example",
         customer_id="c2", credential=JWT,
     )  # fmt: skip
-    cluster_made(other, "x")
+    Cluster.objects.bulk_create([Cluster(name="x", account=account)])  # no save(): no check
+    Cluster.objects.bulk_create([Cluster(name="x", account=other)])
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Cluster.objects.bulk_create([Cluster(name="x", account=account)])
 
-    assert name_errors(Cluster(name="x-y", account=account)) == [X_Y_AFTER_X]
+
+def test_an_account_cannot_move_its_clusters_to_a_customer_where_their_names_are_taken(
+    api: APIClient, account: Account
+) -> None:
+    cluster_made(account, "x")
+    elsewhere = Account.objects.create(
+        name="elsewhere", api_url="https://vco.example/api/1", iam_url="https://iam.example",
+        customer_id="c2", credential=JWT,
+    )  # fmt: skip
+    cluster_made(elsewhere, "x-y")
+
+    moved = api.patch(f"/api/v1/accounts/{account.pk}/", {"customer_id": "C2"}, format="json")
+
+    assert moved.status_code == 409, moved.json()
+    [refusal] = moved.json()["fields"]["customer_id"]
+    assert "Cluster name 'x' is not available at this whitesky customer" in refusal
+    assert "x-y" not in refusal and "elsewhere" not in refusal
+    assert Account.objects.get(pk=account.pk).customer_id == "c1"
+    assert (
+        api.patch(
+            f"/api/v1/accounts/{account.pk}/", {"customer_id": "c3"}, format="json"
+        ).status_code
+        == 200
+    )
+
+
+def test_api_conflict_with_a_cluster_the_caller_cannot_see_names_nothing_of_it(
+    account: Account, django_user_model: Any
+) -> None:
+    other = same_customer_account(account, name="secret-other-account")
+    cluster_made(other, "hidden")
+    admin = django_user_model.objects.create_user("acme-admin")
+    Membership.objects.create(user=admin, account=account, role=Group.objects.get(name="admin"))
+    client = APIClient()
+    client.force_authenticate(admin)
+
+    taken = client.post(
+        "/api/v1/clusters/", {"name": "hidden", "account": account.pk}, format="json"
+    )
+    free = client.post("/api/v1/clusters/", {"name": "shown", "account": account.pk}, format="json")
+
+    assert taken.status_code == 409, taken.json()
+    text = str(taken.json())
+    assert "exists" not in text and "secret-other-account" not in text
+    assert "not available at this whitesky customer" in text
+    assert free.status_code == 201, free.json()
 
 
 def test_a_deleting_cluster_still_holds_its_name_prefix(account: Account) -> None:
@@ -306,3 +396,34 @@ def test_two_creates_at_once_of_x_and_x_y_cannot_both_pass(account: Account) -> 
     thread.join()
     assert sorted(Cluster.objects.values_list("name", flat=True)) == ["x"]
     assert errors == [X_Y_AFTER_X]
+
+
+def test_the_reservations_page_links_an_owner_name_to_the_cluster_of_its_own_account(
+    admin_client: Client,
+) -> None:
+    """Two customers may each have a cluster `blue`: a leftover vGPU named for `blue`
+    links to the `blue` of the account whose listing shows it."""
+    ours, theirs = (
+        Account.objects.create(
+            name=name,
+            api_url="https://vco.example/api/1",
+            iam_url="https://iam.example",
+            customer_id=name,
+            credential=JWT,
+        )
+        for name in ("ours", "theirs")
+    )
+    blue = {
+        account.name: Cluster.objects.create(name="blue", account=account)
+        for account in (ours, theirs)
+    }
+    location = Location.objects.create(account=ours, name="nl-1")
+    VgpuReservation.objects.create(
+        location=location, name="capvco-blue-a-0-gpu-0", vgpu_id="v-1", gpu_id="g",
+        owner_cluster="blue", owner_machine="a-0", state=VgpuReservation.State.RESERVED,
+    )  # fmt: skip
+
+    page = admin_client.get("/reservations/").content.decode()
+
+    assert f'href="/clusters/{blue["ours"].pk}/">blue</a>' in page
+    assert f'href="/clusters/{blue["theirs"].pk}/"' not in page

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
+from collections import Counter
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from capvco_web.counters import FileCounters
 from clusters.models import Location, Machine
 from gpus.models import HOURS_PER_MONTH, GpuProfile, VgpuReservation
+from tests.factories import (
+    AccountFactory,
+    GpuProfileFactory,
+    LocationFactory,
+    VgpuReservationFactory,
+)
 from tests.gpus.conftest import NL, Plane
 
 State = VgpuReservation.State
@@ -83,7 +91,8 @@ def test_capacity_leaks_and_machines_as_an_operator_reads_them(plane: Plane) -> 
 
     samples = scraped(Client())
 
-    a100 = {"location": NL, "gpu_type": "NVIDIA A100"}
+    here = {"account": str(location.account_id), "location": NL}
+    a100 = {**here, "gpu_type": "NVIDIA A100"}
     assert value(samples, "capvco_gpu_instances", **a100, state="attached") == 2
     assert value(samples, "capvco_gpu_instances", **a100, state="reserved") == 1
     free = sum(
@@ -95,15 +104,15 @@ def test_capacity_leaks_and_machines_as_an_operator_reads_them(plane: Plane) -> 
     assert price > 0
     per_hour = float(price / HOURS_PER_MONTH)
     for kind in ("unassigned", "orphaned"):
-        assert value(samples, f"capvco_reservations_{kind}", location=NL) == 1
+        assert value(samples, f"capvco_reservations_{kind}", **here) == 1
         cost = value(
-            samples, f"capvco_reservations_{kind}_cost_per_hour", location=NL,
+            samples, f"capvco_reservations_{kind}_cost_per_hour", **here,
             currency=location.currency,
         )  # fmt: skip
         assert cost == pytest.approx(per_hour)
     assert value(samples, "capvco_machines", phase="running") == 2
     assert value(samples, "capvco_machines", phase="failed") == 0
-    age = value(samples, "capvco_observation_age_seconds", location=NL)
+    age = value(samples, "capvco_observation_age_seconds", **here)
     assert 0 <= age < 60
 
     # Counted by the calls and steps made since the first scrape, through the store every
@@ -169,3 +178,65 @@ def test_machines_of_every_phase_are_shown_even_when_none(db: None) -> None:
     assert {p: value(samples, "capvco_machines", phase=p) for p in Machine.Phase.values} == {
         p: 0 for p in Machine.Phase.values
     }
+
+
+def promtool() -> str:
+    found = shutil.which("promtool")
+    if found is None:
+        pytest.fail("promtool is missing: bin/test installs Debian's prometheus package")
+    return found
+
+
+@pytest.mark.usefixtures("allowed")
+def test_two_accounts_with_the_same_location_names_give_separate_series(db: None) -> None:
+    """Each per-location series names its account (by id, which a rename leaves alone):
+    two accounts' `nl-1` are two series each, and neither account's GPUs are added to the
+    other's. `promtool check metrics` finds the answer valid; promtool 2.42 does not look
+    for duplicate series, so they are counted from the parsed answer."""
+    accounts = [AccountFactory(name="acme"), AccountFactory(name="globex")]
+    for account, free, reserved in zip(accounts, (3, 5), (1, 2), strict=True):
+        location = LocationFactory(account=account, name="nl-1")
+        card = GpuProfileFactory(location=location, available_instances=free, model="A100")
+        for _ in range(reserved):
+            VgpuReservationFactory(
+                orphaned=True, location=location, gpu_id=card.profile_id, vm_id=None
+            )
+
+    response = Client().get("/metrics")
+    text = response.content.decode()
+    checked = subprocess.run(
+        [promtool(), "check", "metrics"], input=text, capture_output=True, text=True, timeout=30
+    )
+    series = Counter(
+        (sample.name, tuple(sorted(sample.labels.items())))
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    )
+
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert [key for key, n in series.items() if n > 1] == []
+    samples = scraped(Client())
+    for account, free, reserved in zip(accounts, (3, 5), (1, 2), strict=True):
+        here = {"account": str(account.pk), "location": "nl-1"}
+        a100 = {**here, "gpu_type": "NVIDIA A100"}
+        assert value(samples, "capvco_gpu_instances", **a100, state="free") == free
+        assert value(samples, "capvco_gpu_instances", **a100, state="reserved") == reserved
+        assert value(samples, "capvco_reservations_orphaned", **here) == reserved
+        assert value(samples, "capvco_reservations_unassigned", **here) == reserved
+        assert value(samples, "capvco_observation_age_seconds", **here) >= 0
+        info = {"account": str(account.pk), "account_name": account.name}
+        assert value(samples, "capvco_account_info", **info) == 1
+
+
+def test_the_guides_alert_rules_are_valid(tmp_path: Path) -> None:
+    guide = (Path(settings.BASE_DIR) / "docs/guides/metrics.md").read_text()
+    rules = guide.split("## Alert rules to start from", 1)[1].split("```yaml\n", 1)[1]
+    (tmp_path / "rules.yml").write_text(rules.split("```", 1)[0])
+
+    checked = subprocess.run(
+        [promtool(), "check", "rules", str(tmp_path / "rules.yml")],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "SUCCESS: 5 rules found" in checked.stdout

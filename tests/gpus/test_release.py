@@ -339,10 +339,12 @@ def test_auto_release_is_on_by_default_and_waits_for_grace_and_confirmations(
 def test_orphan_named_for_another_accounts_cluster_is_never_released_automatically(
     plane: Plane,
 ) -> None:
+    """Another account of ours that names the same whitesky customer (its API host and
+    customer id, in any case) sees the same vGPUs: one named for its cluster is its own."""
     auto_release_set(plane.account, confirmations=1)
     other = Account.objects.create(
-        name="other", api_url="https://vco.example/api/1", iam_url="https://iam.example",
-        customer_id="c2", credential="x",
+        name="other", api_url=plane.account.api_url, iam_url=plane.account.iam_url,
+        customer_id=plane.account.customer_id.upper(), credential="x",
     )  # fmt: skip
     other.clusters.create(name="blue")
     row = unassigned_made(plane, "capvco-blue-a-0-gpu-0")
@@ -351,6 +353,26 @@ def test_orphan_named_for_another_accounts_cluster_is_never_released_automatical
     assert row.orphaned_since is not None
     assert sweep(plane).released == []
     assert len(plane.sim_vgpus()) == 1
+
+
+def test_a_cluster_of_another_whitesky_customer_decides_nothing_about_our_orphans(
+    plane: Plane,
+) -> None:
+    """Cluster names are unique per whitesky customer only: another customer may have a
+    cluster `blue` too, and its vGPUs are never in our listings. Ours named for `blue`
+    (no cluster of this customer carries it) is an orphan like any other."""
+    auto_release_set(plane.account, confirmations=1)
+    other = Account.objects.create(
+        name="other", api_url="https://vco.example/api/1", iam_url="https://iam.example",
+        customer_id=plane.account.customer_id, credential="x",
+    )  # fmt: skip
+    other.clusters.create(name="blue")
+    row = unassigned_made(plane, "capvco-blue-a-0-gpu-0")
+    plane.observe()
+
+    assert row.orphaned_since is not None
+    assert sweep(plane).released == ["capvco-blue-a-0-gpu-0"]
+    assert plane.sim_vgpus() == []
 
 
 def test_automatic_release_refused_by_whitesky_is_tried_again_once_per_grace_period(

@@ -10,7 +10,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from capvco_web.models import AuditEvent
-from clusters.models import ClusterSite, Machine, MachinePool, VirtualMachine
+from clusters.models import Account, ClusterSite, Machine, MachinePool, VirtualMachine
 from clusters.services import machine_force_delete
 from clusters.whitesky import whitesky_client
 from gpus.models import VgpuReservation
@@ -222,3 +222,32 @@ def test_second_observation_of_unchanged_orphan_vms_writes_nothing(plane: Plane)
     ]
     assert writes == []
     assert VirtualMachine.objects.get(vm_id=stray).orphaned_since == before
+
+
+def test_an_orphan_vm_is_judged_against_the_clusters_of_its_whitesky_customer_only(
+    plane: Plane,
+) -> None:
+    """`capvco-green-...` is another account of the same whitesky customer's (it sees
+    the same cloudspaces): left alone. `capvco-blue-...` names a cluster of another
+    customer only, whose VMs are never here: ours, and removed like any orphan."""
+    auto_release_set(plane.account, confirmations=1)
+    plane.cluster()  # the site whose cloudspace is listed
+    same = Account.objects.create(
+        name="same-customer", api_url=plane.account.api_url, iam_url=plane.account.iam_url,
+        customer_id=plane.account.customer_id, credential="x",
+    )  # fmt: skip
+    same.clusters.create(name="green")
+    elsewhere = Account.objects.create(
+        name="elsewhere", api_url="https://vco.example/api/1", iam_url="https://iam.example",
+        customer_id=plane.account.customer_id, credential="x",
+    )  # fmt: skip
+    elsewhere.clusters.create(name="blue")
+    green, blue = vm_create(plane, "capvco-green-a-0"), vm_create(plane, "capvco-blue-a-0")
+
+    plane.observe()
+    assert flags(green)[0] and flags(blue)[0]
+    result = sweep(plane)
+
+    assert result.removed == ["capvco-blue-a-0"]
+    assert sim_vm_status(plane, green) == "HALTED"
+    assert sim_vm_status(plane, blue) in (None, "DESTROYED")

@@ -1,8 +1,11 @@
 """WhiteskyClient: typed calls to the whitesky VCO API (`/api/1`) for one customer account.
 
 All outbound HTTP goes through `WhiteskyClient._send`, one `requests.Session`, with a
-(connect, read) timeout on every call. Every call is one `Operation` of `operations.py`;
-failures come out as the errors of `errors.py`.
+(connect, read) timeout on every call. The session trusts nothing of the environment: no
+HTTP(S)_PROXY or ALL_PROXY (a proxy there would see every request, and of a plain-http
+origin the JWT itself), no .netrc, no REQUESTS_CA_BUNDLE. A proxy is used only when the
+caller names one (`proxy_url`), the CA bundle only when given (`ca_bundle`). Every call
+is one `Operation` of `operations.py`; failures come out as the errors of `errors.py`.
 
 The credential is sent only to the hosts of `allowed_hosts` (see `hosts.py`), and no
 redirect is followed: a 3xx is an error naming its status and the host it points to. What a
@@ -128,6 +131,8 @@ class WhiteskyClient:
         refresh_margin: float = 60.0,
         session: requests.Session | None = None,
         on_answer: Callable[[str, str], None] | None = None,
+        proxy_url: str | None = None,
+        ca_bundle: str | None = None,
     ) -> None:
         if page_size < 1:
             raise ValueError("page_size must be at least 1 (0 would ask for everything at once)")
@@ -145,6 +150,10 @@ class WhiteskyClient:
             token, on_refreshed=on_token_refreshed, refresh_margin=refresh_margin, clock=clock
         )
         self._session = session or requests.Session()
+        self._session.trust_env = False
+        self._session.proxies = {}
+        self._proxies = {"http": proxy_url, "https": proxy_url} if proxy_url else {}
+        self._verify: bool | str = ca_bundle or True
         self._on_answer = on_answer or (lambda operation, status: None)
 
     @property
@@ -593,9 +602,10 @@ class WhiteskyClient:
         operation: str,
     ) -> requests.Response:
         """The one place where the client talks to the network: only to allowed hosts,
-        and never on to where a redirect points."""
+        never on to where a redirect points, and through a proxy only when one was named."""
         if refusal := self.allowed_hosts.refusal(url):
             raise HostNotAllowed(f"credential not sent: {refusal}", operation=operation)
+        self._session.trust_env = False  # whatever a caller did to the session since
         return self._session.request(
             method,
             url,
@@ -604,6 +614,8 @@ class WhiteskyClient:
             json=json_body,
             timeout=timeout,
             allow_redirects=False,
+            proxies=self._proxies,
+            verify=self._verify,
         )
 
     def _call(

@@ -77,7 +77,7 @@ class Command(BaseCommand):
                 f"the Kubernetes simulator at {root} does not serve cluster {DEMO_CLUSTER}: {exc}"
             ) from exc
         kubeconfig = yaml.safe_dump(found.json()["kubeconfig"])
-        cluster = Cluster.objects.get(name=DEMO_CLUSTER)
+        cluster = Cluster.objects.get(name=DEMO_CLUSTER, account__name="demo")
         if cluster.kubeconfig != kubeconfig.strip():
             cluster_kubeconfig_set(
                 cluster=cluster,
@@ -125,7 +125,7 @@ class Command(BaseCommand):
                 )
                 for loc in locations
             }
-        if Cluster.objects.filter(name=DEMO_CLUSTER).exists():
+        if Cluster.objects.filter(name=DEMO_CLUSTER, account=account).exists():
             self.stdout.write("The demo cluster exists already.")
             return
         with transaction.atomic():
