@@ -66,6 +66,7 @@ urlpatterns = [
     path("gpu-types/", gpus.GpuTypesView.as_view(), name="gpu-types"),
     path("sriov/queues/", sriov.VmQueueView.as_view(), name="sriov-queues"),
     path("sriov/agent/nics/", sriov_agent.AgentNicsView.as_view(), name="sriov-agent-nics"),
+    path("sriov/agent/gc/", sriov_agent.AgentGcView.as_view(), name="sriov-agent-gc"),
     path(
         "sriov/agent/nics/<str:pod_uid>/",
         sriov_agent.AgentNicView.as_view(),

@@ -1,5 +1,12 @@
-"""A pod's NIC: attached when the CNI plugin asks (ADD), detached when it says the pod is
-gone (DEL) or when the reclaimer finds it so.
+"""A pod's NIC: attached when the CNI plugin asks (ADD), detached when it says the sandbox
+is gone (DEL), when the runtime no longer counts it among its attachments (GC), or when
+the reclaimer finds its pod gone.
+
+* A NIC is the attachment of one sandbox, (container id, ifname) as the CNI spec keys
+  it: a DEL or CHECK names that key, and a DEL of another sandbox of the same pod (a late
+  DEL of an old one) changes nothing. A pod has one live NIC: the ADD of a new sandbox
+  releases the NIC its old sandbox still holds (the runtime lost that sandbox without a
+  DEL) before it attaches one, so a pod is never billed for two.
 
 * One attach or detach at a time per VM: the whitesky attach answers only `{success}`, so
   the new NIC is the one the VM's listing gains, which two attaches at once would make
@@ -20,7 +27,8 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
@@ -55,6 +63,7 @@ logger = logging.getLogger(__name__)
 State = PodNic.State
 AGENT = "sriov-agent"  # the actor of what the CNI plugin asks for
 _FAILURE_LIMIT = 1000
+GC_TURN_WAIT = 2.0  # a GC waits only briefly for a VM's turn: the next GC or reclaim goes on
 
 
 class VmBusy(Refused):
@@ -176,12 +185,14 @@ def pod_nic_add(
     namespace: str,
     pod_name: str,
     node_name: str,
-    container_id: str = "",
+    container_id: str,
+    ifname: str,
     clients: Clients | None = None,
     wait: float | None = None,
 ) -> PodNic:
-    """The pod's NIC, attached (ADD). A repeated ADD answers the same NIC. Raises Refused
-    (with the HTTP status that says why) when it cannot be had."""
+    """The NIC of the attachment (container id, ifname) of the pod, attached (ADD). The
+    same ADD again (the plugin's retry after a lost answer) answers the same NIC. Raises
+    Refused (with the HTTP status that says why) when it cannot be had."""
     clients = clients or Clients()
     wait = settings.SRIOV_ATTACH_WAIT_SECONDS if wait is None else wait
     config = _config(cluster)
@@ -192,6 +203,25 @@ def pod_nic_add(
             f"Pod {namespace}/{pod_name} has its NIC on node {row.node_name}, not on "
             f"{node_name}: a node asks only for its own pods."
         )
+    if (
+        row is not None
+        and row.container_id == container_id
+        and not row.is_attachment(container_id, ifname)
+    ):
+        raise Refused(
+            f"Pod {namespace}/{pod_name} has its NIC as {row.ifname}: one SR-IOV NIC per pod."
+        )
+    if row is not None and not row.is_attachment(container_id, ifname):
+        # A new sandbox of the pod while an old one holds the NIC: release that first.
+        nic_release(
+            row=row,
+            clients=clients,
+            wait=wait,
+            actor=AGENT,
+            reason=f"CNI ADD of a new sandbox ({container_id[:64]}) of the pod: the NIC of "
+            f"its old sandbox ({row.container_id[:64]}) is released first",
+        )
+        row = None
     if row is not None and row.state == State.ATTACHED:
         return row
     if row is not None and row.state == State.DETACHING:
@@ -211,6 +241,7 @@ def pod_nic_add(
                 pod_name=pod_name,
                 node_name=node_name,
                 container_id=container_id,
+                ifname=ifname,
             )
             if row.state == State.ATTACHED:
                 return row
@@ -236,6 +267,7 @@ def _first_request(
     pod_name: str,
     node_name: str,
     container_id: str,
+    ifname: str,
 ) -> PodNic:
     """Check the pod and its node, then record its request (the row, `requested`)."""
     other = PodNic.objects.filter(pod_uid=pod_uid).exclude(cluster=cluster).first()
@@ -264,6 +296,7 @@ def _first_request(
         pod_name=pod_name,
         node_name=node_name,
         container_id=container_id,
+        ifname=ifname,
     )
 
 
@@ -291,6 +324,7 @@ def _requested(
     pod_name: str,
     node_name: str,
     container_id: str,
+    ifname: str,
 ) -> PodNic:
     """The pod's row, `requested`: made now, or the one a concurrent ADD made first."""
     try:
@@ -301,7 +335,8 @@ def _requested(
                 namespace=namespace,
                 pod_name=pod_name,
                 node_name=node_name,
-                container_id=container_id[:128],
+                container_id=container_id,
+                ifname=ifname,
                 machine=placement.machine,
                 location=placement.location,
                 cloudspace_id=placement.cloudspace_id,
@@ -313,7 +348,13 @@ def _requested(
                 mtu=config.mtu,
             )
     except IntegrityError:
-        return PodNic.objects.exclude(state=State.RELEASED).get(cluster=cluster, pod_uid=pod_uid)
+        row = PodNic.objects.exclude(state=State.RELEASED).get(cluster=cluster, pod_uid=pod_uid)
+        if not row.is_attachment(container_id, ifname):
+            raise Refused(
+                f"Another sandbox of pod {namespace}/{pod_name} asked for its NIC at the "
+                "same moment; ADD again."
+            ) from None
+        return row
 
 
 def _owned_macs(row: PodNic) -> set[str]:
@@ -418,23 +459,35 @@ def _attach(row: PodNic, client: ws.WhiteskyClient) -> PodNic:
 # --- DEL ---------------------------------------------------------------------------------
 
 
-def pod_nic_delete(
-    *,
-    cluster: Cluster,
-    pod_uid: str,
-    clients: Clients | None = None,
-    wait: float | None = None,
-    reason: str = "CNI DEL",
+def attachment_nic(
+    *, cluster: Cluster, pod_uid: str, container_id: str, ifname: str
 ) -> PodNic | None:
-    """Detach and release the pod's NIC (DEL); None when it has none (a repeated DEL).
-    Raises Refused when it cannot be detached now."""
-    clients = clients or Clients()
-    wait = settings.SRIOV_ATTACH_WAIT_SECONDS if wait is None else wait
+    """The live NIC of the attachment (container id, ifname) of the pod, if it has one."""
     row = (
         PodNic.objects.filter(cluster=cluster, pod_uid=pod_uid)
         .exclude(state=State.RELEASED)
         .first()
     )
+    return row if row is not None and row.is_attachment(container_id, ifname) else None
+
+
+def pod_nic_delete(
+    *,
+    cluster: Cluster,
+    pod_uid: str,
+    container_id: str,
+    ifname: str,
+    clients: Clients | None = None,
+    wait: float | None = None,
+    reason: str = "CNI DEL",
+) -> PodNic | None:
+    """Detach and release the NIC of the attachment (container id, ifname) of the pod
+    (DEL); None when that sandbox holds none (a repeated DEL, or a late DEL of an older
+    sandbox: the NIC of a newer one is left alone). Raises Refused when it cannot be
+    detached now."""
+    clients = clients or Clients()
+    wait = settings.SRIOV_ATTACH_WAIT_SECONDS if wait is None else wait
+    row = attachment_nic(cluster=cluster, pod_uid=pod_uid, container_id=container_id, ifname=ifname)
     if row is None:
         other = PodNic.objects.filter(pod_uid=pod_uid).exclude(cluster=cluster).first()
         if other is not None and other.state != State.RELEASED:
@@ -445,6 +498,66 @@ def pod_nic_delete(
         return None
     nic_release(row=row, clients=clients, wait=wait, actor=AGENT, reason=reason)
     return row
+
+
+# --- GC ----------------------------------------------------------------------------------
+
+
+@dataclass
+class GcResult:
+    released: list[PodNic] = field(default_factory=list)
+    kept: list[PodNic] = field(default_factory=list)  # in flight, or asked for too lately
+    errors: list[str] = field(default_factory=list)
+
+
+def node_nics_gc(
+    *,
+    cluster: Cluster,
+    node_name: str,
+    valid: list[tuple[str, str]],
+    clients: Clients | None = None,
+    now: datetime | None = None,
+    min_age: timedelta | None = None,
+) -> GcResult:
+    """CNI GC: release the NICs of this node whose attachment (container id, ifname) the
+    runtime no longer lists as valid. As safe as the reclaimer: never a NIC whose attach
+    is still under way, nor one asked for less than SRIOV_RECLAIM_GRACE_SECONDS ago (the
+    runtime's list may have been taken before its ADD); a NIC recorded without a
+    container id is the reclaimer's alone. Each release is audited."""
+    clients = clients or Clients()
+    now = now or timezone.now()
+    if min_age is None:
+        min_age = timedelta(seconds=settings.SRIOV_RECLAIM_GRACE_SECONDS)
+    keys = set(valid)
+    containers = {container_id for container_id, _ in valid}
+    result = GcResult()
+    rows = (
+        PodNic.objects.filter(cluster=cluster, node_name=node_name)
+        .exclude(state=State.RELEASED)
+        .exclude(container_id="")
+        .order_by("pk")
+    )
+    for row in rows:
+        if (row.container_id, row.ifname) in keys or (
+            not row.ifname and row.container_id in containers
+        ):
+            continue
+        if row.state in (State.REQUESTED, State.ATTACHING) or row.requested_at > now - min_age:
+            result.kept.append(row)
+            continue
+        try:
+            nic_release(
+                row=row,
+                clients=clients,
+                wait=GC_TURN_WAIT,
+                actor=AGENT,
+                reason="CNI GC: the runtime no longer lists its attachment as valid",
+            )
+        except Refused as exc:
+            result.errors.append(f"{row}: {exc.message}")
+            continue
+        result.released.append(row)
+    return result
 
 
 def nic_release(*, row: PodNic, clients: Clients, wait: float, actor: str, reason: str) -> None:
@@ -536,12 +649,15 @@ __all__ = [
     "AGENT",
     "CannotConfirm",
     "Clients",
+    "GcResult",
     "NotEnabled",
     "Refused",
     "VmBusy",
     "WhiteskyFailed",
     "WhiteskyRefused",
+    "attachment_nic",
     "nic_release",
+    "node_nics_gc",
     "pod_nic_add",
     "pod_nic_delete",
     "vm_turn",

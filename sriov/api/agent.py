@@ -1,9 +1,16 @@
 """The agent API: what the CNI plugin of a cluster's nodes calls, with the cluster's
 agent token (`Authorization: Bearer cvsriov_...`).
 
-    POST   /api/v1/sriov/agent/nics/            ADD: the pod's NIC, attached (idempotent)
-    GET    /api/v1/sriov/agent/nics/<pod uid>/  CHECK: the pod's NIC as recorded
-    DELETE /api/v1/sriov/agent/nics/<pod uid>/  DEL: detached and released (idempotent)
+    POST   /api/v1/sriov/agent/nics/            ADD: the attachment's NIC, attached
+    GET    /api/v1/sriov/agent/nics/<pod uid>/?container_id=&ifname=
+                                                CHECK: the attachment's NIC as recorded
+    DELETE /api/v1/sriov/agent/nics/<pod uid>/?container_id=&ifname=
+                                                DEL: detached and released (idempotent)
+    POST   /api/v1/sriov/agent/gc/              GC: the node's NICs of attachments the
+                                                runtime no longer lists, released
+
+An attachment is (container id, ifname), as the CNI spec keys it: a DEL that names
+another sandbox of the pod than the one holding its NIC changes nothing.
 
 Unlike the rest of the API these calls reach whitesky (and, when the mirror does not know
 a pod or node yet, the cluster's Kubernetes) while the request waits: the plugin needs
@@ -15,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import exceptions, permissions, serializers, status
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
 from rest_framework.request import Request
@@ -24,11 +31,15 @@ from rest_framework.views import APIView
 
 from capvco_web.api import ErrorSerializer, StrictInputMixin
 from capvco_web.auth import FailedTokenThrottle
-from sriov.agent import Refused, pod_nic_add, pod_nic_delete
+from sriov.agent import Refused, attachment_nic, node_nics_gc, pod_nic_add, pod_nic_delete
 from sriov.models import AgentToken, PodNic
 from sriov.tokens import AgentTokenRefused, agent_token_authenticate
 
 POD_UID_PATTERN = r"^[A-Za-z0-9-]{1,64}\Z"
+# As the CNI spec (and libcni) allow them.
+CONTAINER_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}\Z"
+IFNAME_PATTERN = r"^(?!\.{1,2}\Z)[^/:\s]{1,15}\Z"
+MAX_VALID_ATTACHMENTS = 10_000
 
 
 class Agent:
@@ -92,13 +103,33 @@ class AgentRefusal(exceptions.APIException):
             self.wait = retry_after
 
 
-class AddSerializer(StrictInputMixin, serializers.Serializer[Any]):
+class AttachmentSerializer(StrictInputMixin, serializers.Serializer[Any]):
+    """(CNI_CONTAINERID, CNI_IFNAME): what a NIC is the attachment of."""
+
+    container_id = serializers.RegexField(CONTAINER_ID_PATTERN, max_length=128)
+    ifname = serializers.RegexField(IFNAME_PATTERN, max_length=15)
+
+
+class AddSerializer(AttachmentSerializer):
     pod_uid = serializers.RegexField(POD_UID_PATTERN, max_length=64)
     namespace = serializers.CharField(max_length=63)
     pod_name = serializers.CharField(max_length=253)
     node_name = serializers.CharField(max_length=253)
-    container_id = serializers.CharField(max_length=128, required=False, allow_blank=True)
-    ifname = serializers.CharField(max_length=15, required=False, allow_blank=True)
+
+
+class GcSerializer(StrictInputMixin, serializers.Serializer[Any]):
+    node_name = serializers.CharField(max_length=253)
+    valid_attachments = serializers.ListField(
+        child=AttachmentSerializer(), max_length=MAX_VALID_ATTACHMENTS
+    )
+
+
+class GcAnswerSerializer(serializers.Serializer[Any]):
+    released = serializers.ListField(child=serializers.CharField())
+    kept = serializers.ListField(
+        child=serializers.CharField(), help_text="Still attaching, or asked for too lately"
+    )
+    errors = serializers.ListField(child=serializers.CharField())
 
 
 class NicSerializer(serializers.ModelSerializer[PodNic]):
@@ -111,7 +142,8 @@ class NicSerializer(serializers.ModelSerializer[PodNic]):
     class Meta:
         model = PodNic
         fields = [
-            "pod_uid", "namespace", "pod_name", "node_name", "vm_id", "network_id", "network",
+            "pod_uid", "namespace", "pod_name", "node_name", "container_id", "ifname", "vm_id",
+            "network_id", "network",
             "state", "mac", "address", "prefix", "gateway", "mtu", "failure",
         ]  # fmt: skip
         read_only_fields = fields
@@ -161,45 +193,83 @@ class AgentNicsView(AgentView):
                 namespace=data["namespace"],
                 pod_name=data["pod_name"],
                 node_name=data["node_name"],
-                container_id=data.get("container_id", ""),
+                container_id=data["container_id"],
+                ifname=data["ifname"],
             )
         except Refused as exc:
             raise AgentRefusal(exc) from exc
         return Response(NicSerializer(nic).data)
 
 
+def _attachment(request: Request) -> dict[str, str]:
+    asked = AttachmentSerializer(data=request.query_params.dict())
+    asked.is_valid(raise_exception=True)
+    return dict(asked.validated_data)
+
+
+_ATTACHMENT = [
+    OpenApiParameter("container_id", str, required=True, description="CNI_CONTAINERID"),
+    OpenApiParameter("ifname", str, required=True, description="CNI_IFNAME"),
+]
+
+
 class AgentNicView(AgentView):
     serializer_class = NicSerializer  # what CHECK answers; DEL takes no body
 
-    def _live(self, request: Request, pod_uid: str) -> PodNic | None:
-        return (
-            PodNic.objects.filter(cluster=self.agent(request).cluster, pod_uid=pod_uid)
-            .exclude(state=PodNic.State.RELEASED)
-            .first()
-        )
-
     @extend_schema(
-        responses={200: NicSerializer, 404: _error("The pod has no live NIC in the cluster.")}
+        parameters=_ATTACHMENT,
+        responses={
+            200: NicSerializer,
+            404: _error("The attachment holds no live NIC in the cluster."),
+        },
     )
     def get(self, request: Request, pod_uid: str) -> Response:
-        """CHECK: the pod's live NIC as recorded."""
-        nic = self._live(request, pod_uid)
+        """CHECK: the attachment's live NIC as recorded."""
+        key = _attachment(request)
+        nic = attachment_nic(cluster=self.agent(request).cluster, pod_uid=pod_uid, **key)
         if nic is None:
-            raise exceptions.NotFound(f"Pod {pod_uid} has no NIC in this cluster.")
+            raise exceptions.NotFound(
+                f"Pod {pod_uid} has no NIC for container {key['container_id']} and "
+                f"interface {key['ifname']} in this cluster."
+            )
         return Response(NicSerializer(nic).data)
 
     @extend_schema(
+        parameters=_ATTACHMENT,
         responses={
             204: None,
             403: _error("The pod is another cluster's."),
             409: _error("Refused: whitesky refused the detach (the answer says why)."),
             503: _BUSY,
-        }
+        },
     )
     def delete(self, request: Request, pod_uid: str) -> Response:
-        """DEL: detach and release the pod's NIC; 204 also when it has none."""
+        """DEL: detach and release the attachment's NIC; 204 also when it holds none."""
+        key = _attachment(request)
         try:
-            pod_nic_delete(cluster=self.agent(request).cluster, pod_uid=pod_uid)
+            pod_nic_delete(cluster=self.agent(request).cluster, pod_uid=pod_uid, **key)
         except Refused as exc:
             raise AgentRefusal(exc) from exc
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class AgentGcView(AgentView):
+    @extend_schema(request=GcSerializer, responses={200: GcAnswerSerializer})
+    def post(self, request: Request) -> Response:
+        """GC (CNI 1.1): release the node's NICs whose attachment is not among the valid
+        ones, except those still attaching or asked for within the reclaim grace."""
+        asked = GcSerializer(data=request.data)
+        asked.is_valid(raise_exception=True)
+        data = asked.validated_data
+        result = node_nics_gc(
+            cluster=self.agent(request).cluster,
+            node_name=data["node_name"],
+            valid=[(a["container_id"], a["ifname"]) for a in data["valid_attachments"]],
+        )
+        return Response(
+            {
+                "released": [f"{row} ({row.container_id}/{row.ifname})" for row in result.released],
+                "kept": [f"{row} ({row.container_id}/{row.ifname})" for row in result.kept],
+                "errors": result.errors,
+            }
+        )

@@ -1,6 +1,7 @@
 """Install the CNI plugin on a node (run by the DaemonSet of sriov/manifests.py, as root,
 with the host's CNI directories mounted): the plugin as one executable zip (with pyroute2
-inside, so the node needs only python3), the agent token and the node's name.
+inside, so the node needs only python3), the agent token, the node's name and the agent
+API's URL, which the plugin reads from that directory alone.
 
 No Django in here.
 """
@@ -55,8 +56,11 @@ def plugin_zip() -> bytes:
         return b"#!/usr/bin/env python3\n" + target.read_bytes()
 
 
-def install(*, bin_dir: Path, conf_dir: Path, token_file: Path, node_name: str) -> list[str]:
-    """Put the plugin, the token and the node name in place; the files changed."""
+def install(
+    *, bin_dir: Path, conf_dir: Path, token_file: Path, node_name: str, agent_url: str
+) -> list[str]:
+    """Put the plugin, the token, the node name and the agent URL in place; the files
+    changed."""
     changed = []
     if _write(bin_dir / PLUGIN, plugin_zip(), 0o755):
         changed.append(str(bin_dir / PLUGIN))
@@ -64,6 +68,8 @@ def install(*, bin_dir: Path, conf_dir: Path, token_file: Path, node_name: str) 
         changed.append(str(conf_dir / "token"))
     if _write(conf_dir / "node-name", node_name.encode() + b"\n", 0o644):
         changed.append(str(conf_dir / "node-name"))
+    if _write(conf_dir / "agent-url", agent_url.strip().encode() + b"\n", 0o644):
+        changed.append(str(conf_dir / "agent-url"))
     return changed
 
 
@@ -73,6 +79,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--conf-dir", type=Path, required=True)
     parser.add_argument("--token-file", type=Path, required=True)
     parser.add_argument("--node-name", required=True)
+    parser.add_argument("--agent-url", required=True, help="the agent API, as nodes reach it")
     parser.add_argument(
         "--keep-running", action="store_true", help="stay, and install a new token when the "
         "Secret changes (every 30 s)"
@@ -84,6 +91,7 @@ def main(argv: list[str] | None = None) -> None:
             conf_dir=args.conf_dir,
             token_file=args.token_file,
             node_name=args.node_name,
+            agent_url=args.agent_url,
         ):
             print(f"installed {path}", flush=True)
         if not args.keep_running:

@@ -23,7 +23,9 @@ def test_nic_calls_are_made_with_the_sriov_credential_only(world: World) -> None
     world.pod("web")
     world.sim.clear_calls()
     nic = world.add("web")
-    pod_nic_delete(cluster=world.cluster, pod_uid=nic.pod_uid)
+    pod_nic_delete(
+        cluster=world.cluster, pod_uid=nic.pod_uid, container_id=nic.container_id, ifname="net1"
+    )
     calls = world.nic_calls()
     assert {c["operation"] for c in calls} >= {
         "attachExternalNetworksVirtualMachine",
