@@ -129,7 +129,9 @@ class GcAnswerSerializer(serializers.Serializer[Any]):
     kept = serializers.ListField(
         child=serializers.CharField(), help_text="Still attaching, or asked for too lately"
     )
-    errors = serializers.ListField(child=serializers.CharField())
+    failed = serializers.ListField(
+        child=serializers.CharField(), help_text="Not released now: tried again later"
+    )
 
 
 class NicSerializer(serializers.ModelSerializer[PodNic]):
@@ -247,7 +249,12 @@ class AgentNicView(AgentView):
         """DEL: detach and release the attachment's NIC; 204 also when it holds none."""
         key = _attachment(request)
         try:
-            pod_nic_delete(cluster=self.agent(request).cluster, pod_uid=pod_uid, **key)
+            pod_nic_delete(
+                cluster=self.agent(request).cluster,
+                pod_uid=pod_uid,
+                container_id=key["container_id"],
+                ifname=key["ifname"],
+            )
         except Refused as exc:
             raise AgentRefusal(exc) from exc
         return Response(status=status.HTTP_204_NO_CONTENT)
@@ -270,6 +277,6 @@ class AgentGcView(AgentView):
             {
                 "released": [f"{row} ({row.container_id}/{row.ifname})" for row in result.released],
                 "kept": [f"{row} ({row.container_id}/{row.ifname})" for row in result.kept],
-                "errors": result.errors,
+                "failed": result.errors,
             }
         )

@@ -561,7 +561,7 @@ def cmd_gc(config: dict[str, Any], environ: Mapping[str, str]) -> None:
     answer = Agent(config, node).call(
         "POST", "gc/", {"node_name": node.node_name, "valid_attachments": valid}
     )
-    errors = answer.get("errors") if isinstance(answer, dict) else None
+    errors = answer.get("failed") if isinstance(answer, dict) else None
     if errors:
         raise CniError(
             TRY_AGAIN_LATER,

@@ -242,4 +242,4 @@ def test_gc_input_is_checked(world: World, client: Client) -> None:
         gc, {"node_name": "node-0", "valid_attachments": []}, content_type="application/json"
     )
     assert empty.status_code == 200
-    assert empty.json() == {"released": [], "kept": [], "errors": []}
+    assert empty.json() == {"released": [], "kept": [], "failed": []}
