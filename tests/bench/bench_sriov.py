@@ -115,6 +115,8 @@ def add(session: requests.Session, url: str, world: World, name: str, node: int)
         "namespace": pod["namespace"],
         "pod_name": name,
         "node_name": world.node(node),
+        "container_id": f"sandbox-{name}",
+        "ifname": "net1",
     }
     started = time.perf_counter()
     response = session.post(f"{url}/api/v1/sriov/agent/nics/", json=body, timeout=120)
@@ -156,7 +158,11 @@ def run(world: World, url: str, args: argparse.Namespace) -> dict[str, Any]:
     for i in range(args.serial):
         uid = world.uid(f"serial-{i}")
         started = time.perf_counter()
-        response = session.delete(f"{url}/api/v1/sriov/agent/nics/{uid}/", timeout=60)
+        response = session.delete(
+            f"{url}/api/v1/sriov/agent/nics/{uid}/",
+            params={"container_id": f"sandbox-serial-{i}", "ifname": "net1"},
+            timeout=60,
+        )
         dels.append(time.perf_counter() - started)
         assert response.status_code == 204, response.text
     serial_nics_left = sum(len(world.sim_nics(world.vm(v))) for v in range(vms))
