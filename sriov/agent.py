@@ -187,6 +187,7 @@ def pod_nic_add(
     node_name: str,
     container_id: str,
     ifname: str,
+    cni_network: str = "",
     clients: Clients | None = None,
     wait: float | None = None,
 ) -> PodNic:
@@ -242,6 +243,7 @@ def pod_nic_add(
                 node_name=node_name,
                 container_id=container_id,
                 ifname=ifname,
+                cni_network=cni_network,
             )
             if row.state == State.ATTACHED:
                 return row
@@ -268,6 +270,7 @@ def _first_request(
     node_name: str,
     container_id: str,
     ifname: str,
+    cni_network: str,
 ) -> PodNic:
     """Check the pod and its node, then record its request (the row, `requested`)."""
     other = PodNic.objects.filter(pod_uid=pod_uid).exclude(cluster=cluster).first()
@@ -297,6 +300,7 @@ def _first_request(
         node_name=node_name,
         container_id=container_id,
         ifname=ifname,
+        cni_network=cni_network,
     )
 
 
@@ -325,6 +329,7 @@ def _requested(
     node_name: str,
     container_id: str,
     ifname: str,
+    cni_network: str,
 ) -> PodNic:
     """The pod's row, `requested`: made now, or the one a concurrent ADD made first."""
     try:
@@ -337,6 +342,7 @@ def _requested(
                 node_name=node_name,
                 container_id=container_id,
                 ifname=ifname,
+                cni_network=cni_network,
                 machine=placement.machine,
                 location=placement.location,
                 cloudspace_id=placement.cloudspace_id,
@@ -514,16 +520,18 @@ def node_nics_gc(
     *,
     cluster: Cluster,
     node_name: str,
+    cni_network: str,
     valid: list[tuple[str, str]],
     clients: Clients | None = None,
     now: datetime | None = None,
     min_age: timedelta | None = None,
 ) -> GcResult:
-    """CNI GC: release the NICs of this node whose attachment (container id, ifname) the
-    runtime no longer lists as valid. As safe as the reclaimer: never a NIC whose attach
-    is still under way, nor one asked for less than SRIOV_RECLAIM_GRACE_SECONDS ago (the
-    runtime's list may have been taken before its ADD); a NIC recorded without a
-    container id is the reclaimer's alone. Each release is audited."""
+    """CNI GC of the network `cni_network`: release the NICs of this node added with it
+    whose attachment (container id, ifname) the runtime no longer lists as valid. As safe
+    as the reclaimer: never a NIC whose attach is still under way, nor one asked for less
+    than SRIOV_RECLAIM_GRACE_SECONDS ago (the runtime's list may have been taken before
+    its ADD); a NIC recorded without a container id or network name (before they were
+    kept) is the reclaimer's alone. Each release is audited."""
     clients = clients or Clients()
     now = now or timezone.now()
     if min_age is None:
@@ -532,9 +540,10 @@ def node_nics_gc(
     containers = {container_id for container_id, _ in valid}
     result = GcResult()
     rows = (
-        PodNic.objects.filter(cluster=cluster, node_name=node_name)
+        PodNic.objects.filter(cluster=cluster, node_name=node_name, cni_network=cni_network)
         .exclude(state=State.RELEASED)
         .exclude(container_id="")
+        .exclude(cni_network="")
         .order_by("pk")
     )
     for row in rows:

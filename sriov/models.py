@@ -171,6 +171,12 @@ class PodNic(models.Model):
     pod_name = models.CharField(max_length=253)
     node_name = models.CharField(max_length=253)
     container_id = models.CharField(max_length=128, blank=True, help_text="CNI_CONTAINERID")
+    cni_network = models.CharField(
+        max_length=253,
+        blank=True,
+        help_text="The name of the CNI network configuration it was added with; GC of that "
+        "network only looks at its own",
+    )
     ifname = models.CharField(
         max_length=15,
         blank=True,

@@ -111,6 +111,9 @@ class AttachmentSerializer(StrictInputMixin, serializers.Serializer[Any]):
 
 
 class AddSerializer(AttachmentSerializer):
+    cni_network = serializers.CharField(
+        max_length=253, required=False, help_text="The name of the CNI network configuration"
+    )
     pod_uid = serializers.RegexField(POD_UID_PATTERN, max_length=64)
     namespace = serializers.CharField(max_length=63)
     pod_name = serializers.CharField(max_length=253)
@@ -119,6 +122,9 @@ class AddSerializer(AttachmentSerializer):
 
 class GcSerializer(StrictInputMixin, serializers.Serializer[Any]):
     node_name = serializers.CharField(max_length=253)
+    cni_network = serializers.CharField(
+        max_length=253, help_text="The name of the CNI network configuration GC is for"
+    )
     valid_attachments = serializers.ListField(
         child=AttachmentSerializer(), max_length=MAX_VALID_ATTACHMENTS
     )
@@ -197,6 +203,7 @@ class AgentNicsView(AgentView):
                 node_name=data["node_name"],
                 container_id=data["container_id"],
                 ifname=data["ifname"],
+                cni_network=data.get("cni_network", ""),
             )
         except Refused as exc:
             raise AgentRefusal(exc) from exc
@@ -271,6 +278,7 @@ class AgentGcView(AgentView):
         result = node_nics_gc(
             cluster=self.agent(request).cluster,
             node_name=data["node_name"],
+            cni_network=data["cni_network"],
             valid=[(a["container_id"], a["ifname"]) for a in data["valid_attachments"]],
         )
         return Response(

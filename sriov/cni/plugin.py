@@ -442,7 +442,11 @@ def cmd_add(config: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any
             f"{key['container_id']} and {ifname} is not repeated without a DEL between",
         )
     node = NodeConfig(environ)
-    nic = Agent(config, node).call("POST", "nics/", {**pod, **key, "node_name": node.node_name})
+    nic = Agent(config, node).call(
+        "POST",
+        "nics/",
+        {**pod, **key, "node_name": node.node_name, "cni_network": _network_name(config)},
+    )
     if not isinstance(nic, dict) or not nic.get("mac") or not nic.get("address"):
         raise CniError(AGENT_REFUSED, f"the agent API answered no NIC: {nic!r:.200}")
     try:
@@ -535,6 +539,13 @@ def cmd_check(config: dict[str, Any], environ: Mapping[str, str]) -> None:
         raise CniError(CHECK_FAILED, f"{ifname} lacks the address {', '.join(missing)}")
 
 
+def _network_name(config: Mapping[str, Any]) -> str:
+    name = config.get("name")
+    if not isinstance(name, str) or not name:
+        raise CniError(INVALID_CONFIG, "the network configuration has no name")
+    return name[:253]
+
+
 def _valid_attachments(config: Mapping[str, Any]) -> list[dict[str, str]]:
     # `cni.dev/attachments` is the name an early text of the 1.1 spec used.
     given = config.get("cni.dev/valid-attachments", config.get("cni.dev/attachments"))
@@ -559,7 +570,13 @@ def cmd_gc(config: dict[str, Any], environ: Mapping[str, str]) -> None:
     valid = _valid_attachments(config)
     node = NodeConfig(environ)
     answer = Agent(config, node).call(
-        "POST", "gc/", {"node_name": node.node_name, "valid_attachments": valid}
+        "POST",
+        "gc/",
+        {
+            "node_name": node.node_name,
+            "cni_network": _network_name(config),
+            "valid_attachments": valid,
+        },
     )
     errors = answer.get("failed") if isinstance(answer, dict) else None
     if errors:

@@ -234,12 +234,14 @@ def test_gc_input_is_checked(world: World, client: Client) -> None:
     gc = "/api/v1/sriov/agent/gc/"
     bad = client.post(
         gc,
-        {"node_name": "node-0", "valid_attachments": [{"container_id": "c1"}]},
+        {"node_name": "node-0", "cni_network": "n", "valid_attachments": [{"container_id": "c"}]},
         content_type="application/json",
     )
     assert bad.status_code == 400 and "valid_attachments" in bad.json()["fields"]
     empty = client.post(
-        gc, {"node_name": "node-0", "valid_attachments": []}, content_type="application/json"
+        gc,
+        {"node_name": "node-0", "cni_network": "n", "valid_attachments": []},
+        content_type="application/json",
     )
     assert empty.status_code == 200
     assert empty.json() == {"released": [], "kept": [], "failed": []}

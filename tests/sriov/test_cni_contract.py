@@ -588,15 +588,17 @@ def test_gc_releases_this_nodes_nics_of_attachments_no_longer_valid(
     runtime: Runtime, namespaces: Callable[[], str], settings: Any
 ) -> None:
     world = runtime.world
-    for name in ("web", "db", "slow"):
+    for name in ("web", "db", "slow", "elsewhere"):
         world.pod(name)
     world.pod("away", node=1)
     conflist = runtime.conflist("1.0.0")
     _, stale = runtime.add(conflist, pod="web", netns=namespaces(), cid="c1")
     _, valid = runtime.add(conflist, pod="db", netns=namespaces(), cid="c2")
-    away = world.add("away", node=1, container_id="c3")  # another node's: never this GC's
-    in_flight = world.add("slow", container_id="c4")
+    ours = "capvco-sriov"
+    away = world.add("away", node=1, container_id="c3", cni_network=ours)  # another node's
+    in_flight = world.add("slow", container_id="c4", cni_network=ours)
     PodNic.objects.filter(pk=in_flight.pk).update(state=PodNic.State.ATTACHING)
+    world.add("elsewhere", container_id="c5", cni_network="another-network")
     gc = runtime.conflist("1.1.0", chain="")
     only_c2 = ("-valid", json.dumps([{"containerID": "c2", "ifname": "net1"}]))
 
@@ -614,9 +616,11 @@ def test_gc_releases_this_nodes_nics_of_attachments_no_longer_valid(
         "c2": PodNic.State.ATTACHED,
         "c3": PodNic.State.ATTACHED,
         "c4": PodNic.State.ATTACHING,
+        "c5": PodNic.State.ATTACHED,
     }
     macs = {n["mac_address"] for n in world.sim_nics(world.vm(0))}
     assert stale.mac not in macs and {valid.mac, in_flight.mac} <= macs
+    assert PodNic.objects.get(container_id="c1").cni_network == ours
     assert away.mac in {n["mac_address"] for n in world.sim_nics(world.vm(1))}
     event = AuditEvent.objects.filter(action="sriov.nic_release").get()
     assert "CNI GC" in event.reason and event.actor_name == "sriov-agent"
