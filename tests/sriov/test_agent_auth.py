@@ -122,6 +122,58 @@ def test_node_a_token_cannot_delete_node_b_pods_nic(world: World) -> None:
     assert world.sim_nics(world.vm(1)) == []
 
 
+GC = "/api/v1/sriov/agent/gc/"
+
+
+def gc(client: Client, **body: Any) -> Any:
+    return client.post(
+        GC, {"cni_network": "capvco-sriov", "valid_attachments": [], **body},
+        content_type="application/json",
+    )  # fmt: skip
+
+
+def test_gc_is_of_the_tokens_node_only(
+    world: World, other: tuple[Cluster, str], settings: Any
+) -> None:
+    settings.SRIOV_RECLAIM_GRACE_SECONDS = 0
+    world.pod("web")
+    world.pod("db", node=1)
+    web = world.add("web", container_id="c1", cni_network="capvco-sriov")
+    db = world.add("db", node=1, container_id="c2", cni_network="capvco-sriov")
+    node_0 = bearer(world.node_token(0))
+    # A body that names another node than the token's changes nothing.
+    refused = gc(node_0, node_name=world.node(1))
+    assert refused.status_code == 403 and refused.json()["code"] == "other_node"
+    # Another cluster's node of the same name releases nothing of this cluster.
+    assert gc(bearer(other[1]), node_name="node-0").json()["released"] == []
+    assert PodNic.objects.exclude(state=PodNic.State.ATTACHED).count() == 0
+    assert not AuditEvent.objects.filter(action="sriov.nic_release").exists()
+    # Its own node, named or not: only its own NICs go.
+    answer = gc(node_0)
+    assert answer.status_code == 200 and len(answer.json()["released"]) == 1
+    web.refresh_from_db()
+    db.refresh_from_db()
+    assert (web.state, db.state) == (PodNic.State.RELEASED, PodNic.State.ATTACHED)
+    assert world.sim_nics(world.vm(0)) == [] and len(world.sim_nics(world.vm(1))) == 1
+    assert gc(bearer(world.node_token(1)), node_name=world.node(1)).status_code == 200
+    db.refresh_from_db()
+    assert db.state == PodNic.State.RELEASED
+
+
+def test_another_node_cannot_check_or_delete_any_attachment_of_a_pod_it_does_not_hold(
+    world: World,
+) -> None:
+    world.pod("web", node=1)
+    assert add(bearer(world.node_token(1)), add_body(world, "web", node=1)).status_code == 200
+    uid = world.uid("web")
+    node_0 = bearer(world.node_token(0))
+    for key in (KEY, "?container_id=0ld&ifname=net1"):
+        assert node_0.get(f"{NICS}{uid}/{key}").status_code == 403
+        assert node_0.delete(f"{NICS}{uid}/{key}").json()["code"] == "other_node"
+    assert PodNic.objects.get(pod_uid=uid).state == PodNic.State.ATTACHED
+    assert len(world.sim_nics(world.vm(1))) == 1
+
+
 def test_a_node_token_asks_only_for_pods_on_its_own_node(world: World) -> None:
     world.pod("web", node=1)
     refused = add(bearer(world.node_token(0)), add_body(world, "web", node=1))

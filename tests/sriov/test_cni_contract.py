@@ -15,7 +15,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 
 from capvco_web.models import AuditEvent
-from sriov.cni.install import plugin_zip
-from sriov.models import PodNic
+from sriov.cni.install import install, plugin_zip
+from sriov.models import AgentToken, PodNic
 from tests.conftest import require
 from tests.kube_sim import KubeSimulator
 from tests.sriov.support import World, world_build
@@ -262,11 +262,18 @@ def runtime(
 ) -> Runtime:
     world = world_build(whitesky_sim, kube_sim)
     conf_dir = tmp_path / "capvco-sriov.d"
-    conf_dir.mkdir()
     agent_url = f"{live_server.url}/api/v1/sriov/agent/"
-    (conf_dir / "token").write_text(world.agent_token + "\n")
-    (conf_dir / "node-name").write_text("node-0\n")
-    (conf_dir / "agent-url").write_text(agent_url + "\n")
+    secret = tmp_path / "secret-token"
+    secret.write_text(world.enrollment_token + "\n")
+    # Node-0's installer: enrolls with the cluster's enrollment token and leaves the node's
+    # own token, its name and the agent URL in the plugin's directory.
+    install(
+        bin_dir=tmp_path / "node-bin",
+        conf_dir=conf_dir,
+        token_file=secret,
+        node_name="node-0",
+        agent_url=agent_url,
+    )
     (tmp_path / "cache").mkdir()
     return Runtime(
         world=world,
@@ -470,6 +477,53 @@ def test_check_compares_with_prev_result(runtime: Runtime, namespaces: Callable[
     assert f"{row.ip}/24" in broken.error["msg"]
     done = runtime.driver("del", conflist, pod="web", netns=netns, cid="c1")
     assert done.status == 0, done
+
+
+# --- issue 16: a node's plugin acts with its node's token, for that node only ------------
+
+
+def test_the_plugin_dir_holds_the_nodes_own_token_not_the_enrollment_token(
+    runtime: Runtime,
+) -> None:
+    token = (runtime.conf_dir / "token").read_text().strip()
+    assert token != runtime.world.enrollment_token
+    row = AgentToken.objects.get(node_name="node-0")
+    assert token.startswith(f"cvsriov_{row.key_id}_")
+    assert (runtime.conf_dir / "node-name").read_text() == "node-0\n"
+    assert (runtime.conf_dir / "agent-url").read_text() == runtime.agent_url + "\n"
+
+
+def test_another_nodes_plugin_can_neither_delete_nor_gc_this_nodes_nic(
+    runtime: Runtime, namespaces: Callable[[], str], tmp_path: Path, settings: Any
+) -> None:
+    world = runtime.world
+    world.pod("web")
+    netns = namespaces()
+    conflist = runtime.conflist("1.0.0")
+    _, row = runtime.add(conflist, pod="web", netns=netns, cid="c1")
+    node_1 = tmp_path / "node-1.d"
+    node_1.mkdir()
+    for name, content in (
+        ("token", world.node_token(1)),
+        ("node-name", "node-1"),
+        ("agent-url", runtime.agent_url),
+    ):
+        (node_1 / name).write_text(content + "\n")
+    (tmp_path / "node-1-cache").mkdir()
+    elsewhere = replace(runtime, conf_dir=node_1, cache_dir=tmp_path / "node-1-cache")
+    refused = elsewhere.driver("del", conflist, pod="web", netns=namespaces(), cid="c1")
+    assert refused.error["code"] == 100 and "another node's VM" in refused.error["msg"]
+    settings.SRIOV_RECLAIM_GRACE_SECONDS = 0
+    nothing_valid = ("-valid", "[]")
+    gc = elsewhere.driver("gc", runtime.conflist("1.1.0", chain=""), pod="", more=nothing_valid)
+    assert gc.status == 0, gc
+    row.refresh_from_db()
+    assert row.state == PodNic.State.ATTACHED
+    assert row.mac in {n["mac_address"] for n in world.sim_nics(world.vm(0))}
+    done = runtime.driver("del", conflist, pod="web", netns=netns, cid="c1")
+    assert done.status == 0, done
+    row.refresh_from_db()
+    assert row.state == PodNic.State.RELEASED
 
 
 # --- issue 16: the token goes only to the agent URL of the plugin's own directory ----------
