@@ -67,6 +67,7 @@ urlpatterns = [
     path("sriov/queues/", sriov.VmQueueView.as_view(), name="sriov-queues"),
     path("sriov/agent/enroll/", sriov_agent.AgentEnrollView.as_view(), name="sriov-agent-enroll"),
     path("sriov/agent/nics/", sriov_agent.AgentNicsView.as_view(), name="sriov-agent-nics"),
+    path("sriov/agent/gc/", sriov_agent.AgentGcView.as_view(), name="sriov-agent-gc"),
     path(
         "sriov/agent/nics/<str:pod_uid>/",
         sriov_agent.AgentNicView.as_view(),

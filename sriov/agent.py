@@ -1,5 +1,12 @@
-"""A pod's NIC: attached when the CNI plugin asks (ADD), detached when it says the pod is
-gone (DEL) or when the reclaimer finds it so.
+"""A pod's NIC: attached when the CNI plugin asks (ADD), detached when it says the sandbox
+is gone (DEL), when the runtime no longer counts it among its attachments (GC), or when
+the reclaimer finds its pod gone.
+
+* A NIC is the attachment of one sandbox, (container id, ifname) as the CNI spec keys
+  it: a DEL or CHECK names that key, and a DEL of another sandbox of the same pod (a late
+  DEL of an old one) changes nothing. A pod has one live NIC: the ADD of a new sandbox
+  releases the NIC its old sandbox still holds (the runtime lost that sandbox without a
+  DEL) before it attaches one, so a pod is never billed for two.
 
 * One attach or detach at a time per VM: the whitesky attach answers only `{success}`, so
   the new NIC is the one the VM's listing gains, which two attaches at once would make
@@ -20,7 +27,8 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
@@ -54,6 +62,7 @@ logger = logging.getLogger(__name__)
 State = PodNic.State
 AGENT = "sriov-agent"  # the actor of what the CNI plugin asks for
 _FAILURE_LIMIT = 1000
+GC_TURN_WAIT = 2.0  # a GC waits only briefly for a VM's turn: the next GC or reclaim goes on
 
 
 class VmBusy(Refused):
@@ -175,12 +184,15 @@ def pod_nic_add(
     namespace: str,
     pod_name: str,
     node_name: str,
-    container_id: str = "",
+    container_id: str,
+    ifname: str,
+    cni_network: str = "",
     clients: Clients | None = None,
     wait: float | None = None,
 ) -> PodNic:
-    """The pod's NIC, attached (ADD). A repeated ADD answers the same NIC. Raises Refused
-    (with the HTTP status that says why) when it cannot be had."""
+    """The NIC of the attachment (container id, ifname) of the pod, attached (ADD). The
+    same ADD again (the plugin's retry after a lost answer) answers the same NIC. Raises
+    Refused (with the HTTP status that says why) when it cannot be had."""
     clients = clients or Clients()
     wait = settings.SRIOV_ATTACH_WAIT_SECONDS if wait is None else wait
     config = _config(cluster)
@@ -191,6 +203,25 @@ def pod_nic_add(
             f"Pod {namespace}/{pod_name} has its NIC on node {row.node_name}, not on "
             f"{node_name}: a node asks only for its own pods."
         )
+    if (
+        row is not None
+        and row.container_id == container_id
+        and not row.is_attachment(container_id, ifname)
+    ):
+        raise Refused(
+            f"Pod {namespace}/{pod_name} has its NIC as {row.ifname}: one SR-IOV NIC per pod."
+        )
+    if row is not None and not row.is_attachment(container_id, ifname):
+        # A new sandbox of the pod while an old one holds the NIC: release that first.
+        nic_release(
+            row=row,
+            clients=clients,
+            wait=wait,
+            actor=AGENT,
+            reason=f"CNI ADD of a new sandbox ({container_id[:64]}) of the pod: the NIC of "
+            f"its old sandbox ({row.container_id[:64]}) is released first",
+        )
+        row = None
     if row is not None and row.state == State.ATTACHED:
         return row
     if row is not None and row.state == State.DETACHING:
@@ -210,6 +241,8 @@ def pod_nic_add(
                 pod_name=pod_name,
                 node_name=node_name,
                 container_id=container_id,
+                ifname=ifname,
+                cni_network=cni_network,
             )
             if row.state == State.ATTACHED:
                 return row
@@ -235,6 +268,8 @@ def _first_request(
     pod_name: str,
     node_name: str,
     container_id: str,
+    ifname: str,
+    cni_network: str,
 ) -> PodNic:
     """Check the pod and its node, then record its request (the row, `requested`). Only
     this cluster's mirror and Kubernetes are asked: what another cluster holds is never
@@ -259,6 +294,8 @@ def _first_request(
         pod_name=pod_name,
         node_name=node_name,
         container_id=container_id,
+        ifname=ifname,
+        cni_network=cni_network,
     )
 
 
@@ -286,6 +323,8 @@ def _requested(
     pod_name: str,
     node_name: str,
     container_id: str,
+    ifname: str,
+    cni_network: str,
 ) -> PodNic:
     """The pod's row, `requested`: made now, or the one a concurrent ADD made first."""
     try:
@@ -296,7 +335,9 @@ def _requested(
                 namespace=namespace,
                 pod_name=pod_name,
                 node_name=node_name,
-                container_id=container_id[:128],
+                container_id=container_id,
+                ifname=ifname,
+                cni_network=cni_network,
                 machine=placement.machine,
                 location=placement.location,
                 cloudspace_id=placement.cloudspace_id,
@@ -308,7 +349,13 @@ def _requested(
                 mtu=config.mtu,
             )
     except IntegrityError:
-        return PodNic.objects.exclude(state=State.RELEASED).get(cluster=cluster, pod_uid=pod_uid)
+        row = PodNic.objects.exclude(state=State.RELEASED).get(cluster=cluster, pod_uid=pod_uid)
+        if not row.is_attachment(container_id, ifname):
+            raise Refused(
+                f"Another sandbox of pod {namespace}/{pod_name} asked for its NIC at the "
+                "same moment; ADD again."
+            ) from None
+        return row
 
 
 def _owned_macs(row: PodNic) -> set[str]:
@@ -413,10 +460,13 @@ def _attach(row: PodNic, client: ws.WhiteskyClient) -> PodNic:
 # --- DEL ---------------------------------------------------------------------------------
 
 
-def nic_of_node(*, cluster: Cluster, node_name: str, pod_uid: str) -> PodNic | None:
-    """The pod's live NIC in the cluster, as the node `node_name` may act on it: None when
-    there is none (also when another cluster has one: that is never said); WrongNode when
-    another node's VM holds it."""
+def nic_of_node(
+    *, cluster: Cluster, node_name: str, pod_uid: str, container_id: str, ifname: str
+) -> PodNic | None:
+    """The live NIC of the attachment (container id, ifname) of the pod in the cluster, as
+    the node `node_name` may act on it: None when that sandbox holds none (also when
+    another cluster has one: that is never said); WrongNode when another node's VM holds
+    the pod's NIC."""
     row = (
         PodNic.objects.filter(cluster=cluster, pod_uid=pod_uid)
         .exclude(state=State.RELEASED)
@@ -427,7 +477,7 @@ def nic_of_node(*, cluster: Cluster, node_name: str, pod_uid: str) -> PodNic | N
             f"The NIC of pod {pod_uid} is held by another node's VM: a node acts only for "
             "the pods on itself."
         )
-    return row
+    return row if row is not None and row.is_attachment(container_id, ifname) else None
 
 
 def pod_nic_delete(
@@ -435,20 +485,93 @@ def pod_nic_delete(
     cluster: Cluster,
     node_name: str,
     pod_uid: str,
+    container_id: str,
+    ifname: str,
     clients: Clients | None = None,
     wait: float | None = None,
     reason: str = "CNI DEL",
 ) -> PodNic | None:
-    """Detach and release the pod's NIC (DEL) when the node `node_name` holds it; None when
-    it has none (a repeated DEL). Raises WrongNode (nothing changed) when another node
-    holds it, Refused when it cannot be detached now."""
+    """Detach and release the NIC of the attachment (container id, ifname) of the pod
+    (DEL) when the node `node_name` holds it; None when that sandbox holds none (a
+    repeated DEL, or a late DEL of an older sandbox: the NIC of a newer one is left
+    alone). Raises WrongNode (nothing changed) when another node holds the pod's NIC,
+    Refused when it cannot be detached now."""
     clients = clients or Clients()
     wait = settings.SRIOV_ATTACH_WAIT_SECONDS if wait is None else wait
-    row = nic_of_node(cluster=cluster, node_name=node_name, pod_uid=pod_uid)
+    row = nic_of_node(
+        cluster=cluster,
+        node_name=node_name,
+        pod_uid=pod_uid,
+        container_id=container_id,
+        ifname=ifname,
+    )
     if row is None:
         return None
     nic_release(row=row, clients=clients, wait=wait, actor=AGENT, reason=reason)
     return row
+
+
+# --- GC ----------------------------------------------------------------------------------
+
+
+@dataclass
+class GcResult:
+    released: list[PodNic] = field(default_factory=list)
+    kept: list[PodNic] = field(default_factory=list)  # in flight, or asked for too lately
+    errors: list[str] = field(default_factory=list)
+
+
+def node_nics_gc(
+    *,
+    cluster: Cluster,
+    node_name: str,
+    cni_network: str,
+    valid: list[tuple[str, str]],
+    clients: Clients | None = None,
+    now: datetime | None = None,
+    min_age: timedelta | None = None,
+) -> GcResult:
+    """CNI GC of the network `cni_network`: release the NICs of this node added with it
+    whose attachment (container id, ifname) the runtime no longer lists as valid. As safe
+    as the reclaimer: never a NIC whose attach is still under way, nor one asked for less
+    than SRIOV_RECLAIM_GRACE_SECONDS ago (the runtime's list may have been taken before
+    its ADD); a NIC recorded without a container id or network name (before they were
+    kept) is the reclaimer's alone. Each release is audited."""
+    clients = clients or Clients()
+    now = now or timezone.now()
+    if min_age is None:
+        min_age = timedelta(seconds=settings.SRIOV_RECLAIM_GRACE_SECONDS)
+    keys = set(valid)
+    containers = {container_id for container_id, _ in valid}
+    result = GcResult()
+    rows = (
+        PodNic.objects.filter(cluster=cluster, node_name=node_name, cni_network=cni_network)
+        .exclude(state=State.RELEASED)
+        .exclude(container_id="")
+        .exclude(cni_network="")
+        .order_by("pk")
+    )
+    for row in rows:
+        if (row.container_id, row.ifname) in keys or (
+            not row.ifname and row.container_id in containers
+        ):
+            continue
+        if row.state in (State.REQUESTED, State.ATTACHING) or row.requested_at > now - min_age:
+            result.kept.append(row)
+            continue
+        try:
+            nic_release(
+                row=row,
+                clients=clients,
+                wait=GC_TURN_WAIT,
+                actor=AGENT,
+                reason="CNI GC: the runtime no longer lists its attachment as valid",
+            )
+        except Refused as exc:
+            result.errors.append(f"{row}: {exc.message}")
+            continue
+        result.released.append(row)
+    return result
 
 
 def nic_release(*, row: PodNic, clients: Clients, wait: float, actor: str, reason: str) -> None:
@@ -540,6 +663,7 @@ __all__ = [
     "AGENT",
     "CannotConfirm",
     "Clients",
+    "GcResult",
     "NotEnabled",
     "Refused",
     "VmBusy",
@@ -547,6 +671,7 @@ __all__ = [
     "WhiteskyRefused",
     "nic_of_node",
     "nic_release",
+    "node_nics_gc",
     "pod_nic_add",
     "pod_nic_delete",
     "vm_turn",

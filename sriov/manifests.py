@@ -24,15 +24,13 @@ HOST_CONF_DIR = "/etc/cni/net.d/capvco-sriov.d"
 HOST_BIN_DIR = "/opt/cni/bin"
 
 
-def cni_config(*, agent_url: str) -> dict[str, Any]:
-    """The plugin's network configuration, as the NetworkAttachmentDefinition carries it."""
+def cni_config() -> dict[str, Any]:
+    """The plugin's network configuration, as the NetworkAttachmentDefinition carries it.
+    Where to call and with which token the plugin reads from HOST_CONF_DIR only."""
     return {
         "cniVersion": "1.0.0",
         "name": NAME,
         "type": NAME,
-        "agentUrl": agent_url,
-        "tokenFile": f"{HOST_CONF_DIR}/token",
-        "nodeNameFile": f"{HOST_CONF_DIR}/node-name",
         "interfaceWaitSeconds": 30,
         "requestTimeoutSeconds": int(settings.SRIOV_ATTACH_WAIT_SECONDS) + 30,
     }
@@ -118,7 +116,7 @@ def sriov_manifests(
         "apiVersion": "k8s.cni.cncf.io/v1",
         "kind": "NetworkAttachmentDefinition",
         "metadata": {"name": NAME, "namespace": "default", "labels": labels},
-        "spec": {"config": json.dumps(cni_config(agent_url=agent_url), indent=2)},
+        "spec": {"config": json.dumps(cni_config(), indent=2)},
     }
     return [secret, daemonset, attachment]
 

@@ -178,6 +178,11 @@ class AgentToken(models.Model):
 class PodNic(models.Model):
     """An external NIC that belongs to one pod, on the VM of the node the pod runs on.
 
+    It is the attachment of one sandbox: keyed, as the CNI spec says, by
+    (`container_id`, `ifname`), so a DEL of an older sandbox of the pod never touches the
+    NIC of a newer one. One live NIC per pod: a new sandbox's ADD releases the NIC an older
+    sandbox still holds before it attaches its own.
+
     Recorded before whitesky is asked: `requested` (waiting its turn on the VM),
     `attaching` (the attach was sent; `macs_before` holds the VM's NICs before it, so a
     lost answer resolves to the one new NIC), `attached`, `detaching`, `released`, or
@@ -200,6 +205,18 @@ class PodNic(models.Model):
     pod_name = models.CharField(max_length=253)
     node_name = models.CharField(max_length=253)
     container_id = models.CharField(max_length=128, blank=True, help_text="CNI_CONTAINERID")
+    cni_network = models.CharField(
+        max_length=253,
+        blank=True,
+        help_text="The name of the CNI network configuration it was added with; GC of that "
+        "network only looks at its own",
+    )
+    ifname = models.CharField(
+        max_length=15,
+        blank=True,
+        help_text="CNI_IFNAME; empty on NICs recorded before it was kept (they answer to "
+        "their container id with any interface name)",
+    )
     machine = models.ForeignKey(
         Machine, on_delete=models.SET_NULL, null=True, blank=True, related_name="pod_nics"
     )
@@ -242,6 +259,11 @@ class PodNic(models.Model):
                 name="one_live_nic_per_pod",
             ),
             models.UniqueConstraint(
+                fields=["cluster", "container_id", "ifname"],
+                condition=~models.Q(state="released") & ~models.Q(container_id=""),
+                name="one_live_nic_per_attachment",
+            ),
+            models.UniqueConstraint(
                 fields=["location", "mac"],
                 condition=~models.Q(state="released") & ~models.Q(mac=""),
                 name="nic_mac_owned_once",
@@ -254,6 +276,14 @@ class PodNic(models.Model):
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.pod_name} on VM {self.vm_id}"
+
+    def is_attachment(self, container_id: str, ifname: str) -> bool:
+        """Whether this NIC is the attachment (CNI_CONTAINERID, CNI_IFNAME)."""
+        return (
+            bool(container_id)
+            and self.container_id == container_id
+            and (self.ifname in ("", ifname))
+        )
 
 
 class LeakedNic(models.Model):

@@ -2,9 +2,16 @@
 
     POST   /api/v1/sriov/agent/enroll/          the installer: its node's token, for the
                                                 cluster's enrollment token
-    POST   /api/v1/sriov/agent/nics/            ADD: the pod's NIC, attached (idempotent)
-    GET    /api/v1/sriov/agent/nics/<pod uid>/  CHECK: the pod's NIC as recorded
-    DELETE /api/v1/sriov/agent/nics/<pod uid>/  DEL: detached and released (idempotent)
+    POST   /api/v1/sriov/agent/nics/            ADD: the attachment's NIC, attached
+    GET    /api/v1/sriov/agent/nics/<pod uid>/?container_id=&ifname=
+                                                CHECK: the attachment's NIC as recorded
+    DELETE /api/v1/sriov/agent/nics/<pod uid>/?container_id=&ifname=
+                                                DEL: detached and released (idempotent)
+    POST   /api/v1/sriov/agent/gc/              GC: the node's NICs of attachments the
+                                                runtime no longer lists, released
+
+An attachment is (container id, ifname), as the CNI spec keys it: a DEL that names
+another sandbox of the pod than the one holding its NIC changes nothing.
 
 The NIC calls take a node token (`Authorization: Bearer cvsriov_...`), bound to one node
 of one cluster: they act only for pods on that node. What belongs to another cluster is
@@ -36,12 +43,16 @@ from rest_framework.views import APIView
 
 from capvco_web.api import ErrorSerializer, StrictInputMixin
 from capvco_web.auth import FailedTokenThrottle, RateFromSettings, client_address
-from sriov.agent import Refused, nic_of_node, pod_nic_add, pod_nic_delete
+from sriov.agent import Refused, nic_of_node, node_nics_gc, pod_nic_add, pod_nic_delete
 from sriov.models import AGENT_TOKEN_PREFIX, AgentToken, PodNic
 from sriov.tokens import AgentTokenRefused, agent_token_authenticate, node_token_enroll
 
 POD_UID_PATTERN = r"^[A-Za-z0-9-]{1,64}\Z"
 _POD_UID = re.compile(POD_UID_PATTERN)
+# As the CNI spec (and libcni) allow them.
+CONTAINER_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}\Z"
+IFNAME_PATTERN = r"^(?!\.{1,2}\Z)[^/:\s]{1,15}\Z"
+MAX_VALID_ATTACHMENTS = 10_000
 
 
 class Agent:
@@ -153,13 +164,43 @@ class AgentRefusal(exceptions.APIException):
             self.wait = retry_after
 
 
-class AddSerializer(StrictInputMixin, serializers.Serializer[Any]):
+class AttachmentSerializer(StrictInputMixin, serializers.Serializer[Any]):
+    """(CNI_CONTAINERID, CNI_IFNAME): what a NIC is the attachment of."""
+
+    container_id = serializers.RegexField(CONTAINER_ID_PATTERN, max_length=128)
+    ifname = serializers.RegexField(IFNAME_PATTERN, max_length=15)
+
+
+class AddSerializer(AttachmentSerializer):
+    cni_network = serializers.CharField(
+        max_length=253, required=False, help_text="The name of the CNI network configuration"
+    )
     pod_uid = serializers.RegexField(POD_UID_PATTERN, max_length=64)
     namespace = serializers.CharField(max_length=63)
     pod_name = serializers.CharField(max_length=253)
     node_name = serializers.CharField(max_length=253)
-    container_id = serializers.CharField(max_length=128, required=False, allow_blank=True)
-    ifname = serializers.CharField(max_length=15, required=False, allow_blank=True)
+
+
+class GcSerializer(StrictInputMixin, serializers.Serializer[Any]):
+    node_name = serializers.CharField(
+        max_length=253, required=False, help_text="The token's node, if named: GC is for it"
+    )
+    cni_network = serializers.CharField(
+        max_length=253, help_text="The name of the CNI network configuration GC is for"
+    )
+    valid_attachments = serializers.ListField(
+        child=AttachmentSerializer(), max_length=MAX_VALID_ATTACHMENTS
+    )
+
+
+class GcAnswerSerializer(serializers.Serializer[Any]):
+    released = serializers.ListField(child=serializers.CharField())
+    kept = serializers.ListField(
+        child=serializers.CharField(), help_text="Still attaching, or asked for too lately"
+    )
+    failed = serializers.ListField(
+        child=serializers.CharField(), help_text="Not released now: tried again later"
+    )
 
 
 class NicSerializer(serializers.ModelSerializer[PodNic]):
@@ -172,7 +213,8 @@ class NicSerializer(serializers.ModelSerializer[PodNic]):
     class Meta:
         model = PodNic
         fields = [
-            "pod_uid", "namespace", "pod_name", "node_name", "vm_id", "network_id", "network",
+            "pod_uid", "namespace", "pod_name", "node_name", "container_id", "ifname", "vm_id",
+            "network_id", "network",
             "state", "mac", "address", "prefix", "gateway", "mtu", "failure",
         ]  # fmt: skip
         read_only_fields = fields
@@ -276,11 +318,7 @@ class AgentNicsView(AgentView):
         data = asked.validated_data
         agent = self.agent(request)
         if data["node_name"] != agent.node_name:
-            raise exceptions.PermissionDenied(
-                f"This agent token is node {agent.node_name}'s: it asks for pods on that node "
-                f"only, not on {data['node_name']}.",
-                code="other_node",
-            )
+            raise _other_node(agent, data["node_name"])
         try:
             nic = pod_nic_add(
                 cluster=agent.cluster,
@@ -288,7 +326,9 @@ class AgentNicsView(AgentView):
                 namespace=data["namespace"],
                 pod_name=data["pod_name"],
                 node_name=agent.node_name,
-                container_id=data.get("container_id", ""),
+                container_id=data["container_id"],
+                ifname=data["ifname"],
+                cni_network=data.get("cni_network", ""),
             )
         except Refused as exc:
             raise AgentRefusal(exc) from exc
@@ -303,57 +343,120 @@ def _pod_uid_checked(pod_uid: str) -> str:
     return pod_uid
 
 
-_POD_UID_PARAMETER = OpenApiParameter(
-    "pod_uid",
-    str,
-    OpenApiParameter.PATH,
-    required=True,
-    pattern="^[A-Za-z0-9-]{1,64}$",
-    description="The pod's uid (K8S_POD_UID); anything else answers 404.",
-)
+def _attachment(request: Request) -> dict[str, str]:
+    asked = AttachmentSerializer(data=request.query_params.dict())
+    asked.is_valid(raise_exception=True)
+    return dict(asked.validated_data)
+
+
+def _other_node(agent: Agent, node_name: str) -> exceptions.PermissionDenied:
+    return exceptions.PermissionDenied(
+        f"This agent token is node {agent.node_name}'s: it asks for pods on that node "
+        f"only, not on {node_name}.",
+        code="other_node",
+    )
+
+
+_NIC_PARAMETERS = [
+    OpenApiParameter(
+        "pod_uid",
+        str,
+        OpenApiParameter.PATH,
+        required=True,
+        pattern="^[A-Za-z0-9-]{1,64}$",
+        description="The pod's uid (K8S_POD_UID); anything else answers 404.",
+    ),
+    OpenApiParameter("container_id", str, required=True, description="CNI_CONTAINERID"),
+    OpenApiParameter("ifname", str, required=True, description="CNI_IFNAME"),
+]
 
 
 class AgentNicView(AgentView):
     serializer_class = NicSerializer  # what CHECK answers; DEL takes no body
 
     @extend_schema(
-        parameters=[_POD_UID_PARAMETER],
+        parameters=_NIC_PARAMETERS,
         responses={
             200: NicSerializer,
-            403: _error("Another node's VM holds the NIC."),
-            404: _error("The pod has no live NIC in the cluster (or that is no pod uid)."),
+            400: _error("No container_id or ifname named."),
+            403: _error("Another node's VM holds the pod's NIC."),
+            404: _error("The attachment holds no live NIC in the cluster (or that is no pod uid)."),
         },
     )
     def get(self, request: Request, pod_uid: str) -> Response:
-        """CHECK: the pod's live NIC as recorded."""
+        """CHECK: the attachment's live NIC as recorded."""
         agent = self.agent(request)
+        _pod_uid_checked(pod_uid)
+        key = _attachment(request)
         try:
             nic = nic_of_node(
-                cluster=agent.cluster, node_name=agent.node_name, pod_uid=_pod_uid_checked(pod_uid)
+                cluster=agent.cluster, node_name=agent.node_name, pod_uid=pod_uid, **key
             )
         except Refused as exc:
             raise AgentRefusal(exc) from exc
         if nic is None:
-            raise exceptions.NotFound(f"Pod {pod_uid} has no NIC in this cluster.")
+            raise exceptions.NotFound(
+                f"Pod {pod_uid} has no NIC for container {key['container_id']} and "
+                f"interface {key['ifname']} in this cluster."
+            )
         return Response(NicSerializer(nic).data)
 
     @extend_schema(
-        parameters=[_POD_UID_PARAMETER],
+        parameters=_NIC_PARAMETERS,
         responses={
             204: None,
-            403: _error("Another node's VM holds the NIC: nothing was changed."),
+            400: _error("No container_id or ifname named."),
+            403: _error("Another node's VM holds the pod's NIC: nothing was changed."),
             404: _error("That is no pod uid."),
             409: _error("Refused: whitesky refused the detach (the answer says why)."),
             503: _BUSY,
         },
     )
     def delete(self, request: Request, pod_uid: str) -> Response:
-        """DEL: detach and release the pod's NIC; 204 also when it has none."""
+        """DEL: detach and release the attachment's NIC; 204 also when it holds none."""
         agent = self.agent(request)
+        _pod_uid_checked(pod_uid)
+        key = _attachment(request)
         try:
             pod_nic_delete(
-                cluster=agent.cluster, node_name=agent.node_name, pod_uid=_pod_uid_checked(pod_uid)
+                cluster=agent.cluster,
+                node_name=agent.node_name,
+                pod_uid=pod_uid,
+                container_id=key["container_id"],
+                ifname=key["ifname"],
             )
         except Refused as exc:
             raise AgentRefusal(exc) from exc
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class AgentGcView(AgentView):
+    @extend_schema(
+        request=GcSerializer,
+        responses={
+            200: GcAnswerSerializer,
+            403: _error("The body names another node than the token's: nothing was changed."),
+        },
+    )
+    def post(self, request: Request) -> Response:
+        """GC (CNI 1.1): release the token's node's NICs whose attachment is not among the
+        valid ones, except those still attaching or asked for within the reclaim grace."""
+        asked = GcSerializer(data=request.data)
+        asked.is_valid(raise_exception=True)
+        data = asked.validated_data
+        agent = self.agent(request)
+        if data.get("node_name", agent.node_name) != agent.node_name:
+            raise _other_node(agent, data["node_name"])
+        result = node_nics_gc(
+            cluster=agent.cluster,
+            node_name=agent.node_name,
+            cni_network=data["cni_network"],
+            valid=[(a["container_id"], a["ifname"]) for a in data["valid_attachments"]],
+        )
+        return Response(
+            {
+                "released": [f"{row} ({row.container_id}/{row.ifname})" for row in result.released],
+                "kept": [f"{row} ({row.container_id}/{row.ifname})" for row in result.kept],
+                "failed": result.errors,
+            }
+        )

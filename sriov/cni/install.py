@@ -1,6 +1,7 @@
 """Install the CNI plugin on a node (run by the DaemonSet of sriov/manifests.py, as root,
 with the host's CNI directories mounted): the plugin as one executable zip (with pyroute2
-inside, so the node needs only python3), the node's own agent token and the node's name.
+inside, so the node needs only python3), the node's own agent token, the node's name and
+the agent API's URL, which the plugin reads from that directory alone.
 
 The DaemonSet's Secret holds the cluster's enrollment token, which only enrolls nodes: the
 installer exchanges it at the agent API (`POST <agent url>/enroll/`) for a token bound to
@@ -124,9 +125,9 @@ def _read(path: Path) -> str:
 def install(
     *, bin_dir: Path, conf_dir: Path, token_file: Path, node_name: str, agent_url: str
 ) -> list[str]:
-    """Put the plugin, this node's token and its name in place, enrolling when the node
-    has no token yet or the enrollment token changed; the files changed. Raises
-    EnrollFailed (what is in place stays)."""
+    """Put the plugin, this node's token, its name and the agent URL in place, enrolling
+    when the node has no token yet or the enrollment token changed; the files changed.
+    Raises EnrollFailed (what is in place stays)."""
     changed = []
     if _write(bin_dir / PLUGIN, plugin_zip(), 0o755):
         changed.append(str(bin_dir / PLUGIN))
@@ -153,6 +154,8 @@ def install(
         ):
             if _write(path, content.encode() + b"\n", mode):
                 changed.append(str(path))
+    if _write(conf_dir / "agent-url", agent_url.strip().encode() + b"\n", 0o644):
+        changed.append(str(conf_dir / "agent-url"))
     return changed
 
 

@@ -1,21 +1,36 @@
-"""capvco-sriov: a CNI plugin (spec 1.0.0) that gives a pod its own NIC on an external
-whitesky network.
+"""capvco-sriov: a CNI plugin (spec 1.0.0 and 1.1.0; results for 0.3.x and 0.4.0 too)
+that gives a pod its own NIC on an external whitesky network.
 
-ADD asks the control plane's agent API for the pod's NIC (attached to this node's VM),
-waits for the interface with that MAC to show up on the host, moves it into the pod's
-network namespace, names it CNI_IFNAME, sets its address and MTU, and brings it up. It
-leaves the default route alone: that is the primary network's. DEL moves the interface
-back to the host (when the namespace still exists) and asks the agent API to detach the
-NIC; it succeeds when there is nothing left to do, also when the namespace is gone.
-CHECK compares the pod's interface with what the agent API recorded. VERSION says which
-versions it speaks.
+ADD asks the control plane's agent API for the NIC of the attachment (CNI_CONTAINERID,
+CNI_IFNAME) of the pod (attached to this node's VM), waits for the interface with that
+MAC to show up on the host, moves it into the pod's network namespace, names it
+CNI_IFNAME, sets its address and MTU, and brings it up. It leaves the default route
+alone: that is the primary network's. In a chain, the result carries the previous
+result's interfaces, ips, routes and dns, and ours after them. An interface of that name
+already in the container is an error (a repeated ADD): nothing is asked for. DEL moves
+the interface back to the host (when the namespace still exists) and asks the agent API
+to detach the attachment's NIC; a sandbox that holds none is a success that changes
+nothing, also when the namespace is gone. CHECK holds the pod's interface to prevResult
+(its MAC and addresses) and asks the agent API whether the attachment still has its NIC.
+GC (1.1.0) asks the agent API to release this node's NICs of attachments that are not in
+`cni.dev/valid-attachments`; STATUS (1.1.0) says whether the plugin can serve an ADD.
+VERSION says which versions it speaks.
 
-Network configuration (stdin), beside the standard `cniVersion`, `name`, `type`:
+Where to call, with what, and as which node come only from the plugin's own directory,
+`/etc/cni/net.d/capvco-sriov.d/` (or $CAPVCO_SRIOV_CONF_DIR, which the runtime's
+environment may set and a network configuration cannot), as the installer writes it:
 
-    agentUrl               the agent API, e.g. https://capvco.example/api/v1/sriov/agent/
-    tokenFile              file holding the cluster's agent token
-    nodeName | nodeNameFile  this node's Kubernetes name (default: the host name)
-    caFile                 CA bundle for the agent API (default: the system's)
+    agent-url   the agent API, e.g. https://capvco.example/api/v1/sriov/agent/
+    token       the agent token
+    node-name   this node's Kubernetes name
+    ca.crt      (optional) the CA bundle for the agent API (default: the system's)
+
+A network configuration that names any of these (`agentUrl`, `tokenFile`, `nodeName`,
+`nodeNameFile`, `caFile`) is refused: whoever may create a NetworkAttachmentDefinition
+must not send the token elsewhere. No redirect is followed and no proxy is used: the
+token goes to that URL only. The network configuration may set, beside `cniVersion`,
+`name`, `type`:
+
     interfaceWaitSeconds   how long ADD waits for the NIC to appear (default 30)
     requestTimeoutSeconds  how long one agent call may take (default 90)
 
@@ -26,20 +41,25 @@ traceback.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
-import socket
 import ssl
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Mapping
 from typing import Any, NoReturn
 
 CNI_VERSION = "1.0.0"
-SUPPORTED_VERSIONS = ["0.3.0", "0.3.1", "0.4.0", "1.0.0"]
+SUPPORTED_VERSIONS = ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"]
 ALIAS_PREFIX = "capvco-sriov:"  # the interface's alias keeps its host name for DEL
+CONF_DIR = "/etc/cni/net.d/capvco-sriov.d"
+CONF_DIR_ENV = "CAPVCO_SRIOV_CONF_DIR"
+# Keys an older network configuration carried; now only the plugin's directory says.
+NODE_KEYS = ("agentUrl", "tokenFile", "nodeName", "nodeNameFile", "caFile")
 
 # Error codes of the CNI spec; 100+ are ours.
 INCOMPATIBLE_VERSION = 1
@@ -50,9 +70,11 @@ IO_FAILURE = 5
 DECODE_FAILURE = 6
 INVALID_CONFIG = 7
 TRY_AGAIN_LATER = 11
+NOT_AVAILABLE = 50  # STATUS: cannot serve an ADD
 AGENT_REFUSED = 100
 INTERFACE_MISSING = 101
 CHECK_FAILED = 102
+INTERFACE_EXISTS = 103
 
 
 class CniError(Exception):
@@ -95,10 +117,19 @@ def network_config(raw: str) -> dict[str, Any]:
             f"cniVersion {version} is not supported",
             f"supported: {', '.join(SUPPORTED_VERSIONS)}",
         )
-    for key in ("agentUrl", "tokenFile"):
-        if not isinstance(config.get(key), str) or not config[key]:
-            raise CniError(INVALID_CONFIG, f"the network configuration has no {key}")
+    named = [key for key in NODE_KEYS if key in config]
+    if named:
+        raise CniError(
+            UNSUPPORTED_FIELD,
+            f"the network configuration sets {', '.join(named)}: the agent URL, token and "
+            f"node name come only from the plugin's directory {conf_dir(os.environ)} "
+            "(agent-url, token, node-name); remove them from the NetworkAttachmentDefinition",
+        )
     return config
+
+
+def conf_dir(environ: Mapping[str, str]) -> str:
+    return environ.get(CONF_DIR_ENV, "").strip() or CONF_DIR
 
 
 def _pod(environ: Mapping[str, str]) -> dict[str, str]:
@@ -116,6 +147,14 @@ def _pod(environ: Mapping[str, str]) -> dict[str, str]:
     }
 
 
+def _attachment(environ: Mapping[str, str]) -> dict[str, str]:
+    """(CNI_CONTAINERID, CNI_IFNAME): the key of the NIC, as the spec says."""
+    return {
+        "container_id": _env(environ, "CNI_CONTAINERID"),
+        "ifname": _env(environ, "CNI_IFNAME"),
+    }
+
+
 def _read_file(path: str, what: str) -> str:
     try:
         with open(path) as handle:
@@ -124,32 +163,69 @@ def _read_file(path: str, what: str) -> str:
         raise CniError(IO_FAILURE, f"cannot read the {what} at {path}: {exc.strerror}") from None
 
 
-def node_name(config: Mapping[str, Any]) -> str:
-    if isinstance(config.get("nodeName"), str) and config["nodeName"]:
-        return str(config["nodeName"])
-    if isinstance(config.get("nodeNameFile"), str) and config["nodeNameFile"]:
-        return _read_file(config["nodeNameFile"], "node name")
-    return socket.gethostname()
+class NodeConfig:
+    """What the installer wrote into the plugin's directory."""
+
+    def __init__(self, environ: Mapping[str, str]) -> None:
+        folder = conf_dir(environ)
+        self.url = _read_file(os.path.join(folder, "agent-url"), "agent URL").rstrip("/") + "/"
+        parts = urllib.parse.urlsplit(self.url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise CniError(
+                INVALID_CONFIG,
+                f"{folder}/agent-url holds no http(s) URL of the agent API: {self.url[:200]!r}",
+            )
+        self.token = _read_file(os.path.join(folder, "token"), "agent token")
+        self.node_name = _read_file(os.path.join(folder, "node-name"), "node name")
+        if not self.token or not self.node_name:
+            raise CniError(INVALID_CONFIG, f"{folder}/token or {folder}/node-name is empty")
+        ca = os.path.join(folder, "ca.crt")
+        self.cafile = ca if os.path.exists(ca) else None
+        self.folder = folder
 
 
 # --- the agent API ------------------------------------------------------------------------
 
 
-class Agent:
-    def __init__(self, config: Mapping[str, Any]) -> None:
-        self.url = str(config["agentUrl"]).rstrip("/") + "/"
-        self.token = _read_file(str(config["tokenFile"]), "agent token")
-        self.timeout = float(config.get("requestTimeoutSeconds", 90))
-        self.context = None
-        if self.url.startswith("https:"):
-            self.context = ssl.create_default_context(cafile=config.get("caFile") or None)
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A redirect is refused: the token goes to the agent URL of the plugin's directory
+    and nowhere else."""
 
-    def call(self, method: str, path: str, body: Mapping[str, Any] | None = None) -> Any:
+    def redirect_request(
+        self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str
+    ) -> None:
+        fp.close()
+        raise CniError(
+            AGENT_REFUSED,
+            f"agent API answered a redirect (HTTP {code} to {newurl[:200]}): refused, the "
+            "agent URL must name the agent API itself",
+        )
+
+
+class Agent:
+    def __init__(self, config: Mapping[str, Any], node: NodeConfig) -> None:
+        self.url = node.url
+        self.token = node.token
+        self.timeout = float(config.get("requestTimeoutSeconds", 90))
+        handlers: list[Any] = [urllib.request.ProxyHandler({}), _NoRedirect()]
+        if self.url.startswith("https:"):
+            context = ssl.create_default_context(cafile=node.cafile)
+            handlers.append(urllib.request.HTTPSHandler(context=context))
+        self.opener = urllib.request.build_opener(*handlers)
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        body: Mapping[str, Any] | None = None,
+        query: Mapping[str, str] | None = None,
+    ) -> Any:
         """The JSON answer (None for 204); 404 answers None when `method` is GET or
         DELETE; other failures raise CniError."""
         data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(  # noqa: S310 - the URL is the operator's config
-            self.url + path,
+        url = self.url + path + (f"?{urllib.parse.urlencode(query)}" if query else "")
+        request = urllib.request.Request(  # noqa: S310 - the URL is the installer's, http(s)
+            url,
             data=data,
             method=method,
             headers={
@@ -161,13 +237,17 @@ class Agent:
         deadline = time.monotonic() + self.timeout
         while True:
             try:
-                with urllib.request.urlopen(  # noqa: S310
-                    request, timeout=max(deadline - time.monotonic(), 1), context=self.context
+                with self.opener.open(
+                    request, timeout=max(deadline - time.monotonic(), 1)
                 ) as response:
                     raw = response.read()
                     return json.loads(raw) if raw else None
             except urllib.error.HTTPError as exc:
                 detail = _detail(exc)
+                if 300 <= exc.code < 400:
+                    raise CniError(
+                        AGENT_REFUSED, f"agent API answered a redirect (HTTP {exc.code}): refused"
+                    ) from None
                 if exc.code == 404 and method in ("GET", "DELETE"):
                     return None
                 wait = _retry_after(exc)
@@ -225,13 +305,11 @@ def _wait_for_link(mac: str, seconds: float) -> int:
             time.sleep(0.1)
 
 
-def _in_pod(netns: str, ifname: str, mac: str) -> bool:
-    """Whether the pod already holds the NIC under `ifname` (a repeated ADD)."""
+def _has_link(netns: str, ifname: str) -> bool:
     from pyroute2 import NetNS
 
     with NetNS(netns) as ns:
-        found = ns.link_lookup(ifname=ifname)
-        return bool(found) and _link_mac(ns, found[0]) == mac
+        return bool(ns.link_lookup(ifname=ifname))
 
 
 def _link_mac(ns: Any, index: int) -> str:
@@ -244,14 +322,13 @@ def nic_move_in(
 ) -> None:
     from pyroute2 import IPRoute, NetNS
 
-    if not _in_pod(netns, ifname, mac):
-        index = _wait_for_link(mac, wait)
-        with IPRoute() as ipr:
-            (link,) = ipr.get_links(index)
-            host_name = link.get_attr("IFLA_IFNAME")
-            ipr.link("set", index=index, state="down")
-            ipr.link("set", index=index, ifalias=f"{ALIAS_PREFIX}{host_name}")
-            ipr.link("set", index=index, net_ns_fd=netns)
+    index = _wait_for_link(mac, wait)
+    with IPRoute() as ipr:
+        (link,) = ipr.get_links(index)
+        host_name = link.get_attr("IFLA_IFNAME")
+        ipr.link("set", index=index, state="down")
+        ipr.link("set", index=index, ifalias=f"{ALIAS_PREFIX}{host_name}")
+        ipr.link("set", index=index, net_ns_fd=netns)
     with NetNS(netns) as ns:
         found = ns.link_lookup(address=mac)
         if not found:
@@ -296,34 +373,79 @@ def nic_move_out(*, netns: str, ifname: str) -> str | None:
 # --- the commands -------------------------------------------------------------------------
 
 
-def _result(nic: Mapping[str, Any], *, ifname: str, netns: str, version: str) -> dict[str, Any]:
-    address = f"{nic['address']}/{nic['prefix']}"
-    ip: dict[str, Any] = {"address": address, "interface": 0}
+def _older_than_1(version: str) -> bool:
+    return version.startswith("0.")
+
+
+def _prev_result(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The previous plugin's result in the chain (libcni converts it to our version)."""
+    prev = config.get("prevResult")
+    if prev is None:
+        return {}
+    shapes = {"interfaces": list, "ips": list, "routes": list, "dns": dict}
+    if not isinstance(prev, dict) or any(
+        not isinstance(prev.get(key, kind()), kind) for key, kind in shapes.items()
+    ):
+        raise CniError(DECODE_FAILURE, "prevResult is not a CNI result")
+    for key in ("interfaces", "ips", "routes"):
+        if not all(isinstance(item, dict) for item in prev.get(key, [])):
+            raise CniError(DECODE_FAILURE, f"prevResult's {key} are not objects")
+    return prev
+
+
+def _ip_version(address: str) -> str:
+    try:
+        return str(ipaddress.ip_interface(address).version)
+    except ValueError:
+        raise CniError(DECODE_FAILURE, f"prevResult has no address in {address!r}") from None
+
+
+def _result(
+    nic: Mapping[str, Any], *, ifname: str, netns: str, version: str, prev: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Ours after the previous result's interfaces, ips, routes and dns, in the format of
+    `version` (`ips[].version` before 1.0.0, none from 1.0.0)."""
+    interfaces = [dict(item) for item in prev.get("interfaces", [])]
+    ips = [dict(item) for item in prev.get("ips", [])]
+    ours: dict[str, Any] = {"address": f"{nic['address']}/{nic['prefix']}"}
     if nic.get("gateway"):
-        ip["gateway"] = nic["gateway"]
-    if version in ("0.3.0", "0.3.1"):
-        ip["version"] = "4"
+        ours["gateway"] = nic["gateway"]
+    ours["interface"] = len(interfaces)
+    interfaces.append({"name": ifname, "mac": nic["mac"], "sandbox": netns})
+    ips.append(ours)
+    for ip in ips:
+        if _older_than_1(version):
+            ip["version"] = _ip_version(str(ip.get("address", "")))
+        else:
+            ip.pop("version", None)
     return {
         "cniVersion": version,
-        "interfaces": [{"name": ifname, "mac": nic["mac"], "sandbox": netns}],
-        "ips": [ip],
-        "routes": [],
-        "dns": {},
+        "interfaces": interfaces,
+        "ips": ips,
+        "routes": [dict(item) for item in prev.get("routes", [])],
+        "dns": dict(prev.get("dns", {})),
     }
 
 
 def cmd_add(config: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
     netns = _netns_path(_env(environ, "CNI_NETNS"))
-    ifname = _env(environ, "CNI_IFNAME")
-    container_id = _env(environ, "CNI_CONTAINERID")
+    key = _attachment(environ)
+    ifname = key["ifname"]
     pod = _pod(environ)
+    prev = _prev_result(config)
     if not os.path.exists(netns):
         raise CniError(CONTAINER_UNKNOWN, f"the network namespace {netns} does not exist")
-    agent = Agent(config)
-    nic = agent.call(
+    if _has_link(netns, ifname):
+        raise CniError(
+            INTERFACE_EXISTS,
+            f"the container already has an interface {ifname}: an ADD for container "
+            f"{key['container_id']} and {ifname} is not repeated without a DEL between",
+        )
+    node = NodeConfig(environ)
+    nic = Agent(config, node).call(
         "POST",
         "nics/",
-        {**pod, "node_name": node_name(config), "container_id": container_id, "ifname": ifname},
+        {**pod, **key, "node_name": node.node_name, "cni_network": _network_name(config)},
     )
     if not isinstance(nic, dict) or not nic.get("mac") or not nic.get("address"):
         raise CniError(AGENT_REFUSED, f"the agent API answered no NIC: {nic!r:.200}")
@@ -341,48 +463,137 @@ def cmd_add(config: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any
         raise
     except Exception as exc:  # netlink refused: say what, not where
         raise CniError(IO_FAILURE, f"configuring the NIC {nic['mac']}: {exc}") from None
-    return _result(
-        nic, ifname=ifname, netns=netns, version=str(config.get("cniVersion", CNI_VERSION))
-    )
+    version = str(config.get("cniVersion", CNI_VERSION))
+    return _result(nic, ifname=ifname, netns=netns, version=version, prev=prev)
 
 
 def cmd_del(config: dict[str, Any], environ: Mapping[str, str]) -> None:
-    ifname = environ.get("CNI_IFNAME", "").strip()
+    key = _attachment(environ)
     raw_netns = environ.get("CNI_NETNS", "").strip()
     pod = _pod(environ)
-    if raw_netns and ifname:
+    node = NodeConfig(environ)
+    if raw_netns:
         try:
-            nic_move_out(netns=_netns_path(raw_netns), ifname=ifname)
+            nic_move_out(netns=_netns_path(raw_netns), ifname=key["ifname"])
         except Exception as exc:  # the namespace went away under us: detach all the same
-            print(f"capvco-sriov: moving {ifname} out of {raw_netns}: {exc}", file=sys.stderr)
-    Agent(config).call("DELETE", f"nics/{pod['pod_uid']}/")
+            print(
+                f"capvco-sriov: moving {key['ifname']} out of {raw_netns}: {exc}", file=sys.stderr
+            )
+    Agent(config, node).call("DELETE", f"nics/{urllib.parse.quote(pod['pod_uid'])}/", query=key)
+
+
+def _expected(prev: Mapping[str, Any], ifname: str, netns: str) -> tuple[str, set[str]]:
+    """Our interface's MAC and addresses in prevResult (a later plugin may have changed
+    them, as the spec allows)."""
+    for index, item in enumerate(prev.get("interfaces", [])):
+        if item.get("name") == ifname and item.get("sandbox") in (None, "", netns):
+            addresses = {
+                str(ip.get("address", ""))
+                for ip in prev.get("ips", [])
+                if ip.get("interface") == index
+            }
+            return str(item.get("mac", "")).lower(), addresses
+    raise CniError(CHECK_FAILED, f"prevResult has no interface {ifname} in {netns}")
 
 
 def cmd_check(config: dict[str, Any], environ: Mapping[str, str]) -> None:
     from pyroute2 import NetNS
 
     netns = _netns_path(_env(environ, "CNI_NETNS"))
-    ifname = _env(environ, "CNI_IFNAME")
-    _env(environ, "CNI_CONTAINERID")
+    key = _attachment(environ)
+    ifname = key["ifname"]
     pod = _pod(environ)
-    nic = Agent(config).call("GET", f"nics/{pod['pod_uid']}/")
+    if "prevResult" not in config:
+        raise CniError(INVALID_CONFIG, "CHECK needs prevResult, the result of the ADD")
+    mac, addresses = _expected(_prev_result(config), ifname, netns)
+    node = NodeConfig(environ)
+    nic = Agent(config, node).call("GET", f"nics/{urllib.parse.quote(pod['pod_uid'])}/", query=key)
     if not isinstance(nic, dict) or nic.get("state") != "attached":
-        raise CniError(CHECK_FAILED, f"the agent API has no attached NIC for pod {pod['pod_uid']}")
+        raise CniError(
+            CHECK_FAILED,
+            f"the agent API has no attached NIC for container {key['container_id']} and "
+            f"{ifname} of pod {pod['pod_uid']}",
+        )
+    if f"{nic['address']}/{nic['prefix']}" not in addresses:
+        raise CniError(
+            CHECK_FAILED,
+            f"the NIC has the address {nic['address']}/{nic['prefix']}, prevResult gives "
+            f"{ifname} {', '.join(sorted(addresses)) or 'none'}",
+        )
     if not os.path.exists(netns):
         raise CniError(CONTAINER_UNKNOWN, f"the network namespace {netns} does not exist")
     with NetNS(netns) as ns:
         found = ns.link_lookup(ifname=ifname)
         if not found:
             raise CniError(CHECK_FAILED, f"the pod has no interface {ifname}")
-        mac = _link_mac(ns, found[0])
-        addresses = {
-            (a.get_attr("IFA_ADDRESS"), a["prefixlen"])
-            for a in ns.get_addr(index=found[0], family=2)
+        present_mac = _link_mac(ns, found[0])
+        present = {
+            f"{a.get_attr('IFA_ADDRESS')}/{a['prefixlen']}"
+            for family in (2, 10)
+            for a in ns.get_addr(index=found[0], family=family)
         }
-    if mac != str(nic["mac"]).lower():
-        raise CniError(CHECK_FAILED, f"{ifname} has MAC {mac}, the NIC is {nic['mac']}")
-    if (nic["address"], int(nic["prefix"])) not in addresses:
-        raise CniError(CHECK_FAILED, f"{ifname} lacks the address {nic['address']}/{nic['prefix']}")
+    if mac and present_mac != mac:
+        raise CniError(CHECK_FAILED, f"{ifname} has MAC {present_mac}, prevResult says {mac}")
+    missing = sorted(addresses - present)
+    if missing:
+        raise CniError(CHECK_FAILED, f"{ifname} lacks the address {', '.join(missing)}")
+
+
+def _network_name(config: Mapping[str, Any]) -> str:
+    name = config.get("name")
+    if not isinstance(name, str) or not name:
+        raise CniError(INVALID_CONFIG, "the network configuration has no name")
+    return name[:253]
+
+
+def _valid_attachments(config: Mapping[str, Any]) -> list[dict[str, str]]:
+    # `cni.dev/attachments` is the name an early text of the 1.1 spec used.
+    given = config.get("cni.dev/valid-attachments", config.get("cni.dev/attachments"))
+    if not isinstance(given, list):
+        raise CniError(INVALID_CONFIG, "GC needs cni.dev/valid-attachments, a list")
+    valid = []
+    for item in given:
+        if not (
+            isinstance(item, dict)
+            and isinstance(item.get("containerID"), str)
+            and isinstance(item.get("ifname"), str)
+        ):
+            raise CniError(
+                DECODE_FAILURE,
+                "cni.dev/valid-attachments holds an entry without containerID and ifname",
+            )
+        valid.append({"container_id": item["containerID"], "ifname": item["ifname"]})
+    return valid
+
+
+def cmd_gc(config: dict[str, Any], environ: Mapping[str, str]) -> None:
+    valid = _valid_attachments(config)
+    node = NodeConfig(environ)
+    answer = Agent(config, node).call(
+        "POST",
+        "gc/",
+        {
+            "node_name": node.node_name,
+            "cni_network": _network_name(config),
+            "valid_attachments": valid,
+        },
+    )
+    errors = answer.get("failed") if isinstance(answer, dict) else None
+    if errors:
+        raise CniError(
+            TRY_AGAIN_LATER,
+            f"{len(errors)} NIC(s) could not be released now (the reclaimer tries again)",
+            "; ".join(str(error) for error in errors)[:1000],
+        )
+
+
+def cmd_status(config: dict[str, Any], environ: Mapping[str, str]) -> None:
+    """Ready when the installer's files are in place; the agent API is not called (a
+    runtime asks often, and an agent API away for a moment stops no running pod)."""
+    try:
+        NodeConfig(environ)
+    except CniError as exc:
+        raise CniError(NOT_AVAILABLE, f"the plugin cannot serve an ADD: {exc.msg}") from None
 
 
 def cmd_version(config_raw: str) -> dict[str, Any]:
@@ -416,7 +627,12 @@ def run(environ: Mapping[str, str], stdin: str) -> tuple[int, dict[str, Any] | N
             cmd_check(config, environ)
             return 0, None
         if command in ("STATUS", "GC"):
-            raise CniError(INCOMPATIBLE_VERSION, f"{command} is CNI 1.1; this plugin speaks 1.0.0")
+            if _older_than_1(version) or version == "1.0.0":
+                raise CniError(
+                    INCOMPATIBLE_VERSION, f"{command} is CNI 1.1.0; the configuration is {version}"
+                )
+            (cmd_gc if command == "GC" else cmd_status)(config, environ)
+            return 0, None
         raise CniError(INVALID_ENVIRONMENT, f"unknown CNI_COMMAND {command!r}")
     except CniError as exc:
         error: dict[str, Any] = {"cniVersion": version, "code": exc.code, "msg": exc.msg}

@@ -115,6 +115,8 @@ def add(session: requests.Session, url: str, world: World, name: str, node: int)
         "namespace": pod["namespace"],
         "pod_name": name,
         "node_name": world.node(node),
+        "container_id": f"sandbox-{name}",
+        "ifname": "net1",
     }
     token = world.node_tokens[node]  # enrolled before: each node calls with its own
     started = time.perf_counter()
@@ -165,6 +167,7 @@ def run(world: World, url: str, args: argparse.Namespace) -> dict[str, Any]:
         response = session.delete(
             f"{url}/api/v1/sriov/agent/nics/{uid}/",
             headers={"Authorization": f"Bearer {world.node_tokens[i % vms]}"},
+            params={"container_id": f"sandbox-serial-{i}", "ifname": "net1"},
             timeout=60,
         )
         dels.append(time.perf_counter() - started)

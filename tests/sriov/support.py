@@ -95,8 +95,12 @@ class World:
     def kube_token(self) -> str:
         return self.kube_cluster.token
 
-    def add(self, name: str, *, node: int = 0, **options: Any) -> PodNic:
-        """ADD for pod `name`, through the service the agent API calls."""
+    def add(
+        self, name: str, *, node: int = 0, container_id: str = "", ifname: str = "net1",
+        **options: Any,
+    ) -> PodNic:  # fmt: skip
+        """ADD for pod `name` (its sandbox `sandbox-<name>` unless told), through the
+        service the agent API calls."""
         pod = self.pods[name]
         return pod_nic_add(
             cluster=Cluster.objects.get(pk=self.cluster.pk),
@@ -104,6 +108,8 @@ class World:
             namespace=pod["metadata"]["namespace"],
             pod_name=name,
             node_name=self.node(node),
+            container_id=container_id or f"sandbox-{name}",
+            ifname=ifname,
             **options,
         )
 

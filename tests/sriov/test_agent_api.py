@@ -1,5 +1,6 @@
-"""The agent API as the CNI plugin calls it: ADD, CHECK and DEL by pod uid with the
-cluster's agent token; what another cluster's token, another node, or an unknown pod get."""
+"""The agent API as the CNI plugin calls it: ADD, CHECK and DEL of an attachment
+(container id, ifname) of a pod, and GC, with the cluster's agent token; what another
+cluster's token, another node, or an unknown pod get."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from tests.kube_sim import node_object, pod_object
 from tests.sriov.support import CLOUDSPACE, NETWORK, World
 
 URL = "/api/v1/sriov/agent/nics/"
+KEY = "?container_id=c0ffee&ifname=net1"
 
 
 def agent(client: Client, token: str) -> Client:
@@ -31,6 +33,7 @@ def add_body(world: World, name: str, node: int = 0) -> dict[str, Any]:
         "pod_name": name,
         "node_name": world.node(node),
         "container_id": "c0ffee",
+        "ifname": "net1",
     }
 
 
@@ -86,7 +89,7 @@ def test_add_answers_what_the_plugin_configures_and_a_repeat_the_same_nic(
     again = client.post(URL, add_body(world, "web"), content_type="application/json")
     assert again.json() == nic
     assert len(world.sim_nics(world.vm(0))) == 1
-    check = client.get(f"{URL}{nic['pod_uid']}/")
+    check = client.get(f"{URL}{nic['pod_uid']}/{KEY}")
     assert check.json()["mac"] == nic["mac"]
 
 
@@ -94,11 +97,11 @@ def test_del_detaches_and_a_repeated_del_is_fine(world: World, client: Client) -
     world.pod("web")
     agent(client, world.agent_token)
     nic = client.post(URL, add_body(world, "web"), content_type="application/json").json()
-    assert client.delete(f"{URL}{nic['pod_uid']}/").status_code == 204
+    assert client.delete(f"{URL}{nic['pod_uid']}/{KEY}").status_code == 204
     assert world.sim_nics(world.vm(0)) == []
     assert PodNic.objects.get(pod_uid=nic["pod_uid"]).state == PodNic.State.RELEASED
-    assert client.delete(f"{URL}{nic['pod_uid']}/").status_code == 204
-    assert client.get(f"{URL}{nic['pod_uid']}/").status_code == 404
+    assert client.delete(f"{URL}{nic['pod_uid']}/{KEY}").status_code == 204
+    assert client.get(f"{URL}{nic['pod_uid']}/{KEY}").status_code == 404
 
 
 def test_a_pod_on_another_node_is_refused(world: World, client: Client) -> None:
@@ -117,6 +120,8 @@ def test_an_unknown_pod_is_refused(world: World, client: Client) -> None:
         "namespace": "default",
         "pod_name": "ghost",
         "node_name": "node-0",
+        "container_id": "c0ffee",
+        "ifname": "net1",
     }
     response = agent(client, world.agent_token).post(URL, body, content_type="application/json")
     assert response.status_code == 404
@@ -135,8 +140,8 @@ def test_a_token_of_another_cluster_cannot_touch_this_clusters_pods(
     refused = client.post(URL, add_body(world, "web"), content_type="application/json")
     assert refused.status_code == 404
     assert "demo" not in refused.json()["detail"]
-    assert client.delete(f"{URL}{nic['pod_uid']}/").status_code == 204  # nothing done
-    assert client.get(f"{URL}{nic['pod_uid']}/").status_code == 404
+    assert client.delete(f"{URL}{nic['pod_uid']}/{KEY}").status_code == 204  # nothing done
+    assert client.get(f"{URL}{nic['pod_uid']}/{KEY}").status_code == 404
     assert PodNic.objects.get(pod_uid=nic["pod_uid"]).state == PodNic.State.ATTACHED
     assert len(world.sim_nics(world.vm(0))) == 1
 
@@ -216,3 +221,37 @@ def test_a_rotation_with_overlap_keeps_the_old_token_until_then(
     expired = agent(client, old).post(enroll, body, content_type="application/json")
     assert expired.status_code == 401 and "retired" in expired.json()["detail"]
     assert agent(client, new).post(enroll, body, content_type="application/json").status_code == 201
+
+
+def test_del_and_check_name_the_attachment(world: World, client: Client) -> None:
+    world.pod("web")
+    agent(client, world.agent_token)
+    nic = client.post(URL, add_body(world, "web"), content_type="application/json").json()
+    assert (nic["container_id"], nic["ifname"]) == ("c0ffee", "net1")
+    bare = client.delete(f"{URL}{nic['pod_uid']}/")
+    assert bare.status_code == 400
+    assert set(bare.json()["fields"]) == {"container_id", "ifname"}
+    assert client.get(f"{URL}{nic['pod_uid']}/?container_id=c0ffee&ifname=a/b").status_code == 400
+    other_sandbox = f"{URL}{nic['pod_uid']}/?container_id=0ld&ifname=net1"
+    assert client.get(other_sandbox).status_code == 404
+    assert client.delete(other_sandbox).status_code == 204
+    assert PodNic.objects.get(pod_uid=nic["pod_uid"]).state == PodNic.State.ATTACHED
+    assert len(world.sim_nics(world.vm(0))) == 1
+
+
+def test_gc_input_is_checked(world: World, client: Client) -> None:
+    agent(client, world.agent_token)
+    gc = "/api/v1/sriov/agent/gc/"
+    bad = client.post(
+        gc,
+        {"node_name": "node-0", "cni_network": "n", "valid_attachments": [{"container_id": "c"}]},
+        content_type="application/json",
+    )
+    assert bad.status_code == 400 and "valid_attachments" in bad.json()["fields"]
+    empty = client.post(
+        gc,
+        {"node_name": "node-0", "cni_network": "n", "valid_attachments": []},
+        content_type="application/json",
+    )
+    assert empty.status_code == 200
+    assert empty.json() == {"released": [], "kept": [], "failed": []}

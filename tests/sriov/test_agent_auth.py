@@ -29,6 +29,7 @@ from tests.kube_sim import node_object, pod_object
 from tests.sriov.support import CLOUDSPACE, NETWORK, World
 
 NICS = "/api/v1/sriov/agent/nics/"
+KEY = "?container_id=c0ffee&ifname=net1"  # the attachment add_body names
 ENROLL = "/api/v1/sriov/agent/enroll/"
 
 
@@ -43,6 +44,8 @@ def add_body(world: World, name: str, node: int = 0) -> dict[str, Any]:
         "namespace": pod["namespace"],
         "pod_name": name,
         "node_name": world.node(node),
+        "container_id": "c0ffee",
+        "ifname": "net1",
     }
 
 
@@ -106,17 +109,69 @@ def test_node_a_token_cannot_delete_node_b_pods_nic(world: World) -> None:
     assert nic.status_code == 200, nic.content
     uid = world.uid("web")
     node_a = bearer(world.node_token(0))
-    refused = node_a.delete(f"{NICS}{uid}/")
+    refused = node_a.delete(f"{NICS}{uid}/{KEY}")
     assert refused.status_code == 403
     assert refused.json()["code"] == "other_node"
     assert set(refused.json()) == {"detail", "code"}
-    assert node_a.get(f"{NICS}{uid}/").status_code == 403
+    assert node_a.get(f"{NICS}{uid}/{KEY}").status_code == 403
     assert PodNic.objects.get(pod_uid=uid).state == PodNic.State.ATTACHED
     assert len(world.sim_nics(world.vm(1))) == 1
     assert not AuditEvent.objects.filter(action="sriov.nic_release").exists()
     # The node that holds it detaches it.
-    assert bearer(world.node_token(1)).delete(f"{NICS}{uid}/").status_code == 204
+    assert bearer(world.node_token(1)).delete(f"{NICS}{uid}/{KEY}").status_code == 204
     assert world.sim_nics(world.vm(1)) == []
+
+
+GC = "/api/v1/sriov/agent/gc/"
+
+
+def gc(client: Client, **body: Any) -> Any:
+    return client.post(
+        GC, {"cni_network": "capvco-sriov", "valid_attachments": [], **body},
+        content_type="application/json",
+    )  # fmt: skip
+
+
+def test_gc_is_of_the_tokens_node_only(
+    world: World, other: tuple[Cluster, str], settings: Any
+) -> None:
+    settings.SRIOV_RECLAIM_GRACE_SECONDS = 0
+    world.pod("web")
+    world.pod("db", node=1)
+    web = world.add("web", container_id="c1", cni_network="capvco-sriov")
+    db = world.add("db", node=1, container_id="c2", cni_network="capvco-sriov")
+    node_0 = bearer(world.node_token(0))
+    # A body that names another node than the token's changes nothing.
+    refused = gc(node_0, node_name=world.node(1))
+    assert refused.status_code == 403 and refused.json()["code"] == "other_node"
+    # Another cluster's node of the same name releases nothing of this cluster.
+    assert gc(bearer(other[1]), node_name="node-0").json()["released"] == []
+    assert PodNic.objects.exclude(state=PodNic.State.ATTACHED).count() == 0
+    assert not AuditEvent.objects.filter(action="sriov.nic_release").exists()
+    # Its own node, named or not: only its own NICs go.
+    answer = gc(node_0)
+    assert answer.status_code == 200 and len(answer.json()["released"]) == 1
+    web.refresh_from_db()
+    db.refresh_from_db()
+    assert (web.state, db.state) == (PodNic.State.RELEASED, PodNic.State.ATTACHED)
+    assert world.sim_nics(world.vm(0)) == [] and len(world.sim_nics(world.vm(1))) == 1
+    assert gc(bearer(world.node_token(1)), node_name=world.node(1)).status_code == 200
+    db.refresh_from_db()
+    assert db.state == PodNic.State.RELEASED
+
+
+def test_another_node_cannot_check_or_delete_any_attachment_of_a_pod_it_does_not_hold(
+    world: World,
+) -> None:
+    world.pod("web", node=1)
+    assert add(bearer(world.node_token(1)), add_body(world, "web", node=1)).status_code == 200
+    uid = world.uid("web")
+    node_0 = bearer(world.node_token(0))
+    for key in (KEY, "?container_id=0ld&ifname=net1"):
+        assert node_0.get(f"{NICS}{uid}/{key}").status_code == 403
+        assert node_0.delete(f"{NICS}{uid}/{key}").json()["code"] == "other_node"
+    assert PodNic.objects.get(pod_uid=uid).state == PodNic.State.ATTACHED
+    assert len(world.sim_nics(world.vm(1))) == 1
 
 
 def test_a_node_token_asks_only_for_pods_on_its_own_node(world: World) -> None:
@@ -134,7 +189,9 @@ def test_the_enrollment_token_only_enrolls(world: World) -> None:
     refused = add(bearer(world.enrollment_token), add_body(world, "web"))
     assert refused.status_code == 403
     assert "enrollment token" in refused.json()["detail"]
-    assert bearer(world.enrollment_token).delete(f"{NICS}{world.uid('web')}/").status_code == 403
+    assert (
+        bearer(world.enrollment_token).delete(f"{NICS}{world.uid('web')}/{KEY}").status_code == 403
+    )
     # And a node token does not enroll.
     assert enroll_call(world.node_token(0), world.node(1)).status_code == 403
     assert not PodNic.objects.exists()
@@ -163,9 +220,9 @@ def test_a_node_enrolls_once_and_again_only_with_its_current_token(world: World)
     AgentToken.objects.filter(node_name=world.node(0), expires_at__isnull=False).update(
         expires_at=timezone.now() - timedelta(seconds=1)
     )
-    retired = bearer(token).get(f"{NICS}{world.uid('web')}/")
+    retired = bearer(token).get(f"{NICS}{world.uid('web')}/{KEY}")
     assert retired.status_code == 401 and "retired" in retired.json()["detail"]
-    assert bearer(new).get(f"{NICS}{world.uid('web')}/").status_code == 200
+    assert bearer(new).get(f"{NICS}{world.uid('web')}/{KEY}").status_code == 200
     events = AuditEvent.objects.filter(action="sriov.node_token_enroll", after__node=world.node(0))
     assert events.count() == 2
     assert token not in str([e.after for e in events]) and new not in str([e.after for e in events])
@@ -358,12 +415,12 @@ def test_bad_tokens_from_one_address_never_throttle_a_valid_agent_token(world: W
     for _ in range(12):
         bearer("capvco_000000000000_guess").get("/api/v1/clusters/")
         bearer("capvco_000000000000_guess").post(NICS, {}, content_type="application/json")
-    guessing = bearer("cvsriov_000000000000_guess").get(f"{NICS}{world.uid('web')}/")
+    guessing = bearer("cvsriov_000000000000_guess").get(f"{NICS}{world.uid('web')}/{KEY}")
     assert guessing.status_code == 429
     assert int(guessing["Retry-After"]) > 0
     answered = add(node, add_body(world, "web"))
     assert answered.status_code == 200, answered.content
-    assert node.get(f"{NICS}{world.uid('web')}/").status_code == 200
+    assert node.get(f"{NICS}{world.uid('web')}/{KEY}").status_code == 200
 
 
 def test_calls_per_node_token_are_limited_and_other_nodes_are_not(
@@ -374,10 +431,10 @@ def test_calls_per_node_token_are_limited_and_other_nodes_are_not(
     world.pod("web")
     node_0 = bearer(world.node_token(0))
     uid = world.uid("web")
-    assert [node_0.get(f"{NICS}{uid}/").status_code for _ in range(3)] == [404] * 3
-    throttled = node_0.get(f"{NICS}{uid}/")
+    assert [node_0.get(f"{NICS}{uid}/{KEY}").status_code for _ in range(3)] == [404] * 3
+    throttled = node_0.get(f"{NICS}{uid}/{KEY}")
     assert throttled.status_code == 429 and "Retry-After" in throttled
-    assert bearer(world.node_token(1)).get(f"{NICS}{uid}/").status_code == 404
+    assert bearer(world.node_token(1)).get(f"{NICS}{uid}/{KEY}").status_code == 404
 
 
 # --- paths that are no pod uid --------------------------------------------------------------
@@ -389,7 +446,7 @@ def test_a_path_that_is_no_pod_uid_is_a_404_in_the_error_shape(world: World, uid
     node = bearer(world.agent_token)
     assert add(node, add_body(world, "web")).status_code == 200
     for method in (node.get, node.delete):
-        answer = method(f"{NICS}{uid}/")
+        answer = method(f"{NICS}{uid}/{KEY}")
         assert answer.status_code == 404, answer.content
         assert set(answer.json()) == {"detail", "code"}
         assert "pod uid" in answer.json()["detail"]
@@ -414,12 +471,15 @@ def test_another_clusters_token_is_answered_as_for_a_pod_that_does_not_exist(
     assert theirs.status_code == nobodys.status_code == 404
     assert theirs.json() == nobodys.json()
     assert "demo" not in theirs.content.decode()
-    check, check_ghost = intruder.get(f"{NICS}{uid}/"), intruder.get(f"{NICS}{ghost['pod_uid']}/")
+    check, check_ghost = (
+        intruder.get(f"{NICS}{uid}/{KEY}"),
+        intruder.get(f"{NICS}{ghost['pod_uid']}/{KEY}"),
+    )
     assert check.status_code == check_ghost.status_code == 404
     assert check.json()["code"] == check_ghost.json()["code"]
     assert check.json()["detail"].replace(uid, "X") == check_ghost.json()["detail"].replace(
         ghost["pod_uid"], "X"
     )
-    assert intruder.delete(f"{NICS}{uid}/").status_code == 204  # as for a pod with no NIC
+    assert intruder.delete(f"{NICS}{uid}/{KEY}").status_code == 204  # as for a pod with no NIC
     assert PodNic.objects.get(pod_uid=uid).state == PodNic.State.ATTACHED
     assert len(world.sim_nics(world.vm(0))) == 1

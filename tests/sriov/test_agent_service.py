@@ -23,7 +23,13 @@ def test_nic_calls_are_made_with_the_sriov_credential_only(world: World) -> None
     world.pod("web")
     world.sim.clear_calls()
     nic = world.add("web")
-    pod_nic_delete(cluster=world.cluster, node_name=world.node(0), pod_uid=nic.pod_uid)
+    pod_nic_delete(
+        cluster=world.cluster,
+        node_name=world.node(0),
+        pod_uid=nic.pod_uid,
+        container_id=nic.container_id,
+        ifname="net1",
+    )
     calls = world.nic_calls()
     assert {c["operation"] for c in calls} >= {
         "attachExternalNetworksVirtualMachine",
@@ -51,3 +57,40 @@ def test_the_mirror_answers_for_known_pods_and_kubernetes_for_new_ones(world: Wo
     with pytest.raises(WrongNode):
         world.add("known", node=1)
     assert PodNic.objects.count() == 1
+
+
+def test_a_second_interface_of_one_sandbox_is_refused(world: World) -> None:
+    import pytest
+
+    from sriov.agent import Refused
+
+    world.pod("web")
+    first = world.add("web", container_id="c1")
+    with pytest.raises(Refused) as refused:
+        world.add("web", container_id="c1", ifname="net2")
+    assert "one SR-IOV NIC per pod" in refused.value.message
+    assert [n["mac_address"] for n in world.sim_nics(world.vm(0))] == [first.mac]
+
+
+def test_a_new_sandbox_never_gets_a_second_nic_while_the_old_one_cannot_be_detached(
+    world: World,
+) -> None:
+    """whitesky refuses the detach of the old sandbox's NIC: the new sandbox's ADD says
+    so (the kubelet repeats it) and attaches nothing; once the detach goes through, the
+    ADD gets its own NIC and the pod still has one."""
+    import pytest
+
+    from sriov.agent import Refused
+
+    world.pod("web")
+    old = world.add("web", container_id="c1")
+    world.sim.fault(operation="detachExternalNetworksVirtualMachine", status=409, times=1)
+    with pytest.raises(Refused):
+        world.add("web", container_id="c2")
+    assert [n["mac_address"] for n in world.sim_nics(world.vm(0))] == [old.mac]
+    assert PodNic.objects.exclude(state=PodNic.State.RELEASED).get().pk == old.pk
+
+    new = world.add("web", container_id="c2")
+    old.refresh_from_db()
+    assert old.state == PodNic.State.RELEASED and "new sandbox" in old.release_reason
+    assert [n["mac_address"] for n in world.sim_nics(world.vm(0))] == [new.mac]

@@ -24,12 +24,6 @@ from tests.sriov.support import World, world_build
 from tests.whitesky_sim import PROJECT_ROOT, WhiteskySimulator
 
 
-def ip(*args: str, netns: str | None = None) -> Any:
-    command = ["ip", "-j", *args] if netns is None else ["ip", "-n", netns, "-j", *args]
-    out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
-    return json.loads(out) if out.strip() else []
-
-
 @pytest.fixture
 def netns() -> Iterator[str]:
     """A network namespace standing in for a pod's; removed afterwards."""
@@ -56,15 +50,22 @@ def live_world(whitesky_sim: WhiteskySimulator, kube_sim: KubeSimulator, live_se
     return world_build(whitesky_sim, kube_sim)
 
 
-def config(agent_url: str, token_file: Path, **more: Any) -> str:
+def node_dir(tmp_path: Path, world: World, agent_url: str, node: str = "node-0") -> Path:
+    """The plugin's own directory, as the installer writes it."""
+    folder = tmp_path / "capvco-sriov.d"
+    folder.mkdir(exist_ok=True)
+    (folder / "token").write_text(world.agent_token + "\n")
+    (folder / "node-name").write_text(node + "\n")
+    (folder / "agent-url").write_text(agent_url + "\n")
+    return folder
+
+
+def config(**more: Any) -> str:
     return json.dumps(
         {
             "cniVersion": "1.0.0",
             "name": "capvco-sriov",
             "type": "capvco-sriov",
-            "agentUrl": agent_url,
-            "tokenFile": str(token_file),
-            "nodeName": "node-0",
             "interfaceWaitSeconds": 20,
             **more,
         }
@@ -92,8 +93,9 @@ def plugin(
     )  # fmt: skip
 
 
-def pod_env(world: World, netns: str, name: str = "web") -> dict[str, str]:
+def pod_env(world: World, netns: str, folder: Path, name: str = "web") -> dict[str, str]:
     return {
+        "CAPVCO_SRIOV_CONF_DIR": str(folder),
         "CNI_CONTAINERID": "0123456789ab",
         "CNI_NETNS": f"/var/run/netns/{netns}",
         "CNI_IFNAME": "net1",
@@ -115,78 +117,18 @@ def wait_for_mac(pod_uid: str, timeout: float = 20) -> PodNic:
     raise AssertionError("the agent API attached no NIC")
 
 
-def test_add_check_del_in_real_namespaces(
-    live_world: World, live_server: Any, netns: str, vf_names: list[str], tmp_path: Path
-) -> None:
-    world = live_world
-    token_file = tmp_path / "token"
-    token_file.write_text(world.agent_token + "\n")
-    stdin = config(f"{live_server.url}/api/v1/sriov/agent/", token_file)
-    world.pod("web")
-    default_routes_before = ip("route", "show", "default", netns=netns)
-    env = pod_env(world, netns)
-
-    running = plugin("ADD", stdin, env=env, wait=False)
-    assert isinstance(running, subprocess.Popen)
-    nic = wait_for_mac(world.uid("web"))
-    # The hot-plugged NIC shows up on the node: a veth with its MAC.
-    vf = f"cvvf{uuid.uuid4().hex[:6]}"
-    vf_names.append(vf)
-    subprocess.run(
-        ["ip", "link", "add", vf, "address", nic.mac, "type", "veth", "peer", "name", f"{vf}p"],
-        check=True,
-    )
-    out, err = running.communicate(timeout=60)
-    assert running.returncode == 0, (out, err)
-    result = json.loads(out)
-    assert result["cniVersion"] == "1.0.0"
-    assert result["interfaces"] == [
-        {"name": "net1", "mac": nic.mac, "sandbox": f"/var/run/netns/{netns}"}
-    ]
-    assert result["ips"] == [{"address": f"{nic.ip}/24", "gateway": "10.50.0.1", "interface": 0}]
-
-    (link,) = ip("addr", "show", "net1", netns=netns)
-    assert link["address"] == nic.mac
-    assert link["mtu"] == 1500
-    assert [(a["local"], a["prefixlen"]) for a in link["addr_info"] if a["family"] == "inet"] == [
-        (nic.ip, 24)
-    ]
-    assert ip("route", "show", "default", netns=netns) == default_routes_before == []
-    assert not any(entry["ifname"] == vf for entry in ip("link", "show"))
-
-    again = plugin("ADD", stdin, env=env)  # a repeated ADD: the same, nothing moves
-    assert again.returncode == 0, again.stdout
-    assert json.loads(again.stdout)["interfaces"][0]["mac"] == nic.mac
-
-    check = plugin("CHECK", stdin, env=env)
-    assert (check.returncode, check.stdout) == (0, ""), check.stdout
-
-    done = plugin("DEL", stdin, env=env)
-    assert (done.returncode, done.stdout) == (0, ""), done.stdout
-    assert not any(entry["ifname"] == "net1" for entry in ip("link", "show", netns=netns))
-    host = {entry["ifname"]: entry for entry in ip("link", "show")}
-    assert vf in host and host[vf]["address"] == nic.mac  # back on the host, its own name
-    nic.refresh_from_db()
-    assert nic.state == PodNic.State.RELEASED
-    assert world.sim_nics(world.vm(0)) == []
-
-    twice = plugin("DEL", stdin, env=env)
-    assert (twice.returncode, twice.stdout) == (0, "")
-
-
 def test_del_when_the_namespace_is_gone(
     live_world: World, live_server: Any, vf_names: list[str], tmp_path: Path
 ) -> None:
     require(os.geteuid() == 0 and shutil.which("ip") is not None, "needs root and iproute2")
     world = live_world
-    token_file = tmp_path / "token"
-    token_file.write_text(world.agent_token)
-    stdin = config(f"{live_server.url}/api/v1/sriov/agent/", token_file)
+    folder = node_dir(tmp_path, world, f"{live_server.url}/api/v1/sriov/agent/")
+    stdin = config()
     world.pod("web")
     name = f"capvco-test-{uuid.uuid4().hex[:8]}"
     subprocess.run(["ip", "netns", "add", name], check=True)
     try:
-        env = pod_env(world, name)
+        env = pod_env(world, name, folder)
         running = plugin("ADD", stdin, env=env, wait=False)
         assert isinstance(running, subprocess.Popen)
         nic = wait_for_mac(world.uid("web"))
@@ -212,11 +154,10 @@ def test_add_says_when_the_nic_never_shows_up(
     live_world: World, live_server: Any, netns: str, tmp_path: Path
 ) -> None:
     world = live_world
-    token_file = tmp_path / "token"
-    token_file.write_text(world.agent_token)
-    stdin = config(f"{live_server.url}/api/v1/sriov/agent/", token_file, interfaceWaitSeconds=1)
+    folder = node_dir(tmp_path, world, f"{live_server.url}/api/v1/sriov/agent/")
+    stdin = config(interfaceWaitSeconds=1)
     world.pod("web")
-    result = plugin("ADD", stdin, env=pod_env(world, netns))
+    result = plugin("ADD", stdin, env=pod_env(world, netns, folder))
     assert result.returncode == 1
     error = json.loads(result.stdout)
     assert error["code"] == 101
@@ -228,11 +169,9 @@ def test_a_refusal_of_the_agent_api_is_a_cni_error(
     live_world: World, live_server: Any, netns: str, tmp_path: Path
 ) -> None:
     world = live_world
-    token_file = tmp_path / "token"
-    token_file.write_text(world.agent_token)
-    stdin = config(f"{live_server.url}/api/v1/sriov/agent/", token_file, nodeName="node-1")
+    folder = node_dir(tmp_path, world, f"{live_server.url}/api/v1/sriov/agent/", node="node-1")
     world.pod("web")  # on node-0
-    result = plugin("ADD", stdin, env=pod_env(world, netns))
+    result = plugin("ADD", config(), env=pod_env(world, netns, folder))
     assert result.returncode == 1
     error = json.loads(result.stdout)
     assert error["code"] == 100
@@ -244,11 +183,10 @@ BASE_ENV = {
     "CNI_NETNS": "/var/run/netns/nowhere",
     "CNI_IFNAME": "net1",
     "CNI_ARGS": "K8S_POD_NAMESPACE=default;K8S_POD_NAME=web;K8S_POD_UID=1234",
+    "CAPVCO_SRIOV_CONF_DIR": "/nonexistent",
 }
-GOOD_CONFIG = json.dumps(
-    {"cniVersion": "1.0.0", "type": "capvco-sriov", "agentUrl": "http://127.0.0.1:9/",
-     "tokenFile": "/nonexistent"}
-)  # fmt: skip
+GOOD_CONFIG = json.dumps({"cniVersion": "1.0.0", "type": "capvco-sriov"})
+V11_CONFIG = json.dumps({"cniVersion": "1.1.0", "type": "capvco-sriov"})
 
 
 @pytest.mark.parametrize(
@@ -258,12 +196,26 @@ GOOD_CONFIG = json.dumps(
         ("ADD", "[1, 2]", BASE_ENV, 6, "not a JSON object"),
         ("ADD", GOOD_CONFIG, {k: v for k, v in BASE_ENV.items() if k != "CNI_IFNAME"}, 4,
          "CNI_IFNAME is not set"),
+        ("DEL", GOOD_CONFIG, {k: v for k, v in BASE_ENV.items() if k != "CNI_CONTAINERID"}, 4,
+         "CNI_CONTAINERID is not set"),
         ("ADD", GOOD_CONFIG, {**BASE_ENV, "CNI_ARGS": "K8S_POD_NAME=web"}, 4, "K8S_POD_UID"),
         ("FROB", GOOD_CONFIG, BASE_ENV, 4, "unknown CNI_COMMAND"),
         ("", GOOD_CONFIG, BASE_ENV, 4, "CNI_COMMAND is not set"),
         ("ADD", json.dumps({"cniVersion": "9.9.9"}), BASE_ENV, 1, "not supported"),
-        ("ADD", json.dumps({"cniVersion": "1.0.0"}), BASE_ENV, 7, "no agentUrl"),
-        ("DEL", GOOD_CONFIG, BASE_ENV, 5, "cannot read the agent token"),
+        ("ADD", json.dumps({"cniVersion": "1.0.0", "agentUrl": "http://127.0.0.1:9/"}),
+         BASE_ENV, 2, "sets agentUrl"),
+        ("DEL", json.dumps({"cniVersion": "1.0.0", "tokenFile": "/etc/machine-id"}), BASE_ENV,
+         2, "sets tokenFile"),
+        ("ADD", json.dumps({"cniVersion": "1.0.0", "prevResult": {"ips": "x"}}), BASE_ENV, 6,
+         "prevResult"),
+        ("CHECK", GOOD_CONFIG, BASE_ENV, 7, "CHECK needs prevResult"),
+        ("DEL", GOOD_CONFIG, BASE_ENV, 5, "cannot read the agent URL"),
+        ("GC", GOOD_CONFIG, BASE_ENV, 1, "GC is CNI 1.1.0"),
+        ("STATUS", json.dumps({"cniVersion": "0.4.0"}), BASE_ENV, 1, "STATUS is CNI 1.1.0"),
+        ("GC", V11_CONFIG, BASE_ENV, 7, "cni.dev/valid-attachments"),
+        ("GC", json.dumps({"cniVersion": "1.1.0", "cni.dev/valid-attachments": [{"x": 1}]}),
+         BASE_ENV, 6, "without containerID and ifname"),
+        ("STATUS", V11_CONFIG, BASE_ENV, 50, "cannot serve an ADD"),
     ],
 )  # fmt: skip
 def test_bad_input_gets_a_cni_error_never_a_traceback(
@@ -282,7 +234,7 @@ def test_version() -> None:
     assert result.returncode == 0
     assert json.loads(result.stdout) == {
         "cniVersion": "1.0.0",
-        "supportedVersions": ["0.3.0", "0.3.1", "0.4.0", "1.0.0"],
+        "supportedVersions": ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"],
     }
 
 

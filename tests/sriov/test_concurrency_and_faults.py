@@ -119,7 +119,13 @@ def test_a_del_during_a_lost_attach_detaches_what_it_made(world: World) -> None:
     with pytest.raises(WhiteskyFailed):
         world.add("web")
     world.sim.clear_faults()
-    row = pod_nic_delete(cluster=world.cluster, node_name=world.node(0), pod_uid=world.uid("web"))
+    row = pod_nic_delete(
+        cluster=world.cluster,
+        node_name=world.node(0),
+        pod_uid=world.uid("web"),
+        container_id="sandbox-web",
+        ifname="net1",
+    )
     assert row is not None and row.state == PodNic.State.RELEASED
     assert world.sim_nics(world.vm(0)) == []
 
@@ -154,7 +160,13 @@ def test_a_refused_detach_keeps_the_nic_detaching_and_says_why(world: World) -> 
     world.add("web")
     world.sim.configure(nic_detach_requires_halted_vm=True)
     with pytest.raises(Refused) as refused:
-        pod_nic_delete(cluster=world.cluster, node_name=world.node(0), pod_uid=world.uid("web"))
+        pod_nic_delete(
+            cluster=world.cluster,
+            node_name=world.node(0),
+            pod_uid=world.uid("web"),
+            container_id="sandbox-web",
+            ifname="net1",
+        )
     assert refused.value.status == 409
     row = PodNic.objects.get()
     assert row.state == PodNic.State.DETACHING

@@ -71,7 +71,11 @@ def test_manifests_hold_a_daemonset_secret_and_attachment(world: World) -> None:
     assert objects[0]["stringData"]["token"] == "t0k"
     config = yaml.safe_load(objects[2]["spec"]["config"])
     assert config["type"] == "capvco-sriov" and config["cniVersion"] == "1.0.0"
-    assert config["agentUrl"] == "https://cp.example/api/v1/sriov/agent/"
+    # The node's plugin takes the agent URL and token only from its own directory,
+    # where the installer puts them; the attachment names neither.
+    assert not {"agentUrl", "tokenFile", "nodeName", "nodeNameFile", "caFile"} & set(config)
+    command = objects[1]["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert command[command.index("--agent-url") + 1] == "https://cp.example/api/v1/sriov/agent/"
 
 
 def test_the_secret_and_daemonset_pass_the_kubernetes_schemas(world: World) -> None:
@@ -96,7 +100,8 @@ def test_the_installer_puts_a_runnable_plugin_and_the_token_in_place(
         "agent_url": f"{live_server.url}/api/v1/sriov/agent/",
     }
     changed = install(**options)
-    assert len(changed) == 4  # the plugin, the node's token, its name, which Secret
+    assert len(changed) == 5  # the plugin, the node's token, its name, which Secret, the URL
+    assert (tmp_path / "conf" / "agent-url").read_text() == options["agent_url"] + "\n"
     plugin = tmp_path / "bin" / "capvco-sriov"
     assert plugin.stat().st_mode & 0o111
     assert (tmp_path / "conf" / "token").stat().st_mode & 0o777 == 0o600

@@ -92,6 +92,8 @@ class Command(BaseCommand):
                     "namespace": namespace,
                     "pod_name": name,
                     "node_name": node,
+                    "container_id": f"demo-{pod['metadata']['uid']}",
+                    "ifname": "net1",
                 },
                 timeout=120,
             )
