@@ -2,11 +2,47 @@ from __future__ import annotations
 
 import pytest
 
-from tests.kube_sim import KubeSimulator
-from tests.sriov.support import World, world_build
+from clusters.models import Cluster, ClusterSite, Machine, MachinePool
+from sriov.services import sriov_config_set
+from sriov.tokens import agent_token_rotate, node_token_enroll
+from tests.kube_sim import KubeSimulator, node_object, pod_object
+from tests.sriov.support import CLOUDSPACE, NETWORK, World, world_build
 from tests.whitesky_sim import WhiteskySimulator
 
 
 @pytest.fixture
 def world(whitesky_sim: WhiteskySimulator, kube_sim: KubeSimulator, db: None) -> World:
     return world_build(whitesky_sim, kube_sim)
+
+
+@pytest.fixture
+def other(world: World) -> tuple[Cluster, str]:
+    """Cluster `other` of the same account, SR-IOV on, with a machine whose node `node-0`
+    holds a node token (returned) and a pod of its own."""
+    cluster = Cluster.objects.create(name="other", account=world.account)
+    site = ClusterSite.objects.create(
+        cluster=cluster, location=world.location, cloudspace_id=CLOUDSPACE, image_id=11
+    )
+    pool = MachinePool.objects.create(cluster=cluster, site=site, name="w", replicas=1)
+    vm_id = world.sim.seed(CLOUDSPACE, vms=1, prefix="capvco-other-w")["vm_ids"][0]
+    Machine.objects.create(pool=pool, name="w-0", index=0, vm_id=vm_id, phase="running")
+    kube = world.kube.cluster("other")
+    Cluster.objects.filter(pk=cluster.pk).update(kubeconfig=kube.kubeconfig_yaml)
+    cluster.refresh_from_db()
+    sriov_config_set(
+        cluster=cluster,
+        changes={
+            "enabled": True,
+            "external_network": NETWORK,
+            "credential": world.sim.token(subject="other-operator"),
+        },
+        actor="test",
+    )
+    world.kube.put(
+        "other",
+        node_object("node-0", provider_id=f"vco://{world.location.name}/{vm_id}"),
+        pod_object("intruder", node="node-0"),
+    )
+    enrollment, _ = agent_token_rotate(cluster=cluster, actor="test")
+    _, raw = node_token_enroll(enrollment=enrollment, node_name="node-0")
+    return cluster, raw

@@ -27,6 +27,7 @@ NETWORK = "sriov-nl-rmd"
 NETWORK_ID = 101
 SRIOV_SUBJECT = "sriov-operator"
 ACCOUNT_SUBJECT = "demo-user"  # the seeded user: the account's own credential
+KEY = "?container_id=c0ffee&ifname=net1"  # the attachment add_body names
 
 
 @dataclass
@@ -189,3 +190,16 @@ def world_build(
 
 
 __all__ = ["Clients", "World", "world_build"]
+
+
+def add_body(world: World, name: str, node: int = 0) -> dict[str, Any]:
+    """The agent API's ADD body for pod `name` on node `node`: the attachment KEY names."""
+    pod = world.pods[name]["metadata"]
+    return {
+        "pod_uid": pod["uid"],
+        "namespace": pod["namespace"],
+        "pod_name": name,
+        "node_name": world.node(node),
+        "container_id": "c0ffee",
+        "ifname": "net1",
+    }

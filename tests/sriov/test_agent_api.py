@@ -4,70 +4,20 @@ cluster's token, another node, or an unknown pod get."""
 
 from __future__ import annotations
 
-from typing import Any
-
-import pytest
 from django.test import Client
 
-from clusters.models import Cluster, ClusterSite, Machine, MachinePool
+from clusters.models import Cluster
 from sriov.models import PodNic
 from sriov.services import sriov_config_set
-from sriov.tokens import agent_token_rotate, node_token_enroll
-from tests.kube_sim import node_object, pod_object
-from tests.sriov.support import CLOUDSPACE, NETWORK, World
+from sriov.tokens import agent_token_rotate
+from tests.sriov.support import KEY, NETWORK, World, add_body
 
 URL = "/api/v1/sriov/agent/nics/"
-KEY = "?container_id=c0ffee&ifname=net1"
 
 
 def agent(client: Client, token: str) -> Client:
     client.defaults["HTTP_AUTHORIZATION"] = f"Bearer {token}"
     return client
-
-
-def add_body(world: World, name: str, node: int = 0) -> dict[str, Any]:
-    pod = world.pods[name]["metadata"]
-    return {
-        "pod_uid": pod["uid"],
-        "namespace": pod["namespace"],
-        "pod_name": name,
-        "node_name": world.node(node),
-        "container_id": "c0ffee",
-        "ifname": "net1",
-    }
-
-
-@pytest.fixture
-def other(world: World) -> tuple[Cluster, str]:
-    """Cluster `other` of the same account, SR-IOV on, with a machine whose node `node-0`
-    holds a node token (returned) and a pod of its own."""
-    cluster = Cluster.objects.create(name="other", account=world.account)
-    site = ClusterSite.objects.create(
-        cluster=cluster, location=world.location, cloudspace_id=CLOUDSPACE, image_id=11
-    )
-    pool = MachinePool.objects.create(cluster=cluster, site=site, name="w", replicas=1)
-    vm_id = world.sim.seed(CLOUDSPACE, vms=1, prefix="capvco-other-w")["vm_ids"][0]
-    Machine.objects.create(pool=pool, name="w-0", index=0, vm_id=vm_id, phase="running")
-    kube = world.kube.cluster("other")
-    Cluster.objects.filter(pk=cluster.pk).update(kubeconfig=kube.kubeconfig_yaml)
-    cluster.refresh_from_db()
-    sriov_config_set(
-        cluster=cluster,
-        changes={
-            "enabled": True,
-            "external_network": NETWORK,
-            "credential": world.sim.token(subject="other-operator"),
-        },
-        actor="test",
-    )
-    world.kube.put(
-        "other",
-        node_object("node-0", provider_id=f"vco://{world.location.name}/{vm_id}"),
-        pod_object("intruder", node="node-0"),
-    )
-    enrollment, _ = agent_token_rotate(cluster=cluster, actor="test")
-    _, raw = node_token_enroll(enrollment=enrollment, node_name="node-0")
-    return cluster, raw
 
 
 def test_add_answers_what_the_plugin_configures_and_a_repeat_the_same_nic(

@@ -19,34 +19,20 @@ from django.utils import timezone
 from capvco_web.models import AuditEvent
 from clusters.kube import kube_client
 from clusters.kube_observe import cluster_kube_observe
-from clusters.models import Cluster, ClusterSite, Machine, MachinePool
+from clusters.models import Cluster, Machine
 from sriov.cni.install import EnrollFailed, enroll, install
 from sriov.models import AgentToken, PodNic
-from sriov.services import sriov_config_set
-from sriov.tokens import agent_token_rotate, node_token_enroll
+from sriov.tokens import agent_token_rotate
 from tests.factories import MembershipFactory, UserFactory
-from tests.kube_sim import node_object, pod_object
-from tests.sriov.support import CLOUDSPACE, NETWORK, World
+from tests.kube_sim import node_object
+from tests.sriov.support import CLOUDSPACE, KEY, World, add_body
 
 NICS = "/api/v1/sriov/agent/nics/"
-KEY = "?container_id=c0ffee&ifname=net1"  # the attachment add_body names
 ENROLL = "/api/v1/sriov/agent/enroll/"
 
 
 def bearer(token: str) -> Client:
     return Client(HTTP_AUTHORIZATION=f"Bearer {token}")
-
-
-def add_body(world: World, name: str, node: int = 0) -> dict[str, Any]:
-    pod = world.pods[name]["metadata"]
-    return {
-        "pod_uid": pod["uid"],
-        "namespace": pod["namespace"],
-        "pod_name": name,
-        "node_name": world.node(node),
-        "container_id": "c0ffee",
-        "ifname": "net1",
-    }
 
 
 def add(client: Client, body: dict[str, Any]) -> Any:
@@ -65,39 +51,6 @@ def as_role(world: World, role: str) -> Client:
     client = Client()
     client.force_login(user)
     return client
-
-
-@pytest.fixture
-def other(world: World) -> tuple[Cluster, str]:
-    """Cluster `other` of the same account, SR-IOV on, with a machine whose node `node-0`
-    holds a node token (returned) and a pod of its own."""
-    cluster = Cluster.objects.create(name="other", account=world.account)
-    site = ClusterSite.objects.create(
-        cluster=cluster, location=world.location, cloudspace_id=CLOUDSPACE, image_id=11
-    )
-    pool = MachinePool.objects.create(cluster=cluster, site=site, name="w", replicas=1)
-    vm_id = world.sim.seed(CLOUDSPACE, vms=1, prefix="capvco-other-w")["vm_ids"][0]
-    Machine.objects.create(pool=pool, name="w-0", index=0, vm_id=vm_id, phase="running")
-    kube = world.kube.cluster("other")
-    Cluster.objects.filter(pk=cluster.pk).update(kubeconfig=kube.kubeconfig_yaml)
-    cluster.refresh_from_db()
-    sriov_config_set(
-        cluster=cluster,
-        changes={
-            "enabled": True,
-            "external_network": NETWORK,
-            "credential": world.sim.token(subject="other-operator"),
-        },
-        actor="test",
-    )
-    world.kube.put(
-        "other",
-        node_object("node-0", provider_id=f"vco://{world.location.name}/{vm_id}"),
-        pod_object("intruder", node="node-0"),
-    )
-    enrollment, _ = agent_token_rotate(cluster=cluster, actor="test")
-    _, raw = node_token_enroll(enrollment=enrollment, node_name="node-0")
-    return cluster, raw
 
 
 # --- a node acts for its own pods only ------------------------------------------------------
