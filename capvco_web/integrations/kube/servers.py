@@ -22,32 +22,13 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import replace
 from urllib.parse import SplitResult, urlsplit
 
-_DEFAULT_PORTS = {"http": 80, "https": 443}
+from capvco_web.integrations.origins import DEFAULT_PORTS, Origin, netloc, origin_read, url_host
+
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
-
-
-@dataclass(frozen=True)
-class _Origin:
-    scheme: str
-    host: str  # a name, an address, or (suffix) a domain that names end with
-    port: int | None  # None: any port (https only)
-    suffix: bool = False
-
-    def allows(self, scheme: str, host: str, port: int) -> bool:
-        if self.scheme != scheme or (self.port is not None and self.port != port):
-            return False
-        return host.endswith(f".{self.host}") if self.suffix else host == self.host
-
-    def __str__(self) -> str:
-        if self.suffix:
-            return f".{self.host}"
-        if self.port is None:
-            return _netloc(self.host, None)
-        return f"{self.scheme}://{_netloc(self.host, self.port)}"
 
 
 class AllowedServers:
@@ -56,13 +37,15 @@ class AllowedServers:
 
     def __init__(self, entries: Iterable[str], *, source: str = "KUBE_ALLOWED_HOSTS") -> None:
         self.source = source
-        origins: list[_Origin] = []
+        origins: list[Origin] = []
+        domains: list[str] = []
         networks: list[tuple[Network, int | None, bool]] = []
         shown: list[str] = []
         for text in entries:
             if text.strip():
-                shown.append(_entry_read(text.strip(), source, origins, networks))
+                shown.append(_entry_read(text.strip(), source, origins, domains, networks))
         self._origins = tuple(origins)
+        self._domains = tuple(domains)
         self._networks = tuple(networks)
         self._shown = tuple(shown)
 
@@ -84,25 +67,27 @@ class AllowedServers:
         except ValueError:
             return "not a URL with a port from 0 to 65535"
         scheme = parts.scheme.lower()
-        if scheme not in _DEFAULT_PORTS:
+        if scheme not in DEFAULT_PORTS:
             return "use https (https://host:port)"
         if parts.username is not None or parts.password is not None:
             return "a URL with a user or password in it is refused"
         host = _host(parts)
         if not host:
             return "the URL has no host"
-        port = port if port is not None else _DEFAULT_PORTS[scheme]
+        port = port if port is not None else DEFAULT_PORTS[scheme]
         if any(origin.allows(scheme, host, port) for origin in self._origins):
+            return None
+        if scheme == "https" and any(host.endswith(f".{domain}") for domain in self._domains):
             return None
         address = _address(host)
         if scheme == "https" and address is not None and self._in_range(address):
             return None
         if scheme == "http":
             return (
-                f"http://{_netloc(host, port)} is not in {self.source} (plain http is allowed "
+                f"http://{netloc(host, port)} is not in {self.source} (plain http is allowed "
                 "only to an origin listed as http://host:port; use https)"
             )
-        if not self._origins and not self._networks:
+        if not self._origins and not self._domains and not self._networks:
             return (
                 f"{host} is not in {self.source} ({self.source} is empty: list the "
                 "Kubernetes API servers the control plane may reach)"
@@ -140,10 +125,12 @@ class AllowedServers:
 def _entry_read(
     entry: str,
     source: str,
-    origins: list[_Origin],
+    origins: list[Origin],
+    domains: list[str],
     networks: list[tuple[Network, int | None, bool]],
 ) -> str:
-    """Read one entry into `origins` and `networks`; answers it normalised."""
+    """Read one entry into `origins`, `domains` (of `.domain` entries) and `networks`;
+    answers it normalised."""
     problem = (
         f"{source}: {entry!r} is not a host name, a .domain, an http(s)://host:port origin "
         "or an address range"
@@ -161,39 +148,23 @@ def _entry_read(
         domain = entry[1:].rstrip(".").lower()
         if not domain or _address(domain) is not None or "/" in domain or ":" in domain:
             raise ValueError(problem)
-        origins.append(_Origin("https", domain, None, suffix=True))
-        return str(origins[-1])
-    url = entry if "://" in entry else f"https://{entry}"
-    try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError:
-        raise ValueError(problem) from None
-    scheme = parts.scheme.lower()
-    host = _host(parts)
-    if (
-        scheme not in _DEFAULT_PORTS
-        or not host
-        or parts.username is not None
-        or parts.password is not None
-        or parts.path not in ("", "/")
-        or parts.query
-        or parts.fragment
-    ):
-        raise ValueError(problem)
-    if scheme == "http":  # exactly one origin
-        origin = _Origin("http", host, port if port is not None else 80)
-    else:
-        origin = _Origin("https", host, port)
+        domains.append(domain)
+        return f".{domain}"
+    origin = origin_read(entry, problem)
+    origin = replace(origin, host=_canonical(origin.host))
     origins.append(origin)
-    address = _address(host)
+    address = _address(origin.host)
     if address is not None:  # an address named as a host may be connected to, so
         networks.append((ipaddress.ip_network(address), origin.port, False))
     return str(origin)
 
 
 def _host(parts: SplitResult) -> str:
-    host = (parts.hostname or "").rstrip(".")  # urlsplit lowercases it
+    return _canonical(url_host(parts))
+
+
+def _canonical(host: str) -> str:
+    """`host`, an address written as Python writes it (an IPv4-mapped one as IPv4)."""
     address = _address(host)
     return str(address) if address is not None else host
 
@@ -231,8 +202,3 @@ def _unmapped_network(network: Network) -> Network:
     if isinstance(network, ipaddress.IPv6Network) and network.network_address.ipv4_mapped:
         raise ValueError("an IPv4-mapped range: write it as IPv4")
     return network
-
-
-def _netloc(host: str, port: int | None) -> str:
-    shown = f"[{host}]" if ":" in host else host
-    return shown if port is None else f"{shown}:{port}"

@@ -1,0 +1,62 @@
+"""The origins of an allow-list, as the whitesky hosts and the Kubernetes API servers lists
+both read them: an entry `host` (https to that host, any port), `https://host:port` (that
+port only) or `http://host:port` (plain http to exactly that origin)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import SplitResult, urlsplit
+
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+@dataclass(frozen=True)
+class Origin:
+    scheme: str
+    host: str
+    port: int | None  # None: any port (https only)
+
+    def allows(self, scheme: str, host: str, port: int) -> bool:
+        return (
+            self.scheme == scheme and self.host == host and (self.port is None or self.port == port)
+        )
+
+    def __str__(self) -> str:
+        where = netloc(self.host, self.port)
+        return where if self.port is None else f"{self.scheme}://{where}"
+
+
+def origin_read(entry: str, problem: str) -> Origin:
+    """The origin `entry` (stripped) names; ValueError(`problem`) when it is no host and no
+    http(s)://host:port origin: another scheme, a user or password, a path, query or
+    fragment."""
+    url = entry if "://" in entry else f"https://{entry}"
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        raise ValueError(problem) from None
+    scheme = parts.scheme.lower()
+    host = url_host(parts)
+    if (
+        scheme not in DEFAULT_PORTS
+        or not host
+        or parts.username is not None
+        or parts.password is not None
+        or parts.path not in ("", "/")
+        or parts.query
+        or parts.fragment
+    ):
+        raise ValueError(problem)
+    if scheme == "http":  # exactly one origin
+        return Origin("http", host, port if port is not None else 80)
+    return Origin("https", host, port)
+
+
+def url_host(parts: SplitResult) -> str:
+    return (parts.hostname or "").rstrip(".")  # urlsplit lowercases it
+
+
+def netloc(host: str, port: int | None) -> str:
+    shown = f"[{host}]" if ":" in host else host
+    return shown if port is None else f"{shown}:{port}"
