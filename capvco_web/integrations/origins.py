@@ -53,6 +53,38 @@ def origin_read(entry: str, problem: str) -> Origin:
     return Origin("https", host, port)
 
 
+class UrlRefused(ValueError):
+    """A URL that goes to no origin an allow-list can hold; the message says why."""
+
+
+def url_origin(url: str, *, not_a_url: str, bad_port: str, use_https: str) -> tuple[str, str, int]:
+    """The scheme, host and port (the scheme's own when none is written) `url` goes to.
+    UrlRefused when it holds spaces, control characters or backslashes, a user or a
+    password, or no host; with the caller's words when urlsplit cannot read it
+    (`not_a_url`), its port is not one (`bad_port`) or its scheme is not http(s)
+    (`use_https`)."""
+    if any(c.isspace() or not c.isprintable() or c == "\\" for c in url):
+        # urlsplit drops tabs and line breaks that another parser may keep.
+        raise UrlRefused("the URL holds spaces, control characters or backslashes")
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        raise UrlRefused(not_a_url) from None
+    try:
+        port = parts.port
+    except ValueError:
+        raise UrlRefused(bad_port) from None
+    scheme = parts.scheme.lower()
+    if scheme not in DEFAULT_PORTS:
+        raise UrlRefused(use_https)
+    if parts.username is not None or parts.password is not None:
+        raise UrlRefused("a URL with a user or password in it is refused")
+    host = url_host(parts)
+    if not host:
+        raise UrlRefused("the URL has no host")
+    return scheme, host, port if port is not None else DEFAULT_PORTS[scheme]
+
+
 def url_host(parts: SplitResult) -> str:
     return (parts.hostname or "").rstrip(".")  # urlsplit lowercases it
 

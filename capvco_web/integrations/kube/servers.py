@@ -23,9 +23,8 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterable
 from dataclasses import replace
-from urllib.parse import SplitResult, urlsplit
 
-from capvco_web.integrations.origins import DEFAULT_PORTS, Origin, netloc, origin_read, url_host
+from capvco_web.integrations.origins import Origin, UrlRefused, netloc, origin_read, url_origin
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -59,22 +58,16 @@ class AllowedServers:
 
     def refusal(self, url: str) -> str | None:
         """Why a kubeconfig's credential may not be sent to `url`, or None when it may."""
-        if any(c.isspace() or not c.isprintable() or c == "\\" for c in url):
-            return "the URL holds spaces, control characters or backslashes"
         try:
-            parts = urlsplit(url)
-            port = parts.port
-        except ValueError:
-            return "not a URL with a port from 0 to 65535"
-        scheme = parts.scheme.lower()
-        if scheme not in DEFAULT_PORTS:
-            return "use https (https://host:port)"
-        if parts.username is not None or parts.password is not None:
-            return "a URL with a user or password in it is refused"
-        host = _host(parts)
-        if not host:
-            return "the URL has no host"
-        port = port if port is not None else DEFAULT_PORTS[scheme]
+            scheme, host, port = url_origin(
+                url,
+                not_a_url="not a URL with a port from 0 to 65535",
+                bad_port="not a URL with a port from 0 to 65535",
+                use_https="use https (https://host:port)",
+            )
+        except UrlRefused as refused:
+            return str(refused)
+        host = _canonical(host)
         if any(origin.allows(scheme, host, port) for origin in self._origins):
             return None
         if scheme == "https" and any(host.endswith(f".{domain}") for domain in self._domains):
@@ -157,10 +150,6 @@ def _entry_read(
     if address is not None:  # an address named as a host may be connected to, so
         networks.append((ipaddress.ip_network(address), origin.port, False))
     return str(origin)
-
-
-def _host(parts: SplitResult) -> str:
-    return _canonical(url_host(parts))
 
 
 def _canonical(host: str) -> str:

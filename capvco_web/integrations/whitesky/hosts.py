@@ -11,9 +11,15 @@ is not one).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from urllib.parse import urlsplit
 
-from capvco_web.integrations.origins import DEFAULT_PORTS, Origin, netloc, origin_read, url_host
+from capvco_web.integrations.origins import (
+    DEFAULT_PORTS,
+    Origin,
+    UrlRefused,
+    netloc,
+    origin_read,
+    url_origin,
+)
 
 # A port from 1 to 65535, as written without leading zeros.
 _PORT = r"(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])"
@@ -47,26 +53,15 @@ class AllowedHosts:
 
     def refusal(self, url: str) -> str | None:
         """Why the credential may not be sent to `url`, or None when it may."""
-        if any(c.isspace() or not c.isprintable() or c == "\\" for c in url):
-            # urlsplit drops tabs and line breaks that another parser may keep.
-            return "the URL holds spaces, control characters or backslashes"
         try:
-            parts = urlsplit(url)
-        except ValueError:
-            return "not a URL"
-        try:
-            port = parts.port
-        except ValueError:
-            return "the port is not a number from 0 to 65535"
-        scheme = parts.scheme.lower()
-        if scheme not in DEFAULT_PORTS:
-            return "use https (https://host/...)"
-        if parts.username is not None or parts.password is not None:
-            return "a URL with a user or password in it is refused"
-        host = url_host(parts)
-        if not host:
-            return "the URL has no host"
-        port = port if port is not None else DEFAULT_PORTS[scheme]
+            scheme, host, port = url_origin(
+                url,
+                not_a_url="not a URL",
+                bad_port="the port is not a number from 0 to 65535",
+                use_https="use https (https://host/...)",
+            )
+        except UrlRefused as refused:
+            return str(refused)
         if any(entry.allows(scheme, host, port) for entry in self._entries):
             return None
         if scheme == "http":
