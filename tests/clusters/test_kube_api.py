@@ -12,25 +12,12 @@ from rest_framework.test import APIClient
 from capvco_web.models import AuditEvent
 from clusters.models import Cluster, ClusterSite, KubeNode, KubePod, Machine, MachinePool
 from tests.clusters.test_admin import cluster_page_data
+from tests.clusters.test_kube_reach import TOKEN, kubeconfig
 from tests.factories import KubeNodeFactory, KubePodFactory
 
 pytestmark = pytest.mark.django_db
 
-TOKEN = "s3cret-service-account-token"
-KUBECONFIG = f"""
-apiVersion: v1
-kind: Config
-current-context: prod
-contexts:
-- name: prod
-  context: {{cluster: prod, user: observer}}
-clusters:
-- name: prod
-  cluster: {{server: "https://api.prod.example:6443"}}
-users:
-- name: observer
-  user: {{token: {TOKEN}}}
-"""
+KUBECONFIG = kubeconfig("https://api.prod.example:6443")
 EXEC_KUBECONFIG = KUBECONFIG.replace(
     f"user: {{token: {TOKEN}}}", "user: {exec: {command: /bin/sh, args: [-c, id]}}"
 )
