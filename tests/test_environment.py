@@ -1,6 +1,4 @@
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,6 +19,7 @@ from capvco_web.environment import (
     throttle_rate,
     whitesky_allowed_hosts,
 )
+from tests.checkout import checkout_copy
 
 
 @pytest.mark.parametrize(
@@ -127,7 +126,6 @@ def test_encryption_key_that_is_not_fernet_is_refused_naming_the_variable() -> N
 
 # `make run` in one shell, `manage.py` or `celery` later in another: a copy of this checkout
 # (its virtualenv linked, no var/ yet), and commands run in it with a clean environment.
-ROOT = Path(__file__).resolve().parents[1]
 CHECKOUT = (
     "manage.py",
     "bin",
@@ -145,15 +143,7 @@ CLEAN_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
 
 @pytest.fixture
 def checkout(tmp_path: Path) -> Path:
-    copy = tmp_path / "capvco-web"
-    copy.mkdir()
-    for part in CHECKOUT:
-        if (ROOT / part).is_dir():
-            shutil.copytree(ROOT / part, copy / part, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy2(ROOT / part, copy / part)
-    (copy / ".venv").symlink_to(sys.prefix)
-    return copy
+    return checkout_copy(tmp_path / "capvco-web", CHECKOUT)
 
 
 def shell(checkout: Path, *command: str, **env: str) -> subprocess.CompletedProcess[str]:

@@ -5,11 +5,9 @@ process that dies is named, with its exit status and the end of its log."""
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -22,10 +20,10 @@ import pytest
 from django.conf import settings
 
 from capvco_web.environment import RUN_ENV, run_env_read
+from tests.checkout import ROOT, checkout_copy
 
 pytestmark = pytest.mark.e2e
 
-ROOT = Path(__file__).resolve().parents[2]
 CHECKOUT = (
     "manage.py",
     "requirements.txt",
@@ -40,18 +38,6 @@ CHECKOUT = (
     "static",
 )
 READY_WITHIN = 150  # seconds: migrate a new SQLite, collectstatic, start Redis, worker, web
-
-
-def checkout_copy(where: Path) -> Path:
-    """A second checkout of this one: its code, its virtualenv linked, no var/ yet."""
-    where.mkdir(parents=True)
-    for part in CHECKOUT:
-        if (ROOT / part).is_dir():
-            shutil.copytree(ROOT / part, where / part, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy2(ROOT / part, where / part)
-    (where / ".venv").symlink_to(sys.prefix)
-    return where
 
 
 def free_port() -> int:
@@ -164,8 +150,8 @@ READ_PROBE = "from capvco_web.counters import counters; print(counters().read('w
 
 
 def test_two_make_runs_on_one_host_stay_apart(tmp_path: Path) -> None:
-    one_checkout = checkout_copy(tmp_path / "one" / "capvco-web")
-    other_checkout = checkout_copy(tmp_path / "other" / "capvco-web")
+    one_checkout = checkout_copy(tmp_path / "one" / "capvco-web", CHECKOUT)
+    other_checkout = checkout_copy(tmp_path / "other" / "capvco-web", CHECKOUT)
     ports = {"PORT": str(free_port())}
     with (
         make_run(one_checkout, tmp_path / "one.out", **ports) as one,
