@@ -4,7 +4,6 @@ import re
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
-from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.contrib.auth.models import Group
@@ -114,20 +113,21 @@ def conflict(message: str) -> ValidationError:
     return ValidationError(message, code="conflict")
 
 
-def whitesky_customer(api_url: str, customer_id: str) -> tuple[str, str]:
-    """Which whitesky customer an account names: its API's host and the customer id (any
-    case, outer spaces ignored). Ports, paths and letter case do not make another one:
-    taking two spellings for one customer only makes a name rule stricter, while taking
-    one customer for two would let two of our clusters own the same VM names."""
-    return (urlsplit(api_url).hostname or "").lower(), customer_id.strip().casefold()
+def whitesky_customer(customer_id: str) -> str:
+    """Which whitesky customer an account names: its customer id (any case, outer spaces
+    ignored), whatever API host reaches it. Taking two customers for one only makes a name
+    rule stricter; taking one customer for two (a VCO reached through two host names)
+    would let one account's orphan sweep remove the other's live VMs and vGPUs, and two
+    of our clusters own the same VM names."""
+    return customer_id.strip().casefold()
 
 
-def same_customer_account_ids(api_url: str, customer_id: str) -> set[int]:
+def same_customer_account_ids(customer_id: str) -> set[int]:
     """Every account of ours that names this whitesky customer: their clusters' VMs and
-    vGPUs are in the same listings, so cluster names must be unambiguous among them."""
-    customer = whitesky_customer(api_url, customer_id)
-    rows = Account.objects.values_list("pk", "api_url", "customer_id")
-    return {pk for pk, url, cid in rows if whitesky_customer(url, cid) == customer}
+    vGPUs may be in the same listings, so cluster names must be unambiguous among them."""
+    customer = whitesky_customer(customer_id)
+    rows = Account.objects.values_list("pk", "customer_id")
+    return {pk for pk, cid in rows if whitesky_customer(cid) == customer}
 
 
 def cluster_name_refusal(name: str, account_id: int, *, exclude: int | None = None) -> str | None:
@@ -137,7 +137,7 @@ def cluster_name_refusal(name: str, account_id: int, *, exclude: int | None = No
     customer (which the caller may not see) it says only that the name is not available:
     not which cluster, which account, or that one exists."""
     account = Account.objects.get(pk=account_id)
-    accounts = same_customer_account_ids(account.api_url, account.customer_id) | {account_id}
+    accounts = same_customer_account_ids(account.customer_id) | {account_id}
     clusters = Cluster.objects.filter(account_id__in=accounts)
     if exclude is not None:
         clusters = clusters.exclude(pk=exclude)
@@ -252,22 +252,24 @@ class Account(models.Model):
         self._customer_move_check()
 
     def _customer_move_check(self) -> None:
-        """An account that comes to name another whitesky customer (its API host or its
-        customer id changed) brings its clusters' VM names there: refused (409) when
-        they would be ambiguous with the names of that customer's other accounts."""
+        """An account that comes to name another whitesky customer (its customer id
+        changed) brings its clusters' VM names there: refused (409) when they would be
+        ambiguous with the names of that customer's other accounts."""
         if self.pk is None:
             return
-        stored = Account.objects.filter(pk=self.pk).values_list("api_url", "customer_id").first()
-        here = whitesky_customer(self.api_url, self.customer_id)
-        if stored is None or whitesky_customer(*stored) == here:
+        stored = Account.objects.filter(pk=self.pk).values_list("customer_id", flat=True).first()
+        if stored is None or whitesky_customer(stored) == whitesky_customer(self.customer_id):
             return
-        accounts = same_customer_account_ids(self.api_url, self.customer_id) - {self.pk}
+        accounts = same_customer_account_ids(self.customer_id) - {self.pk}
         there = list(Cluster.objects.filter(account_id__in=accounts).values_list("name", flat=True))
         for name in self.clusters.order_by("name").values_list("name", flat=True):
             if refusal := naming.cluster_name_unavailable(name, there):
-                field = "customer_id" if self.customer_id != stored[1] else "api_url"
                 raise ValidationError(
-                    {field: conflict(f"This account's clusters cannot move there. {refusal}")}
+                    {
+                        "customer_id": conflict(
+                            f"This account's clusters cannot move there. {refusal}"
+                        )
+                    }
                 )
 
 

@@ -168,6 +168,6 @@ def other_accounts_prefixes(account: Account) -> tuple[str, ...]:
     at the customer (gone); one of another such account's clusters is that account's
     business, not an orphan of ours. Accounts of other customers never appear in these
     listings: their cluster names (which may equal ours) decide nothing here."""
-    accounts = same_customer_account_ids(account.api_url, account.customer_id) - {account.pk}
+    accounts = same_customer_account_ids(account.customer_id) - {account.pk}
     names = Cluster.objects.filter(account_id__in=accounts).values_list("name", flat=True)
     return tuple(f"{naming.PREFIX}{name}-" for name in names)

@@ -79,10 +79,10 @@ def test_cluster_whose_name_another_extends_by_a_dash_is_refused(account: Accoun
 
 
 def same_customer_account(account: Account, name: str = "globex") -> Account:
-    """Another account of ours naming the same whitesky customer: the same API host (on
-    another port) and customer id (in other letters)."""
+    """Another account of ours naming the same whitesky customer: its customer id (in
+    other letters), reached through another API host name."""
     return Account.objects.create(
-        name=name, api_url="https://vco.example:8443/api/1", iam_url="https://iam.example",
+        name=name, api_url="https://vco-alias.example/api/1", iam_url="https://iam.example",
         customer_id=account.customer_id.upper(), credential=JWT,
     )  # fmt: skip
 
@@ -104,7 +104,7 @@ def test_cluster_names_overlap_among_accounts_of_one_whitesky_customer(account: 
 def test_cluster_names_are_free_across_whitesky_customers(account: Account) -> None:
     for other_customer in (
         {"api_url": "https://vco.example/api/1", "customer_id": "c2"},
-        {"api_url": "https://vco2.example/api/1", "customer_id": account.customer_id},
+        {"api_url": "https://vco2.example/api/1", "customer_id": "c3"},
     ):
         other = Account.objects.create(
             name=other_customer["api_url"] + other_customer["customer_id"],

@@ -363,8 +363,8 @@ def test_a_cluster_of_another_whitesky_customer_decides_nothing_about_our_orphan
     (no cluster of this customer carries it) is an orphan like any other."""
     auto_release_set(plane.account, confirmations=1)
     other = Account.objects.create(
-        name="other", api_url="https://vco.example/api/1", iam_url="https://iam.example",
-        customer_id=plane.account.customer_id, credential="x",
+        name="other", api_url=plane.account.api_url, iam_url=plane.account.iam_url,
+        customer_id="another-customer", credential="x",
     )  # fmt: skip
     other.clusters.create(name="blue")
     row = unassigned_made(plane, "capvco-blue-a-0-gpu-0")

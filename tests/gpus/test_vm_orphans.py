@@ -227,19 +227,20 @@ def test_second_observation_of_unchanged_orphan_vms_writes_nothing(plane: Plane)
 def test_an_orphan_vm_is_judged_against_the_clusters_of_its_whitesky_customer_only(
     plane: Plane,
 ) -> None:
-    """`capvco-green-...` is another account of the same whitesky customer's (it sees
-    the same cloudspaces): left alone. `capvco-blue-...` names a cluster of another
-    customer only, whose VMs are never here: ours, and removed like any orphan."""
+    """`capvco-green-...` is another account of the same whitesky customer's (the same
+    customer id, reached through another API host name: it sees the same cloudspaces):
+    left alone. `capvco-blue-...` names a cluster of another customer only, whose VMs are
+    never here: ours, and removed like any orphan."""
     auto_release_set(plane.account, confirmations=1)
     plane.cluster()  # the site whose cloudspace is listed
     same = Account.objects.create(
-        name="same-customer", api_url=plane.account.api_url, iam_url=plane.account.iam_url,
-        customer_id=plane.account.customer_id, credential="x",
+        name="same-customer", api_url="https://vco.example/api/1", iam_url="https://iam.example",
+        customer_id=plane.account.customer_id.upper(), credential="x",
     )  # fmt: skip
     same.clusters.create(name="green")
     elsewhere = Account.objects.create(
-        name="elsewhere", api_url="https://vco.example/api/1", iam_url="https://iam.example",
-        customer_id=plane.account.customer_id, credential="x",
+        name="elsewhere", api_url=plane.account.api_url, iam_url=plane.account.iam_url,
+        customer_id="another-customer", credential="x",
     )  # fmt: skip
     elsewhere.clusters.create(name="blue")
     green, blue = vm_create(plane, "capvco-green-a-0"), vm_create(plane, "capvco-blue-a-0")
