@@ -168,9 +168,10 @@ def test_the_node_list_filters_by_cluster_flag_location_and_type(
 ) -> None:
     other = KubeNodeFactory(cluster=ClusterFactory(name="other"), name="other-node")
 
-    assert _listed(admin_client, "") == [
-        "capvco-prod-gpu-0", "capvco-prod-gpu-1", "cp-0", other.name, "stray-node",
-    ]  # fmt: skip
+    everything = ["capvco-prod-gpu-0", "capvco-prod-gpu-1", "cp-0", other.name, "stray-node"]
+    assert _listed(admin_client, "") == everything
+    # The form sends its "any" choices as empty values: no filter.
+    assert _listed(admin_client, "?cluster=&location=&gpu_type=&flag=") == everything
     assert other.name not in _listed(admin_client, "?cluster=prod")
     assert _listed(admin_client, "?flag=gpus-missing") == ["capvco-prod-gpu-1"]
     assert _listed(admin_client, "?flag=unowned") == ["stray-node"]
