@@ -1,7 +1,7 @@
 from typing import Any
 
 from celery import Task, shared_task
-from django.db import transaction
+from celery.contrib.django.task import DjangoTask
 from django.utils import timezone
 
 from capvco_web.integrations.whitesky import WhiteskyError
@@ -26,8 +26,12 @@ def retry_if_transient(
 
 
 def send_on_commit(task: Task[Any, Any], *args: Any) -> None:
-    """Send a task once the current transaction commits (at once outside of one)."""
-    transaction.on_commit(lambda: task.delay(*args))
+    """Send a task once the current transaction commits (at once outside of one).
+
+    Celery's Django fixup makes every task a `DjangoTask`; `shared_task` is typed as the
+    plain `Task`, so this is where the type is narrowed to reach `delay_on_commit`."""
+    assert isinstance(task, DjangoTask), f"{task.name} is not a DjangoTask"
+    task.delay_on_commit(*args)
 
 
 @shared_task

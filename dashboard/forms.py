@@ -120,8 +120,25 @@ class PoolForm(forms.Form):
         super().full_clean()
 
 
+class LocationChoiceField(forms.ModelChoiceField):  # type: ignore[type-arg]
+    """A location picked from those the user sees (any other: "Select a valid choice");
+    the API's filter takes its id."""
+
+    def to_python(self, value: Any) -> int | None:
+        location = super().to_python(value)
+        return None if location is None else int(location.pk)
+
+
+def cluster_name_field(clusters: QuerySet[Cluster]) -> forms.ChoiceField:
+    """A cluster name picked from those of `clusters` (any other: "Select a valid
+    choice"). Names are unique per account only: one name picks every such cluster."""
+    names = clusters.order_by("name").values_list("name", flat=True).distinct()
+    return forms.ChoiceField(choices=[("", "any"), *((n, n) for n in names)], required=False)
+
+
 class NodeFilterForm(forms.Form):
-    """The node list's filters; the choices are what the user sees (set by the view)."""
+    """The node list's form (its fields are `dashboard.filtersets.NodeListFilterSet`'s):
+    the flags it offers, and what they cannot be combined with."""
 
     NODE_MISSING, GPUS_MISSING, UNOWNED = "node-missing", "gpus-missing", "unowned"
     FLAGS = {
@@ -129,31 +146,6 @@ class NodeFilterForm(forms.Form):
         GPUS_MISSING: "GPU nodes that advertise no GPU",
         UNOWNED: "nodes no machine owns",
     }
-
-    cluster = forms.ModelChoiceField(
-        queryset=Cluster.objects.none(), to_field_name="name", required=False, empty_label="any"
-    )
-    location = forms.ModelChoiceField(
-        queryset=Location.objects.none(), required=False, empty_label="any"
-    )
-    gpu_type = forms.CharField(
-        required=False,
-        max_length=63,
-        label="GPU type",
-        help_text="The capvco.io/gpu-type label, e.g. nvidia-a100",
-    )
-    flag = forms.ChoiceField(choices=[("", "any"), *FLAGS.items()], required=False)
-
-    def __init__(
-        self,
-        *args: Any,
-        clusters: QuerySet[Cluster],
-        locations: QuerySet[Location],
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(*args, **kwargs)
-        self.fields["cluster"].queryset = clusters  # type: ignore[attr-defined]
-        self.fields["location"].queryset = locations  # type: ignore[attr-defined]
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}

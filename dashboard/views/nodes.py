@@ -1,6 +1,6 @@
 """Kubernetes nodes of the clusters as last observed: what each advertises and runs, its
 machine, and what the mirror flagged; with `flag=node-missing`, the machines whose node
-never joined or left."""
+never joined or left. The filters are the API's (`dashboard.filtersets`)."""
 
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET
 
 from capvco_web.htmx import HtmxHttpRequest
-from capvco_web.integrations.kube import GPU_TYPE_LABEL
 from capvco_web.permissions import visible
 from clusters.models import Cluster, KubeNode, KubePod, Location, Machine
 from clusters.selectors import kube_nodes_with_requests
-from dashboard.forms import NodeFilterForm
-from dashboard.pagination import BadCursor, Sort, keyset_page
+from dashboard.filtersets import NodeListFilterSet, filled
+from dashboard.forms import LocationChoiceField, NodeFilterForm, cluster_name_field
+from dashboard.pagination import CURSOR_PARAMS, BadCursor, Sort, keyset_page
 from dashboard.selectors import node_rows
 from dashboard.views.common import page_or_fragment
 
@@ -26,19 +26,19 @@ PAGE_SIZE = 50
 BY_NAME = Sort("name", False, "name")
 
 
-def _nodes(request: HtmxHttpRequest, data: dict[str, Any]) -> QuerySet[KubeNode]:
+def node_filterset(request: HtmxHttpRequest, params: QueryDict) -> NodeListFilterSet:
+    """The filters over the nodes the user sees; the clusters and locations offered are
+    theirs too."""
     nodes = visible(request.user, KubeNode.objects.select_related("cluster", "machine"))
-    if cluster := data.get("cluster"):
-        nodes = nodes.filter(cluster=cluster)
-    if location := data.get("location"):
-        nodes = nodes.filter(machine__pool__site__location=location)
-    if gpu_type := data.get("gpu_type"):
-        nodes = nodes.filter(**{f"labels__{GPU_TYPE_LABEL}": gpu_type})
-    if data.get("flag") == NodeFilterForm.GPUS_MISSING:
-        nodes = nodes.filter(gpus_missing=True)
-    elif data.get("flag") == NodeFilterForm.UNOWNED:
-        nodes = nodes.filter(unowned_since__isnull=False)
-    return kube_nodes_with_requests(nodes)
+    filterset = NodeListFilterSet(filled(params), queryset=nodes, request=request)
+    fields = filterset.form.fields
+    fields["cluster"] = cluster_name_field(visible(request.user, Cluster.objects.all()))
+    fields["location"] = LocationChoiceField(
+        visible(request.user, Location.objects.order_by("name")),
+        required=False,
+        empty_label="any",
+    )
+    return filterset
 
 
 def _machines_without_node(request: HtmxHttpRequest, data: dict[str, Any]) -> QuerySet[Machine]:
@@ -49,22 +49,18 @@ def _machines_without_node(request: HtmxHttpRequest, data: dict[str, Any]) -> Qu
         ),
     )
     if cluster := data.get("cluster"):
-        machines = machines.filter(pool__cluster=cluster)
+        machines = machines.filter(pool__cluster__name=cluster)
     if location := data.get("location"):
-        machines = machines.filter(pool__site__location=location)
+        machines = machines.filter(pool__site__location_id=location)
     return machines
 
 
 def node_table(request: HtmxHttpRequest, params: QueryDict) -> tuple[dict[str, Any], int]:
     """The list as `params` asks for it, and the status to answer."""
-    form = NodeFilterForm(
-        params,
-        clusters=visible(request.user, Cluster.objects.order_by("name")),
-        locations=visible(request.user, Location.objects.order_by("name")),
-    )
+    filterset = node_filterset(request, params)
     list_url = reverse("dashboard:nodes")
     context: dict[str, Any] = {
-        "form": form,
+        "form": filterset.form,
         "params": params,
         "list_url": list_url,
         "page_url": f"{list_url}?{params.urlencode()}" if params else list_url,
@@ -74,11 +70,17 @@ def node_table(request: HtmxHttpRequest, params: QueryDict) -> tuple[dict[str, A
         "page": None,
         "node_missing": False,
     }
-    if not form.is_valid():
-        for field, messages in form.errors.items():
+    known = [*filterset.filters, *CURSOR_PARAMS]
+    if unknown := sorted(set(params) - set(known)):
+        context["errors"] += [
+            f"{name}: not a filter of this list (use {', '.join(known)})" for name in unknown
+        ]
+        return context, 400
+    if not filterset.is_valid():
+        for field, messages in filterset.form.errors.items():
             context["errors"] += [f"{field}: {message}" for message in messages]
         return context, 400
-    data = form.cleaned_data
+    data = filterset.form.cleaned_data
     try:
         if data["flag"] == NodeFilterForm.NODE_MISSING:
             context["node_missing"] = True
@@ -87,7 +89,9 @@ def node_table(request: HtmxHttpRequest, params: QueryDict) -> tuple[dict[str, A
             )
             context["page"], context["machines"] = machines, machines.rows
         else:
-            nodes = keyset_page(_nodes(request, data), sort=BY_NAME, params=params, size=PAGE_SIZE)
+            nodes = keyset_page(
+                kube_nodes_with_requests(filterset.qs), sort=BY_NAME, params=params, size=PAGE_SIZE
+            )
             pods = visible(request.user, KubePod.objects.all())
             context["page"], context["rows"] = nodes, node_rows(nodes.rows, pods)
     except BadCursor as exc:

@@ -10,7 +10,6 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from django import forms
 from django.db.models import QuerySet
 from django.http import HttpResponse, QueryDict, StreamingHttpResponse
 from django.urls import reverse
@@ -20,6 +19,8 @@ from django.views.decorators.http import require_GET
 from capvco_web.htmx import HtmxHttpRequest
 from capvco_web.permissions import allowed, visible
 from clusters.models import Cluster, Location, VirtualMachine
+from dashboard.filtersets import filled
+from dashboard.forms import LocationChoiceField
 from dashboard.pagination import CURSOR_PARAMS, BadCursor, KeysetPage, Sort, keyset_page
 from dashboard.views.common import page_or_fragment
 from gpus import naming
@@ -63,23 +64,12 @@ def _reservations(request: HtmxHttpRequest) -> QuerySet[VgpuReservation]:
     )
 
 
-class LocationChoiceField(forms.ModelChoiceField):  # type: ignore[type-arg]
-    """A location picked from those the user sees (any other: "Select a valid choice");
-    the API's filter takes its id."""
-
-    def to_python(self, value: Any) -> int | None:
-        location = super().to_python(value)
-        return None if location is None else int(location.pk)
-
-
 def reservation_filterset(request: HtmxHttpRequest, params: QueryDict) -> VgpuReservationFilterSet:
     """The API's FilterSet over what the user sees; its choices too. The form's fields left
     empty are left out, as the API wants them."""
-    given = QueryDict(mutable=True)
-    for name, values in params.lists():
-        if kept := [value for value in values if value != ""]:
-            given.setlist(name, kept)
-    filterset = VgpuReservationFilterSet(given, queryset=_reservations(request), request=request)
+    filterset = VgpuReservationFilterSet(
+        filled(params), queryset=_reservations(request), request=request
+    )
     fields = filterset.form.fields
     fields["location"] = LocationChoiceField(
         visible(request.user, Location.objects.order_by("name")), required=False

@@ -8,14 +8,17 @@
   whose `finalizers` are a set, and which honours `$patch: delete|replace` and
   `$deleteFromPrimitiveList/<field>`. `$setElementOrder` and `$retainKeys` are accepted
   and ignored.
-* JSON patch (RFC 6902, `application/json-patch+json`): add, remove, replace, move, copy,
-  test. A failing operation answers 422 as the server does.
+* JSON patch (RFC 6902, `application/json-patch+json`), applied by `jsonpatch`: add,
+  remove, replace, move, copy, test. A failing operation answers 422 as the server does.
 """
 
 from __future__ import annotations
 
 import copy
 from typing import Any
+
+import jsonpatch
+import jsonpointer
 
 JSON_PATCH = "application/json-patch+json"
 MERGE_PATCH = "application/merge-patch+json"
@@ -124,107 +127,13 @@ def _key_of(item: Any, key: str) -> Any:
 # --- JSON patch -------------------------------------------------------------------------
 
 
-def _pointer(path: str) -> list[str]:
-    if path == "":
-        return []
-    if not path.startswith("/"):
-        raise PatchError(f'JSON pointer "{path}" does not start with "/"')
-    return [part.replace("~1", "/").replace("~0", "~") for part in path[1:].split("/")]
-
-
-def _parent(doc: Any, parts: list[str], path: str) -> Any:
-    node = doc
-    for part in parts[:-1]:
-        node = _child(node, part, path)
-    return node
-
-
-def _child(node: Any, part: str, path: str) -> Any:
-    if isinstance(node, dict):
-        if part not in node:
-            raise PatchError(f"doc is missing path: {path}: missing value")
-        return node[part]
-    if isinstance(node, list):
-        return node[_index(node, part, path, allow_end=False)]
-    raise PatchError(f"doc is missing path: {path}: missing value")
-
-
-def _index(node: list[Any], part: str, path: str, *, allow_end: bool) -> int:
-    if allow_end and part == "-":
-        return len(node)
-    if not part.isdigit() or (len(part) > 1 and part.startswith("0")):
-        raise PatchError(f"invalid array index {part!r} in {path}")
-    index = int(part)
-    if index > len(node) or (index == len(node) and not allow_end):
-        raise PatchError(f"unable to access invalid index: {index} in {path}")
-    return index
-
-
-def _get(doc: Any, path: str) -> Any:
-    node = doc
-    for part in _pointer(path):
-        node = _child(node, part, path)
-    return node
-
-
-def _remove(doc: Any, path: str) -> Any:
-    parts = _pointer(path)
-    if not parts:
-        raise PatchError("cannot remove the whole document")
-    parent = _parent(doc, parts, path)
-    if isinstance(parent, dict):
-        if parts[-1] not in parent:
-            raise PatchError(f"Unable to remove nonexistent key: {parts[-1]}: missing value")
-        return parent.pop(parts[-1])
-    if isinstance(parent, list):
-        return parent.pop(_index(parent, parts[-1], path, allow_end=False))
-    raise PatchError(f"doc is missing path: {path}: missing value")
-
-
-def _add(doc: Any, path: str, value: Any, *, replace: bool = False) -> Any:
-    parts = _pointer(path)
-    if not parts:
-        return value
-    parent = _parent(doc, parts, path)
-    if isinstance(parent, dict):
-        if replace and parts[-1] not in parent:
-            raise PatchError(f"replace operation does not apply: doc is missing key: {path}")
-        parent[parts[-1]] = value
-    elif isinstance(parent, list):
-        if replace:
-            parent[_index(parent, parts[-1], path, allow_end=False)] = value
-        else:
-            parent.insert(_index(parent, parts[-1], path, allow_end=True), value)
-    else:
-        raise PatchError(f"doc is missing path: {path}: missing value")
-    return doc
-
-
 def json_patch(target: Any, operations: Any) -> Any:
-    if not isinstance(operations, list):
-        raise PatchError("a JSON patch is a list of operations", malformed=True)
-    doc = copy.deepcopy(target)
-    for operation in operations:
-        if not isinstance(operation, dict) or "op" not in operation or "path" not in operation:
-            raise PatchError(f"invalid JSON patch operation: {operation}", malformed=True)
-        op, path = operation["op"], operation["path"]
-        if op in ("add", "replace", "test") and "value" not in operation:
-            raise PatchError(f'missing value for "{op}" operation', malformed=True)
-        if op == "add":
-            doc = _add(doc, path, copy.deepcopy(operation["value"]))
-        elif op == "remove":
-            _remove(doc, path)
-        elif op == "replace":
-            doc = _add(doc, path, copy.deepcopy(operation["value"]), replace=True)
-        elif op in ("move", "copy"):
-            source = operation.get("from")
-            if source is None:
-                raise PatchError(f'missing "from" for "{op}" operation', malformed=True)
-            value = _remove(doc, source) if op == "move" else copy.deepcopy(_get(doc, source))
-            doc = _add(doc, path, value)
-        elif op == "test":
-            if _get(doc, path) != operation["value"]:
-                raise PatchError(f"testing value {path} failed: test failed")
-        else:
-            raise PatchError(f"Unexpected kind: {op}", malformed=True)
-    return doc
+    """RFC 6902, applied by `jsonpatch` to a copy: a patch that is not a list of operations
+    is malformed (400), one whose operation cannot apply (a test that fails, a path that
+    is not there) answers 422."""
+    try:
+        return jsonpatch.JsonPatch(operations).apply(target)
+    except jsonpatch.InvalidJsonPatch as exc:
+        raise PatchError(f"invalid JSON patch: {exc}", malformed=True) from exc
+    except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException) as exc:
+        raise PatchError(f"the JSON patch does not apply: {exc}") from exc

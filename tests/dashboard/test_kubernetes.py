@@ -168,9 +168,10 @@ def test_the_node_list_filters_by_cluster_flag_location_and_type(
 ) -> None:
     other = KubeNodeFactory(cluster=ClusterFactory(name="other"), name="other-node")
 
-    assert _listed(admin_client, "") == [
-        "capvco-prod-gpu-0", "capvco-prod-gpu-1", "cp-0", other.name, "stray-node",
-    ]  # fmt: skip
+    everything = ["capvco-prod-gpu-0", "capvco-prod-gpu-1", "cp-0", other.name, "stray-node"]
+    assert _listed(admin_client, "") == everything
+    # The form sends its "any" choices as empty values: no filter.
+    assert _listed(admin_client, "?cluster=&location=&gpu_type=&flag=") == everything
     assert other.name not in _listed(admin_client, "?cluster=prod")
     assert _listed(admin_client, "?flag=gpus-missing") == ["capvco-prod-gpu-1"]
     assert _listed(admin_client, "?flag=unowned") == ["stray-node"]
@@ -204,6 +205,8 @@ def test_the_node_list_answers_htmx_with_its_table_alone(
         ("?cluster=nowhere", "cluster: Select a valid choice."),
         ("?flag=node-missing&gpu_type=nvidia-a100", "Machines with no node carry no node label"),
         ("?after=not-a-cursor", "This page link is not valid"),
+        ("?clustr=prod", "clustr: not a filter of this list (use cluster, "),
+        ("?flag=unowned&flag=node-missing", "flag: Give this parameter once."),
     ],
 )
 def test_bad_filters_are_refused_saying_why(
@@ -212,6 +215,24 @@ def test_bad_filters_are_refused_saying_why(
     response = admin_client.get(f"/nodes/{query}")
     assert response.status_code == 400
     assert any(problem in error for error in response.context["errors"]), response.context["errors"]
+
+
+def test_the_node_list_by_a_cluster_name_that_two_accounts_use_lists_both(
+    admin_client: Client, world: World, kube: Kube
+) -> None:
+    twin = ClusterFactory(account=AccountFactory(name="other-account"), name="prod")
+    KubeNodeFactory(cluster=twin, name="twin-node")
+    MachineFactory(
+        pool=MachinePoolFactory(site=ClusterSiteFactory(cluster=twin), name="edge"),
+        index=0,
+        name="twin-edge-0",
+        node_missing=True,
+    )
+
+    assert _listed(admin_client, "?cluster=prod") == [
+        "capvco-prod-gpu-0", "capvco-prod-gpu-1", "cp-0", "stray-node", "twin-node",
+    ]  # fmt: skip
+    assert _listed(admin_client, "?cluster=prod&flag=node-missing") == ["edge-0", "twin-edge-0"]
 
 
 # --- the overview -------------------------------------------------------------------------

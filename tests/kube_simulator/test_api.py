@@ -222,6 +222,29 @@ def test_json_patches_and_their_failures(core: CoreV1Api, kube_sim: KubeSimulato
     assert (failed.value.status, status_of(failed)["reason"]) == (422, "Invalid")
 
 
+@pytest.mark.parametrize(
+    ("operations", "status"),
+    [
+        ([{"op": "add", "path": "/metadata/labels/b"}], 400),  # no value: not a patch
+        ([{"op": "frobnicate", "path": "/metadata/labels/a"}], 400),
+        ([{"op": "remove", "path": "/metadata/labels/missing"}], 422),
+        ([{"op": "replace", "path": "/spec/nowhere/x", "value": 1}], 422),
+        ([{"op": "add", "path": "/metadata/finalizers/01", "value": "x"}], 422),
+    ],
+)
+def test_a_json_patch_that_is_malformed_is_a_bad_request_and_one_that_does_not_apply_is_422(
+    core: CoreV1Api, kube_sim: KubeSimulator, operations: list[dict[str, Any]], status: int
+) -> None:
+    kube_sim.put("prod", node_object("n1", labels={"a": "1"}))
+
+    with pytest.raises(ApiException) as failed:
+        core.patch_node("n1", operations)
+
+    labels = core.read_node("n1").metadata.labels
+    assert failed.value.status == status
+    assert labels["a"] == "1" and "b" not in labels  # nothing of the patch was applied
+
+
 def test_the_status_subresource_is_the_only_way_to_change_status(core: CoreV1Api) -> None:
     core.create_namespaced_pod("default", a_pod("web-1"))
 

@@ -12,11 +12,12 @@ redirect is followed: a 3xx is an error naming its status and the host it points
 server answered reaches an error message only as whitesky's own JSON `{"message"}`, short
 and on one line; any other body (an HTML page of a proxy, a portal) is not shown.
 
-Retries: a call marked `repeatable` (reads; start, stop, deletes, detaches) is tried up to
-`RetryPolicy.attempts` times on a retryable failure, with exponential backoff and jitter, or
-the server's Retry-After (capped). Any other write is sent once: when its answer is lost the
-caller gets `ResponseLost` and must look before trying again. Independently of that, a 401
-leads to one token refresh and one more try, for every call (a 401 means nothing was done).
+Retries (run by tenacity in `_call`): a call marked `repeatable` (reads; start, stop,
+deletes, detaches) is tried up to `RetryPolicy.attempts` times on a retryable failure, with
+exponential backoff and jitter, or the server's Retry-After (capped). Any other write is sent
+once: when its answer is lost the caller gets `ResponseLost` and must look before trying
+again. Independently of that, a 401 leads to one token refresh and one more try, for every
+call (a 401 means nothing was done).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from typing import Any, TypeVar
 from urllib.parse import quote, urlsplit
 
 import requests
+import tenacity
 import urllib3.exceptions
 
 from . import operations as ops
@@ -632,70 +634,87 @@ class WhiteskyClient:
             _check_body(op, body, "")
         timeout = self.long_timeout if op.long_running else self.timeout
 
-        retry = 0
         refreshed_after_401 = False
         maybe_acted = False
-        while True:
-            started = time.monotonic()
-            try:
-                token = self._bearer()
-                response = self._send(
-                    op.method,
-                    url,
-                    headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
-                    params=params,
-                    json_body=body,
-                    timeout=timeout,
-                    operation=op.operation_id,
-                )
-            except requests.RequestException as exc:
-                self._on_answer(op.operation_id, "error")
-                error, sent = self._transport_error(op, exc)
-                maybe_acted = maybe_acted or sent
-            except WhiteskyError as exc:  # a host not allowed, or the refresh before the call
-                error = exc
-            else:
+        refresh_failed = False
+
+        def attempt() -> Any:
+            """One try, with its one token refresh after a 401 (a 401 means nothing was
+            done, so the try after it is not a retry)."""
+            nonlocal refreshed_after_401, maybe_acted, refresh_failed
+            while True:
+                started = time.monotonic()
+                try:
+                    token = self._bearer()
+                    response = self._send(
+                        op.method,
+                        url,
+                        headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
+                        params=params,
+                        json_body=body,
+                        timeout=timeout,
+                        operation=op.operation_id,
+                    )
+                except requests.RequestException as exc:
+                    self._on_answer(op.operation_id, "error")
+                    error, sent = self._transport_error(op, exc)
+                    maybe_acted = maybe_acted or sent
+                    raise error from None
+                # A WhiteskyError (a host not allowed, or the refresh before the call) goes
+                # on as it is.
                 self._on_answer(op.operation_id, str(response.status_code))
-                elapsed = time.monotonic() - started
                 logger.debug(
                     "whitesky %s %s -> %s (%.3fs)",
                     op.method,
                     op.operation_id,
                     response.status_code,
-                    elapsed,
+                    time.monotonic() - started,
                 )
                 if response.status_code == 401 and not refreshed_after_401 and self.iam_url:
                     refreshed_after_401 = True
-                    self._refresh(used=token)
+                    try:
+                        self._refresh(used=token)
+                    except WhiteskyError:
+                        refresh_failed = True
+                        raise
                     continue
                 if 200 <= response.status_code < 300:
                     return self._json(op, response)
                 if response.status_code == 404 and maybe_acted and op.gone_means_done:
                     logger.info("whitesky: %s repeated after a lost answer: gone", op.operation_id)
                     return None
-                error = self._http_error(op, response)
                 maybe_acted = maybe_acted or (
                     response.status_code >= 500 and response.status_code != 503
                 )
+                raise self._http_error(op, response)
 
-            if not (op.repeatable and error.retryable) or retry + 1 >= self.retry.attempts:
-                raise error
-            delay = self.retry.delay(
-                retry,
-                retry_after=error.retry_after
-                if isinstance(error, RateLimited | Unavailable)
-                else None,
-                rng=self._rng,
+        def may_repeat(exc: BaseException) -> bool:
+            # Only a call that is safe to repeat is tried again, and only on a failure that
+            # says trying again can help: a write whose answer was lost is never repeated
+            # here. The token was refused and no other came: that ends the call too.
+            return (
+                op.repeatable
+                and isinstance(exc, WhiteskyError)
+                and exc.retryable
+                and not refresh_failed
             )
-            logger.warning(
-                "whitesky: %s failed (%s); retry %d in %.2fs",
-                op.operation_id,
-                error,
-                retry + 1,
-                delay,
-            )
-            self._sleep(delay)
-            retry += 1
+
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception(may_repeat),
+            stop=tenacity.stop_after_attempt(self.retry.attempts),
+            wait=self._backoff,
+            sleep=self._sleep,
+            before_sleep=lambda state: _log_retry(op, state),
+            reraise=True,
+        )
+        return retrying(attempt)
+
+    def _backoff(self, state: tenacity.RetryCallState) -> float:
+        """Seconds before the next try: the server's Retry-After when it sent one, else
+        the policy's backoff with jitter from the client's own randomness."""
+        error = state.outcome.exception() if state.outcome else None
+        retry_after = error.retry_after if isinstance(error, RateLimited | Unavailable) else None
+        return self.retry.delay(state.attempt_number - 1, retry_after=retry_after, rng=self._rng)
 
     def _url(self, op: Operation, path: dict[str, str | int]) -> str:
         if "customer_id" in op.path_params:
@@ -955,6 +974,18 @@ def _never_sent(exc: requests.RequestException) -> bool:
     reason: Any = exc.args[0] if exc.args else None
     reason = getattr(reason, "reason", reason)  # urllib3's MaxRetryError wraps the cause
     return isinstance(reason, urllib3.exceptions.ConnectTimeoutError)  # incl. NewConnectionError
+
+
+def _log_retry(op: Operation, state: tenacity.RetryCallState) -> None:
+    error = state.outcome.exception() if state.outcome else None
+    delay = state.next_action.sleep if state.next_action else 0.0
+    logger.warning(
+        "whitesky: %s failed (%s); retry %d in %.2fs",
+        op.operation_id,
+        error,
+        state.attempt_number,
+        delay,
+    )
 
 
 def _retry_after(value: str | None) -> float | None:

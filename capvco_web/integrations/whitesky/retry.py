@@ -1,4 +1,7 @@
-"""How long to wait between attempts of a call that is safe to repeat."""
+"""How often to try a call that is safe to repeat, and how long to wait between tries.
+
+tenacity runs the tries (`WhiteskyClient._call`); this policy is its stop and its wait.
+"""
 
 from __future__ import annotations
 

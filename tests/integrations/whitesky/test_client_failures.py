@@ -352,6 +352,19 @@ def test_401_after_a_refresh_is_unauthorized(
     assert len(operations_called(sim, "listLocations")) == 2
 
 
+def test_a_read_whose_401_finds_the_iam_failing_is_not_repeated(
+    make_client: MakeClient, sim: WhiteskySimulator, sleeps: list[float]
+) -> None:
+    client = make_client()
+    sim.fault(operation="listLocations", status=401, times=1)
+    sim.fault(operation="refreshJWT", status=503)
+    with pytest.raises(Unauthorized) as caught:
+        client.list_locations()
+    assert caught.value.operation == "refreshJWT"
+    assert len(operations_called(sim, "listLocations")) == 1
+    assert sleeps == []
+
+
 def test_expired_token_that_the_iam_refuses_to_renew_is_unauthorized(
     make_client: MakeClient, sim: WhiteskySimulator
 ) -> None:
