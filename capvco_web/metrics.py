@@ -36,7 +36,8 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from capvco_web.counters import SRIOV_ATTACH_BUCKETS, counters
-from clusters.models import Account, Location, Machine
+from cloud.models import Account, Location
+from clusters.models import Machine
 from gpus.models import HOURS_PER_MONTH, GpuProfile, VgpuReservation
 from gpus.resolve import gpu_type_of
 from sriov.selectors import leaked_count, nic_state_counts, queue_lengths

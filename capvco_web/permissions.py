@@ -1,6 +1,6 @@
 """Who may see and do what, in one place: the API, the admin and the services ask here.
 
-A user is a member of accounts (`clusters.Membership`), with one role in each: a group
+A user is a member of accounts (`cloud.Membership`), with one role in each: a group
 whose permissions say what the role may do in that account.
 
 * viewer: reads everything of the account;
@@ -16,7 +16,7 @@ objects of the accounts they are a member of and nothing of the others: the API 
 leave them out. Superusers may do everything everywhere.
 
 Creating an account is the one thing no role grants, as the account does not exist yet:
-it takes Django's global permission `clusters.add_account` (superusers have it; a
+it takes Django's global permission `cloud.add_account` (superusers have it; a
 superuser may give it to a user). The creator becomes the new account's admin.
 """
 
@@ -49,18 +49,18 @@ Actor = User | str
 
 _VIEW = frozenset(
     {
-        "clusters.view_account",
-        "clusters.view_location",
+        "cloud.view_account",
+        "cloud.view_location",
         "clusters.view_cluster",
         "clusters.view_clustersite",
         "clusters.view_machinepool",
         "clusters.view_machine",
-        "clusters.view_virtualmachine",
-        "clusters.view_membership",
+        "cloud.view_virtualmachine",
+        "cloud.view_membership",
         "clusters.view_kubenode",
         "clusters.view_kubepod",
-        "clusters.view_cloudspace",
-        "clusters.view_image",
+        "cloud.view_cloudspace",
+        "cloud.view_image",
         "capvco_web.view_auditevent",
         "gpus.view_gpuprofile",
         "gpus.view_vgpureservation",
@@ -79,8 +79,8 @@ _OPERATE = _VIEW | {
     "sriov.detach_leakednic",
 }
 _ADMINISTER = _OPERATE | {
-    "clusters.change_account",
-    "clusters.delete_account",
+    "cloud.change_account",
+    "cloud.delete_account",
     "clusters.add_cluster",
     "clusters.change_cluster",
     "clusters.add_clustersite",
@@ -89,9 +89,9 @@ _ADMINISTER = _OPERATE | {
     "clusters.add_machinepool",
     "clusters.change_machinepool",
     "clusters.delete_machinepool",
-    "clusters.add_membership",
-    "clusters.change_membership",
-    "clusters.delete_membership",
+    "cloud.add_membership",
+    "cloud.change_membership",
+    "cloud.delete_membership",
     # SR-IOV: enable it, its credential and network, the agent tokens.
     "sriov.change_sriovconfig",
 }
@@ -122,7 +122,7 @@ def _perms_by_account(user: User) -> dict[int, frozenset[str]]:
     cached: dict[int, frozenset[str]] | None = getattr(user, _CACHE, None)
     if cached is not None:
         return cached
-    from clusters.models import Membership
+    from cloud.models import Membership
 
     found: dict[int, set[str]] = {}
     rows = Membership.objects.filter(user=user).values_list(
@@ -183,7 +183,7 @@ def scoped(queryset: QuerySet[M], accounts: set[int] | None) -> QuerySet[M]:
     return queryset.filter(**{lookup: accounts})
 
 
-MEMBERSHIP_GIVING = ("clusters.add_membership", "clusters.change_membership")
+MEMBERSHIP_GIVING = ("cloud.add_membership", "cloud.change_membership")
 
 
 def users_known(user: User) -> QuerySet[UserModel]:

@@ -76,6 +76,7 @@ INSTALLED_APPS = [
     "template_partials",
     "axes",
     "capvco_web",
+    "cloud",
     "clusters",
     "gpus",
     "sriov",

@@ -29,8 +29,9 @@ from capvco_web.counters import reconcile_step_count
 from capvco_web.integrations import whitesky as ws
 from capvco_web.locks import object_lock
 from capvco_web.rows import model_update
+from cloud.models import Location, VirtualMachine
 from clusters.cloud_init import machine_user_data
-from clusters.models import Cluster, ClusterSite, Location, Machine, MachinePool, VirtualMachine
+from clusters.models import Cluster, ClusterSite, Machine, MachinePool
 from clusters.plan import (
     VM_GONE,
     CardBook,

@@ -27,7 +27,8 @@ from capvco_web.audit import audit_record
 from capvco_web.integrations import whitesky as ws
 from capvco_web.permissions import permission_require
 from capvco_web.rows import model_update
-from clusters.models import Location, Machine, VirtualMachine
+from cloud.models import Location, VirtualMachine
+from clusters.models import Machine
 from clusters.orphans import VmOwners, other_accounts_prefixes, vm_orphans_due
 from clusters.reconcile import vm_remove
 from gpus import naming

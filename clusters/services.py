@@ -35,18 +35,8 @@ from capvco_web.permissions import perm_name, permission_require, permissions_fo
 from capvco_web.rows import model_update
 from capvco_web.tasks import send_on_commit
 from capvco_web.validators import kubeconfig_checked
-from clusters.models import (
-    Account,
-    Cluster,
-    ClusterSite,
-    KubeNode,
-    KubePod,
-    Location,
-    Machine,
-    MachinePool,
-    Membership,
-    VirtualMachine,
-)
+from cloud.models import Account, Location, Membership, VirtualMachine
+from clusters.models import Cluster, ClusterSite, KubeNode, KubePod, Machine, MachinePool
 from gpus import naming
 from gpus.models import VgpuReservation
 
@@ -322,7 +312,7 @@ def account_delete(*, account: Account, actor: Actor, reason: str = "") -> None:
     locations and their mirrors (cards, VMs, released reservations). Audited."""
     with transaction.atomic():
         account = Account.objects.select_for_update().get(pk=account.pk)
-        permission_require(actor, "clusters.delete_account", account)
+        permission_require(actor, "cloud.delete_account", account)
         account_delete_check(account=account)
         released = VgpuReservation.objects.filter(
             location__account=account, state=VgpuReservation.State.RELEASED
@@ -415,13 +405,13 @@ def _row_update(obj: M, *, actor: Actor, action: str, reason: str = "") -> M:
 
 
 def account_create(*, account: Account, actor: Actor) -> Account:
-    """Create an account (Django's global permission `clusters.add_account`: no role in
+    """Create an account (Django's global permission `cloud.add_account`: no role in
     an account that does not exist yet grants it). The person who creates it becomes its
     admin, so that they see it. The account is observed as soon as it is committed."""
     # Here, not at the top: the tasks module imports the services.
     from clusters.tasks import observe_account
 
-    permission_require(actor, "clusters.add_account")
+    permission_require(actor, "cloud.add_account")
     account.full_clean()
     with transaction.atomic():
         account.save()
@@ -549,7 +539,7 @@ def membership_delete(*, membership: Membership, actor: Actor, reason: str = "")
             .select_related("user", "account", "role")
             .get(pk=membership.pk)
         )
-        permission_require(actor, "clusters.delete_membership", membership)
+        permission_require(actor, "cloud.delete_membership", membership)
         audit_record(
             actor=actor,
             action="membership.delete",
@@ -758,7 +748,7 @@ def account_capi_kubeconfig_set(
     anything about them, and a listing of another management cluster that lacks them
     must not read as their deletion.
     """
-    permission_require(actor, "clusters.change_account", account)
+    permission_require(actor, "cloud.change_account", account)
     kubeconfig = kubeconfig.strip()
     server_after = _kubeconfig_server_checked(kubeconfig, field="capi_kubeconfig")
     with transaction.atomic():

@@ -19,24 +19,23 @@ from capvco_web.integrations import whitesky as ws
 from capvco_web.integrations.kube import KubeconfigInvalid
 from capvco_web.locks import object_lock
 from capvco_web.tasks import retry_if_transient, send_on_commit
+from cloud.kube import management_client
+from cloud.models import Account, Location
+from cloud.observe import account_catalog_observe, account_locations_observe
+from cloud.whitesky import whitesky_client
 from clusters.capi_import import account_capi_import
 from clusters.gpu_addon import cluster_gpu_addon_reconcile
 from clusters.gpu_nodes import node_gpu_labels_apply
-from clusters.kube import kube_client, management_client
+from clusters.kube import kube_client
 from clusters.kube_observe import cluster_kube_observe
-from clusters.models import Account, Cluster, Location
-from clusters.observe import (
-    account_catalog_observe,
-    account_locations_observe,
-    location_observe,
-)
+from clusters.models import Cluster
+from clusters.observe import location_observe
 from clusters.reconcile import PassContext, cluster_reconcile, machine_reconcile
 from clusters.releases import (
     locations_to_sweep,
     orphan_sweep,
     release_request_carry_out,
 )
-from clusters.whitesky import whitesky_client
 from gpus.models import VgpuReservation
 from gpus.services import ReleaseRefused, release_request_pending
 

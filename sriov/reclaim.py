@@ -27,7 +27,8 @@ from django.utils import timezone
 from capvco_web.audit import audit_record
 from capvco_web.integrations import whitesky as ws
 from capvco_web.locks import object_lock
-from clusters.models import Cluster, KubePod, Location, Machine
+from cloud.models import Location
+from clusters.models import Cluster, KubePod, Machine
 from sriov.agent import Clients, Refused, nic_release, vm_lock_name
 from sriov.models import ExternalNetwork, LeakedNic, PodNic, SriovConfig
 from sriov.networks import external_networks_mirror, network_match

@@ -135,7 +135,7 @@ def seed_world() -> dict[str, int]:
     as; the id of each object, by the first segment of its path."""
 
     from capvco_web.tokens import api_token_create
-    from clusters.models import Cloudspace, Image
+    from cloud.models import Cloudspace, Image
     from tests.factories import (
         ExternalNetworkFactory,
         GpuProfileFactory,

@@ -54,18 +54,11 @@ from django.core.management import call_command
 from rest_framework.test import APIClient
 
 from capvco_web.models import AuditEvent
-from clusters.models import (
-    Account,
-    Cluster,
-    Location,
-    Machine,
-    MachinePool,
-    Membership,
-    VirtualMachine,
-)
-from clusters.observe import account_locations_observe
+from cloud.models import Account, Location, Membership, VirtualMachine
+from cloud.observe import account_locations_observe
+from cloud.whitesky import whitesky_client
+from clusters.models import Cluster, Machine, MachinePool
 from clusters.services import cluster_delete, machine_force_delete
-from clusters.whitesky import whitesky_client
 from gpus import naming
 from gpus.models import VgpuReservation
 from tests.e2e.processes import broker_flush, celery_worker, worker_kill

@@ -16,7 +16,8 @@ from rest_framework.test import APIClient
 
 from capvco_web.models import ApiToken
 from capvco_web.tokens import MAX_TOKENS_PER_USER, api_token_create
-from clusters.models import Account, ClusterSite, Membership
+from cloud.models import Account, Membership
+from clusters.models import ClusterSite
 from tests.factories import (
     AccountFactory,
     ClusterFactory,

@@ -11,8 +11,9 @@ import pytest
 from django.core.exceptions import PermissionDenied
 
 from capvco_web.models import AuditEvent
+from cloud.models import Membership
 from clusters import services
-from clusters.models import Cluster, ClusterSite, MachinePool, Membership
+from clusters.models import Cluster, ClusterSite, MachinePool
 from clusters.releases import reservation_release_request
 from tests.access.conftest import Tenant, World, caller_make
 from tests.factories import UserFactory

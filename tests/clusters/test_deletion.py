@@ -12,14 +12,8 @@ import pytest
 from django.db.models import ProtectedError
 
 from capvco_web.models import AuditEvent
-from clusters.models import (
-    Account,
-    Cluster,
-    ClusterSite,
-    Location,
-    MachinePool,
-    VirtualMachine,
-)
+from cloud.models import Account, Location, VirtualMachine
+from clusters.models import Cluster, ClusterSite, MachinePool
 from clusters.services import (
     InUse,
     account_delete,

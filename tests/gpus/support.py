@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from clusters.models import Account, Location, Machine
+from cloud.models import Account, Location
+from cloud.whitesky import whitesky_client
+from clusters.models import Machine
 from clusters.releases import SweepResult, orphan_sweep
 from clusters.services import machine_force_delete
-from clusters.whitesky import whitesky_client
 from gpus.models import VgpuReservation
 from tests.gpus.conftest import NL, Plane
 

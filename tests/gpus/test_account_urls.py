@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from clusters.models import Account, Machine
+from cloud.models import Account
+from clusters.models import Machine
 from clusters.services import account_update
 from tests.gpus.conftest import NL, Plane
 from tests.http_stub import html

@@ -18,10 +18,11 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from capvco_web.models import AuditEvent
-from clusters.models import ClusterSite, Location, Machine, MachinePool
+from cloud.models import Location
+from cloud.whitesky import whitesky_client
+from clusters.models import ClusterSite, Machine, MachinePool
 from clusters.reconcile import machine_create
 from clusters.services import machine_force_delete
-from clusters.whitesky import whitesky_client
 from gpus.mirror import vgpus_sync
 from gpus.models import VgpuReservation
 from gpus.selectors import orphans_list

@@ -6,10 +6,11 @@ from datetime import timedelta
 from decimal import Decimal
 
 from capvco_web.models import AuditEvent
-from clusters.models import Location, Machine
+from cloud.models import Location
+from cloud.whitesky import whitesky_client
+from clusters.models import Machine
 from clusters.releases import SweepResult
 from clusters.services import machine_force_delete
-from clusters.whitesky import whitesky_client
 from gpus.models import GpuProfile, VgpuReservation
 from tests.gpus.conftest import NL, Plane
 from tests.gpus.support import auto_release_set, orphan_made, sweep

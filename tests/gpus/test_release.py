@@ -14,10 +14,11 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from capvco_web.models import AuditEvent
-from clusters.models import Account, Machine
+from cloud.models import Account
+from cloud.whitesky import whitesky_client
+from clusters.models import Machine
 from clusters.releases import SweepResult, release_carry_out, reservation_release_request
 from clusters.tasks import orphan_sweep_all
-from clusters.whitesky import whitesky_client
 from gpus.models import GpuProfile, VgpuReservation
 from gpus.services import ReleaseRefused, reservation_release
 from tests.factories import MembershipFactory

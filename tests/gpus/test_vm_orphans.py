@@ -10,9 +10,10 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from capvco_web.models import AuditEvent
-from clusters.models import Account, ClusterSite, Machine, MachinePool, VirtualMachine
+from cloud.models import Account, VirtualMachine
+from cloud.whitesky import whitesky_client
+from clusters.models import ClusterSite, Machine, MachinePool
 from clusters.services import machine_force_delete
-from clusters.whitesky import whitesky_client
 from gpus.models import VgpuReservation
 from tests.gpus.conftest import CLOUDSPACES, IMAGES, NL, Plane
 from tests.gpus.support import auto_release_set, sweep
@@ -218,7 +219,7 @@ def test_second_observation_of_unchanged_orphan_vms_writes_nothing(plane: Plane)
         q["sql"]
         for q in queries.captured_queries
         if q["sql"].lstrip().upper().startswith(("UPDATE", "INSERT", "DELETE"))
-        and not q["sql"].startswith('UPDATE "clusters_location"')  # the pass's one stamp
+        and not q["sql"].startswith('UPDATE "cloud_location"')  # the pass's one stamp
     ]
     assert writes == []
     assert VirtualMachine.objects.get(vm_id=stray).orphaned_since == before

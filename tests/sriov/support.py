@@ -11,9 +11,10 @@ from typing import Any
 
 from django.contrib.auth.models import User
 
-from clusters.models import Account, Cluster, ClusterSite, Location, Machine, MachinePool
-from clusters.observe import account_locations_observe
-from clusters.whitesky import whitesky_client
+from cloud.models import Account, Location
+from cloud.observe import account_locations_observe
+from cloud.whitesky import whitesky_client
+from clusters.models import Cluster, ClusterSite, Machine, MachinePool
 from sriov.agent import Clients, pod_nic_add
 from sriov.models import AgentToken, PodNic
 from sriov.services import sriov_config_set
