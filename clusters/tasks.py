@@ -1,6 +1,5 @@
 """Periodic, idempotent tasks: observe every location (and, on a slower beat, each
-account's cloudspaces and images), reconcile every cluster, sweep orphans; and the release
-a person asked for.
+account's cloudspaces and images), reconcile every cluster, sweep orphans.
 
 Tasks take ids and call one reconciler; beat sends the fan-out ones (see settings).
 """
@@ -31,13 +30,7 @@ from clusters.kube_observe import cluster_kube_observe
 from clusters.models import Cluster
 from clusters.observe import location_observe
 from clusters.reconcile import PassContext, cluster_reconcile, machine_reconcile
-from clusters.releases import (
-    locations_to_sweep,
-    orphan_sweep,
-    release_request_carry_out,
-)
-from gpus.models import VgpuReservation
-from gpus.services import ReleaseRefused, release_request_pending
+from clusters.releases import locations_to_sweep, orphan_sweep
 
 logger = logging.getLogger(__name__)
 
@@ -221,23 +214,3 @@ def orphan_sweep_location(location_id: int) -> None:
         logger.info("orphan sweep %s: released %s", location.name, name)
     for error in result.errors:
         logger.warning("orphan sweep %s: %s", location.name, error)
-
-
-@shared_task
-def reservation_release_task(reservation_id: int) -> None:
-    """Carry out the release a person asked for, as recorded on the row (who, why), audited
-    with that person as actor. If this message is lost, the orphan sweep does it."""
-    row = (
-        VgpuReservation.objects.select_related("location__account", "release_requested_by")
-        .filter(pk=reservation_id)
-        .first()
-    )
-    if row is None or not release_request_pending(row):
-        return  # done already (by the sweep), or refused since
-    with whitesky_client(row.location.account) as client:
-        try:
-            release_request_carry_out(client=client, reservation=row)
-        except (ws.WhiteskyError, ReleaseRefused) as exc:
-            # Refusals are on the row and in the audit log; a lost outcome is sent again by
-            # the sweep: a task retry would add nothing.
-            logger.warning("release of %s refused or unknown: %s", row.name, exc)

@@ -17,9 +17,10 @@ from capvco_web.models import AuditEvent
 from cloud.models import Account
 from cloud.whitesky import whitesky_client
 from clusters.models import Machine
-from clusters.releases import SweepResult, release_carry_out, reservation_release_request
+from clusters.releases import SweepResult, release_carry_out
 from clusters.tasks import orphan_sweep_all
 from gpus.models import GpuProfile, VgpuReservation
+from gpus.release_requests import reservation_release_request
 from gpus.services import ReleaseRefused, reservation_release
 from tests.factories import MembershipFactory
 from tests.gpus.conftest import BE, NL, Plane
