@@ -1,6 +1,6 @@
 from typing import Any
 
-from celery import Task, shared_task
+from celery import Task, current_app, shared_task
 from django.db import transaction
 from django.utils import timezone
 
@@ -28,6 +28,13 @@ def retry_if_transient(
 def send_on_commit(task: Task[Any, Any], *args: Any) -> None:
     """Send a task once the current transaction commits (at once outside of one)."""
     transaction.on_commit(lambda: task.delay(*args))
+
+
+def send_by_name_on_commit(name: str, *args: Any) -> None:
+    """Send the task registered as `name` once the current transaction commits. Services
+    start tasks so, by name: a tasks module imports the services it calls, never the
+    other way round."""
+    transaction.on_commit(lambda: current_app.send_task(name, args=args))
 
 
 @shared_task

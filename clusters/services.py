@@ -33,7 +33,7 @@ from capvco_web.audit import audit_changes, audit_record, audit_snapshot
 from capvco_web.integrations.kube import KubeconfigInvalid, kubeconfig_load
 from capvco_web.permissions import perm_name, permission_require, permissions_forget
 from capvco_web.rows import model_update
-from capvco_web.tasks import send_on_commit
+from capvco_web.tasks import send_by_name_on_commit
 from capvco_web.validators import kubeconfig_checked
 from cloud.models import Account, Location, Membership, VirtualMachine
 from clusters.models import Cluster, ClusterSite, KubeNode, KubePod, Machine, MachinePool
@@ -45,6 +45,9 @@ M = TypeVar("M", bound=models.Model)
 
 # The one actor that changes imported clusters, sites and pools (clusters.capi_import).
 IMPORT_ACTOR = "capi-import"
+# Started by name (capvco_web.tasks.send_by_name_on_commit): clusters.tasks imports these
+# services.
+OBSERVE_ACCOUNT = "clusters.tasks.observe_account"
 
 
 class ImportedReadOnly(PermissionDenied):
@@ -408,9 +411,6 @@ def account_create(*, account: Account, actor: Actor) -> Account:
     """Create an account (Django's global permission `cloud.add_account`: no role in
     an account that does not exist yet grants it). The person who creates it becomes its
     admin, so that they see it. The account is observed as soon as it is committed."""
-    # Here, not at the top: the tasks module imports the services.
-    from clusters.tasks import observe_account
-
     permission_require(actor, "cloud.add_account")
     account.full_clean()
     with transaction.atomic():
@@ -420,7 +420,7 @@ def account_create(*, account: Account, actor: Actor) -> Account:
         )
         # Observed at once, not at the next beat tick: its locations, cards, cloudspaces
         # and images are there to choose from when its first cluster is set up.
-        send_on_commit(observe_account, account.pk, True)
+        send_by_name_on_commit(OBSERVE_ACCOUNT, account.pk, True)
         if isinstance(actor, User) and not actor.is_superuser:
             membership_create(
                 membership=Membership(
