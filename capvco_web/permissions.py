@@ -39,13 +39,14 @@ from rest_framework.request import Request
 from rest_framework.views import APIView
 from rest_framework.viewsets import GenericViewSet
 
+from capvco_web.audit import SystemActor, system_actor_check
 from capvco_web.ownership import account_id_of, account_path
 
 M = TypeVar("M", bound=models.Model)
 User = UserModel | AnonymousUser
-# A person, or the name of the system component acting (a task, the reconciler, a command):
-# components act on every account.
-Actor = User | str
+# A person, or the system component acting (a task, the reconciler, a command): components
+# act on every account.
+Actor = User | SystemActor
 
 _VIEW = frozenset(
     {
@@ -204,8 +205,9 @@ def visible(user: User, queryset: QuerySet[M]) -> QuerySet[M]:
 
 def permission_require(actor: Actor, perm: str, obj: models.Model | None = None) -> None:
     """Raise PermissionDenied unless the actor may do `perm` to `obj`. A system component
-    (named by a string) acts on every account."""
-    if isinstance(actor, str) or allowed(actor, perm, obj):
+    (a SystemActor; any other string is refused) acts on every account."""
+    system_actor_check(actor)
+    if isinstance(actor, SystemActor) or allowed(actor, perm, obj):
         return
     who = actor.get_username() or "an anonymous user"
     what = f" to {obj._meta.verbose_name} {obj}" if obj is not None else ""

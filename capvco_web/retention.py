@@ -11,11 +11,12 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from capvco_web.audit import SystemActor
 from capvco_web.models import AuditEvent
 from gpus.selectors import released_before
 from gpus.services import reservations_history_prune
 
-ACTOR = "history-prune"
+ACTOR = SystemActor.HISTORY_PRUNE
 BATCH = 5000
 
 

@@ -24,7 +24,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from capvco_web.audit import audit_record
+from capvco_web.audit import SystemActor, audit_record
 from capvco_web.counters import reconcile_step_count
 from capvco_web.integrations import whitesky as ws
 from capvco_web.locks import object_lock
@@ -58,7 +58,7 @@ K = TypeVar("K")
 L = TypeVar("L")
 Phase = Machine.Phase
 RState = VgpuReservation.State
-ACTOR = "reconciler"
+ACTOR = SystemActor.RECONCILER
 
 
 @dataclass

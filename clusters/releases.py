@@ -23,7 +23,7 @@ from django.contrib.auth.models import AnonymousUser, User
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
-from capvco_web.audit import audit_record
+from capvco_web.audit import SystemActor, audit_record
 from capvco_web.integrations import whitesky as ws
 from capvco_web.rows import model_update
 from cloud.models import Location, VirtualMachine
@@ -42,8 +42,8 @@ from gpus.services import (
 )
 
 State = VgpuReservation.State
-ACTOR = "orphan-sweep"
-Actor = User | AnonymousUser | str
+ACTOR = SystemActor.ORPHAN_SWEEP
+Actor = User | AnonymousUser | SystemActor
 
 
 @dataclass
@@ -264,7 +264,7 @@ def _vm_remove(*, client: ws.WhiteskyClient, vm: VirtualMachine, reason: str) ->
 
 
 def _requester(row: VgpuReservation) -> Actor:
-    return row.release_requested_by or "deleted user"
+    return row.release_requested_by or SystemActor.DELETED_USER
 
 
 def _stalled_actor(row: VgpuReservation) -> tuple[Actor, str]:

@@ -29,7 +29,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models, transaction
 from django.db.models import ProtectedError
 
-from capvco_web.audit import audit_changes, audit_record, audit_snapshot
+from capvco_web.audit import SystemActor, audit_changes, audit_record, audit_snapshot
 from capvco_web.integrations.kube import KubeconfigInvalid, kubeconfig_load
 from capvco_web.permissions import perm_name, permission_require, permissions_forget
 from capvco_web.rows import model_update
@@ -40,11 +40,11 @@ from clusters.models import Cluster, ClusterSite, KubeNode, KubePod, Machine, Ma
 from gpus import naming
 from gpus.models import VgpuReservation
 
-Actor = User | AnonymousUser | str
+Actor = User | AnonymousUser | SystemActor
 M = TypeVar("M", bound=models.Model)
 
 # The one actor that changes imported clusters, sites and pools (clusters.capi_import).
-IMPORT_ACTOR = "capi-import"
+IMPORT_ACTOR = SystemActor.CAPI_IMPORT
 # Started by name (capvco_web.tasks.send_by_name_on_commit): clusters.tasks imports these
 # services.
 OBSERVE_ACCOUNT = "clusters.tasks.observe_account"
@@ -98,7 +98,7 @@ def _them(names: Sequence[str]) -> str:
 
 
 def machine_force_delete(
-    *, machine: Machine, actor: User | AnonymousUser | str, reason: str
+    *, machine: Machine, actor: User | AnonymousUser | SystemActor, reason: str
 ) -> None:
     """Drop a machine without teardown (like `--force`). Its VM and vGPUs stay behind,
     become orphans, and are reclaimed by name (orphan sweep or cluster deletion)."""
@@ -118,7 +118,9 @@ def machine_force_delete(
         machine.delete()
 
 
-def cluster_delete(*, cluster: Cluster, actor: User | AnonymousUser | str, reason: str) -> None:
+def cluster_delete(
+    *, cluster: Cluster, actor: User | AnonymousUser | SystemActor, reason: str
+) -> None:
     """Ask for a cluster's deletion: the reconciler tears it down and releases every
     reservation carrying its prefix; the cluster stays `deleting` until none is listed."""
     permission_require(actor, "clusters.delete_cluster", cluster)
@@ -426,7 +428,7 @@ def account_create(*, account: Account, actor: Actor) -> Account:
                 membership=Membership(
                     user=actor, account=account, role=Group.objects.get(name="admin")
                 ),
-                actor="account-create",
+                actor=SystemActor.ACCOUNT_CREATE,
             )
             permissions_forget(actor)  # what they may do next in this request includes it
     return account

@@ -9,7 +9,7 @@ from django.apps import apps
 from django.db.models import Model
 from django.test import Client
 
-from capvco_web.audit import audit_record
+from capvco_web.audit import SystemActor, audit_record
 from capvco_web.models import AuditEvent
 from capvco_web.permissions import visible
 from tests.access.conftest import World, caller_make
@@ -30,9 +30,11 @@ class AppsOfThen:
 
 
 def test_members_read_the_events_of_their_accounts_only(world: World) -> None:
-    ours = audit_record(actor="test", action="pool.scale", obj=world.own.pool)
-    theirs = audit_record(actor="test", action="pool.scale", obj=world.other.pool)
-    token_event = audit_record(actor="test", action="x", obj=caller_make("viewer", world))
+    ours = audit_record(actor=SystemActor.RECONCILER, action="pool.scale", obj=world.own.pool)
+    theirs = audit_record(actor=SystemActor.RECONCILER, action="pool.scale", obj=world.other.pool)
+    token_event = audit_record(
+        actor=SystemActor.RECONCILER, action="x", obj=caller_make("viewer", world)
+    )
     assert (ours.account_id, theirs.account_id) == (world.own.account.pk, world.other.account.pk)
     assert token_event.account_id is None  # a user belongs to no account: superusers only
 
@@ -44,15 +46,19 @@ def test_members_read_the_events_of_their_accounts_only(world: World) -> None:
 
 def test_the_history_of_a_deleted_account_keeps_its_account(world: World) -> None:
     account = AccountFactory()
-    event = audit_record(actor="test", action="account.delete", obj=account)
+    event = audit_record(actor=SystemActor.RECONCILER, action="account.delete", obj=account)
     account_id = account.pk
     account.delete()  # no constraint ties the event to the row
     assert AuditEvent.objects.get(pk=event.pk).account_id == account_id
 
 
 def test_events_written_before_accounts_were_recorded_are_given_theirs(world: World) -> None:
-    event = audit_record(actor="test", action="machine.delete", obj=world.own.machine)
-    gone = audit_record(actor="test", action="machine.delete", obj=world.own.machine)
+    event = audit_record(
+        actor=SystemActor.RECONCILER, action="machine.delete", obj=world.own.machine
+    )
+    gone = audit_record(
+        actor=SystemActor.RECONCILER, action="machine.delete", obj=world.own.machine
+    )
     AuditEvent.objects.update(account=None)
     AuditEvent.objects.filter(pk=gone.pk).update(object_id="987654321")  # deleted since
 
@@ -63,8 +69,8 @@ def test_events_written_before_accounts_were_recorded_are_given_theirs(world: Wo
 
 
 def test_the_admin_audit_log_shows_a_member_their_accounts_events(world: World) -> None:
-    ours = audit_record(actor="test", action="pool.scale", obj=world.own.pool)
-    theirs = audit_record(actor="test", action="pool.scale", obj=world.other.pool)
+    ours = audit_record(actor=SystemActor.RECONCILER, action="pool.scale", obj=world.own.pool)
+    theirs = audit_record(actor=SystemActor.RECONCILER, action="pool.scale", obj=world.other.pool)
     viewer = caller_make("viewer", world)
     viewer.is_staff = True
     viewer.save()

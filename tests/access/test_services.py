@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from django.core.exceptions import PermissionDenied
 
+from capvco_web.audit import SystemActor
 from capvco_web.models import AuditEvent
 from cloud.models import Membership
 from clusters import services
@@ -141,5 +142,7 @@ def test_no_role_in_another_account_lets_the_service_act_there(world: World, nam
 
 
 def test_a_system_component_acts_on_every_account(world: World) -> None:
-    services.pool_scale(pool=world.other.pool, replicas=0, actor="autoscaler", reason="idle")
+    services.pool_scale(
+        pool=world.other.pool, replicas=0, actor=SystemActor.RECONCILER, reason="idle"
+    )
     assert MachinePool.objects.get(pk=world.other.pool.pk).replicas == 0

@@ -13,6 +13,7 @@ from django.test import Client
 from django.urls import reverse
 from rest_framework.test import APIClient
 
+from capvco_web.audit import SystemActor
 from capvco_web.integrations import whitesky as ws
 from capvco_web.models import AuditEvent
 from cloud.models import Account
@@ -119,7 +120,7 @@ def test_failure_from_an_allowed_host_answering_html_carries_no_html(
     account_update(
         account=account,
         changes={"api_url": f"{proxy.origin}/api/1", "credential": JWT},
-        actor="ops",
+        actor=SystemActor.RECONCILER,
     )
 
     with whitesky_client(account) as client, pytest.raises(ws.ResponseLost) as caught:
@@ -204,7 +205,11 @@ def test_a_change_that_changes_nothing_is_not_audited(api: APIClient, site: Clus
 def test_service_refuses_a_url_change_without_the_credential(site: ClusterSite) -> None:
     account = site.cluster.account
     with pytest.raises(ValidationError) as caught:
-        account_update(account=account, changes={"iam_url": "https://vco.example"}, actor="x")
+        account_update(
+            account=account,
+            changes={"iam_url": "https://vco.example"},
+            actor=SystemActor.RECONCILER,
+        )
     assert "credential" in caught.value.message_dict
 
 

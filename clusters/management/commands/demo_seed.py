@@ -16,6 +16,7 @@ import yaml
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
+from capvco_web.audit import SystemActor
 from capvco_web.integrations import whitesky as ws
 from capvco_web.validators import kube_allowed_servers
 from cloud.models import Account, whitesky_allowed_hosts
@@ -83,7 +84,7 @@ class Command(BaseCommand):
             cluster_kubeconfig_set(
                 cluster=cluster,
                 kubeconfig=kubeconfig,
-                actor="demo-seed",
+                actor=SystemActor.DEMO_SEED,
                 reason="the demo's Kubernetes simulator",
             )
         self.stdout.write(f"Demo cluster '{DEMO_CLUSTER}': Kubernetes at {found.json()['server']}.")
