@@ -1,6 +1,6 @@
 """Who may see and do what, in one place: the API, the admin and the services ask here.
 
-A user is a member of accounts (`cloud.Membership`), with one role in each: a group
+A user is a member of accounts (settings.MEMBERSHIP_MODEL), with one role in each: a group
 whose permissions say what the role may do in that account.
 
 * viewer: reads everything of the account;
@@ -25,6 +25,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 
+from django.apps import apps as django_apps
+from django.conf import settings
 from django.contrib import admin
 from django.contrib.auth.models import AnonymousUser
 from django.contrib.auth.models import User as UserModel
@@ -48,61 +50,32 @@ User = UserModel | AnonymousUser
 # act on every account.
 Actor = User | SystemActor
 
-_VIEW = frozenset(
-    {
-        "cloud.view_account",
-        "cloud.view_location",
-        "clusters.view_cluster",
-        "clusters.view_clustersite",
-        "clusters.view_machinepool",
-        "clusters.view_machine",
-        "cloud.view_virtualmachine",
-        "cloud.view_membership",
-        "clusters.view_kubenode",
-        "clusters.view_kubepod",
-        "cloud.view_cloudspace",
-        "cloud.view_image",
-        "capvco_web.view_auditevent",
-        "gpus.view_gpuprofile",
-        "gpus.view_vgpureservation",
-        "sriov.view_externalnetwork",
-        "sriov.view_sriovconfig",
-        "sriov.view_podnic",
-        "sriov.view_leakednic",
-    }
-)
-_OPERATE = _VIEW | {
-    "clusters.scale_machinepool",
-    "clusters.delete_machine",
-    "clusters.force_delete_machine",
-    "clusters.delete_cluster",
-    "gpus.release_vgpureservation",
-    "sriov.detach_leakednic",
-}
-_ADMINISTER = _OPERATE | {
-    "cloud.change_account",
-    "cloud.delete_account",
-    "clusters.add_cluster",
-    "clusters.change_cluster",
-    "clusters.add_clustersite",
-    "clusters.change_clustersite",
-    "clusters.delete_clustersite",
-    "clusters.add_machinepool",
-    "clusters.change_machinepool",
-    "clusters.delete_machinepool",
-    "cloud.add_membership",
-    "cloud.change_membership",
-    "cloud.delete_membership",
-    # SR-IOV: enable it, its credential and network, the agent tokens.
-    "sriov.change_sriovconfig",
-}
-# The permissions of each role's group, as the data migration created them; a test keeps
-# the two in step (a change here needs a migration there).
+# The permissions of each role's group, as the data migrations created them; each app
+# grants its own from its AppConfig.ready() (`roles_grant`), and a test keeps the two in
+# step (a change here needs a migration there).
 ROLE_PERMISSIONS: dict[str, frozenset[str]] = {
-    "viewer": _VIEW,
-    "operator": frozenset(_OPERATE),
-    "admin": frozenset(_ADMINISTER),
+    "viewer": frozenset(),
+    "operator": frozenset(),
+    "admin": frozenset(),
 }
+
+
+def roles_grant(
+    *, view: Iterable[str] = (), operate: Iterable[str] = (), administer: Iterable[str] = ()
+) -> None:
+    """An app's permissions for the roles: viewers have `view`, operators `operate` too,
+    admins `administer` too (`app_label.codename`)."""
+    view, operate, administer = frozenset(view), frozenset(operate), frozenset(administer)
+    ROLE_PERMISSIONS["viewer"] |= view
+    ROLE_PERMISSIONS["operator"] |= view | operate
+    ROLE_PERMISSIONS["admin"] |= view | operate | administer
+
+
+def membership_model() -> type[models.Model]:
+    """The model of a user's role in an account (settings.MEMBERSHIP_MODEL): its rows
+    have `user`, `account` and `role` (a group)."""
+    return django_apps.get_model(settings.MEMBERSHIP_MODEL)
+
 
 _CACHE = "_capvco_account_perms"
 
@@ -123,11 +96,15 @@ def _perms_by_account(user: User) -> dict[int, frozenset[str]]:
     cached: dict[int, frozenset[str]] | None = getattr(user, _CACHE, None)
     if cached is not None:
         return cached
-    from cloud.models import Membership
-
     found: dict[int, set[str]] = {}
-    rows = Membership.objects.filter(user=user).values_list(
-        "account_id", "role__permissions__content_type__app_label", "role__permissions__codename"
+    rows = (
+        membership_model()
+        ._default_manager.filter(user=user)
+        .values_list(
+            "account_id",
+            "role__permissions__content_type__app_label",
+            "role__permissions__codename",
+        )
     )
     for account_id, app_label, codename in rows:
         perms = found.setdefault(account_id, set())
@@ -184,15 +161,13 @@ def scoped(queryset: QuerySet[M], accounts: set[int] | None) -> QuerySet[M]:
     return queryset.filter(**{lookup: accounts})
 
 
-MEMBERSHIP_GIVING = ("cloud.add_membership", "cloud.change_membership")
-
-
 def users_known(user: User) -> QuerySet[UserModel]:
     """The users whom `user` may give a role (the choices of a membership's user, and the
     user names the API looks up): every user for a superuser; otherwise the members of
     the accounts where they may give roles. Others are as unknown as a name nobody has:
     an account admin learns of no user outside their accounts."""
-    accounts = _union(accounts_where(user, perm) for perm in MEMBERSHIP_GIVING)
+    giving = (perm_name(membership_model(), verb) for verb in ("add", "change"))
+    accounts = _union(accounts_where(user, perm) for perm in giving)
     if accounts is None:
         return UserModel.objects.all()
     return UserModel.objects.filter(memberships__account__in=accounts).distinct()

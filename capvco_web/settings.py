@@ -83,6 +83,10 @@ INSTALLED_APPS = [
     "dashboard",
 ]
 
+# A user's role in an account (capvco_web.permissions): the one model the permission
+# machinery reads, named so that capvco_web imports no app.
+MEMBERSHIP_MODEL = "cloud.Membership"
+
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "capvco_web.security.SecurityHeadersMiddleware",

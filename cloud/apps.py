@@ -8,3 +8,39 @@ class CloudConfig(AppConfig):
 
     name = "cloud"
     verbose_name = "Cloud"
+
+    def ready(self) -> None:
+        from capvco_web.metrics import metrics_register
+        from capvco_web.ownership import account_paths_register
+        from capvco_web.permissions import roles_grant
+        from cloud import metrics
+        from cloud.models import Account, Cloudspace, Image, Location, Membership, VirtualMachine
+
+        account_paths_register(
+            {
+                Account: "pk",
+                Membership: "account",
+                Location: "account",
+                VirtualMachine: "location__account",
+                Cloudspace: "location__account",
+                Image: "location__account",
+            }
+        )
+        roles_grant(
+            view={
+                "cloud.view_account",
+                "cloud.view_location",
+                "cloud.view_virtualmachine",
+                "cloud.view_membership",
+                "cloud.view_cloudspace",
+                "cloud.view_image",
+            },
+            administer={
+                "cloud.change_account",
+                "cloud.delete_account",
+                "cloud.add_membership",
+                "cloud.change_membership",
+                "cloud.delete_membership",
+            },
+        )
+        metrics_register(metrics.collect)

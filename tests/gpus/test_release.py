@@ -151,11 +151,13 @@ def test_of_two_concurrent_releases_of_one_row_only_the_one_that_claims_it_acts(
         )
         # `theirs` was read before the claim: it is stale, and its claim fails.
         assert not release_carry_out(
-            client=client, reservation=theirs, actor=SystemActor.RECONCILER, reason="r"
+            client=client, reservation=theirs, actor=SystemActor.ORPHAN_SWEEP, reason="r"
         )
 
     assert deletes_sent(plane) == 1
-    assert list(AuditEvent.objects.values_list("action", "actor_name")) == [("vgpu.release", "a")]
+    assert list(AuditEvent.objects.values_list("action", "actor_name")) == [
+        ("vgpu.release", "reconciler")
+    ]
 
 
 def test_refusal_by_whitesky_puts_the_row_back_and_records_why(

@@ -11,6 +11,7 @@ from typing import Any
 
 from django.contrib.auth.models import User
 
+from capvco_web.audit import SystemActor
 from cloud.models import Account, Location
 from cloud.observe import account_locations_observe
 from cloud.whitesky import whitesky_client
@@ -167,7 +168,7 @@ def world_build(
     )
     Cluster.objects.filter(pk=cluster.pk).update(kubeconfig=kube_cluster.kubeconfig_yaml)
     cluster.refresh_from_db()
-    actor: Any = admin or "test"
+    actor: Any = admin or SystemActor.RECONCILER
     sriov_config_set(
         cluster=cluster,
         changes={
