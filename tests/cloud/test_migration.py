@@ -2,7 +2,7 @@
 `cloud` keeps every row, its id, the foreign keys to it and the permissions granted on
 it: a database with rows of the old schema is migrated forward on PostgreSQL.
 
-(codemod: keep-clusters-labels: this file names the old labels on purpose.)"""
+(codemod: skip: this file names the old labels on purpose.)"""
 
 from __future__ import annotations
 
