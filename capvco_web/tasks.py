@@ -34,7 +34,13 @@ def send_by_name_on_commit(name: str, *args: Any) -> None:
     """Send the task registered as `name` once the current transaction commits. Services
     start tasks so, by name: a tasks module imports the services it calls, never the
     other way round."""
-    transaction.on_commit(lambda: current_app.send_task(name, args=args))
+
+    def send() -> None:
+        if name not in current_app.tasks:
+            current_app.loader.import_default_modules()  # as a worker does at start
+        current_app.tasks[name].delay(*args)  # unknown: KeyError, loudly
+
+    transaction.on_commit(send)
 
 
 @shared_task

@@ -59,7 +59,7 @@ class ImportedReadOnly(PermissionDenied):
 def imported_check(obj: models.Model, actor: Actor) -> None:
     """Raise `ImportedReadOnly` when `obj` (a cluster, site or pool) is imported and the
     actor is not the import."""
-    if actor == IMPORT_ACTOR:
+    if actor is IMPORT_ACTOR:  # the member, not a string that reads the same
         return
     refusal = getattr(obj, "import_refusal", None)
     if refusal is not None and (message := refusal()):
