@@ -1,5 +1,10 @@
-"""The REST API, version 1: one router for every app, the schema and its interactive page."""
+"""The REST API, version 1: one router for every app, the schema and its interactive page.
 
+Each app's API module (`API_MODULES`, named, not imported here) gives its router `routes`
+(prefix, viewset, basename), its other `urlpatterns`, and the endpoints among those the
+root lists (`listed`: key -> URL name)."""
+
+from importlib import import_module
 from typing import Any
 
 from django.urls import include, path
@@ -10,13 +15,16 @@ from rest_framework.reverse import reverse
 from rest_framework.routers import APIRootView, DefaultRouter
 
 from capvco_web.tokens_api import ApiTokenViewSet
-from clusters.api import views as clusters
-from gpus.api import views as gpus
-from sriov.api import agent as sriov_agent
-from sriov.api import views as sriov
+
+API_MODULES = ["clusters.api.urls", "gpus.api.urls", "sriov.api.urls"]
+_apis = [import_module(name) for name in API_MODULES]
 
 # Endpoints outside the router, listed at the API root with the router's own.
-NOT_ROUTED = {"gpu-types": "gpu-types", "schema": "api-schema", "docs": "api-docs"}
+NOT_ROUTED = {
+    **{key: name for api in _apis for key, name in getattr(api, "listed", {}).items()},
+    "schema": "api-schema",
+    "docs": "api-docs",
+}
 
 
 class ApiRootView(APIRootView):
@@ -35,24 +43,10 @@ class Router(DefaultRouter):
 
 
 router = Router()
-router.register("accounts", clusters.AccountViewSet)
-router.register("memberships", clusters.MembershipViewSet)
-router.register("locations", clusters.LocationViewSet)
-router.register("cloudspaces", clusters.CloudspaceViewSet)
-router.register("images", clusters.ImageViewSet)
-router.register("clusters", clusters.ClusterViewSet)
-router.register("sites", clusters.ClusterSiteViewSet)
-router.register("pools", clusters.MachinePoolViewSet)
-router.register("machines", clusters.MachineViewSet)
-router.register("nodes", clusters.KubeNodeViewSet)
-router.register("pods", clusters.KubePodViewSet)
-router.register("gpu-profiles", gpus.GpuProfileViewSet)
-router.register("reservations", gpus.VgpuReservationViewSet)
+for api in _apis:
+    for prefix, viewset, basename in api.routes:
+        router.register(prefix, viewset, basename=basename)
 router.register("tokens", ApiTokenViewSet, basename="token")
-router.register("sriov/clusters", sriov.SriovClusterViewSet, basename="sriov-cluster")
-router.register("sriov/nics", sriov.PodNicViewSet)
-router.register("sriov/leaked-nics", sriov.LeakedNicViewSet)
-router.register("sriov/external-networks", sriov.ExternalNetworkViewSet)
 
 urlpatterns = [
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
@@ -63,15 +57,6 @@ urlpatterns = [
         SpectacularSwaggerSplitView.as_view(url_name="api-schema", template_name="api/docs.html"),
         name="api-docs",
     ),
-    path("gpu-types/", gpus.GpuTypesView.as_view(), name="gpu-types"),
-    path("sriov/queues/", sriov.VmQueueView.as_view(), name="sriov-queues"),
-    path("sriov/agent/enroll/", sriov_agent.AgentEnrollView.as_view(), name="sriov-agent-enroll"),
-    path("sriov/agent/nics/", sriov_agent.AgentNicsView.as_view(), name="sriov-agent-nics"),
-    path("sriov/agent/gc/", sriov_agent.AgentGcView.as_view(), name="sriov-agent-gc"),
-    path(
-        "sriov/agent/nics/<str:pod_uid>/",
-        sriov_agent.AgentNicView.as_view(),
-        name="sriov-agent-nic",
-    ),
+    *(path("", include(name)) for name in API_MODULES),
     path("", include(router.urls)),
 ]

@@ -7,3 +7,11 @@ class CapvcoWebConfig(AppConfig):
 
     name = "capvco_web"
     verbose_name = "capvco-web"
+
+    def ready(self) -> None:
+        from capvco_web.models import AuditEvent
+        from capvco_web.ownership import account_paths_register
+        from capvco_web.permissions import roles_grant
+
+        account_paths_register({AuditEvent: "account"})
+        roles_grant(view={"capvco_web.view_auditevent"})

@@ -34,7 +34,7 @@ class AuditEvent(models.Model):
     # The account of the object, so that its members see the event. No constraint: the
     # history of an account outlives the account.
     account = models.ForeignKey(
-        "clusters.Account",
+        "cloud.Account",
         null=True,
         blank=True,
         on_delete=models.DO_NOTHING,

@@ -3,33 +3,18 @@ the audit log (capvco_web.audit) both need. No Django REST Framework in here."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from django.db import models
 
-# How each model reaches its account ("pk": it is the account).
-ACCOUNT_PATHS: dict[str, str] = {
-    "clusters.account": "pk",
-    "clusters.membership": "account",
-    "clusters.location": "account",
-    "clusters.cluster": "account",
-    "clusters.clustersite": "cluster__account",
-    "clusters.machinepool": "cluster__account",
-    "clusters.machine": "pool__cluster__account",
-    "clusters.virtualmachine": "location__account",
-    "clusters.kubenode": "cluster__account",
-    "clusters.kubepod": "cluster__account",
-    "clusters.cloudspace": "location__account",
-    "clusters.image": "location__account",
-    "capvco_web.auditevent": "account",
-    "gpus.gpuprofile": "location__account",
-    "gpus.vgpureservation": "location__account",
-    "sriov.externalnetwork": "location__account",
-    "sriov.sriovconfig": "cluster__account",
-    "sriov.agenttoken": "cluster__account",
-    "sriov.podnic": "cluster__account",
-    "sriov.leakednic": "cluster__account",
-}
+# How each model reaches its account ("pk": it is the account), by model label; each app
+# registers its own models from its AppConfig.ready() (`account_paths_register`).
+ACCOUNT_PATHS: dict[str, str] = {}
+
+
+def account_paths_register(paths: Mapping[type[models.Model], str]) -> None:
+    ACCOUNT_PATHS.update({model._meta.label_lower: path for model, path in paths.items()})
 
 
 def account_path(model: type[models.Model]) -> str | None:

@@ -1,6 +1,6 @@
 """Who may see and do what, in one place: the API, the admin and the services ask here.
 
-A user is a member of accounts (`clusters.Membership`), with one role in each: a group
+A user is a member of accounts (settings.MEMBERSHIP_MODEL), with one role in each: a group
 whose permissions say what the role may do in that account.
 
 * viewer: reads everything of the account;
@@ -16,7 +16,7 @@ objects of the accounts they are a member of and nothing of the others: the API 
 leave them out. Superusers may do everything everywhere.
 
 Creating an account is the one thing no role grants, as the account does not exist yet:
-it takes Django's global permission `clusters.add_account` (superusers have it; a
+it takes Django's global permission `cloud.add_account` (superusers have it; a
 superuser may give it to a user). The creator becomes the new account's admin.
 """
 
@@ -25,6 +25,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 
+from django.apps import apps as django_apps
+from django.conf import settings
 from django.contrib import admin
 from django.contrib.auth.models import AnonymousUser
 from django.contrib.auth.models import User as UserModel
@@ -39,69 +41,41 @@ from rest_framework.request import Request
 from rest_framework.views import APIView
 from rest_framework.viewsets import GenericViewSet
 
+from capvco_web.audit import SystemActor, system_actor_check
 from capvco_web.ownership import account_id_of, account_path
 
 M = TypeVar("M", bound=models.Model)
 User = UserModel | AnonymousUser
-# A person, or the name of the system component acting (a task, the reconciler, a command):
-# components act on every account.
-Actor = User | str
+# A person, or the system component acting (a task, the reconciler, a command): components
+# act on every account.
+Actor = User | SystemActor
 
-_VIEW = frozenset(
-    {
-        "clusters.view_account",
-        "clusters.view_location",
-        "clusters.view_cluster",
-        "clusters.view_clustersite",
-        "clusters.view_machinepool",
-        "clusters.view_machine",
-        "clusters.view_virtualmachine",
-        "clusters.view_membership",
-        "clusters.view_kubenode",
-        "clusters.view_kubepod",
-        "clusters.view_cloudspace",
-        "clusters.view_image",
-        "capvco_web.view_auditevent",
-        "gpus.view_gpuprofile",
-        "gpus.view_vgpureservation",
-        "sriov.view_externalnetwork",
-        "sriov.view_sriovconfig",
-        "sriov.view_podnic",
-        "sriov.view_leakednic",
-    }
-)
-_OPERATE = _VIEW | {
-    "clusters.scale_machinepool",
-    "clusters.delete_machine",
-    "clusters.force_delete_machine",
-    "clusters.delete_cluster",
-    "gpus.release_vgpureservation",
-    "sriov.detach_leakednic",
-}
-_ADMINISTER = _OPERATE | {
-    "clusters.change_account",
-    "clusters.delete_account",
-    "clusters.add_cluster",
-    "clusters.change_cluster",
-    "clusters.add_clustersite",
-    "clusters.change_clustersite",
-    "clusters.delete_clustersite",
-    "clusters.add_machinepool",
-    "clusters.change_machinepool",
-    "clusters.delete_machinepool",
-    "clusters.add_membership",
-    "clusters.change_membership",
-    "clusters.delete_membership",
-    # SR-IOV: enable it, its credential and network, the agent tokens.
-    "sriov.change_sriovconfig",
-}
-# The permissions of each role's group, as the data migration created them; a test keeps
-# the two in step (a change here needs a migration there).
+# The permissions of each role's group, as the data migrations created them; each app
+# grants its own from its AppConfig.ready() (`roles_grant`), and a test keeps the two in
+# step (a change here needs a migration there).
 ROLE_PERMISSIONS: dict[str, frozenset[str]] = {
-    "viewer": _VIEW,
-    "operator": frozenset(_OPERATE),
-    "admin": frozenset(_ADMINISTER),
+    "viewer": frozenset(),
+    "operator": frozenset(),
+    "admin": frozenset(),
 }
+
+
+def roles_grant(
+    *, view: Iterable[str] = (), operate: Iterable[str] = (), administer: Iterable[str] = ()
+) -> None:
+    """An app's permissions for the roles: viewers have `view`, operators `operate` too,
+    admins `administer` too (`app_label.codename`)."""
+    view, operate, administer = frozenset(view), frozenset(operate), frozenset(administer)
+    ROLE_PERMISSIONS["viewer"] |= view
+    ROLE_PERMISSIONS["operator"] |= view | operate
+    ROLE_PERMISSIONS["admin"] |= view | operate | administer
+
+
+def membership_model() -> type[models.Model]:
+    """The model of a user's role in an account (settings.MEMBERSHIP_MODEL): its rows
+    have `user`, `account` and `role` (a group)."""
+    return django_apps.get_model(settings.MEMBERSHIP_MODEL)
+
 
 _CACHE = "_capvco_account_perms"
 
@@ -122,11 +96,15 @@ def _perms_by_account(user: User) -> dict[int, frozenset[str]]:
     cached: dict[int, frozenset[str]] | None = getattr(user, _CACHE, None)
     if cached is not None:
         return cached
-    from clusters.models import Membership
-
     found: dict[int, set[str]] = {}
-    rows = Membership.objects.filter(user=user).values_list(
-        "account_id", "role__permissions__content_type__app_label", "role__permissions__codename"
+    rows = (
+        membership_model()
+        ._default_manager.filter(user=user)
+        .values_list(
+            "account_id",
+            "role__permissions__content_type__app_label",
+            "role__permissions__codename",
+        )
     )
     for account_id, app_label, codename in rows:
         perms = found.setdefault(account_id, set())
@@ -183,15 +161,13 @@ def scoped(queryset: QuerySet[M], accounts: set[int] | None) -> QuerySet[M]:
     return queryset.filter(**{lookup: accounts})
 
 
-MEMBERSHIP_GIVING = ("clusters.add_membership", "clusters.change_membership")
-
-
 def users_known(user: User) -> QuerySet[UserModel]:
     """The users whom `user` may give a role (the choices of a membership's user, and the
     user names the API looks up): every user for a superuser; otherwise the members of
     the accounts where they may give roles. Others are as unknown as a name nobody has:
     an account admin learns of no user outside their accounts."""
-    accounts = _union(accounts_where(user, perm) for perm in MEMBERSHIP_GIVING)
+    giving = (perm_name(membership_model(), verb) for verb in ("add", "change"))
+    accounts = _union(accounts_where(user, perm) for perm in giving)
     if accounts is None:
         return UserModel.objects.all()
     return UserModel.objects.filter(memberships__account__in=accounts).distinct()
@@ -204,8 +180,9 @@ def visible(user: User, queryset: QuerySet[M]) -> QuerySet[M]:
 
 def permission_require(actor: Actor, perm: str, obj: models.Model | None = None) -> None:
     """Raise PermissionDenied unless the actor may do `perm` to `obj`. A system component
-    (named by a string) acts on every account."""
-    if isinstance(actor, str) or allowed(actor, perm, obj):
+    (a SystemActor; any other string is refused) acts on every account."""
+    system_actor_check(actor)
+    if isinstance(actor, SystemActor) or allowed(actor, perm, obj):
         return
     who = actor.get_username() or "an anonymous user"
     what = f" to {obj._meta.verbose_name} {obj}" if obj is not None else ""

@@ -76,11 +76,16 @@ INSTALLED_APPS = [
     "template_partials",
     "axes",
     "capvco_web",
+    "cloud",
     "clusters",
     "gpus",
     "sriov",
     "dashboard",
 ]
+
+# A user's role in an account (capvco_web.permissions): the one model the permission
+# machinery reads, named so that capvco_web imports no app.
+MEMBERSHIP_MODEL = "cloud.Membership"
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",

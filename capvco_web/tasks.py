@@ -1,7 +1,8 @@
 from typing import Any
 
-from celery import Task, shared_task
+from celery import Task, current_app, shared_task
 from celery.contrib.django.task import DjangoTask
+from django.db import transaction
 from django.utils import timezone
 
 from capvco_web.integrations.whitesky import WhiteskyError
@@ -32,6 +33,19 @@ def send_on_commit(task: Task[Any, Any], *args: Any) -> None:
     plain `Task`, so this is where the type is narrowed to reach `delay_on_commit`."""
     assert isinstance(task, DjangoTask), f"{task.name} is not a DjangoTask"
     task.delay_on_commit(*args)
+
+
+def send_by_name_on_commit(name: str, *args: Any) -> None:
+    """Send the task registered as `name` once the current transaction commits. Services
+    start tasks so, by name: a tasks module imports the services it calls, never the
+    other way round."""
+
+    def send() -> None:
+        if name not in current_app.tasks:
+            current_app.loader.import_default_modules()  # as a worker does at start
+        current_app.tasks[name].delay(*args)  # unknown: KeyError, loudly
+
+    transaction.on_commit(send)
 
 
 @shared_task

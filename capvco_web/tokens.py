@@ -17,7 +17,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from capvco_web.audit import audit_record
+from capvco_web.audit import SystemActor, audit_record
 from capvco_web.models import API_TOKEN_PREFIX, ApiToken
 
 KEY_ID_BYTES = 6  # 12 hex digits
@@ -68,7 +68,7 @@ def api_token_create(
     *,
     user: User,
     name: str,
-    actor: User | AnonymousUser | str,
+    actor: User | AnonymousUser | SystemActor,
     expires_at: datetime | None = None,
 ) -> tuple[ApiToken, str]:
     """Make a token for `user`; returns the row and the token, which is never seen again.
@@ -90,7 +90,7 @@ def api_token_create(
     return token, raw
 
 
-def api_token_revoke(*, token: ApiToken, actor: User | AnonymousUser | str) -> None:
+def api_token_revoke(*, token: ApiToken, actor: User | AnonymousUser | SystemActor) -> None:
     """Revoke a token: from now on it answers 401. Audited (the row itself goes)."""
     with transaction.atomic():
         audit_record(actor=actor, action="api_token.revoke", obj=token, before=_audit_fields(token))

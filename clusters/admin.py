@@ -46,21 +46,16 @@ from capvco_web.permissions import (
     users_known,
 )
 from capvco_web.validators import kubeconfig_checked
-from clusters.models import (
+from cloud.models import (
     MAX_CREDENTIAL_LENGTH,
     Account,
     Cloudspace,
-    Cluster,
-    ClusterSite,
     Image,
-    KubeNode,
-    KubePod,
     Location,
-    Machine,
-    MachinePool,
     Membership,
     jwt_shape,
 )
+from clusters.models import Cluster, ClusterSite, KubeNode, KubePod, Machine, MachinePool
 from clusters.services import (
     InUse,
     account_capi_kubeconfig_set,

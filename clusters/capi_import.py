@@ -43,8 +43,9 @@ from capvco_web.integrations import kube
 from capvco_web.integrations.kube import capi
 from capvco_web.integrations.kube.client import KubeClient
 from capvco_web.rows import model_update
+from cloud.models import Account, Location
 from clusters.gpu_addon import CAPI_GPU_LABEL, CAPI_GPU_LABEL_VALUE
-from clusters.models import Account, Cluster, ClusterSite, Location, Machine, MachinePool
+from clusters.models import Cluster, ClusterSite, Machine, MachinePool
 from clusters.services import (
     IMPORT_ACTOR,
     InUse,

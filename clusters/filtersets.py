@@ -5,18 +5,8 @@ from django.db.models import QuerySet
 
 from capvco_web.filters import IdFilter, StrictFilterSet, TrueFalseFilter
 from capvco_web.integrations.kube import GPU_TYPE_LABEL
-from clusters.models import (
-    Cloudspace,
-    Cluster,
-    ClusterSite,
-    Image,
-    KubeNode,
-    KubePod,
-    Location,
-    Machine,
-    MachinePool,
-    Membership,
-)
+from cloud.models import Cloudspace, Image, Location, Membership
+from clusters.models import Cluster, ClusterSite, KubeNode, KubePod, Machine, MachinePool
 
 
 class MembershipFilterSet(StrictFilterSet):

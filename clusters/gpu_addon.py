@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from django.conf import settings
 from django.utils import timezone
 
-from capvco_web.audit import audit_record
+from capvco_web.audit import SystemActor, audit_record
 from capvco_web.counters import count
 from capvco_web.integrations import kube
 from capvco_web.rows import model_update
@@ -47,7 +47,7 @@ ADDON_NAME = "capvco-nvidia-device-plugin"
 HASH_ANNOTATION = "capvco.io/manifest-sha256"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "capvco-web"
-ACTOR = "gpu-addon"
+ACTOR = SystemActor.GPU_ADDON
 DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
 # The label that turns the add-on on for an imported cluster (on its Cluster API Cluster).
 CAPI_GPU_LABEL = "capvco.infrastructure.cluster.x-k8s.io/gpu"

@@ -1,12 +1,7 @@
 from __future__ import annotations
 
-import re
-from datetime import timedelta
-from decimal import Decimal
 from typing import Any
 
-from django.conf import settings
-from django.contrib.auth.models import Group
 from django.core.exceptions import ValidationError
 from django.core.validators import (
     MaxLengthValidator,
@@ -14,14 +9,18 @@ from django.core.validators import (
     MinValueValidator,
     RegexValidator,
 )
-from django.db import connection, models, transaction
-from django.utils.deconstruct import deconstructible
+from django.db import models, transaction
 
 from capvco_web.encryption import EncryptedTextField
 from capvco_web.integrations.kube import GPU_COUNT_LABEL, GPU_TYPE_LABEL, KubeconfigInvalid
-from capvco_web.integrations.whitesky import AllowedHosts
-from capvco_web.integrations.whitesky.auth import JWT_PATTERN, MAX_JWT_LENGTH
 from capvco_web.validators import kubeconfig_checked, visible_text
+from cloud.models import (
+    Account,
+    Location,
+    conflict,
+    names_lock,
+    same_customer_account_ids,
+)
 from gpus import naming
 
 # Cluster, pool and machine names end up in VM and vGPU names
@@ -36,17 +35,7 @@ driver_version = RegexValidator(
     r"^[0-9]+(\.[0-9]+){0,3}\Z", "Give a driver version such as 550.90.07, or leave it empty."
 )
 
-# A JWT is three base64url parts (header, claims, signature); nothing else is a credential.
-# The client takes a refreshed token only in the same shape (auth.JWT_PATTERN).
-jwt_shape = RegexValidator(
-    f"^{JWT_PATTERN}\\Z",
-    "Give the JWT: three base64url parts separated by dots (header.claims.signature).",
-)
-MAX_CREDENTIAL_LENGTH = MAX_JWT_LENGTH
-
 MAX_GPUS_PER_MACHINE = 8
-MAX_ORPHAN_GRACE_PERIOD = timedelta(days=90)
-MAX_ORPHAN_CONFIRMATIONS = 100
 # Bounds of a pool's machines, the same on SQLite and PostgreSQL (and well inside both).
 MAX_VCPUS = 256
 MIN_MEMORY_MIB, MAX_MEMORY_MIB = 512, 4 * 1024 * 1024  # 4 TiB
@@ -56,78 +45,6 @@ MAX_INT32 = 2**31 - 1  # whitesky ids that are integers (images)
 # whitesky documents no bound for user data (it travels in the VM create's query string);
 # ours keeps every row, call and page of it bounded: 64 Ki characters (64 KiB of ASCII).
 MAX_USER_DATA_LENGTH = 65_536
-
-
-def whitesky_allowed_hosts() -> AllowedHosts:
-    """The hosts an account's credential may be sent to (settings.WHITESKY_ALLOWED_HOSTS)."""
-    return AllowedHosts(settings.WHITESKY_ALLOWED_HOSTS, source="WHITESKY_ALLOWED_HOSTS")
-
-
-@deconstructible
-class WhiteskyUrl:
-    """An account's API or IAM URL must be one the credential may be sent to, written
-    plainly (`https://host[:port]/path`, no query or fragment): a rule the API's schema
-    states whole, as a pattern of the allowed hosts (`json_schema`)."""
-
-    def __call__(self, value: str) -> None:
-        hosts = whitesky_allowed_hosts()
-        if refusal := hosts.refusal(value):
-            raise ValidationError(refusal, code="host_not_allowed")
-        if not re.fullmatch(hosts.url_pattern(), value):
-            raise ValidationError(
-                "Write the URL plainly: https://host[:port]/path, the host in lower case, no "
-                "query, fragment or trailing dot, a port without leading zeros.",
-                code="url_form",
-            )
-
-    def json_schema(self, direction: str) -> dict[str, str]:
-        # Of what is sent only: a stored URL may predate the rule or the list.
-        return {"pattern": whitesky_allowed_hosts().url_pattern()} if direction == "request" else {}
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, WhiteskyUrl)
-
-    def __hash__(self) -> int:
-        return hash(WhiteskyUrl)
-
-
-# One instance: migrations name it (clusters.models.whitesky_url).
-whitesky_url = WhiteskyUrl()
-
-
-NAMES_LOCK = 0x63617076  # the advisory lock that serialises cluster and pool creates
-
-
-def names_lock() -> None:
-    """Until the transaction ends, no other cluster or pool create passes this point, so
-    the name check after it sees every committed name: creates of `x` and `x-y` at once
-    cannot both pass. SQLite has one writer at a time already."""
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [NAMES_LOCK])
-
-
-def conflict(message: str) -> ValidationError:
-    """A refusal because of what other rows hold (not of the values themselves): the API
-    answers it 409."""
-    return ValidationError(message, code="conflict")
-
-
-def whitesky_customer(customer_id: str) -> str:
-    """Which whitesky customer an account names: its customer id (any case, outer spaces
-    ignored), whatever API host reaches it. Taking two customers for one only makes a name
-    rule stricter; taking one customer for two (a VCO reached through two host names)
-    would let one account's orphan sweep remove the other's live VMs and vGPUs, and two
-    of our clusters own the same VM names."""
-    return customer_id.strip().casefold()
-
-
-def same_customer_account_ids(customer_id: str) -> set[int]:
-    """Every account of ours that names this whitesky customer: their clusters' VMs and
-    vGPUs may be in the same listings, so cluster names must be unambiguous among them."""
-    customer = whitesky_customer(customer_id)
-    rows = Account.objects.values_list("pk", "customer_id")
-    return {pk for pk, cid in rows if whitesky_customer(cid) == customer}
 
 
 def cluster_name_refusal(name: str, account_id: int, *, exclude: int | None = None) -> str | None:
@@ -148,204 +65,20 @@ def cluster_name_refusal(name: str, account_id: int, *, exclude: int | None = No
     return naming.cluster_name_conflict(name, own) or naming.cluster_name_unavailable(name, others)
 
 
-class Account(models.Model):
-    """A whitesky customer account, the credential to act on it, and its orphan policy."""
-
-    name = models.CharField(max_length=100, unique=True, validators=[visible_text])
-    api_url = models.URLField(
-        validators=[whitesky_url],
-        help_text="The VCO API base, e.g. https://vco.example/api/1; its host must be in "
-        "WHITESKY_ALLOWED_HOSTS.",
-    )
-    iam_url = models.URLField(
-        validators=[whitesky_url],
-        help_text="The IAM host that refreshes the JWT; in WHITESKY_ALLOWED_HOSTS too.",
-    )
-    customer_id = models.CharField(max_length=100, validators=[visible_text])
-    credential = EncryptedTextField(
-        validators=[MaxLengthValidator(MAX_CREDENTIAL_LENGTH), jwt_shape],
-        help_text="The JWT; stored encrypted, never shown.",
-    )
-    # On: an orphan named by us (our prefix, and a cluster of this account or none at all)
-    # costs money every hour and nothing can take it over; docs/guides/gpu.md says more.
-    orphan_auto_release = models.BooleanField(
-        default=True,
-        help_text="Release orphaned vGPU reservations and remove orphaned VMs named by us "
-        "automatically, after the grace period and the confirmations; otherwise they wait "
-        "for a person. Orphans not named by us always wait for a person.",
-    )
-    orphan_grace_period = models.DurationField(
-        default=timedelta(hours=1),
-        validators=[
-            MinValueValidator(timedelta(0)),
-            MaxValueValidator(MAX_ORPHAN_GRACE_PERIOD),
-        ],
-        help_text="How long an orphan waits before it is released or removed (0 to 90 days).",
-    )
-    orphan_confirmations = models.PositiveSmallIntegerField(
-        default=3,
-        validators=[MinValueValidator(1), MaxValueValidator(MAX_ORPHAN_CONFIRMATIONS)],
-        help_text="Consecutive complete listings that must show a reservation orphaned "
-        "before it is released automatically.",
-    )
-    # Cluster API import: clusters and pools defined in a management cluster.
-    capi_kubeconfig = EncryptedTextField(
-        blank=True,
-        help_text="The kubeconfig of a management cluster whose Cluster API objects define "
-        "clusters of this account (imported: changed there, read-only here); stored "
-        "encrypted, never shown. Empty: nothing is imported.",
-    )
-    capi_import_complete = models.BooleanField(
-        default=False,
-        editable=False,
-        help_text="Whether the last import listed every Cluster API object it reads. "
-        "Nothing is deleted from a partial one.",
-    )
-    capi_import_error = models.TextField(blank=True, editable=False)
-    capi_import_started_at = models.DateTimeField(
-        null=True, blank=True, editable=False, help_text="When the last import's listings began."
-    )
-    capi_last_complete_import_at = models.DateTimeField(
-        null=True, blank=True, editable=False, help_text="When the last complete one's began."
-    )
-
-    class Meta:
-        constraints = [
-            models.CheckConstraint(
-                condition=models.Q(
-                    orphan_grace_period__gte=timedelta(0),
-                    orphan_grace_period__lte=MAX_ORPHAN_GRACE_PERIOD,
-                ),
-                name="account_orphan_grace_period_bounded",
-            ),
-            models.CheckConstraint(
-                condition=models.Q(
-                    orphan_confirmations__gte=1,
-                    orphan_confirmations__lte=MAX_ORPHAN_CONFIRMATIONS,
-                ),
-                name="account_orphan_confirmations_bounded",
-            ),
-        ]
-
-    def __str__(self) -> str:
-        return self.name
-
-    def save(self, *args: Any, **kwargs: Any) -> None:
-        if self._state.adding:
-            super().save(*args, **kwargs)
-            return
-        with transaction.atomic():
-            names_lock()  # clean() checked without it; checked again here, under it
-            self._customer_move_check()
-            super().save(*args, **kwargs)
-
-    @property
-    def has_capi_kubeconfig(self) -> bool:
-        return bool(self.capi_kubeconfig)
-
-    def clean(self) -> None:
-        if self.capi_kubeconfig:
-            try:
-                kubeconfig_checked(self.capi_kubeconfig)
-            except KubeconfigInvalid as exc:
-                raise ValidationError({"capi_kubeconfig": str(exc)}) from exc
-        self._customer_move_check()
-
-    def _customer_move_check(self) -> None:
-        """An account that comes to name another whitesky customer (its customer id
-        changed) brings its clusters' VM names there: refused (409) when they would be
-        ambiguous with the names of that customer's other accounts."""
-        if self.pk is None:
-            return
-        stored = Account.objects.filter(pk=self.pk).values_list("customer_id", flat=True).first()
-        if stored is None or whitesky_customer(stored) == whitesky_customer(self.customer_id):
-            return
-        accounts = same_customer_account_ids(self.customer_id) - {self.pk}
-        there = list(Cluster.objects.filter(account_id__in=accounts).values_list("name", flat=True))
-        for name in self.clusters.order_by("name").values_list("name", flat=True):
-            if refusal := naming.cluster_name_unavailable(name, there):
-                raise ValidationError(
-                    {
-                        "customer_id": conflict(
-                            f"This account's clusters cannot move there. {refusal}"
-                        )
-                    }
-                )
+def account_customer_move_refusal(account: Account, others: set[int]) -> str | None:
+    """Why the account may not come to name the whitesky customer of the accounts `others`:
+    its clusters' VM names would be ambiguous with those of the clusters there
+    (cloud.models.CUSTOMER_MOVE_CHECKS)."""
+    there = list(Cluster.objects.filter(account_id__in=others).values_list("name", flat=True))
+    for name in account.clusters.order_by("name").values_list("name", flat=True):
+        if refusal := naming.cluster_name_unavailable(name, there):
+            return f"This account's clusters cannot move there. {refusal}"
+    return None
 
 
 IMPORTED_READ_ONLY = (
     "{what} is imported from Cluster API ({source}): change it in the management cluster, not here."
 )
-
-
-class Membership(models.Model):
-    """A user's role in one account: what they may see and do there (capvco_web.permissions)."""
-
-    class Role(models.TextChoices):
-        # The names of the groups that hold each role's permissions.
-        VIEWER = "viewer"
-        OPERATOR = "operator"
-        ADMIN = "admin"
-
-    user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
-    )
-    account = models.ForeignKey(Account, on_delete=models.CASCADE, related_name="memberships")
-    role = models.ForeignKey(
-        Group,
-        on_delete=models.PROTECT,
-        related_name="+",
-        limit_choices_to={"name__in": Role.values},
-        help_text="viewer: reads; operator: also scales pools, deletes machines and "
-        "clusters, releases reservations; admin: also the account, its sites, pools, "
-        "clusters and members.",
-    )
-
-    class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["user", "account"], name="one_membership_per_account")
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.user} in {self.account} ({self.role})"
-
-    def clean(self) -> None:
-        if self.role_id and self.role.name not in self.Role.values:
-            raise ValidationError({"role": f"Choose one of {', '.join(self.Role.values)}."})
-
-
-class Location(models.Model):
-    """A whitesky location as the account sees it (mirrored), and how well it was observed."""
-
-    account = models.ForeignKey(Account, on_delete=models.CASCADE, related_name="locations")
-    name = models.CharField(max_length=100)
-    currency = models.CharField(max_length=8, blank=True)
-    vgu_price = models.DecimalField(
-        max_digits=12, decimal_places=4, default=Decimal(0), help_text="Per vGPU and month"
-    )
-    observation_complete = models.BooleanField(
-        default=False,
-        help_text="Whether the last observation listed every GPU card and vGPU. A partially "
-        "observed location takes no GPU decision.",
-    )
-    observation_error = models.TextField(blank=True)
-    observation_started_at = models.DateTimeField(
-        null=True,
-        blank=True,
-        help_text="When the listings of the last observation began: what they show is true "
-        "of that moment, not of anything changed later.",
-    )
-    last_complete_observation_at = models.DateTimeField(
-        null=True, blank=True, help_text="When the listings of the last complete one began."
-    )
-
-    class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["account", "name"], name="location_unique_per_account")
-        ]
-
-    def __str__(self) -> str:
-        return self.name
 
 
 class Cluster(models.Model):
@@ -814,32 +547,6 @@ class Machine(models.Model):
         return naming.vgpu_name(self.pool.cluster.name, self.name, n)
 
 
-class VirtualMachine(models.Model):
-    """A VM listed in a cloudspace of a cluster site (mirrored)."""
-
-    location = models.ForeignKey(Location, on_delete=models.CASCADE, related_name="vms")
-    cloudspace_id = models.CharField(max_length=100)
-    vm_id = models.BigIntegerField()
-    name = models.CharField(max_length=200)
-    status = models.CharField(max_length=32)
-    # A VM named by us that no machine owns is an orphan, billed like a reservation.
-    orphaned_since = models.DateTimeField(null=True, blank=True)
-    orphan_confirmations = models.PositiveSmallIntegerField(
-        default=0,
-        help_text="Consecutive complete listings of its cloudspace that showed it orphaned",
-    )
-    orphan_reason = models.CharField(max_length=300, blank=True, help_text="Why no machine owns it")
-
-    class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["location", "vm_id"], name="vm_unique_per_location")
-        ]
-        indexes = [models.Index(fields=["location", "name"])]
-
-    def __str__(self) -> str:
-        return f"{self.name} ({self.vm_id})"
-
-
 class KubeNode(models.Model):
     """A Kubernetes Node of a cluster (mirrored), and the machine whose VM it runs on."""
 
@@ -924,42 +631,3 @@ class KubePod(models.Model):
 
     def __str__(self) -> str:
         return f"{self.cluster.name}/{self.namespace}/{self.name}"
-
-
-class Cloudspace(models.Model):
-    """A cloudspace of the account at a location (mirrored): where a site's VMs can go."""
-
-    location = models.ForeignKey(Location, on_delete=models.CASCADE, related_name="cloudspaces")
-    cloudspace_id = models.CharField(max_length=100)
-    name = models.CharField(max_length=200)
-    status = models.CharField(max_length=32)
-
-    class Meta:
-        constraints = [
-            models.UniqueConstraint(
-                fields=["location", "cloudspace_id"], name="cloudspace_unique_per_location"
-            )
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.name} ({self.cloudspace_id})"
-
-
-class Image(models.Model):
-    """An image the account can boot VMs from at a location (mirrored)."""
-
-    location = models.ForeignKey(Location, on_delete=models.CASCADE, related_name="images")
-    image_id = models.PositiveIntegerField()
-    name = models.CharField(max_length=200)
-    status = models.CharField(max_length=32)
-    os_type = models.CharField(max_length=64, blank=True)
-
-    class Meta:
-        constraints = [
-            models.UniqueConstraint(
-                fields=["location", "image_id"], name="image_unique_per_location"
-            )
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.name} ({self.image_id})"

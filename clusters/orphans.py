@@ -22,15 +22,8 @@ from django.utils import timezone
 
 from capvco_web.integrations import whitesky as ws
 from capvco_web.rows import model_update
-from clusters.models import (
-    Account,
-    Cluster,
-    ClusterSite,
-    Location,
-    Machine,
-    VirtualMachine,
-    same_customer_account_ids,
-)
+from cloud.models import Account, Location, VirtualMachine, same_customer_account_ids
+from clusters.models import Cluster, ClusterSite, Machine
 from clusters.selectors import pools_by_cluster
 from gpus import naming
 

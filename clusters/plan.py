@@ -15,7 +15,8 @@ from typing import Literal, get_args
 
 from django.db.models import Count, Prefetch, Q
 
-from clusters.models import Cluster, ClusterSite, Location, Machine, MachinePool, VirtualMachine
+from cloud.models import Location, VirtualMachine
+from clusters.models import Cluster, ClusterSite, Machine, MachinePool
 from clusters.selectors import pools_by_cluster
 from gpus import naming
 from gpus.models import GpuProfile, VgpuReservation

@@ -24,13 +24,14 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from capvco_web.audit import audit_record
+from capvco_web.audit import SystemActor, audit_record
 from capvco_web.counters import reconcile_step_count
 from capvco_web.integrations import whitesky as ws
 from capvco_web.locks import object_lock
 from capvco_web.rows import model_update
+from cloud.models import Location, VirtualMachine
 from clusters.cloud_init import machine_user_data
-from clusters.models import Cluster, ClusterSite, Location, Machine, MachinePool, VirtualMachine
+from clusters.models import Cluster, ClusterSite, Machine, MachinePool
 from clusters.plan import (
     VM_GONE,
     CardBook,
@@ -57,7 +58,7 @@ K = TypeVar("K")
 L = TypeVar("L")
 Phase = Machine.Phase
 RState = VgpuReservation.State
-ACTOR = "reconciler"
+ACTOR = SystemActor.RECONCILER
 
 
 @dataclass

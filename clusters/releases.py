@@ -23,11 +23,11 @@ from django.contrib.auth.models import AnonymousUser, User
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
-from capvco_web.audit import audit_record
+from capvco_web.audit import SystemActor, audit_record
 from capvco_web.integrations import whitesky as ws
-from capvco_web.permissions import permission_require
 from capvco_web.rows import model_update
-from clusters.models import Location, Machine, VirtualMachine
+from cloud.models import Location, VirtualMachine
+from clusters.models import Machine
 from clusters.orphans import VmOwners, other_accounts_prefixes, vm_orphans_due
 from clusters.reconcile import vm_remove
 from gpus import naming
@@ -39,12 +39,11 @@ from gpus.services import (
     ReleaseRefused,
     release_request_pending,
     reservation_release,
-    reservation_snapshot,
 )
 
 State = VgpuReservation.State
-ACTOR = "orphan-sweep"
-Actor = User | AnonymousUser | str
+ACTOR = SystemActor.ORPHAN_SWEEP
+Actor = User | AnonymousUser | SystemActor
 
 
 @dataclass
@@ -93,57 +92,6 @@ def release_blocker(reservation: VgpuReservation) -> VirtualMachine | None:
             "stop that VM, or detach the vGPU from it, first"
         )
     return None
-
-
-def reservation_release_request(
-    *, reservation: VgpuReservation, actor: User | AnonymousUser, reason: str
-) -> VgpuReservation:
-    """A person asks to release a reservation: refused at once when it cannot happen,
-    else recorded on the row (who, why, when) and audited. A worker carries it out: the
-    task sent after this, or the orphan sweep when that task never runs."""
-    if not isinstance(actor, User):
-        raise ValueError("A release request needs a signed-in person.")
-    permission_require(actor, "gpus.release_vgpureservation", reservation)
-    reason = reason.strip()
-    if not reason:
-        raise ValueError("A release needs a reason.")
-    name = reservation.name
-    if reservation.vgpu_id is None:
-        raise ReleaseRefused(f"{name} has no vGPU id yet: nothing to release.")
-    if reservation.state == State.RELEASING:
-        raise ReleaseRefused(f"{name} is being released already.")
-    if reservation.state not in RELEASABLE:
-        raise ReleaseRefused(f"{name} is {reservation.state}: nothing to release.")
-    if release_request_pending(reservation):
-        by = reservation.release_requested_by
-        raise ReleaseRefused(
-            f"{name}: {by.get_username() if by else 'someone'} asked for its release already; "
-            "a worker carries it out."
-        )
-    release_blocker(reservation)
-    before = reservation_snapshot(reservation)
-    seen = {
-        "state": reservation.state,
-        "release_requested_at": reservation.release_requested_at,
-        "release_attempted_at": reservation.release_attempted_at,
-    }
-    request = {
-        "release_requested_at": timezone.now(),
-        "release_requested_by": actor,
-        "release_reason": reason,
-        "release_error": "",
-    }
-    if not model_update(reservation, request, expect=seen):
-        raise ReleaseRefused(f"{name} changed meanwhile: look at it again.")
-    audit_record(
-        actor=actor,
-        action="vgpu.release_requested",
-        obj=reservation,
-        reason=reason,
-        before=before,
-        after=reservation_snapshot(reservation),
-    )
-    return reservation
 
 
 def locations_to_sweep(now: datetime) -> QuerySet[Location]:
@@ -316,7 +264,7 @@ def _vm_remove(*, client: ws.WhiteskyClient, vm: VirtualMachine, reason: str) ->
 
 
 def _requester(row: VgpuReservation) -> Actor:
-    return row.release_requested_by or "deleted user"
+    return row.release_requested_by or SystemActor.DELETED_USER
 
 
 def _stalled_actor(row: VgpuReservation) -> tuple[Actor, str]:

@@ -11,8 +11,9 @@ from django.db.models.fields.json import KT
 from django.db.models.functions import Coalesce
 
 from capvco_web.integrations.kube import GPU_TYPE_LABEL
+from cloud.models import Location
 from clusters.gpu_nodes import gpu_label_value
-from clusters.models import Cluster, KubeNode, KubePod, Location, Machine, MachinePool
+from clusters.models import Cluster, KubeNode, KubePod, Machine, MachinePool
 from gpus.models import GpuProfile, VgpuReservation
 from gpus.resolve import gpu_type_of
 

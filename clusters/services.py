@@ -29,32 +29,25 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models, transaction
 from django.db.models import ProtectedError
 
-from capvco_web.audit import audit_changes, audit_record, audit_snapshot
+from capvco_web.audit import SystemActor, audit_changes, audit_record, audit_snapshot
 from capvco_web.integrations.kube import KubeconfigInvalid, kubeconfig_load
 from capvco_web.permissions import perm_name, permission_require, permissions_forget
 from capvco_web.rows import model_update
-from capvco_web.tasks import send_on_commit
+from capvco_web.tasks import send_by_name_on_commit
 from capvco_web.validators import kubeconfig_checked
-from clusters.models import (
-    Account,
-    Cluster,
-    ClusterSite,
-    KubeNode,
-    KubePod,
-    Location,
-    Machine,
-    MachinePool,
-    Membership,
-    VirtualMachine,
-)
+from cloud.models import Account, Location, Membership, VirtualMachine
+from clusters.models import Cluster, ClusterSite, KubeNode, KubePod, Machine, MachinePool
 from gpus import naming
 from gpus.models import VgpuReservation
 
-Actor = User | AnonymousUser | str
+Actor = User | AnonymousUser | SystemActor
 M = TypeVar("M", bound=models.Model)
 
 # The one actor that changes imported clusters, sites and pools (clusters.capi_import).
-IMPORT_ACTOR = "capi-import"
+IMPORT_ACTOR = SystemActor.CAPI_IMPORT
+# Started by name (capvco_web.tasks.send_by_name_on_commit): clusters.tasks imports these
+# services.
+OBSERVE_ACCOUNT = "clusters.tasks.observe_account"
 
 
 class ImportedReadOnly(PermissionDenied):
@@ -66,7 +59,7 @@ class ImportedReadOnly(PermissionDenied):
 def imported_check(obj: models.Model, actor: Actor) -> None:
     """Raise `ImportedReadOnly` when `obj` (a cluster, site or pool) is imported and the
     actor is not the import."""
-    if actor == IMPORT_ACTOR:
+    if actor is IMPORT_ACTOR:  # the member, not a string that reads the same
         return
     refusal = getattr(obj, "import_refusal", None)
     if refusal is not None and (message := refusal()):
@@ -105,7 +98,7 @@ def _them(names: Sequence[str]) -> str:
 
 
 def machine_force_delete(
-    *, machine: Machine, actor: User | AnonymousUser | str, reason: str
+    *, machine: Machine, actor: User | AnonymousUser | SystemActor, reason: str
 ) -> None:
     """Drop a machine without teardown (like `--force`). Its VM and vGPUs stay behind,
     become orphans, and are reclaimed by name (orphan sweep or cluster deletion)."""
@@ -125,7 +118,9 @@ def machine_force_delete(
         machine.delete()
 
 
-def cluster_delete(*, cluster: Cluster, actor: User | AnonymousUser | str, reason: str) -> None:
+def cluster_delete(
+    *, cluster: Cluster, actor: User | AnonymousUser | SystemActor, reason: str
+) -> None:
     """Ask for a cluster's deletion: the reconciler tears it down and releases every
     reservation carrying its prefix; the cluster stays `deleting` until none is listed."""
     permission_require(actor, "clusters.delete_cluster", cluster)
@@ -322,7 +317,7 @@ def account_delete(*, account: Account, actor: Actor, reason: str = "") -> None:
     locations and their mirrors (cards, VMs, released reservations). Audited."""
     with transaction.atomic():
         account = Account.objects.select_for_update().get(pk=account.pk)
-        permission_require(actor, "clusters.delete_account", account)
+        permission_require(actor, "cloud.delete_account", account)
         account_delete_check(account=account)
         released = VgpuReservation.objects.filter(
             location__account=account, state=VgpuReservation.State.RELEASED
@@ -415,13 +410,10 @@ def _row_update(obj: M, *, actor: Actor, action: str, reason: str = "") -> M:
 
 
 def account_create(*, account: Account, actor: Actor) -> Account:
-    """Create an account (Django's global permission `clusters.add_account`: no role in
+    """Create an account (Django's global permission `cloud.add_account`: no role in
     an account that does not exist yet grants it). The person who creates it becomes its
     admin, so that they see it. The account is observed as soon as it is committed."""
-    # Here, not at the top: the tasks module imports the services.
-    from clusters.tasks import observe_account
-
-    permission_require(actor, "clusters.add_account")
+    permission_require(actor, "cloud.add_account")
     account.full_clean()
     with transaction.atomic():
         account.save()
@@ -430,13 +422,13 @@ def account_create(*, account: Account, actor: Actor) -> Account:
         )
         # Observed at once, not at the next beat tick: its locations, cards, cloudspaces
         # and images are there to choose from when its first cluster is set up.
-        send_on_commit(observe_account, account.pk, True)
+        send_by_name_on_commit(OBSERVE_ACCOUNT, account.pk, True)
         if isinstance(actor, User) and not actor.is_superuser:
             membership_create(
                 membership=Membership(
                     user=actor, account=account, role=Group.objects.get(name="admin")
                 ),
-                actor="account-create",
+                actor=SystemActor.ACCOUNT_CREATE,
             )
             permissions_forget(actor)  # what they may do next in this request includes it
     return account
@@ -549,7 +541,7 @@ def membership_delete(*, membership: Membership, actor: Actor, reason: str = "")
             .select_related("user", "account", "role")
             .get(pk=membership.pk)
         )
-        permission_require(actor, "clusters.delete_membership", membership)
+        permission_require(actor, "cloud.delete_membership", membership)
         audit_record(
             actor=actor,
             action="membership.delete",
@@ -758,7 +750,7 @@ def account_capi_kubeconfig_set(
     anything about them, and a listing of another management cluster that lacks them
     must not read as their deletion.
     """
-    permission_require(actor, "clusters.change_account", account)
+    permission_require(actor, "cloud.change_account", account)
     kubeconfig = kubeconfig.strip()
     server_after = _kubeconfig_server_checked(kubeconfig, field="capi_kubeconfig")
     with transaction.atomic():

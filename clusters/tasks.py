@@ -1,6 +1,5 @@
 """Periodic, idempotent tasks: observe every location (and, on a slower beat, each
-account's cloudspaces and images), reconcile every cluster, sweep orphans; and the release
-a person asked for.
+account's cloudspaces and images), reconcile every cluster, sweep orphans.
 
 Tasks take ids and call one reconciler; beat sends the fan-out ones (see settings).
 """
@@ -19,26 +18,19 @@ from capvco_web.integrations import whitesky as ws
 from capvco_web.integrations.kube import KubeconfigInvalid
 from capvco_web.locks import object_lock
 from capvco_web.tasks import retry_if_transient, send_on_commit
+from cloud.kube import management_client
+from cloud.models import Account, Location
+from cloud.observe import account_catalog_observe, account_locations_observe
+from cloud.whitesky import whitesky_client
 from clusters.capi_import import account_capi_import
 from clusters.gpu_addon import cluster_gpu_addon_reconcile
 from clusters.gpu_nodes import node_gpu_labels_apply
-from clusters.kube import kube_client, management_client
+from clusters.kube import kube_client
 from clusters.kube_observe import cluster_kube_observe
-from clusters.models import Account, Cluster, Location
-from clusters.observe import (
-    account_catalog_observe,
-    account_locations_observe,
-    location_observe,
-)
+from clusters.models import Cluster
+from clusters.observe import location_observe
 from clusters.reconcile import PassContext, cluster_reconcile, machine_reconcile
-from clusters.releases import (
-    locations_to_sweep,
-    orphan_sweep,
-    release_request_carry_out,
-)
-from clusters.whitesky import whitesky_client
-from gpus.models import VgpuReservation
-from gpus.services import ReleaseRefused, release_request_pending
+from clusters.releases import locations_to_sweep, orphan_sweep
 
 logger = logging.getLogger(__name__)
 
@@ -222,23 +214,3 @@ def orphan_sweep_location(location_id: int) -> None:
         logger.info("orphan sweep %s: released %s", location.name, name)
     for error in result.errors:
         logger.warning("orphan sweep %s: %s", location.name, error)
-
-
-@shared_task
-def reservation_release_task(reservation_id: int) -> None:
-    """Carry out the release a person asked for, as recorded on the row (who, why), audited
-    with that person as actor. If this message is lost, the orphan sweep does it."""
-    row = (
-        VgpuReservation.objects.select_related("location__account", "release_requested_by")
-        .filter(pk=reservation_id)
-        .first()
-    )
-    if row is None or not release_request_pending(row):
-        return  # done already (by the sweep), or refused since
-    with whitesky_client(row.location.account) as client:
-        try:
-            release_request_carry_out(client=client, reservation=row)
-        except (ws.WhiteskyError, ReleaseRefused) as exc:
-            # Refusals are on the row and in the audit log; a lost outcome is sent again by
-            # the sweep: a task retry would add nothing.
-            logger.warning("release of %s refused or unknown: %s", row.name, exc)

@@ -10,7 +10,8 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db.models import QuerySet
 from django.forms.utils import ErrorDict
 
-from clusters.models import Account, Cloudspace, Cluster, Image, Location
+from cloud.models import Account, Cloudspace, Image, Location
+from clusters.models import Cluster
 from sriov.models import PodNic
 
 

@@ -26,8 +26,9 @@ from django.db.models import (
 )
 from django.db.models.functions import Coalesce
 
+from cloud.models import Location
 from clusters.gpu_nodes import gpu_label_value
-from clusters.models import Cluster, KubeNode, KubePod, Location, Machine, MachinePool
+from clusters.models import Cluster, KubeNode, KubePod, Machine, MachinePool
 from clusters.nodes import CONTROL_PLANE_LABELS
 from clusters.selectors import ACTIVE_POD_PHASES, KubeGpus
 from gpus import naming

@@ -12,10 +12,10 @@ from django.template.response import TemplateResponse
 from capvco_web.admin import reason_asked
 from capvco_web.permissions import AccountScopedAdmin, allowed_somewhere
 from capvco_web.tasks import send_on_commit
-from clusters.releases import reservation_release_request
-from clusters.tasks import reservation_release_task
 from gpus.models import GpuProfile, VgpuReservation
+from gpus.release_requests import reservation_release_request
 from gpus.services import ReleaseRefused
+from gpus.tasks import reservation_release_task
 
 
 @admin.register(GpuProfile)

@@ -19,7 +19,7 @@ from gpus.models import GpuProfile, VgpuReservation
 from gpus.naming import owner_parse
 
 if TYPE_CHECKING:
-    from clusters.models import Account, Location
+    from cloud.models import Account, Location
 
 State = VgpuReservation.State
 

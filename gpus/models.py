@@ -29,7 +29,7 @@ class GpuProfile(models.Model):
     """One physical GPU card in a location, as whitesky lists it (mirrored)."""
 
     location = models.ForeignKey(
-        "clusters.Location", on_delete=models.CASCADE, related_name="gpu_profiles"
+        "cloud.Location", on_delete=models.CASCADE, related_name="gpu_profiles"
     )
     profile_id = models.CharField(max_length=100)
     vendor = models.CharField(max_length=100)
@@ -65,7 +65,7 @@ class VgpuReservation(models.Model):
         RELEASED = "released"
 
     location = models.ForeignKey(
-        "clusters.Location", on_delete=models.PROTECT, related_name="reservations"
+        "cloud.Location", on_delete=models.PROTECT, related_name="reservations"
     )
     name = models.CharField(max_length=200)
     # NULL, not "": unique only once whitesky gave the id.

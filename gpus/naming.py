@@ -7,7 +7,7 @@ rules (`cluster_name_conflict`, `pool_name_conflict`): no cluster name equals an
 is another followed by a dash, and the same for the pools of one cluster.
 
 The cluster rule holds among the clusters of one whitesky customer (every account of ours
-that names that customer: clusters.models.same_customer_account_ids), whose VMs and
+that names that customer: cloud.models.same_customer_account_ids), whose VMs and
 vGPUs share the customer's listings. Accounts of other customers never list them, so
 their cluster names are free of it.
 

@@ -10,7 +10,7 @@ from django.db.models import Q, QuerySet
 from gpus.models import VgpuReservation
 
 if TYPE_CHECKING:
-    from clusters.models import Location
+    from cloud.models import Location
 
 State = VgpuReservation.State
 

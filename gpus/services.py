@@ -17,7 +17,7 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from capvco_web.audit import audit_record
+from capvco_web.audit import SystemActor, audit_record
 from capvco_web.integrations import whitesky as ws
 from capvco_web.locks import object_lock
 from capvco_web.rows import model_update
@@ -177,7 +177,7 @@ def reservation_release(
     *,
     client: ws.WhiteskyClient,
     reservation: VgpuReservation,
-    actor: User | AnonymousUser | str,
+    actor: User | AnonymousUser | SystemActor,
     reason: str,
     prepare: Callable[[], None] | None = None,
 ) -> bool:
@@ -207,7 +207,7 @@ def reservation_release(
 def _release_claimed(
     client: ws.WhiteskyClient,
     reservation: VgpuReservation,
-    actor: User | AnonymousUser | str,
+    actor: User | AnonymousUser | SystemActor,
     reason: str,
     prepare: Callable[[], None] | None,
 ) -> bool:

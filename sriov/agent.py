@@ -35,7 +35,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from capvco_web.audit import audit_record
+from capvco_web.audit import SystemActor, audit_record
 from capvco_web.counters import count, sriov_attach_observe
 from capvco_web.integrations import whitesky as ws
 from capvco_web.locks import object_lock
@@ -60,7 +60,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 State = PodNic.State
-AGENT = "sriov-agent"  # the actor of what the CNI plugin asks for
+AGENT = SystemActor.SRIOV_AGENT  # the actor of what the CNI plugin asks for
 _FAILURE_LIMIT = 1000
 GC_TURN_WAIT = 2.0  # a GC waits only briefly for a VM's turn: the next GC or reclaim goes on
 
@@ -574,7 +574,9 @@ def node_nics_gc(
     return result
 
 
-def nic_release(*, row: PodNic, clients: Clients, wait: float, actor: str, reason: str) -> None:
+def nic_release(
+    *, row: PodNic, clients: Clients, wait: float, actor: SystemActor, reason: str
+) -> None:
     """Detach the row's NIC (whatever state the row is in) and mark it released. Audited."""
     config = (
         SriovConfig.objects.select_related("cluster__account")
@@ -596,7 +598,7 @@ def nic_release(*, row: PodNic, clients: Clients, wait: float, actor: str, reaso
         _detach(row, client, actor=actor, reason=reason)
 
 
-def _released(row: PodNic, *, actor: str, reason: str, before: dict[str, Any]) -> None:
+def _released(row: PodNic, *, actor: SystemActor, reason: str, before: dict[str, Any]) -> None:
     with transaction.atomic():
         model_update(
             row,
@@ -618,7 +620,7 @@ def _released(row: PodNic, *, actor: str, reason: str, before: dict[str, Any]) -
     count("sriov_nic_changes", "detach", "ok")
 
 
-def _detach(row: PodNic, client: ws.WhiteskyClient, *, actor: str, reason: str) -> None:
+def _detach(row: PodNic, client: ws.WhiteskyClient, *, actor: SystemActor, reason: str) -> None:
     row.refresh_from_db()
     if row.state == State.RELEASED:
         return

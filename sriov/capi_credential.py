@@ -28,7 +28,7 @@ TOKEN_KEY = "token"  # noqa: S105 - the name of a key
 
 
 def _management_client(cluster: Cluster) -> KubeClient:
-    from clusters.kube import management_client
+    from cloud.kube import management_client
 
     return management_client(cluster.account)
 

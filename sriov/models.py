@@ -13,7 +13,8 @@ from django.db import models
 
 from capvco_web.encryption import EncryptedTextField
 from capvco_web.validators import visible_text
-from clusters.models import MAX_CREDENTIAL_LENGTH, Cluster, Location, Machine, jwt_shape
+from cloud.models import MAX_CREDENTIAL_LENGTH, Location, jwt_shape
+from clusters.models import Cluster, Machine
 
 # Token prefix of the node agents (the CNI plugin), apart from people's API tokens.
 AGENT_TOKEN_PREFIX = "cvsriov_"  # noqa: S105 (a prefix, not a secret)

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from capvco_web.integrations import whitesky as ws
 from capvco_web.rows import fields_assign
-from clusters.models import Location
+from cloud.models import Location
 from sriov.models import ExternalNetwork
 
 

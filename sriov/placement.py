@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from capvco_web.integrations import kube
-from clusters.models import Cluster, KubeNode, KubePod, Location, Machine
+from cloud.models import Location
+from clusters.models import Cluster, KubeNode, KubePod, Machine
 from clusters.nodes import NodeOwners
 
 if TYPE_CHECKING:

@@ -24,10 +24,11 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from capvco_web.audit import audit_record
+from capvco_web.audit import SystemActor, audit_record
 from capvco_web.integrations import whitesky as ws
 from capvco_web.locks import object_lock
-from clusters.models import Cluster, KubePod, Location, Machine
+from cloud.models import Location
+from clusters.models import Cluster, KubePod, Machine
 from sriov.agent import Clients, Refused, nic_release, vm_lock_name
 from sriov.models import ExternalNetwork, LeakedNic, PodNic, SriovConfig
 from sriov.networks import external_networks_mirror, network_match
@@ -35,7 +36,7 @@ from sriov.placement import FINISHED_PHASES
 
 logger = logging.getLogger(__name__)
 
-RECLAIMER = "sriov-reclaim"
+RECLAIMER = SystemActor.SRIOV_RECLAIM
 State = PodNic.State
 # The reclaimer waits only briefly for a VM's turn: a busy VM is taken up next pass.
 TURN_WAIT = 2.0

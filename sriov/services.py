@@ -86,11 +86,11 @@ def sriov_config_set(
     `credential`, `mtu`; a credential left out is kept). Needs the admin role. Enabling
     needs a credential of its own, the network and the cluster's kubeconfig. Audited."""
     permission_require(actor, "sriov.change_sriovconfig", cluster)
-    settable = set(_SETTABLE) | ({"credential_source"} if actor == IMPORT_ACTOR else set())
+    settable = set(_SETTABLE) | ({"credential_source"} if actor is IMPORT_ACTOR else set())
     unknown = set(changes) - settable
     if unknown:
         raise ValidationError({name: "Not a setting of SR-IOV." for name in sorted(unknown)})
-    if "credential" in changes and actor != IMPORT_ACTOR and (refs := credential_refs(cluster)):
+    if "credential" in changes and actor is not IMPORT_ACTOR and (refs := credential_refs(cluster)):
         said = (
             f"Cluster {cluster.name} is imported: its SR-IOV credential is read from the "
             f"Secret {', '.join(refs)} of its management cluster; change it there."

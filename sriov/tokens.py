@@ -29,7 +29,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from capvco_web.audit import audit_record
+from capvco_web.audit import SystemActor, audit_record
 from capvco_web.permissions import Actor, permission_require
 from capvco_web.tokens import LAST_USED_RESOLUTION, token_hash
 from clusters.models import Cluster, Machine
@@ -45,7 +45,7 @@ MAX_OVERLAP = timedelta(days=1)
 # A node's replaced token keeps working this long: calls under way finish, and an
 # installer whose enrollment answer was lost can enroll again with it.
 NODE_TOKEN_OVERLAP = timedelta(minutes=2)
-INSTALLER = "sriov-installer"  # the actor of an enrollment
+INSTALLER = SystemActor.SRIOV_INSTALLER  # the actor of an enrollment
 _NO_HASH = "0" * 64
 
 

@@ -11,7 +11,7 @@ from django.conf import settings
 
 from capvco_web.counters import whitesky_call_count
 from capvco_web.integrations import whitesky as ws
-from clusters.models import whitesky_allowed_hosts
+from cloud.models import whitesky_allowed_hosts
 from sriov.models import SriovConfig
 
 

@@ -135,7 +135,7 @@ def seed_world() -> dict[str, int]:
     as; the id of each object, by the first segment of its path."""
 
     from capvco_web.tokens import api_token_create
-    from clusters.models import Cloudspace, Image
+    from cloud.models import Cloudspace, Image
     from tests.factories import (
         ExternalNetworkFactory,
         GpuProfileFactory,
@@ -164,7 +164,7 @@ def seed_world() -> dict[str, int]:
     MembershipFactory(user=viewer, account=pool.cluster.account, role="viewer")
     node = KubeNodeFactory(cluster=pool.cluster, machine=machine)
     pod = KubePodFactory(cluster=pool.cluster, node_name=node.name)
-    token, _ = api_token_create(user=superuser, name="contract", actor=CONTRACT_USER)
+    token, _ = api_token_create(user=superuser, name="contract", actor=superuser)
     cloudspace = Cloudspace.objects.create(
         location=attached.location, cloudspace_id="cs-1", name="prod", status="DEPLOYED"
     )

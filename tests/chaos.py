@@ -53,19 +53,13 @@ from django.contrib.auth.models import User
 from django.core.management import call_command
 from rest_framework.test import APIClient
 
+from capvco_web.audit import SystemActor
 from capvco_web.models import AuditEvent
-from clusters.models import (
-    Account,
-    Cluster,
-    Location,
-    Machine,
-    MachinePool,
-    Membership,
-    VirtualMachine,
-)
-from clusters.observe import account_locations_observe
+from cloud.models import Account, Location, Membership, VirtualMachine
+from cloud.observe import account_locations_observe
+from cloud.whitesky import whitesky_client
+from clusters.models import Cluster, Machine, MachinePool
 from clusters.services import cluster_delete, machine_force_delete
-from clusters.whitesky import whitesky_client
 from gpus import naming
 from gpus.models import VgpuReservation
 from tests.e2e.processes import broker_flush, celery_worker, worker_kill
@@ -80,7 +74,7 @@ ACTION_EVERY = (1.0, 3.0)
 SECOND_THOUGHT = (0.2, 1.0)  # a pool scaled again soon after
 LISTING_FAILS_EVERY = (8.0, 20.0)
 KILL_EVERY = (6.0, 20.0)
-ACTOR = "chaos"
+ACTOR = SystemActor.RECONCILER
 MID_STEP = (Machine.Phase.CREATING, Machine.Phase.ATTACHING, Machine.Phase.STARTING)
 
 # Short whitesky timeouts, so that a lost create or reserve is decided within seconds

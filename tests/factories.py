@@ -20,18 +20,8 @@ from factory.django import DjangoModelFactory, Password
 from capvco_web.models import AuditEvent, Heartbeat
 from capvco_web.permissions import ROLE_PERMISSIONS
 from capvco_web.tasks import BEAT
-from clusters.models import (
-    Account,
-    Cluster,
-    ClusterSite,
-    KubeNode,
-    KubePod,
-    Location,
-    Machine,
-    MachinePool,
-    Membership,
-    VirtualMachine,
-)
+from cloud.models import Account, Location, Membership, VirtualMachine
+from clusters.models import Cluster, ClusterSite, KubeNode, KubePod, Machine, MachinePool
 from gpus.models import GpuProfile, VgpuReservation
 from sriov.models import ExternalNetwork, LeakedNic, PodNic
 

@@ -14,9 +14,11 @@ from django.db import connection, models
 from django.db.models.signals import pre_save
 from rest_framework.test import APIClient
 
+from capvco_web.audit import SystemActor
 from capvco_web.models import ApiToken
 from capvco_web.tokens import MAX_TOKENS_PER_USER, api_token_create
-from clusters.models import Account, ClusterSite, Membership
+from cloud.models import Account, Membership
+from clusters.models import ClusterSite
 from tests.factories import (
     AccountFactory,
     ClusterFactory,
@@ -116,7 +118,7 @@ def test_two_identical_creates_at_once_answer_201_and_409_as_one_after_the_other
 def test_the_token_cap_holds_when_tokens_are_made_at_once(root: User) -> None:
     user = UserFactory(username="many")
     for index in range(MAX_TOKENS_PER_USER - 4):
-        api_token_create(user=user, name=f"t{index}", actor="test")
+        api_token_create(user=user, name=f"t{index}", actor=SystemActor.RECONCILER)
 
     def make(index: int) -> Callable[[], Any]:
         def call() -> Any:

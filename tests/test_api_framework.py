@@ -19,7 +19,8 @@ from rest_framework.test import APIClient
 from capvco_web.api import exception_handler
 from capvco_web.models import ApiToken
 from capvco_web.tokens import MAX_TOKENS_PER_USER
-from clusters.models import Account, Cluster, MachinePool, Membership, conflict
+from cloud.models import Account, Membership, conflict
+from clusters.models import Cluster, MachinePool
 from tests.api_fuzz import served_schema
 from tests.factories import (
     JWT,

@@ -2,7 +2,7 @@ import pytest
 from cryptography.fernet import Fernet
 from django.db import connection
 
-from clusters.models import Account
+from cloud.models import Account
 
 pytestmark = pytest.mark.django_db
 
@@ -21,7 +21,7 @@ def make_account() -> Account:
 
 def raw_credential(account: Account) -> str:
     with connection.cursor() as cursor:
-        cursor.execute("SELECT credential FROM clusters_account WHERE id = %s", [account.pk])
+        cursor.execute("SELECT credential FROM cloud_account WHERE id = %s", [account.pk])
         return str(cursor.fetchone()[0])
 
 

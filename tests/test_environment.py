@@ -130,6 +130,7 @@ CHECKOUT = (
     "manage.py",
     "bin",
     "capvco_web",
+    "cloud",
     "clusters",
     "gpus",
     "sriov",

@@ -19,23 +19,25 @@ from capvco_web.api import (
     StrictInputMixin,
     api_validation_error,
 )
-from clusters.models import (
+from cloud.models import (
     MAX_CREDENTIAL_LENGTH,
-    MAX_GPUS_PER_MACHINE,
     MAX_ORPHAN_GRACE_PERIOD,
-    MAX_REPLICAS,
     Account,
     Cloudspace,
-    Cluster,
-    ClusterSite,
     Image,
-    KubeNode,
-    KubePod,
     Location,
-    Machine,
-    MachinePool,
     Membership,
     jwt_shape,
+)
+from clusters.models import (
+    MAX_GPUS_PER_MACHINE,
+    MAX_REPLICAS,
+    Cluster,
+    ClusterSite,
+    KubeNode,
+    KubePod,
+    Machine,
+    MachinePool,
 )
 from clusters.plan import ACTIONS
 from clusters.services import account_update_check

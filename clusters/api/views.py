@@ -18,6 +18,7 @@ from rest_framework.response import Response
 
 from capvco_web.api import ErrorSerializer, ReasonSerializer, api_validation_error
 from capvco_web.permissions import AccountScopedViewSetMixin, users_known
+from cloud.models import Account, Cloudspace, Image, Location, Membership
 from clusters.api.serializers import (
     AccountSerializer,
     CloudspaceSerializer,
@@ -48,19 +49,7 @@ from clusters.filtersets import (
     MachinePoolFilterSet,
     MembershipFilterSet,
 )
-from clusters.models import (
-    Account,
-    Cloudspace,
-    Cluster,
-    ClusterSite,
-    Image,
-    KubeNode,
-    KubePod,
-    Location,
-    Machine,
-    MachinePool,
-    Membership,
-)
+from clusters.models import Cluster, ClusterSite, KubeNode, KubePod, Machine, MachinePool
 from clusters.plan import cluster_plan
 from clusters.selectors import clusters_with_kube_summary, kube_nodes_with_requests
 from clusters.services import (

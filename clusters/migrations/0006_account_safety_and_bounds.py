@@ -2,7 +2,7 @@
 
 import capvco_web.encryption
 import capvco_web.validators
-import clusters.models
+import cloud.models
 import datetime
 import django.core.validators
 from django.db import migrations, models
@@ -44,7 +44,7 @@ class Migration(migrations.Migration):
         migrations.AlterField(
             model_name='account',
             name='api_url',
-            field=models.URLField(help_text='The VCO API base, e.g. https://vco.example/api/1; its host must be in WHITESKY_ALLOWED_HOSTS.', validators=[clusters.models.whitesky_url]),
+            field=models.URLField(help_text='The VCO API base, e.g. https://vco.example/api/1; its host must be in WHITESKY_ALLOWED_HOSTS.', validators=[cloud.models.whitesky_url]),
         ),
         migrations.AlterField(
             model_name='account',
@@ -59,7 +59,7 @@ class Migration(migrations.Migration):
         migrations.AlterField(
             model_name='account',
             name='iam_url',
-            field=models.URLField(help_text='The IAM host that refreshes the JWT; in WHITESKY_ALLOWED_HOSTS too.', validators=[clusters.models.whitesky_url]),
+            field=models.URLField(help_text='The IAM host that refreshes the JWT; in WHITESKY_ALLOWED_HOSTS too.', validators=[cloud.models.whitesky_url]),
         ),
         migrations.AlterField(
             model_name='account',

@@ -34,8 +34,6 @@ from capvco_web.permissions import permission_require, visible
 from capvco_web.tasks import send_on_commit
 from clusters import services
 from clusters.models import Cluster, Machine, MachinePool
-from clusters.releases import reservation_release_request
-from clusters.tasks import reservation_release_task
 from dashboard.forms import ReasonForm, ScaleForm
 from dashboard.views.clusters import cluster_body, cluster_for_page
 from dashboard.views.common import local_url, query_of
@@ -45,7 +43,9 @@ from dashboard.views.nics import nics_context
 from dashboard.views.reservations import TEMPLATE as RESERVATIONS_TEMPLATE
 from dashboard.views.reservations import reservation_table
 from gpus.models import VgpuReservation
+from gpus.release_requests import reservation_release_request
 from gpus.services import ReleaseRefused
+from gpus.tasks import reservation_release_task
 from sriov.models import LeakedNic
 from sriov.services import leaked_nic_detach_request
 

@@ -21,15 +21,8 @@ from django.views.decorators.http import require_GET
 
 from capvco_web.htmx import HtmxHttpRequest
 from capvco_web.permissions import allowed, visible
-from clusters.models import (
-    Cluster,
-    ClusterSite,
-    KubeNode,
-    KubePod,
-    Machine,
-    MachinePool,
-    VirtualMachine,
-)
+from cloud.models import VirtualMachine
+from clusters.models import Cluster, ClusterSite, KubeNode, KubePod, Machine, MachinePool
 from clusters.plan import cluster_plan
 from clusters.selectors import clusters_with_kube_summary, kube_nodes_with_requests
 from dashboard.forms import NodeFilterForm

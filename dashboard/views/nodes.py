@@ -13,7 +13,8 @@ from django.views.decorators.http import require_GET
 
 from capvco_web.htmx import HtmxHttpRequest
 from capvco_web.permissions import visible
-from clusters.models import Cluster, KubeNode, KubePod, Location, Machine
+from cloud.models import Location
+from clusters.models import Cluster, KubeNode, KubePod, Machine
 from clusters.selectors import kube_nodes_with_requests
 from dashboard.filtersets import NodeListFilterSet, filled
 from dashboard.forms import LocationChoiceField, NodeFilterForm, cluster_name_field

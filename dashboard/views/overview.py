@@ -12,7 +12,8 @@ from django.views.decorators.http import require_GET
 from capvco_web.health import readiness
 from capvco_web.htmx import HtmxHttpRequest
 from capvco_web.permissions import visible
-from clusters.models import KubeNode, Location, Machine
+from cloud.models import Location
+from clusters.models import KubeNode, Machine
 from clusters.selectors import kube_gpus_by_location_and_type
 from dashboard.selectors import capacity_board, kube_flags, money_wasted, observations
 from dashboard.views.common import page_or_fragment

@@ -18,7 +18,8 @@ from django.views.decorators.http import require_GET
 
 from capvco_web.htmx import HtmxHttpRequest
 from capvco_web.permissions import allowed, visible
-from clusters.models import Cluster, Location, VirtualMachine
+from cloud.models import Location, VirtualMachine
+from clusters.models import Cluster
 from dashboard.filtersets import filled
 from dashboard.forms import LocationChoiceField
 from dashboard.pagination import CURSOR_PARAMS, BadCursor, KeysetPage, Sort, keyset_page

@@ -19,7 +19,8 @@ from django.views.decorators.http import require_http_methods
 
 from capvco_web.htmx import HtmxHttpRequest
 from capvco_web.permissions import accounts_where, scoped, visible
-from clusters.models import Account, Cloudspace, Cluster, Image, Location
+from cloud.models import Account, Cloudspace, Image, Location
+from clusters.models import Cluster
 from clusters.services import PoolSpec, SiteSpec, cluster_setup
 from dashboard.forms import ClusterSetupForm, PoolForm, SiteForm
 from dashboard.selectors import Fit, pool_fit

@@ -14,8 +14,6 @@ from rest_framework.views import APIView
 from capvco_web.api import ErrorSerializer, ReasonSerializer
 from capvco_web.permissions import AccountScopedViewSetMixin, visible
 from capvco_web.tasks import send_on_commit
-from clusters.releases import reservation_release_request
-from clusters.tasks import reservation_release_task
 from gpus.api.serializers import (
     GpuProfileSerializer,
     GpuTypeOfferSerializer,
@@ -23,8 +21,10 @@ from gpus.api.serializers import (
 )
 from gpus.filtersets import GpuProfileFilterSet, VgpuReservationFilterSet
 from gpus.models import GpuProfile, VgpuReservation
+from gpus.release_requests import reservation_release_request
 from gpus.resolve import offers
 from gpus.services import ReleaseRefused
+from gpus.tasks import reservation_release_task
 
 
 class GpuProfileViewSet(AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[GpuProfile]):

@@ -6,7 +6,7 @@ from rest_framework import serializers
 
 from capvco_web.api import HAS_TEXT, ReasonField, ReasonSerializer, StrictInputMixin
 from capvco_web.validators import visible_text
-from clusters.models import MAX_CREDENTIAL_LENGTH, jwt_shape
+from cloud.models import MAX_CREDENTIAL_LENGTH, jwt_shape
 from sriov.models import AGENT_TOKEN_PREFIX, MAX_MTU, MIN_MTU, ExternalNetwork, LeakedNic, PodNic
 
 

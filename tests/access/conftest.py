@@ -8,15 +8,8 @@ from dataclasses import dataclass
 import pytest
 from django.contrib.auth.models import User
 
-from clusters.models import (
-    Account,
-    Cluster,
-    ClusterSite,
-    Location,
-    Machine,
-    MachinePool,
-    Membership,
-)
+from cloud.models import Account, Location, Membership
+from clusters.models import Cluster, ClusterSite, Machine, MachinePool
 from gpus.models import GpuProfile, VgpuReservation
 from tests.factories import (
     AccountFactory,

@@ -12,7 +12,8 @@ from django.test import Client
 from django.urls import reverse
 
 from capvco_web.models import AuditEvent
-from clusters.models import Account, Cluster, Location, Machine, MachinePool, Membership
+from cloud.models import Account, Location, Membership
+from clusters.models import Cluster, Machine, MachinePool
 from tests.access.conftest import World, caller_make, newcomer_known_to_admins_of
 from tests.factories import ClusterSiteFactory, LocationFactory, MembershipFactory
 
@@ -20,13 +21,13 @@ pytestmark = pytest.mark.django_db
 
 # Each admin changelist, and the rows of a tenant it lists.
 CHANGELISTS = {
-    "clusters_account": lambda t: {t.account.pk},
-    "clusters_location": lambda t: {t.location.pk, t.spare_location.pk, t.empty_site.location_id},
+    "cloud_account": lambda t: {t.account.pk},
+    "cloud_location": lambda t: {t.location.pk, t.spare_location.pk, t.empty_site.location_id},
     "clusters_cluster": lambda t: {t.cluster.pk},
     "clusters_clustersite": lambda t: {t.site.pk, t.empty_site.pk},
     "clusters_machinepool": lambda t: {t.pool.pk, t.empty_pool.pk},
     "clusters_machine": lambda t: {t.machine.pk},
-    "clusters_membership": lambda t: {t.membership.pk},
+    "cloud_membership": lambda t: {t.membership.pk},
     "gpus_gpuprofile": lambda t: {t.card.pk},
     "gpus_vgpureservation": lambda t: {t.reservation.pk},
 }
@@ -61,7 +62,7 @@ def test_viewer_sees_only_their_accounts_rows_in_every_changelist(
     assert response.status_code == 200
     shown = {row.pk for row in response.context["cl"].result_list}
     own = CHANGELISTS[changelist](world.own)
-    if changelist == "clusters_membership":
+    if changelist == "cloud_membership":
         own |= set(
             Membership.objects.filter(account=world.own.account).values_list("pk", flat=True)
         )
@@ -218,7 +219,7 @@ def test_operator_cannot_edit_a_pools_placement_in_the_admin(world: World) -> No
 def test_account_admin_manages_members_of_their_account_only(world: World) -> None:
     admin = signed_in("admin", world)
     newcomer = newcomer_known_to_admins_of(world.own.account, "newcomer")
-    add = reverse("admin:clusters_membership_add")
+    add = reverse("admin:cloud_membership_add")
     roles = {g.name: g.pk for g in Membership._meta.get_field("role").related_model.objects.all()}
 
     form = admin.get(add).context["adminform"].form
@@ -263,7 +264,7 @@ def test_account_admin_deletes_an_empty_account_with_its_locations_and_members(
     location = LocationFactory(account=empty)
     client = Client()
     client.force_login(user)
-    url = reverse("admin:clusters_account_delete", args=[empty.pk])
+    url = reverse("admin:cloud_account_delete", args=[empty.pk])
 
     asked = client.get(url)
     done = client.post(url, {"post": "yes"})

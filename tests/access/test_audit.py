@@ -16,7 +16,8 @@ from rest_framework.test import APIClient
 from capvco_web.api_urls import router
 from capvco_web.models import AuditEvent
 from capvco_web.permissions import ROLE_PERMISSIONS, AccountScopedViewSetMixin
-from clusters.models import Account, ClusterSite, MachinePool, Membership
+from cloud.models import Account, Membership
+from clusters.models import ClusterSite, MachinePool
 from tests.access.conftest import World, caller_make, newcomer_known_to_admins_of
 from tests.clusters.test_admin import cluster_page_data
 from tests.factories import JWT, LocationFactory, UserFactory
@@ -231,7 +232,7 @@ def test_admin_changes_go_through_the_audited_services(world: World) -> None:
     client.force_login(caller_make("admin", world))
     own = world.own
 
-    account_page = reverse("admin:clusters_account_change", args=[own.account.pk])
+    account_page = reverse("admin:cloud_account_change", args=[own.account.pk])
     client.post(
         account_page,
         {"name": own.account.name, "api_url": own.account.api_url,

@@ -12,7 +12,7 @@ from django.test import Client
 from django.urls import reverse
 from rest_framework.test import APIClient
 
-from clusters.models import Membership
+from cloud.models import Membership
 from tests.factories import AccountFactory, MembershipFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -39,7 +39,7 @@ def test_the_admin_offers_only_members_of_the_accounts_one_administers(
 ) -> None:
     client.force_login(people["admin"])
 
-    page = client.get(reverse("admin:clusters_membership_add"))
+    page = client.get(reverse("admin:cloud_membership_add"))
 
     assert page.status_code == 200
     offered = {user.username for user in page.context["adminform"].form.fields["user"].queryset}
@@ -48,7 +48,7 @@ def test_the_admin_offers_only_members_of_the_accounts_one_administers(
 
 
 def test_a_superuser_is_offered_every_user(people: dict[str, Any], admin_client: Client) -> None:
-    page = admin_client.get(reverse("admin:clusters_membership_add"))
+    page = admin_client.get(reverse("admin:cloud_membership_add"))
 
     offered = {user.username for user in page.context["adminform"].form.fields["user"].queryset}
     assert {"acme-admin", "alice", "bob", "carol"} <= offered
@@ -93,7 +93,7 @@ def test_the_admin_answers_the_same_for_an_unknown_user_and_one_not_known(
 
     def errors(user_id: int) -> Any:
         page = client.post(
-            reverse("admin:clusters_membership_add"),
+            reverse("admin:cloud_membership_add"),
             {
                 "user": user_id,
                 "account": people["own"].pk,

@@ -8,7 +8,8 @@ import pytest
 from django.contrib.auth.models import User
 from rest_framework.test import APIClient
 
-from clusters.models import Account, Cluster, ClusterSite
+from cloud.models import Account
+from clusters.models import Cluster, ClusterSite
 from tests.factories import ClusterSiteFactory, UserFactory
 
 pytestmark = pytest.mark.django_db

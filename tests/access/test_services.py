@@ -10,10 +10,12 @@ from typing import Any
 import pytest
 from django.core.exceptions import PermissionDenied
 
+from capvco_web.audit import SystemActor
 from capvco_web.models import AuditEvent
+from cloud.models import Membership
 from clusters import services
-from clusters.models import Cluster, ClusterSite, MachinePool, Membership
-from clusters.releases import reservation_release_request
+from clusters.models import Cluster, ClusterSite, MachinePool
+from gpus.release_requests import reservation_release_request
 from tests.access.conftest import Tenant, World, caller_make
 from tests.factories import UserFactory
 
@@ -140,5 +142,7 @@ def test_no_role_in_another_account_lets_the_service_act_there(world: World, nam
 
 
 def test_a_system_component_acts_on_every_account(world: World) -> None:
-    services.pool_scale(pool=world.other.pool, replicas=0, actor="autoscaler", reason="idle")
+    services.pool_scale(
+        pool=world.other.pool, replicas=0, actor=SystemActor.RECONCILER, reason="idle"
+    )
     assert MachinePool.objects.get(pk=world.other.pool.pk).replicas == 0

@@ -49,17 +49,14 @@ from django.test.utils import CaptureQueriesContext  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
 from capvco_web.models import AuditEvent  # noqa: E402
+from cloud.models import Account, Location, Membership, VirtualMachine  # noqa: E402
 from clusters.models import (  # noqa: E402
-    Account,
     Cluster,
     ClusterSite,
     KubeNode,
     KubePod,
-    Location,
     Machine,
     MachinePool,
-    Membership,
-    VirtualMachine,
 )
 from gpus.models import GpuProfile, VgpuReservation  # noqa: E402
 

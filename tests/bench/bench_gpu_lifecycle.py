@@ -55,11 +55,12 @@ from django.test.utils import (  # noqa: E402
     teardown_test_environment,
 )
 
-from clusters.models import Account, Cluster, ClusterSite, Location, Machine, MachinePool  # noqa: E402
-from clusters.observe import account_locations_observe  # noqa: E402
+from cloud.models import Account, Location  # noqa: E402
+from cloud.observe import account_locations_observe  # noqa: E402
+from cloud.whitesky import whitesky_client  # noqa: E402
+from clusters.models import Cluster, ClusterSite, Machine, MachinePool  # noqa: E402
 from clusters.reconcile import ReconcileResult, cluster_reconcile  # noqa: E402
 from clusters.tasks import observe_location  # noqa: E402
-from clusters.whitesky import whitesky_client  # noqa: E402
 from tests.whitesky_sim import WhiteskySimulator  # noqa: E402
 
 LOCATIONS = 10
@@ -69,7 +70,7 @@ GPU_TYPE = "NVIDIA A100"
 PAGE_SIZE = settings.WHITESKY_VGPU_PAGE_SIZE
 PER_MACHINE_LISTS = ("listCloudspaceVirtualMachines", "listCustomerVGPUS")
 SQL_WRITES = ("INSERT", "UPDATE", "DELETE")
-LOCATION_STAMP = 'UPDATE "clusters_location"'
+LOCATION_STAMP = 'UPDATE "cloud_location"'
 
 
 # --- the world --------------------------------------------------------------------------

@@ -49,16 +49,15 @@ from django.db import connection  # noqa: E402
 from django.test.utils import setup_test_environment, teardown_test_environment  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
+from cloud.models import Account, Location  # noqa: E402
 from clusters.kube import kube_client  # noqa: E402
 from clusters.kube_observe import cluster_kube_observe  # noqa: E402
 from clusters.models import (  # noqa: E402
     MAX_REPLICAS,
-    Account,
     Cluster,
     ClusterSite,
     KubeNode,
     KubePod,
-    Location,
     Machine,
     MachinePool,
 )

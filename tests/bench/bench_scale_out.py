@@ -61,9 +61,10 @@ from django.db import connection  # noqa: E402
 from django.test.utils import setup_test_environment, teardown_test_environment  # noqa: E402
 
 from capvco_web.integrations.whitesky import operations  # noqa: E402
-from clusters.models import Account, Cluster, ClusterSite, Location, Machine, MachinePool  # noqa: E402
-from clusters.observe import account_locations_observe  # noqa: E402
-from clusters.whitesky import whitesky_client  # noqa: E402
+from cloud.models import Account, Location  # noqa: E402
+from cloud.observe import account_locations_observe  # noqa: E402
+from cloud.whitesky import whitesky_client  # noqa: E402
+from clusters.models import Cluster, ClusterSite, Machine, MachinePool  # noqa: E402
 from simulator.whitesky import api as sim_api  # noqa: E402
 from tests.e2e.processes import ROOT, broker_flush, environment_for_subprocess  # noqa: E402
 from tests.whitesky_sim import WhiteskySimulator  # noqa: E402

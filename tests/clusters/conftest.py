@@ -9,7 +9,8 @@ import pytest
 from rest_framework.test import APIClient
 
 from capvco_web.models import AuditEvent
-from clusters.models import Account, Cluster, ClusterSite, Location, Machine, MachinePool
+from cloud.models import Account, Location
+from clusters.models import Cluster, ClusterSite, Machine, MachinePool
 
 JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhcGkifQ.c2lnbmF0dXJl"
 

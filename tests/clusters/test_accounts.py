@@ -13,12 +13,14 @@ from django.test import Client
 from django.urls import reverse
 from rest_framework.test import APIClient
 
+from capvco_web.audit import SystemActor
 from capvco_web.integrations import whitesky as ws
 from capvco_web.models import AuditEvent
-from clusters.models import Account, ClusterSite
+from cloud.models import Account
+from cloud.whitesky import whitesky_client
+from clusters.models import ClusterSite
 from clusters.services import account_update
 from clusters.tasks import observe_account
-from clusters.whitesky import whitesky_client
 from tests.clusters.conftest import JWT
 from tests.http_stub import HttpStub, Reply, html
 
@@ -69,7 +71,7 @@ def test_an_http_origin_listed_as_such_is_allowed(api: APIClient, settings: Any)
 
 def test_admin_refuses_a_url_outside_the_allowed_hosts(admin_client: Client) -> None:
     response = admin_client.post(
-        reverse("admin:clusters_account_add"),
+        reverse("admin:cloud_account_add"),
         {**admin_form(Account(orphan_confirmations=3)), "name": "b", "customer_id": "c2",
          "api_url": "https://collector.example/api/1", "new_credential": JWT},
     )  # fmt: skip
@@ -118,7 +120,7 @@ def test_failure_from_an_allowed_host_answering_html_carries_no_html(
     account_update(
         account=account,
         changes={"api_url": f"{proxy.origin}/api/1", "credential": JWT},
-        actor="ops",
+        actor=SystemActor.RECONCILER,
     )
 
     with whitesky_client(account) as client, pytest.raises(ws.ResponseLost) as caught:
@@ -203,7 +205,11 @@ def test_a_change_that_changes_nothing_is_not_audited(api: APIClient, site: Clus
 def test_service_refuses_a_url_change_without_the_credential(site: ClusterSite) -> None:
     account = site.cluster.account
     with pytest.raises(ValidationError) as caught:
-        account_update(account=account, changes={"iam_url": "https://vco.example"}, actor="x")
+        account_update(
+            account=account,
+            changes={"iam_url": "https://vco.example"},
+            actor=SystemActor.RECONCILER,
+        )
     assert "credential" in caught.value.message_dict
 
 
@@ -223,7 +229,7 @@ def test_admin_url_change_without_the_credential_is_refused(
 ) -> None:
     allow(settings, "vco2.example")
     account = site.cluster.account
-    url = reverse("admin:clusters_account_change", args=[account.pk])
+    url = reverse("admin:cloud_account_change", args=[account.pk])
     response = admin_client.post(url, admin_form(account, api_url="https://vco2.example/api/1"))
     assert response.status_code == 200
     assert "Give the credential again" in response.content.decode()
@@ -236,7 +242,7 @@ def test_admin_url_change_with_the_credential_is_audited_as_the_user(
 ) -> None:
     allow(settings, "vco2.example")
     account = site.cluster.account
-    url = reverse("admin:clusters_account_change", args=[account.pk])
+    url = reverse("admin:cloud_account_change", args=[account.pk])
     response = admin_client.post(
         url, admin_form(account, api_url="https://vco2.example/api/1", new_credential=OTHER_JWT)
     )
@@ -252,7 +258,7 @@ def test_admin_url_change_with_the_credential_is_audited_as_the_user(
 
 def test_admin_never_shows_the_credential(admin_client: Client, site: ClusterSite) -> None:
     account = site.cluster.account
-    page = admin_client.get(reverse("admin:clusters_account_change", args=[account.pk]))
+    page = admin_client.get(reverse("admin:cloud_account_change", args=[account.pk]))
     assert page.status_code == 200
     assert JWT not in page.content.decode()
 
@@ -287,7 +293,7 @@ def test_model_refuses_a_credential_with_a_trailing_line_break(site: ClusterSite
 
 def test_admin_refuses_a_credential_that_is_no_jwt(admin_client: Client) -> None:
     response = admin_client.post(
-        reverse("admin:clusters_account_add"),
+        reverse("admin:cloud_account_add"),
         {**admin_form(Account(orphan_confirmations=3)), "name": "b", "customer_id": "c2",
          "api_url": "https://vco.example/api/1", "iam_url": "https://iam.example",
          "new_credential": "not-a-jwt"},

@@ -11,7 +11,8 @@ from django.test import Client
 from django.urls import reverse
 
 from capvco_web.models import AuditEvent
-from clusters.models import Account, Cluster, ClusterSite, MachinePool
+from cloud.models import Account
+from clusters.models import Cluster, ClusterSite, MachinePool
 from gpus.models import VgpuReservation
 from tests.clusters.conftest import (
     ACCOUNT_IN_USE,
@@ -26,7 +27,7 @@ pytestmark = pytest.mark.django_db
 
 
 def admin_delete_url(obj: Any) -> str:
-    return reverse(f"admin:clusters_{obj._meta.model_name}_delete", args=[obj.pk])
+    return reverse(f"admin:{obj._meta.app_label}_{obj._meta.model_name}_delete", args=[obj.pk])
 
 
 def test_admin_delete_view_of_a_pool_with_machines_says_why_and_deletes_nothing(

@@ -12,7 +12,8 @@ from rest_framework.test import APIClient
 
 from capvco_web.api import exception_handler
 from capvco_web.models import AuditEvent
-from clusters.models import Account, Cluster, ClusterSite, Machine, MachinePool
+from cloud.models import Account
+from clusters.models import Cluster, ClusterSite, Machine, MachinePool
 from tests.clusters.conftest import (
     ACCOUNT_IN_USE,
     JWT,
@@ -95,7 +96,7 @@ def test_account_credential_is_write_only_and_stored_encrypted(api: APIClient) -
     assert "credential" not in response.json()
     assert JWT not in api.get("/api/v1/accounts/").content.decode()
     with connection.cursor() as cursor:
-        cursor.execute("SELECT credential FROM clusters_account WHERE name = 'b'")
+        cursor.execute("SELECT credential FROM cloud_account WHERE name = 'b'")
         assert JWT not in cursor.fetchone()[0]
     assert Account.objects.get(name="b").credential == JWT
 

@@ -14,7 +14,8 @@ from django.test import Client
 from django.urls import reverse
 from rest_framework.test import APIClient
 
-from clusters.models import Account, Cluster, ClusterSite, MachinePool
+from cloud.models import Account
+from clusters.models import Cluster, ClusterSite, MachinePool
 from tests.clusters.conftest import JWT
 
 pytestmark = pytest.mark.django_db
@@ -254,7 +255,7 @@ def test_admin_refuses_an_account_name_with_an_invisible_character(
 ) -> None:
     account = site.cluster.account
     response = admin_client.post(
-        reverse("admin:clusters_account_change", args=[account.pk]),
+        reverse("admin:cloud_account_change", args=[account.pk]),
         {"name": "acme\u202e", "api_url": account.api_url, "iam_url": account.iam_url,
          "customer_id": account.customer_id, "orphan_grace_period": "01:00:00",
          "orphan_confirmations": 3, "new_credential": ""},

@@ -21,8 +21,9 @@ from rest_framework.test import APIClient
 
 from capvco_web.audit import SECRET_KEPT
 from capvco_web.models import AuditEvent
+from cloud.models import Account, Location
 from clusters.capi_import import pool_base_name
-from clusters.models import Account, Cluster, ClusterSite, Location, Machine, MachinePool
+from clusters.models import Cluster, ClusterSite, Machine, MachinePool
 from clusters.services import (
     IMPORT_ACTOR,
     ImportedReadOnly,
@@ -264,7 +265,7 @@ def test_a_second_import_of_unchanged_objects_writes_nothing_but_the_stamp(
         for q in queries.captured_queries
         if q["sql"].startswith(("INSERT", "UPDATE", "DELETE"))
     ]
-    assert len(written) == 1 and written[0].startswith('UPDATE "clusters_account"')
+    assert len(written) == 1 and written[0].startswith('UPDATE "cloud_account"')
     calls = kube_sim.calls("mgmt")
     assert [c["operation"] for c in calls] == [
         "list clusters", "list machinedeployments", "list vcoclusters", "list vcomachinetemplates",
@@ -577,7 +578,7 @@ def test_the_management_kubeconfig_is_write_only_encrypted_and_audited(
     assert shown["has_capi_kubeconfig"] is True
     assert mgmt.token not in str(shown)
     with connection.cursor() as cursor:
-        cursor.execute("SELECT capi_kubeconfig FROM clusters_account WHERE id = %s", [account.pk])
+        cursor.execute("SELECT capi_kubeconfig FROM cloud_account WHERE id = %s", [account.pk])
         assert mgmt.token not in cursor.fetchone()[0]
     assert bad.status_code == 400 and "current-context" in str(bad.json())
     event = AuditEvent.objects.get(action="account.capi_kubeconfig_set")
@@ -611,7 +612,7 @@ def test_the_creator_of_an_account_may_store_its_management_kubeconfig_at_once(
 
     creator = UserFactory()
     creator.user_permissions.add(Permission.objects.get(codename="add_account"))
-    assert accounts_where(creator, "clusters.change_account") == set()  # read, and kept
+    assert accounts_where(creator, "cloud.change_account") == set()  # read, and kept
     account = account_create(
         account=Account(
             name="new",

@@ -12,6 +12,7 @@ from django.test import Client
 from django.urls import reverse
 from rest_framework.test import APIClient
 
+from capvco_web.audit import SystemActor
 from capvco_web.models import AuditEvent
 from clusters.models import Cluster, MachinePool
 from clusters.services import IMPORT_ACTOR, cluster_delete, pool_scale, pool_update
@@ -22,7 +23,7 @@ REFUSAL = "Cluster prod is being deleted (state deleting)"
 
 @pytest.fixture
 def deleting(pool: MachinePool) -> MachinePool:
-    cluster_delete(cluster=pool.cluster, actor="test", reason="gone")
+    cluster_delete(cluster=pool.cluster, actor=SystemActor.RECONCILER, reason="gone")
     assert Cluster.objects.get(pk=pool.cluster_id).state == Cluster.State.DELETING
     return pool
 

@@ -11,15 +11,10 @@ from __future__ import annotations
 import pytest
 from django.db.models import ProtectedError
 
+from capvco_web.audit import SystemActor
 from capvco_web.models import AuditEvent
-from clusters.models import (
-    Account,
-    Cluster,
-    ClusterSite,
-    Location,
-    MachinePool,
-    VirtualMachine,
-)
+from cloud.models import Account, Location, VirtualMachine
+from clusters.models import Cluster, ClusterSite, MachinePool
 from clusters.services import (
     InUse,
     account_delete,
@@ -60,7 +55,7 @@ def test_row_delete_of_a_machines_parent_is_refused_and_keeps_the_machines(
 
 def test_pool_delete_refuses_naming_its_machines_and_what_to_do(pool: MachinePool) -> None:
     with pytest.raises(InUse) as refused:
-        pool_delete(pool=pool, actor="ops")
+        pool_delete(pool=pool, actor=SystemActor.RECONCILER)
 
     assert str(refused.value) == POOL_IN_USE
     assert machines_left() == ["gpu-0", "gpu-1"]
@@ -74,12 +69,12 @@ def test_pool_delete_of_a_pool_scaled_to_zero_says_to_wait_for_the_teardown(
     pool.refresh_from_db()
 
     with pytest.raises(InUse, match=r"\(gpu-0, gpu-1\): wait for their teardown to finish"):
-        pool_delete(pool=pool, actor="ops")
+        pool_delete(pool=pool, actor=SystemActor.RECONCILER)
 
 
 def test_site_delete_refuses_naming_its_pools(pool: MachinePool) -> None:
     with pytest.raises(InUse) as refused:
-        site_delete(site=pool.site, actor="ops")
+        site_delete(site=pool.site, actor=SystemActor.RECONCILER)
 
     assert str(refused.value) == SITE_IN_USE
     assert machines_left() == ["gpu-0", "gpu-1"]
@@ -100,26 +95,26 @@ def test_site_delete_refuses_while_its_cloudspace_lists_vms_of_the_cluster(
     )
 
     with pytest.raises(InUse) as refused:
-        site_delete(site=site, actor="ops")
+        site_delete(site=site, actor=SystemActor.RECONCILER)
 
     assert "1 VM (capvco-prod-gpu-0)" in str(refused.value)
     assert ClusterSite.objects.filter(pk=site.pk).exists()
     VirtualMachine.objects.filter(vm_id=7).delete()  # reclaimed: the site may go
-    site_delete(site=site, actor="ops")
+    site_delete(site=site, actor=SystemActor.RECONCILER)
     assert not ClusterSite.objects.exists()
 
 
 def test_empty_pool_then_empty_site_delete_is_audited(site: ClusterSite) -> None:
     pool = empty_pool(site)
 
-    pool_delete(pool=pool, actor="ops", reason="not needed")
-    site_delete(site=site, actor="ops")
+    pool_delete(pool=pool, actor=SystemActor.RECONCILER, reason="not needed")
+    site_delete(site=site, actor=SystemActor.RECONCILER)
 
     assert not MachinePool.objects.exists()
     assert not ClusterSite.objects.exists()
     assert Cluster.objects.filter(name="prod").exists()
     pool_event = AuditEvent.objects.get(action="pool.delete")
-    assert (pool_event.actor_name, pool_event.reason) == ("ops", "not needed")
+    assert (pool_event.actor_name, pool_event.reason) == ("reconciler", "not needed")
     assert pool_event.before["name"] == "cpu"
     assert pool_event.before["site"] == "prod in nl-1"
     site_event = AuditEvent.objects.get(action="site.delete")
@@ -130,7 +125,7 @@ def test_empty_pool_then_empty_site_delete_is_audited(site: ClusterSite) -> None
 
 def test_account_delete_refuses_while_it_has_clusters(site: ClusterSite) -> None:
     with pytest.raises(InUse) as refused:
-        account_delete(account=site.cluster.account, actor="ops")
+        account_delete(account=site.cluster.account, actor=SystemActor.RECONCILER)
 
     assert str(refused.value) == ACCOUNT_IN_USE
     assert Account.objects.filter(name="acme").exists()
@@ -147,7 +142,7 @@ def test_account_delete_refuses_while_a_reservation_is_not_released(site: Cluste
     )  # fmt: skip
 
     with pytest.raises(InUse) as refused:
-        account_delete(account=account, actor="ops")
+        account_delete(account=account, actor=SystemActor.RECONCILER)
 
     assert str(refused.value) == (
         "account acme still has 1 vGPU reservation not released "
@@ -167,7 +162,7 @@ def test_account_delete_drops_its_mirrors_and_released_reservations_and_is_audit
         state=VgpuReservation.State.RELEASED,
     )  # fmt: skip
 
-    account_delete(account=account, actor="ops", reason="customer left")
+    account_delete(account=account, actor=SystemActor.RECONCILER, reason="customer left")
 
     assert not Account.objects.exists()
     assert not Location.objects.exists()
@@ -182,7 +177,7 @@ def test_cluster_rows_delete_refuses_while_a_machine_is_left(pool: MachinePool) 
     Cluster.objects.filter(pk=pool.cluster_id).update(state=Cluster.State.DELETING)
 
     with pytest.raises(InUse, match=r"cluster prod still has 2 machines \(gpu-0, gpu-1\)"):
-        cluster_rows_delete(cluster=pool.cluster, actor="reconciler", reason="torn down")
+        cluster_rows_delete(cluster=pool.cluster, actor=SystemActor.RECONCILER, reason="torn down")
 
     assert machines_left() == ["gpu-0", "gpu-1"]
     assert Cluster.objects.filter(name="prod").exists()
@@ -193,7 +188,7 @@ def test_cluster_rows_delete_refuses_a_cluster_whose_deletion_nobody_asked_for(
     site: ClusterSite,
 ) -> None:
     with pytest.raises(ValueError, match="not being deleted"):
-        cluster_rows_delete(cluster=site.cluster, actor="reconciler", reason="torn down")
+        cluster_rows_delete(cluster=site.cluster, actor=SystemActor.RECONCILER, reason="torn down")
 
     assert ClusterSite.objects.filter(pk=site.pk).exists()
 
@@ -205,7 +200,7 @@ def test_cluster_rows_delete_removes_the_cluster_its_pools_and_sites_audited(
     cluster = site.cluster
     Cluster.objects.filter(pk=cluster.pk).update(state=Cluster.State.DELETING)
 
-    cluster_rows_delete(cluster=cluster, actor="reconciler", reason="no reservation left")
+    cluster_rows_delete(cluster=cluster, actor=SystemActor.RECONCILER, reason="no reservation left")
 
     assert not Cluster.objects.exists()
     assert not MachinePool.objects.exists()

@@ -8,7 +8,8 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from capvco_web.models import AuditEvent
-from clusters.models import Account, Cluster
+from cloud.models import Account
+from clusters.models import Cluster
 from tests.http_stub import HttpStub, Reply
 from tests.kube_sim import KubeSimulator
 from tests.whitesky_sim import WhiteskySimulator

@@ -13,7 +13,8 @@ from django.test import Client
 from django.urls import reverse
 from rest_framework.test import APIClient
 
-from clusters.models import Account, Cluster, ClusterSite
+from cloud.models import Account
+from clusters.models import Cluster, ClusterSite
 from clusters.tasks import observe_cluster_kube
 from tests.factories import MembershipFactory
 from tests.http_stub import HttpStub, Reply
@@ -204,7 +205,7 @@ def test_the_account_admin_refuses_a_management_cluster_outside_the_allow_list(
     from tests.clusters.test_accounts import admin_form
 
     account = site.cluster.account
-    url = reverse("admin:clusters_account_change", args=[account.pk])
+    url = reverse("admin:cloud_account_change", args=[account.pk])
     text = kubeconfig("https://10.0.0.1:6443")
 
     posted = admin_client.post(url, admin_form(account, new_capi_kubeconfig=text))

@@ -15,7 +15,8 @@ from django.test import Client
 from django.urls import reverse
 from rest_framework.test import APIClient
 
-from clusters.models import Account, Cluster, ClusterSite, Location, MachinePool, Membership
+from cloud.models import Account, Location, Membership
+from clusters.models import Cluster, ClusterSite, MachinePool
 from gpus.models import VgpuReservation
 
 pytestmark = pytest.mark.django_db

@@ -12,6 +12,7 @@ from django.test import Client
 from django.urls import reverse
 from rest_framework.test import APIClient
 
+from capvco_web.audit import SystemActor
 from capvco_web.models import AuditEvent
 from clusters.models import MAX_USER_DATA_LENGTH, ClusterSite, MachinePool
 from clusters.services import pool_update
@@ -82,7 +83,7 @@ def test_user_data_is_audited_as_its_size_and_digest(api: APIClient, site: Clust
     assert made.status_code == 201, made.json()
     pool = MachinePool.objects.get(name="cpu")
     pool.user_data = "#cloud-config\n{}\n"
-    pool_update(pool=pool, actor="test")
+    pool_update(pool=pool, actor=SystemActor.RECONCILER)
 
     created = AuditEvent.objects.get(action="pool.create")
     updated = AuditEvent.objects.get(action="pool.update")

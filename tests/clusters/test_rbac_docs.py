@@ -11,7 +11,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from clusters.models import Account, Cluster, MachinePool
+from cloud.models import Account
+from clusters.models import Cluster, MachinePool
 from clusters.tasks import import_capi_account, observe_cluster_kube
 from tests.factories import AccountFactory, GpuProfileFactory, VgpuReservationFactory
 from tests.kube_sim import KubeSimulator, node_object

@@ -15,7 +15,8 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from clusters.models import Cluster, KubeNode, KubePod, Location, Machine, MachinePool
+from cloud.models import Location
+from clusters.models import Cluster, KubeNode, KubePod, Machine, MachinePool
 from gpus.models import GpuProfile, VgpuReservation
 from tests.factories import (
     AccountFactory,

@@ -12,6 +12,7 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.test import Client
 
+from capvco_web.audit import SystemActor
 from capvco_web.models import AuditEvent
 from clusters import services
 from clusters.models import Cluster, Machine, MachinePool
@@ -131,7 +132,9 @@ def test_scale_beyond_the_pool_limit_is_refused(admin_client: Client, world: Wor
 
 def test_the_scale_service_refuses_a_negative_size_whoever_calls_it(world: World) -> None:
     with pytest.raises(ValidationError):
-        services.pool_scale(pool=world.pool, replicas=-1, actor="autoscaler", reason="idle")
+        services.pool_scale(
+            pool=world.pool, replicas=-1, actor=SystemActor.RECONCILER, reason="idle"
+        )
     assert MachinePool.objects.get(pk=world.pool.pk).replicas == 2
     assert not AuditEvent.objects.exists()
 

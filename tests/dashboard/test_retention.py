@@ -50,7 +50,7 @@ def history() -> dict[str, object]:
 
 def test_prune_deletes_only_history_past_its_retention(history: dict[str, object]) -> None:
     pruned = history_prune()
-    assert (pruned.reservations, pruned.audit_events) == (1, 1)
+    assert (pruned.deleted("released_reservations"), pruned.deleted("audit_events")) == (1, 1)
     assert set(VgpuReservation.objects.all()) == {history["recent_released"], history["old_orphan"]}
     kept = set(AuditEvent.objects.exclude(action="history.prune"))
     assert kept == {history["recent_event"]}
@@ -68,20 +68,20 @@ def test_a_second_prune_deletes_and_records_nothing(history: dict[str, object]) 
     history_prune()
     count = AuditEvent.objects.count()
     again = history_prune()
-    assert (again.reservations, again.audit_events) == (0, 0)
+    assert (again.deleted("released_reservations"), again.deleted("audit_events")) == (0, 0)
     assert AuditEvent.objects.count() == count
 
 
 @override_settings(RESERVATION_HISTORY_DAYS=0, AUDIT_HISTORY_DAYS=0)
 def test_a_retention_of_0_keeps_everything(history: dict[str, object]) -> None:
     pruned = history_prune()
-    assert (pruned.reservations, pruned.audit_events) == (0, 0)
+    assert (pruned.deleted("released_reservations"), pruned.deleted("audit_events")) == (0, 0)
     assert VgpuReservation.objects.count() == 3 and AuditEvent.objects.count() == 2
 
 
 @override_settings(RESERVATION_HISTORY_DAYS=1)
 def test_the_retention_comes_from_settings(history: dict[str, object]) -> None:
-    assert history_prune().reservations == 2
+    assert history_prune().deleted("released_reservations") == 2
 
 
 def test_prune_works_in_batches(history: dict[str, object]) -> None:

@@ -18,7 +18,7 @@ from django.utils import timezone
 from playwright.sync_api import Page, expect
 
 from capvco_web.models import AuditEvent
-from clusters.models import Cloudspace, Image
+from cloud.models import Cloudspace, Image
 from gpus.models import GpuProfile, VgpuReservation
 from tests.factories import (
     GpuProfileFactory,

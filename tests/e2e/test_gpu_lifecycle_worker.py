@@ -10,9 +10,10 @@ import pytest
 from django.test import Client
 
 from capvco_web.models import AuditEvent
-from clusters.models import Account, Cluster, ClusterSite, Location, Machine, MachinePool
-from clusters.observe import account_locations_observe
-from clusters.whitesky import whitesky_client
+from cloud.models import Account, Location
+from cloud.observe import account_locations_observe
+from cloud.whitesky import whitesky_client
+from clusters.models import Cluster, ClusterSite, Machine, MachinePool
 from gpus.models import VgpuReservation
 from tests.e2e.processes import broker_flush, celery_worker
 from tests.factories import MembershipFactory

@@ -30,6 +30,7 @@ CHECKOUT = (
     "requirements-dev.txt",
     "bin",
     "capvco_web",
+    "cloud",
     "clusters",
     "gpus",
     "sriov",

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from clusters.models import Account, Cluster, ClusterSite, Location, Machine, MachinePool
-from clusters.observe import account_locations_observe
-from clusters.whitesky import whitesky_client
+from cloud.models import Account, Location
+from cloud.observe import account_locations_observe
+from cloud.whitesky import whitesky_client
+from clusters.models import Cluster, ClusterSite, Machine, MachinePool
 from gpus.models import VgpuReservation
 from tests.e2e.processes import broker_flush, celery_worker, worker_kill
 from tests.e2e.test_gpu_lifecycle_worker import FAST, wait_for

@@ -8,11 +8,12 @@ from typing import Any
 
 import pytest
 
-from clusters.models import Account, Cluster, ClusterSite, Location, MachinePool
-from clusters.observe import account_locations_observe
+from cloud.models import Account, Location
+from cloud.observe import account_locations_observe
+from cloud.whitesky import whitesky_client
+from clusters.models import Cluster, ClusterSite, MachinePool
 from clusters.reconcile import ReconcileResult, cluster_reconcile
 from clusters.tasks import observe_location
-from clusters.whitesky import whitesky_client
 from tests.whitesky_sim import WhiteskySimulator
 
 NL, BE = "nl-rmd-dc01-001", "be-mac-dc01-001"

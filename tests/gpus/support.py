@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from clusters.models import Account, Location, Machine
+from capvco_web.audit import SystemActor
+from cloud.models import Account, Location
+from cloud.whitesky import whitesky_client
+from clusters.models import Machine
 from clusters.releases import SweepResult, orphan_sweep
 from clusters.services import machine_force_delete
-from clusters.whitesky import whitesky_client
 from gpus.models import VgpuReservation
 from tests.gpus.conftest import NL, Plane
 
@@ -19,7 +21,9 @@ def orphan_made(plane: Plane, *, pool: str = "a100", location: str = NL) -> Vgpu
     plane.pool(cluster, pool, location=location, gpu_type="NVIDIA A100", gpu_count=1)
     plane.converge(cluster)
     machine = Machine.objects.get(name=f"{pool}-0")
-    machine_force_delete(machine=machine, actor="test", reason="stuck in provisioning")
+    machine_force_delete(
+        machine=machine, actor=SystemActor.RECONCILER, reason="stuck in provisioning"
+    )
     plane.observe()
     return VgpuReservation.objects.get(name=f"capvco-demo-{pool}-0-gpu-0")
 

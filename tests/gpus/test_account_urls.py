@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from clusters.models import Account, Machine
+from capvco_web.audit import SystemActor
+from cloud.models import Account
+from clusters.models import Machine
 from clusters.services import account_update
 from tests.gpus.conftest import NL, Plane
 from tests.http_stub import html
@@ -43,7 +45,7 @@ def test_machine_failure_from_an_allowed_host_answering_html_shows_no_html(
     account_update(
         account=plane.account,
         changes={"api_url": f"{proxy.origin}/api/1", "credential": plane.account.credential},
-        actor="ops",
+        actor=SystemActor.RECONCILER,
     )
 
     plane.reconcile(cluster)

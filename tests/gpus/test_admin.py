@@ -10,7 +10,8 @@ from django.test import Client
 from django.urls import reverse
 
 from capvco_web.models import AuditEvent
-from clusters.models import Account, Cluster, Machine, MachinePool
+from cloud.models import Account
+from clusters.models import Cluster, Machine, MachinePool
 from gpus.models import VgpuReservation
 from tests.gpus.conftest import NL, Plane
 from tests.gpus.support import orphan_made
@@ -183,7 +184,7 @@ def test_force_delete_needs_a_reason_and_is_audited_as_the_user(
 
 def test_account_page_never_shows_the_credential(plane: Plane, admin_client: Client) -> None:
     account = Account.objects.get(pk=plane.account.pk)
-    url = reverse("admin:clusters_account_change", args=[account.pk])
+    url = reverse("admin:cloud_account_change", args=[account.pk])
 
     page = admin_client.get(url).content.decode()
 
@@ -196,7 +197,7 @@ def test_new_credential_replaces_the_stored_one_and_is_not_echoed(
     plane: Plane, admin_client: Client
 ) -> None:
     account = plane.account
-    url = reverse("admin:clusters_account_change", args=[account.pk])
+    url = reverse("admin:cloud_account_change", args=[account.pk])
     new = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJuZXcifQ.bmV3LXNlY3JldC10b2tlbg"
     form = {
         "name": account.name,
@@ -255,8 +256,8 @@ def test_admin_pages_render(plane: Plane, admin_client: Client) -> None:
         for name in (
             "gpus_vgpureservation",
             "gpus_gpuprofile",
-            "clusters_account",
-            "clusters_location",
+            "cloud_account",
+            "cloud_location",
             "clusters_cluster",
             "clusters_clustersite",
             "clusters_machinepool",
@@ -265,7 +266,7 @@ def test_admin_pages_render(plane: Plane, admin_client: Client) -> None:
     ]
     urls += [
         reverse("admin:clusters_cluster_change", args=[cluster.pk]),
-        reverse("admin:clusters_account_add"),
+        reverse("admin:cloud_account_add"),
         reverse("admin:gpus_vgpureservation_change", args=[VgpuReservation.objects.get().pk]),
     ]
 

@@ -11,7 +11,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
-from clusters.models import Account, Cloudspace, Image, Location
+from cloud.models import Account, Cloudspace, Image, Location
 from clusters.tasks import observe_account, observe_catalog
 from tests.factories import AccountFactory, LocationFactory, MembershipFactory, UserFactory
 from tests.gpus.conftest import NL, Plane
@@ -24,7 +24,7 @@ def catalog_writes(run: Any) -> list[str]:
         q["sql"]
         for q in captured.captured_queries
         if q["sql"].startswith(("INSERT", "UPDATE", "DELETE"))
-        and ("clusters_cloudspace" in q["sql"] or "clusters_image" in q["sql"])
+        and ("cloud_cloudspace" in q["sql"] or "cloud_image" in q["sql"])
     ]
 
 

@@ -107,6 +107,6 @@ def test_second_pass_with_nothing_changed_writes_nothing_anywhere(plane: Plane) 
         if q["sql"].lstrip().upper().startswith(("INSERT", "UPDATE", "DELETE"))
     ]
     # Only each location's stamp of the pass (when its listings began): no per-row write.
-    stamps = [sql for sql in db_writes if sql.startswith('UPDATE "clusters_location"')]
+    stamps = [sql for sql in db_writes if sql.startswith('UPDATE "cloud_location"')]
     assert len(stamps) == plane.account.locations.count()
     assert [sql for sql in db_writes if sql not in stamps] == []

@@ -10,7 +10,7 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from clusters.models import VirtualMachine
+from cloud.models import VirtualMachine
 from gpus.models import VgpuReservation
 from tests.gpus.conftest import NL, Plane
 from tests.gpus.support import orphan_made

@@ -17,11 +17,13 @@ from django.db import connection
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from capvco_web.audit import SystemActor
 from capvco_web.models import AuditEvent
-from clusters.models import ClusterSite, Location, Machine, MachinePool
+from cloud.models import Location
+from cloud.whitesky import whitesky_client
+from clusters.models import ClusterSite, Machine, MachinePool
 from clusters.reconcile import machine_create
 from clusters.services import machine_force_delete
-from clusters.whitesky import whitesky_client
 from gpus.mirror import vgpus_sync
 from gpus.models import VgpuReservation
 from gpus.selectors import orphans_list
@@ -112,7 +114,7 @@ def test_force_delete_leaves_orphans_and_the_replacement_is_a_new_machine(plane:
     plane.pool(cluster, "t4", location="be-mac-dc01-001", gpu_type="NVIDIA T4", gpu_count=1)
     plane.converge(cluster)
     old = Machine.objects.get()
-    machine_force_delete(machine=old, actor="test", reason="stuck")
+    machine_force_delete(machine=old, actor=SystemActor.RECONCILER, reason="stuck")
 
     plane.converge(cluster)
 
@@ -131,7 +133,9 @@ def test_a_pool_made_again_never_reuses_an_index_whose_names_are_still_listed(
     cluster = plane.cluster()
     pool = plane.pool(cluster, "a100", gpu_type="NVIDIA A100", gpu_count=1)
     plane.converge(cluster)
-    machine_force_delete(machine=Machine.objects.get(), actor="test", reason="stuck")
+    machine_force_delete(
+        machine=Machine.objects.get(), actor=SystemActor.RECONCILER, reason="stuck"
+    )
     plane.observe()
     # As a pool deleted and made again under the same name would be.
     MachinePool.objects.filter(pk=pool.pk).update(next_index=0, replicas=1)
@@ -325,7 +329,9 @@ def test_a_pending_reserve_of_a_machine_deleted_with_force_is_settled_by_the_lis
     plane.reconcile(cluster)
     pending = VgpuReservation.objects.get()
     assert pending.vgpu_id is None
-    machine_force_delete(machine=Machine.objects.get(), actor="test", reason="stuck")
+    machine_force_delete(
+        machine=Machine.objects.get(), actor=SystemActor.RECONCILER, reason="stuck"
+    )
     pool = cluster.pools.get()
     pool.replicas = 0
     pool.save()
@@ -420,7 +426,9 @@ def test_a_machine_force_deleted_while_its_vm_is_made_ends_the_step_and_the_vm_i
             for _ in range(100):
                 machine = Machine.objects.filter(vm_create_deadline__isnull=False).first()
                 if machine is not None:
-                    machine_force_delete(machine=machine, actor="test", reason="stuck")
+                    machine_force_delete(
+                        machine=machine, actor=SystemActor.RECONCILER, reason="stuck"
+                    )
                     return
                 time.sleep(0.05)
         finally:
@@ -465,7 +473,9 @@ def test_a_lost_reserve_of_a_machine_force_deleted_meanwhile_is_resolved_by_obse
     plane.reconcile(cluster)
     pending = VgpuReservation.objects.get()
     assert (pending.state, pending.vgpu_id) == (RState.RESERVING, None)
-    machine_force_delete(machine=Machine.objects.get(), actor="test", reason="stuck")
+    machine_force_delete(
+        machine=Machine.objects.get(), actor=SystemActor.RECONCILER, reason="stuck"
+    )
 
     plane.observe()  # the reserve may still land: nothing decided
     assert VgpuReservation.objects.filter(pk=pending.pk, state=RState.RESERVING).exists()

@@ -19,7 +19,8 @@ from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from capvco_web.counters import FileCounters
-from clusters.models import Location, Machine
+from cloud.models import Location
+from clusters.models import Machine
 from gpus.models import HOURS_PER_MONTH, GpuProfile, VgpuReservation
 from tests.factories import (
     AccountFactory,

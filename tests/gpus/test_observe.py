@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from clusters.models import Account, Cloudspace, Image, Location, VirtualMachine
+from cloud.models import Account, Cloudspace, Image, Location, VirtualMachine
+from cloud.whitesky import whitesky_client
 from clusters.services import account_create
-from clusters.whitesky import whitesky_client
 from gpus.models import GpuProfile, VgpuReservation
 from tests.gpus.conftest import NL, Plane
 

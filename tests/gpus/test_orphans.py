@@ -5,11 +5,13 @@ from __future__ import annotations
 from datetime import timedelta
 from decimal import Decimal
 
+from capvco_web.audit import SystemActor
 from capvco_web.models import AuditEvent
-from clusters.models import Location, Machine
+from cloud.models import Location
+from cloud.whitesky import whitesky_client
+from clusters.models import Machine
 from clusters.releases import SweepResult
 from clusters.services import machine_force_delete
-from clusters.whitesky import whitesky_client
 from gpus.models import GpuProfile, VgpuReservation
 from tests.gpus.conftest import NL, Plane
 from tests.gpus.support import auto_release_set, orphan_made, sweep
@@ -84,7 +86,9 @@ def test_partial_listing_flags_no_new_orphan(plane: Plane) -> None:
     cluster = plane.cluster()
     plane.pool(cluster, "a100", gpu_type="NVIDIA A100", gpu_count=1)
     plane.converge(cluster)
-    machine_force_delete(machine=Machine.objects.get(), actor="test", reason="stuck")
+    machine_force_delete(
+        machine=Machine.objects.get(), actor=SystemActor.RECONCILER, reason="stuck"
+    )
     plane.sim.fault(operation="listCustomerVGPUS", status=400)
     plane.observe()
 

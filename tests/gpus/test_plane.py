@@ -3,7 +3,7 @@ them would otherwise hold whatever the code did."""
 
 from __future__ import annotations
 
-from clusters.whitesky import whitesky_client
+from cloud.whitesky import whitesky_client
 from tests.gpus.conftest import NL, Plane
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from cloud.whitesky import whitesky_client
 from clusters.models import Machine
-from clusters.whitesky import whitesky_client
 from gpus.models import GpuProfile, VgpuReservation
 from tests.gpus.conftest import BE, NL, Plane
 

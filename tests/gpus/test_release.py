@@ -13,12 +13,15 @@ from django.test import Client
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from capvco_web.audit import SystemActor
 from capvco_web.models import AuditEvent
-from clusters.models import Account, Machine
-from clusters.releases import SweepResult, release_carry_out, reservation_release_request
+from cloud.models import Account
+from cloud.whitesky import whitesky_client
+from clusters.models import Machine
+from clusters.releases import SweepResult, release_carry_out
 from clusters.tasks import orphan_sweep_all
-from clusters.whitesky import whitesky_client
 from gpus.models import GpuProfile, VgpuReservation
+from gpus.release_requests import reservation_release_request
 from gpus.services import ReleaseRefused, reservation_release
 from tests.factories import MembershipFactory
 from tests.gpus.conftest import BE, NL, Plane
@@ -143,12 +146,18 @@ def test_of_two_concurrent_releases_of_one_row_only_the_one_that_claims_it_acts(
     mine, theirs = (VgpuReservation.objects.get(pk=row.pk) for _ in range(2))
 
     with whitesky_client(plane.account) as client:
-        assert release_carry_out(client=client, reservation=mine, actor="a", reason="r")
+        assert release_carry_out(
+            client=client, reservation=mine, actor=SystemActor.RECONCILER, reason="r"
+        )
         # `theirs` was read before the claim: it is stale, and its claim fails.
-        assert not release_carry_out(client=client, reservation=theirs, actor="b", reason="r")
+        assert not release_carry_out(
+            client=client, reservation=theirs, actor=SystemActor.ORPHAN_SWEEP, reason="r"
+        )
 
     assert deletes_sent(plane) == 1
-    assert list(AuditEvent.objects.values_list("action", "actor_name")) == [("vgpu.release", "a")]
+    assert list(AuditEvent.objects.values_list("action", "actor_name")) == [
+        ("vgpu.release", "reconciler")
+    ]
 
 
 def test_refusal_by_whitesky_puts_the_row_back_and_records_why(
@@ -185,7 +194,7 @@ def test_revert_after_a_refusal_leaves_a_row_another_worker_claimed_meanwhile(
         reservation_release(
             client=client,
             reservation=row,
-            actor="a",
+            actor=SystemActor.RECONCILER,
             reason="r",
             prepare=another_claim_then_refusal,
         )
@@ -309,7 +318,9 @@ def test_reconciler_may_send_again_a_release_it_left_releasing(plane: Plane) -> 
     row.refresh_from_db()
 
     with whitesky_client(plane.account) as client:
-        assert reservation_release(client=client, reservation=row, actor="reconciler", reason="r")
+        assert reservation_release(
+            client=client, reservation=row, actor=SystemActor.RECONCILER, reason="r"
+        )
 
     assert plane.sim_vgpus() == []
 

@@ -9,10 +9,12 @@ import json
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from capvco_web.audit import SystemActor
 from capvco_web.models import AuditEvent
-from clusters.models import Account, ClusterSite, Machine, MachinePool, VirtualMachine
+from cloud.models import Account, VirtualMachine
+from cloud.whitesky import whitesky_client
+from clusters.models import ClusterSite, Machine, MachinePool
 from clusters.services import machine_force_delete
-from clusters.whitesky import whitesky_client
 from gpus.models import VgpuReservation
 from tests.gpus.conftest import CLOUDSPACES, IMAGES, NL, Plane
 from tests.gpus.support import auto_release_set, sweep
@@ -140,7 +142,7 @@ def test_force_deleted_machine_without_gpus_leaves_a_vm_the_sweep_removes(
     machine = Machine.objects.get(name="cpu-0")
     vm_id = machine.vm_id or 0
     cluster.pools.update(replicas=0)  # no replacement machine in this test
-    machine_force_delete(machine=machine, actor="test", reason="stuck")
+    machine_force_delete(machine=machine, actor=SystemActor.RECONCILER, reason="stuck")
 
     plane.observe()
     plane.observe()
@@ -155,7 +157,7 @@ def test_sweep_removes_the_orphan_vm_before_releasing_the_vgpus_it_held(plane: P
     auto_release_set(plane.account, confirmations=1)
     machine = running_gpu_machine(plane)
     MachinePool.objects.filter(pk=machine.pool_id).update(replicas=0)
-    machine_force_delete(machine=machine, actor="test", reason="stuck")
+    machine_force_delete(machine=machine, actor=SystemActor.RECONCILER, reason="stuck")
     plane.observe()
 
     result = sweep(plane)
@@ -218,7 +220,7 @@ def test_second_observation_of_unchanged_orphan_vms_writes_nothing(plane: Plane)
         q["sql"]
         for q in queries.captured_queries
         if q["sql"].lstrip().upper().startswith(("UPDATE", "INSERT", "DELETE"))
-        and not q["sql"].startswith('UPDATE "clusters_location"')  # the pass's one stamp
+        and not q["sql"].startswith('UPDATE "cloud_location"')  # the pass's one stamp
     ]
     assert writes == []
     assert VirtualMachine.objects.get(vm_id=stray).orphaned_since == before

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import pytest
 
+from capvco_web.audit import SystemActor
 from clusters.models import Cluster, ClusterSite, Machine, MachinePool
 from sriov.services import sriov_config_set
 from sriov.tokens import agent_token_rotate, node_token_enroll
@@ -36,13 +37,13 @@ def other(world: World) -> tuple[Cluster, str]:
             "external_network": NETWORK,
             "credential": world.sim.token(subject="other-operator"),
         },
-        actor="test",
+        actor=SystemActor.RECONCILER,
     )
     world.kube.put(
         "other",
         node_object("node-0", provider_id=f"vco://{world.location.name}/{vm_id}"),
         pod_object("intruder", node="node-0"),
     )
-    enrollment, _ = agent_token_rotate(cluster=cluster, actor="test")
+    enrollment, _ = agent_token_rotate(cluster=cluster, actor=SystemActor.RECONCILER)
     _, raw = node_token_enroll(enrollment=enrollment, node_name="node-0")
     return cluster, raw

@@ -11,9 +11,11 @@ from typing import Any
 
 from django.contrib.auth.models import User
 
-from clusters.models import Account, Cluster, ClusterSite, Location, Machine, MachinePool
-from clusters.observe import account_locations_observe
-from clusters.whitesky import whitesky_client
+from capvco_web.audit import SystemActor
+from cloud.models import Account, Location
+from cloud.observe import account_locations_observe
+from cloud.whitesky import whitesky_client
+from clusters.models import Cluster, ClusterSite, Machine, MachinePool
 from sriov.agent import Clients, pod_nic_add
 from sriov.models import AgentToken, PodNic
 from sriov.services import sriov_config_set
@@ -166,7 +168,7 @@ def world_build(
     )
     Cluster.objects.filter(pk=cluster.pk).update(kubeconfig=kube_cluster.kubeconfig_yaml)
     cluster.refresh_from_db()
-    actor: Any = admin or "test"
+    actor: Any = admin or SystemActor.RECONCILER
     sriov_config_set(
         cluster=cluster,
         changes={

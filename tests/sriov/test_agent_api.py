@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from django.test import Client
 
+from capvco_web.audit import SystemActor
 from clusters.models import Cluster
 from sriov.models import PodNic
 from sriov.services import sriov_config_set
@@ -115,7 +116,7 @@ def test_calls_without_a_valid_agent_token_are_refused(world: World, client: Cli
 
 def test_a_rotated_enrollment_token_stops_enrolling(world: World, client: Client) -> None:
     old = world.enrollment_token
-    agent_token_rotate(cluster=world.cluster, actor="test")
+    agent_token_rotate(cluster=world.cluster, actor=SystemActor.RECONCILER)
     response = agent(client, old).post(
         "/api/v1/sriov/agent/enroll/", {"node_name": "node-0"}, content_type="application/json"
     )
@@ -142,7 +143,9 @@ def test_a_field_the_agent_api_does_not_take_is_refused(world: World, client: Cl
 
 def test_add_while_sriov_is_disabled_is_refused(world: World, client: Client) -> None:
     world.pod("web")
-    sriov_config_set(cluster=world.cluster, changes={"enabled": False}, actor="test")
+    sriov_config_set(
+        cluster=world.cluster, changes={"enabled": False}, actor=SystemActor.RECONCILER
+    )
     response = agent(client, world.agent_token).post(
         URL, add_body(world, "web"), content_type="application/json"
     )
@@ -161,7 +164,9 @@ def test_a_rotation_with_overlap_keeps_the_old_token_until_then(
 
     enroll = "/api/v1/sriov/agent/enroll/"
     old = world.enrollment_token
-    _, new = agent_token_rotate(cluster=world.cluster, actor="test", overlap=timedelta(hours=1))
+    _, new = agent_token_rotate(
+        cluster=world.cluster, actor=SystemActor.RECONCILER, overlap=timedelta(hours=1)
+    )
     ok = agent(client, old).post(enroll, {"node_name": "node-0"}, content_type="application/json")
     assert ok.status_code == 201
     AgentToken.objects.filter(expires_at__isnull=False).update(

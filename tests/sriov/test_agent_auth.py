@@ -16,6 +16,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
+from capvco_web.audit import SystemActor
 from capvco_web.models import AuditEvent
 from clusters.kube import kube_client
 from clusters.kube_observe import cluster_kube_observe
@@ -239,7 +240,7 @@ def test_only_a_machine_of_the_cluster_enrolls(world: World, other: tuple[Cluste
 def test_a_rotated_enrollment_token_no_longer_enrolls_and_node_tokens_stay(world: World) -> None:
     node_token = world.node_token(0)
     old = world.enrollment_token
-    _, new = agent_token_rotate(cluster=world.cluster, actor="test")
+    _, new = agent_token_rotate(cluster=world.cluster, actor=SystemActor.RECONCILER)
     refused = enroll_call(old, world.node(1))
     assert refused.status_code == 401
     assert enroll_call(new, world.node(1)).status_code == 201
@@ -305,7 +306,7 @@ def test_the_installer_enrolls_its_node_and_keeps_the_token_private(
     assert install(**options) == []  # nothing changed: no enrollment either
     assert AuditEvent.objects.filter(action="sriov.node_token_enroll").count() == 1
     # A rotation: the new Secret makes the installer enroll again with its node token.
-    _, rotated = agent_token_rotate(cluster=world.cluster, actor="test")
+    _, rotated = agent_token_rotate(cluster=world.cluster, actor=SystemActor.RECONCILER)
     secret.write_text(rotated + "\n")
     assert str(conf / "token") in install(**options)
     assert (conf / "token").read_text().strip() != token

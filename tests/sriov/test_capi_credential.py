@@ -9,7 +9,8 @@ import pytest
 from django.core.exceptions import ValidationError
 
 from capvco_web.models import AuditEvent
-from clusters.models import Account, Cluster, MachinePool
+from cloud.models import Account
+from clusters.models import Cluster, MachinePool
 from sriov.capi_credential import imported_credential_sync
 from sriov.models import SriovConfig
 from sriov.services import sriov_config_set

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from django.db import connections
 
-from clusters.whitesky import whitesky_client
+from cloud.whitesky import whitesky_client
 from sriov.agent import Refused, WhiteskyFailed, WhiteskyRefused
 from sriov.models import PodNic
 from tests.kube_sim import KubeSimulator

@@ -12,9 +12,10 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from capvco_web.models import AuditEvent
+from cloud.models import Account
 from clusters.kube import kube_client
 from clusters.kube_observe import cluster_kube_observe
-from clusters.models import Account, Cluster
+from clusters.models import Cluster
 from sriov.models import LeakedNic, PodNic
 from sriov.reclaim import cluster_nics_reclaim
 from sriov.services import leaked_nic_detach_request
@@ -180,7 +181,8 @@ def test_a_second_pass_over_nothing_changed_writes_nothing(world: World) -> None
 
 
 def test_a_location_of_the_cluster_without_the_network_is_no_error(world: World) -> None:
-    from clusters.models import ClusterSite, Location
+    from cloud.models import Location
+    from clusters.models import ClusterSite
 
     be = Location.objects.get(account=world.account, name="be-mac-dc01-001")
     ClusterSite.objects.create(

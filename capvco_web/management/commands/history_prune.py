@@ -21,10 +21,8 @@ class Command(BaseCommand):
     def handle(self, *args: Any, dry_run: bool, **options: Any) -> None:
         pruned = history_prune(dry_run=dry_run)
         verb = "would delete" if dry_run else "deleted"
-        for what, n, before in [
-            ("released reservations", pruned.reservations, pruned.reservations_before),
-            ("audit events", pruned.audit_events, pruned.audit_events_before),
-        ]:
+        for each in pruned.histories:
+            what, n, before = each.history.name, each.deleted, each.before
             if before is None:
                 self.stdout.write(f"{what}: kept for ever (retention 0)")
             else:

@@ -16,12 +16,14 @@ import yaml
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
+from capvco_web.audit import SystemActor
 from capvco_web.integrations import whitesky as ws
 from capvco_web.validators import kube_allowed_servers
-from clusters.models import Account, Cluster, ClusterSite, MachinePool, whitesky_allowed_hosts
-from clusters.observe import account_locations_observe
+from cloud.models import Account, whitesky_allowed_hosts
+from cloud.observe import account_locations_observe
+from cloud.whitesky import whitesky_client
+from clusters.models import Cluster, ClusterSite, MachinePool
 from clusters.services import cluster_kubeconfig_set
-from clusters.whitesky import whitesky_client
 
 DEMO_CLUSTER = "demo"
 
@@ -82,7 +84,7 @@ class Command(BaseCommand):
             cluster_kubeconfig_set(
                 cluster=cluster,
                 kubeconfig=kubeconfig,
-                actor="demo-seed",
+                actor=SystemActor.DEMO_SEED,
                 reason="the demo's Kubernetes simulator",
             )
         self.stdout.write(f"Demo cluster '{DEMO_CLUSTER}': Kubernetes at {found.json()['server']}.")

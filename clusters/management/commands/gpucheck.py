@@ -25,7 +25,7 @@ from django.core.management.base import BaseCommand, CommandParser
 from django.db.models import Count
 from django.utils import timezone
 
-from clusters.models import VirtualMachine
+from cloud.models import VirtualMachine
 from clusters.orphans import vm_orphans_list
 from gpus.models import VgpuReservation
 from gpus.selectors import orphans_list

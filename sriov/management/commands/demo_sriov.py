@@ -16,6 +16,7 @@ from typing import Any
 import requests
 from django.core.management.base import BaseCommand, CommandError
 
+from capvco_web.audit import SystemActor
 from clusters.kube import kube_client
 from clusters.kube_observe import cluster_kube_observe
 from clusters.models import Cluster, Machine
@@ -24,7 +25,7 @@ from sriov.models import AgentToken
 from sriov.services import sriov_config_set
 from sriov.tokens import agent_token_rotate, node_token_revoke
 
-ACTOR = "demo_sriov"
+ACTOR = SystemActor.DEMO_SRIOV
 LOCATION = "nl-rmd-dc01-001"
 NETWORK = "sriov-nl-rmd"  # the demo world's external network there
 PODS = [("web-0", "team-a"), ("web-1", "team-a"), ("ingest-0", "team-b")]

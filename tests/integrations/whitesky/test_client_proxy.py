@@ -13,8 +13,8 @@ from django.core.exceptions import ImproperlyConfigured
 
 from capvco_web.environment import whitesky_proxy_url
 from capvco_web.integrations.whitesky import WhiteskyClient
-from clusters.models import Account
-from clusters.whitesky import whitesky_client
+from cloud.models import Account
+from cloud.whitesky import whitesky_client
 from tests.http_stub import HttpStub, Reply
 from tests.whitesky_sim import WhiteskySimulator
 

@@ -10,7 +10,7 @@ from django.conf import settings
 
 from capvco_web.counters import whitesky_call_count
 from capvco_web.integrations import whitesky as ws
-from clusters.models import Account, whitesky_allowed_hosts
+from cloud.models import Account, whitesky_allowed_hosts
 
 
 def whitesky_client(account: Account) -> ws.WhiteskyClient:

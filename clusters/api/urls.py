@@ -1,0 +1,18 @@
+"""The API of accounts, their sites and clusters, on the one router of capvco_web.api_urls."""
+
+from clusters.api import views
+
+routes = [
+    ("accounts", views.AccountViewSet, None),
+    ("memberships", views.MembershipViewSet, None),
+    ("locations", views.LocationViewSet, None),
+    ("cloudspaces", views.CloudspaceViewSet, None),
+    ("images", views.ImageViewSet, None),
+    ("clusters", views.ClusterViewSet, None),
+    ("sites", views.ClusterSiteViewSet, None),
+    ("pools", views.MachinePoolViewSet, None),
+    ("machines", views.MachineViewSet, None),
+    ("nodes", views.KubeNodeViewSet, None),
+    ("pods", views.KubePodViewSet, None),
+]
+urlpatterns: list[object] = []
