@@ -10,8 +10,9 @@ answer that was lost.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, get_args
+from typing import Literal, Protocol, get_args
 
 from django.db.models import Count, Prefetch, Q
 
@@ -112,13 +113,61 @@ class CardBook:
                 card.available_instances -= count
 
 
+@dataclass(frozen=True)
+class Call:
+    """One call a step makes outside: the service, its verb and the object it names."""
+
+    service: Literal["kubernetes", "whitesky"]
+    verb: str
+    target: str
+
+    def __str__(self) -> str:
+        return f"{self.service} {self.verb} {self.target}"
+
+
+class PlannedStep(Protocol):
+    """A step of a registered planner (node labels, the GPU add-on, NIC reclaim)."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def target(self) -> str: ...
+    @property
+    def reason(self) -> str: ...
+    def describe(self) -> str: ...
+    def calls(self) -> tuple[Call, ...]: ...
+
+
+Planner = Callable[[Cluster], Sequence[PlannedStep]]
+PLANNERS: list[tuple[Planner, tuple[str, ...]]] = []
+
+
+def planner_register(planner: Planner, *, kinds: tuple[str, ...]) -> None:
+    """Add a planner whose steps (of these kinds) every cluster plan lists after the
+    machines' steps. Apps above `clusters` register theirs in `AppConfig.ready()`."""
+    if all(known is not planner for known, _ in PLANNERS):
+        PLANNERS.append((planner, kinds))
+
+
+def planned_kinds() -> tuple[str, ...]:
+    """Every kind of step a plan may show: the machines' actions, then the planners'."""
+    return ACTIONS + tuple(kind for _, kinds in PLANNERS for kind in kinds)
+
+
 @dataclass
 class ClusterPlan:
     cluster: Cluster
     steps: list[Step] = field(default_factory=list)
+    planned: list[PlannedStep] = field(default_factory=list)
+    """The registered planners' steps; their tasks act on them (not the machines' pass)."""
 
     def __bool__(self) -> bool:
         return bool(self.steps)
+
+    @property
+    def shown(self) -> list[Step | PlannedStep]:
+        """Every step, as the dry run shows them."""
+        return [*self.steps, *self.planned]
 
 
 def gpus_held(machine: Machine) -> list[VgpuReservation]:
@@ -224,7 +273,7 @@ def _scale_down_order(machine: Machine) -> tuple[bool, int]:
 
 def cluster_plan(cluster: Cluster) -> ClusterPlan:
     """Everything the next pass would do for the cluster, from the database only."""
-    plan = ClusterPlan(cluster)
+    plan = ClusterPlan(cluster, planned=[s for p, _ in PLANNERS for s in p(cluster)])
     books: dict[int, CardBook] = {}
     if cluster.state == Cluster.State.DELETING:
         for machine in _machines(Q(pool__cluster=cluster)):

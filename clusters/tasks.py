@@ -20,10 +20,10 @@ from capvco_web.integrations.kube import KubeconfigInvalid
 from capvco_web.locks import object_lock
 from capvco_web.tasks import retry_if_transient, send_on_commit
 from clusters.capi_import import account_capi_import
-from clusters.gpu_addon import cluster_gpu_addon_reconcile
-from clusters.gpu_nodes import node_gpu_labels_apply
+from clusters.gpu_addon import cluster_gpu_addon_observe
 from clusters.kube import kube_client, management_client
 from clusters.kube_observe import cluster_kube_observe
+from clusters.kube_plan import kube_plan, kube_steps_act
 from clusters.models import Account, Cluster, Location
 from clusters.observe import (
     account_catalog_observe,
@@ -113,8 +113,9 @@ def kube_observed_clusters() -> QuerySet[Cluster]:
 @shared_task
 def observe_cluster_kube(cluster_id: int) -> None:
     """Mirror the cluster's nodes and pods; flag machines and nodes without each other and
-    GPU nodes that advertise no GPU; then put right what the control plane writes there:
-    the GPU labels of its nodes and the GPU add-on."""
+    GPU nodes that advertise no GPU, and read the GPU add-on's DaemonSet; then carry out
+    the plan of what the control plane writes there (clusters.kube_plan): the GPU labels
+    of its nodes and the GPU add-on."""
     cluster = kube_observed_clusters().filter(pk=cluster_id).first()
     if cluster is None:
         return  # deleted, deleting, or its kubeconfig removed since the fan-out
@@ -130,11 +131,9 @@ def observe_cluster_kube(cluster_id: int) -> None:
             logger.warning("observe kubernetes of %s: %s", cluster.name, exc)
             return
         with client:
-            observed = cluster_kube_observe(client=client, cluster=cluster)
-            node_gpu_labels_apply(
-                client=client, cluster=cluster, nodes_complete=observed.nodes_complete
-            )
-            cluster_gpu_addon_reconcile(client=client, cluster=cluster)
+            cluster_kube_observe(client=client, cluster=cluster)
+            cluster_gpu_addon_observe(client=client, cluster=cluster)
+            kube_steps_act(client=client, steps=kube_plan(cluster))
 
 
 def capi_imported_accounts() -> QuerySet[Account]:
