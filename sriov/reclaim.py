@@ -38,6 +38,7 @@ from sriov.models import ExternalNetwork, LeakedNic, PodNic, SriovConfig
 from sriov.networks import external_networks_mirror, network_match
 from sriov.reclaim_plan import (
     LeakedNicDetach,
+    NicStep,
     PodNicDetach,
     live_pod_nics,
     nic_reclaim_plan,
@@ -86,16 +87,28 @@ def cluster_nics_reclaim(
         with clients.whitesky(config) as client:
             _networks_observe(cluster, config, client, result)
             _leaks_observe(cluster, config, client, now, result)
-            for step in nic_reclaim_plan(cluster, now=now, grace=grace):
-                if isinstance(step, PodNicDetach):
-                    _pod_nic_detach(step, clients, result)
-                else:
-                    _leaked_nic_detach(step, client, result)
+            steps = nic_reclaim_plan(cluster, now=now, grace=grace)
+            nic_steps_act(steps=steps, clients=clients, client=client, result=result)
     except ws.WhiteskyError as exc:
         result.errors.append(str(exc))
     for problem in result.errors:
         logger.warning("sriov reclaim of %s: %s", cluster.name, problem)
     return result
+
+
+def nic_steps_act(
+    *,
+    steps: list[NicStep],
+    clients: Clients,
+    client: ws.WhiteskyClient,
+    result: ReclaimResult,
+) -> None:
+    """Carry out exactly these steps, each only while its rows are as planned."""
+    for step in steps:
+        if isinstance(step, PodNicDetach):
+            _pod_nic_detach(step, clients, result)
+        else:
+            _leaked_nic_detach(step, client, result)
 
 
 def _pod_nics_flag(cluster: Cluster, now: datetime, result: ReclaimResult) -> None:

@@ -17,23 +17,30 @@ import pytest
 import requests
 from django.contrib.auth.models import User
 from django.db import connection
+from django.test import Client
 from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
 from django.utils import timezone
 from rest_framework.test import APIClient
 
 from clusters.gpu_addon import HASH_ANNOTATION, MANAGED_BY_LABEL, addon_manifest
 from clusters.gpu_nodes import GPU_COUNT_LABEL, GPU_TYPE_LABEL, gpu_label_value
+from clusters.kube import kube_client
+from clusters.kube_observe import cluster_kube_observe
 from clusters.models import Account, Cluster, KubePod
 from clusters.tasks import observe_cluster_kube
 from gpus.resolve import gpu_type_of
+from sriov.agent import Clients
 from sriov.models import LeakedNic, PodNic
+from sriov.reclaim import ReclaimResult, cluster_nics_reclaim, nic_steps_act
+from sriov.reclaim_plan import nic_reclaim_plan
 from sriov.services import leaked_nic_detach_request
 from sriov.tasks import sriov_reclaim_cluster
 from sriov.whitesky import sriov_whitesky_client
 from tests.factories import GpuProfileFactory, VgpuReservationFactory
 from tests.kube_sim import node_object
 from tests.sriov.support import CLOUDSPACE, NETWORK_ID, World, world_build
-from tests.sriov.test_reclaim import delete_pod
+from tests.sriov.test_reclaim import _leak, delete_pod
 from tests.whitesky_sim import WhiteskySimulator
 
 GRACE = timedelta(minutes=5)
@@ -198,6 +205,10 @@ def test_one_pass_makes_exactly_the_calls_the_dry_run_showed(
     }
 
     planned = shown(api, world)
+    page = Client()
+    page.force_login(person)
+    html = page.get(reverse("dashboard:cluster", args=[world.cluster.pk])).content.decode()
+    assert all(call in html for call in planned)  # the cluster page lists them too
     clear_calls(world)
     one_pass(world)
 
@@ -216,3 +227,36 @@ def test_one_pass_makes_exactly_the_calls_the_dry_run_showed(
         if q["sql"].startswith(("INSERT", "UPDATE", "DELETE"))
     }
     assert writes <= {'UPDATE "clusters_cluster"'}  # the observation's stamp
+
+
+def test_a_detach_whose_rows_changed_since_the_plan_is_dropped_and_planned_again(
+    world: World,
+) -> None:
+    world.pod("web")
+    world.pod("busy")
+    gone = world.add("web")
+    busy = world.add("busy")
+    delete_pod(world, "web")
+    mac = _leak(world)
+    cluster = Cluster.objects.get(pk=world.cluster.pk)
+    with kube_client(cluster) as client:
+        assert cluster_kube_observe(client=client, cluster=cluster).complete
+    now = timezone.now()
+    assert cluster_nics_reclaim(cluster=cluster, now=now).leaked  # observed, not due yet
+    later = now + DUE
+    steps = nic_reclaim_plan(Cluster.objects.get(pk=cluster.pk), now=later, grace=GRACE)
+    assert sorted(step.kind for step in steps) == ["leaked_nic_detach", "pod_nic_detach"]
+
+    # Since the plan: the DEL of `web` came after all, and an attach began on the VM.
+    PodNic.objects.filter(pk=gone.pk).update(state=PodNic.State.DETACHING)
+    PodNic.objects.filter(pk=busy.pk).update(state=PodNic.State.ATTACHING)
+    world.sim.clear_calls()
+    result = ReclaimResult(cluster=cluster.name, pods_complete=True)
+    with sriov_whitesky_client(world.cluster.sriov) as client:
+        nic_steps_act(steps=steps, clients=Clients(), client=client, result=result)
+
+    assert len(result.dropped) == 2 and result.released == result.leaks_detached == []
+    assert world.sim.calls()["writes"] == 0
+    PodNic.objects.filter(pk=busy.pk).update(state=PodNic.State.ATTACHED)
+    done = cluster_nics_reclaim(cluster=cluster, now=later, grace=GRACE)
+    assert (done.released, done.leaks_detached) == ([str(gone)], [mac])
