@@ -251,10 +251,18 @@ def _leaked_nic_detach(
             LeakedNic.objects.select_related("detach_requested_by")
             .filter(pk=step.leaked_nic_id, mac=step.mac, ip=step.ip)
             .first()
+            if taken
+            else None
         )
-        live = PodNic.objects.filter(location_id=step.location_id).exclude(state=State.RELEASED)
-        claimed = live.filter(Q(vm_id=step.vm_id, state=State.ATTACHING) | Q(mac=step.mac)).exists()
-        if not taken or row is None or claimed:
+        # Still nobody's: no pod NIC names its MAC, and no attach on the VM is in flight
+        # (its NIC is not named yet), as when the listing found it.
+        claimed = (
+            PodNic.objects.filter(location_id=step.location_id)
+            .exclude(state=State.RELEASED)
+            .filter(Q(vm_id=step.vm_id, state=State.ATTACHING) | Q(mac=step.mac))
+            .exists()
+        )
+        if row is None or claimed:
             result.dropped.append(step.describe())
             return
         try:

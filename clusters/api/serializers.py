@@ -294,7 +294,9 @@ class PlanStepSerializer(serializers.Serializer[object]):
     """One step of the plan, with every decision it carries."""
 
     action = serializers.ChoiceField(choices=ACTIONS)
-    target = serializers.CharField(help_text="The machine (or, for reclaim, the cluster)")
+    target = serializers.CharField(
+        help_text="The machine (for reclaim, the cluster; else the node, DaemonSet or NIC)"
+    )
     reason = serializers.CharField()
     pool_id = serializers.IntegerField(allow_null=True)
     machine_id = serializers.IntegerField(allow_null=True, help_text="None: made by the step")
