@@ -153,14 +153,14 @@ def addon_unjudged(cluster: Cluster) -> bool:
     return error == foreign_message() or error.startswith(READ_FAILED)
 
 
-def cluster_gpu_addon_observe(*, client: KubeClient, cluster: Cluster) -> bool:
+def cluster_gpu_addon_observe(*, client: KubeClient, cluster: Cluster) -> None:
     """Mirror what the cluster holds under the add-on's name (one GET) onto the cluster:
     the hash of ours (`gpu_addon_hash`, empty: none of ours), or why it cannot be judged
     (`gpu_addon_error`: a DaemonSet not ours, or the read failed: `addon_unjudged`). The
     plan reads only this (`clusters.kube_plan`). A cluster that never had ours and does
-    not want it costs no call. Answers whether it read."""
+    not want it costs no call."""
     if not cluster.gpu_addon and not cluster.gpu_addon_hash:
-        return False
+        return
     fields: dict[str, Any]
     try:
         found = client.read_daemonset(ADDON_NAMESPACE, ADDON_NAME)
@@ -170,7 +170,9 @@ def cluster_gpu_addon_observe(*, client: KubeClient, cluster: Cluster) -> bool:
         if found is None:
             fields = {"gpu_addon_hash": "", "gpu_addon_applied_at": None, "gpu_addon_error": ""}
         elif not _ours(found):
-            fields = {"gpu_addon_hash": "", "gpu_addon_error": foreign_message()}
+            # Theirs: never ours to replace, nor (the add-on off) to remove.
+            refused = foreign_message() if cluster.gpu_addon else ""
+            fields = {"gpu_addon_hash": "", "gpu_addon_error": refused}
         else:
             held = (found["metadata"].get("annotations") or {}).get(HASH_ANNOTATION) or UNHASHED
             _, digest = addon_manifest()
@@ -186,7 +188,6 @@ def cluster_gpu_addon_observe(*, client: KubeClient, cluster: Cluster) -> bool:
     model_update(cluster, fields)
     if cluster.gpu_addon_error:
         logger.warning("kubernetes of %s: %s", cluster.name, cluster.gpu_addon_error)
-    return True
 
 
 def addon_applied_record(*, cluster: Cluster, digest: str, created: bool) -> None:
