@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Literal, Protocol, get_args
 
 from django.db.models import Count, Prefetch, Q
@@ -158,11 +159,15 @@ def planned_kinds() -> tuple[str, ...]:
 class ClusterPlan:
     cluster: Cluster
     steps: list[Step] = field(default_factory=list)
-    planned: list[PlannedStep] = field(default_factory=list)
-    """The registered planners' steps; their tasks act on them (not the machines' pass)."""
 
     def __bool__(self) -> bool:
         return bool(self.steps)
+
+    @cached_property
+    def planned(self) -> list[PlannedStep]:
+        """The registered planners' steps, planned when asked for (the dry run): their own
+        tasks act on them, not the machines' pass."""
+        return [step for planner, _ in PLANNERS for step in planner(self.cluster)]
 
     @property
     def shown(self) -> list[Step | PlannedStep]:
@@ -273,7 +278,7 @@ def _scale_down_order(machine: Machine) -> tuple[bool, int]:
 
 def cluster_plan(cluster: Cluster) -> ClusterPlan:
     """Everything the next pass would do for the cluster, from the database only."""
-    plan = ClusterPlan(cluster, planned=[s for p, _ in PLANNERS for s in p(cluster)])
+    plan = ClusterPlan(cluster)
     books: dict[int, CardBook] = {}
     if cluster.state == Cluster.State.DELETING:
         for machine in _machines(Q(pool__cluster=cluster)):
