@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 
 from capvco_web.integrations.whitesky import operations as ops
@@ -130,30 +131,25 @@ def sriov_credential_present(cluster: Cluster) -> bool:
 
 
 def nic_reclaim_plan(cluster: Cluster, *, now: datetime, grace: timedelta) -> list[NicStep]:
-    if not sriov_credential_present(cluster):
+    steps: list[NicStep] = [*pod_nics_plan(cluster, now=now, grace=grace)]
+    steps += leaks_plan(cluster, now=now, grace=grace)
+    if steps and not sriov_credential_present(cluster):
         return []  # nothing is detached without the operator's SR-IOV credential
-    return [
-        *pod_nics_plan(cluster, now=now, grace=grace),
-        *leaks_plan(cluster, now=now, grace=grace),
-    ]
+    return steps
 
 
 def pod_gone_reasons(cluster: Cluster, rows: list[PodNic]) -> dict[int, str]:
-    """Why each row's pod counts as gone, judged only from the cluster's last pod
-    observation when it was complete and began after the row was asked for."""
+    """Why each row's pod counts as gone ("" when it is alive), judged only from the
+    cluster's last pod observation when it was complete and began after the row was
+    asked for; rows it cannot judge are left out. The rows come from `live_pod_nics`."""
     listed_at = cluster.kube_last_complete_observation_at
     if not cluster.kube_observation_complete or listed_at is None:
         return {}
-    judged = [row for row in rows if row.requested_at <= listed_at]
-    if not judged:
-        return {}
-    pods = dict(
-        KubePod.objects.filter(cluster=cluster, uid__in=[row.pod_uid for row in judged])
-        .values_list("uid", "phase")
-    )  # fmt: skip
     reasons: dict[int, str] = {}
-    for row in judged:
-        phase = pods.get(row.pod_uid)
+    for row in rows:
+        if row.requested_at > listed_at:
+            continue
+        phase = getattr(row, "pod_phase", None)
         if phase is None:
             reasons[row.pk] = "its pod is gone"
         elif phase in FINISHED_PHASES:
@@ -164,7 +160,15 @@ def pod_gone_reasons(cluster: Cluster, rows: list[PodNic]) -> dict[int, str]:
 
 
 def live_pod_nics(cluster: Cluster) -> list[PodNic]:
-    return list(PodNic.objects.filter(cluster=cluster).exclude(state=State.RELEASED).order_by("pk"))
+    """The cluster's pod NICs not released, each with its mirrored pod's phase
+    (`pod_phase`, None: no such pod), in one query."""
+    phase = KubePod.objects.filter(cluster=cluster, uid=OuterRef("pod_uid")).values("phase")
+    return list(
+        PodNic.objects.filter(cluster=cluster)
+        .exclude(state=State.RELEASED)
+        .annotate(pod_phase=Subquery(phase[:1]))
+        .order_by("pk")
+    )
 
 
 def pod_nics_plan(cluster: Cluster, *, now: datetime, grace: timedelta) -> list[PodNicDetach]:
@@ -199,13 +203,10 @@ def pod_nics_plan(cluster: Cluster, *, now: datetime, grace: timedelta) -> list[
 
 
 def leaks_plan(cluster: Cluster, *, now: datetime, grace: timedelta) -> list[LeakedNicDetach]:
-    auto = cluster.account.orphan_auto_release
-    rows = [
-        row
-        for row in LeakedNic.objects.filter(cluster=cluster).order_by("pk")
-        if row.leaked_since + grace <= now and (auto or row.detach_requested_at is not None)
-        and row.ip
-    ]  # fmt: skip
+    due = LeakedNic.objects.filter(cluster=cluster, leaked_since__lte=now - grace)
+    rows = list(due.exclude(ip=None).order_by("pk"))
+    if rows and not cluster.account.orphan_auto_release:
+        rows = [row for row in rows if row.detach_requested_at is not None]
     if not rows:
         return []
     attaching = set(
