@@ -125,16 +125,13 @@ def cluster_reclaim_plan(cluster: Cluster) -> list[NicStep]:
     return nic_reclaim_plan(cluster, now=timezone.now(), grace=reclaim_grace())
 
 
-def sriov_credential_present(cluster: Cluster) -> bool:
-    config = SriovConfig.objects.filter(cluster=cluster).only("credential").first()
-    return config is not None and bool(config.credential)
-
-
 def nic_reclaim_plan(cluster: Cluster, *, now: datetime, grace: timedelta) -> list[NicStep]:
+    # The configuration as read with the cluster, where it was (the dashboard's page).
+    config: SriovConfig | None = getattr(cluster, "sriov", None)
+    if config is None or not config.credential:
+        return []  # nothing is detached without the operator's SR-IOV credential
     steps: list[NicStep] = [*pod_nics_plan(cluster, now=now, grace=grace)]
     steps += leaks_plan(cluster, now=now, grace=grace)
-    if steps and not sriov_credential_present(cluster):
-        return []  # nothing is detached without the operator's SR-IOV credential
     return steps
 
 
