@@ -72,3 +72,8 @@ class ClustersConfig(AppConfig):
                 ),
             )
         )
+
+        from clusters.kube_plan import KINDS, kube_plan
+        from clusters.plan import planner_register
+
+        planner_register(kube_plan, kinds=KINDS)

@@ -8,11 +8,12 @@ its GPUs as `nvidia.com/gpu`; it installs no driver: the VM image, or its first 
 the pool's `driverVersion` (`clusters.cloud_init`), does.
 
 Idempotent: the DaemonSet carries the hash of the manifest it was made from
-(`capvco.io/manifest-sha256`); each pass reads it (one GET) and writes only when the hash
-differs (a new image, a DaemonSet someone changed) or it is missing (created again). Off:
-our DaemonSet is deleted, once, and nothing more is asked of the cluster. A DaemonSet of
-that name that we did not make (no `app.kubernetes.io/managed-by: capvco-web`) is never
-replaced nor deleted: the cluster shows why (`gpu_addon_error`).
+(`capvco.io/manifest-sha256`); observe reads it (one GET) and mirrors that hash on the
+cluster, and the cluster's plan (`clusters.kube_plan`) writes only when it differs from
+the manifest's (a new image, a DaemonSet someone changed) or ours is missing (created
+again). Off: our DaemonSet is deleted, once, and nothing more is asked of the cluster. A
+DaemonSet of that name that we did not make (no `app.kubernetes.io/managed-by:
+capvco-web`) is never replaced nor deleted: the cluster shows why (`gpu_addon_error`).
 
 Applying and removing it are audited (actor `gpu-addon`): they change software that runs
 on every GPU node of someone's cluster.
@@ -24,7 +25,6 @@ import hashlib
 import json
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
@@ -52,6 +52,8 @@ DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
 # The label that turns the add-on on for an imported cluster (on its Cluster API Cluster).
 CAPI_GPU_LABEL = "capvco.infrastructure.cluster.x-k8s.io/gpu"
 CAPI_GPU_LABEL_VALUE = "nvidia"
+# The hash mirrored for a DaemonSet of ours that carries none: never the manifest's.
+UNHASHED = "none"
 
 
 def device_plugin_daemonset(*, image: str) -> dict[str, Any]:
@@ -128,86 +130,101 @@ def addon_manifest() -> tuple[dict[str, Any], str]:
     return manifest, digest
 
 
-@dataclass
-class AddonResult:
-    action: str = "none"
-    """none (nothing to do), created, replaced, removed, or refused."""
-    error: str = ""
-
-
 def _ours(found: Mapping[str, Any]) -> bool:
     labels = (found.get("metadata") or {}).get("labels") or {}
     return bool(labels.get(MANAGED_BY_LABEL) == MANAGED_BY)
 
 
-def cluster_gpu_addon_reconcile(*, client: KubeClient, cluster: Cluster) -> AddonResult:
-    """Make the cluster's Kubernetes hold the add-on when it is on, and not when it is off.
-    A cluster that never had ours and does not want it costs no call."""
+def foreign_message() -> str:
+    return (
+        f"A DaemonSet {ADDON_NAMESPACE}/{ADDON_NAME} exists that capvco-web did "
+        f"not make (no label {MANAGED_BY_LABEL}: {MANAGED_BY}): it is left alone; "
+        "remove it for the add-on to be applied."
+    )
+
+
+READ_FAILED = "GPU add-on: cannot read the DaemonSet: "
+
+
+def addon_unjudged(cluster: Cluster) -> bool:
+    """Whether observe could not judge what the cluster holds: the read failed, or found a
+    DaemonSet that is not ours. A write that failed does not count: it is planned again."""
+    error = cluster.gpu_addon_error
+    return error == foreign_message() or error.startswith(READ_FAILED)
+
+
+def cluster_gpu_addon_observe(*, client: KubeClient, cluster: Cluster) -> None:
+    """Mirror what the cluster holds under the add-on's name (one GET) onto the cluster:
+    the hash of ours (`gpu_addon_hash`, empty: none of ours), or why it cannot be judged
+    (`gpu_addon_error`: a DaemonSet not ours, or the read failed: `addon_unjudged`). The
+    plan reads only this (`clusters.kube_plan`). A cluster that never had ours and does
+    not want it costs no call."""
     if not cluster.gpu_addon and not cluster.gpu_addon_hash:
-        return AddonResult()
-    result = AddonResult()
-    digest = ""
+        return
+    fields: dict[str, Any]
     try:
         found = client.read_daemonset(ADDON_NAMESPACE, ADDON_NAME)
-        if cluster.gpu_addon:
-            manifest, digest = addon_manifest()
-            if found is None:
-                client.create_daemonset(ADDON_NAMESPACE, manifest)
-                result.action = "created"
-            elif not _ours(found):
-                result.action = "refused"
-                result.error = (
-                    f"A DaemonSet {ADDON_NAMESPACE}/{ADDON_NAME} exists that capvco-web did "
-                    f"not make (no label {MANAGED_BY_LABEL}: {MANAGED_BY}): it is left alone; "
-                    "remove it for the add-on to be applied."
-                )
-            elif (found["metadata"].get("annotations") or {}).get(HASH_ANNOTATION) != digest:
-                manifest["metadata"]["resourceVersion"] = found["metadata"]["resourceVersion"]
-                client.replace_daemonset(ADDON_NAMESPACE, ADDON_NAME, manifest)
-                result.action = "replaced"
-        elif found is not None and _ours(found):
-            client.delete_daemonset(ADDON_NAMESPACE, ADDON_NAME)
-            result.action = "removed"
     except kube.KubeError as exc:
-        result.error = f"GPU add-on: {exc}"
-    _record(cluster, result, digest)
-    return result
-
-
-def _record(cluster: Cluster, result: AddonResult, digest: str) -> None:
-    now = timezone.now()
-    fields: dict[str, Any] = {"gpu_addon_error": result.error[:1000]}
-    if result.action in ("created", "replaced"):
-        fields.update(gpu_addon_hash=digest, gpu_addon_applied_at=now)
-    elif result.action == "none" and cluster.gpu_addon and not result.error:
-        # Found as it should be: applied (by an earlier pass whose answer was lost, say).
-        fields.update(
-            gpu_addon_hash=digest, gpu_addon_applied_at=cluster.gpu_addon_applied_at or now
-        )
-    elif result.action == "removed" or (
-        result.action == "none" and not cluster.gpu_addon and not result.error
-    ):
-        fields.update(gpu_addon_hash="", gpu_addon_applied_at=None)
+        fields = {"gpu_addon_error": f"{READ_FAILED}{exc}"[:1000]}
+    else:
+        if found is None:
+            fields = {"gpu_addon_hash": "", "gpu_addon_applied_at": None, "gpu_addon_error": ""}
+        elif not _ours(found):
+            # Theirs: never ours to replace, nor (the add-on off) to remove.
+            refused = foreign_message() if cluster.gpu_addon else ""
+            fields = {"gpu_addon_hash": "", "gpu_addon_error": refused}
+        else:
+            held = (found["metadata"].get("annotations") or {}).get(HASH_ANNOTATION) or UNHASHED
+            _, digest = addon_manifest()
+            applied_at = cluster.gpu_addon_applied_at
+            if held == digest:
+                # As it should be: applied (by an earlier pass whose answer was lost, say).
+                applied_at = applied_at or timezone.now()
+            fields = {
+                "gpu_addon_hash": held,
+                "gpu_addon_applied_at": applied_at,
+                "gpu_addon_error": "",
+            }
     model_update(cluster, fields)
-    if result.error:
-        count("kube_writes", "gpu_addon", "error")
-        logger.warning("kubernetes of %s: %s", cluster.name, result.error)
-        return
-    if result.action == "none":
-        return
-    count("kube_writes", "gpu_addon", result.action)
-    logger.info("GPU add-on of %s: %s", cluster.name, result.action)
+    if cluster.gpu_addon_error:
+        logger.warning("kubernetes of %s: %s", cluster.name, cluster.gpu_addon_error)
+
+
+def addon_applied_record(*, cluster: Cluster, digest: str, created: bool) -> None:
+    model_update(
+        cluster,
+        {"gpu_addon_hash": digest, "gpu_addon_applied_at": timezone.now(), "gpu_addon_error": ""},
+    )
+    action = "created" if created else "replaced"
+    count("kube_writes", "gpu_addon", action)
+    logger.info("GPU add-on of %s: %s", cluster.name, action)
     where = {"daemonset": f"{ADDON_NAMESPACE}/{ADDON_NAME}"}
-    applied = {**where, "image": settings.GPU_DEVICE_PLUGIN_IMAGE, "sha256": digest}
     audit_record(
         actor=ACTOR,
-        action="cluster.gpu_addon_remove"
-        if result.action == "removed"
-        else "cluster.gpu_addon_apply",
+        action="cluster.gpu_addon_apply",
         obj=cluster,
-        reason="the cluster's GPU add-on is off"
-        if result.action == "removed"
-        else "the cluster's GPU add-on is on",
-        before=where if result.action != "created" else None,
-        after=applied if result.action != "removed" else None,
+        reason="the cluster's GPU add-on is on",
+        before=None if created else where,
+        after={**where, "image": settings.GPU_DEVICE_PLUGIN_IMAGE, "sha256": digest},
     )
+
+
+def addon_removed_record(*, cluster: Cluster) -> None:
+    model_update(
+        cluster, {"gpu_addon_hash": "", "gpu_addon_applied_at": None, "gpu_addon_error": ""}
+    )
+    count("kube_writes", "gpu_addon", "removed")
+    logger.info("GPU add-on of %s: removed", cluster.name)
+    audit_record(
+        actor=ACTOR,
+        action="cluster.gpu_addon_remove",
+        obj=cluster,
+        reason="the cluster's GPU add-on is off",
+        before={"daemonset": f"{ADDON_NAMESPACE}/{ADDON_NAME}"},
+    )
+
+
+def addon_failed_record(*, cluster: Cluster, error: str) -> None:
+    model_update(cluster, {"gpu_addon_error": error[:1000]})
+    count("kube_writes", "gpu_addon", "error")
+    logger.warning("kubernetes of %s: %s", cluster.name, error)

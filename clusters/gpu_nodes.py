@@ -10,7 +10,9 @@ a complete node listing:
 * `capvco.io/gpu-count`: how many are attached.
 
 One merge patch per node whose labels differ from the listing (a new node, a replaced one,
-labels someone removed); none when they are right. Other labels are left alone.
+labels someone removed); none when they are right. Other labels are left alone. The
+patches are steps of the cluster's plan (`clusters.kube_plan`), from complete listings
+only.
 
 A node of a running machine of a GPU pool that advertises no allocatable `nvidia.com/gpu`
 `GPU_ADVERTISE_TIMEOUT_SECONDS` after it joined (or after the GPU add-on was applied, if
@@ -19,24 +21,14 @@ later) is flagged (`KubeNode.gpus_missing`), from complete node listings only.
 
 from __future__ import annotations
 
-import logging
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
 
-from django.utils import timezone
-
-from capvco_web.counters import count
 from capvco_web.integrations import kube
 from clusters.models import Cluster, KubeNode, Machine
 from gpus.models import GpuProfile, VgpuReservation
 from gpus.resolve import gpu_type_of
-
-if TYPE_CHECKING:
-    from capvco_web.integrations.kube.client import KubeClient
-
-logger = logging.getLogger(__name__)
 
 GPU_TYPE_LABEL, GPU_COUNT_LABEL = kube.GPU_TYPE_LABEL, kube.GPU_COUNT_LABEL
 MAX_LABEL_VALUE = 63
@@ -86,53 +78,6 @@ def machine_gpus(cluster: Cluster) -> dict[int, MachineGpus]:
         types[machine_id] = gpu_type
         counts[machine_id] = counts.get(machine_id, 0) + 1
     return {pk: MachineGpus(types[pk], counts[pk]) for pk in types}
-
-
-@dataclass
-class LabelResult:
-    patched: list[str] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-    skipped: bool = False
-    """True when the node listing was partial: nothing was compared or written."""
-
-
-def node_gpu_labels_apply(
-    *, client: KubeClient, cluster: Cluster, nodes_complete: bool
-) -> LabelResult:
-    """Patch the GPU labels of every node of the cluster whose mirrored labels (from the
-    listing just taken) differ from its machine's GPUs. Only after a complete listing: a
-    partial one may lack the labels a node has. The mirror takes the labels the patch
-    answered, so that the next pass compares against the truth."""
-    result = LabelResult(skipped=not nodes_complete)
-    if not nodes_complete:
-        return result
-    gpus = machine_gpus(cluster)
-    if not gpus:
-        return result
-    patched: list[KubeNode] = []
-    for node in KubeNode.objects.filter(cluster=cluster, machine_id__in=list(gpus)).only(
-        "pk", "name", "labels", "machine_id"
-    ):
-        assert node.machine_id is not None
-        wanted = gpus[node.machine_id].labels
-        if all(node.labels.get(key) == value for key, value in wanted.items()):
-            continue
-        try:
-            answer = client.patch_node_labels(node.name, wanted)
-        except kube.KubeError as exc:
-            result.errors.append(f"label node {node.name}: {exc}")
-            count("kube_writes", "node_labels", "error")
-            continue
-        count("kube_writes", "node_labels", "patched")
-        logger.info("labelled node %s of %s: %s", node.name, cluster.name, wanted)
-        node.labels, node.updated_at = dict(answer.labels), timezone.now()
-        patched.append(node)
-        result.patched.append(node.name)
-    if patched:
-        KubeNode.objects.bulk_update(patched, ["labels", "updated_at"])
-    for problem in result.errors:
-        logger.warning("kubernetes of %s: %s", cluster.name, problem)
-    return result
 
 
 def node_gpu_flags(

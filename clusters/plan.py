@@ -10,8 +10,10 @@ answer that was lost.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, get_args
+from functools import cached_property
+from typing import Literal, Protocol, get_args
 
 from django.db.models import Count, Prefetch, Q
 
@@ -113,6 +115,47 @@ class CardBook:
                 card.available_instances -= count
 
 
+@dataclass(frozen=True)
+class Call:
+    """One call a step makes outside: the service, its verb and the object it names."""
+
+    service: Literal["kubernetes", "whitesky"]
+    verb: str
+    target: str
+
+    def __str__(self) -> str:
+        return f"{self.service} {self.verb} {self.target}"
+
+
+class PlannedStep(Protocol):
+    """A step of a registered planner (node labels, the GPU add-on, NIC reclaim)."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def target(self) -> str: ...
+    @property
+    def reason(self) -> str: ...
+    def describe(self) -> str: ...
+    def calls(self) -> tuple[Call, ...]: ...
+
+
+Planner = Callable[[Cluster], Sequence[PlannedStep]]
+PLANNERS: list[tuple[Planner, tuple[str, ...]]] = []
+
+
+def planner_register(planner: Planner, *, kinds: tuple[str, ...]) -> None:
+    """Add a planner whose steps (of these kinds) every cluster plan lists after the
+    machines' steps. Apps above `clusters` register theirs in `AppConfig.ready()`."""
+    if all(known is not planner for known, _ in PLANNERS):
+        PLANNERS.append((planner, kinds))
+
+
+def planned_kinds() -> tuple[str, ...]:
+    """Every kind of step a plan may show: the machines' actions, then the planners'."""
+    return ACTIONS + tuple(kind for _, kinds in PLANNERS for kind in kinds)
+
+
 @dataclass
 class ClusterPlan:
     cluster: Cluster
@@ -120,6 +163,17 @@ class ClusterPlan:
 
     def __bool__(self) -> bool:
         return bool(self.steps)
+
+    @cached_property
+    def planned(self) -> list[PlannedStep]:
+        """The registered planners' steps, planned when asked for (the dry run): their own
+        tasks act on them, not the machines' pass."""
+        return [step for planner, _ in PLANNERS for step in planner(self.cluster)]
+
+    @property
+    def shown(self) -> list[Step | PlannedStep]:
+        """Every step, as the dry run shows them."""
+        return [*self.steps, *self.planned]
 
 
 def gpus_held(machine: Machine) -> list[VgpuReservation]:

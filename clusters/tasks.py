@@ -23,10 +23,10 @@ from cloud.models import Account, Location
 from cloud.observe import account_catalog_observe, account_locations_observe
 from cloud.whitesky import whitesky_client
 from clusters.capi_import import account_capi_import
-from clusters.gpu_addon import cluster_gpu_addon_reconcile
-from clusters.gpu_nodes import node_gpu_labels_apply
+from clusters.gpu_addon import cluster_gpu_addon_observe
 from clusters.kube import kube_client
 from clusters.kube_observe import cluster_kube_observe
+from clusters.kube_plan import kube_plan, kube_steps_act
 from clusters.models import Cluster
 from clusters.observe import location_observe
 from clusters.reconcile import PassContext, cluster_reconcile, machine_reconcile
@@ -105,8 +105,9 @@ def kube_observed_clusters() -> QuerySet[Cluster]:
 @shared_task
 def observe_cluster_kube(cluster_id: int) -> None:
     """Mirror the cluster's nodes and pods; flag machines and nodes without each other and
-    GPU nodes that advertise no GPU; then put right what the control plane writes there:
-    the GPU labels of its nodes and the GPU add-on."""
+    GPU nodes that advertise no GPU, and read the GPU add-on's DaemonSet; then carry out
+    the plan of what the control plane writes there (clusters.kube_plan): the GPU labels
+    of its nodes and the GPU add-on."""
     cluster = kube_observed_clusters().filter(pk=cluster_id).first()
     if cluster is None:
         return  # deleted, deleting, or its kubeconfig removed since the fan-out
@@ -122,11 +123,9 @@ def observe_cluster_kube(cluster_id: int) -> None:
             logger.warning("observe kubernetes of %s: %s", cluster.name, exc)
             return
         with client:
-            observed = cluster_kube_observe(client=client, cluster=cluster)
-            node_gpu_labels_apply(
-                client=client, cluster=cluster, nodes_complete=observed.nodes_complete
-            )
-            cluster_gpu_addon_reconcile(client=client, cluster=cluster)
+            cluster_kube_observe(client=client, cluster=cluster)
+            cluster_gpu_addon_observe(client=client, cluster=cluster)
+            kube_steps_act(client=client, steps=kube_plan(cluster))
 
 
 def capi_imported_accounts() -> QuerySet[Account]:

@@ -33,3 +33,8 @@ class SriovConfig(AppConfig):
             administer={"sriov.change_sriovconfig"},
         )
         metrics_register(metrics.collect)
+
+        from clusters.plan import planner_register
+        from sriov.reclaim_plan import KINDS, cluster_reclaim_plan
+
+        planner_register(cluster_reclaim_plan, kinds=KINDS)

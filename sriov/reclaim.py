@@ -1,17 +1,22 @@
 """Reclaim: NICs whose pod is gone or finished, and NICs that nobody owns.
 
-A pod NIC is flagged (`pod_gone_since`) when the cluster's last pod observation was
-complete, began after the NIC was asked for, and shows its pod gone or Succeeded/Failed;
-the flag clears when the pod shows again. After SRIOV_RECLAIM_GRACE_SECONDS it is
-detached and released (audited). A partial observation flags nothing and releases
-nothing: a pod missing from part of a listing may well be alive.
+A pass observes, plans, then acts:
 
-A NIC on the SR-IOV network of one of the cluster's VMs that no live pod NIC owns is a
-leak (`LeakedNic`, from that VM's NIC listing, taken while no attach on the VM is under
-way). After the grace period it is detached when the account releases orphans by itself
-(`Account.orphan_auto_release`), or when a person asked for it; otherwise it waits.
+* observe: flag pod NICs whose pod is gone or Succeeded/Failed in the cluster's last pod
+  observation, when it was complete and began after the NIC was asked for
+  (`pod_gone_since`; cleared when the pod shows again); mirror the external networks and
+  their free addresses; list the NICs of each of the cluster's VMs under the VM's lock,
+  while no attach on it is under way, and record those on the SR-IOV network that no pod
+  NIC owns (`LeakedNic`, audited), forgetting those the listing no longer shows;
+* plan (`sriov.reclaim_plan`, the database only, also shown by the cluster's dry run):
+  pod NICs flagged for SRIOV_RECLAIM_GRACE_SECONDS, detaches that did not finish, leaks
+  past the grace period when the account releases orphans by itself
+  (`Account.orphan_auto_release`) or a person asked for it;
+* act: each step exactly, while its rows are as planned (compare-and-set), audited.
 
-Every whitesky call is made with the cluster's SR-IOV credential.
+A partial pod observation flags nothing and releases nothing: a pod missing from part of
+a listing may well be alive. Every whitesky call is made with the cluster's SR-IOV
+credential.
 """
 
 from __future__ import annotations
@@ -20,19 +25,27 @@ import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from capvco_web.audit import SystemActor, audit_record
 from capvco_web.integrations import whitesky as ws
 from capvco_web.locks import object_lock
 from cloud.models import Location
-from clusters.models import Cluster, KubePod, Machine
+from clusters.models import Cluster, Machine
 from sriov.agent import Clients, Refused, nic_release, vm_lock_name
 from sriov.models import ExternalNetwork, LeakedNic, PodNic, SriovConfig
 from sriov.networks import external_networks_mirror, network_match
-from sriov.placement import FINISHED_PHASES
+from sriov.reclaim_plan import (
+    LeakedNicDetach,
+    NicStep,
+    PodNicDetach,
+    live_pod_nics,
+    nic_reclaim_plan,
+    pod_gone_reasons,
+    reclaim_grace,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +63,8 @@ class ReclaimResult:
     released: list[str] = field(default_factory=list)
     leaked: list[str] = field(default_factory=list)
     leaks_detached: list[str] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
+    """Steps whose rows changed since they were planned: the next pass plans again."""
     errors: list[str] = field(default_factory=list)
 
 
@@ -62,17 +77,19 @@ def cluster_nics_reclaim(
 ) -> ReclaimResult:
     clients = clients or Clients()
     now = now or timezone.now()
-    grace = timedelta(seconds=settings.SRIOV_RECLAIM_GRACE_SECONDS) if grace is None else grace
+    grace = reclaim_grace() if grace is None else grace
     cluster.refresh_from_db()
     result = ReclaimResult(cluster=cluster.name, pods_complete=cluster.kube_observation_complete)
     config = SriovConfig.objects.select_related("cluster__account").filter(cluster=cluster).first()
     if config is None or not config.credential:
         return result
-    _pod_nics_reclaim(cluster, clients, now, grace, result)
+    _pod_nics_flag(cluster, now, result)
     try:
         with clients.whitesky(config) as client:
             _networks_observe(cluster, config, client, result)
-            _leaks_reclaim(cluster, config, client, now, grace, result)
+            _leaks_observe(cluster, config, client, now, result)
+            steps = nic_reclaim_plan(cluster, now=now, grace=grace)
+            nic_steps_act(steps=steps, clients=clients, client=client, result=result)
     except ws.WhiteskyError as exc:
         result.errors.append(str(exc))
     for problem in result.errors:
@@ -80,48 +97,49 @@ def cluster_nics_reclaim(
     return result
 
 
-def _pod_nics_reclaim(
-    cluster: Cluster, clients: Clients, now: datetime, grace: timedelta, result: ReclaimResult
+def nic_steps_act(
+    *,
+    steps: list[NicStep],
+    clients: Clients,
+    client: ws.WhiteskyClient,
+    result: ReclaimResult,
 ) -> None:
-    rows = list(PodNic.objects.filter(cluster=cluster).exclude(state=State.RELEASED))
-    listed_at = cluster.kube_last_complete_observation_at
-    judged = cluster.kube_observation_complete and listed_at is not None
-    pods = {
-        uid: phase
-        for uid, phase in KubePod.objects.filter(
-            cluster=cluster, uid__in=[row.pod_uid for row in rows]
-        ).values_list("uid", "phase")
-    }
+    """Carry out exactly these steps, each only while its rows are as planned."""
+    for step in steps:
+        if isinstance(step, PodNicDetach):
+            _pod_nic_detach(step, clients, result)
+        else:
+            _leaked_nic_detach(step, client, result)
+
+
+def _pod_nics_flag(cluster: Cluster, now: datetime, result: ReclaimResult) -> None:
+    """Raise `pod_gone_since` on rows whose pod the last complete observation shows gone,
+    clear it on those it shows alive again."""
+    rows = live_pod_nics(cluster)
+    gone = pod_gone_reasons(cluster, rows)
     for row in rows:
-        asked_to_go = row.state == State.DETACHING
-        gone_reason = ""
-        if judged and listed_at is not None and row.requested_at <= listed_at:
-            phase = pods.get(row.pod_uid)
-            if phase is None:
-                gone_reason = "its pod is gone"
-            elif phase in FINISHED_PHASES:
-                gone_reason = f"its pod finished ({phase})"
-        if gone_reason and row.pod_gone_since is None:
-            PodNic.objects.filter(pk=row.pk).update(pod_gone_since=now)
-            row.pod_gone_since = now
+        if row.pk not in gone:
+            continue  # not judged by that observation
+        if gone[row.pk] and row.pod_gone_since is None:
+            PodNic.objects.filter(pk=row.pk, pod_gone_since=None).update(pod_gone_since=now)
             result.flagged.append(str(row))
-        elif not gone_reason and judged and row.pod_gone_since is not None:
+        elif not gone[row.pk] and row.pod_gone_since is not None:
             PodNic.objects.filter(pk=row.pk).update(pod_gone_since=None)
-            row.pod_gone_since = None
-        due = (
-            bool(gone_reason)
-            and row.pod_gone_since is not None
-            and row.pod_gone_since + grace <= now
-        )
-        if not (due or asked_to_go):
-            continue
-        reason = f"reclaimed: {gone_reason}" if due else "detach asked for, tried again"
-        try:
-            nic_release(row=row, clients=clients, wait=TURN_WAIT, actor=RECLAIMER, reason=reason)
-        except Refused as exc:
-            result.errors.append(f"{row}: {exc.message}")
-            continue
-        result.released.append(str(row))
+
+
+def _pod_nic_detach(step: PodNicDetach, clients: Clients, result: ReclaimResult) -> None:
+    row = PodNic.objects.filter(
+        pk=step.pod_nic_id, state=step.state, mac=step.mac, updated_at=step.seen_at
+    ).first()
+    if row is None:
+        result.dropped.append(step.describe())
+        return
+    try:
+        nic_release(row=row, clients=clients, wait=TURN_WAIT, actor=RECLAIMER, reason=step.reason)
+    except Refused as exc:
+        result.errors.append(f"{row}: {exc.message}")
+        return
+    result.released.append(str(row))
 
 
 def _networks_observe(
@@ -145,12 +163,11 @@ def _networks_observe(
             ExternalNetwork.objects.filter(pk=network.pk).update(free_addresses=free)
 
 
-def _leaks_reclaim(
+def _leaks_observe(
     cluster: Cluster,
     config: SriovConfig,
     client: ws.WhiteskyClient,
     now: datetime,
-    grace: timedelta,
     result: ReclaimResult,
 ) -> None:
     machines = (
@@ -159,7 +176,6 @@ def _leaks_reclaim(
         .order_by("pk")
     )
     networks: dict[int, ExternalNetwork | None] = {}
-    auto = cluster.account.orphan_auto_release
     for machine in machines:
         site = machine.pool.site
         location = site.location
@@ -176,9 +192,8 @@ def _leaks_reclaim(
                 continue  # an attach or detach is under way: next pass
             try:
                 _vm_leaks(
-                    cluster, client, location, site.cloudspace_id, vm_id, network, now, grace, auto,
-                    result,
-                )  # fmt: skip
+                    cluster, client, location, site.cloudspace_id, vm_id, network, now, result
+                )
             except ws.WhiteskyError as exc:
                 result.errors.append(f"NICs of VM {vm_id}: {exc}")
 
@@ -191,8 +206,6 @@ def _vm_leaks(
     vm_id: int,
     network: ExternalNetwork,
     now: datetime,
-    grace: timedelta,
-    auto: bool,
     result: ReclaimResult,
 ) -> None:
     live = PodNic.objects.filter(location=location, vm_id=vm_id).exclude(state=State.RELEASED)
@@ -210,55 +223,70 @@ def _vm_leaks(
     if gone:
         LeakedNic.objects.filter(pk__in=gone).delete()
     for mac, nic in unowned.items():
-        row = known.get(mac)
-        if row is None:
-            row = LeakedNic.objects.create(
-                cluster=cluster,
-                location=location,
-                cloudspace_id=cloudspace_id,
-                vm_id=vm_id,
-                network_id=network.network_id,
-                mac=mac,
-                ip=nic.ip or None,
-                leaked_since=now,
-            )
-            result.leaked.append(str(row))
-            audit_record(
-                actor=RECLAIMER,
-                action="sriov.nic_leak_flag",
-                obj=row,
-                after={"mac": mac, "ip": nic.ip, "vm_id": vm_id},
-            )
-        due = row.leaked_since + grace <= now
-        if not (due and (auto or row.detach_requested_at is not None)):
+        if mac in known:
             continue
-        _leak_detach(client, row, nic, result)
-
-
-def _leak_detach(
-    client: ws.WhiteskyClient, row: LeakedNic, nic: ws.VmNic, result: ReclaimResult
-) -> None:
-    try:
-        client.detach_external_nic(
-            cloudspace_id=row.cloudspace_id,
-            vm_id=row.vm_id,
-            ip=nic.ip,
-            external_network_id=row.network_id,
+        row = LeakedNic.objects.create(
+            cluster=cluster,
+            location=location,
+            cloudspace_id=cloudspace_id,
+            vm_id=vm_id,
+            network_id=network.network_id,
+            mac=mac,
+            ip=nic.ip or None,
+            leaked_since=now,
         )
-    except ws.NotFound:
-        pass  # gone already
-    except ws.WhiteskyError as exc:
-        LeakedNic.objects.filter(pk=row.pk).update(failure=str(exc)[:1000])
-        result.errors.append(f"leaked NIC {row}: {exc}")
-        return
-    by_person = row.detach_requested_at is not None
-    with transaction.atomic():
+        result.leaked.append(str(row))
         audit_record(
-            actor=row.detach_requested_by if row.detach_requested_by else RECLAIMER,
-            action="sriov.leaked_nic_detach",
+            actor=RECLAIMER,
+            action="sriov.nic_leak_flag",
             obj=row,
-            reason=row.detach_reason if by_person else "leaked NIC past its grace period",
-            before={"mac": row.mac, "ip": row.ip, "vm_id": row.vm_id},
+            after={"mac": mac, "ip": nic.ip, "vm_id": vm_id},
         )
-        row.delete()
-    result.leaks_detached.append(nic.mac)
+
+
+def _leaked_nic_detach(
+    step: LeakedNicDetach, client: ws.WhiteskyClient, result: ReclaimResult
+) -> None:
+    with object_lock(vm_lock_name(step.location_id, step.vm_id)) as taken:
+        row = (
+            LeakedNic.objects.select_related("detach_requested_by")
+            .filter(pk=step.leaked_nic_id, mac=step.mac, ip=step.ip)
+            .first()
+            if taken
+            else None
+        )
+        # Still nobody's: no pod NIC names its MAC, and no attach on the VM is in flight
+        # (its NIC is not named yet), as when the listing found it.
+        claimed = (
+            PodNic.objects.filter(location_id=step.location_id)
+            .exclude(state=State.RELEASED)
+            .filter(Q(vm_id=step.vm_id, state=State.ATTACHING) | Q(mac=step.mac))
+            .exists()
+        )
+        if row is None or claimed:
+            result.dropped.append(step.describe())
+            return
+        try:
+            client.detach_external_nic(
+                cloudspace_id=step.cloudspace_id,
+                vm_id=step.vm_id,
+                ip=step.ip,
+                external_network_id=step.network_id,
+            )
+        except ws.NotFound:
+            pass  # gone already
+        except ws.WhiteskyError as exc:
+            LeakedNic.objects.filter(pk=row.pk).update(failure=str(exc)[:1000])
+            result.errors.append(f"leaked NIC {row}: {exc}")
+            return
+        by_person = row.detach_requested_at is not None
+        with transaction.atomic():
+            audit_record(
+                actor=row.detach_requested_by if row.detach_requested_by else RECLAIMER,
+                action="sriov.leaked_nic_detach",
+                obj=row,
+                reason=step.reason if by_person else "leaked NIC past its grace period",
+                before={"mac": row.mac, "ip": row.ip, "vm_id": row.vm_id},
+            )
+            row.delete()
+    result.leaks_detached.append(step.mac)

@@ -39,7 +39,7 @@ from clusters.models import (
     Machine,
     MachinePool,
 )
-from clusters.plan import ACTIONS
+from clusters.plan import ACTIONS, Step, planned_kinds
 from clusters.services import account_update_check
 
 
@@ -296,7 +296,9 @@ class PlanStepSerializer(serializers.Serializer[object]):
     """One step of the plan, with every decision it carries."""
 
     action = serializers.ChoiceField(choices=ACTIONS)
-    target = serializers.CharField(help_text="The machine (or, for reclaim, the cluster)")
+    target = serializers.CharField(
+        help_text="The machine (for reclaim, the cluster; else the node, DaemonSet or NIC)"
+    )
     reason = serializers.CharField()
     pool_id = serializers.IntegerField(allow_null=True)
     machine_id = serializers.IntegerField(allow_null=True, help_text="None: made by the step")
@@ -306,6 +308,38 @@ class PlanStepSerializer(serializers.Serializer[object]):
     remove_vms = serializers.ListField(child=serializers.CharField(), help_text="VMs to remove")
     blocked = serializers.CharField(help_text="Why it cannot happen yet; empty: it can")
     description = serializers.CharField(source="describe", help_text="The step in words")
+    calls = serializers.ListField(
+        child=serializers.CharField(),
+        read_only=True,
+        default=list,
+        help_text="The Kubernetes or whitesky calls the step makes, each as the service, "
+        "its verb and the object (node labels, the GPU add-on, NIC detaches); empty for a "
+        "machine's step",
+    )
+
+    def get_fields(self) -> dict[str, serializers.Field[Any, Any, Any, Any]]:
+        fields = super().get_fields()
+        # The kinds of the planners registered when the apps were ready.
+        fields["action"] = serializers.ChoiceField(choices=planned_kinds())
+        return fields
+
+    def to_representation(self, instance: Any) -> dict[str, Any]:
+        if isinstance(instance, Step):
+            return dict(super().to_representation(instance))
+        return {  # a registered planner's step (clusters.plan.PlannedStep)
+            "action": instance.kind,
+            "target": instance.target,
+            "reason": instance.reason,
+            "pool_id": None,
+            "machine_id": None,
+            "card_id": "",
+            "reserve": [],
+            "release": [],
+            "remove_vms": [],
+            "blocked": "",
+            "description": instance.describe(),
+            "calls": [str(call) for call in instance.calls()],
+        }
 
 
 class DeleteReasonSerializer(StrictInputMixin):

@@ -249,7 +249,7 @@ class ClusterViewSet(
     def plan(self, request: Request, pk: str | None = None) -> Response:
         """What the next reconcile pass would do (a dry run, from the database only)."""
         plan = cluster_plan(self.get_object())
-        return Response(PlanStepSerializer(plan.steps, many=True).data)
+        return Response(PlanStepSerializer(plan.shown, many=True).data)
 
     @extend_schema(request=KubeconfigSerializer, responses={204: None})
     @action(detail=True, methods=["put"], url_path="kubeconfig")

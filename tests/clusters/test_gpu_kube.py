@@ -22,8 +22,12 @@ from clusters.gpu_addon import (
     ADDON_NAMESPACE,
     HASH_ANNOTATION,
     addon_manifest,
+    cluster_gpu_addon_observe,
 )
 from clusters.gpu_nodes import GPU_COUNT_LABEL, GPU_TYPE_LABEL, gpu_label_value
+from clusters.kube import kube_client
+from clusters.kube_observe import cluster_kube_observe
+from clusters.kube_plan import kube_plan, kube_steps_act
 from clusters.models import Cluster, KubeNode, Machine, MachinePool
 from clusters.tasks import observe_cluster_kube
 from gpus.models import VgpuReservation
@@ -396,3 +400,50 @@ def test_no_gpu_flag_is_raised_from_a_partial_node_listing(
     run(pool)
 
     assert not KubeNode.objects.get(name=GPU_1).gpus_missing
+
+
+def test_a_label_step_whose_node_changed_since_the_plan_is_dropped_and_planned_again(
+    kube_sim: KubeSimulator, core: kubernetes.client.CoreV1Api, pool: MachinePool
+) -> None:
+    cluster = Cluster.objects.get(pk=pool.cluster_id)
+    with kube_client(cluster) as client:
+        assert cluster_kube_observe(client=client, cluster=cluster).complete
+    steps = kube_plan(Cluster.objects.get(pk=pool.cluster_id))
+    assert [(step.kind, step.target) for step in steps] == [
+        ("node_labels", f"node {GPU_0}"),
+        ("node_labels", f"node {GPU_1}"),
+    ]
+    assert [str(call) for call in steps[0].calls()] == [f"kubernetes PATCH /api/v1/nodes/{GPU_0}"]
+    # Since the plan, a listing wrote gpu-0's row again: what the step compared is old.
+    KubeNode.objects.filter(name=GPU_0).update(updated_at=timezone.now())
+    kube_sim.clear_calls()
+
+    with kube_client(cluster) as client:
+        result = kube_steps_act(client=client, steps=steps)
+
+    assert writes(kube_sim) == [f"patch nodes /api/v1/nodes/{GPU_1}"]
+    assert len(result.dropped) == 1 and result.errors == []
+    assert labels(core)[GPU_0] == {}
+    run(pool)
+    assert labels(core)[GPU_0] == T4
+
+
+def test_an_addon_step_is_dropped_when_the_addon_was_turned_off_since_the_plan(
+    kube_sim: KubeSimulator, apps: kubernetes.client.AppsV1Api, pool: MachinePool
+) -> None:
+    Cluster.objects.filter(pk=pool.cluster_id).update(gpu_addon=True)
+    cluster = Cluster.objects.get(pk=pool.cluster_id)
+    with kube_client(cluster) as client:
+        cluster_gpu_addon_observe(client=client, cluster=cluster)
+    steps = [s for s in kube_plan(cluster) if s.kind == "gpu_addon_apply"]
+    assert [str(call) for step in steps for call in step.calls()] == [
+        f"kubernetes POST /apis/apps/v1/namespaces/{ADDON_NAMESPACE}/daemonsets"
+    ]
+    Cluster.objects.filter(pk=pool.cluster_id).update(gpu_addon=False)
+    kube_sim.clear_calls()
+
+    with kube_client(cluster) as client:
+        result = kube_steps_act(client=client, steps=steps)
+
+    assert writes(kube_sim) == [] and len(result.dropped) == 1
+    assert daemonset(apps) is None

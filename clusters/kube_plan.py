@@ -1,0 +1,261 @@
+"""What the control plane writes in a workload cluster, as steps of the cluster's plan: the
+GPU labels of its nodes (`clusters.gpu_nodes`) and the GPU add-on (`clusters.gpu_addon`).
+
+`kube_plan` reads the database only, what observe mirrored: the nodes' labels from the
+last node listing (only when the cluster's last observation was complete: a partial one
+may lack the labels a node has), the machines' attached vGPUs, and the add-on's DaemonSet
+as observe read it. Each step names its object and carries every value act sends;
+`kube_steps_act` sends exactly that, after checking by compare-and-set that the row the
+step was planned from is still as the plan read it. A step whose row changed is dropped:
+the next pass plans again. The dry run (`GET /api/v1/clusters/{id}/plan/`) lists them.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Literal
+
+from django.utils import timezone
+
+from capvco_web.counters import count
+from capvco_web.integrations import kube
+from clusters.gpu_addon import (
+    ADDON_NAME,
+    ADDON_NAMESPACE,
+    addon_applied_record,
+    addon_failed_record,
+    addon_manifest,
+    addon_removed_record,
+    addon_unjudged,
+)
+from clusters.gpu_nodes import machine_gpus
+from clusters.models import Cluster, KubeNode
+from clusters.plan import Call
+
+if TYPE_CHECKING:
+    from capvco_web.integrations.kube.client import KubeClient
+
+logger = logging.getLogger(__name__)
+
+NODE_LABELS = "node_labels"
+ADDON_APPLY = "gpu_addon_apply"
+ADDON_REMOVE = "gpu_addon_remove"
+KINDS = (NODE_LABELS, ADDON_APPLY, ADDON_REMOVE)
+DAEMONSETS = f"/apis/apps/v1/namespaces/{ADDON_NAMESPACE}/daemonsets"
+
+
+@dataclass(frozen=True)
+class NodeLabelsSet:
+    """Set these labels on the node: one merge patch; its other labels are left alone and
+    none is removed (a label never flips while a card is briefly not listed)."""
+
+    cluster_id: int
+    node_id: int
+    """The mirrored node row the labels were compared with."""
+    node: str
+    labels: tuple[tuple[str, str], ...]
+    seen_at: datetime
+    """The row's `updated_at` as planned: act patches only while it still holds."""
+    reason: str
+
+    @property
+    def kind(self) -> str:
+        return NODE_LABELS
+
+    @property
+    def target(self) -> str:
+        return f"node {self.node}"
+
+    def describe(self) -> str:
+        labels = ", ".join(f"{key}={value}" for key, value in self.labels)
+        return f"label {self.target}: {labels} ({self.reason})"
+
+    def calls(self) -> tuple[Call, ...]:
+        return (Call("kubernetes", "PATCH", f"/api/v1/nodes/{self.node}"),)
+
+
+@dataclass(frozen=True)
+class AddonApply:
+    """Create the add-on's DaemonSet, or replace ours whole, with the manifest of `digest`."""
+
+    cluster_id: int
+    verb: Literal["create", "replace"]
+    digest: str
+    image: str
+    seen_hash: str
+    """The hash the cluster's row held as planned (empty: none of ours)."""
+    reason: str
+
+    @property
+    def kind(self) -> str:
+        return ADDON_APPLY
+
+    @property
+    def target(self) -> str:
+        return f"daemonset {ADDON_NAMESPACE}/{ADDON_NAME}"
+
+    def describe(self) -> str:
+        return f"{self.verb} {self.target} ({self.image}, sha256 {self.digest[:12]}): {self.reason}"
+
+    def calls(self) -> tuple[Call, ...]:
+        if self.verb == "create":
+            return (Call("kubernetes", "POST", DAEMONSETS),)
+        return (Call("kubernetes", "PUT", f"{DAEMONSETS}/{ADDON_NAME}"),)
+
+
+@dataclass(frozen=True)
+class AddonRemove:
+    """Delete our DaemonSet of the add-on."""
+
+    cluster_id: int
+    seen_hash: str
+    reason: str
+
+    @property
+    def kind(self) -> str:
+        return ADDON_REMOVE
+
+    @property
+    def target(self) -> str:
+        return f"daemonset {ADDON_NAMESPACE}/{ADDON_NAME}"
+
+    def describe(self) -> str:
+        return f"delete {self.target}: {self.reason}"
+
+    def calls(self) -> tuple[Call, ...]:
+        return (Call("kubernetes", "DELETE", f"{DAEMONSETS}/{ADDON_NAME}"),)
+
+
+KubeStep = NodeLabelsSet | AddonApply | AddonRemove
+
+
+def kube_plan(cluster: Cluster) -> list[KubeStep]:
+    """The Kubernetes writes the next pass makes for the cluster, from the database only."""
+    if cluster.state != Cluster.State.ACTIVE or not cluster.kubeconfig:
+        return []  # its Kubernetes is not observed (clusters.tasks.kube_observed_clusters)
+    return [*node_labels_plan(cluster), *addon_plan(cluster)]
+
+
+def node_labels_plan(cluster: Cluster) -> list[NodeLabelsSet]:
+    if not cluster.kube_observation_complete:
+        return []
+    gpus = machine_gpus(cluster)
+    if not gpus:
+        return []
+    steps = []
+    nodes = KubeNode.objects.filter(cluster=cluster, machine_id__in=list(gpus)).only(
+        "pk", "name", "labels", "machine_id", "updated_at"
+    )
+    for node in nodes.order_by("name"):
+        assert node.machine_id is not None
+        held = gpus[node.machine_id]
+        wanted = held.labels
+        if all(node.labels.get(key) == value for key, value in wanted.items()):
+            continue
+        steps.append(
+            NodeLabelsSet(
+                cluster_id=cluster.pk,
+                node_id=node.pk,
+                node=node.name,
+                labels=tuple(sorted(wanted.items())),
+                seen_at=node.updated_at,
+                reason=f"its machine has {held.count} x {held.gpu_type} attached",
+            )
+        )
+    return steps
+
+
+def addon_plan(cluster: Cluster) -> list[AddonApply | AddonRemove]:
+    """From what observe read of the DaemonSet. Nothing while that read failed or found a
+    DaemonSet that is not ours (`gpu_addon_error` says which); a write that failed is
+    planned again."""
+    if addon_unjudged(cluster):
+        return []
+    held = cluster.gpu_addon_hash
+    if not cluster.gpu_addon:
+        if not held:
+            return []
+        return [AddonRemove(cluster.pk, held, "the cluster's GPU add-on is off")]
+    manifest, digest = addon_manifest()
+    if held == digest:
+        return []
+    image = str(manifest["spec"]["template"]["spec"]["containers"][0]["image"])
+    reason = "none of ours is in the cluster" if not held else "ours is of another manifest"
+    verb: Literal["create", "replace"] = "replace" if held else "create"
+    return [AddonApply(cluster.pk, verb, digest, image, held, reason)]
+
+
+@dataclass
+class KubeActResult:
+    applied: list[str] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
+    """Steps whose row changed since they were planned: the next pass plans again."""
+    errors: list[str] = field(default_factory=list)
+
+
+def kube_steps_act(*, client: KubeClient, steps: list[KubeStep]) -> KubeActResult:
+    """Carry out exactly these steps, each only while the row it was planned from holds."""
+    result = KubeActResult()
+    for step in steps:
+        try:
+            done = _act(client, step)
+        except kube.KubeError as exc:
+            result.errors.append(f"{step.describe()}: {exc}")
+            continue
+        (result.applied if done else result.dropped).append(step.describe())
+    for problem in result.errors:
+        logger.warning("kubernetes: %s", problem)
+    return result
+
+
+def _act(client: KubeClient, step: KubeStep) -> bool:
+    if isinstance(step, NodeLabelsSet):
+        return _labels_set(client, step)
+    cluster = Cluster.objects.filter(
+        pk=step.cluster_id, gpu_addon=isinstance(step, AddonApply), gpu_addon_hash=step.seen_hash
+    ).first()
+    if cluster is None or addon_unjudged(cluster):
+        return False
+    if isinstance(step, AddonRemove):
+        try:
+            client.delete_daemonset(ADDON_NAMESPACE, ADDON_NAME)
+        except kube.NotFound:
+            pass  # gone already: what the step wanted
+        except kube.KubeError as exc:
+            addon_failed_record(cluster=cluster, error=f"GPU add-on: {exc}")
+            raise
+        addon_removed_record(cluster=cluster)
+        return True
+    manifest, digest = addon_manifest()
+    if digest != step.digest:
+        return False  # the manifest changed since the plan (a new image): plan again
+    try:
+        if step.verb == "create":
+            client.create_daemonset(ADDON_NAMESPACE, manifest)
+        else:
+            client.replace_daemonset(ADDON_NAMESPACE, ADDON_NAME, manifest)
+    except kube.KubeError as exc:
+        addon_failed_record(cluster=cluster, error=f"GPU add-on: {exc}")
+        raise
+    addon_applied_record(cluster=cluster, digest=digest, created=step.verb == "create")
+    return True
+
+
+def _labels_set(client: KubeClient, step: NodeLabelsSet) -> bool:
+    if not KubeNode.objects.filter(pk=step.node_id, updated_at=step.seen_at).exists():
+        return False
+    wanted = dict(step.labels)
+    try:
+        answer = client.patch_node_labels(step.node, wanted)
+    except kube.KubeError:
+        count("kube_writes", "node_labels", "error")
+        raise
+    count("kube_writes", "node_labels", "patched")
+    logger.info("labelled node %s: %s", step.node, wanted)
+    # The mirror takes the labels the patch answered: the next pass compares with them.
+    KubeNode.objects.filter(pk=step.node_id, updated_at=step.seen_at).update(
+        labels=dict(answer.labels), updated_at=timezone.now()
+    )
+    return True
