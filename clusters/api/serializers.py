@@ -37,7 +37,7 @@ from clusters.models import (
     Membership,
     jwt_shape,
 )
-from clusters.plan import ACTIONS
+from clusters.plan import KINDS
 from clusters.services import account_update_check
 
 
@@ -285,24 +285,89 @@ class MachineSerializer(serializers.ModelSerializer[Machine]):
         fields = [
             "id", "cluster", "pool", "name", "vm_name", "vm_id", "phase", "failure_message",
             "delete_requested", "created_at", "updated_at", "vm_started_at", "node_joined_at",
-            "node_missing", "node_missing_reason",
+            "node_missing", "node_missing_reason", "failures", "next_try_at",
         ]  # fmt: skip
         read_only_fields = fields
+
+
+class PlanCallSerializer(serializers.Serializer[object]):
+    """One whitesky (or Kubernetes) write a step makes."""
+
+    verb = serializers.CharField(help_text="create_vm, start_vm, stop_vm, delete_vm, ...")
+    object = serializers.CharField(
+        help_text="The VM id (its name when the step makes it), vGPU id, or '<VM>/<card>'"
+    )
+    maybe = serializers.BooleanField(help_text="Made only if the VM is still there")
+
+
+class PlanVgpuSlotSerializer(serializers.Serializer[object]):
+    index = serializers.IntegerField()
+    name = serializers.CharField()
+
+
+class PlanVgpuReleaseSerializer(serializers.Serializer[object]):
+    reservation_id = serializers.IntegerField()
+    vgpu_id = serializers.CharField(
+        allow_null=True, help_text="None: its reserve's answer was lost"
+    )
+    name = serializers.CharField()
+
+
+class PlanVmRemovalSerializer(serializers.Serializer[object]):
+    vm_id = serializers.IntegerField()
+    cloudspace_id = serializers.CharField()
+    name = serializers.CharField()
+    status = serializers.CharField(help_text="As last listed; empty: not listed")
 
 
 class PlanStepSerializer(serializers.Serializer[object]):
     """One step of the plan, with every decision it carries."""
 
-    action = serializers.ChoiceField(choices=ACTIONS)
+    action = serializers.ChoiceField(source="kind", choices=KINDS)
     target = serializers.CharField(help_text="The machine (or, for reclaim, the cluster)")
     reason = serializers.CharField()
     pool_id = serializers.IntegerField(allow_null=True)
     machine_id = serializers.IntegerField(allow_null=True, help_text="None: made by the step")
+    index = serializers.IntegerField(allow_null=True, help_text="create: the new machine's index")
+    vm_id = serializers.IntegerField(allow_null=True, help_text="The machine's VM as planned")
     card_id = serializers.CharField(help_text="The GPU card the missing vGPUs go on")
-    reserve = serializers.ListField(child=serializers.CharField(), help_text="vGPUs to reserve")
-    release = serializers.ListField(child=serializers.CharField(), help_text="vGPUs to release")
-    remove_vms = serializers.ListField(child=serializers.CharField(), help_text="VMs to remove")
+    reserve = serializers.ListField(
+        source="reserve_names", child=serializers.CharField(), help_text="vGPUs to reserve"
+    )
+    reserve_vgpus = PlanVgpuSlotSerializer(source="reserve", many=True)
+    attach = serializers.ListField(child=serializers.CharField(), help_text="vGPU ids to attach")
+    release = serializers.ListField(
+        source="release_shown", child=serializers.CharField(), help_text="vGPUs to release"
+    )
+    release_vgpus = PlanVgpuReleaseSerializer(source="release", many=True)
+    remove_vms = serializers.ListField(
+        source="remove_vms_shown", child=serializers.CharField(), help_text="VMs to remove"
+    )
+    vms_removed = PlanVmRemovalSerializer(source="remove_vms", many=True)
     blocked = serializers.CharField(help_text="Why it cannot happen yet; empty: it can")
+    blocked_by = serializers.CharField(
+        help_text="observation, capacity, conflict, backoff, machines; empty: not blocked"
+    )
+    next_try_at = serializers.DateTimeField(
+        allow_null=True, help_text="backoff: when the failed machine is tried again"
+    )
+    calls = PlanCallSerializer(many=True, help_text="The writes the step makes")
+    description = serializers.CharField(source="describe", help_text="The step in words")
+
+
+class LocationPlanStepSerializer(serializers.Serializer[object]):
+    """One step of a location's plan: the orphan sweep and the releases it carries on."""
+
+    action = serializers.CharField(source="kind", help_text="release_vgpu or remove_vm")
+    target = serializers.CharField(help_text="The vGPU's or VM's name")
+    reason = serializers.CharField()
+    reservation_id = serializers.IntegerField(allow_null=True)
+    vgpu_id = serializers.CharField(help_text="release_vgpu: the vGPU released")
+    vm = PlanVmRemovalSerializer(
+        allow_null=True, help_text="remove_vm: the VM; release_vgpu: the VM removed first"
+    )
+    blocked = serializers.CharField(help_text="Why it cannot happen; empty: it can")
+    calls = PlanCallSerializer(many=True, help_text="The writes the step makes")
     description = serializers.CharField(source="describe", help_text="The step in words")
 
 
