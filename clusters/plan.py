@@ -186,7 +186,8 @@ class Step:
         if self.attach:
             parts.append(f"attach {', '.join(self.attach)}")
         if self.reserve:
-            parts.append(f"reserve {', '.join(self.reserve_names)} on card {self.card_id}")
+            card = f" on card {self.card_id}" if self.card_id else ""
+            parts.append(f"reserve {', '.join(self.reserve_names)}{card}")
         if self.start_vm:
             parts.append("start its VM")
         if self.release:
@@ -344,11 +345,15 @@ VmIndex = dict[tuple[int, str], list[VirtualMachine]]
 
 
 def _vm_status(machine: Machine, vms: VmIndex) -> str:
-    """The machine's VM's status as listed, else as its phase says (made after the listing)."""
-    location_id = machine.pool.site.location_id
-    listed = vms.get((location_id, f"#{machine.vm_id}"))
+    """The machine's VM's status as listed; "" when a listing begun after the VM was made
+    lacks it (gone, or in the recycle bin); else, made since, as its phase says."""
+    location = machine.pool.site.location
+    listed = vms.get((location.pk, f"#{machine.vm_id}"))
     if listed:
         return listed[0].status
+    began = location.observation_started_at
+    if machine.vm_created_at is not None and began is not None and began > machine.vm_created_at:
+        return ""
     return "RUNNING" if machine.phase in (Phase.RUNNING, Phase.STARTING) else "HALTED"
 
 
@@ -477,18 +482,22 @@ def cluster_plan(cluster: Cluster, *, now: datetime | None = None) -> ClusterPla
     for machine in machines:
         by_pool[machine.pool_id].append(machine)
     pools = list(cluster.pools.select_related("site__location", "cluster").order_by("name"))
-    leftovers = _indexes_after_leftovers(cluster, pools)
+    leftovers: dict[int, int] | None = None
     for pool in pools:
         members = by_pool.get(pool.pk, [])
         live = [m for m in members if not (m.delete_requested or m.phase == Phase.DELETING)]
-        surplus = sorted(live, key=_scale_down_order)[: max(0, len(live) - pool.replicas)]
+        surplus = {
+            m.pk for m in sorted(live, key=_scale_down_order)[: max(0, len(live) - pool.replicas)]
+        }
         for machine in members:
-            if machine in surplus:
+            if machine.pk in surplus:
                 reason = f"pool {pool.name} scaled to {pool.replicas}"
                 plan.steps.append(machine_teardown_step(machine, reason, vms))
             elif step := machine_step(machine, books, vms, now=now):
                 plan.steps.append(step)
-        first = max(pool.next_index, leftovers.get(pool.pk, 0))
+        if pool.replicas > len(live) and leftovers is None:
+            leftovers = _indexes_after_leftovers(cluster, pools)
+        first = max(pool.next_index, (leftovers or {}).get(pool.pk, 0))
         for offset in range(pool.replicas - len(live)):
             index = first + offset
             name = f"{pool.name}-{index}"

@@ -26,7 +26,7 @@ from capvco_web.audit import audit_record
 from capvco_web.integrations import whitesky as ws
 from capvco_web.permissions import permission_require
 from capvco_web.rows import model_update
-from clusters.models import Location, Machine, VirtualMachine
+from clusters.models import Cluster, Location, Machine, VirtualMachine
 from clusters.orphans import VmOwners, other_accounts_prefixes, vm_orphans_due
 from clusters.plan import Call, VmRemoval
 from clusters.reconcile import vm_remove
@@ -336,8 +336,15 @@ def location_plan(location: Location, *, now: datetime | None = None) -> Locatio
         plan.steps.append(release_step(row, origin="stalled", actor=actor, reason=reason))
         planned.add(row.pk)
     removed = {step.vm.vm_id for step in plan.steps if step.vm is not None}
+    # What carries the name of a cluster being deleted is its reclaim's to remove.
+    deleting = tuple(
+        f"{naming.PREFIX}{name}-"
+        for name in Cluster.objects.filter(
+            account=location.account_id, state=Cluster.State.DELETING
+        ).values_list("name", flat=True)
+    )
     for vm in vm_orphans_due(location=location, now=now):
-        if vm.vm_id in removed:
+        if vm.vm_id in removed or vm.name.startswith(deleting):
             continue
         reason = (
             f"orphaned since {vm.orphaned_since:%Y-%m-%d %H:%M} UTC, {vm.orphan_reason} "
@@ -357,7 +364,7 @@ def location_plan(location: Location, *, now: datetime | None = None) -> Locatio
         removed.add(vm.vm_id)
     foreign = other_accounts_prefixes(location.account)
     for row in orphans_due(location=location, now=now):
-        if row.pk in planned:
+        if row.pk in planned or row.name.startswith(deleting):
             continue
         reason = (
             f"orphaned since {row.orphaned_since:%Y-%m-%d %H:%M} UTC, no owning machine "
