@@ -7,6 +7,7 @@ import json
 import random
 import re
 from collections import Counter
+from datetime import timedelta
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -111,7 +112,7 @@ def one_pass(plane: Plane, rng: random.Random, outsider: Outsider) -> None:
         shown_steps = cluster_plan(cluster).steps
         shown = [call for step in shown_steps for call in step.calls()]
         reserves = [s for s in shown_steps if s.reserve and s.card_id and not s.blocked]
-        if reserves and rng.random() < 0.3:
+        if reserves and reserves[0].pool_id is not None and rng.random() < 0.3:
             # The card fills up between the plan and the act: the reserve is refused, and
             # no other card is tried in this pass.
             pool = MachinePool.objects.select_related("site__location").get(pk=reserves[0].pool_id)
@@ -157,7 +158,7 @@ def mutate(plane: Plane, rng: random.Random, outsider: Outsider, admin: User) ->
             site = machine.pool.site
             outsider.vm_delete(site.cloudspace_id, machine.vm_id, permanently=rng.random() < 0.5)
         elif change == "retry":  # the backoff of failed machines is over
-            past = timezone.now() - timezone.timedelta(seconds=1)
+            past = timezone.now() - timedelta(seconds=1)
             Machine.objects.filter(phase=Machine.Phase.FAILED).update(next_try_at=past)
         elif change == "delete":
             other = Cluster.objects.filter(name="other", state="active").first()
