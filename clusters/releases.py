@@ -10,6 +10,12 @@ complete, and the name says it is provably ours (our prefix, and a cluster of th
 account or one that exists nowhere). Anything else waits for a person. A person's request
 and a release already started are carried on whatever the listing: they decide nothing
 about what is gone.
+
+The sweep is a plan too: `location_plan` says, from the database only, which VMs it
+removes and which reservations it releases, with the ids and the calls (the dry run,
+`GET /api/v1/locations/<id>/plan/`); `orphan_sweep` carries out exactly those steps, each
+only while its rows are as planned. What carries the name of a cluster being deleted is
+left to that cluster's reclaim step, so no two plans name one object.
 """
 
 from __future__ import annotations
