@@ -188,3 +188,27 @@ def test_a_pass_makes_exactly_the_whitesky_writes_its_dry_run_showed(
     for _ in range(3):  # and it still converges
         plane.observe()
         one_pass(plane, rng, outsider)
+
+
+def test_a_card_refused_for_room_ends_the_step_and_the_next_plan_takes_another(
+    plane: Plane,
+) -> None:
+    cluster = plane.cluster("demo", sites=(NL,))
+    plane.pool(cluster, "a100", gpu_type="NVIDIA A100", gpu_count=1)
+    plane.observe()
+    (step,) = cluster_plan(cluster).steps
+    Outsider(plane).card_fill(NL, step.card_id)  # taken by hand after the listing
+
+    plane.reconcile(cluster)
+
+    machine = Machine.objects.get()
+    assert machine.gpu_card_refused == step.card_id
+    assert [v["gpu_id"] for v in plane.sim_vgpus()] == []  # no other card tried meanwhile
+    (again,) = cluster_plan(cluster).steps  # no new listing yet: the card counts as full
+    assert again.card_id not in ("", step.card_id) and not again.create_vm
+
+    plane.converge(cluster)
+
+    assert [v["gpu_id"] for v in plane.sim_vgpus()] == [again.card_id]
+    machine.refresh_from_db()
+    assert machine.phase == Machine.Phase.RUNNING and machine.gpu_card_refused == ""
