@@ -346,6 +346,10 @@ WHITESKY_LONG_READ_TIMEOUT = env.float("WHITESKY_LONG_READ_TIMEOUT_SECONDS", def
 # At most this many machines of one account acted on (whitesky writes in flight) at once,
 # over all workers; observation reads are not counted.
 WHITESKY_CALLS_IN_FLIGHT_PER_ACCOUNT = env.int("WHITESKY_CALLS_IN_FLIGHT_PER_ACCOUNT", default=8)
+# A machine that failed is tried again after MACHINE_RETRY_BASE_SECONDS, doubled per
+# failure in a row, at most MACHINE_RETRY_MAX_SECONDS; not on every tick.
+MACHINE_RETRY_BASE_SECONDS = env.float("MACHINE_RETRY_BASE_SECONDS", default=30)
+MACHINE_RETRY_MAX_SECONDS = env.float("MACHINE_RETRY_MAX_SECONDS", default=900)
 
 # /metrics: scraped with `Authorization: Bearer <METRICS_TOKEN>` or from an allowed
 # address; with neither, nobody. Counters live under this key prefix in the broker's Redis.

@@ -73,7 +73,7 @@ class NodeLabelsSet:
         return f"label {self.target}: {labels} ({self.reason})"
 
     def calls(self) -> tuple[Call, ...]:
-        return (Call("kubernetes", "PATCH", f"/api/v1/nodes/{self.node}"),)
+        return (Call("PATCH", f"/api/v1/nodes/{self.node}", service="kubernetes"),)
 
 
 @dataclass(frozen=True)
@@ -101,8 +101,8 @@ class AddonApply:
 
     def calls(self) -> tuple[Call, ...]:
         if self.verb == "create":
-            return (Call("kubernetes", "POST", DAEMONSETS),)
-        return (Call("kubernetes", "PUT", f"{DAEMONSETS}/{ADDON_NAME}"),)
+            return (Call("POST", DAEMONSETS, service="kubernetes"),)
+        return (Call("PUT", f"{DAEMONSETS}/{ADDON_NAME}", service="kubernetes"),)
 
 
 @dataclass(frozen=True)
@@ -125,7 +125,7 @@ class AddonRemove:
         return f"delete {self.target}: {self.reason}"
 
     def calls(self) -> tuple[Call, ...]:
-        return (Call("kubernetes", "DELETE", f"{DAEMONSETS}/{ADDON_NAME}"),)
+        return (Call("DELETE", f"{DAEMONSETS}/{ADDON_NAME}", service="kubernetes"),)
 
 
 KubeStep = NodeLabelsSet | AddonApply | AddonRemove

@@ -525,6 +525,25 @@ class Machine(models.Model):
     phase = models.CharField(max_length=16, choices=Phase, default=Phase.PENDING)
     failure_message = models.TextField(blank=True)
     delete_requested = models.BooleanField(default=False)
+    failures = models.PositiveIntegerField(
+        default=0, help_text="Failed tries in a row; reset when the machine runs"
+    )
+    next_try_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="A failed machine is tried again from this moment (exponential backoff: "
+        "MACHINE_RETRY_BASE_SECONDS doubled per failure, up to MACHINE_RETRY_MAX_SECONDS)",
+    )
+    gpu_card_refused = models.CharField(
+        max_length=100,
+        blank=True,
+        help_text="The card whitesky last refused a reserve on for lack of room",
+    )
+    gpu_card_refused_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When: until a listing begun later says otherwise, plans count that card full",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

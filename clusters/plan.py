@@ -1,28 +1,33 @@
 """The plan of a cluster: the whole diff between what it asks for and what was observed.
 
 A plan is data, read from the database only. Each step names its objects by id and
-carries every decision act will take: which machine rows to make, which card a machine's
-vGPUs go on, which vGPUs and VMs a teardown or a cluster deletion releases. The dry run
-(API, drift page) shows exactly this; act re-checks against whitesky only to resolve an
-answer that was lost.
+carries every decision act will take: which machine rows to make (and their index), which
+card a machine's vGPUs go on and their names, which vGPUs and VMs a teardown or a cluster
+deletion removes. Act carries out exactly that, checking only that the rows it touches are
+as the plan saw them; a step that no longer applies is dropped and planned again. The dry
+run (API, cluster page) shows exactly this, with the whitesky calls each step will make
+(`calls()`), and the planning costs O(machines + cards): one card book per location.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from functools import cached_property
-from typing import Literal, Protocol, get_args
+from typing import Any, Literal, Protocol, get_args
 
 from django.db.models import Count, Prefetch, Q
+from django.utils import timezone
 
 from cloud.models import Location, VirtualMachine
 from clusters.models import Cluster, ClusterSite, Machine, MachinePool
 from clusters.selectors import pools_by_cluster
 from gpus import naming
 from gpus.models import GpuProfile, VgpuReservation
-from gpus.resolve import GpuUnavailable, gpu_profile_resolve
+from gpus.resolve import CardPicker, GpuUnavailable
 
 Phase = Machine.Phase
 RState = VgpuReservation.State
@@ -30,52 +35,202 @@ VM_GONE = frozenset({"DELETED", "DESTROYED"})
 LIVE_RESERVATION = (RState.RESERVING, RState.RESERVED, RState.ATTACHED, RState.RELEASING)
 HELD = "billed_reservations"  # a machine's vGPUs, when read with it (_machines)
 
-Action = Literal["create", "provision", "replace_vm", "teardown", "reclaim"]
-ACTIONS: tuple[Action, ...] = get_args(Action)
+Kind = Literal["create", "provision", "replace_vm", "teardown", "reclaim"]
+KINDS: tuple[Kind, ...] = get_args(Kind)
+BlockedBy = Literal["", "observation", "capacity", "conflict", "backoff", "machines"]
+
+
+@dataclass(frozen=True, order=True)
+class Call:
+    """One mutating call a step makes: the service, its verb and the object it names. A VM is named
+    by its id, or by its name when the same step makes it; a reserve by "<VM>/<card>"."""
+
+    verb: str
+    object: str
+    maybe: bool = field(default=False, compare=False)
+    """Made only if what the last listing could not show holds (a VM in the recycle bin)."""
+    service: Literal["whitesky", "kubernetes"] = "whitesky"
+
+    def __str__(self) -> str:
+        return f"{self.service} {self.verb} {self.object}{' (if needed)' if self.maybe else ''}"
+
+
+class PlanStep(Protocol):
+    """What every plan's step offers, whatever it changes (whitesky or Kubernetes)."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def target(self) -> str: ...
+    @property
+    def reason(self) -> str: ...
+    def describe(self) -> str: ...
+    def calls(self) -> tuple[Call, ...]: ...
+
+
+@dataclass(frozen=True)
+class VgpuSlot:
+    """A vGPU to reserve: its index on the machine and the name that records its owner."""
+
+    index: int
+    name: str
+
+
+@dataclass(frozen=True)
+class VgpuRelease:
+    """A reservation to release (detach, permanently)."""
+
+    reservation_id: int
+    vgpu_id: str | None  # None: a reserve whose answer was lost, resolved by name first
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.vgpu_id or 'id unknown'})"
+
+
+@dataclass(frozen=True)
+class VmRemoval:
+    """A VM to stop (when it runs) and delete for good, as last seen."""
+
+    vm_id: int
+    cloudspace_id: str
+    name: str
+    status: str
+    """As listed; "" when the last listing did not show it (gone, or in the recycle bin)."""
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.vm_id})"
+
+    def calls(self) -> tuple[Call, ...]:
+        vm = str(self.vm_id)
+        if self.status == "DESTROYED":
+            return ()
+        if not self.status:
+            return (Call("delete_vm", vm, maybe=True),)
+        stop = (Call("stop_vm", vm),) if self.status == "RUNNING" else ()
+        return (*stop, Call("delete_vm", vm))
 
 
 @dataclass(frozen=True)
 class Step:
-    """One thing act will do. `machine_id` is None for `create` (the row is made by act)
-    and for `reclaim` (the cluster's leftovers)."""
+    """One thing act will do to one machine (or, for `reclaim`, to a deleted cluster's
+    leftovers), with every id it needs. `seen` is the machine row's `updated_at` as
+    planned: act drops the step when the row changed since."""
 
-    action: Action
+    kind: Kind
     target: str
     reason: str
     cluster_id: int
     pool_id: int | None = None
     machine_id: int | None = None
+    """None for `create` until act made the row, and for `reclaim`."""
+    index: int | None = None
+    """create: the index (and so the name) of the machine act makes."""
+    seen: datetime | None = None
+    vm_id: int | None = None
+    """The machine's VM as planned; None: none yet."""
+    vm_name: str = ""
+    create_vm: bool = False
+    start_vm: bool = False
     card_id: str = ""
-    """create/provision: the card the machine's missing vGPUs are reserved on."""
-    reserve: tuple[str, ...] = ()
-    """vGPU names to reserve and attach."""
-    release: tuple[str, ...] = ()
-    """vGPU names (with their ids) to release."""
-    remove_vms: tuple[str, ...] = ()
-    """VMs to stop and delete for good."""
+    """The card the machine's missing vGPUs are reserved on."""
+    reserve: tuple[VgpuSlot, ...] = ()
+    attach: tuple[str, ...] = ()
+    """vGPU ids the machine holds that are to be attached to its (new) VM."""
+    release: tuple[VgpuRelease, ...] = ()
+    remove_vms: tuple[VmRemoval, ...] = ()
     blocked: str = ""
-    """Why act cannot do this yet (no room on any card, a location not wholly observed)."""
+    """Why act cannot do this yet; act records it on the machine and calls nothing."""
+    blocked_by: BlockedBy = ""
+    next_try_at: datetime | None = None
+    """backoff: when the failed machine is tried again."""
+    location: str = ""
+    """The location whose vGPUs the step releases (reclaim: each release names its own)."""
+    release_locations: tuple[str, ...] = ()
+    """reclaim: the location of each release, in the order of `release`."""
+
+    @property
+    def action(self) -> Kind:
+        return self.kind
+
+    @property
+    def reserve_names(self) -> list[str]:
+        return [slot.name for slot in self.reserve]
+
+    @property
+    def release_shown(self) -> list[str]:
+        return [str(r) for r in self.release]
+
+    @property
+    def remove_vms_shown(self) -> list[str]:
+        return [str(vm) for vm in self.remove_vms]
+
+    def calls(self) -> tuple[Call, ...]:
+        if self.blocked:
+            return ()
+        calls: list[Call] = []
+        for vm in self.remove_vms:
+            calls += vm.calls()
+        vm_ref = self.vm_name if self.create_vm else str(self.vm_id)
+        if self.create_vm:
+            calls.append(Call("create_vm", self.vm_name))
+        calls += [Call("attach_vgpu", vgpu_id) for vgpu_id in self.attach]
+        calls += [Call("reserve_vgpu", f"{vm_ref}/{self.card_id}") for _ in self.reserve]
+        if self.start_vm:
+            calls.append(Call("start_vm", vm_ref))
+        calls += [Call("release_vgpu", r.vgpu_id) for r in self.release if r.vgpu_id]
+        return tuple(calls)
 
     def describe(self) -> str:
-        parts = [f"{self.action} {self.target}: {self.reason}"]
-        if self.reserve:
-            parts.append(f"reserve {', '.join(self.reserve)} on card {self.card_id}")
-        if self.release:
-            parts.append(f"release {', '.join(self.release)}")
+        parts = [f"{self.kind} {self.target}: {self.reason}"]
         if self.remove_vms:
-            parts.append(f"remove VM {', '.join(self.remove_vms)}")
+            parts.append(f"remove VM {', '.join(self.remove_vms_shown)}")
+        if self.create_vm:
+            parts.append(f"create VM {self.vm_name}")
+        if self.attach:
+            parts.append(f"attach {', '.join(self.attach)}")
+        if self.reserve:
+            card = f" on card {self.card_id}" if self.card_id else ""
+            parts.append(f"reserve {', '.join(self.reserve_names)}{card}")
+        if self.start_vm:
+            parts.append("start its VM")
+        if self.release:
+            parts.append(f"release {', '.join(self.release_shown)}")
         if self.blocked:
             parts.append(f"blocked: {self.blocked}")
         return "; ".join(parts)
 
+    def as_data(self) -> dict[str, Any]:
+        """The step as JSON data, for the message that hands it to a worker."""
+        data = dataclasses.asdict(self)
+        for name in ("seen", "next_try_at"):
+            value = getattr(self, name)
+            data[name] = value.isoformat() if value is not None else None
+        return data
 
-@dataclass
+    @classmethod
+    def from_data(cls, data: dict[str, Any]) -> Step:
+        fields = dict(data)
+        for name in ("seen", "next_try_at"):
+            if fields.get(name) is not None:
+                fields[name] = datetime.fromisoformat(fields[name])
+        fields["reserve"] = tuple(VgpuSlot(**s) for s in fields.get("reserve", ()))
+        fields["attach"] = tuple(fields.get("attach", ()))
+        fields["release"] = tuple(VgpuRelease(**r) for r in fields.get("release", ()))
+        fields["remove_vms"] = tuple(VmRemoval(**vm) for vm in fields.get("remove_vms", ()))
+        fields["release_locations"] = tuple(fields.get("release_locations", ()))
+        return cls(**fields)
+
+
 class CardBook:
     """The cards of a location with what is free on each: the last listing's count, less
     what we reserved (or asked for) since it began. Records come before calls, so a
-    reserve in flight in another worker is already counted."""
+    reserve in flight in another worker is already counted. A card whitesky refused for
+    capacity since the listing began counts as full until a newer listing says more."""
 
-    cards: list[GpuProfile]
+    def __init__(self, location: Location, cards: list[GpuProfile]) -> None:
+        self.location = location
+        self.picker = CardPicker(cards, location=location.name)
 
     @classmethod
     def load(cls, location: Location) -> CardBook:
@@ -90,57 +245,34 @@ class CardBook:
                 .annotate(n=Count("pk"))
                 .values_list("gpu_id", "n")
             )
+            refused = set(
+                Machine.objects.filter(
+                    pool__site__location=location, gpu_card_refused_at__gt=since
+                ).values_list("gpu_card_refused", flat=True)
+            )
             for card in cards:
-                card.available_instances = max(
-                    0, card.available_instances - taken.get(card.profile_id, 0)
-                )
-        return cls(cards)
+                free = card.available_instances - taken.get(card.profile_id, 0)
+                card.available_instances = 0 if card.profile_id in refused else max(0, free)
+        return cls(location, cards)
 
-    def resolve(
-        self, pool: MachinePool, count: int, *, excluded: frozenset[str] = frozenset()
-    ) -> str:
+    def resolve(self, pool: MachinePool, count: int) -> str:
         """The card for `count` more vGPUs of the pool (GpuUnavailable when none fits)."""
-        card = gpu_profile_resolve(
-            [c for c in self.cards if c.profile_id not in excluded],
-            location=pool.site.location.name,
-            count=count,
-            gpu_type=pool.gpu_type,
-            profile_id=pool.gpu_profile_id,
-        )
-        return card.profile_id
+        return self.picker.pick(count=count, gpu_type=pool.gpu_type, profile_id=pool.gpu_profile_id)
 
     def take(self, card_id: str, count: int) -> None:
-        for card in self.cards:
-            if card.profile_id == card_id:
-                card.available_instances -= count
+        self.picker.take(card_id, count)
 
 
-@dataclass(frozen=True)
-class Call:
-    """One call a step makes outside: the service, its verb and the object it names."""
+class CardBooks(dict[int, CardBook]):
+    """One card book per location and plan, loaded when first needed."""
 
-    service: Literal["kubernetes", "whitesky"]
-    verb: str
-    target: str
-
-    def __str__(self) -> str:
-        return f"{self.service} {self.verb} {self.target}"
+    def of(self, location: Location) -> CardBook:
+        if location.pk not in self:
+            self[location.pk] = CardBook.load(location)
+        return self[location.pk]
 
 
-class PlannedStep(Protocol):
-    """A step of a registered planner (node labels, the GPU add-on, NIC reclaim)."""
-
-    @property
-    def kind(self) -> str: ...
-    @property
-    def target(self) -> str: ...
-    @property
-    def reason(self) -> str: ...
-    def describe(self) -> str: ...
-    def calls(self) -> tuple[Call, ...]: ...
-
-
-Planner = Callable[[Cluster], Sequence[PlannedStep]]
+Planner = Callable[[Cluster], Sequence[PlanStep]]
 PLANNERS: list[tuple[Planner, tuple[str, ...]]] = []
 
 
@@ -153,7 +285,7 @@ def planner_register(planner: Planner, *, kinds: tuple[str, ...]) -> None:
 
 def planned_kinds() -> tuple[str, ...]:
     """Every kind of step a plan may show: the machines' actions, then the planners'."""
-    return ACTIONS + tuple(kind for _, kinds in PLANNERS for kind in kinds)
+    return KINDS + tuple(kind for _, kinds in PLANNERS for kind in kinds)
 
 
 @dataclass
@@ -165,13 +297,13 @@ class ClusterPlan:
         return bool(self.steps)
 
     @cached_property
-    def planned(self) -> list[PlannedStep]:
+    def planned(self) -> list[PlanStep]:
         """The registered planners' steps, planned when asked for (the dry run): their own
         tasks act on them, not the machines' pass."""
         return [step for planner, _ in PLANNERS for step in planner(self.cluster)]
 
     @property
-    def shown(self) -> list[Step | PlannedStep]:
+    def shown(self) -> list[PlanStep]:
         """Every step, as the dry run shows them."""
         return [*self.steps, *self.planned]
 
@@ -189,27 +321,42 @@ def gpus_held(machine: Machine) -> list[VgpuReservation]:
     )
 
 
-def machine_gpu_decision(
-    machine: Machine, books: dict[int, CardBook]
-) -> tuple[str, tuple[str, ...], str]:
-    """(card, names to reserve, why not) for the vGPUs the machine lacks."""
+def missing_gpus(machine: Machine) -> list[int]:
+    held = {row.owner_index for row in gpus_held(machine)}
+    return [n for n in range(machine.pool.gpu_count) if n not in held]
+
+
+@dataclass(frozen=True)
+class GpuDecision:
+    card_id: str = ""
+    reserve: tuple[VgpuSlot, ...] = ()
+    blocked: str = ""
+    blocked_by: BlockedBy = ""
+
+
+def machine_gpu_decision(machine: Machine, books: CardBooks) -> GpuDecision:
+    """The card and names of the vGPUs the machine lacks, or why there is none."""
     pool = machine.pool
     if not pool.wants_gpus:
-        return "", (), ""
+        return GpuDecision()
     location = pool.site.location
-    held = {row.owner_index for row in gpus_held(machine)}
-    missing = tuple(machine.vgpu_name(n) for n in range(pool.gpu_count) if n not in held)
-    if not missing:
-        return "", (), ""
+    missing = missing_gpus(machine)
+    reserve = tuple(VgpuSlot(n, machine.vgpu_name(n)) for n in missing)
     if not location.observation_complete:
-        return "", missing, f"{location.name} is not completely observed yet"
-    book = books.setdefault(location.pk, CardBook.load(location))
+        why = (
+            f"{location.name} is not completely observed yet; no vGPU is reserved "
+            "until its listing is whole"
+        )
+        return GpuDecision(reserve=reserve, blocked=why, blocked_by="observation")
+    if not missing:
+        return GpuDecision()
+    book = books.of(location)
     try:
         card_id = book.resolve(pool, len(missing))
     except GpuUnavailable as exc:
-        return "", missing, str(exc)
+        return GpuDecision(reserve=reserve, blocked=str(exc), blocked_by="capacity")
     book.take(card_id, len(missing))
-    return card_id, missing, ""
+    return GpuDecision(card_id=card_id, reserve=reserve)
 
 
 def vm_vanished(machine: Machine, site: ClusterSite, listed: VirtualMachine | None) -> bool:
@@ -224,9 +371,39 @@ def vm_vanished(machine: Machine, site: ClusterSite, listed: VirtualMachine | No
     return listed is None or listed.status in VM_GONE
 
 
-def machine_teardown_step(machine: Machine, reason: str) -> Step:
+VmIndex = dict[tuple[int, str], list[VirtualMachine]]
+"""Listed VMs by (location, "#<VM id>") and by (location, name)."""
+
+
+def _vm_status(machine: Machine, vms: VmIndex) -> str:
+    """The machine's VM's status as listed; "" when a listing begun after the VM was made
+    lacks it (gone, or in the recycle bin); else, made since, as its phase says."""
+    location = machine.pool.site.location
+    listed = vms.get((location.pk, f"#{machine.vm_id}"))
+    if listed:
+        return listed[0].status
+    began = location.observation_started_at
+    if machine.vm_created_at is not None and began is not None and began > machine.vm_created_at:
+        return ""
+    return "RUNNING" if machine.phase in (Phase.RUNNING, Phase.STARTING) else "HALTED"
+
+
+def machine_teardown_step(machine: Machine, reason: str, vms: VmIndex) -> Step:
     pool = machine.pool
+    site = pool.site
     held = gpus_held(machine)
+    removals: list[VmRemoval] = []
+    if machine.vm_id is not None:
+        removals.append(
+            VmRemoval(machine.vm_id, site.cloudspace_id, machine.vm_name, _vm_status(machine, vms))
+        )
+    elif machine.vm_create_deadline is not None:
+        # A create whose answer was lost: what the listing shows of it goes too.
+        removals += [
+            VmRemoval(vm.vm_id, vm.cloudspace_id, vm.name, vm.status)
+            for vm in vms.get((site.location_id, machine.vm_name), [])
+            if vm.status != "DESTROYED" and vm.cloudspace_id == site.cloudspace_id
+        ]
     return Step(
         "teardown",
         machine.name,
@@ -234,41 +411,85 @@ def machine_teardown_step(machine: Machine, reason: str) -> Step:
         cluster_id=pool.cluster_id,
         pool_id=pool.pk,
         machine_id=machine.pk,
-        release=tuple(f"{row.name} ({row.vgpu_id or 'id unknown'})" for row in held),
-        remove_vms=(f"{machine.vm_name} ({machine.vm_id})",) if machine.vm_id else (),
+        seen=machine.updated_at,
+        vm_id=machine.vm_id,
+        vm_name=machine.vm_name,
+        location=site.location.name,
+        release=tuple(VgpuRelease(row.pk, row.vgpu_id, row.name) for row in held),
+        remove_vms=tuple(removals),
     )
 
 
 def machine_step(
-    machine: Machine, books: dict[int, CardBook], vms: dict[tuple[int, int], VirtualMachine]
+    machine: Machine, books: CardBooks, vms: VmIndex, *, now: datetime | None = None
 ) -> Step | None:
     """The step one existing machine needs, or None when it is as asked."""
     pool = machine.pool
     if machine.delete_requested or machine.phase == Phase.DELETING:
-        return machine_teardown_step(machine, "deletion requested")
+        return machine_teardown_step(machine, "deletion requested", vms)
     site = pool.site
-    action: Action = "provision"
+    kind: Kind = "provision"
     reason = f"phase {machine.phase}"
-    remove_vms: tuple[str, ...] = ()
+    removals: tuple[VmRemoval, ...] = ()
+    vm_id = machine.vm_id
+    listed = vms.get((site.location_id, f"#{vm_id}"), [None])[0] if vm_id is not None else None
     if machine.phase == Phase.RUNNING:
-        listed = vms.get((site.location_id, machine.vm_id or 0))
         if not vm_vanished(machine, site, listed):
             return None
-        action = "replace_vm"
-        reason = f"its VM {machine.vm_id} is not in the listing of {site.cloudspace_id}"
-        remove_vms = (f"{machine.vm_name} ({machine.vm_id})",)
-    card_id, reserve, blocked = machine_gpu_decision(machine, books)
-    return Step(
-        action,
+        assert vm_id is not None
+        kind = "replace_vm"
+        reason = f"its VM {vm_id} is not in the listing of {site.cloudspace_id}"
+        status = listed.status if listed is not None else ""
+        removals = (VmRemoval(vm_id, site.cloudspace_id, machine.vm_name, status),)
+        vm_id = None
+    base = Step(
+        kind,
         machine.name,
         reason,
         cluster_id=pool.cluster_id,
         pool_id=pool.pk,
         machine_id=machine.pk,
-        card_id=card_id,
-        reserve=reserve,
-        remove_vms=remove_vms,
-        blocked=blocked,
+        seen=machine.updated_at,
+        vm_id=machine.vm_id,
+        vm_name=machine.vm_name,
+    )
+    now = now or timezone.now()
+    if machine.phase == Phase.FAILED and machine.next_try_at and machine.next_try_at > now:
+        why = (
+            f"failed {machine.failures} time(s) in a row; next try at "
+            f"{machine.next_try_at:%Y-%m-%d %H:%M:%S} UTC"
+        )
+        return dataclasses.replace(
+            base, blocked=why, blocked_by="backoff", next_try_at=machine.next_try_at
+        )
+    held = gpus_held(machine)
+    conflict = next(
+        (
+            row
+            for row in held
+            if row.vm_id is not None and row.vm_id != vm_id and kind != "replace_vm"
+        ),
+        None,
+    )
+    if conflict is not None:
+        why = f"{conflict.name} is attached to VM {conflict.vm_id}, not to this machine's VM"
+        return dataclasses.replace(base, blocked=why, blocked_by="conflict")
+    gpus = machine_gpu_decision(machine, books)
+    creating = vm_id is None
+    running = listed is not None and listed.status == "RUNNING" and not creating
+    attach = tuple(
+        row.vgpu_id for row in held if row.vgpu_id is not None and (creating or row.vm_id is None)
+    )
+    return dataclasses.replace(
+        base,
+        create_vm=creating,
+        start_vm=not running,
+        card_id=gpus.card_id,
+        reserve=gpus.reserve,
+        attach=attach,
+        remove_vms=removals,
+        blocked=gpus.blocked,
+        blocked_by=gpus.blocked_by,
     )
 
 
@@ -277,37 +498,42 @@ def _scale_down_order(machine: Machine) -> tuple[bool, int]:
     return (machine.phase == Phase.RUNNING, -machine.index)
 
 
-def cluster_plan(cluster: Cluster) -> ClusterPlan:
+def cluster_plan(cluster: Cluster, *, now: datetime | None = None) -> ClusterPlan:
     """Everything the next pass would do for the cluster, from the database only."""
     plan = ClusterPlan(cluster)
-    books: dict[int, CardBook] = {}
-    if cluster.state == Cluster.State.DELETING:
-        for machine in _machines(Q(pool__cluster=cluster)):
-            plan.steps.append(machine_teardown_step(machine, "cluster is being deleted"))
-        plan.steps.append(cluster_reclaim_step(cluster))
-        return plan
+    books = CardBooks()
     machines = _machines(Q(pool__cluster=cluster))
-    vms = _observed_vms(cluster, machines)
+    vms = _observed_vms(cluster)
+    if cluster.state == Cluster.State.DELETING:
+        for machine in machines:
+            plan.steps.append(machine_teardown_step(machine, "cluster is being deleted", vms))
+        plan.steps.append(cluster_reclaim_step(cluster, machines_left=len(machines), vms=vms))
+        return plan
     by_pool: dict[int, list[Machine]] = defaultdict(list)
     for machine in machines:
         by_pool[machine.pool_id].append(machine)
-    pools = cluster.pools.select_related("site__location", "cluster").order_by("name")
+    pools = list(cluster.pools.select_related("site__location", "cluster").order_by("name"))
+    leftovers: dict[int, int] | None = None
     for pool in pools:
         members = by_pool.get(pool.pk, [])
         live = [m for m in members if not (m.delete_requested or m.phase == Phase.DELETING)]
-        surplus = sorted(live, key=_scale_down_order)[: max(0, len(live) - pool.replicas)]
+        surplus = {
+            m.pk for m in sorted(live, key=_scale_down_order)[: max(0, len(live) - pool.replicas)]
+        }
         for machine in members:
-            if machine in surplus:
-                plan.steps.append(
-                    machine_teardown_step(machine, f"pool {pool.name} scaled to {pool.replicas}")
-                )
-            elif step := machine_step(machine, books, vms):
+            if machine.pk in surplus:
+                reason = f"pool {pool.name} scaled to {pool.replicas}"
+                plan.steps.append(machine_teardown_step(machine, reason, vms))
+            elif step := machine_step(machine, books, vms, now=now):
                 plan.steps.append(step)
+        if pool.replicas > len(live) and leftovers is None:
+            leftovers = _indexes_after_leftovers(cluster, pools)
+        first = max(pool.next_index, (leftovers or {}).get(pool.pk, 0))
         for offset in range(pool.replicas - len(live)):
-            index = pool.next_index + offset
+            index = first + offset
             name = f"{pool.name}-{index}"
             probe = Machine(pool=pool, name=name, index=index)
-            card_id, reserve, blocked = machine_gpu_decision(probe, books)
+            gpus = machine_gpu_decision(probe, books)
             plan.steps.append(
                 Step(
                     "create",
@@ -315,34 +541,86 @@ def cluster_plan(cluster: Cluster) -> ClusterPlan:
                     f"pool {pool.name} has {len(live)} of {pool.replicas} machines",
                     cluster_id=cluster.pk,
                     pool_id=pool.pk,
-                    card_id=card_id,
-                    reserve=reserve,
-                    blocked=blocked,
+                    index=index,
+                    vm_name=probe.vm_name,
+                    create_vm=not gpus.blocked,
+                    start_vm=not gpus.blocked,
+                    card_id=gpus.card_id,
+                    reserve=gpus.reserve,
+                    blocked=gpus.blocked,
+                    blocked_by=gpus.blocked_by,
                 )
             )
     return plan
 
 
-def cluster_reclaim_step(cluster: Cluster) -> Step:
-    """What a cluster deletion removes after its machines: every VM and vGPU that carries
-    its name, as last observed (act lists again before it ends the deletion)."""
-    is_ours = owned_by(cluster)
-    locations = Location.objects.filter(account=cluster.account_id)
-    vms = VirtualMachine.objects.filter(location__in=locations, name__startswith=naming.PREFIX)
-    rows = VgpuReservation.objects.filter(
-        location__in=locations,
-        name__startswith=naming.PREFIX,
-        state__in=[RState.RESERVED, RState.ATTACHED, RState.RELEASING],
+def _indexes_after_leftovers(cluster: Cluster, pools: list[MachinePool]) -> dict[int, int]:
+    """Per pool, the first index no listed VM or vGPU name carries (a pool deleted and made
+    again): a new machine never adopts what an earlier one left. Two queries per cluster."""
+    prefix = f"{naming.PREFIX}{cluster.name}-"
+    names = list(
+        VirtualMachine.objects.filter(name__startswith=prefix).values_list("name", flat=True)
+    ) + list(
+        VgpuReservation.objects.filter(name__startswith=prefix)
+        .exclude(state=RState.RELEASED)
+        .values_list("name", flat=True)
     )
+    after: dict[int, int] = {}
+    for pool in pools:
+        head = f"{prefix}{pool.name}-"
+        indexes = [
+            int(rest.split("-", 1)[0])
+            for rest in (n.removeprefix(head) for n in names if n.startswith(head))
+            if rest.split("-", 1)[0].isdigit()
+        ]
+        after[pool.pk] = max(indexes, default=-1) + 1
+    return after
+
+
+def cluster_reclaim_step(cluster: Cluster, *, machines_left: int, vms: VmIndex) -> Step:
+    """What a cluster deletion removes once its machines are gone: every VM and vGPU that
+    carries its name, as last observed. Act removes exactly these, then lists again: what
+    the new listing still shows keeps the deletion open for the next pass to plan."""
+    reason = "VMs and vGPUs named for the cluster, in every location of its account"
+    if machines_left:
+        why = f"waits for the teardown of its {machines_left} machine(s)"
+        return Step(
+            "reclaim", cluster.name, reason, cluster_id=cluster.pk, blocked=why,
+            blocked_by="machines",
+        )  # fmt: skip
+    is_ours = owned_by(cluster)
+    sites = list(ClusterSite.objects.filter(cluster=cluster))
+    spaces = {(site.location_id, site.cloudspace_id) for site in sites}
+    removals = sorted(
+        {
+            vm.vm_id: VmRemoval(vm.vm_id, vm.cloudspace_id, vm.name, vm.status)
+            for listed in vms.values()
+            for vm in listed
+            if (vm.location_id, vm.cloudspace_id) in spaces
+            and vm.status != "DESTROYED"
+            and is_ours(vm.name)
+        }.values(),
+        key=lambda vm: (vm.name, vm.vm_id),
+    )
+    rows = (
+        VgpuReservation.objects.filter(
+            location__account=cluster.account_id,
+            name__startswith=naming.PREFIX,
+            state__in=[RState.RESERVED, RState.ATTACHED, RState.RELEASING],
+            vgpu_id__isnull=False,
+        )
+        .select_related("location")
+        .order_by("location__name", "name")
+    )
+    ours = [row for row in rows if is_ours(row.name)]
     return Step(
         "reclaim",
         cluster.name,
-        "VMs and vGPUs named for the cluster, in every location of its account",
+        reason,
         cluster_id=cluster.pk,
-        release=tuple(f"{r.name} ({r.vgpu_id})" for r in rows.order_by("name") if is_ours(r.name)),
-        remove_vms=tuple(
-            f"{vm.name} ({vm.vm_id})" for vm in vms.order_by("name") if is_ours(vm.name)
-        ),
+        release=tuple(VgpuRelease(row.pk, row.vgpu_id, row.name) for row in ours),
+        release_locations=tuple(row.location.name for row in ours),
+        remove_vms=tuple(removals),
     )
 
 
@@ -386,13 +664,14 @@ def _machines(where: Q) -> list[Machine]:
     return machines
 
 
-def _observed_vms(
-    cluster: Cluster, machines: list[Machine]
-) -> dict[tuple[int, int], VirtualMachine]:
-    """The listed VMs of the machines, by (location, VM id)."""
-    locations = ClusterSite.objects.filter(cluster=cluster).values("location")
-    vm_ids = [m.vm_id for m in machines if m.vm_id is not None]
-    return {
-        (vm.location_id, vm.vm_id): vm
-        for vm in VirtualMachine.objects.filter(location__in=locations, vm_id__in=vm_ids)
-    }
+def _observed_vms(cluster: Cluster) -> VmIndex:
+    """The listed VMs of the cluster's cloudspaces, by id and by name."""
+    sites = ClusterSite.objects.filter(cluster=cluster).values_list("location", "cloudspace_id")
+    where = Q(pk__in=[])
+    for location_id, cloudspace_id in sites:
+        where |= Q(location_id=location_id, cloudspace_id=cloudspace_id)
+    found: VmIndex = defaultdict(list)
+    for vm in VirtualMachine.objects.filter(where).order_by("vm_id"):
+        found[(vm.location_id, f"#{vm.vm_id}")].append(vm)
+        found[(vm.location_id, vm.name)].append(vm)
+    return found

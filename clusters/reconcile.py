@@ -1,14 +1,18 @@
 """Act on a cluster's plan: make machine rows, provision, replace, tear down, reclaim.
 
-`cluster_reconcile` takes the cluster's lock only for what is the cluster's own: new
-machine rows (fresh indexes, never reused), marking the surplus of a scaled-down pool,
-and reclaiming a deleted cluster's leftovers. Each machine's work is `machine_reconcile`,
-under that machine's own lock, re-planned from the database when it runs: the beat task
-fans machines out to the worker pool, the in-process path runs them one after another.
-There is never more than one mutation in flight per VM.
+`cluster_reconcile` plans under the cluster's lock and does there only what is the
+cluster's own: new machine rows (the index the plan chose), marking the surplus of a
+scaled-down pool, and reclaiming a deleted cluster's leftovers. Each machine's step is
+`machine_reconcile`, under that machine's own lock: the beat task hands the step itself to
+the worker pool, the in-process path runs the steps one after another. There is never more
+than one mutation in flight per VM.
 
-Every step is re-entrant. A write whose answer was lost is resolved by its name, from a
-listing begun after the call could no longer land.
+Act never chooses: it carries out the step as planned (the card, the vGPU names, the VMs
+and vGPUs to remove). It checks only that the rows it touches are as the plan saw them
+(the machine's `updated_at`, the vGPUs it holds); a step whose preconditions no longer
+hold is dropped (counted `dropped`) and the next pass plans again. Listings are read only
+to resolve a write whose answer was lost, by its name, from a listing begun after the
+call could no longer land.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -34,20 +38,17 @@ from clusters.cloud_init import machine_user_data
 from clusters.models import Cluster, ClusterSite, Machine, MachinePool
 from clusters.plan import (
     VM_GONE,
-    CardBook,
     Step,
     cluster_plan,
     gpus_held,
-    machine_step,
+    missing_gpus,
     owned_by,
 )
 from clusters.services import cluster_rows_delete
 from gpus.models import VgpuReservation
-from gpus.resolve import GpuUnavailable
 from gpus.services import (
     OutcomePending,
     VgpuOwner,
-    reservation_adopt,
     reservation_pending_resolve,
     reservation_release,
     reservation_reserve_and_attach,
@@ -77,6 +78,10 @@ class StepFailed(Exception):
 
 class StepWaiting(Exception):
     """A step must wait (a listing, an outcome still in flight); the machine keeps its phase."""
+
+
+class StepDropped(Exception):
+    """What the step was planned on changed: nothing is done, the next pass plans again."""
 
 
 class PassContext:
@@ -129,7 +134,7 @@ def cluster_reconcile(
     client: ws.WhiteskyClient,
     cluster: Cluster,
     dry_run: bool = False,
-    fan_out: Callable[[list[int]], None] | None = None,
+    fan_out: Callable[[list[Step]], None] | None = None,
 ) -> ReconcileResult:
     """Apply the cluster's plan. With `fan_out`, machines' steps are handed to it (the
     worker pool); without, they run here, one after another."""
@@ -145,17 +150,21 @@ def cluster_reconcile(
         result = ReconcileResult(cluster=cluster.name, plan=plan.steps)
         if not plan:
             return result
-        machine_ids = _cluster_rows_apply(cluster, plan.steps)
+        steps = _cluster_rows_apply(cluster, plan.steps, result)
         if fan_out is not None:
-            fan_out(machine_ids)
-            result.applied += [f"sent machine {pk}" for pk in machine_ids]
+            fan_out(steps)
+            result.applied += [f"sent machine {step.machine_id}" for step in steps]
         else:
             ctx = PassContext(client)
-            for machine_id in machine_ids:
-                _merge(result, machine_reconcile(ctx, machine_id))
-        if any(step.action == "reclaim" for step in plan.steps):
+            for step in steps:
+                _merge(result, machine_reconcile(ctx, step))
+        for step in plan.steps:
+            if step.kind != "reclaim":
+                continue
             try:
-                result.cluster_deleted = cluster_leftovers_reclaim(PassContext(client), cluster)
+                result.cluster_deleted = cluster_leftovers_reclaim(
+                    PassContext(client), cluster, step
+                )
                 result.applied.append(f"reclaim {cluster.name}")
             except ws.WhiteskyError as exc:
                 result.errors.append(f"reclaim {cluster.name}: {exc}")
@@ -171,30 +180,45 @@ def _merge(result: ReconcileResult, machine: MachineResult) -> None:
         result.errors.append(machine.error)
 
 
-def _cluster_rows_apply(cluster: Cluster, steps: list[Step]) -> list[int]:
-    """Make the rows of new machines and mark a scaled-down pool's surplus for teardown;
-    answer the machines that have work to do."""
-    machine_ids: list[int] = []
+def _cluster_rows_apply(cluster: Cluster, steps: list[Step], result: ReconcileResult) -> list[Step]:
+    """Make the rows of new machines (at the planned index) and mark a scaled-down pool's
+    surplus for teardown; answer the machines' steps to carry out, each with the row's
+    stamp as it now is. A machine waiting for its next try has nothing to do yet."""
+    ready: list[Step] = []
     for step in steps:
-        if step.action == "create":
-            assert step.pool_id is not None
-            machine_ids.append(machine_create(pool_id=step.pool_id).pk)
-        elif step.machine_id is not None:
-            if step.action == "teardown":
-                Machine.objects.filter(pk=step.machine_id, delete_requested=False).update(
-                    delete_requested=True, updated_at=timezone.now()
-                )
-            machine_ids.append(step.machine_id)
-    return machine_ids
+        if step.kind == "create":
+            assert step.pool_id is not None and step.index is not None
+            machine = machine_create(pool_id=step.pool_id, index=step.index)
+            if machine is None:
+                reconcile_step_count(step.kind, "dropped")
+                result.errors.append(f"create {step.target}: index taken meanwhile; planned again")
+                continue
+            # The machine task provisions the machine made here, as planned.
+            ready.append(
+                replace(step, kind="provision", machine_id=machine.pk, seen=machine.updated_at)
+            )
+        elif step.machine_id is not None and step.blocked_by != "backoff":
+            if step.kind == "teardown" and step.seen is not None:
+                now = timezone.now()
+                marked = Machine.objects.filter(
+                    pk=step.machine_id, delete_requested=False, updated_at=step.seen
+                ).update(delete_requested=True, updated_at=now)
+                if marked:
+                    step = replace(step, seen=now)
+            ready.append(step)
+    return ready
 
 
-def machine_create(*, pool_id: int) -> Machine:
-    """A new machine with the pool's next index. Indexes are never reused, and skip any
-    that a name still listed in the mirror carries (a pool deleted and made again), so a
-    new machine never adopts a VM or vGPU left by an earlier one."""
+def machine_create(*, pool_id: int, index: int | None = None) -> Machine | None:
+    """A new machine at `index` (the plan's choice), or None when that index is taken
+    meanwhile. Without `index`, the pool's next one that no listed name still carries.
+    Indexes are never reused, so a new machine never adopts what an earlier one left."""
     with transaction.atomic():
         pool = MachinePool.objects.select_for_update().select_related("cluster").get(pk=pool_id)
-        index = max(pool.next_index, _index_after_leftovers(pool))
+        if index is None:
+            index = max(pool.next_index, _index_after_leftovers(pool))
+        elif index < pool.next_index:
+            return None
         MachinePool.objects.filter(pk=pool.pk).update(next_index=index + 1)
         return Machine.objects.create(pool=pool, index=index, name=f"{pool.name}-{index}")
 
@@ -237,52 +261,66 @@ def account_slot(account_id: int) -> Iterator[bool]:
     yield False
 
 
-def machine_reconcile(ctx: PassContext, machine_id: int) -> MachineResult:
-    """Re-plan one machine from the database and apply its step, under its lock."""
-    with object_lock(f"machine:{machine_id}") as taken:
+def machine_reconcile(ctx: PassContext, step: Step) -> MachineResult:
+    """Carry out one machine's planned step, under the machine's lock, if the machine is
+    still as the plan saw it."""
+    assert step.machine_id is not None
+    what = f"{step.kind} {step.target}"
+    with object_lock(f"machine:{step.machine_id}") as taken:
         if not taken:
             return MachineResult()
         machine = (
             Machine.objects.select_related("pool__site__location__account", "pool__cluster")
-            .filter(pk=machine_id)
+            .filter(pk=step.machine_id)
             .first()
         )
         if machine is None:
             return MachineResult()
-        step = machine_step(machine, {}, _listed_vm(machine))
-        if step is None:
-            return MachineResult()
+        if machine.updated_at != step.seen:
+            reconcile_step_count(step.kind, "dropped")
+            logger.info("%s dropped: the machine changed since the plan", what)
+            return MachineResult(error=f"{what}: the machine changed since the plan; dropped")
+        if step.blocked:
+            _blocked_record(machine, step)
+            reconcile_step_count(step.kind, "blocked")
+            return MachineResult(error=f"{what}: {step.blocked}")
         with account_slot(machine.pool.cluster.account_id) as slot:
             if not slot:
-                reconcile_step_count(step.action, "busy")
-                return MachineResult(error=f"{step.action} {machine.name}: account busy")
+                reconcile_step_count(step.kind, "busy")
+                return MachineResult(error=f"{what}: account busy")
             try:
                 _machine_apply(ctx, machine, step)
+            except StepDropped as exc:
+                reconcile_step_count(step.kind, "dropped")
+                logger.info("%s dropped: %s", what, exc)
+                return MachineResult(error=f"{what}: {exc}")
             except (StepWaiting, OutcomePending) as exc:
-                reconcile_step_count(step.action, "waiting")
-                return MachineResult(error=f"{step.action} {machine.name}: {exc}")
-            except (StepFailed, GpuUnavailable, Machine.DoesNotExist, ws.WhiteskyError) as exc:
-                reconcile_step_count(step.action, "error")
-                return MachineResult(error=f"{step.action} {machine.name}: {exc}")
-    reconcile_step_count(step.action, "applied")
-    return MachineResult(applied=f"{step.action} {machine.name}")
+                reconcile_step_count(step.kind, "waiting")
+                return MachineResult(error=f"{what}: {exc}")
+            except (StepFailed, Machine.DoesNotExist, ws.WhiteskyError) as exc:
+                reconcile_step_count(step.kind, "error")
+                return MachineResult(error=f"{what}: {exc}")
+    reconcile_step_count(step.kind, "applied")
+    return MachineResult(applied=what)
 
 
-def _listed_vm(machine: Machine) -> dict[tuple[int, int], VirtualMachine]:
-    if machine.vm_id is None:
-        return {}
-    location_id = machine.pool.site.location_id
-    vm = VirtualMachine.objects.filter(location_id=location_id, vm_id=machine.vm_id).first()
-    return {(location_id, machine.vm_id): vm} if vm else {}
+def _blocked_record(machine: Machine, step: Step) -> None:
+    """What stands before a step, on the machine: no card has room, or a vGPU sits on
+    another VM, fails it (and it is tried again after its backoff); a location not wholly
+    observed only says so."""
+    if step.blocked_by in ("capacity", "conflict"):
+        _failed_set(machine, step.blocked)
+    elif step.blocked_by == "observation":
+        _phase_set(machine, machine.phase, step.blocked)
 
 
 def _machine_apply(ctx: PassContext, machine: Machine, step: Step) -> None:
-    if step.action == "teardown":
-        machine_teardown(ctx, machine)
+    if step.kind == "teardown":
+        machine_teardown(ctx, machine, step)
         return
-    if step.action == "replace_vm":
-        machine_vm_replace(ctx, machine, reason=step.reason)
-    machine_provision(ctx, machine)
+    if step.kind == "replace_vm":
+        machine_vm_replace(ctx, machine, step)
+    machine_provision(ctx, machine, step)
 
 
 # --- provisioning ----------------------------------------------------------------------
@@ -301,38 +339,48 @@ def _phase_set(machine: Machine, phase: str, message: str = "") -> None:
     _machine_update(machine, {"phase": phase, "failure_message": message})
 
 
-def machine_provision(ctx: PassContext, machine: Machine) -> None:
-    """Create the VM halted, reserve and attach its vGPUs, then start it."""
-    pool = machine.pool
-    location = pool.site.location
+def retry_delay(failures: int) -> timedelta:
+    """How long a machine that failed `failures` times in a row waits before its next try:
+    the base, doubled per failure, up to the cap."""
+    base = settings.MACHINE_RETRY_BASE_SECONDS
+    return timedelta(seconds=min(settings.MACHINE_RETRY_MAX_SECONDS, base * 2 ** (failures - 1)))
+
+
+def _failed_set(machine: Machine, message: str) -> None:
+    failures = machine.failures + 1
+    data = {
+        "phase": Phase.FAILED,
+        "failure_message": message,
+        "failures": failures,
+        "next_try_at": timezone.now() + retry_delay(failures),
+    }
+    _machine_update(machine, data)
+
+
+def machine_provision(ctx: PassContext, machine: Machine, step: Step) -> None:
+    """Create the VM halted, reserve and attach its vGPUs on the planned card, then start
+    it, as the step says."""
     try:
-        if pool.wants_gpus and not location.observation_complete:
-            raise StepWaiting(
-                f"{location.name} is not completely observed yet; no vGPU is reserved "
-                "until its listing is whole"
-            )
         _pending_resolve(ctx, machine)
-        book = CardBook.load(location) if pool.wants_gpus else None
-        if book is not None and (missing := _missing_gpus(machine)):
-            book.resolve(pool, len(missing))  # no VM is made for GPUs that are not there
-        _vm_ensure(ctx, machine)
-        _gpus_ensure(ctx, machine, book)
-        _vm_start(ctx, machine)
-    except (GpuUnavailable, StepFailed) as exc:
-        _phase_set(machine, Phase.FAILED, str(exc))
+        if missing_gpus(machine) != [slot.index for slot in step.reserve]:
+            raise StepDropped("its vGPUs changed since the plan (a lost reserve was settled)")
+        if step.create_vm:
+            _vm_ensure(ctx, machine)
+        _gpus_ensure(ctx, machine, step)
+        _vm_start(ctx, machine, step)
+    except StepFailed as exc:
+        _failed_set(machine, str(exc))
         raise
     except (StepWaiting, OutcomePending) as exc:
         _phase_set(machine, machine.phase, str(exc))
         raise
     except ws.WhiteskyError as exc:
         # An unknown outcome keeps the phase: the next pass resolves it by name.
-        _phase_set(machine, machine.phase if exc.outcome_unknown else Phase.FAILED, str(exc))
+        if exc.outcome_unknown:
+            _phase_set(machine, machine.phase, str(exc))
+        else:
+            _failed_set(machine, str(exc))
         raise
-
-
-def _missing_gpus(machine: Machine) -> list[int]:
-    held = {row.owner_index for row in gpus_held(machine)}
-    return [n for n in range(machine.pool.gpu_count) if n not in held]
 
 
 def _pending_resolve(ctx: PassContext, machine: Machine) -> None:
@@ -405,24 +453,25 @@ def _window(ctx: PassContext) -> timedelta:
     return timedelta(seconds=ctx.client.outcome_window)
 
 
-def _gpus_ensure(ctx: PassContext, machine: Machine, book: CardBook | None) -> None:
-    pool = machine.pool
-    if book is None:
-        return
+def _gpus_ensure(ctx: PassContext, machine: Machine, step: Step) -> None:
+    """Attach the vGPUs it holds, then reserve the planned ones on the planned card. A
+    card that has no room (taken since the listing, outside our records) ends the step:
+    the refusal is recorded on the machine, where the next plan's card book sees it."""
     for row in gpus_held(machine):
-        _attached_ensure(ctx, machine, row)
-    missing = _missing_gpus(machine)
-    refused: set[str] = set()
-    while missing:
-        card_id = book.resolve(pool, len(missing), excluded=frozenset(refused))
-        _phase_set(machine, Phase.ATTACHING)
+        _attached_ensure(ctx, machine, row, step)
+    if not step.reserve:
+        return
+    _phase_set(machine, Phase.ATTACHING)
+    for slot in step.reserve:
         try:
-            for n in list(missing):
-                _reserve_and_attach(ctx, machine, n, card_id)
-                book.take(card_id, 1)
-                missing.remove(n)
-        except ws.CapacityExhausted:
-            refused.add(card_id)  # taken since the listing (another worker): try another
+            _reserve_and_attach(ctx, machine, slot.index, step.card_id)
+        except ws.CapacityExhausted as exc:
+            refused = {"gpu_card_refused": step.card_id, "gpu_card_refused_at": timezone.now()}
+            _machine_update(machine, refused)
+            raise StepWaiting(
+                f"card {step.card_id} had no room for {slot.name} ({exc}); the next plan "
+                "takes another card"
+            ) from exc
 
 
 def _reserve_and_attach(ctx: PassContext, machine: Machine, n: int, card_id: str) -> None:
@@ -445,12 +494,14 @@ def _reserve_and_attach(ctx: PassContext, machine: Machine, n: int, card_id: str
         raise Machine.DoesNotExist(f"machine {machine} was deleted meanwhile") from None
 
 
-def _attached_ensure(ctx: PassContext, machine: Machine, row: VgpuReservation) -> None:
+def _attached_ensure(ctx: PassContext, machine: Machine, row: VgpuReservation, step: Step) -> None:
     if row.vm_id == machine.vm_id:
         return
     if row.vm_id is not None:
         raise StepFailed(f"{row.name} is attached to VM {row.vm_id}, not to this machine's VM")
     assert machine.vm_id is not None and row.vgpu_id is not None
+    if row.vgpu_id not in step.attach:
+        raise StepDropped(f"{row.name} ({row.vgpu_id}) was not held when the step was planned")
     _phase_set(machine, Phase.ATTACHING)
     ctx.client.attach_vgpu(
         cloudspace_id=machine.pool.site.cloudspace_id, vm_id=machine.vm_id, vgpu_id=row.vgpu_id
@@ -461,16 +512,17 @@ def _attached_ensure(ctx: PassContext, machine: Machine, row: VgpuReservation) -
     )
 
 
-def _vm_start(ctx: PassContext, machine: Machine) -> None:
+def _vm_start(ctx: PassContext, machine: Machine, step: Step) -> None:
     assert machine.vm_id is not None
     cloudspace_id = machine.pool.site.cloudspace_id
     # A start sent before may have happened although its answer was lost.
-    if (
-        machine.phase in (Phase.STARTING, Phase.FAILED)
-        and ctx.client.get_vm(cloudspace_id=cloudspace_id, vm_id=machine.vm_id).status == "RUNNING"
-    ):
+    if (machine.phase in (Phase.STARTING, Phase.FAILED) or not step.start_vm) and ctx.client.get_vm(
+        cloudspace_id=cloudspace_id, vm_id=machine.vm_id
+    ).status == "RUNNING":
         _running_set(machine)
         return
+    if not step.start_vm:
+        raise StepDropped(f"its VM {machine.vm_id} was listed running and is not")
     _phase_set(machine, Phase.STARTING)
     ctx.client.start_vm(cloudspace_id=cloudspace_id, vm_id=machine.vm_id)
     _running_set(machine)
@@ -479,22 +531,32 @@ def _vm_start(ctx: PassContext, machine: Machine) -> None:
 def _running_set(machine: Machine) -> None:
     # Its node has NODE_JOIN_TIMEOUT_SECONDS from now to join (clusters.nodes).
     _machine_update(
-        machine, {"phase": Phase.RUNNING, "failure_message": "", "vm_started_at": timezone.now()}
+        machine,
+        {
+            "phase": Phase.RUNNING,
+            "failure_message": "",
+            "vm_started_at": timezone.now(),
+            "failures": 0,
+            "next_try_at": None,
+            "gpu_card_refused": "",
+            "gpu_card_refused_at": None,
+        },
     )
 
 
-def machine_vm_replace(ctx: PassContext, machine: Machine, *, reason: str) -> None:
+def machine_vm_replace(ctx: PassContext, machine: Machine, step: Step) -> None:
     """The machine's VM vanished (deleted outside the control plane), as a listing begun
     after the VM was made shows: make sure it is gone for good, so that its vGPUs come
     free, and provision the machine anew."""
     assert machine.vm_id is not None
     old_vm = machine.vm_id
-    vm_remove(ctx.client, cloudspace_id=machine.pool.site.cloudspace_id, vm_id=old_vm)
+    for vm in step.remove_vms:
+        vm_remove(ctx.client, cloudspace_id=vm.cloudspace_id, vm_id=vm.vm_id)
     audit_record(
         actor=ACTOR,
         action="machine.recreate",
         obj=machine,
-        reason=reason,
+        reason=step.reason,
         before={"vm_id": old_vm, "phase": machine.phase},
     )
     _machine_update(
@@ -521,36 +583,50 @@ def machine_vm_replace(ctx: PassContext, machine: Machine, *, reason: str) -> No
 # --- teardown --------------------------------------------------------------------------
 
 
-def machine_teardown(ctx: PassContext, machine: Machine) -> None:
-    """Stop the VM, delete it permanently, release every vGPU of the machine, drop it."""
+def machine_teardown(ctx: PassContext, machine: Machine, step: Step) -> None:
+    """Stop the planned VMs and delete them permanently, release the planned vGPUs of the
+    machine, drop it."""
     _phase_set(machine, Phase.DELETING, machine.failure_message)
     try:
-        _machine_teardown(ctx, machine)
+        _machine_teardown(ctx, machine, step)
     except (StepFailed, StepWaiting, OutcomePending, ws.WhiteskyError) as exc:
         _phase_set(machine, Phase.DELETING, str(exc))
         raise
 
 
-def _machine_teardown(ctx: PassContext, machine: Machine) -> None:
+def _machine_teardown(ctx: PassContext, machine: Machine, step: Step) -> None:
     pool = machine.pool
     site = pool.site
+    removed = set()
+    for vm in step.remove_vms:
+        vm_remove(ctx.client, cloudspace_id=vm.cloudspace_id, vm_id=vm.vm_id)
+        removed.add(vm.vm_id)
+    if machine.vm_id is not None and machine.vm_id in removed:
+        _machine_update(machine, {"vm_id": None})
     if machine.vm_id is None and machine.vm_create_deadline is not None:
+        # A create whose answer was lost: what it made goes first, once the plan names it.
         began, vms = ctx.vms(site, begun_after=machine.vm_create_deadline - _window(ctx))
-        for vm in vms:  # a create whose answer was lost: remove what it made
-            if vm.name == machine.vm_name and vm.status != "DESTROYED":
-                vm_remove(ctx.client, cloudspace_id=site.cloudspace_id, vm_id=vm.vm_id)
+        more = [
+            f"{vm.name} ({vm.vm_id})"
+            for vm in vms
+            if vm.name == machine.vm_name and vm.status != "DESTROYED" and vm.vm_id not in removed
+        ]
+        if more:
+            raise StepWaiting(f"VM {', '.join(more)} is listed now; the next pass removes it")
         if began <= machine.vm_create_deadline:
             raise StepWaiting(
                 f"a create of {machine.vm_name} may still land until "
                 f"{machine.vm_create_deadline:%H:%M:%S} UTC; the machine goes after that"
             )
         _machine_update(machine, {"vm_create_deadline": None})
-    if machine.vm_id is not None:
-        vm_remove(ctx.client, cloudspace_id=site.cloudspace_id, vm_id=machine.vm_id)
-        _machine_update(machine, {"vm_id": None})
     _pending_resolve(ctx, machine)
+    planned = {release.reservation_id: release for release in step.release}
     blockers = []
     for row in gpus_held(machine):
+        release = planned.get(row.pk)
+        if release is None or release.vgpu_id != row.vgpu_id:
+            blockers.append(f"{row.name}: not in the plan yet; released on the next pass")
+            continue
         try:
             claimed = reservation_release(
                 client=ctx.client, reservation=row, actor=ACTOR, reason=f"machine {machine} deleted"
@@ -588,10 +664,12 @@ def vm_remove(client: ws.WhiteskyClient, *, cloudspace_id: str, vm_id: int) -> N
 # --- cluster deletion ------------------------------------------------------------------
 
 
-def cluster_leftovers_reclaim(ctx: PassContext, cluster: Cluster) -> bool:
-    """After its machines: remove VMs and release vGPUs that carry the cluster's name, in
-    every location of the account, attached or not. The cluster goes only when a whole
-    listing of each location, begun after the last release, shows none. True when gone."""
+def cluster_leftovers_reclaim(ctx: PassContext, cluster: Cluster, step: Step) -> bool:
+    """After its machines: remove the VMs and release the vGPUs the step names (those that
+    carry the cluster's name, in every location of the account, attached or not). The
+    cluster goes only when a whole listing of each location, begun after the releases,
+    shows none; what it shows beyond the step keeps it for the next pass to plan. True
+    when gone."""
     machines = Machine.objects.filter(pool__cluster=cluster).order_by("name")
     if machines:
         _blockers_set(
@@ -599,34 +677,55 @@ def cluster_leftovers_reclaim(ctx: PassContext, cluster: Cluster) -> bool:
             [f"machine {m.name}: {m.failure_message or 'being torn down'}" for m in machines],
         )
         return False
+    if step.blocked:
+        _blockers_set(
+            cluster, ["its machines are gone; the next pass removes what carries its name"]
+        )
+        return False
     blockers: list[str] = []
+    for vm in step.remove_vms:
+        vm_remove(ctx.client, cloudspace_id=vm.cloudspace_id, vm_id=vm.vm_id)
+        audit_record(
+            actor=ACTOR,
+            action="vm.delete",
+            obj=cluster,
+            reason=f"cluster deleted: VM {vm.name} ({vm.vm_id}) carried its name",
+        )
+    for release in step.release:
+        row = (
+            VgpuReservation.objects.select_related("location")
+            .filter(pk=release.reservation_id, vgpu_id=release.vgpu_id)
+            .first()
+        )
+        if row is None or row.state not in (RState.RESERVED, RState.ATTACHED, RState.RELEASING):
+            continue  # gone or changed since the plan: the listing below tells
+        try:
+            reservation_release(
+                client=ctx.client,
+                reservation=row,
+                actor=ACTOR,
+                reason=f"cluster {cluster.name} deleted",
+            )
+        except (ws.WhiteskyError, ValueError) as exc:
+            blockers.append(f"{row.name} in {row.location.name}: {exc}")
     is_ours = owned_by(cluster)
     for site in ClusterSite.objects.filter(cluster=cluster).select_related("location"):
         _, vms = ctx.vms(site)
-        for vm in vms:
-            if vm.status != "DESTROYED" and is_ours(vm.name):
-                vm_remove(ctx.client, cloudspace_id=site.cloudspace_id, vm_id=vm.vm_id)
-                audit_record(
-                    actor=ACTOR,
-                    action="vm.delete",
-                    obj=cluster,
-                    reason=f"cluster deleted: VM {vm.name} ({vm.vm_id}) carried its name",
-                )
+        left = [
+            f"{vm.name} ({vm.vm_id})" for vm in vms if vm.status != "DESTROYED" and is_ours(vm.name)
+        ]
+        if left:
+            blockers.append(
+                f"{site.cloudspace_id}: VM {', '.join(left)} listed; the next pass removes it"
+            )
     for location in Location.objects.filter(account=cluster.account):
         _, listing = ctx.vgpus(location)
         ours = [v for v in listing.items if is_ours(v.name)]
-        for vgpu in ours:
-            try:
-                reservation_release(
-                    client=ctx.client,
-                    reservation=_row_for(location, vgpu),
-                    actor=ACTOR,
-                    reason=f"cluster {cluster.name} deleted",
-                )
-            except (ws.WhiteskyError, ValueError) as exc:
-                blockers.append(f"{vgpu.name} in {location.name}: {exc}")
         if ours:
-            blockers.append(f"{location.name}: released {len(ours)}; confirming on the next pass")
+            blockers.append(
+                f"{location.name}: {len(ours)} vGPU(s) named for it still listed; confirming "
+                "on the next pass"
+            )
         elif not listing.complete:
             blockers.append(f"{location.name}: vGPU listing incomplete ({listing.error})")
     if blockers:
@@ -634,16 +733,6 @@ def cluster_leftovers_reclaim(ctx: PassContext, cluster: Cluster) -> bool:
         return False
     cluster_rows_delete(cluster=cluster, actor=ACTOR, reason="no reservation left")
     return True
-
-
-def _row_for(location: Location, vgpu: ws.Vgpu) -> VgpuReservation:
-    """The row of a listed reservation, made now if the mirror has not seen it yet."""
-    row = VgpuReservation.objects.filter(location=location, vgpu_id=vgpu.vgpu_id).first()
-    if row is None:
-        row = VgpuReservation.objects.filter(
-            location=location, name=vgpu.name, vgpu_id__isnull=True
-        ).first()
-    return reservation_adopt(row or VgpuReservation(location=location, name=vgpu.name), vgpu)
 
 
 def _blockers_set(cluster: Cluster, blockers: list[str]) -> None:

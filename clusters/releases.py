@@ -10,14 +10,19 @@ complete, and the name says it is provably ours (our prefix, and a cluster of th
 account or one that exists nowhere). Anything else waits for a person. A person's request
 and a release already started are carried on whatever the listing: they decide nothing
 about what is gone.
+
+The sweep is a plan too: `location_plan` says, from the database only, which VMs it
+removes and which reservations it releases, with the ids and the calls (the dry run,
+`GET /api/v1/locations/<id>/plan/`); `orphan_sweep` carries out exactly those steps, each
+only while its rows are as planned. What carries the name of a cluster being deleted is
+left to that cluster's reclaim step, so no two plans name one object.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from functools import partial
+from typing import Literal
 
 from django.contrib.auth.models import AnonymousUser, User
 from django.db.models import Exists, OuterRef, Q, QuerySet
@@ -27,8 +32,9 @@ from capvco_web.audit import SystemActor, audit_record
 from capvco_web.integrations import whitesky as ws
 from capvco_web.rows import model_update
 from cloud.models import Location, VirtualMachine
-from clusters.models import Machine
+from clusters.models import Cluster, Machine
 from clusters.orphans import VmOwners, other_accounts_prefixes, vm_orphans_due
+from clusters.plan import Call, VmRemoval
 from clusters.reconcile import vm_remove
 from gpus import naming
 from gpus.models import VgpuReservation
@@ -51,6 +57,68 @@ class SweepResult:
     released: list[str] = field(default_factory=list)  # reservations
     removed: list[str] = field(default_factory=list)  # VMs
     errors: list[str] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)  # changed since the plan: planned again
+
+
+Origin = Literal["request", "stalled", "orphan", "direct"]
+
+
+@dataclass(frozen=True)
+class SweepStep:
+    """One step of a location's plan: remove an orphan VM, or release one reservation
+    (a person's request, a release sent again, or an orphan), with every id act needs and
+    what the rows looked like when planned."""
+
+    kind: Literal["release_vgpu", "remove_vm"]
+    target: str
+    reason: str
+    location_id: int
+    origin: Origin = "orphan"
+    reservation_id: int | None = None
+    vgpu_id: str = ""
+    vm_row_id: int | None = None
+    """remove_vm: the mirrored VM row."""
+    vm: VmRemoval | None = None
+    """remove_vm: the VM; release_vgpu: the orphan VM holding it, removed first."""
+    seen_state: str = ""
+    seen_vm_id: int | None = None
+    seen_at: datetime | None = None
+    """release: when the person asked (a request); remove_vm: since when it is orphaned."""
+    actor_id: int | None = None
+    """The person whose decision it carries out; None: `actor_name` (the sweep's)."""
+    actor_name: str = ACTOR
+    refusal: str = ""
+    """release: why it will be refused (recorded on the row and audited; nothing is sent)."""
+    blocked: str = ""
+    """Why it is not done now (nothing is claimed or sent)."""
+
+    def calls(self) -> tuple[Call, ...]:
+        if self.blocked or self.refusal:
+            return ()
+        calls = self.vm.calls() if self.vm is not None else ()
+        if self.kind == "release_vgpu":
+            calls += (Call("release_vgpu", self.vgpu_id),)
+        return calls
+
+    def describe(self) -> str:
+        verb = "release vGPU" if self.kind == "release_vgpu" else "remove VM"
+        parts = [f"{verb} {self.target}: {self.reason}"]
+        if self.kind == "release_vgpu" and self.vm is not None:
+            parts.append(f"its VM {self.vm} goes first")
+        if self.refusal:
+            parts.append(f"refused: {self.refusal}")
+        if self.blocked:
+            parts.append(f"blocked: {self.blocked}")
+        return "; ".join(parts)
+
+
+@dataclass
+class LocationPlan:
+    location: Location
+    steps: list[SweepStep] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.steps)
 
 
 def release_blocker(reservation: VgpuReservation) -> VirtualMachine | None:
@@ -164,103 +232,244 @@ def orphan_vm_remove(
     model_update(vm, {"orphaned_since": None, "orphan_confirmations": 0}, expect=seen)
 
 
+def _vm_removal(vm: VirtualMachine) -> VmRemoval:
+    return VmRemoval(vm.vm_id, vm.cloudspace_id, vm.name, vm.status)
+
+
+def release_step(
+    reservation: VgpuReservation,
+    *,
+    origin: Origin,
+    actor: Actor,
+    reason: str,
+    removed_first: frozenset[int] = frozenset(),
+) -> SweepStep:
+    """The step that releases one reservation, planned from the database: the orphan VM
+    holding it goes first, unless an earlier step of the plan removes it
+    (`removed_first`); a release that cannot happen says why."""
+    refusal = vm = None
+    try:
+        holder = release_blocker(reservation)
+    except ReleaseRefused as exc:
+        holder, refusal = None, str(exc)
+    if holder is not None and holder.vm_id not in removed_first:
+        vm = _vm_removal(holder)
+    return SweepStep(
+        "release_vgpu",
+        reservation.name,
+        reason,
+        location_id=reservation.location_id,
+        origin=origin,
+        reservation_id=reservation.pk,
+        vgpu_id=reservation.vgpu_id or "",
+        vm=vm,
+        seen_state=reservation.state,
+        seen_vm_id=reservation.vm_id,
+        seen_at=reservation.release_requested_at if origin == "request" else None,
+        actor_id=actor.pk if isinstance(actor, User) else None,
+        actor_name=actor if isinstance(actor, str) else actor.get_username(),
+        refusal=refusal or "",
+    )
+
+
+def location_plan(location: Location, *, now: datetime | None = None) -> LocationPlan:
+    """What the next sweep of the location does, from the database only: the releases
+    people asked for that no worker carried out, releases whose outcome was lost, then
+    due orphans (VMs first, then the reservations they held and the others)."""
+    now = now or timezone.now()
+    plan = LocationPlan(location)
+    planned: set[int] = set()
+    requests = VgpuReservation.objects.filter(PENDING_REQUESTS, location=location)
+    for row in requests.select_related("location__account", "release_requested_by"):
+        plan.steps.append(
+            release_step(row, origin="request", actor=_requester(row), reason=row.release_reason)
+        )
+        planned.add(row.pk)
+    for row in releases_stalled(location=location):
+        actor, reason = _stalled_actor(row)
+        plan.steps.append(release_step(row, origin="stalled", actor=actor, reason=reason))
+        planned.add(row.pk)
+    removed = {step.vm.vm_id for step in plan.steps if step.vm is not None}
+    # What carries the name of a cluster being deleted is its reclaim's to remove.
+    deleting = tuple(
+        f"{naming.PREFIX}{name}-"
+        for name in Cluster.objects.filter(
+            account=location.account_id, state=Cluster.State.DELETING
+        ).values_list("name", flat=True)
+    )
+    for vm in vm_orphans_due(location=location, now=now):
+        if vm.vm_id in removed or vm.name.startswith(deleting):
+            continue
+        reason = (
+            f"orphaned since {vm.orphaned_since:%Y-%m-%d %H:%M} UTC, {vm.orphan_reason} "
+            f"({vm.orphan_confirmations} complete listings), auto-release on"
+        )
+        plan.steps.append(
+            SweepStep(
+                "remove_vm",
+                vm.name,
+                reason,
+                location_id=location.pk,
+                vm_row_id=vm.pk,
+                vm=_vm_removal(vm),
+                seen_at=vm.orphaned_since,
+            )
+        )
+        removed.add(vm.vm_id)
+    foreign = other_accounts_prefixes(location.account)
+    for row in orphans_due(location=location, now=now):
+        if row.pk in planned or row.name.startswith(deleting):
+            continue
+        reason = (
+            f"orphaned since {row.orphaned_since:%Y-%m-%d %H:%M} UTC, no owning machine "
+            f"({row.orphan_confirmations} complete listings), auto-release on"
+        )
+        step = release_step(
+            row, origin="orphan", actor=ACTOR, reason=reason, removed_first=frozenset(removed)
+        )
+        # Read-only first: a standing refusal is not claimed and audited every pass.
+        blocked = step.refusal
+        if step.vm is not None and step.vm.name.startswith(foreign):
+            blocked = f"it is attached to VM {step.vm.name}, of another account"
+        if blocked:
+            step = SweepStep(
+                "release_vgpu", row.name, reason, location_id=location.pk,
+                reservation_id=row.pk, vgpu_id=row.vgpu_id or "", blocked=blocked,
+            )  # fmt: skip
+        plan.steps.append(step)
+    return plan
+
+
 def release_carry_out(
     *, client: ws.WhiteskyClient, reservation: VgpuReservation, actor: Actor, reason: str
 ) -> bool:
     """Release a reservation for a person or the sweep, in one step: once the row is
     claimed, the orphan VM that holds it goes first; a machine's VM, or a running VM that
     is not ours, makes it a refusal (recorded on the row and audited). False: another
-    worker had claimed it."""
-
-    def vm_first() -> None:
-        vm = release_blocker(reservation)
-        if vm is not None:
-            why = vm.orphan_reason or "no machine owns it"
-            orphan_vm_remove(
-                client=client,
-                vm=vm,
-                actor=actor,
-                reason=f"{why}; it held {reservation.name}, released: {reason}",
-            )
-
-    return reservation_release(
-        client=client, reservation=reservation, actor=actor, reason=reason, prepare=vm_first
-    )
+    worker had claimed it, or the row changed since it was read."""
+    step = release_step(reservation, origin="direct", actor=actor, reason=reason)
+    return _release_step_apply(client, step, actor)
 
 
 def release_request_carry_out(*, client: ws.WhiteskyClient, reservation: VgpuReservation) -> bool:
     """Carry out the release a person asked for, audited as that person with their reason."""
     if not release_request_pending(reservation):
         return False
-    return release_carry_out(
-        client=client,
-        reservation=reservation,
+    step = release_step(
+        reservation,
+        origin="request",
         actor=_requester(reservation),
         reason=reservation.release_reason,
     )
+    return _release_step_apply(client, step, None)
 
 
 def orphan_sweep(
     *, client: ws.WhiteskyClient, location: Location, now: datetime | None = None
 ) -> SweepResult:
-    """One pass over a location: people's requests, stalled releases, then due orphans
-    (VMs first, then the reservations they held and the others)."""
-    now = now or timezone.now()
+    """One sweep of a location: its plan, carried out step by step."""
     result = SweepResult()
-
-    def attempt(name: str, act: Callable[[], bool], done: list[str]) -> None:
-        try:
-            if act():
-                done.append(name)
-        except (ws.WhiteskyError, ReleaseRefused, ValueError) as exc:
-            result.errors.append(f"{name}: {exc}")
-
-    requests = VgpuReservation.objects.filter(PENDING_REQUESTS, location=location)
-    for row in requests.select_related("location__account", "release_requested_by"):
-        attempt(
-            row.name,
-            partial(release_request_carry_out, client=client, reservation=row),
-            result.released,
-        )
-
-    for row in releases_stalled(location=location):
-        actor, reason = _stalled_actor(row)
-        again = partial(
-            release_carry_out, client=client, reservation=row, actor=actor, reason=reason
-        )
-        attempt(row.name, again, result.released)
-
-    for vm in vm_orphans_due(location=location, now=now):
-        reason = (
-            f"orphaned since {vm.orphaned_since:%Y-%m-%d %H:%M} UTC, {vm.orphan_reason} "
-            f"({vm.orphan_confirmations} complete listings), auto-release on"
-        )
-        attempt(vm.name, partial(_vm_remove, client=client, vm=vm, reason=reason), result.removed)
-
-    foreign = other_accounts_prefixes(location.account)
-    for row in orphans_due(location=location, now=now):
-        try:
-            # Read-only first: a standing refusal is not claimed and audited every pass.
-            holder = release_blocker(row)
-            if holder is not None and holder.name.startswith(foreign):
-                raise ReleaseRefused(f"it is attached to VM {holder.name}, of another account")
-        except ReleaseRefused as exc:
-            result.errors.append(f"{row.name}: {exc}")
-            continue
-        reason = (
-            f"orphaned since {row.orphaned_since:%Y-%m-%d %H:%M} UTC, no owning machine "
-            f"({row.orphan_confirmations} complete listings), auto-release on"
-        )
-        release = partial(
-            release_carry_out, client=client, reservation=row, actor=ACTOR, reason=reason
-        )
-        attempt(row.name, release, result.released)
+    for step in location_plan(location, now=now).steps:
+        step_apply(client=client, step=step, result=result)
     return result
 
 
-def _vm_remove(*, client: ws.WhiteskyClient, vm: VirtualMachine, reason: str) -> bool:
-    orphan_vm_remove(client=client, vm=vm, actor=ACTOR, reason=reason)
+def step_apply(*, client: ws.WhiteskyClient, step: SweepStep, result: SweepResult) -> None:
+    """Carry out one step of a location's plan, if the rows are still as planned."""
+    if step.blocked:
+        result.errors.append(f"{step.target}: {step.blocked}")
+        return
+    try:
+        if step.kind == "remove_vm":
+            if _vm_step_apply(client, step):
+                result.removed.append(step.target)
+            else:
+                result.dropped.append(step.target)
+            return
+        done = _release_step_apply(client, step, None)
+    except (ws.WhiteskyError, ReleaseRefused, ValueError) as exc:
+        result.errors.append(f"{step.target}: {exc}")
+        return
+    (result.released if done else result.dropped).append(step.target)
+
+
+def _vm_step_apply(client: ws.WhiteskyClient, step: SweepStep) -> bool:
+    assert step.vm is not None and step.vm_row_id is not None
+    vm = (
+        VirtualMachine.objects.select_related("location__account")
+        .filter(pk=step.vm_row_id, vm_id=step.vm.vm_id, orphaned_since=step.seen_at)
+        .first()
+    )
+    if vm is None or step.seen_at is None:
+        return False  # listed anew, or taken over, since the plan
+    orphan_vm_remove(client=client, vm=vm, actor=ACTOR, reason=step.reason)
     return True
+
+
+def _release_step_apply(client: ws.WhiteskyClient, step: SweepStep, actor: Actor | None) -> bool:
+    """False: the row is not as planned (claimed by another worker, released, asked for
+    again): nothing is sent, and the next sweep plans it again if it is still to do."""
+    assert step.reservation_id is not None
+    row = (
+        VgpuReservation.objects.select_related("location__account", "release_requested_by")
+        .filter(pk=step.reservation_id, vgpu_id=step.vgpu_id)
+        .first()
+    )
+    # Its VM removed by an earlier step of the plan leaves it unassigned: still as planned.
+    states = (
+        {step.seen_state, State.RESERVED}
+        if step.seen_state == State.ATTACHED
+        else {step.seen_state}
+    )
+    if row is None or row.state not in states or row.vm_id not in (None, step.seen_vm_id):
+        return False
+    if step.origin == "request" and (
+        not release_request_pending(row) or row.release_requested_at != step.seen_at
+    ):
+        return False
+    if step.origin == "orphan" and row.orphaned_since is None:
+        return False
+    try:
+        holder = release_blocker(row)
+    except ReleaseRefused:
+        if step.origin == "orphan":
+            raise  # a standing refusal: not claimed, not audited
+        if not step.refusal:
+            return False  # planned as possible: planned again
+        holder = None
+    else:
+        if step.refusal:
+            return False  # the refusal no longer holds: planned again
+    if holder is not None and (step.vm is None or holder.vm_id != step.vm.vm_id):
+        return False  # another VM holds it now
+
+    def vm_first() -> None:
+        vm = release_blocker(row)  # refused now: recorded on the row and audited
+        if vm is None or step.vm is None:
+            return
+        if vm.vm_id != step.vm.vm_id:
+            raise ReleaseRefused(f"VM {vm.name} ({vm.vm_id}) holds it now, not the one planned")
+        why = vm.orphan_reason or "no machine owns it"
+        orphan_vm_remove(
+            client=client,
+            vm=vm,
+            actor=who,
+            reason=f"{why}; it held {row.name}, released: {step.reason}",
+        )
+
+    who = actor if actor is not None else _step_actor(step)
+    return reservation_release(
+        client=client, reservation=row, actor=who, reason=step.reason, prepare=vm_first
+    )
+
+
+def _step_actor(step: SweepStep) -> Actor:
+    if step.actor_id is not None:
+        user = User.objects.filter(pk=step.actor_id).first()
+        if user is not None:
+            return user
+        return SystemActor.DELETED_USER
+    return SystemActor(step.actor_name)
 
 
 def _requester(row: VgpuReservation) -> Actor:

@@ -29,6 +29,7 @@ from clusters.kube_observe import cluster_kube_observe
 from clusters.kube_plan import kube_plan, kube_steps_act
 from clusters.models import Cluster
 from clusters.observe import location_observe
+from clusters.plan import Step
 from clusters.reconcile import PassContext, cluster_reconcile, machine_reconcile
 from clusters.releases import locations_to_sweep, orphan_sweep
 
@@ -163,17 +164,19 @@ def reconcile_all() -> None:
 
 @shared_task
 def reconcile_cluster(cluster_id: int) -> None:
-    """The cluster's own part of the plan here; each machine's step on the worker pool."""
+    """The cluster's own part of the plan here; each machine's step, as planned, on the
+    worker pool."""
     cluster = Cluster.objects.select_related("account").filter(pk=cluster_id).first()
     if cluster is None:
         return  # deleted since the fan-out
 
-    def fan_out(machine_ids: list[int]) -> None:
-        for machine_id in machine_ids:
+    def fan_out(steps: list[Step]) -> None:
+        for step in steps:
             # Dropped when it waited two ticks: those sent it again (the machine's lock
-            # makes a duplicate cheap); one tick would leave slots idle between ticks.
+            # and the step's precondition make a duplicate cheap); one tick would leave
+            # slots idle between ticks.
             reconcile_machine.apply_async(
-                (machine_id,), expires=2 * settings.RECONCILE_INTERVAL.total_seconds()
+                (step.as_data(),), expires=2 * settings.RECONCILE_INTERVAL.total_seconds()
             )
 
     with whitesky_client(cluster.account) as client:
@@ -181,14 +184,16 @@ def reconcile_cluster(cluster_id: int) -> None:
 
 
 @shared_task
-def reconcile_machine(machine_id: int) -> None:
-    account = Account.objects.filter(clusters__pools__machines=machine_id).first()
+def reconcile_machine(step: dict[str, Any]) -> None:
+    """One machine's step, as the plan made it (`Step.as_data`)."""
+    planned = Step.from_data(step)
+    account = Account.objects.filter(clusters__pools__machines=planned.machine_id).first()
     if account is None:
         return  # torn down since the fan-out
     with whitesky_client(account) as client:
-        result = machine_reconcile(PassContext(client), machine_id)
+        result = machine_reconcile(PassContext(client), planned)
     if result.error:
-        logger.warning("reconcile machine %s: %s", machine_id, result.error)
+        logger.warning("reconcile machine %s: %s", planned.machine_id, result.error)
 
 
 @shared_task

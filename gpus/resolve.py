@@ -8,6 +8,7 @@ emptiest one with room for the whole count wins.
 
 from __future__ import annotations
 
+import heapq
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -100,3 +101,83 @@ def gpu_profile_resolve(
     else:
         problem = f"{location} has no card of {asked} with {count} free instance(s)"
     raise GpuUnavailable(f"{problem}. It offers: {offered}.")
+
+
+class CardPicker:
+    """`gpu_profile_resolve` for many requests over one set of cards, each in O(log cards).
+
+    The matches of each asked type are found once; a heap per type holds its cards by
+    free count, so the emptiest card with room is on top. `take` lowers a card's count;
+    entries whose count went stale are refreshed as they come up."""
+
+    def __init__(self, cards: Sequence[Card], *, location: str) -> None:
+        self.cards = list(cards)
+        self.location = location
+        self._by_id = {card.profile_id: card for card in self.cards}
+        self._taken: dict[str, int] = {}
+        self._heaps: dict[tuple[str, str], list[tuple[int, int, str]]] = {}
+        # A refusal's message names every type's free count: kept until the next take.
+        self._refusals: dict[tuple[str, str, int], GpuUnavailable] = {}
+        # Ties go to the greatest profile id, as in gpu_profile_resolve.
+        order = sorted(self._by_id, reverse=True)
+        self._rank = {profile_id: rank for rank, profile_id in enumerate(order)}
+
+    def free(self, profile_id: str) -> int:
+        return self._by_id[profile_id].available_instances - self._taken.get(profile_id, 0)
+
+    def pick(self, *, count: int, gpu_type: str = "", profile_id: str = "") -> str:
+        """The card's profile id, or GpuUnavailable naming what the location offers."""
+        key = (gpu_type, profile_id)
+        heap = self._heaps.get(key)
+        if heap is None:
+            matches = matching_cards(self.cards, gpu_type=gpu_type, profile_id=profile_id)
+            heap = [
+                (-self.free(c.profile_id), self._rank[c.profile_id], c.profile_id) for c in matches
+            ]
+            heapq.heapify(heap)
+            self._heaps[key] = heap
+        while heap:
+            free, rank, card_id = heap[0]
+            if -free != self.free(card_id):
+                heapq.heapreplace(heap, (-self.free(card_id), rank, card_id))
+                continue
+            if -free >= count:
+                return card_id
+            break
+        refusal = self._refusals.get((*key, count))
+        if refusal is None:
+            refusal = self._unavailable(count=count, gpu_type=gpu_type, profile_id=profile_id)
+            self._refusals[(*key, count)] = refusal
+        raise GpuUnavailable(str(refusal))
+
+    def take(self, profile_id: str, count: int) -> None:
+        self._taken[profile_id] = self._taken.get(profile_id, 0) + count
+        self._refusals.clear()
+
+    def _unavailable(self, *, count: int, gpu_type: str, profile_id: str) -> GpuUnavailable:
+        now = [_Free(c, self.free(c.profile_id)) for c in self.cards]
+        try:
+            gpu_profile_resolve(
+                now, location=self.location, count=count, gpu_type=gpu_type, profile_id=profile_id
+            )
+        except GpuUnavailable as exc:
+            return exc
+        raise AssertionError("the heap and the cards disagree")  # pragma: no cover
+
+
+@dataclass(frozen=True)
+class _Free:
+    card: Card
+    available_instances: int
+
+    @property
+    def profile_id(self) -> str:
+        return self.card.profile_id
+
+    @property
+    def vendor(self) -> str:
+        return self.card.vendor
+
+    @property
+    def model(self) -> str:
+        return self.card.model

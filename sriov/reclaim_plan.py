@@ -74,12 +74,12 @@ class PodNicDetach:
     def calls(self) -> tuple[Call, ...]:
         path = _nics_path(self.cloudspace_id, self.vm_id)
         if self.mac:
-            detach = Call("whitesky", ops.DETACH_EXTERNAL_NIC.operation_id, f"{path}/{self.ip}")
+            detach = Call(ops.DETACH_EXTERNAL_NIC.operation_id, f"{path}/{self.ip}")
             return (detach,)
         if self.finds:
             return (
-                Call("whitesky", ops.LIST_VM_NICS.operation_id, path),
-                Call("whitesky", ops.DETACH_EXTERNAL_NIC.operation_id, f"{path}/<the NIC found>"),
+                Call(ops.LIST_VM_NICS.operation_id, path),
+                Call(ops.DETACH_EXTERNAL_NIC.operation_id, f"{path}/<the NIC found>"),
             )
         return ()  # nothing was attached: the row is released
 
@@ -110,7 +110,7 @@ class LeakedNicDetach:
 
     def calls(self) -> tuple[Call, ...]:
         path = _nics_path(self.cloudspace_id, self.vm_id)
-        return (Call("whitesky", ops.DETACH_EXTERNAL_NIC.operation_id, f"{path}/{self.ip}"),)
+        return (Call(ops.DETACH_EXTERNAL_NIC.operation_id, f"{path}/{self.ip}"),)
 
 
 NicStep = PodNicDetach | LeakedNicDetach

@@ -83,6 +83,9 @@ CONNECT, READ, LONG_READ = 1.0, 1.5, 2.5
 WORKER_ENV = {
     "OBSERVE_INTERVAL_SECONDS": "1",
     "RECONCILE_INTERVAL_SECONDS": "1",
+    # A machine failed by a fault is tried again within seconds, so the run settles.
+    "MACHINE_RETRY_BASE_SECONDS": "1",
+    "MACHINE_RETRY_MAX_SECONDS": "4",
     "ORPHAN_SWEEP_INTERVAL_SECONDS": "2",
     "WHITESKY_CONNECT_TIMEOUT_SECONDS": str(CONNECT),
     "WHITESKY_READ_TIMEOUT_SECONDS": str(READ),

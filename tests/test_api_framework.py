@@ -375,6 +375,16 @@ def test_the_plan_is_documented_as_the_list_of_steps_it_is(api: APIClient) -> No
     pool = MachinePoolFactory(replicas=1)
     steps = api.get(f"/api/v1/clusters/{pool.cluster_id}/plan/", {"limit": 1}).json()
     assert [step["action"] for step in steps] == ["create"]
+    # Each step carries the ids act uses and the writes it makes.
+    step = document["components"]["schemas"]["PlanStep"]["properties"]
+    for name in ("index", "vm_id", "reserve_vgpus", "release_vgpus", "vms_removed", "calls"):
+        assert name in step
+    location = document["paths"]["/api/v1/locations/{id}/plan/"]["get"]
+    assert [p["name"] for p in location["parameters"]] == ["id"]
+    assert location["responses"]["200"]["content"]["application/json"]["schema"] == {
+        "type": "array",
+        "items": {"$ref": "#/components/schemas/LocationPlanStep"},
+    }
 
 
 def test_string_lengths_in_the_schema_are_the_ones_enforced(api: APIClient) -> None:

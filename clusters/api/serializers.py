@@ -39,7 +39,7 @@ from clusters.models import (
     Machine,
     MachinePool,
 )
-from clusters.plan import ACTIONS, Step, planned_kinds
+from clusters.plan import KINDS, Step, planned_kinds
 from clusters.services import account_update_check
 
 
@@ -287,59 +287,131 @@ class MachineSerializer(serializers.ModelSerializer[Machine]):
         fields = [
             "id", "cluster", "pool", "name", "vm_name", "vm_id", "phase", "failure_message",
             "delete_requested", "created_at", "updated_at", "vm_started_at", "node_joined_at",
-            "node_missing", "node_missing_reason",
+            "node_missing", "node_missing_reason", "failures", "next_try_at",
         ]  # fmt: skip
         read_only_fields = fields
+
+
+class PlanCallSerializer(serializers.Serializer[object]):
+    """One whitesky (or Kubernetes) write a step makes."""
+
+    service = serializers.ChoiceField(choices=["whitesky", "kubernetes"])
+    verb = serializers.CharField(
+        help_text="whitesky: create_vm, start_vm, stop_vm, delete_vm, ...; Kubernetes: the "
+        "HTTP method"
+    )
+    object = serializers.CharField(
+        help_text="The VM id (its name when the step makes it), vGPU id, '<VM>/<card>', "
+        "or the Kubernetes object's path"
+    )
+    maybe = serializers.BooleanField(help_text="Made only if the VM is still there")
+
+
+class PlanVgpuSlotSerializer(serializers.Serializer[object]):
+    index = serializers.IntegerField()
+    name = serializers.CharField()
+
+
+class PlanVgpuReleaseSerializer(serializers.Serializer[object]):
+    reservation_id = serializers.IntegerField()
+    vgpu_id = serializers.CharField(
+        allow_null=True, help_text="None: its reserve's answer was lost"
+    )
+    name = serializers.CharField()
+
+
+class PlanVmRemovalSerializer(serializers.Serializer[object]):
+    vm_id = serializers.IntegerField()
+    cloudspace_id = serializers.CharField()
+    name = serializers.CharField()
+    status = serializers.CharField(help_text="As last listed; empty: not listed")
 
 
 class PlanStepSerializer(serializers.Serializer[object]):
     """One step of the plan, with every decision it carries."""
 
-    action = serializers.ChoiceField(choices=ACTIONS)
+    action = serializers.ChoiceField(source="kind", choices=KINDS)
     target = serializers.CharField(
         help_text="The machine (for reclaim, the cluster; else the node, DaemonSet or NIC)"
     )
     reason = serializers.CharField()
     pool_id = serializers.IntegerField(allow_null=True)
     machine_id = serializers.IntegerField(allow_null=True, help_text="None: made by the step")
+    index = serializers.IntegerField(allow_null=True, help_text="create: the new machine's index")
+    vm_id = serializers.IntegerField(allow_null=True, help_text="The machine's VM as planned")
     card_id = serializers.CharField(help_text="The GPU card the missing vGPUs go on")
-    reserve = serializers.ListField(child=serializers.CharField(), help_text="vGPUs to reserve")
-    release = serializers.ListField(child=serializers.CharField(), help_text="vGPUs to release")
-    remove_vms = serializers.ListField(child=serializers.CharField(), help_text="VMs to remove")
-    blocked = serializers.CharField(help_text="Why it cannot happen yet; empty: it can")
-    description = serializers.CharField(source="describe", help_text="The step in words")
-    calls = serializers.ListField(
-        child=serializers.CharField(),
-        read_only=True,
-        default=list,
-        help_text="The Kubernetes or whitesky calls the step makes, each as the service, "
-        "its verb and the object (node labels, the GPU add-on, NIC detaches); empty for a "
-        "machine's step",
+    reserve = serializers.ListField(
+        source="reserve_names", child=serializers.CharField(), help_text="vGPUs to reserve"
     )
+    reserve_vgpus = PlanVgpuSlotSerializer(source="reserve", many=True)
+    attach = serializers.ListField(child=serializers.CharField(), help_text="vGPU ids to attach")
+    release = serializers.ListField(
+        source="release_shown", child=serializers.CharField(), help_text="vGPUs to release"
+    )
+    release_vgpus = PlanVgpuReleaseSerializer(source="release", many=True)
+    remove_vms = serializers.ListField(
+        source="remove_vms_shown", child=serializers.CharField(), help_text="VMs to remove"
+    )
+    vms_removed = PlanVmRemovalSerializer(source="remove_vms", many=True)
+    blocked = serializers.CharField(help_text="Why it cannot happen yet; empty: it can")
+    blocked_by = serializers.CharField(
+        help_text="observation, capacity, conflict, backoff, machines; empty: not blocked"
+    )
+    next_try_at = serializers.DateTimeField(
+        allow_null=True, help_text="backoff: when the failed machine is tried again"
+    )
+    calls = PlanCallSerializer(many=True, help_text="The writes the step makes")
+    description = serializers.CharField(source="describe", help_text="The step in words")
 
     def get_fields(self) -> dict[str, serializers.Field[Any, Any, Any, Any]]:
         fields = super().get_fields()
         # The kinds of the planners registered when the apps were ready.
-        fields["action"] = serializers.ChoiceField(choices=planned_kinds())
+        fields["action"] = serializers.ChoiceField(source="kind", choices=planned_kinds())
         return fields
 
     def to_representation(self, instance: Any) -> dict[str, Any]:
         if isinstance(instance, Step):
             return dict(super().to_representation(instance))
-        return {  # a registered planner's step (clusters.plan.PlannedStep)
+        # A registered planner's step (node labels, the GPU add-on, NIC reclaim): it names
+        # no machine, card or vGPU.
+        return {
             "action": instance.kind,
             "target": instance.target,
             "reason": instance.reason,
             "pool_id": None,
             "machine_id": None,
+            "index": None,
+            "vm_id": None,
             "card_id": "",
             "reserve": [],
+            "reserve_vgpus": [],
+            "attach": [],
             "release": [],
+            "release_vgpus": [],
             "remove_vms": [],
+            "vms_removed": [],
             "blocked": "",
+            "blocked_by": "",
+            "next_try_at": None,
+            "calls": PlanCallSerializer(instance.calls(), many=True).data,
             "description": instance.describe(),
-            "calls": [str(call) for call in instance.calls()],
         }
+
+
+class LocationPlanStepSerializer(serializers.Serializer[object]):
+    """One step of a location's plan: the orphan sweep and the releases it carries on."""
+
+    action = serializers.CharField(source="kind", help_text="release_vgpu or remove_vm")
+    target = serializers.CharField(help_text="The vGPU's or VM's name")
+    reason = serializers.CharField()
+    reservation_id = serializers.IntegerField(allow_null=True)
+    vgpu_id = serializers.CharField(help_text="release_vgpu: the vGPU released")
+    vm = PlanVmRemovalSerializer(
+        allow_null=True, help_text="remove_vm: the VM; release_vgpu: the VM removed first"
+    )
+    blocked = serializers.CharField(help_text="Why it cannot happen; empty: it can")
+    calls = PlanCallSerializer(many=True, help_text="The writes the step makes")
+    description = serializers.CharField(source="describe", help_text="The step in words")
 
 
 class DeleteReasonSerializer(StrictInputMixin):

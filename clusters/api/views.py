@@ -30,6 +30,7 @@ from clusters.api.serializers import (
     KubeconfigSerializer,
     KubeNodeSerializer,
     KubePodSerializer,
+    LocationPlanStepSerializer,
     LocationSerializer,
     MachinePoolSerializer,
     MachineSerializer,
@@ -51,6 +52,7 @@ from clusters.filtersets import (
 )
 from clusters.models import Cluster, ClusterSite, KubeNode, KubePod, Machine, MachinePool
 from clusters.plan import cluster_plan
+from clusters.releases import location_plan
 from clusters.selectors import clusters_with_kube_summary, kube_nodes_with_requests
 from clusters.services import (
     account_capi_kubeconfig_set,
@@ -211,6 +213,15 @@ class LocationViewSet(AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[L
     queryset = Location.objects.order_by("account", "name")
     serializer_class = LocationSerializer
     filterset_class = LocationFilterSet
+    action_verbs = {"plan": "view"}
+
+    @extend_schema(responses=LocationPlanStepSerializer(many=True))
+    @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
+    def plan(self, request: Request, pk: str | None = None) -> Response:
+        """What the next orphan sweep of the location would do: the releases people asked
+        for, releases sent again, due orphan VMs and vGPUs (a dry run, from the database)."""
+        plan = location_plan(self.get_object())
+        return Response(LocationPlanStepSerializer(plan.steps, many=True).data)
 
 
 class ClusterViewSet(

@@ -96,6 +96,7 @@ CASES = [
         writes=False,
     ),
     _reads("location retrieve", lambda t: f"/api/v1/locations/{t.location.pk}/"),
+    _reads("location plan", lambda t: f"/api/v1/locations/{t.location.pk}/plan/"),
     # clusters
     _reads("cluster retrieve", lambda t: f"/api/v1/clusters/{t.cluster.pk}/"),
     _reads("cluster plan", lambda t: f"/api/v1/clusters/{t.cluster.pk}/plan/"),

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 
+from django.contrib.auth.models import User
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from rest_framework.test import APIClient
 
 from capvco_web.audit import SystemActor
 from capvco_web.models import AuditEvent
@@ -17,7 +19,7 @@ from clusters.models import ClusterSite, Machine, MachinePool
 from clusters.services import machine_force_delete
 from gpus.models import VgpuReservation
 from tests.gpus.conftest import CLOUDSPACES, IMAGES, NL, Plane
-from tests.gpus.support import auto_release_set, sweep
+from tests.gpus.support import auto_release_set, orphan_made, sweep
 from tests.gpus.test_gpucheck import gpucheck
 
 
@@ -254,3 +256,31 @@ def test_an_orphan_vm_is_judged_against_the_clusters_of_its_whitesky_customer_on
     assert result.removed == ["capvco-blue-a-0"]
     assert sim_vm_status(plane, green) == "HALTED"
     assert sim_vm_status(plane, blue) in (None, "DESTROYED")
+
+
+def test_the_location_plan_shows_the_sweep_and_the_sweep_does_exactly_that(
+    plane: Plane, admin_user: User
+) -> None:
+    auto_release_set(plane.account, on=True, confirmations=1, grace_seconds=0)
+    row = orphan_made(plane)
+    location = plane.location(NL)
+    api = APIClient()
+    api.force_authenticate(admin_user)
+
+    steps = api.get(f"/api/v1/locations/{location.pk}/plan/").json()
+
+    vm = next(vm for vm in plane.sim_vms() if vm["name"] == "capvco-demo-a100-0")
+    assert [(s["action"], s["target"]) for s in steps] == [
+        ("remove_vm", "capvco-demo-a100-0"),
+        ("release_vgpu", row.name),
+    ]
+    assert [c["verb"] for c in steps[0]["calls"]] == ["stop_vm", "delete_vm"]
+    assert steps[0]["vm"]["vm_id"] == vm["vm_id"]
+    assert steps[1]["calls"] == [{"verb": "release_vgpu", "object": row.vgpu_id, "maybe": False}]
+    assert plane.sim_vgpus() != []  # a dry run
+
+    plane.sim.clear_calls()
+    sweep(plane)
+    writes = [(c["method"], c["path"]) for c in plane.sim.calls()["calls"] if c["method"] != "GET"]
+    assert len(writes) == 3 and writes[-1][1].endswith(f"/vgpus/{row.vgpu_id}")
+    assert plane.sim_vgpus() == [] and plane.sim_vms() == []
