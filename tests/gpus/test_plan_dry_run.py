@@ -17,6 +17,7 @@ from django.contrib.auth.models import User
 from django.test import override_settings
 from django.utils import timezone
 
+from capvco_web.audit import SystemActor
 from cloud.models import Location
 from cloud.whitesky import whitesky_client
 from clusters.models import Cluster, Machine, MachinePool
@@ -152,7 +153,7 @@ def mutate(plane: Plane, rng: random.Random, outsider: Outsider, admin: User) ->
             plane.sim.fault(operation=op, status=400, times=1)
         elif change == "force" and machines:
             machine = rng.choice(machines)
-            machine_force_delete(machine=machine, actor="test", reason="stuck")
+            machine_force_delete(machine=machine, actor=SystemActor.RECONCILER, reason="stuck")
         elif change == "vanish" and (running := [m for m in machines if m.vm_id]):
             machine = rng.choice(running)
             assert machine.vm_id is not None

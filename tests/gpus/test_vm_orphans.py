@@ -276,7 +276,9 @@ def test_the_location_plan_shows_the_sweep_and_the_sweep_does_exactly_that(
     ]
     assert [c["verb"] for c in steps[0]["calls"]] == ["stop_vm", "delete_vm"]
     assert steps[0]["vm"]["vm_id"] == vm["vm_id"]
-    assert steps[1]["calls"] == [{"verb": "release_vgpu", "object": row.vgpu_id, "maybe": False}]
+    assert steps[1]["calls"] == [
+        {"service": "whitesky", "verb": "release_vgpu", "object": row.vgpu_id, "maybe": False}
+    ]
     assert plane.sim_vgpus() != []  # a dry run
 
     plane.sim.clear_calls()
