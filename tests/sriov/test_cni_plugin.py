@@ -20,7 +20,7 @@ import pytest
 from sriov.models import PodNic
 from tests.conftest import require
 from tests.kube_sim import KubeSimulator
-from tests.sriov.support import World, world_build
+from tests.sriov.support import World, queue_worker, world_build
 from tests.whitesky_sim import PROJECT_ROOT, WhiteskySimulator
 
 
@@ -46,8 +46,11 @@ def vf_names() -> Iterator[list[str]]:
 
 
 @pytest.fixture
-def live_world(whitesky_sim: WhiteskySimulator, kube_sim: KubeSimulator, live_server: Any) -> World:
-    return world_build(whitesky_sim, kube_sim)
+def live_world(
+    whitesky_sim: WhiteskySimulator, kube_sim: KubeSimulator, live_server: Any
+) -> Iterator[World]:
+    with queue_worker():
+        yield world_build(whitesky_sim, kube_sim)
 
 
 def node_dir(tmp_path: Path, world: World, agent_url: str, node: str = "node-0") -> Path:
