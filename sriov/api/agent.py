@@ -227,6 +227,7 @@ class NicSerializer(serializers.ModelSerializer[PodNic]):
     prefix = serializers.IntegerField(source="prefix_len", allow_null=True)
     network = serializers.CharField(source="network_name")
     failure_code = serializers.CharField(
+        read_only=True,
         help_text="Why the request failed (state `failed`): whitesky_refused, "
         "whitesky_unavailable (worth an ADD again), sriov_disabled; empty otherwise"
     )
