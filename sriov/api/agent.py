@@ -229,7 +229,7 @@ class NicSerializer(serializers.ModelSerializer[PodNic]):
     failure_code = serializers.CharField(
         read_only=True,
         help_text="Why the request failed (state `failed`): whitesky_refused, "
-        "whitesky_unavailable (worth an ADD again), sriov_disabled; empty otherwise"
+        "whitesky_unavailable (worth an ADD again), sriov_disabled; empty otherwise",
     )
     queue_position = serializers.SerializerMethodField(
         help_text="Its place in its VM's queue (1: attached next, or now); null unless queued"
