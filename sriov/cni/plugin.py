@@ -241,8 +241,8 @@ class Agent:
         deadline: float | None = None,
     ) -> tuple[int, Any, float]:
         """The status, the JSON answer and the Retry-After it gave (seconds), as `call`
-        answers; 502-504 are asked again after Retry-After until `deadline` (default: the
-        request timeout from now)."""
+        answers; 429 and 502-504 are asked again after Retry-After until `deadline`
+        (default: the request timeout from now)."""
         data = json.dumps(body).encode() if body is not None else None
         url = self.url + path + (f"?{urllib.parse.urlencode(query)}" if query else "")
         request = urllib.request.Request(  # noqa: S310 - the URL is the installer's, http(s)
@@ -277,8 +277,8 @@ class Agent:
                 if exc.code == 404 and method in ("GET", "DELETE"):
                     return exc.code, None, 0.0
                 wait = _retry_after(exc.headers)
-                if exc.code in (502, 503, 504) and time.monotonic() + wait < deadline:
-                    time.sleep(wait)  # the VM's turn, or whitesky, is busy: try again
+                if exc.code in (429, 502, 503, 504) and time.monotonic() + wait < deadline:
+                    time.sleep(wait)  # the VM's turn, whitesky or our rate: try again
                     continue
                 code = TRY_AGAIN_LATER if exc.code >= 500 or exc.code == 429 else AGENT_REFUSED
                 raise CniError(code, f"agent API: HTTP {exc.code}: {detail}") from None

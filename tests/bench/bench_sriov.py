@@ -134,7 +134,9 @@ def add(
     deadline = time.monotonic() + 120
     while response.status_code == 202 and time.monotonic() < deadline:
         time.sleep(float(response.headers.get("Retry-After", "1")))
-        response = session.get(
+        # A connection of its own, as the plugin makes each call (a kept-alive one may be
+        # closed by the server while the poll waits).
+        response = requests.get(
             f"{url}/api/v1/sriov/agent/nics/{pod['uid']}/",
             params=key,
             headers=headers,
