@@ -377,8 +377,9 @@ GPU_DEVICE_PLUGIN_IMAGE = env.str(
     "GPU_DEVICE_PLUGIN_IMAGE", default="nvcr.io/nvidia/k8s-device-plugin:v0.17.0"
 )
 
-# SR-IOV NICs per pod (docs/guides/sriov.md). An ADD waits at most this long for its turn on
-# the VM (one attach at a time per VM), then answers 503 with its place in the queue.
+# SR-IOV NICs per pod (docs/guides/sriov.md). An ADD never waits: it is queued on its VM.
+# A DEL waits at most this long for its turn on the VM (one attach or detach at a time per
+# VM), then answers 503 with its place in the queue.
 SRIOV_ATTACH_WAIT_SECONDS = env.float("SRIOV_ATTACH_WAIT_SECONDS", default=60)
 # A NIC whose pod is gone or finished (from complete pod listings), or a NIC nobody owns,
 # is detached once this long has passed since it was first seen so.

@@ -293,3 +293,11 @@ def test_a_lost_answer_stays_first_in_the_queue_until_a_listing_finds_it(world: 
     result = vm_queue_run(location_id=world.location.pk, vm_id=world.vm(0))
     assert [r.pod_name for r in result.attached] == ["web", "next"]
     assert len(world.sim_nics(world.vm(0))) == 2 and attach_calls(world) == 2
+
+
+def test_beat_resumes_the_queues_often() -> None:
+    from django.conf import settings
+
+    entry = settings.CELERY_BEAT_SCHEDULE["sriov-queues"]
+    assert entry["task"] == "sriov.tasks.sriov_vm_queues_resume"
+    assert entry["schedule"].total_seconds() <= 15  # well inside the plugin's 80 s
