@@ -22,8 +22,9 @@ the reclaimer finds its pod gone.
   (`macs_before`) before the attach is sent; two listings per attach, before and after.
   An attach whose answer was lost (or whose runner was killed) stays `attaching`, first
   in its VM's queue: the next run lists the VM's NICs once, and the one NIC that is new
-  since, on the network, that no other row owns, is this pod's; none means it did not
-  happen, and it is sent again.
+  since, on the network, that no other row owns, is this pod's; none, in a listing begun
+  after the attach's outcome window (`outcome_window`: it may still land until then),
+  means it did not happen, and it is sent again.
 * DEL of a request still queued cancels it (nothing was sent); of any other, it detaches
   under the VM's turn.
 * Every whitesky call is made with the cluster's SR-IOV credential, never the account's.
@@ -464,6 +465,17 @@ def _attach(row: PodNic, client: ws.WhiteskyClient) -> None:
                 logger.info("sriov: attach of %s resolved to %s", row, found.mac)
                 _attached(row, found, None)
                 return
+            if _may_still_land(row, client):
+                # Not listed yet, but it may still be acted on: sent again now, it could
+                # make a second NIC. The queue waits for it.
+                model_update(
+                    row,
+                    {
+                        "failure": "attach sent, its NIC not listed yet: waiting until its "
+                        "outcome is settled before sending it again"
+                    },
+                )
+                return
             # The attach sent before did not happen: this listing is the one before.
         claimed = model_update(
             row,
@@ -508,6 +520,13 @@ def _attach(row: PodNic, client: ws.WhiteskyClient) -> None:
             _fail(row, f"attach failed: {exc}", WhiteskyFailed.code)
         return
     _attached(row, found, started)
+
+
+def _may_still_land(row: PodNic, client: ws.WhiteskyClient) -> bool:
+    """Whether the attach sent for the row may still be acted on (its outcome window has not
+    passed): only a listing after that says it did not happen."""
+    sent = row.attach_started_at
+    return sent is not None and timezone.now() < sent + timedelta(seconds=client.outcome_window)
 
 
 @dataclass

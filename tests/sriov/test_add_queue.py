@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -275,6 +276,43 @@ def test_a_worker_killed_mid_attach_leaves_a_queue_the_next_tick_resumes_with_on
     assert PodNic.objects.get(pod_name="next").state == State.ATTACHED
     assert len(made) == 2 and attach_calls(world) == 1  # `next`'s: never a second for `web`
     assert list_calls(world) == 3  # 1 to find web's NIC again, 2 for next's attach
+
+
+def killed_before_the_attach(config: Any) -> ws.WhiteskyClient:
+    client = sriov_whitesky_client(config)
+
+    def die(**kwargs: Any) -> None:
+        raise WorkerKilled
+
+    client.send_external_nic_attach = die  # type: ignore[method-assign]
+    return client
+
+
+def test_an_attach_that_may_still_land_is_never_sent_again_before_its_outcome_window(
+    world: World,
+) -> None:
+    """Killed once the row said `attaching`, before (as far as anyone can tell) the attach
+    went out: until the attach's outcome window has passed it may still land, so the queue
+    waits; after it, the listing without it means it did not happen, and it is sent."""
+    world.pod("web")
+    world.request("web")
+    with pytest.raises(WorkerKilled):
+        vm_queue_run(
+            location_id=world.location.pk,
+            vm_id=world.vm(0),
+            clients=Clients(whitesky=killed_before_the_attach),
+        )
+    world.sim.clear_calls()
+    waiting = vm_queue_run(location_id=world.location.pk, vm_id=world.vm(0))
+    assert waiting.unresolved is not None and waiting.again
+    assert (list_calls(world), attach_calls(world)) == (1, 0)
+    row = PodNic.objects.get()
+    assert row.state == State.ATTACHING and "outcome is settled" in row.failure
+    assert row.attach_started_at is not None
+    PodNic.objects.update(attach_started_at=row.attach_started_at - timedelta(hours=1))
+    done = vm_queue_run(location_id=world.location.pk, vm_id=world.vm(0))
+    assert [r.pod_name for r in done.attached] == ["web"]
+    assert attach_calls(world) == 1 and len(world.sim_nics(world.vm(0))) == 1
 
 
 def test_a_lost_answer_stays_first_in_the_queue_until_a_listing_finds_it(world: World) -> None:

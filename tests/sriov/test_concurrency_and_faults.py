@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import threading
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -122,6 +123,13 @@ def test_an_attach_that_failed_before_acting_is_sent_again_once(world: World) ->
     with pytest.raises(WhiteskyFailed):
         world.add("web")
     assert world.sim_nics(world.vm(0)) == []
+    # Within its outcome window it may still land: not sent again.
+    with pytest.raises(WhiteskyFailed, match="waiting until its outcome is settled"):
+        world.add("web")
+    assert len([c for c in world.sim.calls()["calls"] if c["operation"] == ATTACH]) == 1
+    since = PodNic.objects.get().attach_started_at
+    assert since is not None
+    PodNic.objects.update(attach_started_at=since - timedelta(hours=1))  # the window passed
     nic = world.add("web")
     assert [n["mac_address"] for n in world.sim_nics(world.vm(0))] == [nic.mac]
 
