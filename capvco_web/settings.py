@@ -296,6 +296,10 @@ OBSERVE_INTERVAL = timedelta(seconds=env.float("OBSERVE_INTERVAL_SECONDS", defau
 RECONCILE_INTERVAL = timedelta(seconds=env.float("RECONCILE_INTERVAL_SECONDS", default=30))
 ORPHAN_SWEEP_INTERVAL = timedelta(seconds=env.float("ORPHAN_SWEEP_INTERVAL_SECONDS", default=60))
 SRIOV_RECLAIM_INTERVAL = timedelta(seconds=env.float("SRIOV_RECLAIM_INTERVAL_SECONDS", default=60))
+# A VM's queue of NIC requests whose runner died goes on within this.
+SRIOV_QUEUE_RESUME_INTERVAL = timedelta(
+    seconds=env.float("SRIOV_QUEUE_RESUME_INTERVAL_SECONDS", default=10)
+)
 HISTORY_PRUNE_INTERVAL = timedelta(days=1)
 # Cloudspaces and images change seldom: the choices a new cluster is set up with.
 CATALOG_OBSERVE_INTERVAL = timedelta(
@@ -314,6 +318,7 @@ CELERY_BEAT_SCHEDULE = {
     "reconcile": _every("clusters.tasks.reconcile_all", RECONCILE_INTERVAL),
     "orphan-sweep": _every("clusters.tasks.orphan_sweep_all", ORPHAN_SWEEP_INTERVAL),
     "sriov-reclaim": _every("sriov.tasks.sriov_reclaim_all", SRIOV_RECLAIM_INTERVAL),
+    "sriov-queues": _every("sriov.tasks.sriov_vm_queues_resume", SRIOV_QUEUE_RESUME_INTERVAL),
     "history-prune": _every("capvco_web.tasks.history_prune", HISTORY_PRUNE_INTERVAL),
     "observe-catalog": _every("clusters.tasks.observe_catalog_all", CATALOG_OBSERVE_INTERVAL),
 }
@@ -381,8 +386,9 @@ GPU_DEVICE_PLUGIN_IMAGE = env.str(
     "GPU_DEVICE_PLUGIN_IMAGE", default="nvcr.io/nvidia/k8s-device-plugin:v0.17.0"
 )
 
-# SR-IOV NICs per pod (docs/guides/sriov.md). An ADD waits at most this long for its turn on
-# the VM (one attach at a time per VM), then answers 503 with its place in the queue.
+# SR-IOV NICs per pod (docs/guides/sriov.md). An ADD never waits: it is queued on its VM.
+# A DEL waits at most this long for its turn on the VM (one attach or detach at a time per
+# VM), then answers 503 with its place in the queue.
 SRIOV_ATTACH_WAIT_SECONDS = env.float("SRIOV_ATTACH_WAIT_SECONDS", default=60)
 # A NIC whose pod is gone or finished (from complete pod listings), or a NIC nobody owns,
 # is detached once this long has passed since it was first seen so.

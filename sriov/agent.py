@@ -8,14 +8,25 @@ the reclaimer finds its pod gone.
   releases the NIC its old sandbox still holds (the runtime lost that sandbox without a
   DEL) before it attaches one, so a pod is never billed for two.
 
+* ADD never waits for a VM: it checks the pod and its node, records the request (the row,
+  `requested`, in its VM's queue since `queued_at`) and answers at once: the NIC when it
+  is attached (a repeated ADD, a lost answer), else the request and its place in the
+  queue. The VM's queue task (`vm_queue_run`, one runner per VM at a time) attaches the
+  VM's requests one after the other, in order, and records each outcome on its row
+  (`failure_code`, `failure`), which the plugin's poll reads.
 * One attach or detach at a time per VM: the whitesky attach answers only `{success}`, so
-  the new NIC is the one the VM's listing gains, which two attaches at once would make
-  ambiguous. The turn is a lock per VM (`vm_turn`); the others wait, visible as
-  `requested` rows in the VM's queue, at most SRIOV_ATTACH_WAIT_SECONDS.
+  the new NIC is the one the VM's listing gains (`whitesky.new_nic`, the one place that
+  decides it), which two attaches at once would make ambiguous. The turn is a lock per VM
+  (`vm_turn`), taken by the queue runner for each attach and by each detach.
 * Recorded before acting: the row is `attaching` with the VM's MACs before the attach
-  (`macs_before`) before the attach is sent. An attach whose answer was lost is resolved
-  by listing the VM's NICs: the one NIC that is new since, on the network, that no other
-  row owns, is this pod's; none means it did not happen.
+  (`macs_before`) before the attach is sent; two listings per attach, before and after.
+  An attach whose answer was lost (or whose runner was killed) stays `attaching`, first
+  in its VM's queue: the next run lists the VM's NICs once, and the one NIC that is new
+  since, on the network, that no other row owns, is this pod's; none, in a listing begun
+  after the attach's outcome window (`outcome_window`: it may still land until then),
+  means it did not happen, and it is sent again.
+* DEL of a request still queued cancels it (nothing was sent); of any other, it detaches
+  under the VM's turn.
 * Every whitesky call is made with the cluster's SR-IOV credential, never the account's.
 * A refusal by whitesky (attach or detach on a running VM, where the platform refuses
   that) is said in the answer and on the row; the VM is never stopped.
@@ -33,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import Case, F, QuerySet, Value, When
 from django.utils import timezone
 
 from capvco_web.audit import SystemActor, audit_record
@@ -63,6 +75,7 @@ State = PodNic.State
 AGENT = SystemActor.SRIOV_AGENT  # the actor of what the CNI plugin asks for
 _FAILURE_LIMIT = 1000
 GC_TURN_WAIT = 2.0  # a GC waits only briefly for a VM's turn: the next GC or reclaim goes on
+RETRY_AFTER_MAX = 5  # seconds: the longest a queued ADD's plugin is told to wait between polls
 
 
 class VmBusy(Refused):
@@ -188,13 +201,13 @@ def pod_nic_add(
     ifname: str,
     cni_network: str = "",
     clients: Clients | None = None,
-    wait: float | None = None,
 ) -> PodNic:
-    """The NIC of the attachment (container id, ifname) of the pod, attached (ADD). The
-    same ADD again (the plugin's retry after a lost answer) answers the same NIC. Raises
-    Refused (with the HTTP status that says why) when it cannot be had."""
+    """The request for the NIC of the attachment (container id, ifname) of the pod (ADD),
+    recorded: `attached` (the same ADD again, the plugin's retry after a lost answer,
+    answers the same NIC), or queued on its VM (`requested` or `attaching`; the VM's queue
+    task attaches it). A failed request is queued again. Never waits for the VM's turn.
+    Raises Refused (with the HTTP status that says why) when it cannot be had."""
     clients = clients or Clients()
-    wait = settings.SRIOV_ATTACH_WAIT_SECONDS if wait is None else wait
     config = _config(cluster)
     existing = PodNic.objects.filter(cluster=cluster, pod_uid=pod_uid).exclude(state=State.RELEASED)
     row = existing.first()
@@ -212,49 +225,76 @@ def pod_nic_add(
             f"Pod {namespace}/{pod_name} has its NIC as {row.ifname}: one SR-IOV NIC per pod."
         )
     if row is not None and not row.is_attachment(container_id, ifname):
-        # A new sandbox of the pod while an old one holds the NIC: release that first.
+        # A new sandbox of the pod while an old one holds the NIC: release that first, now
+        # if the VM's turn is free (else VmBusy: the plugin asks again after Retry-After).
         nic_release(
             row=row,
             clients=clients,
-            wait=wait,
+            wait=0,
             actor=AGENT,
             reason=f"CNI ADD of a new sandbox ({container_id[:64]}) of the pod: the NIC of "
             f"its old sandbox ({row.container_id[:64]}) is released first",
         )
         row = None
-    if row is not None and row.state == State.ATTACHED:
+    if row is not None and row.state in (State.ATTACHED, State.REQUESTED, State.ATTACHING):
         return row
     if row is not None and row.state == State.DETACHING:
         raise Refused(
             f"The NIC of pod {namespace}/{pod_name} is being detached; ADD again once it is "
             "released."
         )
+    if row is not None:  # failed: this ADD queues it again
+        model_update(
+            row,
+            {
+                "state": State.REQUESTED,
+                "queued_at": timezone.now(),
+                "failure": "",
+                "failure_code": "",
+            },
+            expect={"state": State.FAILED},
+        )
+        row.refresh_from_db()
+        return row
     with _whitesky(clients, config) as client:
-        if row is None:
-            row = _first_request(
-                cluster=cluster,
-                config=config,
-                client=client,
-                kube=(clients.kube or _default_kube)(cluster),
-                pod_uid=pod_uid,
-                namespace=namespace,
-                pod_name=pod_name,
-                node_name=node_name,
-                container_id=container_id,
-                ifname=ifname,
-                cni_network=cni_network,
-            )
-            if row.state == State.ATTACHED:
-                return row
-        elif row.state == State.FAILED:
-            model_update(row, {"state": State.REQUESTED}, expect={"state": State.FAILED})
-        with vm_turn(
-            location_id=row.location_id,
-            vm_id=row.vm_id,
-            wait=wait,
-            queue_position=_queue_ahead(row),
-        ):
-            return _attach(row, client)
+        return _first_request(
+            cluster=cluster,
+            config=config,
+            client=client,
+            kube=(clients.kube or _default_kube)(cluster),
+            pod_uid=pod_uid,
+            namespace=namespace,
+            pod_name=pod_name,
+            node_name=node_name,
+            container_id=container_id,
+            ifname=ifname,
+            cni_network=cni_network,
+        )
+
+
+def vm_queue(*, location_id: int, vm_id: int) -> QuerySet[PodNic]:
+    """The VM's requests in the order they are attached: an attach under way (or whose
+    answer was lost) first, then by when they were queued."""
+    return PodNic.objects.filter(
+        location_id=location_id, vm_id=vm_id, state__in=[State.REQUESTED, State.ATTACHING]
+    ).order_by(
+        Case(When(state=State.ATTACHING, then=Value(0)), default=Value(1)),
+        F("queued_at").asc(nulls_first=True),
+        "pk",
+    )
+
+
+def queue_position(row: PodNic) -> int | None:
+    """The request's place in its VM's queue, 1 being the one attached next (or now);
+    None when it is not queued."""
+    pks = list(vm_queue(location_id=row.location_id, vm_id=row.vm_id).values_list("pk", flat=True))
+    return pks.index(row.pk) + 1 if row.pk in pks else None
+
+
+def poll_after(position: int) -> int:
+    """Seconds until the plugin asks again: about one attach per place ahead, at most
+    RETRY_AFTER_MAX."""
+    return max(1, min(position, RETRY_AFTER_MAX))
 
 
 def _first_request(
@@ -347,6 +387,7 @@ def _requested(
                 gateway=network.gateway,
                 prefix_len=network.prefix_len,
                 mtu=config.mtu,
+                queued_at=timezone.now(),
             )
     except IntegrityError:
         row = PodNic.objects.exclude(state=State.RELEASED).get(cluster=cluster, pod_uid=pod_uid)
@@ -369,26 +410,25 @@ def _owned_macs(row: PodNic) -> set[str]:
     )
 
 
-def _fail(row: PodNic, message: str) -> None:
-    model_update(row, {"state": State.FAILED, "failure": message[:_FAILURE_LIMIT]})
+def _fail(row: PodNic, message: str, code: str) -> None:
+    model_update(
+        row,
+        {"state": State.FAILED, "failure": message[:_FAILURE_LIMIT], "failure_code": code},
+    )
 
 
-def _found_after_attach(row: PodNic, client: ws.WhiteskyClient) -> ws.VmNic | None:
-    """The NIC an attach of this row made, from the VM's listing; None: it made none."""
-    nics = client.list_vm_nics(cloudspace_id=row.cloudspace_id, vm_id=row.vm_id)
-    owned = _owned_macs(row)
-    before = set(row.macs_before)
-    new = [
-        nic
-        for nic in nics
-        if nic.mac not in before and nic.mac not in owned and nic.network_id == row.network_id
-    ]
-    if len(new) > 1:
-        raise ws.UnexpectedResponse(
-            f"{len(new)} NICs appeared on VM {row.vm_id} since the attach of "
-            f"{row.namespace}/{row.pod_name} was sent; which one is its own cannot be told."
+def _found(row: PodNic, listing: list[ws.VmNic]) -> ws.VmNic | None:
+    """The NIC the attach of this row made, in a listing of its VM taken after it."""
+    try:
+        return ws.new_nic(
+            listing, before=row.macs_before, owned=_owned_macs(row), network_id=row.network_id
         )
-    return new[0] if new else None
+    except ws.UnexpectedResponse as exc:
+        raise ws.UnexpectedResponse(
+            f"{exc.message}: which NIC on VM {row.vm_id} is the one of "
+            f"{row.namespace}/{row.pod_name} cannot be told",
+            operation=exc.operation,
+        ) from exc
 
 
 def _attached(row: PodNic, nic: ws.VmNic, started: float | None) -> PodNic:
@@ -401,6 +441,7 @@ def _attached(row: PodNic, nic: ws.VmNic, started: float | None) -> PodNic:
             "prefix_len": nic.prefix_len or row.prefix_len,
             "attached_at": timezone.now(),
             "failure": "",
+            "failure_code": "",
         },
     )
     if started is not None:
@@ -409,52 +450,158 @@ def _attached(row: PodNic, nic: ws.VmNic, started: float | None) -> PodNic:
     return row
 
 
-def _attach(row: PodNic, client: ws.WhiteskyClient) -> PodNic:
-    """Under the VM's turn: attach the row's NIC, or resolve an attach sent before."""
-    row.refresh_from_db()
-    if row.state == State.ATTACHED:
-        return row  # a concurrent ADD of the same pod got it
-    if row.state not in (State.REQUESTED, State.ATTACHING):
-        raise Refused(f"The NIC of {row.namespace}/{row.pod_name} is {row.state}.")
+def _attach(row: PodNic, client: ws.WhiteskyClient) -> None:
+    """Under the VM's turn: attach the row's NIC, or find the one an attach sent before
+    made, and record the outcome on the row. Two listings of the VM's NICs at most: the
+    one before (which also finds a lost answer's NIC) and the one after."""
+    state = row.state
     started = time.monotonic()
+    sent = False
     try:
-        if row.state == State.ATTACHING:
-            found = _found_after_attach(row, client)
+        listing = client.list_vm_nics(cloudspace_id=row.cloudspace_id, vm_id=row.vm_id)
+        if state == State.ATTACHING:
+            found = _found(row, listing)
             if found is not None:
                 logger.info("sriov: attach of %s resolved to %s", row, found.mac)
-                return _attached(row, found, None)
-        before = client.list_vm_nics(cloudspace_id=row.cloudspace_id, vm_id=row.vm_id)
-        model_update(
+                _attached(row, found, None)
+                return
+            if _may_still_land(row, client):
+                # Not listed yet, but it may still be acted on: sent again now, it could
+                # make a second NIC. The queue waits for it.
+                model_update(
+                    row,
+                    {
+                        "failure": "attach sent, its NIC not listed yet: waiting until its "
+                        "outcome is settled before sending it again"
+                    },
+                )
+                return
+            # The attach sent before did not happen: this listing is the one before.
+        claimed = model_update(
             row,
             {
                 "state": State.ATTACHING,
-                "macs_before": sorted(nic.mac for nic in before),
+                "macs_before": sorted(nic.mac.lower() for nic in listing),
                 "attach_started_at": timezone.now(),
                 "failure": "",
+                "failure_code": "",
             },
+            expect={"state": state},
         )
-        nic = client.attach_external_nic(
+        if not claimed:
+            return  # a DEL cancelled it meanwhile
+        client.send_external_nic_attach(
             cloudspace_id=row.cloudspace_id,
             vm_id=row.vm_id,
             external_network_id=row.network_id,
         )
+        sent = True
+        found = _found(row, client.list_vm_nics(cloudspace_id=row.cloudspace_id, vm_id=row.vm_id))
+        if found is None:
+            raise ws.UnexpectedResponse(
+                "attach answered success but no new NIC is listed",
+                operation="attachExternalNetworksVirtualMachine",
+            )
     except ws.Conflict as exc:
         count("sriov_nic_changes", "attach", "refused")
-        message = (
+        _fail(
+            row,
             f"whitesky refused to attach a NIC to VM {row.vm_id}: {exc}. The VM was left as "
-            "it is (running VMs are never stopped for a NIC)."
+            "it is (running VMs are never stopped for a NIC).",
+            WhiteskyRefused.code,
         )
-        _fail(row, message)
-        raise WhiteskyRefused(message) from exc
+        return
     except ws.WhiteskyError as exc:
         count("sriov_nic_changes", "attach", "error")
-        if row.state == State.ATTACHING and exc.outcome_unknown:
-            # Stays attaching: the next ADD (or DEL) finds out from the VM's listing.
+        if row.state == State.ATTACHING and (sent or exc.outcome_unknown):
+            # Stays attaching, first in the queue: the next run finds out from the listing.
             model_update(row, {"failure": f"attach outcome unknown: {exc}"[:_FAILURE_LIMIT]})
         else:
-            _fail(row, f"attach failed: {exc}")
-        raise WhiteskyFailed(f"Attaching the NIC of {row.namespace}/{row.pod_name}: {exc}") from exc
-    return _attached(row, nic, started)
+            _fail(row, f"attach failed: {exc}", WhiteskyFailed.code)
+        return
+    _attached(row, found, started)
+
+
+def _may_still_land(row: PodNic, client: ws.WhiteskyClient) -> bool:
+    """Whether the attach sent for the row may still be acted on (its outcome window has not
+    passed): only a listing after that says it did not happen."""
+    sent = row.attach_started_at
+    return sent is not None and timezone.now() < sent + timedelta(seconds=client.outcome_window)
+
+
+@dataclass
+class QueueResult:
+    """What a run of a VM's queue did. `busy`: a detach held the VM's turn; `unresolved`:
+    an attach whose outcome is not known yet holds the queue. Either way the run stopped
+    and is sent again later."""
+
+    attached: list[PodNic] = field(default_factory=list)
+    failed: list[PodNic] = field(default_factory=list)
+    busy: bool = False
+    unresolved: PodNic | None = None
+
+    @property
+    def again(self) -> bool:
+        return self.busy or self.unresolved is not None
+
+
+def vm_queue_lock_name(location_id: int, vm_id: int) -> str:
+    return f"sriov-vm-queue:{location_id}:{vm_id}"
+
+
+def vm_queue_run(*, location_id: int, vm_id: int, clients: Clients | None = None) -> QueueResult:
+    """Attach the VM's queued requests one at a time, in order, each under the VM's turn,
+    and record each outcome on its row. One runner per VM: another run already under way
+    makes this one a no-op, and a runner looks at the queue again after letting it go (a
+    request queued while it finished is never left behind)."""
+    clients = clients or Clients()
+    result = QueueResult()
+    while True:
+        with object_lock(vm_queue_lock_name(location_id, vm_id)) as runner:
+            if not runner:
+                return result
+            _queue_drain(location_id=location_id, vm_id=vm_id, clients=clients, result=result)
+        if result.again or not vm_queue(location_id=location_id, vm_id=vm_id).exists():
+            return result
+
+
+def _queue_drain(*, location_id: int, vm_id: int, clients: Clients, result: QueueResult) -> None:
+    while (row := vm_queue(location_id=location_id, vm_id=vm_id).first()) is not None:
+        with object_lock(vm_lock_name(location_id, vm_id)) as taken:
+            if not taken:
+                result.busy = True
+                return
+            _queued_attach(row, clients)
+        if row.state == State.ATTACHED:
+            result.attached.append(row)
+        elif row.state == State.FAILED:
+            result.failed.append(row)
+        elif row.state == State.ATTACHING:
+            result.unresolved = row
+            return
+
+
+def _queued_attach(row: PodNic, clients: Clients) -> None:
+    row.refresh_from_db()
+    if row.state not in (State.REQUESTED, State.ATTACHING):
+        return
+    config = (
+        SriovConfig.objects.select_related("cluster__account")
+        .filter(cluster_id=row.cluster_id)
+        .first()
+    )
+    try:
+        if config is None or not config.enabled:
+            raise NotEnabled(f"SR-IOV of cluster {row.cluster_id} was turned off.")
+        client = _whitesky(clients, config)
+    except NotEnabled as exc:
+        if row.state == State.REQUESTED:
+            _fail(row, exc.message, exc.code)
+        else:  # an attach was sent: only a listing with the credential can tell
+            model_update(row, {"failure": exc.message[:_FAILURE_LIMIT]})
+        return
+    with client:
+        _attach(row, client)
 
 
 # --- DEL ---------------------------------------------------------------------------------
@@ -583,6 +730,8 @@ def nic_release(
         .filter(cluster_id=row.cluster_id)
         .first()
     )
+    if row.state == State.REQUESTED and _cancelled(row, actor=actor, reason=reason):
+        return
     if config is None or not config.credential:
         raise NotEnabled(f"Cluster {row.cluster_id} has no SR-IOV credential to detach with.")
     model_update(row, {"detach_requested_at": row.detach_requested_at or timezone.now()})
@@ -596,6 +745,36 @@ def nic_release(
         _whitesky(clients, config) as client,
     ):
         _detach(row, client, actor=actor, reason=reason)
+
+
+def _cancelled(row: PodNic, *, actor: SystemActor, reason: str) -> bool:
+    """A request still queued is released without the VM's turn: nothing was sent for it.
+    False when its VM's queue took it meanwhile (then it is detached as any other)."""
+    now = timezone.now()
+    with transaction.atomic():
+        taken = model_update(
+            row,
+            {
+                "state": State.RELEASED,
+                "detach_requested_at": row.detach_requested_at or now,
+                "released_at": now,
+                "release_reason": f"{reason} (cancelled while queued)"[:300],
+                "failure": "",
+            },
+            expect={"state": State.REQUESTED},
+        )
+        if taken:
+            audit_record(
+                actor=actor,
+                action="sriov.nic_release",
+                obj=row,
+                reason=reason,
+                before={"state": State.REQUESTED, "vm_id": row.vm_id},
+                after={"state": State.RELEASED},
+            )
+    if not taken:
+        row.refresh_from_db()
+    return taken
 
 
 def _released(row: PodNic, *, actor: SystemActor, reason: str, before: dict[str, Any]) -> None:
@@ -628,7 +807,9 @@ def _detach(row: PodNic, client: ws.WhiteskyClient, *, actor: SystemActor, reaso
     try:
         sent = row.attach_started_at is not None  # macs_before may well be empty
         if not row.mac and sent and row.state in (State.ATTACHING, State.FAILED):
-            found = _found_after_attach(row, client)  # an attach whose answer was lost
+            # An attach whose answer was lost: what it made is detached too.
+            listing = client.list_vm_nics(cloudspace_id=row.cloudspace_id, vm_id=row.vm_id)
+            found = _found(row, listing)
             if found is not None:
                 _attached(row, found, None)
         if not row.mac:
@@ -667,6 +848,7 @@ __all__ = [
     "Clients",
     "GcResult",
     "NotEnabled",
+    "QueueResult",
     "Refused",
     "VmBusy",
     "WhiteskyFailed",
@@ -676,5 +858,9 @@ __all__ = [
     "node_nics_gc",
     "pod_nic_add",
     "pod_nic_delete",
+    "poll_after",
+    "queue_position",
+    "vm_queue",
+    "vm_queue_run",
     "vm_turn",
 ]

@@ -24,6 +24,9 @@ HOST_CONF_DIR = "/etc/cni/net.d/capvco-sriov.d"
 HOST_BIN_DIR = "/opt/cni/bin"
 
 
+ADD_TIMEOUT = 80
+
+
 def cni_config() -> dict[str, Any]:
     """The plugin's network configuration, as the NetworkAttachmentDefinition carries it.
     Where to call and with which token the plugin reads from HOST_CONF_DIR only."""
@@ -32,7 +35,9 @@ def cni_config() -> dict[str, Any]:
         "name": NAME,
         "type": NAME,
         "interfaceWaitSeconds": 30,
-        "requestTimeoutSeconds": int(settings.SRIOV_ATTACH_WAIT_SECONDS) + 30,
+        # The ADD's exchange, polls included: with interfaceWaitSeconds inside the
+        # kubelet's 2-minute runtime timeout; and longer than a DEL's wait for its VM.
+        "requestTimeoutSeconds": max(ADD_TIMEOUT, int(settings.SRIOV_ATTACH_WAIT_SECONDS) + 20),
     }
 
 

@@ -184,10 +184,11 @@ class PodNic(models.Model):
     NIC of a newer one. One live NIC per pod: a new sandbox's ADD releases the NIC an older
     sandbox still holds before it attaches its own.
 
-    Recorded before whitesky is asked: `requested` (waiting its turn on the VM),
+    Recorded before whitesky is asked: `requested` (queued on its VM since `queued_at`:
+    the VM's queue task attaches the VM's requests one at a time, in that order),
     `attaching` (the attach was sent; `macs_before` holds the VM's NICs before it, so a
     lost answer resolves to the one new NIC), `attached`, `detaching`, `released`, or
-    `failed` (`failure` says why; a repeated ADD tries again).
+    `failed` (`failure` and `failure_code` say why; a repeated ADD queues it again).
     """
 
     class State(models.TextChoices):
@@ -236,6 +237,14 @@ class PodNic(models.Model):
         default=list, blank=True, help_text="The VM's NIC MACs listed just before the attach"
     )
     failure = models.TextField(blank=True)
+    failure_code = models.CharField(
+        max_length=40,
+        blank=True,
+        help_text="What kind of failure, as the agent API names it (e.g. whitesky_refused)",
+    )
+    queued_at = models.DateTimeField(
+        null=True, blank=True, help_text="When its ADD put it in its VM's queue (last time)"
+    )
     requested_at = models.DateTimeField(auto_now_add=True)
     attach_started_at = models.DateTimeField(null=True, blank=True)
     attached_at = models.DateTimeField(null=True, blank=True)
@@ -273,6 +282,7 @@ class PodNic(models.Model):
         indexes = [
             models.Index(fields=["location", "vm_id", "state"]),
             models.Index(fields=["cluster", "state"]),
+            models.Index(fields=["location", "vm_id", "queued_at"]),
         ]
 
     def __str__(self) -> str:

@@ -1,17 +1,25 @@
-"""The SR-IOV reclaim pass, sent by beat (SRIOV_RECLAIM_INTERVAL_SECONDS): one task per
-cluster whose SR-IOV is enabled or still has NICs, or whose SR-IOV credential is imported
-(read first, then reclaimed)."""
+"""The SR-IOV tasks.
+
+* The reclaim pass, sent by beat (SRIOV_RECLAIM_INTERVAL_SECONDS): one task per cluster
+  whose SR-IOV is enabled or still has NICs, or whose SR-IOV credential is imported (read
+  first, then reclaimed).
+* A VM's queue of NIC requests, sent when an ADD queues one, run by one worker per VM at a
+  time; beat (SRIOV_QUEUE_RESUME_INTERVAL_SECONDS) sends it again for every VM whose queue
+  is not empty, so a queue whose runner was killed mid-attach goes on.
+"""
 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
-from celery import shared_task
+from celery import Task, shared_task
 from django.db.models import Q
 
 from capvco_web.locks import object_lock
 from capvco_web.tasks import send_on_commit
 from clusters.models import Cluster
+from sriov.agent import vm_queue_run
 from sriov.capi_credential import imported_credential_sync
 from sriov.models import PodNic
 from sriov.reclaim import cluster_nics_reclaim
@@ -46,3 +54,23 @@ def sriov_reclaim_cluster(cluster_id: int) -> None:
         logger.info("sriov reclaim %s: released %s", cluster.name, name)
     for name in result.leaks_detached:
         logger.info("sriov reclaim %s: detached leaked NIC %s", cluster.name, name)
+
+
+QUEUE_RETRIES = 6  # 1 + 2 + ... + 32 s; past that, beat's resume goes on
+
+
+@shared_task(bind=True, max_retries=QUEUE_RETRIES)
+def sriov_vm_queue_run(self: Task[Any, Any], location_id: int, vm_id: int) -> None:
+    result = vm_queue_run(location_id=location_id, vm_id=vm_id)
+    for row in result.failed:
+        logger.info("sriov queue of VM %s: %s failed: %s", vm_id, row, row.failure)
+    if result.again and self.request.retries < QUEUE_RETRIES:
+        # A detach holds the VM's turn, or an attach's outcome is not known yet.
+        raise self.retry(countdown=2**self.request.retries)
+
+
+@shared_task
+def sriov_vm_queues_resume() -> None:
+    queued = PodNic.objects.filter(state__in=[PodNic.State.REQUESTED, PodNic.State.ATTACHING])
+    for location_id, vm_id in sorted(set(queued.values_list("location_id", "vm_id"))):
+        send_on_commit(sriov_vm_queue_run, location_id, vm_id)

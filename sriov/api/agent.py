@@ -2,9 +2,12 @@
 
     POST   /api/v1/sriov/agent/enroll/          the installer: its node's token, for the
                                                 cluster's enrollment token
-    POST   /api/v1/sriov/agent/nics/            ADD: the attachment's NIC, attached
+    POST   /api/v1/sriov/agent/nics/            ADD: the attachment's NIC (200), or its
+                                                request queued on the VM (202)
     GET    /api/v1/sriov/agent/nics/<pod uid>/?container_id=&ifname=
-                                                CHECK: the attachment's NIC as recorded
+                                                CHECK, and the poll of a queued ADD: the
+                                                attachment's NIC as recorded (202 while
+                                                queued)
     DELETE /api/v1/sriov/agent/nics/<pod uid>/?container_id=&ifname=
                                                 DEL: detached and released (idempotent)
     POST   /api/v1/sriov/agent/gc/              GC: the node's NICs of attachments the
@@ -22,9 +25,13 @@ valid one is never refused for others' failures from its address; refused tokens
 counted per address (SRIOV_AGENT_RATE_FAILED_AUTH, past it 429 for refused tokens only),
 and calls per token (SRIOV_AGENT_RATE).
 
-Unlike the rest of the API these calls reach whitesky (and, when the mirror does not know
-a pod or node yet, the cluster's Kubernetes) while the request waits: the plugin needs
-the NIC to finish the pod's sandbox.
+ADD never waits for the VM: it checks the pod and its node (the mirror, else the cluster's
+Kubernetes), records the request and answers at once, the NIC when it is attached, else
+202 with the request, its place in the VM's queue and `Retry-After`; the VM's queue task
+attaches it. The plugin polls with GET (the same answers: 202 while queued, 200 once
+attached or failed, `failure_code` and `failure` saying why) and ADDs again only after a
+failure worth trying again (`whitesky_unavailable`). DEL of a queued request cancels it;
+DEL of an attached NIC detaches it under the VM's turn while the request waits.
 """
 
 from __future__ import annotations
@@ -43,8 +50,18 @@ from rest_framework.views import APIView
 
 from capvco_web.api import ErrorSerializer, StrictInputMixin
 from capvco_web.auth import FailedTokenThrottle, RateFromSettings, client_address
-from sriov.agent import Refused, nic_of_node, node_nics_gc, pod_nic_add, pod_nic_delete
+from capvco_web.tasks import send_on_commit
+from sriov.agent import (
+    Refused,
+    nic_of_node,
+    node_nics_gc,
+    pod_nic_add,
+    pod_nic_delete,
+    poll_after,
+    queue_position,
+)
 from sriov.models import AGENT_TOKEN_PREFIX, AgentToken, PodNic
+from sriov.tasks import sriov_vm_queue_run
 from sriov.tokens import AgentTokenRefused, agent_token_authenticate, node_token_enroll
 
 POD_UID_PATTERN = r"^[A-Za-z0-9-]{1,64}\Z"
@@ -204,20 +221,47 @@ class GcAnswerSerializer(serializers.Serializer[Any]):
 
 
 class NicSerializer(serializers.ModelSerializer[PodNic]):
-    """The NIC as the plugin configures it."""
+    """The NIC as the plugin configures it, or its request while queued."""
 
     address = serializers.IPAddressField(source="ip", allow_null=True)
     prefix = serializers.IntegerField(source="prefix_len", allow_null=True)
     network = serializers.CharField(source="network_name")
+    failure_code = serializers.CharField(
+        read_only=True,
+        help_text="Why the request failed (state `failed`): whitesky_refused, "
+        "whitesky_unavailable (worth an ADD again), sriov_disabled; empty otherwise",
+    )
+    queue_position = serializers.SerializerMethodField(
+        help_text="Its place in its VM's queue (1: attached next, or now); null unless queued"
+    )
 
     class Meta:
         model = PodNic
         fields = [
             "pod_uid", "namespace", "pod_name", "node_name", "container_id", "ifname", "vm_id",
             "network_id", "network",
-            "state", "mac", "address", "prefix", "gateway", "mtu", "failure",
+            "state", "mac", "address", "prefix", "gateway", "mtu", "failure", "failure_code",
+            "queue_position",
         ]  # fmt: skip
         read_only_fields = fields
+
+    def get_queue_position(self, row: PodNic) -> int | None:
+        position: int | None = self.context.get("queue_position")
+        return position
+
+
+QUEUED_STATES = (PodNic.State.REQUESTED, PodNic.State.ATTACHING)
+
+
+def _nic_answer(nic: PodNic) -> Response:
+    """200 with the NIC; 202 with the request, its place and Retry-After while queued."""
+    if nic.state not in QUEUED_STATES:
+        return Response(NicSerializer(nic).data)
+    position = queue_position(nic) or 1
+    body = NicSerializer(nic, context={"queue_position": position}).data
+    return Response(
+        body, status=status.HTTP_202_ACCEPTED, headers={"Retry-After": str(poll_after(position))}
+    )
 
 
 def _error(description: str) -> OpenApiResponse:
@@ -225,6 +269,17 @@ def _error(description: str) -> OpenApiResponse:
 
 
 _BUSY = _error("The VM's queue or whitesky is busy: try again after Retry-After.")
+_RETRY_AFTER = OpenApiParameter(
+    "Retry-After",
+    int,
+    OpenApiParameter.HEADER,
+    response=[202, 503],
+    description="Seconds until the plugin asks again.",
+)
+
+
+def _queued(description: str) -> OpenApiResponse:
+    return OpenApiResponse(NicSerializer, description=description)
 
 
 class EnrollSerializer(StrictInputMixin, serializers.Serializer[Any]):
@@ -297,8 +352,12 @@ class AgentEnrollView(AgentView):
 class AgentNicsView(AgentView):
     @extend_schema(
         request=AddSerializer,
+        parameters=[_RETRY_AFTER],
         responses={
             200: NicSerializer,
+            202: _queued(
+                "Queued on the VM (`queue_position`); poll with GET after Retry-After seconds."
+            ),
             403: _error(
                 "The token is another node's, or the pod runs on another node (or the token "
                 "is the enrollment token)."
@@ -312,7 +371,7 @@ class AgentNicsView(AgentView):
         },
     )
     def post(self, request: Request) -> Response:
-        """ADD: attach the pod's NIC (or answer the one it has)."""
+        """ADD: the pod's NIC when it has one; else its request, queued on the VM."""
         asked = AddSerializer(data=request.data)
         asked.is_valid(raise_exception=True)
         data = asked.validated_data
@@ -332,7 +391,9 @@ class AgentNicsView(AgentView):
             )
         except Refused as exc:
             raise AgentRefusal(exc) from exc
-        return Response(NicSerializer(nic).data)
+        if nic.state in QUEUED_STATES:
+            send_on_commit(sriov_vm_queue_run, nic.location_id, nic.vm_id)
+        return _nic_answer(nic)
 
 
 def _pod_uid_checked(pod_uid: str) -> str:
@@ -375,16 +436,18 @@ class AgentNicView(AgentView):
     serializer_class = NicSerializer  # what CHECK answers; DEL takes no body
 
     @extend_schema(
-        parameters=_NIC_PARAMETERS,
+        parameters=[*_NIC_PARAMETERS, _RETRY_AFTER],
         responses={
             200: NicSerializer,
+            202: _queued("Still queued on the VM: ask again after Retry-After seconds."),
             400: _error("No container_id or ifname named."),
             403: _error("Another node's VM holds the pod's NIC."),
             404: _error("The attachment holds no live NIC in the cluster (or that is no pod uid)."),
         },
     )
     def get(self, request: Request, pod_uid: str) -> Response:
-        """CHECK: the attachment's live NIC as recorded."""
+        """CHECK, and the poll of a queued ADD: the attachment's live NIC as recorded
+        (202 while its request is queued; a failed one says why in `failure_code`)."""
         agent = self.agent(request)
         _pod_uid_checked(pod_uid)
         key = _attachment(request)
@@ -399,7 +462,7 @@ class AgentNicView(AgentView):
                 f"Pod {pod_uid} has no NIC for container {key['container_id']} and "
                 f"interface {key['ifname']} in this cluster."
             )
-        return Response(NicSerializer(nic).data)
+        return _nic_answer(nic)
 
     @extend_schema(
         parameters=_NIC_PARAMETERS,

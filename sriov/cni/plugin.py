@@ -2,9 +2,11 @@
 that gives a pod its own NIC on an external whitesky network.
 
 ADD asks the control plane's agent API for the NIC of the attachment (CNI_CONTAINERID,
-CNI_IFNAME) of the pod (attached to this node's VM), waits for the interface with that
-MAC to show up on the host, moves it into the pod's network namespace, names it
-CNI_IFNAME, sets its address and MTU, and brings it up. It leaves the default route
+CNI_IFNAME) of the pod (attached to this node's VM): the agent answers it at once, or
+queues the request (202) and the plugin polls it, honouring Retry-After, until the NIC
+is attached or its timeout. It then waits for the interface with that MAC to show up on
+the host, moves it into the pod's network namespace, names it CNI_IFNAME, sets its
+address and MTU, and brings it up. It leaves the default route
 alone: that is the primary network's. In a chain, the result carries the previous
 result's interfaces, ips, routes and dns, and ours after them. An interface of that name
 already in the container is an error (a repeated ADD): nothing is asked for. DEL moves
@@ -32,7 +34,10 @@ token goes to that URL only. The network configuration may set, beside `cniVersi
 `name`, `type`:
 
     interfaceWaitSeconds   how long ADD waits for the NIC to appear (default 30)
-    requestTimeoutSeconds  how long one agent call may take (default 90)
+    requestTimeoutSeconds  how long ADD waits for the agent API's NIC, its polls
+                           included, and how long any other agent call may take
+                           (default 80: with interfaceWaitSeconds, inside the kubelet's
+                           2-minute runtime request timeout)
 
 Standard library and pyroute2 only, and nothing imported that is not needed: it runs for
 every pod. Errors are CNI error objects on stdout with a non-zero exit status; never a
@@ -75,6 +80,8 @@ AGENT_REFUSED = 100
 INTERFACE_MISSING = 101
 CHECK_FAILED = 102
 INTERFACE_EXISTS = 103
+# Failures of a queued ADD (the request's `failure_code`) that an ADD again may get past.
+RETRYABLE_FAILURES = ("whitesky_unavailable",)
 
 
 class CniError(Exception):
@@ -206,7 +213,7 @@ class Agent:
     def __init__(self, config: Mapping[str, Any], node: NodeConfig) -> None:
         self.url = node.url
         self.token = node.token
-        self.timeout = float(config.get("requestTimeoutSeconds", 90))
+        self.timeout = float(config.get("requestTimeoutSeconds", 80))
         handlers: list[Any] = [urllib.request.ProxyHandler({}), _NoRedirect()]
         if self.url.startswith("https:"):
             context = ssl.create_default_context(cafile=node.cafile)
@@ -219,9 +226,23 @@ class Agent:
         path: str,
         body: Mapping[str, Any] | None = None,
         query: Mapping[str, str] | None = None,
+        deadline: float | None = None,
     ) -> Any:
         """The JSON answer (None for 204); 404 answers None when `method` is GET or
         DELETE; other failures raise CniError."""
+        return self.exchange(method, path, body, query, deadline)[1]
+
+    def exchange(
+        self,
+        method: str,
+        path: str,
+        body: Mapping[str, Any] | None = None,
+        query: Mapping[str, str] | None = None,
+        deadline: float | None = None,
+    ) -> tuple[int, Any, float]:
+        """The status, the JSON answer and the Retry-After it gave (seconds), as `call`
+        answers; 429 and 502-504 are asked again after Retry-After until `deadline`
+        (default: the request timeout from now)."""
         data = json.dumps(body).encode() if body is not None else None
         url = self.url + path + (f"?{urllib.parse.urlencode(query)}" if query else "")
         request = urllib.request.Request(  # noqa: S310 - the URL is the installer's, http(s)
@@ -234,14 +255,19 @@ class Agent:
                 "Accept": "application/json",
             },
         )
-        deadline = time.monotonic() + self.timeout
+        if deadline is None:
+            deadline = time.monotonic() + self.timeout
         while True:
             try:
                 with self.opener.open(
                     request, timeout=max(deadline - time.monotonic(), 1)
                 ) as response:
                     raw = response.read()
-                    return json.loads(raw) if raw else None
+                    return (
+                        response.status,
+                        json.loads(raw) if raw else None,
+                        _retry_after(response.headers),
+                    )
             except urllib.error.HTTPError as exc:
                 detail = _detail(exc)
                 if 300 <= exc.code < 400:
@@ -249,10 +275,10 @@ class Agent:
                         AGENT_REFUSED, f"agent API answered a redirect (HTTP {exc.code}): refused"
                     ) from None
                 if exc.code == 404 and method in ("GET", "DELETE"):
-                    return None
-                wait = _retry_after(exc)
-                if exc.code in (502, 503, 504) and time.monotonic() + wait < deadline:
-                    time.sleep(wait)  # the VM's queue, or whitesky, is busy: try again
+                    return exc.code, None, 0.0
+                wait = _retry_after(exc.headers)
+                if exc.code in (429, 502, 503, 504) and time.monotonic() + wait < deadline:
+                    time.sleep(wait)  # the VM's turn, whitesky or our rate: try again
                     continue
                 code = TRY_AGAIN_LATER if exc.code >= 500 or exc.code == 429 else AGENT_REFUSED
                 raise CniError(code, f"agent API: HTTP {exc.code}: {detail}") from None
@@ -273,10 +299,10 @@ def _detail(exc: urllib.error.HTTPError) -> str:
     return str(body)[:500]
 
 
-def _retry_after(exc: urllib.error.HTTPError) -> float:
+def _retry_after(headers: Any) -> float:
     try:
-        return min(max(float(exc.headers.get("Retry-After", "1")), 0.2), 10.0)
-    except ValueError:
+        return min(max(float(headers.get("Retry-After", "1")), 0.2), 10.0)
+    except (AttributeError, ValueError):
         return 1.0
 
 
@@ -427,6 +453,47 @@ def _result(
     }
 
 
+def nic_wait(agent: Agent, body: Mapping[str, Any]) -> Any:
+    """ADD at the agent API, then poll its request (GET, after each Retry-After) until the
+    NIC is attached, all within the request timeout. A failure worth trying again
+    (`whitesky_unavailable`) is ADDed again while time is left; any other is the error."""
+    deadline = time.monotonic() + agent.timeout
+    where = f"nics/{urllib.parse.quote(str(body['pod_uid']))}/"
+    key = {"container_id": str(body["container_id"]), "ifname": str(body["ifname"])}
+    status, nic, wait = agent.exchange("POST", "nics/", body, deadline=deadline)
+    while True:
+        if not isinstance(nic, dict):
+            raise CniError(
+                AGENT_REFUSED,
+                "the agent API no longer has the request for this NIC (a DEL cancelled it)",
+            )
+        state = nic.get("state")
+        if status == 200 and state == "attached":
+            return nic
+        if status != 202 and state != "failed":
+            raise CniError(AGENT_REFUSED, f"the agent API answered no NIC: {nic!r:.200}")
+        again = time.monotonic() + wait < deadline
+        if state == "failed":
+            retryable = nic.get("failure_code") in RETRYABLE_FAILURES
+            if not (retryable and again):
+                raise CniError(
+                    TRY_AGAIN_LATER if retryable else AGENT_REFUSED,
+                    f"agent API: {nic.get('failure') or 'the attach failed'}",
+                )
+            time.sleep(wait)
+            status, nic, wait = agent.exchange("POST", "nics/", body, deadline=deadline)
+            continue
+        if not again:
+            raise CniError(
+                TRY_AGAIN_LATER,
+                f"the NIC is still queued on this node's VM (place {nic.get('queue_position')}) "
+                f"after {agent.timeout:.0f} s",
+                str(nic.get("failure") or ""),
+            )
+        time.sleep(wait)
+        status, nic, wait = agent.exchange("GET", where, query=key, deadline=deadline)
+
+
 def cmd_add(config: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
     netns = _netns_path(_env(environ, "CNI_NETNS"))
     key = _attachment(environ)
@@ -442,9 +509,8 @@ def cmd_add(config: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any
             f"{key['container_id']} and {ifname} is not repeated without a DEL between",
         )
     node = NodeConfig(environ)
-    nic = Agent(config, node).call(
-        "POST",
-        "nics/",
+    nic = nic_wait(
+        Agent(config, node),
         {**pod, **key, "node_name": node.node_name, "cni_network": _network_name(config)},
     )
     if not isinstance(nic, dict) or not nic.get("mac") or not nic.get("address"):

@@ -6,6 +6,8 @@ and node-0's node token (`agent_token`; `node_token(i)` enrolls node i)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,7 +18,15 @@ from cloud.models import Account, Location
 from cloud.observe import account_locations_observe
 from cloud.whitesky import whitesky_client
 from clusters.models import Cluster, ClusterSite, Machine, MachinePool
-from sriov.agent import Clients, pod_nic_add
+from sriov.agent import (
+    Clients,
+    NotEnabled,
+    Refused,
+    WhiteskyFailed,
+    WhiteskyRefused,
+    pod_nic_add,
+    vm_queue_run,
+)
 from sriov.models import AgentToken, PodNic
 from sriov.services import sriov_config_set
 from sriov.tokens import agent_token_rotate, node_token_enroll
@@ -98,12 +108,12 @@ class World:
     def kube_token(self) -> str:
         return self.kube_cluster.token
 
-    def add(
+    def request(
         self, name: str, *, node: int = 0, container_id: str = "", ifname: str = "net1",
         **options: Any,
     ) -> PodNic:  # fmt: skip
         """ADD for pod `name` (its sandbox `sandbox-<name>` unless told), through the
-        service the agent API calls."""
+        service the agent API calls: the request, recorded (queued, or attached)."""
         pod = self.pods[name]
         return pod_nic_add(
             cluster=Cluster.objects.get(pk=self.cluster.pk),
@@ -115,6 +125,23 @@ class World:
             ifname=ifname,
             **options,
         )
+
+    def add(self, name: str, **options: Any) -> PodNic:
+        """ADD, then its VM's queue run as the worker runs it: the NIC attached, or the
+        failure recorded on the request raised as the agent API says it."""
+        row = self.request(name, **options)
+        if row.state != PodNic.State.ATTACHED:
+            vm_queue_run(location_id=row.location_id, vm_id=row.vm_id)
+            row.refresh_from_db()
+        if row.state == PodNic.State.FAILED:
+            failure: type[Refused] = {
+                WhiteskyRefused.code: WhiteskyRefused,
+                NotEnabled.code: NotEnabled,
+            }.get(row.failure_code, WhiteskyFailed)
+            raise failure(row.failure)
+        if row.state == PodNic.State.ATTACHING:
+            raise WhiteskyFailed(row.failure or "the attach's outcome is not known yet")
+        return row
 
     def uid(self, name: str) -> str:
         return str(self.pods[name]["metadata"]["uid"])
@@ -191,7 +218,45 @@ def world_build(
     )
 
 
-__all__ = ["Clients", "World", "world_build"]
+@contextmanager
+def queue_worker() -> Iterator[None]:
+    """A Celery worker in this process (solo pool, in a thread of its own) on the tests'
+    broker: what runs the VMs' NIC queues for the ADDs of a live server."""
+    from celery.contrib.testing.worker import start_worker
+    from celery.signals import task_postrun
+    from django.db import connections
+
+    from capvco_web import celery_app
+
+    def close(**_: Any) -> None:
+        connections.close_all()  # the worker thread's, before the test database goes
+
+    task_postrun.connect(close, weak=False)
+    try:
+        with start_worker(celery_app, pool="solo", perform_ping_check=False):
+            yield
+    finally:
+        task_postrun.disconnect(close)
+
+
+__all__ = ["Clients", "World", "queue_worker", "world_build"]
+
+
+AGENT_NICS = "/api/v1/sriov/agent/nics/"
+
+
+def agent_add(client: Any, body: dict[str, Any]) -> Any:
+    """ADD through the agent API as the plugin and a worker make it: the POST, and when it
+    answered 202 (queued), the VM's queue run as the worker runs it and the POST again
+    (the NIC's answer). Any other answer is the first one."""
+    answer = client.post(AGENT_NICS, body, content_type="application/json")
+    if answer.status_code != 202:
+        return answer
+    row = PodNic.objects.exclude(state=PodNic.State.RELEASED).get(
+        container_id=body["container_id"], ifname=body["ifname"]
+    )
+    vm_queue_run(location_id=row.location_id, vm_id=row.vm_id)
+    return client.post(AGENT_NICS, body, content_type="application/json")
 
 
 def add_body(world: World, name: str, node: int = 0) -> dict[str, Any]:

@@ -8,10 +8,11 @@ from django.test import Client
 
 from capvco_web.audit import SystemActor
 from clusters.models import Cluster
+from sriov.agent import vm_queue_run
 from sriov.models import PodNic
 from sriov.services import sriov_config_set
 from sriov.tokens import agent_token_rotate
-from tests.sriov.support import KEY, NETWORK, World, add_body
+from tests.sriov.support import KEY, NETWORK, World, add_body, agent_add
 
 URL = "/api/v1/sriov/agent/nics/"
 
@@ -26,6 +27,11 @@ def test_add_answers_what_the_plugin_configures_and_a_repeat_the_same_nic(
 ) -> None:
     world.pod("web")
     agent(client, world.agent_token)
+    queued = client.post(URL, add_body(world, "web"), content_type="application/json")
+    assert queued.status_code == 202, queued.content
+    assert queued.json()["state"] == "requested" and queued.json()["queue_position"] == 1
+    assert int(queued["Retry-After"]) >= 1
+    vm_queue_run(location_id=world.location.pk, vm_id=world.vm(0))  # the worker
     first = client.post(URL, add_body(world, "web"), content_type="application/json")
     assert first.status_code == 200, first.content
     nic = first.json()
@@ -47,7 +53,7 @@ def test_add_answers_what_the_plugin_configures_and_a_repeat_the_same_nic(
 def test_del_detaches_and_a_repeated_del_is_fine(world: World, client: Client) -> None:
     world.pod("web")
     agent(client, world.agent_token)
-    nic = client.post(URL, add_body(world, "web"), content_type="application/json").json()
+    nic = agent_add(client, add_body(world, "web")).json()
     assert client.delete(f"{URL}{nic['pod_uid']}/{KEY}").status_code == 204
     assert world.sim_nics(world.vm(0)) == []
     assert PodNic.objects.get(pod_uid=nic["pod_uid"]).state == PodNic.State.RELEASED
@@ -84,7 +90,7 @@ def test_a_token_of_another_cluster_cannot_touch_this_clusters_pods(
 ) -> None:
     world.pod("web")
     agent(client, world.agent_token)
-    nic = client.post(URL, add_body(world, "web"), content_type="application/json").json()
+    nic = agent_add(client, add_body(world, "web")).json()
     _, other_token = other
     agent(client, other_token)
     # Its own node names the same: the pod is still not its own, and not even seen.
@@ -181,7 +187,7 @@ def test_a_rotation_with_overlap_keeps_the_old_token_until_then(
 def test_del_and_check_name_the_attachment(world: World, client: Client) -> None:
     world.pod("web")
     agent(client, world.agent_token)
-    nic = client.post(URL, add_body(world, "web"), content_type="application/json").json()
+    nic = agent_add(client, add_body(world, "web")).json()
     assert (nic["container_id"], nic["ifname"]) == ("c0ffee", "net1")
     bare = client.delete(f"{URL}{nic['pod_uid']}/")
     assert bare.status_code == 400

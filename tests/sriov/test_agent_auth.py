@@ -26,7 +26,7 @@ from sriov.models import AgentToken, PodNic
 from sriov.tokens import agent_token_rotate
 from tests.factories import MembershipFactory, UserFactory
 from tests.kube_sim import node_object
-from tests.sriov.support import CLOUDSPACE, KEY, World, add_body
+from tests.sriov.support import CLOUDSPACE, KEY, World, add_body, agent_add
 
 NICS = "/api/v1/sriov/agent/nics/"
 ENROLL = "/api/v1/sriov/agent/enroll/"
@@ -37,7 +37,7 @@ def bearer(token: str) -> Client:
 
 
 def add(client: Client, body: dict[str, Any]) -> Any:
-    return client.post(NICS, body, content_type="application/json")
+    return agent_add(client, body)
 
 
 def enroll_call(token: str, node: str, current: str = "") -> Any:

@@ -27,7 +27,7 @@ from sriov.cni.install import install, plugin_zip
 from sriov.models import AgentToken, PodNic
 from tests.conftest import require
 from tests.kube_sim import KubeSimulator
-from tests.sriov.support import World, world_build
+from tests.sriov.support import World, queue_worker, world_build
 from tests.whitesky_sim import PROJECT_ROOT, WhiteskySimulator
 
 REFERENCE_PLUGINS = Path("/usr/lib/cni")
@@ -259,7 +259,7 @@ def runtime(
     cni_bin: Path,
     tmp_path: Path,
     vfs: list[str],
-) -> Runtime:
+) -> Iterator[Runtime]:
     world = world_build(whitesky_sim, kube_sim)
     conf_dir = tmp_path / "capvco-sriov.d"
     agent_url = f"{live_server.url}/api/v1/sriov/agent/"
@@ -275,15 +275,17 @@ def runtime(
         agent_url=agent_url,
     )
     (tmp_path / "cache").mkdir()
-    return Runtime(
-        world=world,
-        bin_dir=cni_bin,
-        conf_dir=conf_dir,
-        cache_dir=tmp_path / "cache",
-        work=tmp_path,
-        vfs=vfs,
-        agent_url=agent_url,
-    )
+    # The worker that attaches the NICs the plugin's ADDs queue.
+    with queue_worker():
+        yield Runtime(
+            world=world,
+            bin_dir=cni_bin,
+            conf_dir=conf_dir,
+            cache_dir=tmp_path / "cache",
+            work=tmp_path,
+            vfs=vfs,
+            agent_url=agent_url,
+        )
 
 
 def link(netns: str, name: str = "net1") -> dict[str, Any]:
@@ -651,8 +653,9 @@ def test_gc_releases_this_nodes_nics_of_attachments_no_longer_valid(
     ours = "capvco-sriov"
     away = world.add("away", node=1, container_id="c3", cni_network=ours)  # another node's
     in_flight = world.add("slow", container_id="c4", cni_network=ours)
-    PodNic.objects.filter(pk=in_flight.pk).update(state=PodNic.State.ATTACHING)
     world.add("elsewhere", container_id="c5", cni_network="another-network")
+    # Its attach under way (after the last queue run of the VM: a run would resolve it).
+    PodNic.objects.filter(pk=in_flight.pk).update(state=PodNic.State.ATTACHING)
     gc = runtime.conflist("1.1.0", chain="")
     only_c2 = ("-valid", json.dumps([{"containerID": "c2", "ifname": "net1"}]))
 

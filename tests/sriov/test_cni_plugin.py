@@ -20,7 +20,7 @@ import pytest
 from sriov.models import PodNic
 from tests.conftest import require
 from tests.kube_sim import KubeSimulator
-from tests.sriov.support import World, world_build
+from tests.sriov.support import World, queue_worker, world_build
 from tests.whitesky_sim import PROJECT_ROOT, WhiteskySimulator
 
 
@@ -46,8 +46,11 @@ def vf_names() -> Iterator[list[str]]:
 
 
 @pytest.fixture
-def live_world(whitesky_sim: WhiteskySimulator, kube_sim: KubeSimulator, live_server: Any) -> World:
-    return world_build(whitesky_sim, kube_sim)
+def live_world(
+    whitesky_sim: WhiteskySimulator, kube_sim: KubeSimulator, live_server: Any
+) -> Iterator[World]:
+    with queue_worker():
+        yield world_build(whitesky_sim, kube_sim)
 
 
 def node_dir(tmp_path: Path, world: World, agent_url: str, node: str = "node-0") -> Path:
@@ -176,6 +179,68 @@ def test_a_refusal_of_the_agent_api_is_a_cni_error(
     error = json.loads(result.stdout)
     assert error["code"] == 100
     assert "HTTP 403" in error["msg"] and "not on node-1" in error["msg"]
+
+
+def test_a_refused_attach_is_the_adds_cni_error(
+    live_world: World, live_server: Any, netns: str, tmp_path: Path
+) -> None:
+    """The worker records whitesky's refusal on the request; the plugin's poll reads it."""
+    from cloud.whitesky import whitesky_client
+    from tests.sriov.support import CLOUDSPACE
+
+    world = live_world
+    with whitesky_client(world.account) as client:
+        client.start_vm(cloudspace_id=CLOUDSPACE, vm_id=world.vm(0))
+    world.sim.configure(nic_attach_requires_halted_vm=True)
+    folder = node_dir(tmp_path, world, f"{live_server.url}/api/v1/sriov/agent/")
+    world.pod("web")
+    result = plugin("ADD", config(), env=pod_env(world, netns, folder))
+    assert result.returncode == 1
+    error = json.loads(result.stdout)
+    assert error["code"] == 100
+    assert f"refused to attach a NIC to VM {world.vm(0)}" in error["msg"]
+    assert PodNic.objects.get().failure_code == "whitesky_refused"
+
+
+def test_an_add_still_queued_at_its_timeout_says_so(
+    live_world: World, live_server: Any, netns: str, tmp_path: Path
+) -> None:
+    """The VM's turn stays taken (a detach that does not end): the plugin polls until its
+    requestTimeoutSeconds and says the NIC is still queued, a CNI 'try again later'."""
+    import threading
+
+    from django.db import connections
+
+    from capvco_web.locks import object_lock
+    from sriov.agent import vm_lock_name
+
+    world = live_world
+    folder = node_dir(tmp_path, world, f"{live_server.url}/api/v1/sriov/agent/")
+    world.pod("web")
+    held, release = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        try:
+            with object_lock(vm_lock_name(world.location.pk, world.vm(0))):
+                held.set()
+                release.wait(60)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    assert held.wait(10)
+    try:
+        result = plugin("ADD", config(requestTimeoutSeconds=4), env=pod_env(world, netns, folder))
+    finally:
+        release.set()
+        thread.join()
+    assert result.returncode == 1
+    error = json.loads(result.stdout)
+    assert error["code"] == 11
+    assert "still queued on this node's VM (place 1) after 4 s" in error["msg"]
+    assert PodNic.objects.get().state == PodNic.State.REQUESTED
+    assert world.sim_nics(world.vm(0)) == []
 
 
 BASE_ENV = {

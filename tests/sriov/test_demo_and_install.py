@@ -19,7 +19,7 @@ from sriov.cni.install import install
 from sriov.manifests import sriov_manifests
 from sriov.models import PodNic, SriovConfig
 from tests.kube_sim import KubeSimulator, node_object
-from tests.sriov.support import World, world_build
+from tests.sriov.support import World, queue_worker, world_build
 from tests.whitesky_sim import WhiteskySimulator
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,15 +39,16 @@ def test_the_demo_gives_pods_nics_through_the_agent_api(
         ],
     )
     out = io.StringIO()
-    call_command(
-        "demo_sriov",
-        simulator=whitesky_sim.base_url,
-        kube=kube_sim.base_url,
-        kube_ca=kube_sim.ca_file,
-        web=live_server.url,
-        wait=5,
-        stdout=out,
-    )
+    with queue_worker():  # the demo's worker, which attaches the NICs its ADDs queue
+        call_command(
+            "demo_sriov",
+            simulator=whitesky_sim.base_url,
+            kube=kube_sim.base_url,
+            kube_ca=kube_sim.ca_file,
+            web=live_server.url,
+            wait=5,
+            stdout=out,
+        )
     config = SriovConfig.objects.get(cluster=world.cluster)
     assert config.enabled and config.credential != world.account.credential
     nics = PodNic.objects.filter(state=PodNic.State.ATTACHED)

@@ -3,16 +3,11 @@ latency, address use."""
 
 from __future__ import annotations
 
-import contextlib
-import threading
 from typing import Any
 
-from django.db import connections
 from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
-from capvco_web.locks import object_lock
-from sriov.agent import VmBusy, vm_lock_name
 from sriov.selectors import network_address_use, pod_nics, vm_queues
 from tests.factories import UserFactory
 from tests.sriov.support import NETWORK, World
@@ -49,28 +44,12 @@ def test_metrics_count_nics_per_state_and_attach_times(
 
 def test_a_waiting_request_shows_in_its_vms_queue(world: World) -> None:
     world.pod("web")
-    held, release = threading.Event(), threading.Event()
-
-    def holder() -> None:
-        with object_lock(vm_lock_name(world.location.pk, world.vm(0))):
-            held.set()
-            release.wait(10)
-        connections.close_all()
-
-    thread = threading.Thread(target=holder)
-    thread.start()
-    held.wait(5)
-    try:
-        with contextlib.suppress(VmBusy):
-            world.add("web", wait=0.2)
-        person = UserFactory(is_superuser=True)
-        (queue,) = vm_queues(person)
-        assert (queue.vm_id, queue.length, queue.node_name) == (world.vm(0), 1, "node-0")
-        assert [row.pod_name for row in queue.waiting] == ["web"]
-        assert vm_queues(UserFactory()) == []  # a user of no account sees none
-    finally:
-        release.set()
-        thread.join()
+    world.request("web")  # queued; no worker has run its VM's queue
+    person = UserFactory(is_superuser=True)
+    (queue,) = vm_queues(person)
+    assert (queue.vm_id, queue.length, queue.node_name) == (world.vm(0), 1, "node-0")
+    assert [row.pod_name for row in queue.waiting] == ["web"]
+    assert vm_queues(UserFactory()) == []  # a user of no account sees none
 
 
 def test_address_use_per_location_counts_the_nics_holding_one(world: World) -> None:

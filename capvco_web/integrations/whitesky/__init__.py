@@ -1,6 +1,12 @@
 """Typed client for the whitesky.cloud VCO API. Pure Python: no Django in here."""
 
-from .client import DEFAULT_LONG_TIMEOUT, DEFAULT_PAGE_SIZE, DEFAULT_TIMEOUT, WhiteskyClient
+from .client import (
+    DEFAULT_LONG_TIMEOUT,
+    DEFAULT_PAGE_SIZE,
+    DEFAULT_TIMEOUT,
+    WhiteskyClient,
+    new_nic,
+)
 from .errors import (
     BadRequest,
     CapacityExhausted,
@@ -69,4 +75,5 @@ __all__ = [
     "VmNic",
     "WhiteskyClient",
     "WhiteskyError",
+    "new_nic",
 ]

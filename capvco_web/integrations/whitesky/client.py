@@ -29,7 +29,7 @@ import logging
 import random
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from datetime import datetime
 from typing import Any, TypeVar
 from urllib.parse import quote, urlsplit
@@ -102,6 +102,35 @@ DEFAULT_PAGE_SIZE = 500
 _RESERVES = frozenset({ops.RESERVE_VGPU.operation_id, ops.RESERVE_AND_ATTACH_VGPU.operation_id})
 _SERVER_MESSAGE_LIMIT = 200
 _MEDIA_TYPE = re.compile(r"[A-Za-z0-9.+-]{1,40}/[A-Za-z0-9.+-]{1,60}")
+
+
+def new_nic(
+    after: list[VmNic],
+    *,
+    before: Collection[str],
+    owned: Collection[str] = (),
+    network_id: int | None = None,
+    ip: str | None = None,
+) -> VmNic | None:
+    """The NIC an attach made: the one NIC of the listing `after` whose MAC the listing
+    `before` did not hold and nobody else owns (`owned`), on `network_id` (and with `ip`)
+    when given; None: the attach made none. Two or more cannot be told apart
+    (UnexpectedResponse): attaches to one VM must be serialised. The one place that
+    decides which NIC is new."""
+    seen = {mac.lower() for mac in before} | {mac.lower() for mac in owned}
+    new = [
+        nic
+        for nic in after
+        if nic.mac.lower() not in seen
+        and (network_id is None or nic.network_id == network_id)
+        and (ip is None or nic.ip == ip)
+    ]
+    if len(new) > 1:
+        raise UnexpectedResponse(
+            f"{len(new)} new NICs after one attach; attaches to a VM must be serialised",
+            operation=ops.ATTACH_EXTERNAL_NIC.operation_id,
+        )
+    return new[0] if new else None
 
 
 class WhiteskyClient:
@@ -364,7 +393,8 @@ class WhiteskyClient:
         external_cloudspace_id: str | None = None,
     ) -> VmNic:
         """Attaches a NIC and answers it. The API answers only `{success}`, so the new NIC is
-        the one that the VM's NIC listing holds after the attach and did not hold before.
+        the one that the VM's NIC listing holds after the attach and did not hold before
+        (`new_nic`).
 
         Sent once. When the answer is lost, the listing is read again: a single new NIC is the
         one we asked for; otherwise `ResponseLost` is raised. Attaches to one VM must be
@@ -372,16 +402,14 @@ class WhiteskyClient:
         """
         before = {nic.mac for nic in self.list_vm_nics(cloudspace_id=cloudspace_id, vm_id=vm_id)}
         try:
-            self._call(
-                ops.ATTACH_EXTERNAL_NIC,
-                path={"cloudspace_id": cloudspace_id, "vm_id": vm_id},
-                query={
-                    "external_network_id": external_network_id,
-                    "external_network_ip": split_ip(ip)[0] if ip else None,
-                    "model": model,
-                    "external_network_type": network_type,
-                    "external_cloudspace_id": external_cloudspace_id,
-                },
+            self.send_external_nic_attach(
+                cloudspace_id=cloudspace_id,
+                vm_id=vm_id,
+                external_network_id=external_network_id,
+                ip=ip,
+                model=model,
+                network_type=network_type,
+                external_cloudspace_id=external_cloudspace_id,
             )
         except ResponseLost as lost:
             try:
@@ -401,19 +429,36 @@ class WhiteskyClient:
             )
         return found
 
+    def send_external_nic_attach(
+        self,
+        *,
+        cloudspace_id: str,
+        vm_id: int,
+        external_network_id: int,
+        ip: str | None = None,
+        model: str | None = None,
+        network_type: str = "external",
+        external_cloudspace_id: str | None = None,
+    ) -> None:
+        """Sends the attach, once; its answer says nothing of the NIC. A caller that keeps the
+        listing from before finds the NIC with `new_nic` in the listing after."""
+        self._call(
+            ops.ATTACH_EXTERNAL_NIC,
+            path={"cloudspace_id": cloudspace_id, "vm_id": vm_id},
+            query={
+                "external_network_id": external_network_id,
+                "external_network_ip": split_ip(ip)[0] if ip else None,
+                "model": model,
+                "external_network_type": network_type,
+                "external_cloudspace_id": external_cloudspace_id,
+            },
+        )
+
     def _new_nic(
         self, cloudspace_id: str, vm_id: int, before: set[str], ip: str | None
     ) -> VmNic | None:
         after = self.list_vm_nics(cloudspace_id=cloudspace_id, vm_id=vm_id)
-        new = [nic for nic in after if nic.mac not in before]
-        if ip:
-            new = [nic for nic in new if nic.ip == split_ip(ip)[0]]
-        if len(new) > 1:
-            raise UnexpectedResponse(
-                f"{len(new)} new NICs after one attach; attaches to a VM must be serialised",
-                operation=ops.ATTACH_EXTERNAL_NIC.operation_id,
-            )
-        return new[0] if new else None
+        return new_nic(after, before=before, ip=split_ip(ip)[0] if ip else None)
 
     def detach_external_nic(
         self,

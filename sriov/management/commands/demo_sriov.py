@@ -85,10 +85,10 @@ class Command(BaseCommand):
         for index, (name, namespace) in enumerate(PODS):
             pod = self._pod(kube.rstrip("/"), namespace, name)
             node = nodes[index % len(nodes)]
-            answer = requests.post(
-                f"{agent_url}/nics/",
-                headers={"Authorization": f"Bearer {node_tokens[node]}"},
-                json={
+            nic = self._add(
+                agent_url,
+                node_tokens[node],
+                {
                     "pod_uid": pod["metadata"]["uid"],
                     "namespace": namespace,
                     "pod_name": name,
@@ -96,15 +96,29 @@ class Command(BaseCommand):
                     "container_id": f"demo-{pod['metadata']['uid']}",
                     "ifname": "net1",
                 },
-                timeout=120,
             )
-            if answer.status_code != 200:
-                raise CommandError(f"ADD {namespace}/{name}: {answer.status_code} {answer.text}")
-            nic = answer.json()
             self.stdout.write(
                 f"{namespace}/{name} on {node}: {nic['mac']} {nic['address']}/{nic['prefix']}"
             )
         self.stdout.write(self.style.SUCCESS(f"SR-IOV on for 'demo': {len(PODS)} pods have NICs."))
+
+    def _add(self, agent_url: str, token: str, body: dict[str, str]) -> dict[str, Any]:
+        """ADD as the CNI plugin makes it: queued (202), the request is polled after each
+        Retry-After until a worker attached its NIC (a minute at most)."""
+        deadline = time.monotonic() + 60
+        headers = {"Authorization": f"Bearer {token}"}
+        answer = requests.post(f"{agent_url}/nics/", headers=headers, json=body, timeout=60)
+        key = {"container_id": body["container_id"], "ifname": body["ifname"]}
+        while answer.status_code == 202 and time.monotonic() < deadline:
+            time.sleep(float(answer.headers.get("Retry-After", "1")))
+            answer = requests.get(
+                f"{agent_url}/nics/{body['pod_uid']}/", headers=headers, params=key, timeout=60
+            )
+        if answer.status_code != 200 or answer.json().get("state") != "attached":
+            raise CommandError(
+                f"ADD {body['namespace']}/{body['pod_name']}: {answer.status_code} {answer.text}"
+            )
+        return dict(answer.json())
 
     def _enroll(self, agent_url: str, enrollment: str, node: str) -> str:
         """The node's token, as its installer gets it (again after each demo run)."""
