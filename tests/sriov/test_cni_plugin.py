@@ -23,6 +23,11 @@ from tests.kube_sim import KubeSimulator
 from tests.sriov.support import World, world_build
 from tests.whitesky_sim import PROJECT_ROOT, WhiteskySimulator
 
+# The interface a VF stands for is found by the MAC the simulator handed out, in the
+# host's namespace: each xdist worker's simulator hands out the same ones, so one worker
+# runs these tests (bin/test: --dist loadgroup).
+pytestmark = pytest.mark.xdist_group("host-network")
+
 
 @pytest.fixture
 def netns() -> Iterator[str]:
