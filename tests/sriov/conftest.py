@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from clusters.models import Cluster, ClusterSite, Machine, MachinePool
@@ -12,7 +14,22 @@ from tests.whitesky_sim import WhiteskySimulator
 
 @pytest.fixture
 def world(whitesky_sim: WhiteskySimulator, kube_sim: KubeSimulator, db: None) -> World:
+    """The SR-IOV world (tests/sriov/support.py), in the test's transaction; committed when
+    the test also asks for `transactional_db` or `live_server` (pytest-django's `db` then
+    commits), as `world_tx` and `live_world` do."""
     return world_build(whitesky_sim, kube_sim)
+
+
+@pytest.fixture
+def world_tx(world: World, transactional_db: None) -> World:
+    """The world, committed: threads with connections of their own see it."""
+    return world
+
+
+@pytest.fixture
+def live_world(world: World, live_server: Any) -> World:
+    """The world, committed, and the live server that serves the agent API on it."""
+    return world
 
 
 @pytest.fixture
