@@ -13,8 +13,8 @@ import pytest
 KINDS = {
     "browser": "drives Chromium through Playwright (the `page` fixture)",
     "e2e": "starts the project's real processes: a Celery worker, make run (tests/e2e/)",
-    "contract": "holds a part to a contract with generated cases or a real third-party "
-    "runtime (modules named *contract*)",
+    "contract": "holds a running part to a contract with generated cases or a real "
+    "third-party runtime (modules named *contract*; their static checks are unit)",
     "integration": "uses the test database, a live server or a simulator over real HTTP",
     "unit": "none of the above: this process alone",
 }
@@ -40,13 +40,12 @@ def kind_of(item: pytest.Item) -> str:
         return "browser"
     if "e2e" in where[:-1]:
         return "e2e"
-    if "contract" in item.path.stem:
-        return "contract"
     # pytest-django's marker reaches the database through a fixture it asks for at setup,
     # outside the closure.
-    if fixtures & INTEGRATION_FIXTURES or item.get_closest_marker("django_db"):
-        return "integration"
-    return "unit"
+    running = bool(fixtures & INTEGRATION_FIXTURES or item.get_closest_marker("django_db"))
+    if running and "contract" in item.path.stem:
+        return "contract"
+    return "integration" if running else "unit"
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -38,6 +38,7 @@ def test_a_world_of_rows(world): ...
 def test_marked_for_the_database(): ...
 """,
     "test_api_contract.py": "def test_every_operation(db): ...\n",
+    "test_table_contract.py": "def test_the_table_matches_the_description(): ...\n",
     "e2e/test_worker.py": "def test_a_worker(db): ...\n",
     "e2e/test_pages.py": "def test_a_page(page, db): ...\n",
     "test_written.py": """
@@ -56,7 +57,10 @@ def test_the_test_says_e2e(): ...
 }
 
 EXPECTED = {
-    "unit": ["test_plain.py::test_sum"],
+    "unit": [
+        "test_plain.py::test_sum",
+        "test_table_contract.py::test_the_table_matches_the_description",
+    ],
     "integration": [
         "test_rows.py::test_a_row",
         "test_rows.py::test_a_world_of_rows",
