@@ -6,12 +6,14 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import pytest
+from django.contrib.auth.models import User
 from django.core.cache import cache
 from django.db import connection
+from rest_framework.test import APIClient
 
 from capvco_web import celery_app
 
-pytest_plugins = ["tests.whitesky_sim", "tests.http_stub", "tests.kube_sim"]
+pytest_plugins = ["tests.kinds", "tests.whitesky_sim", "tests.http_stub", "tests.kube_sim"]
 
 IN_CI = bool(os.environ.get("CI"))
 
@@ -43,6 +45,21 @@ def user(django_user_model):  # type: ignore[no-untyped-def]
 @pytest.fixture
 def logged_in_client(client, user):  # type: ignore[no-untyped-def]
     client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def api_user(django_user_model: type[User]) -> User:
+    """Whom `api` calls as: superuser `ops` (validation and audit, not roles: tests/access
+    has the roles). A module whose tests call as someone else overrides this fixture."""
+    return django_user_model.objects.create_superuser("ops", password="x")
+
+
+@pytest.fixture
+def api(api_user: User) -> APIClient:
+    """The REST API's test client, authenticated as `api_user`."""
+    client = APIClient()
+    client.force_authenticate(api_user)
     return client
 
 

@@ -25,9 +25,13 @@ os.environ.setdefault("WHITESKY_ALLOWED_HOSTS", "vco.example,iam.example")
 os.environ.setdefault("KUBE_ALLOWED_HOSTS", "api.prod.example,api.other.example,mgmt.example")
 REDIS_URL = os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379")
 # Database 15 keeps the tests' queues apart from a control plane running beside them;
-# the run's key prefix keeps two test runs apart.
+# the run's key prefix keeps two test runs apart, and an xdist worker's name in it (gw0,
+# inherited by the processes it starts) two workers of one run: one worker's Celery
+# worker never takes the other's tasks, nor its counters. pytest-django gives each
+# worker's test database the same suffix.
 os.environ.setdefault("CELERY_BROKER_URL", f"{REDIS_URL}/15")
-BROKER_KEY_PREFIX = f"capvco-test-{RUN_ID}:"
+XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+BROKER_KEY_PREFIX = f"capvco-test-{RUN_ID}{f'-{XDIST_WORKER}' if XDIST_WORKER else ''}:"
 
 from capvco_web.settings import *  # noqa: E402,F403
 

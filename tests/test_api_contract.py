@@ -7,7 +7,8 @@ no schema can state are listed in tests/api_fuzz.py (UNSTATABLE).
 Bounded and derandomized here (the same cases on every run); `python -m tests.api_fuzz`
 runs the long one, coverage and stateful phases included. The schema is built when the
 test runs, not when the suite is collected (schemathesis' parametrize builds every
-operation's cases at collection, and its lazy loader does not run under pytest 9).
+operation's cases at collection, and its lazy loader does not run under pytest 9), and
+schemathesis is imported then too.
 """
 
 from __future__ import annotations
@@ -16,10 +17,8 @@ import os
 from typing import Any
 
 import pytest
-import schemathesis
 from hypothesis import HealthCheck, Phase, given
 from hypothesis import settings as hypothesis_settings
-from schemathesis.generation import GenerationMode
 
 from tests.api_fuzz import (
     keeps_failure,
@@ -65,6 +64,9 @@ def unthrottled(settings: Any) -> None:
 def test_every_operation_keeps_the_contract(
     live_server: Any, world: dict[str, int], auth: dict[str, str]
 ) -> None:
+    import schemathesis
+    from schemathesis.generation import GenerationMode
+
     schema = schemathesis.openapi.from_dict(schema_for_schemathesis(served_schema()))
     schema.hook("filter_failure")(keeps_failure)
     failures, operations = [], 0

@@ -40,13 +40,6 @@ pytestmark = pytest.mark.django_db
 ERROR_KEYS = {"detail", "code"}
 
 
-@pytest.fixture
-def api() -> APIClient:
-    client = APIClient()
-    client.force_authenticate(UserFactory(is_staff=True, is_superuser=True))
-    return client
-
-
 def schema(api: APIClient) -> dict[str, Any]:
     response = api.get("/api/v1/schema/", HTTP_ACCEPT="application/json")
     assert response.status_code == 200

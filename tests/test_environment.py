@@ -167,6 +167,7 @@ def make_run_configures(checkout: Path) -> None:
     assert configured.returncode == 0, configured.stderr
 
 
+@pytest.mark.e2e  # commands in a copy of this checkout
 def test_manage_py_in_another_shell_gets_what_make_run_configured(checkout: Path) -> None:
     make_run_configures(checkout)
     assert shell(checkout, ".venv/bin/python", "manage.py", "migrate", "-v0").returncode == 0
@@ -184,6 +185,7 @@ def test_manage_py_in_another_shell_gets_what_make_run_configured(checkout: Path
     assert result.stdout.splitlines()[-1].startswith("Total: 0.00 EUR (1 orphaned reservation(s))")
 
 
+@pytest.mark.e2e  # commands in a copy of this checkout
 def test_celery_in_another_shell_gets_the_broker_make_run_chose(checkout: Path) -> None:
     make_run_configures(checkout)
     chosen = run_env_read(checkout / "var" / RUN_ENV)
@@ -195,6 +197,7 @@ def test_celery_in_another_shell_gets_the_broker_make_run_chose(checkout: Path) 
     assert "\nDEBUG: True\n" in result.stdout
 
 
+@pytest.mark.e2e  # commands in a copy of this checkout
 def test_make_run_allows_its_simulator_and_only_with_the_simulator(checkout: Path) -> None:
     with_simulator = shell(
         checkout, "bash", "-c", "source bin/common.sh && run_configure", SIM_PORT="8099"
@@ -216,6 +219,7 @@ def test_make_run_allows_its_simulator_and_only_with_the_simulator(checkout: Pat
     assert run_env_read(checkout / "var" / RUN_ENV)["WHITESKY_ALLOWED_HOSTS"] == "vco.example"
 
 
+@pytest.mark.e2e  # commands in a copy of this checkout
 def test_the_environment_wins_over_what_make_run_configured(checkout: Path) -> None:
     make_run_configures(checkout)
 
@@ -225,6 +229,7 @@ def test_the_environment_wins_over_what_make_run_configured(checkout: Path) -> N
     assert "SECRET_KEY must be set when DEBUG is off" in result.stderr
 
 
+@pytest.mark.e2e  # commands in a copy of this checkout
 def test_without_make_run_debug_is_off_and_the_secret_key_required(checkout: Path) -> None:
     result = shell(checkout, ".venv/bin/python", "manage.py", "check")
 

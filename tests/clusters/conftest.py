@@ -3,10 +3,7 @@ a delete of its rows is refused with."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
-from rest_framework.test import APIClient
 
 from capvco_web.models import AuditEvent
 from cloud.models import Account, Location
@@ -32,14 +29,6 @@ def deletes_audited() -> list[str]:
 
 def empty_pool(site: ClusterSite, name: str = "cpu") -> MachinePool:
     return MachinePool.objects.create(cluster=site.cluster, site=site, name=name, replicas=0)
-
-
-@pytest.fixture
-def api(django_user_model: Any) -> APIClient:
-    client = APIClient()
-    # Validation and audit, not roles: a superuser (tests/access has the roles).
-    client.force_authenticate(django_user_model.objects.create_superuser("ops", password="x"))
-    return client
 
 
 @pytest.fixture

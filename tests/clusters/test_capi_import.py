@@ -466,13 +466,6 @@ def imported(account: Account, prod: None) -> Cluster:
     return Cluster.objects.get(name="prod")
 
 
-@pytest.fixture
-def api(django_user_model: Any) -> APIClient:
-    client = APIClient()
-    client.force_authenticate(django_user_model.objects.create_superuser("ops", password="x"))
-    return client
-
-
 READ_ONLY = "is imported from Cluster API"
 
 

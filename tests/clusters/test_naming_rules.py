@@ -32,14 +32,6 @@ X_AFTER_X_Y = (
 
 
 @pytest.fixture
-def api(django_user_model: Any) -> APIClient:
-    client = APIClient()
-    # Validation and audit, not roles: a superuser (tests/access has the roles).
-    client.force_authenticate(django_user_model.objects.create_superuser("ops", password="x"))
-    return client
-
-
-@pytest.fixture
 def account() -> Account:
     return Account.objects.create(
         name="acme", api_url="https://vco.example/api/1", iam_url="https://iam.example",

@@ -30,10 +30,7 @@ from tests.factories import (
     VgpuReservationFactory,
 )
 
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.usefixtures("django_allow_async_unsafe", "screenshot_on_failure"),
-]
+pytestmark = pytest.mark.usefixtures("django_allow_async_unsafe", "screenshot_on_failure")
 PASSWORD = "browser-pass-1"
 TIMEOUT = 15_000  # ms
 

@@ -27,6 +27,9 @@ from clusters.models import Cluster
 from sriov.manifests import TOKEN_PLACEHOLDER, manifests_yaml, sriov_manifests
 from tests.kube_sim import PROJECT_ROOT, KubeSimulator, node_object
 
+# Real kubectl, a third-party runtime, holds the fake API server to its contract.
+pytestmark = pytest.mark.contract
+
 KUBECTL = "/usr/bin/kubectl"
 CONTRACT = PROJECT_ROOT / "docs" / "simulator-contract.md"
 TABLE_START = "<!-- kubectl table: made by tests/kube_simulator/test_kubectl.py -->"

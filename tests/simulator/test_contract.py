@@ -20,17 +20,12 @@ Narrow departures from the description, each for a reason:
 from __future__ import annotations
 
 import json
+from functools import cache
 from pathlib import Path
 from typing import Any
 
-import schemathesis
-from hypothesis import HealthCheck, Phase, settings
-from schemathesis import GenerationMode
-from schemathesis.checks import (
-    content_type_conformance,
-    not_a_server_error,
-    response_schema_conformance,
-)
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings
 
 from tests.simulator.support import CS_NL, CUSTOMER, NL, NL_A100, NL_NETWORK, Api
 from tests.whitesky_sim import WhiteskySimulator
@@ -69,8 +64,13 @@ def _description() -> dict[str, Any]:
     return spec
 
 
-schema = schemathesis.openapi.from_dict(_description()).include(operation_id=READS + WRITES)
-schema.config.generation.update(modes=[GenerationMode.POSITIVE], max_examples=MAX_EXAMPLES)
+@cache
+def _schema() -> Any:
+    """The description's operations the project uses, read when a test first runs (not when
+    the suite is collected: 600 kB of JSON, and schemathesis' imports)."""
+    import schemathesis
+
+    return schemathesis.openapi.from_dict(_description()).include(operation_id=READS + WRITES)
 
 
 def _prepare_world(sim: WhiteskySimulator) -> dict[str, str]:
@@ -93,27 +93,41 @@ def _prepare_world(sim: WhiteskySimulator) -> dict[str, str]:
     }
 
 
-@schema.parametrize()
-@settings(
-    deadline=None,
-    phases=[Phase.explicit, Phase.generate],
-    suppress_health_check=list(HealthCheck),
-)
+@pytest.mark.parametrize("operation_id", READS + WRITES)
 def test_answers_conform_to_the_whitesky_description(
-    case: schemathesis.Case, whitesky_sim: WhiteskySimulator
+    operation_id: str, whitesky_sim: WhiteskySimulator
 ) -> None:
-    pinned = _prepare_world(whitesky_sim)
-    for name in list(case.path_parameters or {}):
-        case.path_parameters[name] = pinned[name]  # type: ignore[index]
-
-    response = case.call(
-        base_url=whitesky_sim.api_url,
-        headers={"Authorization": f"Bearer {whitesky_sim.token()}"},
+    from schemathesis import Case, GenerationMode
+    from schemathesis.checks import (
+        content_type_conformance,
+        not_a_server_error,
+        response_schema_conformance,
     )
 
-    allowed = {200, 400} if case.operation.definition.raw["operationId"] in MAY_REFUSE else {200}
-    assert response.status_code in allowed, (response.status_code, response.text)
-    case.validate_response(
-        response,
-        checks=[not_a_server_error, response_schema_conformance, content_type_conformance],
+    operation = _schema().find_operation_by_id(operation_id)
+
+    @given(case=operation.as_strategy(generation_mode=GenerationMode.POSITIVE))
+    @settings(
+        max_examples=MAX_EXAMPLES,
+        deadline=None,
+        phases=[Phase.explicit, Phase.generate],
+        suppress_health_check=list(HealthCheck),
     )
+    def conforms(case: Case) -> None:
+        pinned = _prepare_world(whitesky_sim)
+        for name in list(case.path_parameters or {}):
+            case.path_parameters[name] = pinned[name]  # type: ignore[index]
+
+        response = case.call(
+            base_url=whitesky_sim.api_url,
+            headers={"Authorization": f"Bearer {whitesky_sim.token()}"},
+        )
+
+        allowed = {200, 400} if operation_id in MAY_REFUSE else {200}
+        assert response.status_code in allowed, (response.status_code, response.text)
+        case.validate_response(
+            response,
+            checks=[not_a_server_error, response_schema_conformance, content_type_conformance],
+        )
+
+    conforms()

@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 import pytest
 
 from capvco_web.audit import SystemActor
@@ -7,13 +10,30 @@ from clusters.models import Cluster, ClusterSite, Machine, MachinePool
 from sriov.services import sriov_config_set
 from sriov.tokens import agent_token_rotate, node_token_enroll
 from tests.kube_sim import KubeSimulator, node_object, pod_object
-from tests.sriov.support import CLOUDSPACE, NETWORK, World, world_build
+from tests.sriov.support import CLOUDSPACE, NETWORK, World, queue_worker, world_build
 from tests.whitesky_sim import WhiteskySimulator
 
 
 @pytest.fixture
 def world(whitesky_sim: WhiteskySimulator, kube_sim: KubeSimulator, db: None) -> World:
+    """The SR-IOV world (tests/sriov/support.py), in the test's transaction; committed when
+    the test also asks for `transactional_db` or `live_server` (pytest-django's `db` then
+    commits), as `world_tx` and `live_world` do."""
     return world_build(whitesky_sim, kube_sim)
+
+
+@pytest.fixture
+def world_tx(world: World, transactional_db: None) -> World:
+    """The world, committed: threads with connections of their own see it."""
+    return world
+
+
+@pytest.fixture
+def live_world(world: World, live_server: Any) -> Iterator[World]:
+    """The world, committed, the live server that serves the agent API on it, and a
+    worker that attaches the NICs its ADDs queue."""
+    with queue_worker():
+        yield world
 
 
 @pytest.fixture

@@ -30,6 +30,11 @@ from tests.kube_sim import KubeSimulator
 from tests.sriov.support import World, queue_worker, world_build
 from tests.whitesky_sim import PROJECT_ROOT, WhiteskySimulator
 
+# The interface a VF stands for is found by the MAC the simulator handed out, in the
+# host's namespace: each xdist worker's simulator hands out the same ones, so one worker
+# runs these tests (bin/test: --dist loadgroup).
+pytestmark = pytest.mark.xdist_group("host-network")
+
 REFERENCE_PLUGINS = Path("/usr/lib/cni")
 LIBCNI_SOURCE = Path("/usr/share/gocode/src/github.com/containernetworking/cni/libcni")
 # The versions libcni 1.1.2 can run ADD/CHECK/DEL for; 1.1.0 (GC, STATUS) apart.

@@ -19,9 +19,13 @@ import pytest
 
 from sriov.models import PodNic
 from tests.conftest import require
-from tests.kube_sim import KubeSimulator
-from tests.sriov.support import World, queue_worker, world_build
-from tests.whitesky_sim import PROJECT_ROOT, WhiteskySimulator
+from tests.sriov.support import World
+from tests.whitesky_sim import PROJECT_ROOT
+
+# The interface a VF stands for is found by the MAC the simulator handed out, in the
+# host's namespace: each xdist worker's simulator hands out the same ones, so one worker
+# runs these tests (bin/test: --dist loadgroup).
+pytestmark = pytest.mark.xdist_group("host-network")
 
 
 @pytest.fixture
@@ -43,14 +47,6 @@ def vf_names() -> Iterator[list[str]]:
     yield made
     for name in made:
         subprocess.run(["ip", "link", "del", name], check=False, capture_output=True)
-
-
-@pytest.fixture
-def live_world(
-    whitesky_sim: WhiteskySimulator, kube_sim: KubeSimulator, live_server: Any
-) -> Iterator[World]:
-    with queue_worker():
-        yield world_build(whitesky_sim, kube_sim)
 
 
 def node_dir(tmp_path: Path, world: World, agent_url: str, node: str = "node-0") -> Path:

@@ -16,19 +16,10 @@ from django.db import connections
 from cloud.whitesky import whitesky_client
 from sriov.agent import Refused, WhiteskyFailed, WhiteskyRefused
 from sriov.models import PodNic
-from tests.kube_sim import KubeSimulator
-from tests.sriov.support import CLOUDSPACE, World, world_build
-from tests.whitesky_sim import WhiteskySimulator
+from tests.sriov.support import CLOUDSPACE, World
 
 ATTACH = "attachExternalNetworksVirtualMachine"
 LIST = "listExternalNetworksVirtualMachine"
-
-
-@pytest.fixture
-def world_tx(
-    whitesky_sim: WhiteskySimulator, kube_sim: KubeSimulator, transactional_db: None
-) -> World:
-    return world_build(whitesky_sim, kube_sim)
 
 
 def at_once(calls: list[Callable[[], Any]]) -> list[Any]:
