@@ -12,6 +12,7 @@ are reported under ``unassigned_vgpus``; stretches on a VM under that VM.
 from __future__ import annotations
 
 import ipaddress
+import secrets
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -59,6 +60,12 @@ class Clock:
         return self.now()
 
 
+# The MACs of this process's NICs, the same across resets: two simulators on one host
+# (two test runs, a test run beside `make run`) hand out different ones, as the CNI
+# tests find a VF by its MAC in the host's network.
+MAC_SPACE = secrets.randbits(16)
+
+
 class World:
     def __init__(self, tables: Tables, *, clock: Clock, switches: dict[str, bool]) -> None:
         self.tables = tables
@@ -86,8 +93,9 @@ class World:
         return value
 
     def _new_mac(self) -> str:
-        n = self._next("mac", 1)
-        return f"52:54:00:{(n >> 16) & 0xFF:02x}:{(n >> 8) & 0xFF:02x}:{n & 0xFF:02x}"
+        # Unique in the process up to 2**32 NICs: the count added to the process's base.
+        n = ((MAC_SPACE << 16) + self._next("mac", 1)) & 0xFFFFFFFF
+        return "52:54:" + ":".join(f"{(n >> shift) & 0xFF:02x}" for shift in (24, 16, 8, 0))
 
     # ---- lookups (they raise what the API answers) -------------------------------------
 

@@ -30,9 +30,9 @@ from tests.kube_sim import KubeSimulator
 from tests.sriov.support import World, queue_worker, world_build
 from tests.whitesky_sim import PROJECT_ROOT, WhiteskySimulator
 
-# The interface a VF stands for is found by the MAC the simulator handed out, in the
-# host's namespace: each xdist worker's simulator hands out the same ones, so one worker
-# runs these tests (bin/test: --dist loadgroup).
+# These tests make interfaces in the host's network namespace, each standing for a VF
+# found by the MAC the simulator handed out: one worker runs them (bin/test: --dist
+# loadgroup), and each simulator process hands out MACs of its own (simulator MAC_SPACE).
 pytestmark = pytest.mark.xdist_group("host-network")
 
 REFERENCE_PLUGINS = Path("/usr/lib/cni")

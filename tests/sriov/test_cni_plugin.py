@@ -22,9 +22,9 @@ from tests.conftest import require
 from tests.sriov.support import World
 from tests.whitesky_sim import PROJECT_ROOT
 
-# The interface a VF stands for is found by the MAC the simulator handed out, in the
-# host's namespace: each xdist worker's simulator hands out the same ones, so one worker
-# runs these tests (bin/test: --dist loadgroup).
+# These tests make interfaces in the host's network namespace, each standing for a VF
+# found by the MAC the simulator handed out: one worker runs them (bin/test: --dist
+# loadgroup), and each simulator process hands out MACs of its own (simulator MAC_SPACE).
 pytestmark = pytest.mark.xdist_group("host-network")
 
 
