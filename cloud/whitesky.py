@@ -6,6 +6,8 @@ row written around the model's validation (a shell, an import, an old row) leaks
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from django.conf import settings
 
 from capvco_web.counters import whitesky_call_count
@@ -18,17 +20,34 @@ def whitesky_client(account: Account) -> ws.WhiteskyClient:
         Account.objects.filter(pk=account.pk).update(credential=token)
         account.credential = token
 
+    return account_api_client(
+        account,
+        token=account.credential,
+        token_store=token_store,
+        page_size=settings.WHITESKY_VGPU_PAGE_SIZE,
+    )
+
+
+def account_api_client(
+    account: Account,
+    *,
+    token: str,
+    token_store: Callable[[str], None],
+    page_size: int = ws.DEFAULT_PAGE_SIZE,
+) -> ws.WhiteskyClient:
+    """A client of the account's whitesky API with this credential (the account's own, or
+    another that reaches the same customer, such as a cluster's SR-IOV credential)."""
     return ws.WhiteskyClient(
         api_url=account.api_url,
         customer_id=account.customer_id,
-        token=account.credential,
+        token=token,
         allowed_hosts=whitesky_allowed_hosts(),
         iam_url=account.iam_url or None,
         on_token_refreshed=token_store,
         on_answer=whitesky_call_count,
         proxy_url=settings.WHITESKY_PROXY_URL or None,
         ca_bundle=settings.WHITESKY_CA_BUNDLE or None,
-        page_size=settings.WHITESKY_VGPU_PAGE_SIZE,
         timeout=(settings.WHITESKY_CONNECT_TIMEOUT, settings.WHITESKY_READ_TIMEOUT),
         long_timeout=(settings.WHITESKY_CONNECT_TIMEOUT, settings.WHITESKY_LONG_READ_TIMEOUT),
+        page_size=page_size,
     )

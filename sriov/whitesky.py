@@ -7,11 +7,8 @@ client at all. The credential goes only to WHITESKY_ALLOWED_HOSTS, like the acco
 
 from __future__ import annotations
 
-from django.conf import settings
-
-from capvco_web.counters import whitesky_call_count
 from capvco_web.integrations import whitesky as ws
-from cloud.models import whitesky_allowed_hosts
+from cloud.whitesky import account_api_client
 from sriov.models import SriovConfig
 
 
@@ -33,16 +30,4 @@ def sriov_whitesky_client(config: SriovConfig) -> ws.WhiteskyClient:
         SriovConfig.objects.filter(pk=config.pk).update(credential=token)
         config.credential = token
 
-    return ws.WhiteskyClient(
-        api_url=account.api_url,
-        customer_id=account.customer_id,
-        token=config.credential,
-        allowed_hosts=whitesky_allowed_hosts(),
-        iam_url=account.iam_url or None,
-        on_token_refreshed=token_store,
-        on_answer=whitesky_call_count,
-        proxy_url=settings.WHITESKY_PROXY_URL or None,
-        ca_bundle=settings.WHITESKY_CA_BUNDLE or None,
-        timeout=(settings.WHITESKY_CONNECT_TIMEOUT, settings.WHITESKY_READ_TIMEOUT),
-        long_timeout=(settings.WHITESKY_CONNECT_TIMEOUT, settings.WHITESKY_LONG_READ_TIMEOUT),
-    )
+    return account_api_client(account, token=config.credential, token_store=token_store)
