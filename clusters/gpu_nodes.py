@@ -22,8 +22,12 @@ later) is flagged (`KubeNode.gpus_missing`), from complete node listings only.
 from __future__ import annotations
 
 import re
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+from django.db.models import OuterRef, QuerySet, Subquery
 
 from capvco_web.integrations import kube
 from clusters.models import Cluster, KubeNode, Machine
@@ -33,6 +37,7 @@ from gpus.resolve import gpu_type_of
 GPU_TYPE_LABEL, GPU_COUNT_LABEL = kube.GPU_TYPE_LABEL, kube.GPU_COUNT_LABEL
 MAX_LABEL_VALUE = 63
 _NOT_IN_LABEL = re.compile(r"[^a-z0-9]+")
+K = TypeVar("K", bound=Hashable)
 
 
 def gpu_label_value(gpu_type: str) -> str:
@@ -58,26 +63,34 @@ def machine_gpus(cluster: Cluster) -> dict[int, MachineGpus]:
     """Each machine of the cluster with attached vGPUs whose card the mirror knows. All
     GPUs of a machine come from one card; a card not (or no longer) listed is left out
     rather than guessed from the pool's spelling, so that a label never flips."""
-    attached = list(
-        VgpuReservation.objects.filter(
-            machine__pool__cluster=cluster, state=VgpuReservation.State.ATTACHED
-        ).values_list("machine_id", "location_id", "gpu_id")
-    )
-    if not attached:
-        return {}
-    cards = {
-        (card.location_id, card.profile_id): gpu_type_of(card)
-        for card in GpuProfile.objects.filter(location_id__in={row[1] for row in attached})
-    }
-    counts: dict[int, int] = {}
-    types: dict[int, str] = {}
-    for machine_id, location_id, gpu_id in attached:
-        gpu_type = cards.get((location_id, gpu_id))
-        if gpu_type is None or not gpu_label_value(gpu_type):
+    return gpus_by(attached_gpus(cluster, "machine_id"))
+
+
+def attached_gpus(
+    cluster: Cluster, *keys: str, **where: Any
+) -> QuerySet[VgpuReservation, tuple[Any, ...]]:
+    """The vGPUs attached to the cluster's machines (and as `where` says), each as its
+    `keys` and its card's vendor and model as listed (None: not listed), in one query."""
+    card = GpuProfile.objects.filter(location=OuterRef("location"), profile_id=OuterRef("gpu_id"))
+    return VgpuReservation.objects.filter(
+        machine__pool__cluster=cluster, state=VgpuReservation.State.ATTACHED, **where
+    ).values_list(*keys, Subquery(card.values("vendor")[:1]), Subquery(card.values("model")[:1]))
+
+
+def gpus_by(rows: Iterable[tuple[K, str | None, str | None]]) -> dict[K, MachineGpus]:
+    """The GPUs of each key (a machine, a node) from its attached vGPUs' (key, card vendor,
+    card model), those on a card not listed left out."""
+    counts: dict[K, int] = {}
+    types: dict[K, str] = {}
+    for key, vendor, model in rows:
+        if vendor is None or model is None:
             continue
-        types[machine_id] = gpu_type
-        counts[machine_id] = counts.get(machine_id, 0) + 1
-    return {pk: MachineGpus(types[pk], counts[pk]) for pk in types}
+        gpu_type = gpu_type_of(GpuProfile(vendor=vendor, model=model))
+        if not gpu_label_value(gpu_type):
+            continue
+        types[key] = gpu_type
+        counts[key] = counts.get(key, 0) + 1
+    return {key: MachineGpus(types[key], counts[key]) for key in types}
 
 
 def node_gpu_flags(

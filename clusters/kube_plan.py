@@ -30,7 +30,7 @@ from clusters.gpu_addon import (
     addon_removed_record,
     addon_unjudged,
 )
-from clusters.gpu_nodes import machine_gpus
+from clusters.gpu_nodes import attached_gpus, gpus_by
 from clusters.models import Cluster, KubeNode
 from clusters.plan import Call
 
@@ -141,26 +141,33 @@ def kube_plan(cluster: Cluster) -> list[KubeStep]:
 def node_labels_plan(cluster: Cluster) -> list[NodeLabelsSet]:
     if not cluster.kube_observation_complete:
         return []
-    gpus = machine_gpus(cluster)
-    if not gpus:
-        return []
-    steps = []
-    nodes = KubeNode.objects.filter(cluster=cluster, machine_id__in=list(gpus)).only(
-        "pk", "name", "labels", "machine_id", "updated_at"
+    # The cluster's nodes whose machine has vGPUs attached, a row per node and vGPU, with
+    # the vGPU's card: one query.
+    node = "machine__kube_nodes__"
+    rows = list(
+        attached_gpus(
+            cluster,
+            *(f"{node}{name}" for name in ("id", "name", "labels", "updated_at")),
+            machine__kube_nodes__cluster=cluster,
+        ).order_by(f"{node}name", f"{node}id")
     )
-    for node in nodes.order_by("name"):
-        assert node.machine_id is not None
-        held = gpus[node.machine_id]
+    gpus = gpus_by((pk, vendor, model) for pk, _, _, _, vendor, model in rows)
+    nodes = {pk: (name, labels, seen_at) for pk, name, labels, seen_at, _, _ in rows}
+    steps = []
+    for pk, (name, labels, seen_at) in nodes.items():
+        held = gpus.get(pk)
+        if held is None:
+            continue
         wanted = held.labels
-        if all(node.labels.get(key) == value for key, value in wanted.items()):
+        if all(labels.get(key) == value for key, value in wanted.items()):
             continue
         steps.append(
             NodeLabelsSet(
                 cluster_id=cluster.pk,
-                node_id=node.pk,
-                node=node.name,
+                node_id=pk,
+                node=name,
                 labels=tuple(sorted(wanted.items())),
-                seen_at=node.updated_at,
+                seen_at=seen_at,
                 reason=f"its machine has {held.count} x {held.gpu_type} attached",
             )
         )

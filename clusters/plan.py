@@ -19,7 +19,7 @@ from datetime import datetime
 from functools import cached_property
 from typing import Any, Literal, Protocol, get_args
 
-from django.db.models import Count, Prefetch, Q
+from django.db.models import Count, Exists, OuterRef, Prefetch, Q
 from django.utils import timezone
 
 from cloud.models import Location, VirtualMachine
@@ -502,7 +502,11 @@ def cluster_plan(cluster: Cluster, *, now: datetime | None = None) -> ClusterPla
     """Everything the next pass would do for the cluster, from the database only."""
     plan = ClusterPlan(cluster)
     books = CardBooks()
-    machines = _machines(Q(pool__cluster=cluster))
+    # Each pool once, with its site and location: the machines share these objects.
+    pools = list(cluster.pools.select_related("site__location").order_by("name"))
+    for pool in pools:
+        pool.cluster = cluster
+    machines = _machines(Q(pool__cluster=cluster), pools)
     vms = _observed_vms(cluster)
     if cluster.state == Cluster.State.DELETING:
         for machine in machines:
@@ -512,7 +516,6 @@ def cluster_plan(cluster: Cluster, *, now: datetime | None = None) -> ClusterPla
     by_pool: dict[int, list[Machine]] = defaultdict(list)
     for machine in machines:
         by_pool[machine.pool_id].append(machine)
-    pools = list(cluster.pools.select_related("site__location", "cluster").order_by("name"))
     leftovers: dict[int, int] | None = None
     for pool in pools:
         members = by_pool.get(pool.pk, [])
@@ -644,19 +647,15 @@ class OwnerTest:
         )
 
 
-def _machines(where: Q) -> list[Machine]:
-    """The machines, each with the vGPUs it holds: one query for them all, not one per
-    machine (the dashboard shows the plan of a cluster of hundreds)."""
+def _machines(where: Q, pools: list[MachinePool]) -> list[Machine]:
+    """The machines (of these pools), each with the vGPUs it holds: one query for them
+    all, not one per machine (the dashboard shows the plan of a cluster of hundreds). One
+    pool object per pool, shared by its machines, not one copy per machine."""
     held = VgpuReservation.objects.filter(state__in=LIVE_RESERVATION).order_by("owner_index", "pk")
     machines = list(
         Machine.objects.filter(where)
         .prefetch_related(Prefetch("reservations", queryset=held, to_attr=HELD))
         .order_by("pool__name", "index")
-    )
-    # One pool object per pool, shared by its machines, not one copy (with its site,
-    # location and cluster) per machine.
-    pools = MachinePool.objects.filter(pk__in={m.pool_id for m in machines}).select_related(
-        "site__location", "cluster"
     )
     by_id = {pool.pk: pool for pool in pools}
     for machine in machines:
@@ -665,13 +664,12 @@ def _machines(where: Q) -> list[Machine]:
 
 
 def _observed_vms(cluster: Cluster) -> VmIndex:
-    """The listed VMs of the cluster's cloudspaces, by id and by name."""
-    sites = ClusterSite.objects.filter(cluster=cluster).values_list("location", "cloudspace_id")
-    where = Q(pk__in=[])
-    for location_id, cloudspace_id in sites:
-        where |= Q(location_id=location_id, cloudspace_id=cloudspace_id)
+    """The listed VMs of the cluster's cloudspaces, by id and by name, in one query."""
+    site = ClusterSite.objects.filter(
+        cluster=cluster, location=OuterRef("location"), cloudspace_id=OuterRef("cloudspace_id")
+    )
     found: VmIndex = defaultdict(list)
-    for vm in VirtualMachine.objects.filter(where).order_by("vm_id"):
+    for vm in VirtualMachine.objects.filter(Exists(site)).order_by("vm_id"):
         found[(vm.location_id, f"#{vm.vm_id}")].append(vm)
         found[(vm.location_id, vm.name)].append(vm)
     return found

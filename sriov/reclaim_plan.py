@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db.models import OuterRef, Subquery
+from django.db.models import Exists, OuterRef, Subquery
 from django.utils import timezone
 
 from capvco_web.integrations.whitesky import operations as ops
@@ -200,17 +200,14 @@ def pod_nics_plan(cluster: Cluster, *, now: datetime, grace: timedelta) -> list[
 
 
 def leaks_plan(cluster: Cluster, *, now: datetime, grace: timedelta) -> list[LeakedNicDetach]:
+    # Each with whether an attach on its VM is in flight, in the same query.
+    attaching = PodNic.objects.filter(
+        location=OuterRef("location"), vm_id=OuterRef("vm_id"), state=State.ATTACHING
+    )
     due = LeakedNic.objects.filter(cluster=cluster, leaked_since__lte=now - grace)
-    rows = list(due.exclude(ip=None).order_by("pk"))
+    rows = list(due.exclude(ip=None).annotate(attaching=Exists(attaching)).order_by("pk"))
     if rows and not cluster.account.orphan_auto_release:
         rows = [row for row in rows if row.detach_requested_at is not None]
-    if not rows:
-        return []
-    attaching = set(
-        PodNic.objects.filter(
-            location__in={row.location_id for row in rows}, state=State.ATTACHING
-        ).values_list("location_id", "vm_id")
-    )
     return [
         LeakedNicDetach(
             leaked_nic_id=row.pk,
@@ -225,5 +222,5 @@ def leaks_plan(cluster: Cluster, *, now: datetime, grace: timedelta) -> list[Lea
             else "leaked NIC past its grace period",
         )
         for row in rows
-        if (row.location_id, row.vm_id) not in attaching
+        if not row.attaching
     ]

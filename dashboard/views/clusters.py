@@ -12,7 +12,8 @@ from urllib.parse import urlencode
 
 from django.conf import settings
 from django.core.paginator import Paginator
-from django.db.models import Count
+from django.db.models import Count, OuterRef, QuerySet, Subquery
+from django.db.models.functions import Coalesce
 from django.http import HttpResponse, QueryDict
 from django.shortcuts import get_object_or_404
 from django.urls import reverse
@@ -40,6 +41,8 @@ NODES_BY_NAME = Sort("name", False, "name")
 # The node table pages by keyset with params of its own, beside the machines' page number.
 NODE_CURSOR_PARAMS = {"nodes_after": AFTER, "nodes_before": BEFORE, "nodes_last": LAST}
 Phase = Machine.Phase
+# The cluster's machines in a phase and pod NICs in a state, read with it (cluster_for_page).
+PHASE_IN, NICS_IN = "machines_in_", "nics_in_"
 
 
 @dataclass
@@ -166,9 +169,7 @@ def cluster_body(request: HtmxHttpRequest, cluster: Cluster, params: QueryDict) 
     machines = visible(request.user, Machine.objects.filter(pool__cluster=cluster)).order_by(
         "pool__name", "index"
     )
-    phases = dict(
-        machines.values_list("phase").annotate(n=Count("pk")).values_list("phase", "n").order_by()
-    )
+    phases = {p: n for p in Phase.values if (n := getattr(cluster, f"{PHASE_IN}{p}"))}
     paginator = Paginator(machines.select_related("pool"), MACHINES_PER_PAGE)
     paginator.count = sum(phases.values())  # known from the phases: no count query
     page = paginator.get_page(params.get("page"))
@@ -243,22 +244,16 @@ def cluster_body(request: HtmxHttpRequest, cluster: Cluster, params: QueryDict) 
             for flag in NodeFilterForm.FLAGS
         },
         **_node_section(request, cluster, params, cluster_url),
-        **_sriov_section(request, cluster),
+        **_sriov_section(cluster),
     }
 
 
-def _sriov_section(request: HtmxHttpRequest, cluster: Cluster) -> dict[str, Any]:
+def _sriov_section(cluster: Cluster) -> dict[str, Any]:
     """Whether the cluster's pods get NICs, and its pod NICs per state (all states, in
     their order, so a zero shows)."""
-    # Read with the cluster (cluster_for_page): its account's roles see both or neither.
+    # Read with the cluster (cluster_for_page): its account's roles see all or none.
     config: SriovConfig | None = getattr(cluster, "sriov", None)
-    found = dict(
-        visible(request.user, PodNic.objects.filter(cluster=cluster))
-        .values_list("state")
-        .annotate(n=Count("pk"))
-        .values_list("state", "n")
-        .order_by()
-    )
+    found = {state: getattr(cluster, f"{NICS_IN}{state}") for state in PodNic.State.values}
     nics_url = reverse("dashboard:nics") + "?" + urlencode({"cluster": cluster.name})
     return {
         "sriov": config,
@@ -317,14 +312,34 @@ def _node_section(
 
 
 def cluster_for_page(request: HtmxHttpRequest, pk: int) -> Cluster:
-    """The cluster as its page shows it, with its Kubernetes summary; 404 when the user
-    does not see it."""
+    """The cluster as its page shows it, with its Kubernetes summary, its machines per
+    phase and its pod NICs per state; 404 when the user does not see it."""
+    # Every role that sees a cluster sees its machines and pod NICs (the `view` roles).
+    machines = Machine.objects.filter(pool__cluster=OuterRef("pk"))
+    nics = PodNic.objects.filter(cluster=OuterRef("pk"))
     return get_object_or_404(
         clusters_with_kube_summary(
             visible(request.user, Cluster.objects.select_related("account", "sriov"))
+        ).annotate(
+            **_counts(machines, "pool__cluster", "phase", PHASE_IN, Phase.values),
+            **_counts(nics, "cluster", "state", NICS_IN, PodNic.State.values),
         ),
         pk=pk,
     )
+
+
+def _counts(
+    rows: QuerySet[Any], group: str, field: str, prefix: str, values: list[str]
+) -> dict[str, Coalesce]:
+    """`<prefix><value>`: how many of the outer cluster's rows (grouped by `group`) have
+    `field` = value, as subqueries of the cluster's row: read with it, no query apart."""
+    grouped = rows.order_by().values(group)
+    return {
+        f"{prefix}{value}": Coalesce(
+            Subquery(grouped.filter(**{field: value}).annotate(n=Count("pk")).values("n")), 0
+        )
+        for value in values
+    }
 
 
 @require_GET

@@ -1,10 +1,14 @@
 """The SQL queries of every page and fragment do not grow with the rows: at most 20, with
 10 and with 10,000 reservations (and as many audit events, Kubernetes pods and pod NICs,
-a node for every 10 of them and a leaked NIC for every 20)."""
+a node for every 10 of them and a leaked NIC for every 20). The cluster page is counted
+again with every planner of its plan at work: its Kubernetes observed, GPU nodes whose
+labels are to be set, SR-IOV on with pod NICs whose pods are gone and leaked NICs due;
+and so is the same plan as the API's dry run (`GET /api/v1/clusters/{id}/plan/`)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import timedelta
 
 import pytest
 from django.db import connection
@@ -13,11 +17,14 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from capvco_web.models import AuditEvent
+from cloud.models import Account
+from clusters.kube_plan import NODE_LABELS
 from clusters.models import KubeNode, KubePod, Machine
 from gpus.models import VgpuReservation
-from sriov.models import LeakedNic, PodNic
-from tests.dashboard.conftest import World
-from tests.factories import ExternalNetworkFactory
+from sriov.models import LeakedNic, PodNic, SriovConfig
+from sriov.reclaim_plan import LEAKED_NIC_DETACH, POD_NIC_DETACH
+from tests.dashboard.conftest import Kube, World
+from tests.factories import JWT, ExternalNetworkFactory
 
 pytestmark = pytest.mark.django_db
 State = VgpuReservation.State
@@ -218,14 +225,17 @@ def count_queries(client: Client, path: str, headers: dict[str, str]) -> int:
 
 
 @pytest.fixture(params=["superuser", "admin of the account"])
-def counted(
-    request: pytest.FixtureRequest,
-    admin_client: Client,
-    member: Callable[[str], Client],
-    world: World,
-) -> Callable[[], dict[str, int]]:
-    """Counts for a superuser, and for a member, whose rows are chosen by role."""
-    client = admin_client if request.param == "superuser" else member("admin")
+def client_of(
+    request: pytest.FixtureRequest, admin_client: Client, member: Callable[[str], Client]
+) -> Client:
+    """A superuser, and a member, whose rows are chosen by role."""
+    return admin_client if request.param == "superuser" else member("admin")
+
+
+@pytest.fixture
+def counted(client_of: Client, world: World) -> Callable[[], dict[str, int]]:
+    """Counts of every page, for the user."""
+    client = client_of
 
     def count() -> dict[str, int]:
         return {
@@ -248,3 +258,53 @@ def test_queries_per_page_stay_the_same_from_10_to_10000_reservations(
     # A page reads what its rows link to (their VMs, card types, owners' clusters) in one
     # query per kind, skipped when no row on it has one: up to 3 apart, never per row.
     assert {name: n for name, n in large.items() if abs(n - small[name]) > 3} == {}
+
+
+def planners_at_work(world: World) -> None:
+    """Every planner of the cluster's plan has steps: the populated nodes of the GPU
+    machines lack the count label, every pod NIC's pod is gone (no pod has its uid) since
+    an hour, and the leaked NICs are due, in an account that releases orphans by itself."""
+    SriovConfig.objects.update_or_create(
+        cluster=world.cluster,
+        defaults={"enabled": True, "external_network": "pods-net", "credential": JWT},
+    )
+    Account.objects.filter(pk=world.cluster.account_id).update(orphan_auto_release=True)
+    hour_ago = timezone.now() - timedelta(hours=1)
+    PodNic.objects.filter(cluster=world.cluster).update(
+        requested_at=hour_ago, pod_gone_since=hour_ago
+    )
+    for leak in LeakedNic.objects.filter(cluster=world.cluster, ip=None):
+        leak.ip = f"10.60.{leak.pk // 250 % 250}.{leak.pk % 250 + 2}"
+        leak.leaked_since = hour_ago
+        leak.save(update_fields=["ip", "leaked_since"])
+
+
+def test_the_cluster_page_with_every_planner_at_work_does_as_many_queries_at_any_size(
+    world: World, kube: Kube, client_of: Client
+) -> None:
+    page = f"/clusters/{world.cluster.pk}/"
+    counts = []
+    for n, start in ((10, 0), (10_000 - 10, 10)):
+        populate(world, n, start=start)
+        planners_at_work(world)
+        response = client_of.get(page)
+        kinds = {step.kind for step in response.context["plan"].planned}
+        assert {NODE_LABELS, POD_NIC_DETACH, LEAKED_NIC_DETACH} <= kinds, kinds
+        counts.append(count_queries(client_of, page, {}))
+    small, large = counts
+    assert small <= MOST and large == small, counts
+
+
+def test_the_api_plan_with_every_planner_at_work_does_as_many_queries_at_any_size(
+    world: World, kube: Kube, client_of: Client
+) -> None:
+    plan = f"/api/v1/clusters/{world.cluster.pk}/plan/"
+    counts = []
+    for n, start in ((10, 0), (10_000 - 10, 10)):
+        populate(world, n, start=start)
+        planners_at_work(world)
+        kinds = {step["action"] for step in client_of.get(plan).json()}
+        assert {NODE_LABELS, POD_NIC_DETACH, LEAKED_NIC_DETACH} <= kinds, kinds
+        counts.append(count_queries(client_of, plan, {}))
+    small, large = counts
+    assert small <= MOST and large == small, counts
