@@ -296,23 +296,20 @@ def poll_after(position: int) -> int:
 
 def attach_seconds(*, location_id: int, vm_id: int) -> float:
     """How long the VM's attaches took lately (the mean of its last few, from the turn to
-    the NIC found); ATTACH_SECONDS_GUESS before its first."""
-    recent = (
-        PodNic.objects.filter(
-            location_id=location_id,
-            vm_id=vm_id,
-            attached_at__isnull=False,
-            attach_started_at__isnull=False,
-        )
-        .order_by("-attached_at")
-        .values_list("attach_started_at", "attached_at")[:ATTACH_SAMPLES]
+    the NIC found); before its first, its location's; ATTACH_SECONDS_GUESS before any."""
+    attached = PodNic.objects.filter(
+        location_id=location_id, attached_at__isnull=False, attach_started_at__isnull=False
     )
-    took = [
-        (done - began).total_seconds()
-        for began, done in recent
-        if began is not None and done is not None and done >= began
-    ]
-    return statistics.fmean(took) if took else ATTACH_SECONDS_GUESS
+    for rows in (attached.filter(vm_id=vm_id), attached):
+        recent = rows.order_by("-attached_at").values_list("attach_started_at", "attached_at")
+        took = [
+            (done - began).total_seconds()
+            for began, done in recent[:ATTACH_SAMPLES]
+            if began is not None and done is not None and done >= began
+        ]
+        if took:
+            return statistics.fmean(took)
+    return ATTACH_SECONDS_GUESS
 
 
 @dataclass(frozen=True)

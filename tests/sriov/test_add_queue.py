@@ -154,6 +154,12 @@ def test_the_202_says_when_to_ask_again_in_ms_from_the_vms_recent_attach_time(
     assert (polled["queue_position"], polled["retry_after_ms"]) == (2, 250)
     attached = client.get(f"{URL}{world.uid('first')}/{key('first')}").json()
     assert attached["retry_after_ms"] is None
+    # A VM with no attach of its own yet goes by its location's.
+    world.pod("other", node=1)
+    other = agent(Client(), world.node_token(1)).post(
+        URL, body(world, "other", node=1), content_type="application/json"
+    )
+    assert other.json()["retry_after_ms"] == 200
 
 
 def test_queue_positions_follow_the_order_of_the_adds_per_vm(world: World, client: Client) -> None:
