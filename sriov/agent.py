@@ -35,6 +35,7 @@ the reclaimer finds its pod gone.
 from __future__ import annotations
 
 import logging
+import statistics
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -76,6 +77,9 @@ AGENT = SystemActor.SRIOV_AGENT  # the actor of what the CNI plugin asks for
 _FAILURE_LIMIT = 1000
 GC_TURN_WAIT = 2.0  # a GC waits only briefly for a VM's turn: the next GC or reclaim goes on
 RETRY_AFTER_MAX = 5  # seconds: the longest a queued ADD's plugin is told to wait between polls
+POLL_AFTER_MIN_MS = 50  # the shortest wait a queued ADD's plugin is told
+ATTACH_SECONDS_GUESS = 1.0  # a VM's attach time before it has one measured
+ATTACH_SAMPLES = 5  # the VM's last attaches its attach time is the mean of
 
 
 class VmBusy(Refused):
@@ -284,17 +288,62 @@ def vm_queue(*, location_id: int, vm_id: int) -> QuerySet[PodNic]:
     )
 
 
-def queue_position(row: PodNic) -> int | None:
-    """The request's place in its VM's queue, 1 being the one attached next (or now);
-    None when it is not queued."""
-    pks = list(vm_queue(location_id=row.location_id, vm_id=row.vm_id).values_list("pk", flat=True))
-    return pks.index(row.pk) + 1 if row.pk in pks else None
-
-
 def poll_after(position: int) -> int:
     """Seconds until the plugin asks again: about one attach per place ahead, at most
     RETRY_AFTER_MAX."""
     return max(1, min(position, RETRY_AFTER_MAX))
+
+
+def attach_seconds(*, location_id: int, vm_id: int) -> float:
+    """How long the VM's attaches took lately (the mean of its last few, from the turn to
+    the NIC found); before its first, its location's; ATTACH_SECONDS_GUESS before any."""
+    attached = PodNic.objects.filter(
+        location_id=location_id, attached_at__isnull=False, attach_started_at__isnull=False
+    )
+    for rows in (attached.filter(vm_id=vm_id), attached):
+        recent = rows.order_by("-attached_at").values_list("attach_started_at", "attached_at")
+        took = [
+            (done - began).total_seconds()
+            for began, done in recent[:ATTACH_SAMPLES]
+            if began is not None and done is not None and done >= began
+        ]
+        if took:
+            return statistics.fmean(took)
+    return ATTACH_SECONDS_GUESS
+
+
+@dataclass(frozen=True)
+class QueuePlace:
+    """A queued request's place in its VM's queue (1: attached next, or now) and the
+    milliseconds until its plugin asks again."""
+
+    position: int
+    retry_after_ms: int
+
+
+def queue_place(row: PodNic) -> QueuePlace | None:
+    """Where the request is in its VM's queue, and when to ask again: the VM's recent
+    attach time for each request ahead and its own, the attach under way counted by what
+    is left of it (a quarter of one once it is overdue), within POLL_AFTER_MIN_MS and
+    RETRY_AFTER_MAX. Finer than Retry-After, which HTTP keeps to whole seconds. None
+    when it is not queued."""
+    queue = list(
+        vm_queue(location_id=row.location_id, vm_id=row.vm_id).values_list(
+            "pk", "state", "attach_started_at"
+        )
+    )
+    pks = [pk for pk, _, _ in queue]
+    if row.pk not in pks:
+        return None
+    position = pks.index(row.pk) + 1
+    each = attach_seconds(location_id=row.location_id, vm_id=row.vm_id)
+    _, head_state, head_started = queue[0]
+    left = each
+    if head_state == State.ATTACHING and head_started is not None:
+        left = max(each - (timezone.now() - head_started).total_seconds(), each / 4)
+    seconds = left + (position - 1) * each
+    wait = round(min(max(seconds * 1000, POLL_AFTER_MIN_MS), RETRY_AFTER_MAX * 1000))
+    return QueuePlace(position=position, retry_after_ms=wait)
 
 
 def _first_request(
@@ -848,6 +897,7 @@ __all__ = [
     "Clients",
     "GcResult",
     "NotEnabled",
+    "QueuePlace",
     "QueueResult",
     "Refused",
     "VmBusy",
@@ -859,7 +909,7 @@ __all__ = [
     "pod_nic_add",
     "pod_nic_delete",
     "poll_after",
-    "queue_position",
+    "queue_place",
     "vm_queue",
     "vm_queue_run",
     "vm_turn",

@@ -27,11 +27,13 @@ and calls per token (SRIOV_AGENT_RATE).
 
 ADD never waits for the VM: it checks the pod and its node (the mirror, else the cluster's
 Kubernetes), records the request and answers at once, the NIC when it is attached, else
-202 with the request, its place in the VM's queue and `Retry-After`; the VM's queue task
-attaches it. The plugin polls with GET (the same answers: 202 while queued, 200 once
-attached or failed, `failure_code` and `failure` saying why) and ADDs again only after a
-failure worth trying again (`whitesky_unavailable`). DEL of a queued request cancels it;
-DEL of an attached NIC detaches it under the VM's turn while the request waits.
+202 with the request, its place in the VM's queue and when to ask again: `retry_after_ms`
+in the body (from its place and the VM's recent attach time) and `Retry-After` (whole
+seconds, as HTTP has it); the VM's queue task attaches it. The plugin polls with GET
+(the same answers: 202 while queued, 200 once attached or failed, `failure_code` and
+`failure` saying why) and ADDs again only after a failure worth trying again
+(`whitesky_unavailable`). DEL of a queued request cancels it; DEL of an attached NIC
+detaches it under the VM's turn while the request waits.
 """
 
 from __future__ import annotations
@@ -52,13 +54,15 @@ from capvco_web.api import ErrorSerializer, StrictInputMixin
 from capvco_web.auth import FailedTokenThrottle, RateFromSettings, client_address
 from capvco_web.tasks import send_on_commit
 from sriov.agent import (
+    POLL_AFTER_MIN_MS,
+    QueuePlace,
     Refused,
     nic_of_node,
     node_nics_gc,
     pod_nic_add,
     pod_nic_delete,
     poll_after,
-    queue_position,
+    queue_place,
 )
 from sriov.models import AGENT_TOKEN_PREFIX, AgentToken, PodNic
 from sriov.tasks import sriov_vm_queue_run
@@ -234,6 +238,11 @@ class NicSerializer(serializers.ModelSerializer[PodNic]):
     queue_position = serializers.SerializerMethodField(
         help_text="Its place in its VM's queue (1: attached next, or now); null unless queued"
     )
+    retry_after_ms = serializers.SerializerMethodField(
+        help_text="Milliseconds until the plugin asks again, from its place and the VM's "
+        "recent attach time: finer than the Retry-After header (whole seconds), which "
+        "other clients keep to; null unless queued"
+    )
 
     class Meta:
         model = PodNic
@@ -241,7 +250,7 @@ class NicSerializer(serializers.ModelSerializer[PodNic]):
             "pod_uid", "namespace", "pod_name", "node_name", "container_id", "ifname", "vm_id",
             "network_id", "network",
             "state", "mac", "address", "prefix", "gateway", "mtu", "failure", "failure_code",
-            "queue_position",
+            "queue_position", "retry_after_ms",
         ]  # fmt: skip
         read_only_fields = fields
 
@@ -249,18 +258,28 @@ class NicSerializer(serializers.ModelSerializer[PodNic]):
         position: int | None = self.context.get("queue_position")
         return position
 
+    def get_retry_after_ms(self, row: PodNic) -> int | None:
+        wait: int | None = self.context.get("retry_after_ms")
+        return wait
+
 
 QUEUED_STATES = (PodNic.State.REQUESTED, PodNic.State.ATTACHING)
 
 
 def _nic_answer(nic: PodNic) -> Response:
-    """200 with the NIC; 202 with the request, its place and Retry-After while queued."""
+    """200 with the NIC; 202 with the request, its place and its waits (Retry-After, and
+    `retry_after_ms` finer) while queued."""
     if nic.state not in QUEUED_STATES:
         return Response(NicSerializer(nic).data)
-    position = queue_position(nic) or 1
-    body = NicSerializer(nic, context={"queue_position": position}).data
+    # Not in the queue a moment after it was read (attached or cancelled meanwhile): as
+    # if first.
+    place = queue_place(nic) or QueuePlace(position=1, retry_after_ms=POLL_AFTER_MIN_MS)
+    context = {"queue_position": place.position, "retry_after_ms": place.retry_after_ms}
+    body = NicSerializer(nic, context=context).data
     return Response(
-        body, status=status.HTTP_202_ACCEPTED, headers={"Retry-After": str(poll_after(position))}
+        body,
+        status=status.HTTP_202_ACCEPTED,
+        headers={"Retry-After": str(poll_after(place.position))},
     )
 
 
@@ -356,7 +375,8 @@ class AgentNicsView(AgentView):
         responses={
             200: NicSerializer,
             202: _queued(
-                "Queued on the VM (`queue_position`); poll with GET after Retry-After seconds."
+                "Queued on the VM (`queue_position`); poll with GET after `retry_after_ms` "
+                "(clients that read only the header: Retry-After seconds)."
             ),
             403: _error(
                 "The token is another node's, or the pod runs on another node (or the token "
@@ -439,7 +459,9 @@ class AgentNicView(AgentView):
         parameters=[*_NIC_PARAMETERS, _RETRY_AFTER],
         responses={
             200: NicSerializer,
-            202: _queued("Still queued on the VM: ask again after Retry-After seconds."),
+            202: _queued(
+                "Still queued on the VM: ask again after `retry_after_ms` (or Retry-After seconds)."
+            ),
             400: _error("No container_id or ifname named."),
             403: _error("Another node's VM holds the pod's NIC."),
             404: _error("The attachment holds no live NIC in the cluster (or that is no pod uid)."),

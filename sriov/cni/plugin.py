@@ -3,13 +3,14 @@ that gives a pod its own NIC on an external whitesky network.
 
 ADD asks the control plane's agent API for the NIC of the attachment (CNI_CONTAINERID,
 CNI_IFNAME) of the pod (attached to this node's VM): the agent answers it at once, or
-queues the request (202) and the plugin polls it, honouring Retry-After, until the NIC
-is attached or its timeout. It then waits for the interface with that MAC to show up on
-the host, moves it into the pod's network namespace, names it CNI_IFNAME, sets its
-address and MTU, and brings it up. It leaves the default route
-alone: that is the primary network's. In a chain, the result carries the previous
-result's interfaces, ips, routes and dns, and ours after them. An interface of that name
-already in the container is an error (a repeated ADD): nothing is asked for. DEL moves
+queues the request (202) and the plugin polls it, after the wait the answer asks for
+(its `retry_after_ms`, else Retry-After), until the NIC is attached or its timeout. It
+then waits for the interface with that MAC to show up on the host, moves it into the
+pod's network namespace, names it CNI_IFNAME, sets its address and MTU, and brings it
+up. It leaves the default route alone: that is the primary network's. In a chain, the
+result carries the previous result's interfaces, ips, routes and dns, and ours after
+them. An interface of that name already in the container is an error (a repeated ADD):
+nothing is asked for. DEL moves
 the interface back to the host (when the namespace still exists) and asks the agent API
 to detach the attachment's NIC; a sandbox that holds none is a success that changes
 nothing, also when the namespace is gone. CHECK holds the pod's interface to prevResult
@@ -299,6 +300,16 @@ def _detail(exc: urllib.error.HTTPError) -> str:
     return str(body)[:500]
 
 
+def _poll_wait(nic: Any, retry_after: float) -> float:
+    """Seconds until a queued request is asked for again: the answer's `retry_after_ms`
+    (finer than Retry-After, whose whole seconds would hold the pod up to a second past
+    its NIC), else the Retry-After given."""
+    hint = nic.get("retry_after_ms") if isinstance(nic, dict) else None
+    if isinstance(hint, int) and not isinstance(hint, bool):
+        return min(max(hint / 1000, 0.05), 10.0)
+    return retry_after
+
+
 def _retry_after(headers: Any) -> float:
     try:
         return min(max(float(headers.get("Retry-After", "1")), 0.2), 10.0)
@@ -454,9 +465,10 @@ def _result(
 
 
 def nic_wait(agent: Agent, body: Mapping[str, Any]) -> Any:
-    """ADD at the agent API, then poll its request (GET, after each Retry-After) until the
-    NIC is attached, all within the request timeout. A failure worth trying again
-    (`whitesky_unavailable`) is ADDed again while time is left; any other is the error."""
+    """ADD at the agent API, then poll its request (GET, after the wait each answer asks
+    for) until the NIC is attached, all within the request timeout. A failure worth trying
+    again (`whitesky_unavailable`) is ADDed again while time is left; any other is the
+    error."""
     deadline = time.monotonic() + agent.timeout
     where = f"nics/{urllib.parse.quote(str(body['pod_uid']))}/"
     key = {"container_id": str(body["container_id"]), "ifname": str(body["ifname"])}
@@ -483,7 +495,8 @@ def nic_wait(agent: Agent, body: Mapping[str, Any]) -> Any:
             time.sleep(wait)
             status, nic, wait = agent.exchange("POST", "nics/", body, deadline=deadline)
             continue
-        if not again:
+        wait = _poll_wait(nic, wait)
+        if time.monotonic() + wait >= deadline:
             raise CniError(
                 TRY_AGAIN_LATER,
                 f"the NIC is still queued on this node's VM (place {nic.get('queue_position')}) "

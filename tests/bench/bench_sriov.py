@@ -4,13 +4,15 @@ Run (PostgreSQL; a throw-away test database ``test_<name>`` is created and dropp
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/capvco_bench \\
         .venv/bin/python tests/bench/bench_sriov.py [--vms 10] [--serial 50] \\
-        [--concurrent 100] [--workers 2] [--threads 8] [--celery 2]
+        [--concurrent 100] [--workers 2] [--threads 8] [--celery 4]
 
 It starts the whitesky simulator, the fake Kubernetes API, gunicorn serving the control
 plane (``--workers`` processes of ``--threads`` threads) and a Celery worker (``--celery``
-processes: what runs the VMs' NIC queues), builds cluster `demo` with ``--vms`` running
+processes: what runs the VMs' NIC queues; 4 by default, the WORKER_CONCURRENCY of
+deploy/kubernetes/worker.yaml), builds cluster `demo` with ``--vms`` running
 machines whose nodes joined, SR-IOV on, and calls the agent API over HTTP as the CNI
-plugin does (ADD; while it answers 202, GET the request after each Retry-After):
+plugin does (ADD; while it answers 202, GET the request after the wait each answer asks
+for: its `retry_after_ms`, else Retry-After):
 
 1. ``--serial`` ADDs one after the other, each for a pod scheduled a moment before (not
    in the mirror yet: the agent asks Kubernetes; the nodes are mirrored), spread over the
@@ -133,7 +135,12 @@ def add(
     key = {"container_id": body["container_id"], "ifname": "net1"}
     deadline = time.monotonic() + 120
     while response.status_code == 202 and time.monotonic() < deadline:
-        time.sleep(float(response.headers.get("Retry-After", "1")))
+        hint = response.json().get("retry_after_ms")
+        time.sleep(
+            min(max(hint / 1000, 0.05), 10.0)
+            if isinstance(hint, int)
+            else float(response.headers.get("Retry-After", "1"))
+        )
         # A connection of its own, as the plugin makes each call (a kept-alive one may be
         # closed by the server while the poll waits).
         response = requests.get(
@@ -290,7 +297,7 @@ def main() -> int:
     parser.add_argument("--concurrent", type=int, default=100)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--threads", type=int, default=8)
-    parser.add_argument("--celery", type=int, default=2)
+    parser.add_argument("--celery", type=int, default=4)  # deploy/kubernetes/worker.yaml
     args = parser.parse_args()
     if connection.vendor != "postgresql":
         print("needs PostgreSQL (DATABASE_URL)", file=sys.stderr)

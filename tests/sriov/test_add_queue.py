@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from django.db import connections
 from django.test import Client
+from django.utils import timezone
 
 from capvco_web.integrations import whitesky as ws
 from capvco_web.locks import object_lock
@@ -119,6 +120,46 @@ def test_an_add_answers_202_at_once_while_another_attach_holds_the_vm(
     assert [n["mac_address"] for n in world.sim_nics(world.vm(0))] == [nic["mac"]]
     again = client.post(URL, body(world, "web"), content_type="application/json")
     assert again.status_code == 200 and again.json() == nic  # a lost answer, asked again
+
+
+def test_the_202_says_when_to_ask_again_in_ms_from_the_vms_recent_attach_time(
+    world: World, client: Client
+) -> None:
+    """Retry-After keeps to whole seconds, `retry_after_ms` to the VM's attaches: its
+    recent attach time per request ahead and its own."""
+    agent(client, world.agent_token)
+    for name in ["first", "a", "b", "c"]:
+        world.pod(name)
+    client.post(URL, body(world, "first"), content_type="application/json")
+    guessed = client.get(f"{URL}{world.uid('first')}/{key('first')}").json()["retry_after_ms"]
+    assert guessed == 1000  # nothing measured on the VM yet
+    vm_queue_run(location_id=world.location.pk, vm_id=world.vm(0))
+    first = PodNic.objects.get(pod_name="first")
+    assert first.attach_started_at is not None
+    PodNic.objects.filter(pk=first.pk).update(
+        attached_at=first.attach_started_at + timedelta(milliseconds=200)
+    )
+    answers = [
+        client.post(URL, body(world, name), content_type="application/json")
+        for name in ["a", "b", "c"]
+    ]
+    assert [a.status_code for a in answers] == [202] * 3
+    assert [a.json()["retry_after_ms"] for a in answers] == [200, 400, 600]
+    assert [a["Retry-After"] for a in answers] == ["1", "2", "3"]
+    # The attach under way counts by what is left of it, a quarter of one once overdue.
+    PodNic.objects.filter(pod_name="a").update(
+        state=State.ATTACHING, attach_started_at=timezone.now() - timedelta(seconds=10)
+    )
+    polled = client.get(f"{URL}{world.uid('b')}/{key('b')}").json()
+    assert (polled["queue_position"], polled["retry_after_ms"]) == (2, 250)
+    attached = client.get(f"{URL}{world.uid('first')}/{key('first')}").json()
+    assert attached["retry_after_ms"] is None
+    # A VM with no attach of its own yet goes by its location's.
+    world.pod("other", node=1)
+    other = agent(Client(), world.node_token(1)).post(
+        URL, body(world, "other", node=1), content_type="application/json"
+    )
+    assert other.json()["retry_after_ms"] == 200
 
 
 def test_queue_positions_follow_the_order_of_the_adds_per_vm(world: World, client: Client) -> None:

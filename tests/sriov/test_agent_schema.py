@@ -1,6 +1,6 @@
 """The agent API's OpenAPI schema says the exchange the plugin makes: ADD answers the NIC
-(200) or its queued request (202 with Retry-After), and the poll (GET) answers the same;
-what the API answers holds to it."""
+(200) or its queued request (202 with Retry-After and `retry_after_ms`), and the poll
+(GET) answers the same; what the API answers holds to it."""
 
 from __future__ import annotations
 
@@ -44,6 +44,7 @@ def test_add_and_its_poll_answer_202_with_retry_after(
     assert queued["content"]["application/json"]["schema"]["$ref"].endswith("/Nic")
     nic = schema["components"]["schemas"]["Nic"]["properties"]
     assert nic["queue_position"]["type"] == "integer" and nic["queue_position"]["nullable"]
+    assert nic["retry_after_ms"]["type"] == "integer" and nic["retry_after_ms"]["nullable"]
     assert nic["failure_code"]["type"] == "string"
     if method == "post":
         assert "Retry-After" in responses["503"]["headers"]
@@ -61,7 +62,9 @@ def test_what_the_agent_api_answers_holds_to_its_schema(
     for answer, path, method in ((queued, ADD, "post"), (polled, NIC, "get")):
         OAS30Validator(answer_schema(schema, path, method, 202)).validate(answer.json())
         assert int(answer["Retry-After"]) >= 1
+        assert answer.json()["retry_after_ms"] >= 50
     vm_queue_run(location_id=world.location.pk, vm_id=world.vm(0))
     attached = client.get(poll)
     assert attached.status_code == 200
     OAS30Validator(answer_schema(schema, NIC, "get", 200)).validate(attached.json())
+    assert attached.json()["retry_after_ms"] is None

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ import pytest
 
 from sriov.models import PodNic
 from tests.conftest import require
+from tests.http_stub import HttpStub, Reply
 from tests.sriov.support import World
 from tests.whitesky_sim import PROJECT_ROOT
 
@@ -309,3 +310,36 @@ def test_the_plugin_imports_no_django_and_starts_fast() -> None:
     ).stdout.split()
     assert out[1:] == ["False", "False"]  # pyroute2 only when netlink is needed
     assert float(out[0]) < 0.5
+
+
+@pytest.mark.parametrize(("hint", "asked"), [({"retry_after_ms": 120}, 0.12), ({}, 1.0)])
+def test_the_plugin_polls_after_the_answers_retry_after_ms_rather_than_its_header(
+    http_stub: Callable[[Reply], HttpStub],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    hint: dict[str, int],
+    asked: float,
+) -> None:
+    """An agent API that keeps the request queued, Retry-After 1 s: the plugin waits what
+    `retry_after_ms` asks for between its polls; an answer without one, the header's."""
+    from sriov.cni import plugin as cni
+
+    queued = {"state": "requested", "queue_position": 1, **hint}
+    stub = http_stub(Reply(202, json.dumps(queued).encode(), {"Retry-After": "1"}))
+    folder = tmp_path / "capvco-sriov.d"
+    folder.mkdir()
+    for name, value in (("agent-url", stub.origin), ("token", "t"), ("node-name", "node-0")):
+        (folder / name).write_text(value + "\n")
+    agent = cni.Agent(
+        {"requestTimeoutSeconds": 3}, cni.NodeConfig({"CAPVCO_SRIOV_CONF_DIR": str(folder)})
+    )
+    waits: list[float] = []
+    real = time.monotonic
+    # What it asks to wait is recorded and passes on the clock at once, not slept.
+    monkeypatch.setattr(time, "sleep", waits.append)
+    monkeypatch.setattr(time, "monotonic", lambda: real() + sum(waits))
+    body = {"pod_uid": "u", "container_id": "c", "ifname": "net1"}
+    with pytest.raises(cni.CniError, match="still queued on this node's VM"):
+        cni.nic_wait(agent, body)
+    assert waits and set(waits) == {asked}
+    assert [r.method for r in stub.received] == ["POST"] + ["GET"] * len(waits)
