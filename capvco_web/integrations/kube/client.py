@@ -244,8 +244,8 @@ class KubeClient:
         )
 
     def get_secret_data(self, *, namespace: str, name: str) -> dict[str, str]:
-        """A Secret's keys and values, decoded (`data` as the API answers it; `stringData`
-        as a server that keeps it would); NotFound when there is none."""
+        """A Secret's keys and values, decoded from `data` (an API server never answers
+        the write-only `stringData`); NotFound when there is none."""
         answer = self._send(
             f"get secret {namespace}/{name}",
             lambda: self._request(
@@ -253,8 +253,6 @@ class KubeClient:
             ),
         )
         found: dict[str, str] = {}
-        for key, value in _as_mapping(answer.get("stringData") or {}).items():
-            found[str(key)] = str(value)
         for key, value in _as_mapping(answer.get("data") or {}).items():
             try:
                 found[str(key)] = base64.b64decode(str(value), validate=True).decode()
