@@ -530,7 +530,7 @@ def cluster_plan(cluster: Cluster, *, now: datetime | None = None) -> ClusterPla
             elif step := machine_step(machine, books, vms, now=now):
                 plan.steps.append(step)
         if pool.replicas > len(live) and leftovers is None:
-            leftovers = _indexes_after_leftovers(cluster, pools)
+            leftovers = indexes_after_leftovers(cluster, pools)
         first = max(pool.next_index, (leftovers or {}).get(pool.pk, 0))
         for offset in range(pool.replicas - len(live)):
             index = first + offset
@@ -557,7 +557,7 @@ def cluster_plan(cluster: Cluster, *, now: datetime | None = None) -> ClusterPla
     return plan
 
 
-def _indexes_after_leftovers(cluster: Cluster, pools: list[MachinePool]) -> dict[int, int]:
+def indexes_after_leftovers(cluster: Cluster, pools: list[MachinePool]) -> dict[int, int]:
     """Per pool, the first index no listed VM or vGPU name carries (a pool deleted and made
     again): a new machine never adopts what an earlier one left. Two queries per cluster."""
     prefix = f"{naming.PREFIX}{cluster.name}-"

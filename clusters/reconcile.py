@@ -33,7 +33,7 @@ from capvco_web.counters import reconcile_step_count
 from capvco_web.integrations import whitesky as ws
 from capvco_web.locks import object_lock
 from capvco_web.rows import model_update
-from cloud.models import Location, VirtualMachine
+from cloud.models import Location
 from clusters.cloud_init import machine_user_data
 from clusters.models import Cluster, ClusterSite, Machine, MachinePool
 from clusters.plan import (
@@ -41,6 +41,7 @@ from clusters.plan import (
     Step,
     cluster_plan,
     gpus_held,
+    indexes_after_leftovers,
     missing_gpus,
     owned_by,
 )
@@ -216,28 +217,11 @@ def machine_create(*, pool_id: int, index: int | None = None) -> Machine | None:
     with transaction.atomic():
         pool = MachinePool.objects.select_for_update().select_related("cluster").get(pk=pool_id)
         if index is None:
-            index = max(pool.next_index, _index_after_leftovers(pool))
+            index = max(pool.next_index, indexes_after_leftovers(pool.cluster, [pool])[pool.pk])
         elif index < pool.next_index:
             return None
         MachinePool.objects.filter(pk=pool.pk).update(next_index=index + 1)
         return Machine.objects.create(pool=pool, index=index, name=f"{pool.name}-{index}")
-
-
-def _index_after_leftovers(pool: MachinePool) -> int:
-    prefix = f"capvco-{pool.cluster.name}-{pool.name}-"
-    names = list(
-        VirtualMachine.objects.filter(name__startswith=prefix).values_list("name", flat=True)
-    ) + list(
-        VgpuReservation.objects.filter(name__startswith=prefix)
-        .exclude(state=RState.RELEASED)
-        .values_list("name", flat=True)
-    )
-    indexes = [
-        int(head)
-        for head in (name.removeprefix(prefix).split("-", 1)[0] for name in names)
-        if head.isdigit()
-    ]
-    return max(indexes, default=-1) + 1
 
 
 # --- one machine -----------------------------------------------------------------------
