@@ -35,6 +35,7 @@ class CloudConfig(AppConfig):
                 "cloud.view_cloudspace",
                 "cloud.view_image",
             },
+            operate={"cloud.remove_virtualmachine"},
             administer={
                 "cloud.change_account",
                 "cloud.delete_account",

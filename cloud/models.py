@@ -281,6 +281,12 @@ class Location(models.Model):
     vgu_price = models.DecimalField(
         max_digits=12, decimal_places=4, default=Decimal(0), help_text="Per vGPU and month"
     )
+    prices = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="The account's monthly price per unit here, as whitesky lists them "
+        "(vcu: a vCPU, mu: a GiB of memory, su: a TB of disk, vgu: a vGPU, ...)",
+    )
     observation_complete = models.BooleanField(
         default=False,
         help_text="Whether the last observation listed every GPU card and vGPU. A partially "
@@ -305,6 +311,10 @@ class Location(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    def unit_price(self, unit: str) -> Decimal:
+        """The monthly price of one unit (`vcu`, `mu`, ...) here; 0 when none is listed."""
+        return Decimal(str(self.prices.get(unit, 0)))
+
 
 class VirtualMachine(models.Model):
     """A VM listed in a cloudspace of a cluster site (mirrored)."""
@@ -314,6 +324,8 @@ class VirtualMachine(models.Model):
     vm_id = models.BigIntegerField()
     name = models.CharField(max_length=200)
     status = models.CharField(max_length=32)
+    vcpus = models.PositiveIntegerField(default=0)
+    memory_mib = models.PositiveIntegerField(default=0)
     # A VM named by us that no machine owns is an orphan, billed like a reservation.
     orphaned_since = models.DateTimeField(null=True, blank=True)
     orphan_confirmations = models.PositiveSmallIntegerField(
@@ -327,9 +339,18 @@ class VirtualMachine(models.Model):
             models.UniqueConstraint(fields=["location", "vm_id"], name="vm_unique_per_location")
         ]
         indexes = [models.Index(fields=["location", "name"])]
+        permissions = [("remove_virtualmachine", "Can remove a VM that no machine owns")]
 
     def __str__(self) -> str:
         return f"{self.name} ({self.vm_id})"
+
+    def compute_monthly_price(self) -> Decimal:
+        """What its vCPUs and memory cost per month at the location's prices. Disks,
+        IOPS and public addresses are not listed with the VM, so not counted; its vGPUs
+        are reservations of their own."""
+        location = self.location
+        memory_gib = Decimal(self.memory_mib) / 1024
+        return self.vcpus * location.unit_price("vcu") + memory_gib * location.unit_price("mu")
 
 
 class Cloudspace(models.Model):

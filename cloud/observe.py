@@ -18,13 +18,14 @@ logger = logging.getLogger(__name__)
 
 
 def account_locations_observe(*, client: ws.WhiteskyClient, account: Account) -> list[Location]:
-    """Mirror the account's locations and their vGPU price."""
+    """Mirror the account's locations and their prices."""
     now_listed = client.list_customer_locations()
     existing = {loc.name: loc for loc in account.locations.all()}
     for remote in now_listed:
         data = {
             "currency": remote.currency,
             "vgu_price": Decimal(str(remote.prices.get("vgu", 0))).quantize(Decimal("0.0001")),
+            "prices": {unit: str(price) for unit, price in sorted(remote.prices.items())},
         }
         row = existing.get(remote.name)
         if row is None:
@@ -104,7 +105,12 @@ def vms_sync(*, location: Location, cloudspace_id: str, vms: list[ws.Vm]) -> int
     to_create, to_update = [], []
     for vm in vms:
         row = existing.pop(vm.vm_id, None)
-        data = {"name": vm.name, "status": vm.status}
+        data = {
+            "name": vm.name,
+            "status": vm.status,
+            "vcpus": vm.vcpus,
+            "memory_mib": vm.memory_mib,
+        }
         if row is None:
             to_create.append(
                 VirtualMachine(
@@ -115,7 +121,7 @@ def vms_sync(*, location: Location, cloudspace_id: str, vms: list[ws.Vm]) -> int
             to_update.append(row)
     VirtualMachine.objects.bulk_create(to_create)
     if to_update:
-        VirtualMachine.objects.bulk_update(to_update, ["name", "status"])
+        VirtualMachine.objects.bulk_update(to_update, ["name", "status", "vcpus", "memory_mib"])
     if existing:
         VirtualMachine.objects.filter(pk__in=[vm.pk for vm in existing.values()]).delete()
     return len(to_create) + len(to_update) + len(existing)

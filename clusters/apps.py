@@ -18,6 +18,7 @@ class ClustersConfig(AppConfig):
             KubePod,
             Machine,
             MachinePool,
+            VmRemovalRequest,
             account_customer_move_refusal,
         )
         from clusters.releases import release_blocker, release_request_carry_out
@@ -31,6 +32,7 @@ class ClustersConfig(AppConfig):
                 Machine: "pool__cluster__account",
                 KubeNode: "cluster__account",
                 KubePod: "cluster__account",
+                VmRemovalRequest: "location__account",
             }
         )
         roles_grant(

@@ -650,3 +650,37 @@ class KubePod(models.Model):
 
     def __str__(self) -> str:
         return f"{self.cluster.name}/{self.namespace}/{self.name}"
+
+
+class VmRemovalRequest(models.Model):
+    """A person's request to remove a VM that no machine owns, recorded before any worker
+    acts on it, so that a lost task message or a killed worker cannot lose it: the orphan
+    sweep carries out what is still open. The VM row is what whitesky lists; this row is
+    ours, written only by the request and the step that carries it out."""
+
+    location = models.ForeignKey(
+        Location, on_delete=models.CASCADE, related_name="vm_removal_requests"
+    )
+    vm_id = models.BigIntegerField()
+    name = models.CharField(max_length=200)
+    cloudspace_id = models.CharField(max_length=100)
+    requested_by = models.ForeignKey(
+        "auth.User", null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    requested_at = models.DateTimeField()
+    reason = models.TextField()
+    attempted_at = models.DateTimeField(null=True, blank=True)
+    error = models.TextField(blank=True, help_text="Why the last attempt was refused")
+    done_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["location", "vm_id"],
+                condition=models.Q(done_at__isnull=True),
+                name="one_open_vm_removal_per_vm",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"removal of {self.name} ({self.vm_id})"

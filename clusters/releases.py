@@ -20,6 +20,7 @@ left to that cluster's reclaim step, so no two plans name one object.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
@@ -30,14 +31,16 @@ from django.utils import timezone
 
 from capvco_web.audit import SystemActor, audit_record
 from capvco_web.integrations import whitesky as ws
+from capvco_web.permissions import permission_require
 from capvco_web.rows import model_update
 from cloud.models import Location, VirtualMachine
-from clusters.models import Cluster, Machine
+from clusters.models import Cluster, Machine, VmRemovalRequest
 from clusters.orphans import VmOwners, other_accounts_prefixes, vm_orphans_due
 from clusters.plan import Call, VmRemoval
 from clusters.reconcile import vm_remove
 from gpus import naming
 from gpus.models import VgpuReservation
+from gpus.release_requests import reservation_release_request
 from gpus.selectors import orphans_list, releases_stalled, stalled_releases
 from gpus.services import (
     PENDING_REQUESTS,
@@ -87,6 +90,8 @@ class SweepStep:
     actor_id: int | None = None
     """The person whose decision it carries out; None: `actor_name` (the sweep's)."""
     actor_name: str = ACTOR
+    request_id: int | None = None
+    """remove_vm asked for by a person: their request."""
     refusal: str = ""
     """release: why it will be refused (recorded on the row and audited; nothing is sent)."""
     blocked: str = ""
@@ -171,7 +176,8 @@ def locations_to_sweep(now: datetime) -> QuerySet[Location]:
     orphan_vgpus = VgpuReservation.objects.filter(location=here, orphaned_since__isnull=False)
     orphan_vms = VirtualMachine.objects.filter(location=here, orphaned_since__isnull=False)
     auto = Q(account__orphan_auto_release=True) & (Exists(orphan_vgpus) | Exists(orphan_vms))
-    return Location.objects.filter(Exists(pending) | Exists(stalled) | auto)
+    removals = VmRemovalRequest.objects.filter(location=here, done_at__isnull=True)
+    return Location.objects.filter(Exists(pending) | Exists(stalled) | Exists(removals) | auto)
 
 
 def orphans_due(*, location: Location, now: datetime) -> list[VgpuReservation]:
@@ -236,6 +242,119 @@ def _vm_removal(vm: VirtualMachine) -> VmRemoval:
     return VmRemoval(vm.vm_id, vm.cloudspace_id, vm.name, vm.status)
 
 
+def vm_owner_refusal(vm: VirtualMachine) -> str | None:
+    """Why a person may not remove this VM as an orphan (None: they may): it is a
+    machine's, a machine may be taking it over, or it is not named by us."""
+    owner = VmOwners(vm.location).of(vm.name, vm.vm_id)
+    if owner.kind == "machine":
+        return (
+            f"VM {vm.name} ({vm.vm_id}) is machine {owner.machine}'s: delete the machine, "
+            f"or scale pool {owner.pool} down"
+        )
+    if owner.kind == "creating":
+        return (
+            f"VM {vm.name} ({vm.vm_id}) may be machine {owner.machine}'s, which is being "
+            "made right now: try again once that machine runs or is gone"
+        )
+    if owner.kind == "foreign":
+        return f"VM {vm.name} ({vm.vm_id}) is not named by us: it is not ours to remove"
+    return None
+
+
+def vm_removal_request(
+    *, vm: VirtualMachine, actor: User | AnonymousUser, reason: str
+) -> VmRemovalRequest:
+    """A person asks to remove a VM of ours that no machine owns: refused at once when it
+    cannot happen, else recorded (who, why, when) and audited. The location's next sweep
+    carries it out (sent at once by the caller, and by the beat if that message is lost),
+    without the grace period automatic removal waits for."""
+    if not isinstance(actor, User):
+        raise ValueError("A removal request needs a signed-in person.")
+    permission_require(actor, "cloud.remove_virtualmachine", vm)
+    reason = reason.strip()
+    if not reason:
+        raise ValueError("A removal needs a reason.")
+    if refusal := vm_owner_refusal(vm):
+        raise ReleaseRefused(refusal)
+    open_request = VmRemovalRequest.objects.filter(
+        location=vm.location, vm_id=vm.vm_id, done_at__isnull=True
+    ).first()
+    if open_request is not None:
+        by = open_request.requested_by
+        raise ReleaseRefused(
+            f"VM {vm.name}: {by.get_username() if by else 'someone'} asked for its removal "
+            "already; the next sweep carries it out."
+        )
+    request = VmRemovalRequest.objects.create(
+        location=vm.location,
+        vm_id=vm.vm_id,
+        name=vm.name,
+        cloudspace_id=vm.cloudspace_id,
+        requested_by=actor,
+        requested_at=timezone.now(),
+        reason=reason,
+    )
+    audit_record(
+        actor=actor,
+        action="vm.delete_requested",
+        obj=vm,
+        reason=reason,
+        before=_vm_snapshot(vm),
+    )
+    return request
+
+
+def _vm_snapshot(vm: VirtualMachine) -> dict[str, object]:
+    return {
+        "vm_id": vm.vm_id,
+        "name": vm.name,
+        "status": vm.status,
+        "cloudspace_id": vm.cloudspace_id,
+        "orphaned_since": vm.orphaned_since.isoformat() if vm.orphaned_since else None,
+    }
+
+
+@dataclass
+class BulkRequest:
+    """What a bulk release asked for, and what it could not ask for (with why)."""
+
+    asked: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
+    locations: set[int] = field(default_factory=set)
+
+
+def orphans_release_request(
+    *,
+    actor: User | AnonymousUser,
+    reason: str,
+    reservations: Sequence[VgpuReservation],
+    vms: Sequence[VirtualMachine],
+) -> BulkRequest:
+    """One reason for many orphans: each VM removal and each vGPU release is asked for,
+    checked and audited on its own, VMs first (the vGPUs they hold are released after
+    them). One that cannot go is reported, and the others still go."""
+    if not reason.strip():
+        raise ValueError("A release needs a reason.")
+    outcome = BulkRequest()
+    for vm in vms:
+        try:
+            vm_removal_request(vm=vm, actor=actor, reason=reason)
+        except ReleaseRefused as exc:
+            outcome.refused.append(str(exc))
+        else:
+            outcome.asked.append(f"VM {vm.name}")
+            outcome.locations.add(vm.location_id)
+    for row in reservations:
+        try:
+            reservation_release_request(reservation=row, actor=actor, reason=reason)
+        except ReleaseRefused as exc:
+            outcome.refused.append(f"{row.name}: {exc}")
+        else:
+            outcome.asked.append(row.name)
+            outcome.locations.add(row.location_id)
+    return outcome
+
+
 def release_step(
     reservation: VgpuReservation,
     *,
@@ -279,17 +398,31 @@ def location_plan(location: Location, *, now: datetime | None = None) -> Locatio
     now = now or timezone.now()
     plan = LocationPlan(location)
     planned: set[int] = set()
+    # VMs people asked to remove go first: a release below whose VM is one of them need
+    # not remove it again.
+    for request in VmRemovalRequest.objects.filter(location=location, done_at__isnull=True):
+        plan.steps.append(_removal_request_step(request))
+    removed = {step.vm.vm_id for step in plan.steps if step.vm is not None and not step.refusal}
     requests = VgpuReservation.objects.filter(PENDING_REQUESTS, location=location)
     for row in requests.select_related("location__account", "release_requested_by"):
-        plan.steps.append(
-            release_step(row, origin="request", actor=_requester(row), reason=row.release_reason)
+        step = release_step(
+            row,
+            origin="request",
+            actor=_requester(row),
+            reason=row.release_reason,
+            removed_first=frozenset(removed),
         )
+        plan.steps.append(step)
         planned.add(row.pk)
     for row in releases_stalled(location=location):
         actor, reason = _stalled_actor(row)
-        plan.steps.append(release_step(row, origin="stalled", actor=actor, reason=reason))
+        plan.steps.append(
+            release_step(
+                row, origin="stalled", actor=actor, reason=reason, removed_first=frozenset(removed)
+            )
+        )
         planned.add(row.pk)
-    removed = {step.vm.vm_id for step in plan.steps if step.vm is not None}
+    removed |= {step.vm.vm_id for step in plan.steps if step.vm is not None}
     # What carries the name of a cluster being deleted is its reclaim's to remove.
     deleting = tuple(
         f"{naming.PREFIX}{name}-"
@@ -393,7 +526,82 @@ def step_apply(*, client: ws.WhiteskyClient, step: SweepStep, result: SweepResul
     (result.released if done else result.dropped).append(step.target)
 
 
+def _removal_request_step(request: VmRemovalRequest) -> SweepStep:
+    """A person's VM removal: the VM as listed now; one listed no more closes the request
+    without a call; one that is not an orphan (now) is refused, recorded and audited."""
+    vm = VirtualMachine.objects.filter(location=request.location_id, vm_id=request.vm_id).first()
+    actor = request.requested_by
+    common = {
+        "location_id": request.location_id,
+        "origin": "request",
+        "request_id": request.pk,
+        "seen_at": request.requested_at,
+        "actor_id": actor.pk if actor else None,
+        "actor_name": actor.get_username() if actor else SystemActor.DELETED_USER,
+    }
+    if vm is None:
+        return SweepStep(
+            "remove_vm",
+            f"{request.name} ({request.vm_id})",
+            f"{request.reason} (listed no more: the request is closed)",
+            **common,  # type: ignore[arg-type]
+        )
+    return SweepStep(
+        "remove_vm",
+        vm.name,
+        request.reason,
+        vm_row_id=vm.pk,
+        vm=_vm_removal(vm),
+        refusal=vm_owner_refusal(vm) or "",
+        **common,  # type: ignore[arg-type]
+    )
+
+
+def _removal_request_apply(client: ws.WhiteskyClient, step: SweepStep) -> bool:
+    """Carry out a person's removal, as that person: claimed compare-and-set, closed when
+    whitesky answered or refused, left open when the outcome was lost (sent again)."""
+    assert step.request_id is not None and step.seen_at is not None
+    request = (
+        VmRemovalRequest.objects.filter(
+            pk=step.request_id, done_at__isnull=True, requested_at=step.seen_at
+        )
+        .select_related("location__account")
+        .first()
+    )
+    if request is None:
+        return False  # carried out or closed since the plan
+    claimed = {"attempted_at": timezone.now()}
+    if not model_update(request, claimed, expect={"attempted_at": request.attempted_at}):
+        return False  # another worker claimed it
+    vm = VirtualMachine.objects.filter(location=request.location, vm_id=request.vm_id).first()
+    if vm is None or step.vm_row_id is None:
+        model_update(request, {"done_at": timezone.now()})
+        return step.vm_row_id is None  # gone as planned; a VM listed since: planned again
+    actor = _step_actor(step)
+    try:
+        if step.refusal or (refusal := vm_owner_refusal(vm)):
+            raise ReleaseRefused(step.refusal or refusal or "")
+        orphan_vm_remove(client=client, vm=vm, actor=actor, reason=request.reason)
+    except (ws.WhiteskyError, ReleaseRefused) as exc:
+        lost = isinstance(exc, ws.WhiteskyError) and exc.outcome_unknown
+        model_update(request, {"error": str(exc), "done_at": None if lost else timezone.now()})
+        if not lost:
+            audit_record(
+                actor=actor,
+                action="vm.delete_refused",
+                obj=vm,
+                reason=request.reason,
+                before=_vm_snapshot(vm),
+                after={"error": str(exc)},
+            )
+        raise
+    model_update(request, {"done_at": timezone.now(), "error": ""})
+    return True
+
+
 def _vm_step_apply(client: ws.WhiteskyClient, step: SweepStep) -> bool:
+    if step.origin == "request":
+        return _removal_request_apply(client, step)
     assert step.vm is not None and step.vm_row_id is not None
     vm = (
         VirtualMachine.objects.select_related("location__account")
