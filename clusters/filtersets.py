@@ -5,7 +5,7 @@ from django.db.models import QuerySet
 
 from capvco_web.filters import IdFilter, StrictFilterSet, TrueFalseFilter
 from capvco_web.integrations.kube import GPU_TYPE_LABEL
-from cloud.models import Cloudspace, Image, Location, Membership
+from cloud.models import Cloudspace, Image, Location, Membership, VirtualMachine
 from clusters.models import Cluster, ClusterSite, KubeNode, KubePod, Machine, MachinePool
 
 
@@ -23,6 +23,22 @@ class CloudspaceFilterSet(StrictFilterSet):
     class Meta:
         model = Cloudspace
         fields = ["location"]
+
+
+class VirtualMachineFilterSet(StrictFilterSet):
+    location = IdFilter(field_name="location_id")
+    orphaned = TrueFalseFilter(method="filter_orphaned", label="Orphaned (no machine owns it)")
+
+    class Meta:
+        model = VirtualMachine
+        fields = ["location", "cloudspace_id", "orphaned"]
+
+    def filter_orphaned(
+        self, queryset: QuerySet[VirtualMachine], name: str, value: bool | None
+    ) -> QuerySet[VirtualMachine]:
+        if value is None:
+            return queryset
+        return queryset.filter(orphaned_since__isnull=not value)
 
 
 class ImageFilterSet(StrictFilterSet):

@@ -26,13 +26,20 @@ from django.db.models import (
 )
 from django.db.models.functions import Coalesce
 
-from cloud.models import Location
+from cloud.models import Location, VirtualMachine
 from clusters.gpu_nodes import gpu_label_value
 from clusters.models import Cluster, KubeNode, KubePod, Machine, MachinePool
 from clusters.nodes import CONTROL_PLANE_LABELS
 from clusters.selectors import ACTIVE_POD_PHASES, KubeGpus
 from gpus import naming
-from gpus.models import BILLED_STATES, GpuProfile, VgpuReservation, cost_of, hourly_price
+from gpus.models import (
+    BILLED_STATES,
+    CENT,
+    GpuProfile,
+    VgpuReservation,
+    cost_of,
+    hourly_price,
+)
 from gpus.resolve import GpuUnavailable, gpu_profile_resolve, gpu_type_of, matching_cards, offers
 
 State = VgpuReservation.State
@@ -491,3 +498,65 @@ def node_rows(nodes: Sequence[KubeNode], pods: QuerySet[KubePod]) -> list[NodeRo
             NodeRow(node, held[:PODS_SHOWN_PER_NODE], max(0, len(held) - PODS_SHOWN_PER_NODE))
         )
     return found
+
+
+# --- VMs that no machine owns -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OrphanVm:
+    vm: VirtualMachine
+    hourly_cost: Decimal  # its vCPUs and memory; its vGPUs are counted as reservations
+    accrued_cost: Decimal  # since it was flagged
+
+
+@dataclass
+class OrphanVmTotal:
+    location: Location
+    count: int = 0
+    hourly_cost: Decimal = Decimal(0)
+    accrued_cost: Decimal = Decimal(0)
+    oldest: datetime | None = None
+
+
+@dataclass
+class OrphanVms:
+    shown: list[OrphanVm] = field(default_factory=list)
+    totals: list[OrphanVmTotal] = field(default_factory=list)
+    count: int = 0
+
+
+def orphan_vms(
+    *, vms: QuerySet[VirtualMachine], locations: Iterable[Location], now: datetime, shown: int
+) -> OrphanVms:
+    """VMs named by us that no machine owns, with what their vCPUs and memory cost at the
+    location's prices (per hour and since flagged), per location, and the oldest `shown`
+    of them. Their disks are not listed with the VM, so not priced."""
+    by_id = {location.pk: location for location in locations}
+    board = OrphanVms()
+    totals: dict[int, OrphanVmTotal] = {}
+    rows = vms.filter(orphaned_since__isnull=False, location_id__in=by_id).order_by(
+        "orphaned_since", "pk"
+    )
+    for vm in rows.only(
+        "location_id", "vm_id", "name", "status", "cloudspace_id", "vcpus", "memory_mib",
+        "orphaned_since", "orphan_reason", "orphan_confirmations",
+    ):  # fmt: skip
+        location = by_id[vm.location_id]
+        vm.location = location  # the prices are on the location already read
+        hourly = hourly_price(vm.compute_monthly_price())
+        assert vm.orphaned_since is not None
+        hours = Decimal((now - vm.orphaned_since).total_seconds()) / HOUR
+        total = totals.setdefault(location.pk, OrphanVmTotal(location))
+        total.count += 1
+        total.hourly_cost += hourly
+        total.accrued_cost += hours * hourly
+        total.oldest = total.oldest or vm.orphaned_since
+        if len(board.shown) < shown:
+            board.shown.append(OrphanVm(vm, hourly.quantize(CENT), (hours * hourly).quantize(CENT)))
+    for total in totals.values():
+        total.hourly_cost = total.hourly_cost.quantize(CENT)
+        total.accrued_cost = total.accrued_cost.quantize(CENT)
+    board.totals = sorted(totals.values(), key=lambda t: t.location.name)
+    board.count = sum(t.count for t in board.totals)
+    return board

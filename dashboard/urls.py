@@ -9,6 +9,13 @@ urlpatterns = [
     path("reservations/", reservations.reservation_list, name="reservations"),
     path("reservations/csv/", reservations.reservation_csv, name="reservations-csv"),
     path("reservations/<int:pk>/release/", actions.reservation_release, name="reservation-release"),
+    path("orphans/release/", actions.orphans_release, name="orphans-release"),
+    path(
+        "locations/<int:location_id>/orphans/release/",
+        actions.orphans_release,
+        name="location-orphans-release",
+    ),
+    path("vms/<int:pk>/remove/", actions.vm_remove, name="vm-remove"),
     path("clusters/", clusters.cluster_list, name="clusters"),
     path("clusters/new/", setup.cluster_new, name="cluster-new"),
     path("clusters/<int:pk>/", clusters.cluster_detail, name="cluster"),

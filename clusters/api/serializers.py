@@ -27,6 +27,7 @@ from cloud.models import (
     Image,
     Location,
     Membership,
+    VirtualMachine,
     jwt_shape,
 )
 from clusters.models import (
@@ -117,6 +118,25 @@ class LocationSerializer(serializers.ModelSerializer[Location]):
         fields = [
             "id", "account", "name", "currency", "vgu_price",
             "observation_complete", "observation_error",
+        ]  # fmt: skip
+        read_only_fields = fields
+
+
+class VirtualMachineSerializer(serializers.ModelSerializer[VirtualMachine]):
+    compute_monthly_price = serializers.DecimalField(
+        max_digits=14,
+        decimal_places=4,
+        read_only=True,
+        help_text="Its vCPUs and memory per month at the location's prices (disks not "
+        "counted; vGPUs are reservations of their own)",
+    )
+
+    class Meta:
+        model = VirtualMachine
+        fields = [
+            "id", "location", "cloudspace_id", "vm_id", "name", "status", "vcpus",
+            "memory_mib", "orphaned_since", "orphan_confirmations", "orphan_reason",
+            "compute_monthly_price",
         ]  # fmt: skip
         read_only_fields = fields
 

@@ -8,6 +8,7 @@ routes = [
     ("locations", views.LocationViewSet, None),
     ("cloudspaces", views.CloudspaceViewSet, None),
     ("images", views.ImageViewSet, None),
+    ("vms", views.VirtualMachineViewSet, None),
     ("clusters", views.ClusterViewSet, None),
     ("sites", views.ClusterSiteViewSet, None),
     ("pools", views.MachinePoolViewSet, None),

@@ -13,12 +13,14 @@ from django.db.models import QuerySet
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
+from rest_framework.exceptions import APIException
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from capvco_web.api import ErrorSerializer, ReasonSerializer, api_validation_error
 from capvco_web.permissions import AccountScopedViewSetMixin, users_known
-from cloud.models import Account, Cloudspace, Image, Location, Membership
+from capvco_web.tasks import send_on_commit
+from cloud.models import Account, Cloudspace, Image, Location, Membership, VirtualMachine
 from clusters.api.serializers import (
     AccountSerializer,
     CloudspaceSerializer,
@@ -37,6 +39,7 @@ from clusters.api.serializers import (
     MembershipSerializer,
     PlanStepSerializer,
     PoolScaleSerializer,
+    VirtualMachineSerializer,
 )
 from clusters.filtersets import (
     CloudspaceFilterSet,
@@ -49,10 +52,11 @@ from clusters.filtersets import (
     MachineFilterSet,
     MachinePoolFilterSet,
     MembershipFilterSet,
+    VirtualMachineFilterSet,
 )
 from clusters.models import Cluster, ClusterSite, KubeNode, KubePod, Machine, MachinePool
 from clusters.plan import cluster_plan
-from clusters.releases import location_plan
+from clusters.releases import location_plan, vm_removal_request
 from clusters.selectors import clusters_with_kube_summary, kube_nodes_with_requests
 from clusters.services import (
     account_capi_kubeconfig_set,
@@ -76,6 +80,8 @@ from clusters.services import (
     site_delete,
     site_update,
 )
+from clusters.tasks import orphan_sweep_location
+from gpus.services import ReleaseRefused
 
 
 def _reason(
@@ -222,6 +228,49 @@ class LocationViewSet(AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[L
         for, releases sent again, due orphan VMs and vGPUs (a dry run, from the database)."""
         plan = location_plan(self.get_object())
         return Response(LocationPlanStepSerializer(plan.steps, many=True).data)
+
+
+class RemovalConflict(APIException):
+    status_code = status.HTTP_409_CONFLICT
+    default_code = "removal_refused"
+
+
+class VirtualMachineViewSet(
+    AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[VirtualMachine]
+):
+    """The VMs listed in the cloudspaces of the clusters' sites, as last observed; those
+    named by us that no machine owns are flagged orphaned."""
+
+    queryset = VirtualMachine.objects.select_related("location").order_by("location", "name")
+    serializer_class = VirtualMachineSerializer
+    filterset_class = VirtualMachineFilterSet
+    action_verbs = {"remove": "remove"}
+
+    @extend_schema(
+        request=ReasonSerializer,
+        responses={
+            202: VirtualMachineSerializer,
+            409: OpenApiResponse(
+                ErrorSerializer,
+                description="Refused, saying why (a machine's VM: delete the machine; not "
+                "named by us; asked for already)",
+            ),
+        },
+    )
+    @action(detail=True, methods=["post"])
+    def remove(self, request: Request, pk: str | None = None) -> Response:
+        """Ask for the removal of a VM that no machine owns, with a reason: recorded at
+        once and audited; the location's next sweep (sent now) stops and deletes it,
+        without the grace period automatic removal waits for."""
+        vm = self.get_object()
+        reason = ReasonSerializer(data=request.data)
+        reason.is_valid(raise_exception=True)
+        try:
+            vm_removal_request(vm=vm, actor=request.user, reason=reason.validated_data["reason"])
+        except ReleaseRefused as exc:
+            raise RemovalConflict(str(exc)) from exc
+        send_on_commit(orphan_sweep_location, vm.location_id)
+        return Response(VirtualMachineSerializer(vm).data, status=status.HTTP_202_ACCEPTED)
 
 
 class ClusterViewSet(

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.contrib import messages
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import ProtectedError
 from django.http import HttpResponse, HttpResponseRedirect, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
@@ -30,20 +30,31 @@ from django_htmx.http import reswap, retarget
 
 from capvco_web.api import in_use_detail
 from capvco_web.htmx import HtmxHttpRequest
-from capvco_web.permissions import permission_require, visible
+from capvco_web.permissions import (
+    accounts_where,
+    allowed_somewhere,
+    permission_require,
+    scoped,
+    visible,
+)
 from capvco_web.tasks import send_on_commit
+from cloud.models import VirtualMachine
 from clusters import services
 from clusters.models import Cluster, Machine, MachinePool
+from clusters.releases import orphans_release_request, vm_removal_request
+from clusters.tasks import orphan_sweep_location
 from dashboard.forms import ReasonForm, ScaleForm
 from dashboard.views.clusters import cluster_body, cluster_for_page
 from dashboard.views.common import local_url, query_of
 from dashboard.views.nics import ACTIVITY as NIC_ACTIVITY
 from dashboard.views.nics import TEMPLATE as NICS_TEMPLATE
 from dashboard.views.nics import nics_context
+from dashboard.views.overview import overview_context
 from dashboard.views.reservations import TEMPLATE as RESERVATIONS_TEMPLATE
 from dashboard.views.reservations import reservation_table
 from gpus.models import VgpuReservation
 from gpus.release_requests import reservation_release_request
+from gpus.selectors import orphans_list
 from gpus.services import ReleaseRefused
 from gpus.tasks import reservation_release_task
 from sriov.models import LeakedNic
@@ -114,7 +125,7 @@ def _confirm_and_act(
     request: HtmxHttpRequest,
     *,
     obj: Any,
-    perm: str,
+    perm: str | None,
     confirmation: Confirmation,
     home: Home,
     act: Callable[[dict[str, Any]], str],
@@ -122,7 +133,8 @@ def _confirm_and_act(
     initial: dict[str, Any] | None = None,
 ) -> HttpResponse:
     # Refused before the form is shown; the service checks again when it acts.
-    permission_require(request.user, perm, obj)
+    if perm is not None:
+        permission_require(request.user, perm, obj)
     asked = request.POST.get("next") if request.method == "POST" else request.GET.get("next")
     back = local_url(request, asked, home.url)
     form: ReasonForm
@@ -194,6 +206,113 @@ def reservation_release(request: HtmxHttpRequest, pk: int) -> HttpResponse:
             button="Release",
         ),
         home=_reservations_home(),
+        act=act,
+    )
+
+
+def _overview_home() -> Home:
+    def draw(request: HtmxHttpRequest, params: QueryDict) -> str:
+        return render_to_string(
+            "dashboard/overview.html#overview", overview_context(request), request=request
+        )
+
+    return Home(reverse("dashboard:overview"), "overview", draw)
+
+
+@require_http_methods(["GET", "POST"])
+def vm_remove(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    vm = get_object_or_404(
+        visible(request.user, VirtualMachine.objects.select_related("location")), pk=pk
+    )
+
+    def act(data: dict[str, Any]) -> str:
+        vm_removal_request(vm=vm, actor=request.user, reason=data["reason"])
+        send_on_commit(orphan_sweep_location, vm.location_id)
+        return (
+            f"Removal of VM {vm.name} asked for: the next sweep of {vm.location.name} "
+            "carries it out, and its outcome lands in the audit log."
+        )
+
+    return _confirm_and_act(
+        request,
+        obj=vm,
+        perm="cloud.remove_virtualmachine",
+        confirmation=Confirmation(
+            title="Remove VM that no machine owns",
+            object_label=f"{vm.name} ({vm.vm_id}) in {vm.location.name}",
+            consequence="Stopped and deleted for good, its vGPUs detached (they stay billed "
+            "until released: release them too). Refused if a machine owns it by then.",
+            button="Remove",
+        ),
+        home=_overview_home(),
+        act=act,
+    )
+
+
+BULK_NAMES_SHOWN = 20
+
+
+@require_http_methods(["GET", "POST"])
+def orphans_release(request: HtmxHttpRequest, location_id: int | None = None) -> HttpResponse:
+    """Every orphan the user may release (of one location, given its id): VMs
+    removed first, then the vGPU reservations, with one reason; each asked for and
+    audited on its own."""
+    user = request.user
+    reservations = scoped(
+        orphans_list().filter(vgpu_id__isnull=False),
+        accounts_where(user, "gpus.release_vgpureservation"),
+    )
+    vms = scoped(
+        VirtualMachine.objects.filter(orphaned_since__isnull=False).select_related(
+            "location__account"
+        ),
+        accounts_where(user, "cloud.remove_virtualmachine"),
+    )
+    if location_id is not None:
+        reservations = reservations.filter(location_id=location_id)
+        vms = vms.filter(location_id=location_id)
+    rows, orphan_vm_rows = list(reservations), list(vms.order_by("orphaned_since", "pk"))
+    if (
+        not rows
+        and not orphan_vm_rows
+        and not (
+            allowed_somewhere(user, "gpus.release_vgpureservation")
+            or allowed_somewhere(user, "cloud.remove_virtualmachine")
+        )
+    ):
+        raise PermissionDenied("You may not release orphans in any account.")
+    names = [f"VM {vm.name}" for vm in orphan_vm_rows] + [row.name for row in rows]
+    listed = ", ".join(names[:BULK_NAMES_SHOWN])
+    if len(names) > BULK_NAMES_SHOWN:
+        listed += f" and {len(names) - BULK_NAMES_SHOWN} more"
+
+    def act(data: dict[str, Any]) -> str:
+        if not names:
+            raise ValueError("There is no orphan to release.")
+        outcome = orphans_release_request(
+            actor=user, reason=data["reason"], reservations=rows, vms=orphan_vm_rows
+        )
+        for location_id in sorted(outcome.locations):
+            send_on_commit(orphan_sweep_location, location_id)
+        message = f"Release asked for {len(outcome.asked)} orphans: the next sweep carries it out."
+        if outcome.refused:
+            message += f" Refused {len(outcome.refused)}: " + "; ".join(outcome.refused[:5])
+        return message
+
+    return _confirm_and_act(
+        request,
+        obj=None,
+        perm=None,
+        confirmation=Confirmation(
+            title="Release orphans",
+            object_label=f"{len(orphan_vm_rows)} VMs and {len(rows)} vGPU reservations "
+            f"that no machine owns: {listed or 'none'}",
+            consequence="Each VM is stopped and deleted for good, then each vGPU released: "
+            "whitesky stops billing them. Each release is audited with the reason below; one "
+            "that a machine owns by then is refused and the others still go.",
+            button="Release all",
+        ),
+        home=_overview_home(),
         act=act,
     )
 

@@ -11,15 +11,22 @@ from django.views.decorators.http import require_GET
 
 from capvco_web.health import readiness
 from capvco_web.htmx import HtmxHttpRequest
-from capvco_web.permissions import visible
-from cloud.models import Location
+from capvco_web.permissions import allowed_somewhere, visible
+from cloud.models import Location, VirtualMachine
 from clusters.models import KubeNode, Machine
 from clusters.selectors import kube_gpus_by_location_and_type
-from dashboard.selectors import capacity_board, kube_flags, money_wasted, observations
+from dashboard.selectors import (
+    capacity_board,
+    kube_flags,
+    money_wasted,
+    observations,
+    orphan_vms,
+)
 from dashboard.views.common import page_or_fragment
 from gpus.models import GpuProfile, VgpuReservation
 
 FAILED_SHOWN = 20
+ORPHAN_VMS_SHOWN = 20
 TEMPLATE = "dashboard/overview.html"
 
 
@@ -33,6 +40,15 @@ def _system_status() -> dict[str, object]:
 def overview(request: HtmxHttpRequest) -> HttpResponse:
     if request.htmx and request.htmx.target != "overview":
         return page_or_fragment(request, TEMPLATE, _system_status(), fragments=["system-status"])
+    context = overview_context(request)
+    if not request.htmx:
+        context.update(_system_status())
+    return page_or_fragment(request, TEMPLATE, context, fragments=["overview"])
+
+
+def overview_context(request: HtmxHttpRequest) -> dict[str, object]:
+    """The overview's figures as the user may see them (its page, and what an action
+    taken from it draws again)."""
     now = timezone.now()
     locations = list(visible(request.user, Location.objects.order_by("name", "pk")))
     reservations = visible(request.user, VgpuReservation.objects.all())
@@ -51,6 +67,12 @@ def overview(request: HtmxHttpRequest) -> HttpResponse:
         ),
         "kube_flags": kube_flags(nodes=nodes, machines=machines),
         "waste": money_wasted(reservations=reservations, locations=locations, now=now),
+        "orphan_vms": orphan_vms(
+            vms=visible(request.user, VirtualMachine.objects.all()),
+            locations=locations,
+            now=now,
+            shown=ORPHAN_VMS_SHOWN,
+        ),
         "observations": observations(
             locations=locations, now=now, interval=settings.OBSERVE_INTERVAL
         ),
@@ -58,7 +80,7 @@ def overview(request: HtmxHttpRequest) -> HttpResponse:
             failed.select_related("pool__cluster").order_by("-updated_at")[:FAILED_SHOWN]
         ),
         "failed_count": failed.count(),
+        "may_release_orphans": allowed_somewhere(request.user, "gpus.release_vgpureservation")
+        or allowed_somewhere(request.user, "cloud.remove_virtualmachine"),
     }
-    if not request.htmx:
-        context.update(_system_status())
-    return page_or_fragment(request, TEMPLATE, context, fragments=["overview"])
+    return context

@@ -4,9 +4,13 @@ sweep without the grace period automatic removal waits for."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+
 import pytest
 from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
+from rest_framework.test import APIClient
 
 from capvco_web.audit import SystemActor
 from capvco_web.models import AuditEvent
@@ -178,3 +182,37 @@ def test_bulk_release_reports_what_it_could_not_ask_for_and_asks_the_rest(
     assert len(outcome.refused) == 2
     assert all("a100-0" in why for why in outcome.refused)
     assert VmRemovalRequest.objects.get().vm_id == stray
+
+
+def test_the_api_lists_orphan_vms_and_removes_one_at_a_persons_request(
+    plane: Plane, run_tasks: Callable[[], AbstractContextManager[None]]
+) -> None:
+    live = running_gpu_machine(plane)
+    stray = vm_create(plane, "capvco-demo-gone-10")
+    plane.observe()
+    api = APIClient()
+    api.force_authenticate(operator(plane))
+
+    listed = api.get("/api/v1/vms/", {"orphaned": "true"}).json()["results"]
+    assert [(vm["name"], vm["compute_monthly_price"]) for vm in listed] == [
+        ("capvco-demo-gone-10", "40.0000")  # 2 vCPUs at 12.00, 4 GiB at 4.00
+    ]
+    machine_vm = VirtualMachine.objects.get(vm_id=live.vm_id)
+    refused = api.post(f"/api/v1/vms/{machine_vm.pk}/remove/", {"reason": "x"}, format="json")
+    assert refused.status_code == 409 and "demo/a100-0" in refused.json()["detail"]
+    assert api.post(f"/api/v1/vms/{listed[0]['id']}/remove/", {}, format="json").status_code == 400
+
+    with run_tasks():
+        asked = api.post(
+            f"/api/v1/vms/{listed[0]['id']}/remove/", {"reason": "stray"}, format="json"
+        )
+
+    assert asked.status_code == 202
+    assert sim_vm_status(plane, stray) in (None, "DESTROYED")
+    assert sim_vm_status(plane, live.vm_id or 0) == "RUNNING"
+    viewer = APIClient()
+    viewer.force_authenticate(operator(plane, "viewer"))
+    assert viewer.get("/api/v1/vms/").status_code == 200
+    assert (
+        viewer.post(f"/api/v1/vms/{machine_vm.pk}/remove/", {"reason": "x"}, format="json")
+    ).status_code == 403
