@@ -653,10 +653,12 @@ class KubePod(models.Model):
 
 
 class VmRemovalRequest(models.Model):
-    """A person's request to remove a VM that no machine owns, recorded before any worker
-    acts on it, so that a lost task message or a killed worker cannot lose it: the orphan
-    sweep carries out what is still open. The VM row is what whitesky lists; this row is
-    ours, written only by the request and the step that carries it out."""
+    """A removal of a VM that no machine owns, as we decided it: a person's request,
+    recorded before any worker acts on it so that a lost task message or a killed worker
+    cannot lose it (the orphan sweep carries out what is still open), or the sweep's own
+    (`requested_by` empty), recorded when done. The VM row is what whitesky lists, written
+    only by observe; this row is ours, written only by the request and the step that
+    carries it out."""
 
     location = models.ForeignKey(
         Location, on_delete=models.CASCADE, related_name="vm_removal_requests"

@@ -6,8 +6,10 @@ VM is a stray duplicate; a machine that has not recorded a VM yet may be creatin
 right now, so that VM is not an orphan. A VM not named by us is not ours to judge (a
 bastion in the cluster's cloudspace).
 
-Flags change only from a complete listing of the VM's cloudspace. This module reads the
-database and writes flags; it never calls whitesky (the sweep in clusters/releases.py does).
+Flags change only from a complete listing of the VM's cloudspace, and only observe writes
+them: a removal we made is recorded in a row of our own (VmRemovalRequest). This module
+reads the database and writes flags; it never calls whitesky (the sweep in
+clusters/releases.py does).
 """
 
 from __future__ import annotations
@@ -17,13 +19,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-from django.db.models import QuerySet
+from django.db.models import Exists, OuterRef, QuerySet
 from django.utils import timezone
 
 from capvco_web.integrations import whitesky as ws
 from capvco_web.rows import model_update
 from cloud.models import Account, Location, VirtualMachine, same_customer_account_ids
-from clusters.models import Cluster, ClusterSite, Machine
+from clusters.models import Cluster, ClusterSite, Machine, VmRemovalRequest
 from clusters.selectors import pools_by_cluster
 from gpus import naming
 
@@ -149,9 +151,24 @@ def vm_orphans_due(*, location: Location, now: datetime) -> list[VirtualMachine]
             name__startswith=naming.PREFIX,
         )
         .exclude(cloudspace_id__in=unlisted.values("cloudspace_id"))
+        .exclude(Exists(_removals_since_listed(location, OuterRef("vm_id"))))
     )
     foreign = other_accounts_prefixes(account)
     return [vm for vm in rows if not vm.name.startswith(foreign)]
+
+
+def _removals_since_listed(location: Location, vm_id: int | OuterRef) -> QuerySet[VmRemovalRequest]:
+    done = VmRemovalRequest.objects.filter(
+        location=location, vm_id=vm_id, done_at__isnull=False, error=""
+    )
+    since = location.observation_started_at
+    return done if since is None else done.filter(done_at__gte=since)
+
+
+def removed_since_listed(vm: VirtualMachine) -> bool:
+    """Whether we removed the VM after its location's last listing began: that listing
+    still shows it, and says nothing yet of whether the delete happened."""
+    return _removals_since_listed(vm.location, vm.vm_id).exists()
 
 
 def other_accounts_prefixes(account: Account) -> tuple[str, ...]:

@@ -35,7 +35,12 @@ from capvco_web.permissions import permission_require
 from capvco_web.rows import model_update
 from cloud.models import Location, VirtualMachine
 from clusters.models import Cluster, Machine, VmRemovalRequest
-from clusters.orphans import VmOwners, other_accounts_prefixes, vm_orphans_due
+from clusters.orphans import (
+    VmOwners,
+    other_accounts_prefixes,
+    removed_since_listed,
+    vm_orphans_due,
+)
 from clusters.plan import Call, VmRemoval
 from clusters.reconcile import vm_remove
 from gpus import naming
@@ -208,9 +213,15 @@ def orphans_due(*, location: Location, now: datetime) -> list[VgpuReservation]:
 
 
 def orphan_vm_remove(
-    *, client: ws.WhiteskyClient, vm: VirtualMachine, actor: Actor, reason: str
+    *,
+    client: ws.WhiteskyClient,
+    vm: VirtualMachine,
+    actor: Actor,
+    reason: str,
+    request: VmRemovalRequest | None = None,
 ) -> None:
-    """Stop and delete (permanently, vGPUs detached) a VM of ours that no machine owns.
+    """Stop and delete (permanently, vGPUs detached) a VM of ours that no machine owns,
+    and record the removal (on the person's `request`, else as a removal of its own).
 
     Who owns it is read again now, so a VM a machine took over meanwhile is refused. The
     vGPUs it held are unassigned afterwards, still billed until they are released."""
@@ -233,9 +244,21 @@ def orphan_vm_remove(
         if row.state == State.ATTACHED:
             detached["state"] = State.RESERVED
         model_update(row, detached, expect={"vm_id": vm.vm_id, "state": row.state})
-    # Not due again before a listing shows it again (a delete that did not happen).
-    seen = {"orphaned_since": vm.orphaned_since, "orphan_confirmations": vm.orphan_confirmations}
-    model_update(vm, {"orphaned_since": None, "orphan_confirmations": 0}, expect=seen)
+    if request is None:
+        # Recorded as ours, beside the VM row that only observe writes: not due again
+        # before a listing begun after it shows the VM again (a delete that did not happen).
+        now = timezone.now()
+        VmRemovalRequest.objects.create(
+            location=vm.location,
+            vm_id=vm.vm_id,
+            name=vm.name,
+            cloudspace_id=vm.cloudspace_id,
+            requested_by=actor if isinstance(actor, User) else None,
+            requested_at=now,
+            reason=reason,
+            attempted_at=now,
+            done_at=now,
+        )
 
 
 def _vm_removal(vm: VirtualMachine) -> VmRemoval:
@@ -581,7 +604,7 @@ def _removal_request_apply(client: ws.WhiteskyClient, step: SweepStep) -> bool:
     try:
         if step.refusal or (refusal := vm_owner_refusal(vm)):
             raise ReleaseRefused(step.refusal or refusal or "")
-        orphan_vm_remove(client=client, vm=vm, actor=actor, reason=request.reason)
+        orphan_vm_remove(client=client, vm=vm, actor=actor, reason=request.reason, request=request)
     except (ws.WhiteskyError, ReleaseRefused) as exc:
         lost = isinstance(exc, ws.WhiteskyError) and exc.outcome_unknown
         model_update(request, {"error": str(exc), "done_at": None if lost else timezone.now()})
@@ -608,8 +631,8 @@ def _vm_step_apply(client: ws.WhiteskyClient, step: SweepStep) -> bool:
         .filter(pk=step.vm_row_id, vm_id=step.vm.vm_id, orphaned_since=step.seen_at)
         .first()
     )
-    if vm is None or step.seen_at is None:
-        return False  # listed anew, or taken over, since the plan
+    if vm is None or step.seen_at is None or removed_since_listed(vm):
+        return False  # listed anew, taken over or removed since the plan
     orphan_vm_remove(client=client, vm=vm, actor=ACTOR, reason=step.reason)
     return True
 

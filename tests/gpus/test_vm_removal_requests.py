@@ -216,3 +216,26 @@ def test_the_api_lists_orphan_vms_and_removes_one_at_a_persons_request(
     assert (
         viewer.post(f"/api/v1/vms/{machine_vm.pk}/remove/", {"reason": "x"}, format="json")
     ).status_code == 403
+
+
+def test_the_sweep_records_its_removal_in_a_row_of_its_own_and_leaves_the_vm_row_to_observe(
+    plane: Plane,
+) -> None:
+    auto_release_set(plane.account, confirmations=1)
+    site_made(plane)
+    stray = vm_create(plane, "capvco-demo-gone-11")
+    plane.observe()
+    before = VirtualMachine.objects.values().get(vm_id=stray)
+
+    assert sweep(plane).removed == ["capvco-demo-gone-11"]
+
+    # The mirror row is what the last listing said, untouched by act until observe lists
+    # again; the removal is ours, recorded beside it, and keeps a second sweep from
+    # removing it again before that listing.
+    assert VirtualMachine.objects.values().get(vm_id=stray) == before
+    removal = VmRemovalRequest.objects.get(vm_id=stray)
+    assert removal.requested_by is None and removal.done_at is not None
+    assert sweep(plane).removed == []
+    assert AuditEvent.objects.filter(action="vm.delete").count() == 1
+    plane.observe()  # a complete listing begun after the removal: the VM is gone
+    assert not VirtualMachine.objects.filter(vm_id=stray).exists()

@@ -1,0 +1,100 @@
+"""Orphans on the overview in a real browser: a VM that no machine owns with its cost,
+removed with a reason, and every orphan released at once with one reason, each request
+in the audit log."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.utils import timezone
+from playwright.sync_api import Page, expect
+
+from capvco_web.models import AuditEvent
+from clusters.models import VmRemovalRequest
+from gpus.models import VgpuReservation
+from tests.e2e.test_dashboard_browser import PASSWORD, TIMEOUT
+from tests.factories import LocationFactory, VgpuReservationFactory, VirtualMachineFactory
+
+pytestmark = pytest.mark.usefixtures("django_allow_async_unsafe", "screenshot_on_failure")
+
+
+@pytest.fixture
+def orphans(transactional_db: None) -> dict[str, Any]:
+    now = timezone.now()
+    User.objects.create_superuser("admin", password=PASSWORD)
+    location = LocationFactory(
+        name="nl-orphans-dc01",
+        prices={"vcu": "12.0", "mu": "4.0", "vgu": "730.0"},
+        vgu_price=Decimal("730"),
+        last_complete_observation_at=now,
+    )
+    vm = VirtualMachineFactory(
+        location=location,
+        name="capvco-gone-m-1",
+        vcpus=4,
+        memory_mib=8192,  # 4 x 12 + 8 x 4 = 80.00 a month
+        orphaned_since=now - timedelta(hours=2),
+        orphan_confirmations=1,
+        orphan_reason="no cluster of this account carries its name",
+    )
+    vgpu = VgpuReservationFactory(
+        orphaned=True,
+        location=location,
+        name="capvco-gone-m-1-gpu-0",
+        orphaned_since=now - timedelta(hours=2),
+    )
+    return {"vm": vm, "vgpu": vgpu}
+
+
+def log_in(page: Page, live_server: Any) -> None:
+    page.set_default_timeout(TIMEOUT)
+    page.goto(f"{live_server.url}/")
+    page.fill("#id_username", "admin")
+    page.fill("#id_password", PASSWORD)
+    page.click("button[type=submit]")
+    expect(page).to_have_url(re.compile(r"/$"))
+
+
+def test_an_orphan_vm_shows_its_cost_and_is_removed_with_a_reason(
+    page: Page, live_server: Any, orphans: dict[str, Any]
+) -> None:
+    log_in(page, live_server)
+    vm = orphans["vm"]
+    row = page.locator(f"#orphan-vm-{vm.vm_id}")
+    expect(row).to_contain_text("capvco-gone-m-1")
+    expect(row).to_contain_text("0.11 EUR")  # 80.00 a month is 0.1096 an hour
+    expect(page.locator("#waste-orphan-vms .big")).to_have_text("1")
+
+    row.get_by_role("link", name="Remove").click()
+    panel = page.locator("#action-panel")
+    expect(panel).to_contain_text("capvco-gone-m-1")
+    panel.get_by_role("button", name="Remove").click()
+    expect(panel.locator(".error, .errorlist")).to_contain_text("required")  # no reason
+    panel.locator("textarea[name=reason]").fill("left by a force delete")
+    panel.get_by_role("button", name="Remove").click()
+    expect(page.locator("#messages")).to_contain_text("Removal of VM capvco-gone-m-1 asked for")
+    assert VmRemovalRequest.objects.get().reason == "left by a force delete"
+
+
+def test_release_all_orphans_with_one_reason(
+    page: Page, live_server: Any, orphans: dict[str, Any]
+) -> None:
+    log_in(page, live_server)
+    page.locator("#orphans-release-all").click()
+    panel = page.locator("#action-panel")
+    expect(panel).to_contain_text("1 VMs and 1 vGPU reservations")
+    expect(panel).to_contain_text("capvco-gone-m-1-gpu-0")
+    panel.locator("textarea[name=reason]").fill("clean-up after the outage")
+    panel.get_by_role("button", name="Release all").click()
+    expect(page.locator("#messages")).to_contain_text("Release asked for 2 orphans")
+    assert VgpuReservation.objects.get().release_requested_at is not None
+    asked = AuditEvent.objects.filter(reason="clean-up after the outage")
+    assert sorted(asked.values_list("action", flat=True)) == [
+        "vgpu.release_requested",
+        "vm.delete_requested",
+    ]
