@@ -22,6 +22,7 @@ from typing import Any, Literal, Protocol, get_args
 from django.db.models import Count, Exists, OuterRef, Prefetch, Q
 from django.utils import timezone
 
+from capvco_web.integrations.whitesky import operations as ops
 from cloud.models import Location, VirtualMachine
 from clusters.models import Cluster, ClusterSite, Machine, MachinePool
 from clusters.selectors import pools_by_cluster
@@ -37,19 +38,27 @@ HELD = "billed_reservations"  # a machine's vGPUs, when read with it (_machines)
 
 Kind = Literal["create", "provision", "replace_vm", "teardown", "reclaim"]
 KINDS: tuple[Kind, ...] = get_args(Kind)
+WHITESKY_OPERATIONS = frozenset(op.operation_id for op in ops.ALL_OPERATIONS)
 BlockedBy = Literal["", "observation", "capacity", "conflict", "backoff", "machines"]
 
 
 @dataclass(frozen=True, order=True)
 class Call:
     """One mutating call a step makes: the service, its verb and the object it names. A VM is named
-    by its id, or by its name when the same step makes it; a reserve by "<VM>/<card>"."""
+    by its id, or by its name when the same step makes it; a reserve by "<VM>/<card>".
+
+    One vocabulary: a whitesky verb is the call's operationId in whitesky's API description
+    (`createVirtualMachine`), a Kubernetes verb the HTTP method on the resource's path."""
 
     verb: str
     object: str
     maybe: bool = field(default=False, compare=False)
     """Made only if what the last listing could not show holds (a VM in the recycle bin)."""
     service: Literal["whitesky", "kubernetes"] = "whitesky"
+
+    def __post_init__(self) -> None:
+        if self.service == "whitesky" and self.verb not in WHITESKY_OPERATIONS:
+            raise ValueError(f"{self.verb}: not an operationId of the whitesky client")
 
     def __str__(self) -> str:
         return f"{self.service} {self.verb} {self.object}{' (if needed)' if self.maybe else ''}"
@@ -106,9 +115,9 @@ class VmRemoval:
         if self.status == "DESTROYED":
             return ()
         if not self.status:
-            return (Call("delete_vm", vm, maybe=True),)
-        stop = (Call("stop_vm", vm),) if self.status == "RUNNING" else ()
-        return (*stop, Call("delete_vm", vm))
+            return (Call(ops.DELETE_VM.operation_id, vm, maybe=True),)
+        stop = (Call(ops.STOP_VM.operation_id, vm),) if self.status == "RUNNING" else ()
+        return (*stop, Call(ops.DELETE_VM.operation_id, vm))
 
 
 @dataclass(frozen=True)
@@ -173,12 +182,14 @@ class Step:
             calls += vm.calls()
         vm_ref = self.vm_name if self.create_vm else str(self.vm_id)
         if self.create_vm:
-            calls.append(Call("create_vm", self.vm_name))
-        calls += [Call("attach_vgpu", vgpu_id) for vgpu_id in self.attach]
-        calls += [Call("reserve_vgpu", f"{vm_ref}/{self.card_id}") for _ in self.reserve]
+            calls.append(Call(ops.CREATE_VM.operation_id, self.vm_name))
+        calls += [Call(ops.ATTACH_VGPU.operation_id, vgpu_id) for vgpu_id in self.attach]
+        reserve = ops.RESERVE_AND_ATTACH_VGPU.operation_id
+        calls += [Call(reserve, f"{vm_ref}/{self.card_id}") for _ in self.reserve]
         if self.start_vm:
-            calls.append(Call("start_vm", vm_ref))
-        calls += [Call("release_vgpu", r.vgpu_id) for r in self.release if r.vgpu_id]
+            calls.append(Call(ops.START_VM.operation_id, vm_ref))
+        release = ops.RELEASE_VGPU.operation_id
+        calls += [Call(release, r.vgpu_id) for r in self.release if r.vgpu_id]
         return tuple(calls)
 
     def describe(self) -> str:
