@@ -399,7 +399,11 @@ def _vm_status(machine: Machine, vms: VmIndex) -> str:
     return "RUNNING" if machine.phase in (Phase.RUNNING, Phase.STARTING) else "HALTED"
 
 
-def machine_teardown_step(machine: Machine, reason: str, vms: VmIndex) -> Step:
+def machine_teardown_step(
+    machine: Machine, reason: str, vms: VmIndex, *, now: datetime | None = None
+) -> Step:
+    """The machine's teardown; held back only after a try that failed (the machine is
+    `deleting`), until its next try: a deletion just asked for is tried at once."""
     pool = machine.pool
     site = pool.site
     held = gpus_held(machine)
@@ -415,7 +419,7 @@ def machine_teardown_step(machine: Machine, reason: str, vms: VmIndex) -> Step:
             for vm in vms.get((site.location_id, machine.vm_name), [])
             if vm.status != "DESTROYED" and vm.cloudspace_id == site.cloudspace_id
         ]
-    return Step(
+    step = Step(
         "teardown",
         machine.name,
         reason,
@@ -429,6 +433,20 @@ def machine_teardown_step(machine: Machine, reason: str, vms: VmIndex) -> Step:
         release=tuple(VgpuRelease(row.pk, row.vgpu_id, row.name) for row in held),
         remove_vms=tuple(removals),
     )
+    return _backoff_held(machine, step, now=now) if machine.phase == Phase.DELETING else step
+
+
+def _backoff_held(machine: Machine, step: Step, *, now: datetime | None) -> Step:
+    """The step, blocked until the machine's next try when that is still to come."""
+    if machine.next_try_at is None or machine.next_try_at <= (now or timezone.now()):
+        return step
+    why = (
+        f"failed {machine.failures} time(s) in a row; next try at "
+        f"{machine.next_try_at:%Y-%m-%d %H:%M:%S} UTC"
+    )
+    return dataclasses.replace(
+        step, blocked=why, blocked_by="backoff", next_try_at=machine.next_try_at
+    )
 
 
 def machine_step(
@@ -437,7 +455,7 @@ def machine_step(
     """The step one existing machine needs, or None when it is as asked."""
     pool = machine.pool
     if machine.delete_requested or machine.phase == Phase.DELETING:
-        return machine_teardown_step(machine, "deletion requested", vms)
+        return machine_teardown_step(machine, "deletion requested", vms, now=now)
     site = pool.site
     kind: Kind = "provision"
     reason = f"phase {machine.phase}"
@@ -464,15 +482,10 @@ def machine_step(
         vm_id=machine.vm_id,
         vm_name=machine.vm_name,
     )
-    now = now or timezone.now()
-    if machine.phase == Phase.FAILED and machine.next_try_at and machine.next_try_at > now:
-        why = (
-            f"failed {machine.failures} time(s) in a row; next try at "
-            f"{machine.next_try_at:%Y-%m-%d %H:%M:%S} UTC"
-        )
-        return dataclasses.replace(
-            base, blocked=why, blocked_by="backoff", next_try_at=machine.next_try_at
-        )
+    if machine.phase == Phase.FAILED:
+        held_back = _backoff_held(machine, base, now=now)
+        if held_back.blocked:
+            return held_back
     held = gpus_held(machine)
     conflict = next(
         (
@@ -521,7 +534,9 @@ def cluster_plan(cluster: Cluster, *, now: datetime | None = None) -> ClusterPla
     vms = _observed_vms(cluster)
     if cluster.state == Cluster.State.DELETING:
         for machine in machines:
-            plan.steps.append(machine_teardown_step(machine, "cluster is being deleted", vms))
+            plan.steps.append(
+                machine_teardown_step(machine, "cluster is being deleted", vms, now=now)
+            )
         plan.steps.append(cluster_reclaim_step(cluster, machines_left=len(machines), vms=vms))
         return plan
     by_pool: dict[int, list[Machine]] = defaultdict(list)
@@ -537,7 +552,7 @@ def cluster_plan(cluster: Cluster, *, now: datetime | None = None) -> ClusterPla
         for machine in members:
             if machine.pk in surplus:
                 reason = f"pool {pool.name} scaled to {pool.replicas}"
-                plan.steps.append(machine_teardown_step(machine, reason, vms))
+                plan.steps.append(machine_teardown_step(machine, reason, vms, now=now))
             elif step := machine_step(machine, books, vms, now=now):
                 plan.steps.append(step)
         if pool.replicas > len(live) and leftovers is None:

@@ -157,9 +157,9 @@ def mutate(plane: Plane, rng: random.Random, outsider: Outsider, admin: User) ->
             assert machine.vm_id is not None
             site = machine.pool.site
             outsider.vm_delete(site.cloudspace_id, machine.vm_id, permanently=rng.random() < 0.5)
-        elif change == "retry":  # the backoff of failed machines is over
+        elif change == "retry":  # the backoff of failed machines (and teardowns) is over
             past = timezone.now() - timedelta(seconds=1)
-            Machine.objects.filter(phase=Machine.Phase.FAILED).update(next_try_at=past)
+            Machine.objects.exclude(next_try_at=None).update(next_try_at=past)
         elif change == "delete":
             other = Cluster.objects.filter(name="other", state="active").first()
             if other is not None:
