@@ -110,7 +110,11 @@ class Gunicorn:
     def stop(self) -> None:
         if self.process.poll() is None:
             self.process.terminate()
-            self.process.wait(20)
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:  # a loaded machine: its graceful stop is slow
+                self.process.kill()
+                self.process.wait(20)
 
 
 class Added:
@@ -190,7 +194,11 @@ class Worker:
     def stop(self) -> None:
         if self.process.poll() is None:
             self.process.terminate()
-            self.process.wait(30)
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(20)
 
 
 def session_for(world: World) -> requests.Session:
