@@ -11,9 +11,12 @@ Idempotent: the DaemonSet carries the hash of the manifest it was made from
 (`capvco.io/manifest-sha256`); observe reads it (one GET) and mirrors that hash on the
 cluster, and the cluster's plan (`clusters.kube_plan`) writes only when it differs from
 the manifest's (a new image, a DaemonSet someone changed) or ours is missing (created
-again). Off: our DaemonSet is deleted, once, and nothing more is asked of the cluster. A
-DaemonSet of that name that we did not make (no `app.kubernetes.io/managed-by:
-capvco-web`) is never replaced nor deleted: the cluster shows why (`gpu_addon_error`).
+again). A replace carries the resourceVersion observe read (optimistic concurrency): when
+the DaemonSet changed since, the API server refuses it (409 Conflict), the step is
+dropped and the next pass reads and plans again. Off: our DaemonSet is deleted, once, and
+nothing more is asked of the cluster. A DaemonSet of that name that we did not make (no
+`app.kubernetes.io/managed-by: capvco-web`) is never replaced nor deleted: the cluster
+shows why (`gpu_addon_error`).
 
 Applying and removing it are audited (actor `gpu-addon`): they change software that runs
 on every GPU node of someone's cluster.
@@ -169,10 +172,12 @@ def cluster_gpu_addon_observe(*, client: KubeClient, cluster: Cluster) -> None:
     else:
         if found is None:
             fields = {"gpu_addon_hash": "", "gpu_addon_applied_at": None, "gpu_addon_error": ""}
+            fields["gpu_addon_resource_version"] = ""
         elif not _ours(found):
             # Theirs: never ours to replace, nor (the add-on off) to remove.
             refused = foreign_message() if cluster.gpu_addon else ""
             fields = {"gpu_addon_hash": "", "gpu_addon_error": refused}
+            fields["gpu_addon_resource_version"] = ""
         else:
             held = (found["metadata"].get("annotations") or {}).get(HASH_ANNOTATION) or UNHASHED
             _, digest = addon_manifest()
@@ -182,6 +187,7 @@ def cluster_gpu_addon_observe(*, client: KubeClient, cluster: Cluster) -> None:
                 applied_at = applied_at or timezone.now()
             fields = {
                 "gpu_addon_hash": held,
+                "gpu_addon_resource_version": _resource_version(found),
                 "gpu_addon_applied_at": applied_at,
                 "gpu_addon_error": "",
             }
@@ -190,10 +196,22 @@ def cluster_gpu_addon_observe(*, client: KubeClient, cluster: Cluster) -> None:
         logger.warning("kubernetes of %s: %s", cluster.name, cluster.gpu_addon_error)
 
 
-def addon_applied_record(*, cluster: Cluster, digest: str, created: bool) -> None:
+def _resource_version(found: Mapping[str, Any]) -> str:
+    return str((found.get("metadata") or {}).get("resourceVersion") or "")
+
+
+def addon_applied_record(
+    *, cluster: Cluster, digest: str, created: bool, answer: Mapping[str, Any]
+) -> None:
+    """The add-on written: `answer` is the DaemonSet as the API server stored it."""
     model_update(
         cluster,
-        {"gpu_addon_hash": digest, "gpu_addon_applied_at": timezone.now(), "gpu_addon_error": ""},
+        {
+            "gpu_addon_hash": digest,
+            "gpu_addon_resource_version": _resource_version(answer),
+            "gpu_addon_applied_at": timezone.now(),
+            "gpu_addon_error": "",
+        },
     )
     action = "created" if created else "replaced"
     count("kube_writes", "gpu_addon", action)
@@ -211,7 +229,13 @@ def addon_applied_record(*, cluster: Cluster, digest: str, created: bool) -> Non
 
 def addon_removed_record(*, cluster: Cluster) -> None:
     model_update(
-        cluster, {"gpu_addon_hash": "", "gpu_addon_applied_at": None, "gpu_addon_error": ""}
+        cluster,
+        {
+            "gpu_addon_hash": "",
+            "gpu_addon_resource_version": "",
+            "gpu_addon_applied_at": None,
+            "gpu_addon_error": "",
+        },
     )
     count("kube_writes", "gpu_addon", "removed")
     logger.info("GPU add-on of %s: removed", cluster.name)

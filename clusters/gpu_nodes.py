@@ -10,9 +10,11 @@ a complete node listing:
 * `capvco.io/gpu-count`: how many are attached.
 
 One merge patch per node whose labels differ from the listing (a new node, a replaced one,
-labels someone removed); none when they are right. Other labels are left alone. The
-patches are steps of the cluster's plan (`clusters.kube_plan`), from complete listings
-only.
+labels someone removed); none when they are right. A node whose machine has no vGPU
+attached any more loses both labels (the same patch, a null per label); one whose vGPUs
+sit on a card the location no longer lists keeps them, so a label never flips while a
+card is briefly not listed. Other labels are left alone. The patches are steps of the
+cluster's plan (`clusters.kube_plan`), from complete listings only.
 
 A node of a running machine of a GPU pool that advertises no allocatable `nvidia.com/gpu`
 `GPU_ADVERTISE_TIMEOUT_SECONDS` after it joined (or after the GPU add-on was applied, if

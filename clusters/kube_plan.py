@@ -4,11 +4,11 @@ GPU labels of its nodes (`clusters.gpu_nodes`) and the GPU add-on (`clusters.gpu
 `kube_plan` reads the database only, what observe mirrored: the nodes' labels from the
 last node listing (only when the cluster's last observation was complete: a partial one
 may lack the labels a node has), the machines' attached vGPUs, and the add-on's DaemonSet
-as observe read it. Each step names its object and carries every value act sends;
-`kube_steps_act` sends exactly that, after checking by compare-and-set that the row the
-step was planned from is still as the plan read it. A step whose row changed is dropped:
-the next pass plans again. The dry run (`GET /api/v1/clusters/{id}/plan/`) lists them.
-"""
+as observe read it (its hash and resourceVersion). Each step names its object and carries
+every value act sends; `kube_steps_act` sends exactly that, after checking by compare-
+and-set that the row the step was planned from is still as the plan read it. A step whose
+row changed is dropped: the next pass plans again. The dry run (`GET
+/api/v1/clusters/{id}/plan/`) lists them."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal
 
+from django.db.models import Exists, OuterRef, QuerySet
 from django.utils import timezone
 
 from capvco_web.counters import count
@@ -30,9 +31,10 @@ from clusters.gpu_addon import (
     addon_removed_record,
     addon_unjudged,
 )
-from clusters.gpu_nodes import attached_gpus, gpus_by
+from clusters.gpu_nodes import GPU_COUNT_LABEL, GPU_TYPE_LABEL, attached_gpus, gpus_by
 from clusters.models import Cluster, KubeNode
 from clusters.plan import Call
+from gpus.models import VgpuReservation
 
 if TYPE_CHECKING:
     from capvco_web.integrations.kube.client import KubeClient
@@ -43,19 +45,21 @@ NODE_LABELS = "node_labels"
 ADDON_APPLY = "gpu_addon_apply"
 ADDON_REMOVE = "gpu_addon_remove"
 KINDS = (NODE_LABELS, ADDON_APPLY, ADDON_REMOVE)
+GPU_LABELS = (GPU_TYPE_LABEL, GPU_COUNT_LABEL)
 DAEMONSETS = f"/apis/apps/v1/namespaces/{ADDON_NAMESPACE}/daemonsets"
 
 
 @dataclass(frozen=True)
-class NodeLabelsSet:
-    """Set these labels on the node: one merge patch; its other labels are left alone and
-    none is removed (a label never flips while a card is briefly not listed)."""
+class NodeLabelsPatch:
+    """Set these GPU labels on the node and remove those that no longer apply (its machine
+    has no vGPU attached any more), in one merge patch; its other labels are left alone."""
 
     cluster_id: int
     node_id: int
     """The mirrored node row the labels were compared with."""
     node: str
     labels: tuple[tuple[str, str], ...]
+    removed: tuple[str, ...]
     seen_at: datetime
     """The row's `updated_at` as planned: act patches only while it still holds."""
     reason: str
@@ -69,11 +73,17 @@ class NodeLabelsSet:
         return f"node {self.node}"
 
     def describe(self) -> str:
-        labels = ", ".join(f"{key}={value}" for key, value in self.labels)
-        return f"label {self.target}: {labels} ({self.reason})"
+        changes = [f"{key}={value}" for key, value in self.labels]
+        changes += [f"remove {key}" for key in self.removed]
+        return f"label {self.target}: {', '.join(changes)} ({self.reason})"
 
     def calls(self) -> tuple[Call, ...]:
         return (Call("PATCH", f"/api/v1/nodes/{self.node}", service="kubernetes"),)
+
+    @property
+    def patch(self) -> dict[str, str | None]:
+        """The labels of the merge patch: None removes one."""
+        return {**dict.fromkeys(self.removed), **dict(self.labels)}
 
 
 @dataclass(frozen=True)
@@ -86,6 +96,9 @@ class AddonApply:
     image: str
     seen_hash: str
     """The hash the cluster's row held as planned (empty: none of ours)."""
+    resource_version: str
+    """replace: ours as observe read it; the API server refuses the replace (409 Conflict)
+    when it changed since."""
     reason: str
 
     @property
@@ -97,7 +110,10 @@ class AddonApply:
         return f"daemonset {ADDON_NAMESPACE}/{ADDON_NAME}"
 
     def describe(self) -> str:
-        return f"{self.verb} {self.target} ({self.image}, sha256 {self.digest[:12]}): {self.reason}"
+        what = f"{self.image}, sha256 {self.digest[:12]}"
+        if self.verb == "replace":
+            what += f", from resourceVersion {self.resource_version}"
+        return f"{self.verb} {self.target} ({what}): {self.reason}"
 
     def calls(self) -> tuple[Call, ...]:
         if self.verb == "create":
@@ -128,7 +144,7 @@ class AddonRemove:
         return (Call("DELETE", f"{DAEMONSETS}/{ADDON_NAME}", service="kubernetes"),)
 
 
-KubeStep = NodeLabelsSet | AddonApply | AddonRemove
+KubeStep = NodeLabelsPatch | AddonApply | AddonRemove
 
 
 def kube_plan(cluster: Cluster) -> list[KubeStep]:
@@ -138,7 +154,7 @@ def kube_plan(cluster: Cluster) -> list[KubeStep]:
     return [*node_labels_plan(cluster), *addon_plan(cluster)]
 
 
-def node_labels_plan(cluster: Cluster) -> list[NodeLabelsSet]:
+def node_labels_plan(cluster: Cluster) -> list[NodeLabelsPatch]:
     if not cluster.kube_observation_complete:
         return []
     # The cluster's nodes whose machine has vGPUs attached, a row per node and vGPU, with
@@ -157,21 +173,51 @@ def node_labels_plan(cluster: Cluster) -> list[NodeLabelsSet]:
     for pk, (name, labels, seen_at) in nodes.items():
         held = gpus.get(pk)
         if held is None:
-            continue
+            continue  # on a card not (or no longer) listed: its labels stay as they are
         wanted = held.labels
         if all(labels.get(key) == value for key, value in wanted.items()):
             continue
         steps.append(
-            NodeLabelsSet(
+            NodeLabelsPatch(
                 cluster_id=cluster.pk,
                 node_id=pk,
                 node=name,
                 labels=tuple(sorted(wanted.items())),
+                removed=(),
                 seen_at=seen_at,
                 reason=f"its machine has {held.count} x {held.gpu_type} attached",
             )
         )
-    return steps
+    # Nodes of the cluster's machines with no vGPU attached (any more) that still carry a
+    # GPU label: one query.
+    for pk, name, labels, seen_at in stale_gpu_label_nodes(cluster).values_list(
+        "id", "name", "labels", "updated_at"
+    ):
+        steps.append(
+            NodeLabelsPatch(
+                cluster_id=cluster.pk,
+                node_id=pk,
+                node=name,
+                labels=(),
+                removed=tuple(key for key in GPU_LABELS if key in labels),
+                seen_at=seen_at,
+                reason="its machine has no vGPU attached",
+            )
+        )
+    return sorted(steps, key=lambda step: (step.node, step.node_id))
+
+
+def stale_gpu_label_nodes(cluster: Cluster) -> QuerySet[KubeNode]:
+    """The cluster's nodes of a machine that holds no attached vGPU, still carrying GPU
+    labels: labels that no longer apply."""
+    attached = VgpuReservation.objects.filter(
+        machine=OuterRef("machine"), state=VgpuReservation.State.ATTACHED
+    )
+    return (
+        KubeNode.objects.filter(cluster=cluster, machine__pool__cluster=cluster)
+        .filter(labels__has_any_keys=list(GPU_LABELS))
+        .exclude(Exists(attached))
+    )
 
 
 def addon_plan(cluster: Cluster) -> list[AddonApply | AddonRemove]:
@@ -191,7 +237,8 @@ def addon_plan(cluster: Cluster) -> list[AddonApply | AddonRemove]:
     image = str(manifest["spec"]["template"]["spec"]["containers"][0]["image"])
     reason = "none of ours is in the cluster" if not held else "ours is of another manifest"
     verb: Literal["create", "replace"] = "replace" if held else "create"
-    return [AddonApply(cluster.pk, verb, digest, image, held, reason)]
+    version = cluster.gpu_addon_resource_version if held else ""
+    return [AddonApply(cluster.pk, verb, digest, image, held, version, reason)]
 
 
 @dataclass
@@ -218,11 +265,14 @@ def kube_steps_act(*, client: KubeClient, steps: list[KubeStep]) -> KubeActResul
 
 
 def _act(client: KubeClient, step: KubeStep) -> bool:
-    if isinstance(step, NodeLabelsSet):
-        return _labels_set(client, step)
-    cluster = Cluster.objects.filter(
+    if isinstance(step, NodeLabelsPatch):
+        return _labels_patch(client, step)
+    held = Cluster.objects.filter(
         pk=step.cluster_id, gpu_addon=isinstance(step, AddonApply), gpu_addon_hash=step.seen_hash
-    ).first()
+    )
+    if isinstance(step, AddonApply):
+        held = held.filter(gpu_addon_resource_version=step.resource_version)
+    cluster = held.first()
     if cluster is None or addon_unjudged(cluster):
         return False
     if isinstance(step, AddonRemove):
@@ -240,20 +290,29 @@ def _act(client: KubeClient, step: KubeStep) -> bool:
         return False  # the manifest changed since the plan (a new image): plan again
     try:
         if step.verb == "create":
-            client.create_daemonset(ADDON_NAMESPACE, manifest)
+            answer = client.create_daemonset(ADDON_NAMESPACE, manifest)
         else:
-            client.replace_daemonset(ADDON_NAMESPACE, ADDON_NAME, manifest)
+            manifest["metadata"]["resourceVersion"] = step.resource_version
+            answer = client.replace_daemonset(ADDON_NAMESPACE, ADDON_NAME, manifest)
+    except kube.Conflict as exc:
+        # Someone made or changed it since observe read it: the next pass reads it again
+        # and plans from what is there, so nothing of theirs is overwritten unseen.
+        count("kube_writes", "gpu_addon", "conflict")
+        logger.info("GPU add-on of %s: %s; planned again", cluster.name, exc)
+        return False
     except kube.KubeError as exc:
         addon_failed_record(cluster=cluster, error=f"GPU add-on: {exc}")
         raise
-    addon_applied_record(cluster=cluster, digest=digest, created=step.verb == "create")
+    addon_applied_record(
+        cluster=cluster, digest=digest, created=step.verb == "create", answer=answer
+    )
     return True
 
 
-def _labels_set(client: KubeClient, step: NodeLabelsSet) -> bool:
+def _labels_patch(client: KubeClient, step: NodeLabelsPatch) -> bool:
     if not KubeNode.objects.filter(pk=step.node_id, updated_at=step.seen_at).exists():
         return False
-    wanted = dict(step.labels)
+    wanted = step.patch
     try:
         answer = client.patch_node_labels(step.node, wanted)
     except kube.KubeError:

@@ -155,6 +155,13 @@ class Cluster(models.Model):
         editable=False,
         help_text="Since when the add-on, as it is now, is in the cluster.",
     )
+    gpu_addon_resource_version = models.CharField(
+        max_length=64,
+        blank=True,
+        editable=False,
+        help_text="The resourceVersion of our add-on's DaemonSet as last read or written: "
+        "a replace names it, so that one made from a stale read is refused (409).",
+    )
     gpu_addon_error = models.TextField(blank=True, editable=False)
     imported_from = models.CharField(
         max_length=300,

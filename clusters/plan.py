@@ -22,6 +22,7 @@ from typing import Any, Literal, Protocol, get_args
 from django.db.models import Count, Exists, OuterRef, Prefetch, Q
 from django.utils import timezone
 
+from capvco_web.integrations.whitesky import operations as ops
 from cloud.models import Location, VirtualMachine
 from clusters.models import Cluster, ClusterSite, Machine, MachinePool
 from clusters.selectors import pools_by_cluster
@@ -37,19 +38,27 @@ HELD = "billed_reservations"  # a machine's vGPUs, when read with it (_machines)
 
 Kind = Literal["create", "provision", "replace_vm", "teardown", "reclaim"]
 KINDS: tuple[Kind, ...] = get_args(Kind)
+WHITESKY_OPERATIONS = frozenset(op.operation_id for op in ops.ALL_OPERATIONS)
 BlockedBy = Literal["", "observation", "capacity", "conflict", "backoff", "machines"]
 
 
 @dataclass(frozen=True, order=True)
 class Call:
     """One mutating call a step makes: the service, its verb and the object it names. A VM is named
-    by its id, or by its name when the same step makes it; a reserve by "<VM>/<card>"."""
+    by its id, or by its name when the same step makes it; a reserve by "<VM>/<card>".
+
+    One vocabulary: a whitesky verb is the call's operationId in whitesky's API description
+    (`createVirtualMachine`), a Kubernetes verb the HTTP method on the resource's path."""
 
     verb: str
     object: str
     maybe: bool = field(default=False, compare=False)
     """Made only if what the last listing could not show holds (a VM in the recycle bin)."""
     service: Literal["whitesky", "kubernetes"] = "whitesky"
+
+    def __post_init__(self) -> None:
+        if self.service == "whitesky" and self.verb not in WHITESKY_OPERATIONS:
+            raise ValueError(f"{self.verb}: not an operationId of the whitesky client")
 
     def __str__(self) -> str:
         return f"{self.service} {self.verb} {self.object}{' (if needed)' if self.maybe else ''}"
@@ -106,9 +115,9 @@ class VmRemoval:
         if self.status == "DESTROYED":
             return ()
         if not self.status:
-            return (Call("delete_vm", vm, maybe=True),)
-        stop = (Call("stop_vm", vm),) if self.status == "RUNNING" else ()
-        return (*stop, Call("delete_vm", vm))
+            return (Call(ops.DELETE_VM.operation_id, vm, maybe=True),)
+        stop = (Call(ops.STOP_VM.operation_id, vm),) if self.status == "RUNNING" else ()
+        return (*stop, Call(ops.DELETE_VM.operation_id, vm))
 
 
 @dataclass(frozen=True)
@@ -173,12 +182,14 @@ class Step:
             calls += vm.calls()
         vm_ref = self.vm_name if self.create_vm else str(self.vm_id)
         if self.create_vm:
-            calls.append(Call("create_vm", self.vm_name))
-        calls += [Call("attach_vgpu", vgpu_id) for vgpu_id in self.attach]
-        calls += [Call("reserve_vgpu", f"{vm_ref}/{self.card_id}") for _ in self.reserve]
+            calls.append(Call(ops.CREATE_VM.operation_id, self.vm_name))
+        calls += [Call(ops.ATTACH_VGPU.operation_id, vgpu_id) for vgpu_id in self.attach]
+        reserve = ops.RESERVE_AND_ATTACH_VGPU.operation_id
+        calls += [Call(reserve, f"{vm_ref}/{self.card_id}") for _ in self.reserve]
         if self.start_vm:
-            calls.append(Call("start_vm", vm_ref))
-        calls += [Call("release_vgpu", r.vgpu_id) for r in self.release if r.vgpu_id]
+            calls.append(Call(ops.START_VM.operation_id, vm_ref))
+        release = ops.RELEASE_VGPU.operation_id
+        calls += [Call(release, r.vgpu_id) for r in self.release if r.vgpu_id]
         return tuple(calls)
 
     def describe(self) -> str:
@@ -388,7 +399,11 @@ def _vm_status(machine: Machine, vms: VmIndex) -> str:
     return "RUNNING" if machine.phase in (Phase.RUNNING, Phase.STARTING) else "HALTED"
 
 
-def machine_teardown_step(machine: Machine, reason: str, vms: VmIndex) -> Step:
+def machine_teardown_step(
+    machine: Machine, reason: str, vms: VmIndex, *, now: datetime | None = None
+) -> Step:
+    """The machine's teardown; held back only after a try that failed (the machine is
+    `deleting`), until its next try: a deletion just asked for is tried at once."""
     pool = machine.pool
     site = pool.site
     held = gpus_held(machine)
@@ -404,7 +419,7 @@ def machine_teardown_step(machine: Machine, reason: str, vms: VmIndex) -> Step:
             for vm in vms.get((site.location_id, machine.vm_name), [])
             if vm.status != "DESTROYED" and vm.cloudspace_id == site.cloudspace_id
         ]
-    return Step(
+    step = Step(
         "teardown",
         machine.name,
         reason,
@@ -418,6 +433,20 @@ def machine_teardown_step(machine: Machine, reason: str, vms: VmIndex) -> Step:
         release=tuple(VgpuRelease(row.pk, row.vgpu_id, row.name) for row in held),
         remove_vms=tuple(removals),
     )
+    return _backoff_held(machine, step, now=now) if machine.phase == Phase.DELETING else step
+
+
+def _backoff_held(machine: Machine, step: Step, *, now: datetime | None) -> Step:
+    """The step, blocked until the machine's next try when that is still to come."""
+    if machine.next_try_at is None or machine.next_try_at <= (now or timezone.now()):
+        return step
+    why = (
+        f"failed {machine.failures} time(s) in a row; next try at "
+        f"{machine.next_try_at:%Y-%m-%d %H:%M:%S} UTC"
+    )
+    return dataclasses.replace(
+        step, blocked=why, blocked_by="backoff", next_try_at=machine.next_try_at
+    )
 
 
 def machine_step(
@@ -426,7 +455,7 @@ def machine_step(
     """The step one existing machine needs, or None when it is as asked."""
     pool = machine.pool
     if machine.delete_requested or machine.phase == Phase.DELETING:
-        return machine_teardown_step(machine, "deletion requested", vms)
+        return machine_teardown_step(machine, "deletion requested", vms, now=now)
     site = pool.site
     kind: Kind = "provision"
     reason = f"phase {machine.phase}"
@@ -453,15 +482,10 @@ def machine_step(
         vm_id=machine.vm_id,
         vm_name=machine.vm_name,
     )
-    now = now or timezone.now()
-    if machine.phase == Phase.FAILED and machine.next_try_at and machine.next_try_at > now:
-        why = (
-            f"failed {machine.failures} time(s) in a row; next try at "
-            f"{machine.next_try_at:%Y-%m-%d %H:%M:%S} UTC"
-        )
-        return dataclasses.replace(
-            base, blocked=why, blocked_by="backoff", next_try_at=machine.next_try_at
-        )
+    if machine.phase == Phase.FAILED:
+        held_back = _backoff_held(machine, base, now=now)
+        if held_back.blocked:
+            return held_back
     held = gpus_held(machine)
     conflict = next(
         (
@@ -510,7 +534,9 @@ def cluster_plan(cluster: Cluster, *, now: datetime | None = None) -> ClusterPla
     vms = _observed_vms(cluster)
     if cluster.state == Cluster.State.DELETING:
         for machine in machines:
-            plan.steps.append(machine_teardown_step(machine, "cluster is being deleted", vms))
+            plan.steps.append(
+                machine_teardown_step(machine, "cluster is being deleted", vms, now=now)
+            )
         plan.steps.append(cluster_reclaim_step(cluster, machines_left=len(machines), vms=vms))
         return plan
     by_pool: dict[int, list[Machine]] = defaultdict(list)
@@ -526,7 +552,7 @@ def cluster_plan(cluster: Cluster, *, now: datetime | None = None) -> ClusterPla
         for machine in members:
             if machine.pk in surplus:
                 reason = f"pool {pool.name} scaled to {pool.replicas}"
-                plan.steps.append(machine_teardown_step(machine, reason, vms))
+                plan.steps.append(machine_teardown_step(machine, reason, vms, now=now))
             elif step := machine_step(machine, books, vms, now=now):
                 plan.steps.append(step)
         if pool.replicas > len(live) and leftovers is None:

@@ -569,11 +569,22 @@ def machine_vm_replace(ctx: PassContext, machine: Machine, step: Step) -> None:
 
 def machine_teardown(ctx: PassContext, machine: Machine, step: Step) -> None:
     """Stop the planned VMs and delete them permanently, release the planned vGPUs of the
-    machine, drop it."""
-    _phase_set(machine, Phase.DELETING, machine.failure_message)
+    machine, drop it. Its first try comes at once (a provisioning's backoff is not carried
+    over); a try that fails sets the next one after the machine's backoff (`retry_delay`),
+    which the plan shows; a try that must wait (a listing, an outcome) does not count."""
+    if machine.phase != Phase.DELETING:
+        _machine_update(
+            machine,
+            {"phase": Phase.DELETING, "failures": 0, "next_try_at": None},
+        )
     try:
         _machine_teardown(ctx, machine, step)
-    except (StepFailed, StepWaiting, OutcomePending, ws.WhiteskyError) as exc:
+    except (StepFailed, ws.WhiteskyError) as exc:
+        failures = machine.failures + 1
+        data = {"failure_message": str(exc), "failures": failures}
+        _machine_update(machine, {**data, "next_try_at": timezone.now() + retry_delay(failures)})
+        raise
+    except (StepWaiting, OutcomePending) as exc:
         _phase_set(machine, Phase.DELETING, str(exc))
         raise
 
@@ -606,6 +617,7 @@ def _machine_teardown(ctx: PassContext, machine: Machine, step: Step) -> None:
     _pending_resolve(ctx, machine)
     planned = {release.reservation_id: release for release in step.release}
     blockers = []
+    failed = False
     for row in gpus_held(machine):
         release = planned.get(row.pk)
         if release is None or release.vgpu_id != row.vgpu_id:
@@ -617,11 +629,13 @@ def _machine_teardown(ctx: PassContext, machine: Machine, step: Step) -> None:
             )
         except (ws.WhiteskyError, ValueError) as exc:
             blockers.append(f"{row.name}: {exc}")
+            failed = True
             continue
         if not claimed:
             blockers.append(f"{row.name}: another worker is releasing it")
     if blockers:
-        raise StepFailed("; ".join(blockers))
+        # A release refused or failed counts as a failure; one left to the next pass waits.
+        raise (StepFailed if failed else StepWaiting)("; ".join(blockers))
     before = {"name": machine.name, "pool": pool.name, "vm_name": machine.vm_name}
     audit_record(
         actor=ACTOR, action="machine.delete", obj=machine, reason="torn down", before=before

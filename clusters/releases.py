@@ -107,7 +107,7 @@ class SweepStep:
             return ()
         calls = self.vm.calls() if self.vm is not None else ()
         if self.kind == "release_vgpu":
-            calls += (Call("release_vgpu", self.vgpu_id),)
+            calls += (Call("deleteVGPU", self.vgpu_id),)
         return calls
 
     def describe(self) -> str:

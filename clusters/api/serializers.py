@@ -317,8 +317,8 @@ class PlanCallSerializer(serializers.Serializer[object]):
 
     service = serializers.ChoiceField(choices=["whitesky", "kubernetes"])
     verb = serializers.CharField(
-        help_text="whitesky: create_vm, start_vm, stop_vm, delete_vm, ...; Kubernetes: the "
-        "HTTP method"
+        help_text="whitesky: the call's operationId in whitesky's API description "
+        "(createVirtualMachine, stopVirtualMachine, deleteVGPU, ...); Kubernetes: the HTTP method"
     )
     object = serializers.CharField(
         help_text="The VM id (its name when the step makes it), vGPU id, '<VM>/<card>', "

@@ -447,3 +447,100 @@ def test_an_addon_step_is_dropped_when_the_addon_was_turned_off_since_the_plan(
 
     assert writes(kube_sim) == [] and len(result.dropped) == 1
     assert daemonset(apps) is None
+
+
+# --- labels that no longer apply, and a replace from a stale read ---------------------
+
+
+def test_labels_that_no_longer_apply_are_removed_as_the_dry_run_shows(
+    kube_sim: KubeSimulator, core: kubernetes.client.CoreV1Api, pool: MachinePool
+) -> None:
+    run(pool)
+    location = pool.site.location
+    GpuProfileFactory(location=location, profile_id="card-l4", model="L4 (0000:3c:00.0)")
+    # gpu-0's machine lost its vGPU; gpu-1's is now on an L4.
+    VgpuReservation.objects.filter(machine__name="gpu-0").update(
+        state=VgpuReservation.State.RELEASED
+    )
+    VgpuReservation.objects.filter(machine__name="gpu-1").update(gpu_id="card-l4")
+    cluster = Cluster.objects.get(pk=pool.cluster_id)
+    with kube_client(cluster) as client:
+        assert cluster_kube_observe(client=client, cluster=cluster).complete
+    steps = kube_plan(Cluster.objects.get(pk=pool.cluster_id))
+    assert [step.describe() for step in steps] == [
+        f"label node {GPU_0}: remove {GPU_TYPE_LABEL}, remove {GPU_COUNT_LABEL} "
+        "(its machine has no vGPU attached)",
+        f"label node {GPU_1}: {GPU_COUNT_LABEL}=1, {GPU_TYPE_LABEL}=nvidia-l4 "
+        "(its machine has 1 x NVIDIA L4 attached)",
+    ]
+    shown = sorted(str(call) for step in steps for call in step.calls())
+    kube_sim.clear_calls()
+
+    with kube_client(cluster) as client:
+        result = kube_steps_act(client=client, steps=steps)
+
+    made = sorted(
+        f"kubernetes {c['method']} {c['path']}"
+        for c in kube_sim.calls("prod")
+        if c["method"] != "GET"
+    )
+    assert made == shown and len(result.applied) == 2
+    assert labels(core)[GPU_0] == {}
+    assert labels(core)[GPU_1] == {GPU_TYPE_LABEL: "nvidia-l4", GPU_COUNT_LABEL: "1"}
+    assert core.read_node(GPU_1).metadata.labels["team"] == "ml"  # not ours: left alone
+    assert GPU_TYPE_LABEL not in KubeNode.objects.get(name=GPU_0).labels  # as answered
+    kube_sim.clear_calls()
+    run(pool)
+    assert writes(kube_sim) == [] and kube_plan(Cluster.objects.get(pk=pool.cluster_id)) == []
+
+
+def test_gpu_labels_on_a_node_of_no_machine_of_ours_are_left_alone(
+    kube_sim: KubeSimulator, core: kubernetes.client.CoreV1Api, pool: MachinePool
+) -> None:
+    core.patch_node("stray", {"metadata": {"labels": T4}})
+
+    run(pool)
+
+    assert labels(core)["stray"] == T4
+
+
+def test_an_addon_replace_from_a_stale_read_is_refused_dropped_and_planned_again(
+    kube_sim: KubeSimulator, apps: kubernetes.client.AppsV1Api, pool: MachinePool, settings: Any
+) -> None:
+    Cluster.objects.filter(pk=pool.cluster_id).update(gpu_addon=True)
+    run(pool)
+    settings.GPU_DEVICE_PLUGIN_IMAGE = "nvcr.io/nvidia/k8s-device-plugin:v0.17.1"
+    cluster = Cluster.objects.get(pk=pool.cluster_id)
+    with kube_client(cluster) as client:
+        cluster_gpu_addon_observe(client=client, cluster=cluster)
+    read = daemonset(apps).metadata.resource_version
+    assert Cluster.objects.get(pk=pool.cluster_id).gpu_addon_resource_version == read
+    (step,) = [
+        s for s in kube_plan(Cluster.objects.get(pk=pool.cluster_id)) if s.kind != "node_labels"
+    ]
+    assert f"from resourceVersion {read}" in step.describe()
+    # Someone changes it between the read and the write.
+    apps.patch_namespaced_daemon_set(
+        ADDON_NAME, ADDON_NAMESPACE, {"metadata": {"annotations": {"team": "ml"}}}
+    )
+    kube_sim.clear_calls()
+
+    with kube_client(cluster) as client:
+        result = kube_steps_act(client=client, steps=[step])
+
+    (put,) = [c for c in kube_sim.calls("prod") if c["method"] == "PUT"]
+    assert put["status"] == 409
+    assert len(result.dropped) == 1 and result.errors == []
+    kept = daemonset(apps)
+    assert kept.metadata.annotations["team"] == "ml"  # theirs, not overwritten unseen
+    assert kept.spec.template.spec.containers[0].image.endswith(":v0.17.0")
+    assert Cluster.objects.get(pk=pool.cluster_id).gpu_addon_error == ""
+
+    run(pool)  # reads it again, and replaces it from what is there now
+
+    assert daemonset(apps).spec.template.spec.containers[0].image.endswith(":v0.17.1")
+    kube_sim.clear_calls()
+    run(pool)
+    assert writes(kube_sim) == []
+    cluster.refresh_from_db()
+    assert cluster.gpu_addon_resource_version == daemonset(apps).metadata.resource_version

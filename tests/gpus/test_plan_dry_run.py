@@ -18,6 +18,7 @@ from django.test import override_settings
 from django.utils import timezone
 
 from capvco_web.audit import SystemActor
+from capvco_web.integrations.whitesky import operations as ops
 from cloud.models import Location
 from cloud.whitesky import whitesky_client
 from clusters.models import Cluster, Machine, MachinePool
@@ -32,15 +33,11 @@ from tests.gpus.support import auto_release_set
 OUTSIDER = "outsider"  # someone else using the customer's account: not our calls
 VM_PATH = re.compile(r"/vms/(?P<vm>\d+)(?:/(?P<what>gpus|vgpus)/(?P<id>[^/]+))?")
 VGPU_PATH = re.compile(r"/vgpus/(?P<id>[^/?]+)$")
-VERBS = {
-    "createVirtualMachine": "create_vm",
-    "startVirtualMachine": "start_vm",
-    "stopVirtualMachine": "stop_vm",
-    "deleteVirtualMachine": "delete_vm",
-    "reserveAndAttachVGPUToVM": "reserve_vgpu",
-    "attachVGPUToVM": "attach_vgpu",
-    "deleteVGPU": "release_vgpu",
+WRITES = {
+    op.operation_id
+    for op in (ops.CREATE_VM, ops.START_VM, ops.STOP_VM, ops.DELETE_VM, ops.RELEASE_VGPU)
 }
+WRITES |= {ops.RESERVE_AND_ATTACH_VGPU.operation_id, ops.ATTACH_VGPU.operation_id}
 
 
 def writes_made(plane: Plane, vms_before: set[int]) -> tuple[Counter[Call], bool]:
@@ -57,15 +54,16 @@ def writes_made(plane: Plane, vms_before: set[int]) -> tuple[Counter[Call], bool
         if call["method"] == "GET" or call["subject"] == OUTSIDER:
             continue
         refused = refused or call["status"] is None or call["status"] >= 300
-        verb = VERBS.get(call["operation"], f"unplanned {call['operation']} {call['path']}")
+        verb = call["operation"]  # the operationId, as the steps name their calls
+        assert verb in WRITES, f"unplanned {verb} {call['path']}"
         vm = VM_PATH.search(call["path"])
-        if verb == "create_vm":
+        if verb == ops.CREATE_VM.operation_id:
             target = parse_qs(call["query"])["name"][0]
-        elif verb == "reserve_vgpu" and vm:
+        elif verb == ops.RESERVE_AND_ATTACH_VGPU.operation_id and vm:
             target = f"{vm_ref(vm['vm'])}/{vm['id']}"
-        elif verb == "attach_vgpu" and vm:
+        elif verb == ops.ATTACH_VGPU.operation_id and vm:
             target = vm["id"]
-        elif verb == "release_vgpu":
+        elif verb == ops.RELEASE_VGPU.operation_id:
             found = VGPU_PATH.search(call["path"].split("?")[0])
             target = found["id"] if found else call["path"]
         elif vm:
@@ -159,9 +157,9 @@ def mutate(plane: Plane, rng: random.Random, outsider: Outsider, admin: User) ->
             assert machine.vm_id is not None
             site = machine.pool.site
             outsider.vm_delete(site.cloudspace_id, machine.vm_id, permanently=rng.random() < 0.5)
-        elif change == "retry":  # the backoff of failed machines is over
+        elif change == "retry":  # the backoff of failed machines (and teardowns) is over
             past = timezone.now() - timedelta(seconds=1)
-            Machine.objects.filter(phase=Machine.Phase.FAILED).update(next_try_at=past)
+            Machine.objects.exclude(next_try_at=None).update(next_try_at=past)
         elif change == "delete":
             other = Cluster.objects.filter(name="other", state="active").first()
             if other is not None:

@@ -274,15 +274,17 @@ def test_the_location_plan_shows_the_sweep_and_the_sweep_does_exactly_that(
         ("remove_vm", "capvco-demo-a100-0"),
         ("release_vgpu", row.name),
     ]
-    assert [c["verb"] for c in steps[0]["calls"]] == ["stop_vm", "delete_vm"]
+    assert [c["verb"] for c in steps[0]["calls"]] == ["stopVirtualMachine", "deleteVirtualMachine"]
     assert steps[0]["vm"]["vm_id"] == vm["vm_id"]
     assert steps[1]["calls"] == [
-        {"service": "whitesky", "verb": "release_vgpu", "object": row.vgpu_id, "maybe": False}
+        {"service": "whitesky", "verb": "deleteVGPU", "object": row.vgpu_id, "maybe": False}
     ]
     assert plane.sim_vgpus() != []  # a dry run
 
     plane.sim.clear_calls()
     sweep(plane)
-    writes = [(c["method"], c["path"]) for c in plane.sim.calls()["calls"] if c["method"] != "GET"]
-    assert len(writes) == 3 and writes[-1][1].endswith(f"/vgpus/{row.vgpu_id}")
+    writes = [c for c in plane.sim.calls()["calls"] if c["method"] != "GET"]
+    shown = [call["verb"] for step in steps for call in step["calls"]]
+    assert [c["operation"] for c in writes] == shown  # the names the dry run gave
+    assert writes[-1]["path"].endswith(f"/vgpus/{row.vgpu_id}")
     assert plane.sim_vgpus() == [] and plane.sim_vms() == []

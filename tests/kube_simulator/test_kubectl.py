@@ -134,6 +134,12 @@ STEPS = [
     Step("apply -f {dir}/gpu-addon.yaml", WORKS, f"daemonset.apps/{ADDON_NAME} unchanged"),
     Step("diff -f {dir}/gpu-addon.yaml", WORKS, "", "no difference: exit status 0"),
     Step(
+        "replace -f {dir}/gpu-addon-stale.yaml",
+        REFUSED,
+        "the object has been modified; please apply your changes to the latest version",
+        "409 Conflict: its resourceVersion is not the stored one",
+    ),
+    Step(
         f"rollout status daemonset/{ADDON_NAME} -n kube-system --timeout=20s",
         WORKS,
         "successfully rolled out",
@@ -269,6 +275,8 @@ STEPS = [
 def _manifests(directory: Path) -> None:
     manifest, _ = addon_manifest()
     (directory / "gpu-addon.yaml").write_text(yaml.safe_dump(manifest))
+    stale = {**manifest, "metadata": {**manifest["metadata"], "resourceVersion": "1"}}
+    (directory / "gpu-addon-stale.yaml").write_text(yaml.safe_dump(stale))
     cluster = Cluster(name="demo")
     objects = sriov_manifests(cluster=cluster, agent_url="https://capvco.example/api/v1/sriov/")
     (directory / "sriov.yaml").write_text(manifests_yaml(objects))

@@ -20,6 +20,7 @@ from sriov.models import LeakedNic, PodNic
 from sriov.reclaim import cluster_nics_reclaim
 from sriov.services import leaked_nic_detach_request
 from sriov.whitesky import sriov_whitesky_client
+from tests.integrations.whitesky.world import nic_attached
 from tests.sriov.support import CLOUDSPACE, NETWORK_ID, SRIOV_SUBJECT, World
 
 GRACE = timedelta(minutes=5)
@@ -120,8 +121,8 @@ def _leak(world: World) -> str:
     """A NIC on the SR-IOV network of VM 0 that no pod owns; its MAC."""
     config = world.cluster.sriov
     with sriov_whitesky_client(config) as client:
-        nic = client.attach_external_nic(
-            cloudspace_id=CLOUDSPACE, vm_id=world.vm(0), external_network_id=NETWORK_ID
+        nic = nic_attached(
+            client, cloudspace_id=CLOUDSPACE, vm_id=world.vm(0), external_network_id=NETWORK_ID
         )
     return nic.mac
 

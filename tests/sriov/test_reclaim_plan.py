@@ -40,6 +40,7 @@ from sriov.services import leaked_nic_detach_request
 from sriov.tasks import sriov_reclaim_cluster
 from sriov.whitesky import sriov_whitesky_client
 from tests.factories import GpuProfileFactory, VgpuReservationFactory
+from tests.integrations.whitesky.world import nic_attached
 from tests.kube_sim import node_object
 from tests.sriov.support import CLOUDSPACE, NETWORK_ID, World, world_build
 from tests.sriov.test_reclaim import _leak, delete_pod
@@ -165,7 +166,8 @@ def seed_state(world: World, seed: int, person: User) -> None:
             PodNic.objects.filter(pk=nic.pk).update(state=PodNic.State.DETACHING)
     with sriov_whitesky_client(world.cluster.sriov) as client:
         for _ in range(rng.randint(0, 2)):
-            client.attach_external_nic(
+            nic_attached(
+                client,
                 cloudspace_id=CLOUDSPACE,
                 vm_id=world.vm(rng.randrange(len(world.machines))),
                 external_network_id=NETWORK_ID,

@@ -381,54 +381,6 @@ class WhiteskyClient:
         )
         return self._parse(ops.GET_VM_NIC, parse_vm_nic, payload)
 
-    def attach_external_nic(
-        self,
-        *,
-        cloudspace_id: str,
-        vm_id: int,
-        external_network_id: int,
-        ip: str | None = None,
-        model: str | None = None,
-        network_type: str = "external",
-        external_cloudspace_id: str | None = None,
-    ) -> VmNic:
-        """Attaches a NIC and answers it. The API answers only `{success}`, so the new NIC is
-        the one that the VM's NIC listing holds after the attach and did not hold before
-        (`new_nic`).
-
-        Sent once. When the answer is lost, the listing is read again: a single new NIC is the
-        one we asked for; otherwise `ResponseLost` is raised. Attaches to one VM must be
-        serialised by the caller, or two new NICs cannot be told apart (UnexpectedResponse).
-        """
-        before = {nic.mac for nic in self.list_vm_nics(cloudspace_id=cloudspace_id, vm_id=vm_id)}
-        try:
-            self.send_external_nic_attach(
-                cloudspace_id=cloudspace_id,
-                vm_id=vm_id,
-                external_network_id=external_network_id,
-                ip=ip,
-                model=model,
-                network_type=network_type,
-                external_cloudspace_id=external_cloudspace_id,
-            )
-        except ResponseLost as lost:
-            try:
-                found = self._new_nic(cloudspace_id, vm_id, before, ip)
-            except WhiteskyError:
-                raise lost from None
-            if found is None:
-                raise
-            logger.info("whitesky: attach answer lost, NIC %s found by re-listing", found.mac)
-            return found
-        found = self._new_nic(cloudspace_id, vm_id, before, ip)
-        if found is None:
-            raise UnexpectedResponse(
-                "attach answered success but no new NIC is listed",
-                operation=ops.ATTACH_EXTERNAL_NIC.operation_id,
-                retryable=True,
-            )
-        return found
-
     def send_external_nic_attach(
         self,
         *,
@@ -441,7 +393,9 @@ class WhiteskyClient:
         external_cloudspace_id: str | None = None,
     ) -> None:
         """Sends the attach, once; its answer says nothing of the NIC. A caller that keeps the
-        listing from before finds the NIC with `new_nic` in the listing after."""
+        listing from before finds the NIC with `new_nic` in the listing after (the SR-IOV
+        agent, which also holds the VM's attaches one at a time and keeps what a lost
+        answer may have made: `sriov.agent`)."""
         self._call(
             ops.ATTACH_EXTERNAL_NIC,
             path={"cloudspace_id": cloudspace_id, "vm_id": vm_id},
@@ -453,12 +407,6 @@ class WhiteskyClient:
                 "external_cloudspace_id": external_cloudspace_id,
             },
         )
-
-    def _new_nic(
-        self, cloudspace_id: str, vm_id: int, before: set[str], ip: str | None
-    ) -> VmNic | None:
-        after = self.list_vm_nics(cloudspace_id=cloudspace_id, vm_id=vm_id)
-        return new_nic(after, before=before, ip=split_ip(ip)[0] if ip else None)
 
     def detach_external_nic(
         self,

@@ -285,23 +285,11 @@ def test_lost_answer_to_a_release_is_repeated_and_gone_means_done(
     assert client.list_vgpus(location=LOCATION, include_deleted=True).items == ()
 
 
-def test_lost_answer_to_a_nic_attach_still_answers_the_new_nic(
-    client: WhiteskyClient, sim: WhiteskySimulator
-) -> None:
-    vm_id = new_vm(client)
-    sim.fault(operation="attachExternalNetworksVirtualMachine", lost_response="drop", times=1)
-    nic = client.attach_external_nic(
-        cloudspace_id=CLOUDSPACE, vm_id=vm_id, external_network_id=NETWORK
-    )
-    assert nic.network_id == NETWORK
-    assert len(operations_called(sim, "attachExternalNetworksVirtualMachine")) == 1
-
-
 def test_nic_attach_refused_is_not_retried(client: WhiteskyClient, sim: WhiteskySimulator) -> None:
     vm_id = new_vm(client)
     sim.fault(operation="attachExternalNetworksVirtualMachine", status=503, times=1)
     with pytest.raises(Unavailable):
-        client.attach_external_nic(
+        client.send_external_nic_attach(
             cloudspace_id=CLOUDSPACE, vm_id=vm_id, external_network_id=NETWORK
         )
     assert len(operations_called(sim, "attachExternalNetworksVirtualMachine")) == 1

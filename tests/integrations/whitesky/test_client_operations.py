@@ -21,6 +21,7 @@ from tests.integrations.whitesky.world import (
     NETWORK,
     card,
     new_vm,
+    nic_attached,
     operations_called,
 )
 from tests.whitesky_sim import WhiteskySimulator
@@ -126,11 +127,11 @@ def test_external_networks_images_and_free_ips(client: WhiteskyClient) -> None:
 
 def test_nic_attach_answers_the_new_nic_found_by_listing(client: WhiteskyClient) -> None:
     vm_id = new_vm(client)
-    first = client.attach_external_nic(
-        cloudspace_id=CLOUDSPACE, vm_id=vm_id, external_network_id=NETWORK, model="virtio"
+    first = nic_attached(
+        client, cloudspace_id=CLOUDSPACE, vm_id=vm_id, external_network_id=NETWORK, model="virtio"
     )
-    second = client.attach_external_nic(
-        cloudspace_id=CLOUDSPACE, vm_id=vm_id, external_network_id=NETWORK
+    second = nic_attached(
+        client, cloudspace_id=CLOUDSPACE, vm_id=vm_id, external_network_id=NETWORK
     )
     assert first.mac != second.mac
     assert first.ip != second.ip
@@ -145,17 +146,15 @@ def test_nic_attach_answers_the_new_nic_found_by_listing(client: WhiteskyClient)
 def test_nic_attach_with_a_chosen_address_gets_that_address(client: WhiteskyClient) -> None:
     vm_id = new_vm(client)
     wanted = client.list_free_ips(location=LOCATION, external_network_id=NETWORK)[-1]
-    nic = client.attach_external_nic(
-        cloudspace_id=CLOUDSPACE, vm_id=vm_id, external_network_id=NETWORK, ip=wanted
+    nic = nic_attached(
+        client, cloudspace_id=CLOUDSPACE, vm_id=vm_id, external_network_id=NETWORK, ip=wanted
     )
     assert nic.ip == wanted
 
 
 def test_nic_detach_by_ip_frees_the_address(client: WhiteskyClient) -> None:
     vm_id = new_vm(client)
-    nic = client.attach_external_nic(
-        cloudspace_id=CLOUDSPACE, vm_id=vm_id, external_network_id=NETWORK
-    )
+    nic = nic_attached(client, cloudspace_id=CLOUDSPACE, vm_id=vm_id, external_network_id=NETWORK)
     client.detach_external_nic(
         cloudspace_id=CLOUDSPACE,
         vm_id=vm_id,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from capvco_web.integrations.whitesky import WhiteskyClient
+from capvco_web.integrations.whitesky import VmNic, WhiteskyClient, new_nic
 from tests.whitesky_sim import WhiteskySimulator
 
 LOCATION = "loc-test"
@@ -57,3 +57,28 @@ def new_vm(client: WhiteskyClient, name: str = "worker-1") -> int:
 
 def card(client: WhiteskyClient, model: str) -> str:
     return next(p.id for p in client.list_gpu_profiles(location=LOCATION) if p.base_model == model)
+
+
+def nic_attached(
+    client: WhiteskyClient,
+    *,
+    cloudspace_id: str,
+    vm_id: int,
+    external_network_id: int,
+    ip: str | None = None,
+    model: str | None = None,
+) -> VmNic:
+    """Attach a NIC as the SR-IOV agent does (the listing before, the attach, the listing
+    after: the new NIC is the one `new_nic` finds) and answer it."""
+    before = {nic.mac for nic in client.list_vm_nics(cloudspace_id=cloudspace_id, vm_id=vm_id)}
+    client.send_external_nic_attach(
+        cloudspace_id=cloudspace_id,
+        vm_id=vm_id,
+        external_network_id=external_network_id,
+        ip=ip,
+        model=model,
+    )
+    after = client.list_vm_nics(cloudspace_id=cloudspace_id, vm_id=vm_id)
+    found = new_nic(after, before=before, ip=ip)
+    assert found is not None, "the attach made no NIC"
+    return found
