@@ -1,5 +1,6 @@
 """The overview: GPU capacity per location and type (whitesky's and Kubernetes'), money
-billed for nothing, what the Kubernetes mirror flagged, how fresh each location's
+billed for nothing, what the Kubernetes mirror flagged, the clusters whose Kubernetes
+observation fails, how fresh each location's
 observation is, failed machines, and the system's own health."""
 
 from __future__ import annotations
@@ -13,13 +14,18 @@ from capvco_web.health import readiness
 from capvco_web.htmx import HtmxHttpRequest
 from capvco_web.permissions import visible
 from cloud.models import Location
-from clusters.models import KubeNode, Machine
-from clusters.selectors import kube_gpus_by_location_and_type
+from clusters.models import Cluster, KubeNode, Machine
+from clusters.selectors import (
+    kube_gpus_by_location_and_type,
+    kube_observation_failing,
+    kube_observation_problem,
+)
 from dashboard.selectors import capacity_board, kube_flags, money_wasted, observations
 from dashboard.views.common import page_or_fragment
 from gpus.models import GpuProfile, VgpuReservation
 
 FAILED_SHOWN = 20
+KUBE_FAILING_SHOWN = 20
 TEMPLATE = "dashboard/overview.html"
 
 
@@ -39,6 +45,10 @@ def overview(request: HtmxHttpRequest) -> HttpResponse:
     machines = visible(request.user, Machine.objects.all())
     failed = machines.filter(phase=Machine.Phase.FAILED)
     nodes = visible(request.user, KubeNode.objects.all())
+    interval = settings.OBSERVE_INTERVAL
+    kube_failing = kube_observation_failing(
+        visible(request.user, Cluster.objects.all()), now=now, interval=interval
+    )
     context: dict[str, object] = {
         "now": now,
         "board": capacity_board(
@@ -50,10 +60,15 @@ def overview(request: HtmxHttpRequest) -> HttpResponse:
             locations=locations,
         ),
         "kube_flags": kube_flags(nodes=nodes, machines=machines),
+        "kube_failing": [
+            (cluster, kube_observation_problem(cluster, now=now, interval=interval))
+            for cluster in kube_failing.select_related("account").order_by("name", "pk")[
+                :KUBE_FAILING_SHOWN
+            ]
+        ],
+        "kube_failing_count": kube_failing.count(),
         "waste": money_wasted(reservations=reservations, locations=locations, now=now),
-        "observations": observations(
-            locations=locations, now=now, interval=settings.OBSERVE_INTERVAL
-        ),
+        "observations": observations(locations=locations, now=now, interval=interval),
         "failed": list(
             failed.select_related("pool__cluster").order_by("-updated_at")[:FAILED_SHOWN]
         ),
