@@ -1,6 +1,7 @@
 """The SQL queries of every page and fragment do not grow with the rows: at most 20, with
 10 and with 10,000 reservations (and as many audit events, Kubernetes pods and pod NICs,
-a node for every 10 of them and a leaked NIC for every 20). The cluster page is counted
+a node for every 10 of them, a pod waiting for a GPU on no node for every 10 and a
+leaked NIC for every 20). The cluster page is counted
 again with every planner of its plan at work: its Kubernetes observed, GPU nodes whose
 labels are to be set, SR-IOV on with pod NICs whose pods are gone and leaked NICs due;
 and so is the same plan as the API's dry run (`GET /api/v1/clusters/{id}/plan/`)."""
@@ -107,8 +108,9 @@ def populate_kube(world: World, n: int, start: int) -> None:
                 uid=f"uid-pod-{i}",
                 namespace="ml",
                 name=f"pod-{i}",
-                node_name=nodes[i % len(nodes)].name,
-                phase=KubePod.Phase.RUNNING,
+                # Every tenth waits for a GPU on no node (the pending pods page).
+                node_name="" if i % 10 == 5 else nodes[i % len(nodes)].name,
+                phase=KubePod.Phase.PENDING if i % 10 == 5 else KubePod.Phase.RUNNING,
                 gpu_requests=i % 2,
                 first_seen_at=now,
                 updated_at=now,
@@ -210,6 +212,12 @@ def requests(world: World) -> dict[str, tuple[str, dict[str, str]]]:
             "/detach/",
             htmx,
         ),
+        "pending pods": ("/pods/pending/", {}),
+        "pending pods of the cluster": (f"/pods/pending/?cluster={world.cluster.pk}", {}),
+        "pending pods fragment": ("/pods/pending/", fragment("pod-table")),
+        "location": (f"/locations/{world.fresh.pk}/", {}),
+        "location fragment": (f"/locations/{world.fresh.pk}/", fragment("location-body")),
+        "stale location": (f"/locations/{world.stale.pk}/", {}),
         "audit log": ("/audit/", {}),
         "audit log fragment": ("/audit/?action=vgpu.", fragment("audit-table")),
     }
