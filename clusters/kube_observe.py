@@ -36,7 +36,15 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 BATCH = 1000
-_POD_FIELDS = ("namespace", "name", "node_name", "phase", "gpu_requests", "sriov_network")
+_POD_FIELDS = (
+    "namespace",
+    "name",
+    "node_name",
+    "phase",
+    "gpu_requests",
+    "sriov_network",
+    "gpu_type",
+)
 
 
 @dataclass
@@ -181,6 +189,7 @@ def pods_sync(
             pod.phase,
             pod.gpu_requests,
             pod.sriov_network,
+            pod.gpu_type,
         )
         found = existing.pop(pod.uid, None)
         data = dict(zip(_POD_FIELDS, values, strict=True))

@@ -1,17 +1,21 @@
-"""The gauges of machines on /metrics (capvco_web.metrics)."""
+"""The gauges of machines and of each cluster's Kubernetes observation on /metrics
+(capvco_web.metrics)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
 from django.db.models import Count
+from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from clusters.models import Machine
+from clusters.selectors import kube_observed
 
 
 def collect() -> Iterator[Metric]:
     yield from _machines()
+    yield from _kube_observations()
 
 
 def _machines() -> Iterator[Metric]:
@@ -20,3 +24,37 @@ def _machines() -> Iterator[Metric]:
     for phase in Machine.Phase.values:
         family.add_metric([phase], per_phase.get(phase, 0))
     yield family
+
+
+def _kube_observations() -> Iterator[Metric]:
+    """One series per cluster whose Kubernetes is observed (active, with a kubeconfig)."""
+    ok = GaugeMetricFamily(
+        "capvco_cluster_kube_observation_ok",
+        "1 when the cluster's last Kubernetes observation listed every node and pod without "
+        "error, 0 when it failed, was partial or has not run yet",
+        labels=["account", "cluster"],
+    )
+    age = GaugeMetricFamily(
+        "capvco_cluster_kube_observation_age_seconds",
+        "Seconds since the listings of the cluster's last complete Kubernetes observation "
+        "began (+Inf: never)",
+        labels=["account", "cluster"],
+    )
+    now = timezone.now()
+    rows = (
+        kube_observed()
+        .order_by("account_id", "name")
+        .values_list(
+            "account_id",
+            "name",
+            "kube_observation_complete",
+            "kube_observation_error",
+            "kube_last_complete_observation_at",
+        )
+    )
+    for account_id, name, complete, error, last in rows:
+        labels = [str(account_id), name]
+        ok.add_metric(labels, 1 if complete and not error else 0)
+        age.add_metric(labels, (now - last).total_seconds() if last else float("inf"))
+    yield ok
+    yield age

@@ -646,6 +646,12 @@ class KubePod(models.Model):
         blank=True,
         help_text="The external network its capvco.io/sriov-network annotation asks a NIC on",
     )
+    gpu_type = models.CharField(
+        max_length=63,
+        blank=True,
+        verbose_name="GPU type",
+        help_text="The capvco.io/gpu-type label its nodeSelector asks for (empty: any GPU node)",
+    )
     first_seen_at = models.DateTimeField()
     updated_at = models.DateTimeField(help_text="When the mirror last wrote the row")
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery, Sum
+from django.db.models import Count, IntegerField, OuterRef, Q, QuerySet, Subquery, Sum
 from django.db.models.fields.json import KT
 from django.db.models.functions import Coalesce
 
@@ -187,3 +188,40 @@ def gpu_capacity_by_location_and_type(account_ids: set[int] | None = None) -> li
         )
         for location, label in sorted(shown)
     ]
+
+
+def kube_observed(queryset: QuerySet[Cluster] | None = None) -> QuerySet[Cluster]:
+    """Clusters whose Kubernetes is observed: active ones with a kubeconfig."""
+    clusters = Cluster.objects.all() if queryset is None else queryset
+    return clusters.filter(state=Cluster.State.ACTIVE).exclude(kubeconfig="")
+
+
+def kube_observation_failing(
+    queryset: QuerySet[Cluster], *, now: datetime, interval: timedelta
+) -> QuerySet[Cluster]:
+    """The observed clusters whose last Kubernetes observation failed (an error, or a
+    partial listing), or whose last complete one is older than two observe intervals.
+    A cluster not observed yet is not failing: its first pass is due."""
+    tried = Q(kube_observation_started_at__isnull=False) | ~Q(kube_observation_error="")
+    stale = Q(kube_last_complete_observation_at__isnull=True) | Q(
+        kube_last_complete_observation_at__lt=now - 2 * interval
+    )
+    failed = ~Q(kube_observation_error="") | Q(kube_observation_complete=False) | stale
+    return kube_observed(queryset).filter(tried & failed)
+
+
+def kube_observation_problem(cluster: Cluster, *, now: datetime, interval: timedelta) -> str:
+    """What is wrong with the cluster's Kubernetes observation, in a few words ("": nothing,
+    or it is not observed, or not yet)."""
+    if cluster.state != Cluster.State.ACTIVE or not cluster.kubeconfig:
+        return ""
+    if cluster.kube_observation_error:
+        return f"failing: {cluster.kube_observation_error}"
+    if cluster.kube_observation_started_at is None:
+        return ""
+    if not cluster.kube_observation_complete:
+        return "partial: the last listing of its nodes and pods did not complete"
+    last = cluster.kube_last_complete_observation_at
+    if last is None or last < now - 2 * interval:
+        return "stale: no complete observation for two observe intervals"
+    return ""

@@ -32,6 +32,7 @@ from clusters.observe import location_observe
 from clusters.plan import Step
 from clusters.reconcile import PassContext, cluster_reconcile, machine_reconcile
 from clusters.releases import locations_to_sweep, orphan_sweep
+from clusters.selectors import kube_observed
 
 logger = logging.getLogger(__name__)
 
@@ -100,7 +101,7 @@ def observe_location(location_id: int) -> None:
 
 def kube_observed_clusters() -> QuerySet[Cluster]:
     """Clusters whose Kubernetes is observed: active ones with a kubeconfig."""
-    return Cluster.objects.filter(state=Cluster.State.ACTIVE).exclude(kubeconfig="")
+    return kube_observed()
 
 
 @shared_task

@@ -1,6 +1,17 @@
 from django.urls import path
 
-from dashboard.views import actions, audit, clusters, nics, nodes, overview, reservations, setup
+from dashboard.views import (
+    actions,
+    audit,
+    clusters,
+    locations,
+    nics,
+    nodes,
+    overview,
+    pods,
+    reservations,
+    setup,
+)
 
 app_name = "dashboard"
 
@@ -28,6 +39,8 @@ urlpatterns = [
         name="machine-force-delete",
     ),
     path("nodes/", nodes.node_list, name="nodes"),
+    path("pods/pending/", pods.pending_pods, name="pending-pods"),
+    path("locations/<int:pk>/", locations.location_detail, name="location"),
     path("nics/", nics.nic_list, name="nics"),
     path("nics/leaked/<int:pk>/detach/", actions.leaked_nic_detach, name="leaked-nic-detach"),
     path("audit/", audit.audit_list, name="audit"),

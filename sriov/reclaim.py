@@ -11,7 +11,7 @@ A pass observes, plans, then acts:
 * plan (`sriov.reclaim_plan`, the database only, also shown by the cluster's dry run):
   pod NICs flagged for SRIOV_RECLAIM_GRACE_SECONDS, detaches that did not finish, leaks
   past the grace period when the account releases orphans by itself
-  (`Account.orphan_auto_release`) or a person asked for it;
+  (`Account.orphan_auto_release`), and at once those a person asked to detach;
 * act: each step exactly, while its rows are as planned (compare-and-set), audited.
 
 A partial pod observation flags nothing and releases nothing: a pod missing from part of

@@ -9,7 +9,8 @@
 * a leaked NIC (`LeakedNic`: a VM's NIC listing, one whole call taken under the VM's
   lock while no attach on the VM was in flight, showed it on the SR-IOV network with no
   pod NIC owning its MAC) is detached after the grace period when the account releases
-  orphans by itself or a person asked for it, while still no attach on its VM is in flight.
+  orphans by itself, or on the next pass when a person asked for it, while still no
+  attach on its VM is in flight.
 
 Each step names the rows and the NIC (VM, MAC, address) and the whitesky calls it makes.
 Act (`sriov.reclaim`) makes exactly those, after a compare-and-set check that the rows
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db.models import Exists, OuterRef, Subquery
+from django.db.models import Exists, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from capvco_web.integrations.whitesky import operations as ops
@@ -204,7 +205,10 @@ def leaks_plan(cluster: Cluster, *, now: datetime, grace: timedelta) -> list[Lea
     attaching = PodNic.objects.filter(
         location=OuterRef("location"), vm_id=OuterRef("vm_id"), state=State.ATTACHING
     )
-    due = LeakedNic.objects.filter(cluster=cluster, leaked_since__lte=now - grace)
+    # A person's "detach now" is due at once; the grace period is for the automatic kind.
+    due = LeakedNic.objects.filter(cluster=cluster).filter(
+        Q(leaked_since__lte=now - grace) | Q(detach_requested_at__isnull=False)
+    )
     rows = list(due.exclude(ip=None).annotate(attaching=Exists(attaching)).order_by("pk"))
     if rows and not cluster.account.orphan_auto_release:
         rows = [row for row in rows if row.detach_requested_at is not None]

@@ -297,6 +297,7 @@ def pod_object(
     phase: str = "Running",
     gpus: int = 0,
     sriov_network: str = "",
+    gpu_type: str = "",
 ) -> dict[str, Any]:
     resources = {"limits": {GPU: str(gpus)}} if gpus else {}
     annotations = {"capvco.io/sriov-network": sriov_network} if sriov_network else {}
@@ -304,6 +305,8 @@ def pod_object(
     spec: dict[str, Any] = {"containers": [container]}
     if node:
         spec["nodeName"] = node
+    if gpu_type:
+        spec["nodeSelector"] = {"capvco.io/gpu-type": gpu_type}
     return {
         "apiVersion": "v1",
         "kind": "Pod",

@@ -25,7 +25,11 @@ from capvco_web.permissions import allowed, visible
 from cloud.models import VirtualMachine
 from clusters.models import Cluster, ClusterSite, KubeNode, KubePod, Machine, MachinePool
 from clusters.plan import cluster_plan
-from clusters.selectors import clusters_with_kube_summary, kube_nodes_with_requests
+from clusters.selectors import (
+    clusters_with_kube_summary,
+    kube_nodes_with_requests,
+    kube_observation_problem,
+)
 from dashboard.forms import NodeFilterForm
 from dashboard.pagination import AFTER, BEFORE, LAST, BadCursor, Sort, keyset_page
 from dashboard.selectors import PoolGpus, held_by_machine, kube_observation, node_rows, pool_gpus
@@ -53,6 +57,8 @@ class ClusterSummary:
     machines: int
     phases: dict[str, int]
     gpus: int
+    kube_problem: str = ""
+    """What is wrong with its Kubernetes observation ("": nothing)."""
 
     @property
     def failed(self) -> int:
@@ -111,6 +117,7 @@ def cluster_list(request: HtmxHttpRequest) -> HttpResponse:
         .values_list("cluster_id", "location__name")
     ):
         locations[cluster_id].append(location)
+    now, interval = timezone.now(), settings.OBSERVE_INTERVAL
     context = {
         "page": page,
         "failed_only": failed_only,
@@ -122,6 +129,7 @@ def cluster_list(request: HtmxHttpRequest) -> HttpResponse:
                 machines=sum(phases[c.pk].values()),
                 phases=phases[c.pk],
                 gpus=gpus.get(c.pk, 0),
+                kube_problem=kube_observation_problem(c, now=now, interval=interval),
             )
             for c in page
         ],

@@ -1,5 +1,6 @@
 """The overview: GPU capacity per location and type (whitesky's and Kubernetes'), money
-billed for nothing, what the Kubernetes mirror flagged, how fresh each location's
+billed for nothing, what the Kubernetes mirror flagged, the clusters whose Kubernetes
+observation fails, how fresh each location's
 observation is, failed machines, and the system's own health."""
 
 from __future__ import annotations
@@ -13,8 +14,12 @@ from capvco_web.health import readiness
 from capvco_web.htmx import HtmxHttpRequest
 from capvco_web.permissions import allowed_somewhere, visible
 from cloud.models import Location, VirtualMachine
-from clusters.models import KubeNode, Machine
-from clusters.selectors import kube_gpus_by_location_and_type
+from clusters.models import Cluster, KubeNode, Machine
+from clusters.selectors import (
+    kube_gpus_by_location_and_type,
+    kube_observation_failing,
+    kube_observation_problem,
+)
 from dashboard.selectors import (
     capacity_board,
     kube_flags,
@@ -27,6 +32,7 @@ from gpus.models import GpuProfile, VgpuReservation
 
 FAILED_SHOWN = 20
 ORPHAN_VMS_SHOWN = 20
+KUBE_FAILING_SHOWN = 20
 TEMPLATE = "dashboard/overview.html"
 
 
@@ -55,6 +61,10 @@ def overview_context(request: HtmxHttpRequest) -> dict[str, object]:
     machines = visible(request.user, Machine.objects.all())
     failed = machines.filter(phase=Machine.Phase.FAILED)
     nodes = visible(request.user, KubeNode.objects.all())
+    interval = settings.OBSERVE_INTERVAL
+    kube_failing = kube_observation_failing(
+        visible(request.user, Cluster.objects.all()), now=now, interval=interval
+    )
     context: dict[str, object] = {
         "now": now,
         "board": capacity_board(
@@ -66,6 +76,13 @@ def overview_context(request: HtmxHttpRequest) -> dict[str, object]:
             locations=locations,
         ),
         "kube_flags": kube_flags(nodes=nodes, machines=machines),
+        "kube_failing": [
+            (cluster, kube_observation_problem(cluster, now=now, interval=interval))
+            for cluster in kube_failing.select_related("account").order_by("name", "pk")[
+                :KUBE_FAILING_SHOWN
+            ]
+        ],
+        "kube_failing_count": kube_failing.count(),
         "waste": money_wasted(reservations=reservations, locations=locations, now=now),
         "orphan_vms": orphan_vms(
             vms=visible(request.user, VirtualMachine.objects.all()),
@@ -73,9 +90,7 @@ def overview_context(request: HtmxHttpRequest) -> dict[str, object]:
             now=now,
             shown=ORPHAN_VMS_SHOWN,
         ),
-        "observations": observations(
-            locations=locations, now=now, interval=settings.OBSERVE_INTERVAL
-        ),
+        "observations": observations(locations=locations, now=now, interval=interval),
         "failed": list(
             failed.select_related("pool__cluster").order_by("-updated_at")[:FAILED_SHOWN]
         ),

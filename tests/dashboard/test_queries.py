@@ -1,6 +1,7 @@
 """The SQL queries of every page and fragment do not grow with the rows: at most 20, with
 10 and with 10,000 reservations (and as many audit events, Kubernetes pods and pod NICs,
-a node for every 10 of them and a leaked NIC for every 20). The cluster page is counted
+a node for every 10 of them and a leaked NIC for every 20; and, for the pages, a pod
+waiting for a GPU on no node for every 10). The cluster page is counted
 again with every planner of its plan at work: its Kubernetes observed, GPU nodes whose
 labels are to be set, SR-IOV on with pod NICs whose pods are gone and leaked NICs due;
 and so is the same plan as the API's dry run (`GET /api/v1/clusters/{id}/plan/`)."""
@@ -107,6 +108,7 @@ def populate_kube(world: World, n: int, start: int) -> None:
                 uid=f"uid-pod-{i}",
                 namespace="ml",
                 name=f"pod-{i}",
+                # Every tenth waits for a GPU on no node (the pending pods page).
                 node_name=nodes[i % len(nodes)].name,
                 phase=KubePod.Phase.RUNNING,
                 gpu_requests=i % 2,
@@ -118,6 +120,28 @@ def populate_kube(world: World, n: int, start: int) -> None:
         batch_size=2000,
     )
     Machine.objects.filter(pk=world.failed.pk).update(node_missing=True)
+
+
+def populate_pending(world: World, n: int, start: int) -> None:
+    """A pod asking for a GPU on no node for every 10 (the pending pods page)."""
+    now = timezone.now()
+    KubePod.objects.bulk_create(
+        [
+            KubePod(
+                cluster=world.cluster,
+                uid=f"uid-pending-{i}",
+                namespace="ml",
+                name=f"pending-{i}",
+                phase=KubePod.Phase.PENDING,
+                gpu_requests=1 + i % 2,
+                gpu_type="nvidia-a100" if i % 3 else "",
+                first_seen_at=now,
+                updated_at=now,
+            )
+            for i in range(start, start + n, 10)
+        ],
+        batch_size=2000,
+    )
 
 
 def populate_sriov(world: World, n: int, start: int) -> None:
@@ -210,6 +234,12 @@ def requests(world: World) -> dict[str, tuple[str, dict[str, str]]]:
             "/detach/",
             htmx,
         ),
+        "pending pods": ("/pods/pending/", {}),
+        "pending pods of the cluster": (f"/pods/pending/?cluster={world.cluster.pk}", {}),
+        "pending pods fragment": ("/pods/pending/", fragment("pod-table")),
+        "location": (f"/locations/{world.fresh.pk}/", {}),
+        "location fragment": (f"/locations/{world.fresh.pk}/", fragment("location-body")),
+        "stale location": (f"/locations/{world.stale.pk}/", {}),
         "audit log": ("/audit/", {}),
         "audit log fragment": ("/audit/?action=vgpu.", fragment("audit-table")),
     }
@@ -250,8 +280,10 @@ def test_queries_per_page_stay_the_same_from_10_to_10000_reservations(
     world: World, counted: Callable[[], dict[str, int]]
 ) -> None:
     populate(world, 10)
+    populate_pending(world, 10, 0)
     small = counted()
     populate(world, 10_000 - 10, start=10)
+    populate_pending(world, 10_000 - 10, 10)
     large = counted()
     assert max(small.values()) <= MOST, small
     assert max(large.values()) <= MOST, large

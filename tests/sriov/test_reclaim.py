@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
 import requests
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -18,6 +19,7 @@ from clusters.kube_observe import cluster_kube_observe
 from clusters.models import Cluster
 from sriov.models import LeakedNic, PodNic
 from sriov.reclaim import cluster_nics_reclaim
+from sriov.reclaim_plan import nic_reclaim_plan
 from sriov.services import leaked_nic_detach_request
 from sriov.whitesky import sriov_whitesky_client
 from tests.integrations.whitesky.world import nic_attached
@@ -156,6 +158,29 @@ def test_a_leaked_nic_waits_for_a_person_when_the_account_does_not_allow(
     person = django_user_model.objects.create_superuser("root", password="x")
     leaked_nic_detach_request(nic=LeakedNic.objects.get(), actor=person, reason="not ours")
     assert reclaim(world, after=GRACE * 3).leaks_detached == [mac]
+    event = AuditEvent.objects.get(action="sriov.leaked_nic_detach")
+    assert (event.actor_name, event.reason) == ("root", "not ours")
+
+
+@pytest.mark.parametrize("auto_release", [True, False])
+def test_a_detach_a_person_asked_for_happens_on_the_next_pass_not_after_grace(
+    world: World,
+    django_user_model,  # type: ignore[no-untyped-def]
+    auto_release: bool,
+) -> None:
+    Account.objects.filter(pk=world.account.pk).update(orphan_auto_release=auto_release)
+    mac = _leak(world)
+    reclaim(world)  # finds it
+    assert [row.mac for row in LeakedNic.objects.all()] == [mac]
+    person = django_user_model.objects.create_superuser("root", password="x")
+    leaked_nic_detach_request(nic=LeakedNic.objects.get(), actor=person, reason="not ours")
+    cluster = Cluster.objects.get(pk=world.cluster.pk)
+    planned = nic_reclaim_plan(cluster, now=timezone.now(), grace=GRACE)
+    assert [(step.kind, step.mac, step.reason) for step in planned] == [
+        ("leaked_nic_detach", mac, "not ours")
+    ]
+    assert reclaim(world).leaks_detached == [mac]  # seconds after it was found
+    assert world.sim_nics(world.vm(0)) == []
     event = AuditEvent.objects.get(action="sriov.leaked_nic_detach")
     assert (event.actor_name, event.reason) == ("root", "not ours")
 

@@ -66,6 +66,8 @@ class Pod:
     phase: str
     gpu_requests: int = 0
     sriov_network: str = ""
+    gpu_type: str = ""
+    """The `capvco.io/gpu-type` its nodeSelector asks for ("": any GPU node)."""
 
 
 def _identity(obj: Json, *keys: str) -> list[str]:
@@ -147,4 +149,5 @@ def parse_pod(obj: Json) -> Pod:
         phase=str(_mapping(obj.get("status")).get("phase") or "Unknown"),
         gpu_requests=pod_gpu_requests(spec),
         sriov_network=str(annotations.get(SRIOV_NETWORK_ANNOTATION) or "").strip(),
+        gpu_type=str(_mapping(spec.get("nodeSelector")).get(GPU_TYPE_LABEL) or "")[:63],
     )

@@ -1,0 +1,116 @@
+"""One location: a map of each physical card (a GPU profile) with its instances, which
+vGPU sits on which machine, VM and pod; and the location's plan, the orphan sweep's
+steps it would carry out next (`clusters.releases.location_plan`, read only).
+
+A fixed number of queries whatever the number of cards and vGPUs (the plan's own aside:
+it reads what its steps need)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from django.http import HttpResponse
+from django.shortcuts import get_object_or_404
+from django.utils import timezone
+from django.views.decorators.http import require_GET
+
+from capvco_web.htmx import HtmxHttpRequest
+from capvco_web.permissions import visible
+from cloud.models import Location, VirtualMachine
+from clusters.models import KubeNode, KubePod, Machine
+from clusters.releases import location_plan
+from clusters.selectors import ACTIVE_POD_PHASES
+from dashboard.views.common import page_or_fragment
+from gpus.models import GpuProfile, VgpuReservation
+from gpus.resolve import gpu_type_of
+
+TEMPLATE = "dashboard/location.html"
+# What holds an instance of a card: being reserved, billed, or on its way out.
+HOLDING = (
+    VgpuReservation.State.RESERVING,
+    VgpuReservation.State.RESERVED,
+    VgpuReservation.State.ATTACHED,
+    VgpuReservation.State.RELEASING,
+)
+
+
+@dataclass
+class InstanceRow:
+    """One vGPU on a card, and where it sits."""
+
+    reservation: VgpuReservation
+    vm: VirtualMachine | None
+    machine: Machine | None
+    node: str
+    pods: list[KubePod]
+
+
+@dataclass
+class CardRow:
+    card: GpuProfile
+    gpu_type: str
+    instances: list[InstanceRow] = field(default_factory=list)
+
+    @property
+    def total(self) -> int:
+        return self.card.available_instances + len(self.instances)
+
+
+@require_GET
+def location_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    location = get_object_or_404(
+        visible(request.user, Location.objects.select_related("account")), pk=pk
+    )
+    cards = [
+        CardRow(card, gpu_type_of(card))
+        for card in GpuProfile.objects.filter(location=location).order_by("model", "profile_id")
+    ]
+    by_card = {row.card.profile_id: row for row in cards}
+    held = list(
+        VgpuReservation.objects.filter(location=location, state__in=HOLDING)
+        .select_related("machine__pool__cluster")
+        .order_by("name", "pk")
+    )
+    vms = {
+        vm.vm_id: vm
+        for vm in VirtualMachine.objects.filter(
+            location=location, vm_id__in={row.vm_id for row in held if row.vm_id is not None}
+        )
+    }
+    machine_ids = {row.machine_id for row in held if row.machine_id is not None}
+    nodes = {
+        machine_id: (cluster_id, name)
+        for machine_id, cluster_id, name in KubeNode.objects.filter(
+            machine__in=machine_ids
+        ).values_list("machine_id", "cluster_id", "name")
+    }
+    pods: dict[tuple[int, str], list[KubePod]] = defaultdict(list)
+    if nodes:
+        for pod in KubePod.objects.filter(
+            cluster__in={cluster for cluster, _ in nodes.values()},
+            node_name__in={name for _, name in nodes.values()},
+            phase__in=ACTIVE_POD_PHASES,
+            gpu_requests__gt=0,
+        ).order_by("namespace", "name", "pk"):
+            pods[pod.cluster_id, pod.node_name].append(pod)
+    unknown_card: list[InstanceRow] = []
+    for row in held:
+        node = nodes.get(row.machine_id) if row.machine_id is not None else None
+        instance = InstanceRow(
+            reservation=row,
+            vm=vms.get(row.vm_id) if row.vm_id is not None else None,
+            machine=row.machine,
+            node=node[1] if node else "",
+            pods=pods.get(node, []) if node else [],
+        )
+        card = by_card.get(row.gpu_id)
+        (card.instances if card else unknown_card).append(instance)
+    context = {
+        "location": location,
+        "cards": cards,
+        "unknown_card": unknown_card,
+        "plan": location_plan(location, now=timezone.now()),
+        "now": timezone.now(),
+    }
+    return page_or_fragment(request, TEMPLATE, context, fragments=["location-body"])
