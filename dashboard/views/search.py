@@ -4,13 +4,14 @@ each linking to where it is shown. An exact match (a VM or vGPU id, an IP or MAC
 a whole name) comes first, above the names that only contain the word.
 
 Every query is scoped to the accounts the user sees (`visible`) and bounded: at most
-`PER_KIND` rows of a kind are read (one more tells that there are more). An exact name or
-id is looked up through the indexes that lead with what the scope filters on: VMs by
+`PER_KIND` rows of a kind are read (one more tells that there are more), in two queries
+at most per kind whatever matches. An exact name or id can be looked up through indexes
+that lead with what the scope joins on (an account's few locations or clusters): VMs by
 (location, vm_id) and (location, name), vGPUs by (location, vgpu_id) and (location, name),
-nodes by (cluster, name), pools by (cluster, name), NICs by (location, mac). A word that
-only part of a name matches (`icontains`, at least `SEARCH_MIN_LENGTH` characters) reads
-the vGPU names through their trigram index on PostgreSQL; the other kinds are a few
-hundred rows per account and are scanned.
+nodes and pools by (cluster, name), NICs by (location, mac). Part of a name (`icontains`,
+from `SEARCH_MIN_LENGTH` characters) reads the vGPU names, the one table that keeps
+history, through their trigram index on PostgreSQL; clusters, pools, machines, VMs, nodes
+and pods are the account's live rows, scanned up to the limit. No index is added.
 """
 
 from __future__ import annotations
