@@ -4,12 +4,14 @@ from dashboard.views import (
     actions,
     audit,
     clusters,
+    edits,
     locations,
     nics,
     nodes,
     overview,
     pods,
     reservations,
+    search,
     setup,
 )
 
@@ -44,5 +46,8 @@ urlpatterns = [
     path("nics/", nics.nic_list, name="nics"),
     path("nics/leaked/<int:pk>/detach/", actions.leaked_nic_detach, name="leaked-nic-detach"),
     path("audit/", audit.audit_list, name="audit"),
+    path("search/", search.search_page, name="search"),
+    path("pools/<int:pk>/edit/", edits.pool_edit, name="pool-edit"),
+    path("clusters/<int:pk>/kubeconfig/", edits.cluster_kubeconfig, name="cluster-kubeconfig"),
     path("dismiss/", actions.dismiss, name="dismiss"),
 ]

@@ -1,10 +1,16 @@
 """The audit log: who did what to which object and why, newest first, with links to the
-objects that still exist."""
+objects that still exist, and each change as a diff a person reads (field: before → after).
+
+What an audit record holds of a secret is already its mark ("(secret)", a size and a
+digest), never its value (capvco_web.audit); the diff shows a field whose name says it is a
+secret as that mark whatever the record holds, so an old or hand-written record cannot
+show one here either."""
 
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
 
@@ -12,6 +18,7 @@ from django.http import HttpResponse
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 
+from capvco_web.audit import SECRET_KEPT
 from capvco_web.filtersets import AuditEventFilterSet
 from capvco_web.htmx import HtmxHttpRequest
 from capvco_web.models import AuditEvent
@@ -25,10 +32,72 @@ PAGE_SIZE = 50
 NEWEST_FIRST = Sort("created_at", True, "newest first")
 
 
+# Fields that hold a credential, whatever the record says of them: only their mark shows.
+SECRET_FIELDS = frozenset(
+    {"credential", "kubeconfig", "capi_kubeconfig", "password", "secret", "token", "jwt"}
+)
+NONE_SHOWN = "(none)"
+
+
+@dataclass(frozen=True)
+class FieldChange:
+    """One field of an event: what it was and what it became ("" for a side the record
+    does not have: a create has no before, a delete no after)."""
+
+    field: str
+    before: str
+    after: str
+    has_before: bool
+    has_after: bool
+
+
+def _shown(key: str, value: Any) -> str:
+    if key.lower() in SECRET_FIELDS and value not in (None, "", False):
+        text = str(value)
+        # The record's own mark ("(secret)", "(secret, changed)", a digest) is kept.
+        return text if text.startswith("(") and text.endswith(")") else SECRET_KEPT
+    if value is None or value == "":
+        return NONE_SHOWN
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, list | tuple):
+        return ", ".join(_shown(key, item) for item in value) if value else "[]"
+    if isinstance(value, Mapping):
+        return "; ".join(f"{k}: {_shown(str(k), v)}" for k, v in value.items()) or "{}"
+    return str(value)
+
+
+def audit_diff(before: Any, after: Any) -> list[FieldChange]:
+    """The fields an event changed, in the record's order: both sides when it has both
+    (a field the same on both sides is left out), else the side it has."""
+    old = before if isinstance(before, Mapping) else {}
+    new = after if isinstance(after, Mapping) else {}
+    if before is not None and not isinstance(before, Mapping):
+        old = {"value": before}
+    if after is not None and not isinstance(after, Mapping):
+        new = {"value": after}
+    keys = list(old) + [key for key in new if key not in old]
+    changes = []
+    for key in keys:
+        if key in old and key in new and old[key] == new[key]:
+            continue
+        changes.append(
+            FieldChange(
+                field=str(key),
+                before=_shown(str(key), old[key]) if key in old else "",
+                after=_shown(str(key), new[key]) if key in new else "",
+                has_before=key in old,
+                has_after=key in new,
+            )
+        )
+    return changes
+
+
 @dataclass
 class EventRow:
     event: AuditEvent
     link: str
+    changes: list[FieldChange] = field(default_factory=list)
 
 
 def _links(request: HtmxHttpRequest, events: list[AuditEvent]) -> dict[tuple[str, str], str]:
@@ -95,7 +164,10 @@ def audit_list(request: HtmxHttpRequest) -> HttpResponse:
             links = _links(request, page.rows)
             context["page"] = page
             context["rows"] = [
-                EventRow(e, links.get((e.object_type, e.object_id), "")) for e in page.rows
+                EventRow(
+                    e, links.get((e.object_type, e.object_id), ""), audit_diff(e.before, e.after)
+                )
+                for e in page.rows
             ]
     return page_or_fragment(
         request, "dashboard/audit.html", context, fragments=["audit-table"], status=status

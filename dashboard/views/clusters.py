@@ -22,7 +22,7 @@ from django.views.decorators.http import require_GET
 
 from capvco_web.htmx import HtmxHttpRequest
 from capvco_web.permissions import allowed, visible
-from cloud.models import VirtualMachine
+from cloud.models import Cloudspace, Image, VirtualMachine
 from clusters.models import Cluster, ClusterSite, KubeNode, KubePod, Machine, MachinePool
 from clusters.plan import cluster_plan
 from clusters.selectors import (
@@ -146,6 +146,7 @@ class PoolRow:
     pool: MachinePool
     gpus: PoolGpus | None
     can_scale: bool
+    can_edit: bool = False
 
 
 @dataclass
@@ -160,7 +161,7 @@ class MachineRow:
 def cluster_body(request: HtmxHttpRequest, cluster: Cluster, params: QueryDict) -> dict[str, Any]:
     """What the cluster page shows below its title, as `params` (its query) asks."""
     sites = list(
-        visible(request.user, ClusterSite.objects.filter(cluster=cluster))
+        sites_with_names(visible(request.user, ClusterSite.objects.filter(cluster=cluster)))
         .select_related("location")
         .order_by("location__name")
     )
@@ -216,6 +217,8 @@ def cluster_body(request: HtmxHttpRequest, cluster: Cluster, params: QueryDict) 
                 pool,
                 pool_gpus(pool, cards),
                 allowed(request.user, "clusters.scale_machinepool", pool),
+                can_edit=not pool.imported_from
+                and allowed(request.user, "clusters.change_machinepool", pool),
             )
             for pool in pools
         ],
@@ -240,6 +243,7 @@ def cluster_body(request: HtmxHttpRequest, cluster: Cluster, params: QueryDict) 
         "machine_page": page,
         "phases": phases,
         "plan": plan,
+        "can_set_kubeconfig": allowed(request.user, "clusters.change_cluster", cluster),
         "can_delete_cluster": cluster.state == Cluster.State.ACTIVE
         and allowed(request.user, "clusters.delete_cluster", cluster),
         "page_url": page_url,
@@ -254,6 +258,22 @@ def cluster_body(request: HtmxHttpRequest, cluster: Cluster, params: QueryDict) 
         **_node_section(request, cluster, params, cluster_url),
         **_sriov_section(cluster),
     }
+
+
+def sites_with_names(sites: QuerySet[ClusterSite]) -> QuerySet[ClusterSite]:
+    """The sites with the names of their cloudspace and image as last mirrored ("" when
+    not mirrored), read with them: no query apart."""
+    same_location = {"location": OuterRef("location")}
+    return sites.annotate(
+        cloudspace_name=Subquery(
+            Cloudspace.objects.filter(
+                **same_location, cloudspace_id=OuterRef("cloudspace_id")
+            ).values("name")[:1]
+        ),
+        image_name=Subquery(
+            Image.objects.filter(**same_location, image_id=OuterRef("image_id")).values("name")[:1]
+        ),
+    )
 
 
 def _sriov_section(cluster: Cluster) -> dict[str, Any]:

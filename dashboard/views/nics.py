@@ -37,6 +37,7 @@ NEWEST_FIRST = Sort("requested_at", True, "newest first")
 class LeakedRow:
     nic: LeakedNic
     detach_url: str  # empty: not offered
+    network: str = ""  # the external network's name, as listed ("" when it is not)
 
 
 def _filters(request: HtmxHttpRequest, params: QueryDict) -> dict[str, Any]:
@@ -98,6 +99,8 @@ def nic_activity(request: HtmxHttpRequest, filters: dict[str, Any]) -> dict[str,
     if len(shown) > LEAKED_SHOWN:
         found["leaked_more"] = leaked.count() - LEAKED_SHOWN
     back = "?" + urlencode({"next": filters["page_url"]})
+    found["networks"] = network_address_use(request.user)
+    names = {(u.location, u.network_id): u.name for u in found["networks"]}
     found["leaked"] = [
         LeakedRow(
             nic,
@@ -105,10 +108,10 @@ def nic_activity(request: HtmxHttpRequest, filters: dict[str, Any]) -> dict[str,
             if nic.detach_requested_at is None
             and allowed(request.user, "sriov.detach_leakednic", nic)
             else "",
+            names.get((nic.location.name, nic.network_id), ""),
         )
         for nic in shown[:LEAKED_SHOWN]
     ]
-    found["networks"] = network_address_use(request.user)
     return found
 
 
