@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('clusters', '0014_machine_backoff'),
+        ('clusters', '0015_gpu_addon_resource_version'),
     ]
 
     operations = [

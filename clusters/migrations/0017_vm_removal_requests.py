@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
     dependencies = [
         ("cloud", "0003_vm_sizes_prices_and_removal_permission"),
-        ("clusters", "0014_machine_backoff"),
+        ("clusters", "0016_kube_pod_gpu_type"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
