@@ -253,17 +253,27 @@ supervise() {
   done
 }
 
-stop_processes() {  # pid...: TERM, up to 20 s to end, then KILL what is left of their groups
+WORKER_WARM_SECONDS=12 # the worker's running tasks may finish this long, then go back to the queue
+
+# TERM, then up to 20 s to end, then KILL what is left of their groups. The worker (pid in
+# worker_pid) stops warm: it takes no new task and its running ones finish; one still
+# running after WORKER_WARM_SECONDS is cancelled by a cold shutdown (QUIT) and, as tasks
+# are acknowledged late, goes back to the queue for the next run.
+stop_processes() {  # pid...
   local pid i alive=()
   [ $# -gt 0 ] || return 0
   kill -TERM "$@" 2>/dev/null || true
-  for ((i = 0; i < 200; i++)); do
+  for ((i = 1; i <= 200; i++)); do
     alive=()
     for pid in "$@"; do
       # Gone, or a zombie not reaped yet (its state, after the name in parentheses, is Z)
       [ "$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | cut -c1)" = Z ] || { [ -e "/proc/$pid" ] && alive+=("$pid"); }
     done
     [ "${#alive[@]}" -eq 0 ] && break
+    if [ "$i" -eq $((WORKER_WARM_SECONDS * 10)) ] && [[ " ${alive[*]} " == *" ${worker_pid:-none} "* ]]; then
+      say "the Celery worker still runs a task after $WORKER_WARM_SECONDS s: cancelling it (it goes back to the queue)" >&2
+      kill -QUIT "$worker_pid" 2>/dev/null || true
+    fi
     sleep 0.1
   done
   for pid in "${alive[@]}"; do
@@ -273,11 +283,13 @@ stop_processes() {  # pid...: TERM, up to 20 s to end, then KILL what is left of
   wait "$@" 2>/dev/null || true
 }
 
-# Stop everything make run started: the web server, the worker (TERM: Celery's warm
-# shutdown, the task at hand finishes) and the demo first, then the simulators, the
-# broker last, so that nothing loses its broker while it stops.
+# Stop everything make run started, in this order: the web server, the worker (its beat
+# first, then its pool, see stop_processes) and the demo together, then the simulators
+# they call, the broker last, so that nothing loses its broker while it stops.
 stop() {
   trap - INT TERM HUP EXIT
+  # No job notices ("Terminated ...") for the processes stopped here.
+  set +m
   say "stopping"
   local pid first=() simulators=() broker=()
   for pid in "${pids[@]}"; do
@@ -290,4 +302,5 @@ stop() {
   stop_processes "${first[@]}" "${extra_pids[@]}"
   stop_processes "${simulators[@]}"
   stop_processes "${broker[@]}"
+  say "stopped"
 }

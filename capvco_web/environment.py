@@ -131,7 +131,7 @@ def secret_from_env(
     if value:
         return value
     if not debug:
-        raise ImproperlyConfigured(f"{name} must be set when DEBUG is off")
+        raise ImproperlyConfigured(f"{name} is not set: export {name}=... (needed with DEBUG off)")
     if path.exists():
         return path.read_text().strip()
     path.parent.mkdir(parents=True, exist_ok=True)

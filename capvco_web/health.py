@@ -8,6 +8,7 @@ cannot mend, does not take every web pod out of its Service."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -24,6 +25,8 @@ from capvco_web.models import Heartbeat
 from capvco_web.tasks import BEAT
 
 BROKER_TIMEOUT_SECONDS = 2
+
+logger = logging.getLogger(__name__)
 
 
 def check_database() -> str:
@@ -102,10 +105,36 @@ def readyz(request: HttpRequest) -> JsonResponse:
         )
     results = readiness(names)
     ready = all(r.ok for r in results.values())
+    readiness_log(results)
     body: dict[str, object] = {"status": "ok" if ready else "unavailable"}
     if request.user.is_staff:
         body["checks"] = {
             name: {"status": "ok" if r.ok else "fail", "detail": r.detail}
             for name, r in results.items()
         }
-    return JsonResponse(body, status=200 if ready else 503)
+    response = JsonResponse(body, status=200 if ready else 503)
+    # Not ready is an answer, not a server error: said once by readiness_log, never as
+    # Django's "ERROR django.request" on each probe (e.g. while beat has not ticked yet).
+    response._has_been_logged = True  # type: ignore[attr-defined]
+    return response
+
+
+# Per set of checks asked for, those that failed on this process's last probe, so that a
+# change is logged once, not every probe.
+last_failing: dict[frozenset[str], frozenset[str]] = {}
+
+
+def readiness_log(results: dict[str, CheckResult]) -> None:
+    asked = frozenset(results)
+    failing = frozenset(name for name, r in results.items() if not r.ok)
+    before = last_failing.get(asked, frozenset())
+    last_failing[asked] = failing
+    if failing == before:
+        return
+    if failing:
+        logger.warning(
+            "not ready: %s",
+            "; ".join(f"{name}: {results[name].detail}" for name in sorted(failing)),
+        )
+    else:
+        logger.info("ready (%s)", ", ".join(sorted(asked)))

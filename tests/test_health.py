@@ -1,3 +1,4 @@
+import logging
 from datetime import timedelta
 
 import pytest
@@ -5,6 +6,7 @@ from django.test import Client
 from django.utils import timezone
 from pytest_django.fixtures import Settings
 
+from capvco_web import health
 from capvco_web.models import Heartbeat
 from capvco_web.tasks import BEAT, heartbeat
 from tests.factories import HeartbeatFactory
@@ -132,3 +134,21 @@ def test_heartbeat_task_moves_the_tick_forward() -> None:
     HeartbeatFactory(ticked_at=timezone.now() - timedelta(hours=1))
     heartbeat()
     assert timezone.now() - Heartbeat.objects.get(name=BEAT).ticked_at < timedelta(seconds=5)
+
+
+def test_readyz_not_ready_is_said_once_as_a_warning_never_as_a_django_request_error(
+    client: Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    health.last_failing.clear()
+    for _ in range(3):  # probes while beat has not ticked yet, as at start-up
+        assert client.get("/readyz").status_code == 503
+    HeartbeatFactory(name=BEAT)
+    assert client.get("/readyz").status_code == 200
+
+    assert not [r for r in caplog.records if r.name == "django.request"]
+    said = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == health.__name__]
+    assert said == [
+        ("WARNING", "not ready: beat: RuntimeError: no beat tick recorded yet"),
+        ("INFO", "ready (beat, broker, database)"),
+    ]

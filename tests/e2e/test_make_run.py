@@ -1,6 +1,8 @@
 """`make run` as an operator starts it (bin/run in a shell with nothing exported, the
-simulator off): each checkout's broker, cache, counters and ports are its own, and a
-process that dies is named, with its exit status and the end of its log."""
+simulator off): each checkout's broker, cache, counters and ports are its own, a process
+that dies is named, with its exit status and the end of its log, and a first run keeps the
+admin's password in a file, logs no start-up probe as an error and stops at Ctrl-C within
+seconds, killing nothing."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -98,6 +101,18 @@ class MakeRun:
         )
         assert done.returncode == 0, done.stderr
         return done.stdout.strip().splitlines()[-1]
+
+    def children(self) -> set[int]:
+        """The process groups of the processes make run started (each has its own)."""
+        groups = set()
+        for proc in Path("/proc").iterdir():
+            try:
+                fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, ValueError, IndexError):
+                continue
+            if int(fields[1]) == self.process.pid:
+                groups.add(int(fields[2]))
+        return groups
 
     def child(self, word: str) -> int | None:
         """The pid of the process make run started whose command line has `word`."""
@@ -271,3 +286,100 @@ def test_make_run_names_a_worker_that_died_and_starts_it_again_a_bounded_number_
         assert run.process.returncode == 1
         assert "stopping everything: the Celery worker died 4 times in 10 minutes" in run.said()
         assert run.child("gunicorn") is None and run.child("redis-server") is None
+
+
+def group_alive(group: int) -> bool:
+    """A process of this group still runs (zombies aside)."""
+    for proc in Path("/proc").iterdir():
+        try:
+            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, ValueError, IndexError):
+            continue
+        if int(fields[2]) == group and fields[0] != "Z":
+            return True
+    return False
+
+
+def slow_post(port: int, seconds: float) -> socket.socket:
+    """A login POST whose body arrives over `seconds`: a request in flight meanwhile (with
+    a CSRF cookie, the view reads the body, for its token, before it answers)."""
+    body = b"username=admin&password=wrong"
+    conn = socket.create_connection(("127.0.0.1", port), timeout=60)
+    conn.sendall(
+        b"POST /admin/login/ HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        b"Cookie: csrftoken=" + b"a" * 32 + b"\r\n"
+        b"Content-Type: application/x-www-form-urlencoded\r\n"
+        b"Content-Length: %d\r\n\r\n" % len(body)
+    )
+
+    def trickle() -> None:
+        for byte in range(len(body)):
+            time.sleep(seconds / len(body))
+            try:
+                conn.sendall(body[byte : byte + 1])
+            except OSError:
+                return
+
+    threading.Thread(target=trickle, daemon=True).start()
+    return conn
+
+
+STOPS_WITHIN = 20  # seconds from Ctrl-C until every process make run started has ended
+
+
+def test_a_first_make_run_keeps_the_password_logs_no_probe_error_and_stops_at_ctrl_c(
+    tmp_path: Path,
+) -> None:
+    var_dir = tmp_path / "var"
+    env = {"PORT": str(free_port()), "CAPVCO_VAR_DIR": str(var_dir)}
+    with make_run(ROOT, tmp_path / "run.out", **env) as run:
+        # Probed from the start, as an operator or a load balancer would: 503 until beat ticks.
+        run.wait_ready(time.monotonic() + READY_WITHIN)
+        said = run.said()
+
+        # The demo admin's password: in a file only its owner reads, named, never printed.
+        password_file = var_dir / "admin-password"
+        assert password_file.stat().st_mode & 0o777 == 0o600
+        password = password_file.read_text().strip()
+        assert f"its password is in {password_file}" in said
+        assert "manage.py changepassword admin" in said
+        logs = {path.name: path.read_text(errors="replace") for path in (var_dir / "log").iterdir()}
+        assert password not in said
+        assert not [name for name, text in logs.items() if password in text]
+        signs_in = run.python(
+            "from django.contrib.auth.models import User; "
+            f"print(User.objects.get(username='admin').check_password({password!r}))"
+        )
+        assert signs_in == "True"
+
+        # Not ready while starting is a warning, once per web worker, never a request error.
+        web_log = logs["web.log"]
+        assert "ERROR django.request" not in said + web_log
+        assert "Traceback" not in web_log
+        assert 1 <= web_log.count("WARNING capvco_web.health not ready:") <= 2, web_log
+
+        # Ctrl-C with a request in flight: it is answered, and every process ends within
+        # seconds, none killed.
+        groups = run.children()
+        assert len(groups) >= 3, groups  # the broker, the worker, the web server
+        in_flight = slow_post(run.port, seconds=8)  # past the 2 s a web worker once had
+        time.sleep(1)
+        started = time.monotonic()
+        os.killpg(run.process.pid, signal.SIGINT)  # Ctrl-C: to its process group
+        try:
+            answer = in_flight.recv(64)
+        except ConnectionResetError:  # the web worker was killed with the request
+            answer = b""
+        run.process.wait(timeout=60)
+        while (alive := {g for g in groups if group_alive(g)}) and time.monotonic() - started < 60:
+            time.sleep(0.1)
+        seconds = time.monotonic() - started
+        assert not alive and seconds < STOPS_WITHIN, (seconds, alive, run.said())
+        assert answer.startswith(b"HTTP/1.1 "), answer
+        assert run.process.returncode == 130
+        said = run.said()
+        logs = {path.name: path.read_text(errors="replace") for path in (var_dir / "log").iterdir()}
+        assert not [line for line in said.splitlines() if "SIGKILL" in line], said
+        killed = {name: text for name, text in logs.items() if "SIGKILL" in text}
+        assert not killed, killed
+        assert "still runs after 20 s: killing it" not in said
