@@ -532,7 +532,9 @@ def cluster_plan(cluster: Cluster, *, now: datetime | None = None) -> ClusterPla
         if pool.replicas > len(live) and leftovers is None:
             leftovers = indexes_after_leftovers(cluster, pools)
         first = max(pool.next_index, (leftovers or {}).get(pool.pk, 0))
-        for offset in range(pool.replicas - len(live)):
+        # An imported pool whose GPUs can never fit gets no machine (its condition says why).
+        missing = 0 if pool.gpu_fit_refusal else pool.replicas - len(live)
+        for offset in range(missing):
             index = first + offset
             name = f"{pool.name}-{index}"
             probe = Machine(pool=pool, name=name, index=index)
