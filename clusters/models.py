@@ -22,7 +22,7 @@ from cloud.models import (
     same_customer_account_ids,
 )
 from gpus import naming
-from gpus.resolve import location_fit_refusal
+from gpus.resolve import CAPACITY_WAIT, location_fit_refusal
 
 # Cluster, pool and machine names end up in VM and vGPU names
 # (capvco-<cluster>-<machine>-gpu-<n>), so they are DNS labels. `\Z`, not `$`, which would
@@ -600,6 +600,12 @@ class Machine(models.Model):
     @property
     def vm_name(self) -> str:
         return naming.vm_name(self.pool.cluster.name, self.name)
+
+    @property
+    def waiting_for_capacity(self) -> bool:
+        """No card of its type has room for its GPUs now; it is tried again after its
+        backoff (`failure_message` says what is free)."""
+        return self.phase != Machine.Phase.FAILED and self.failure_message.startswith(CAPACITY_WAIT)
 
     def vgpu_name(self, n: int) -> str:
         return naming.vgpu_name(self.pool.cluster.name, self.name, n)

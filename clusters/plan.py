@@ -454,11 +454,18 @@ def machine_step(
         vm_name=machine.vm_name,
     )
     now = now or timezone.now()
-    if machine.phase == Phase.FAILED and machine.next_try_at and machine.next_try_at > now:
-        why = (
-            f"failed {machine.failures} time(s) in a row; next try at "
-            f"{machine.next_try_at:%Y-%m-%d %H:%M:%S} UTC"
-        )
+    # A failed machine, or one waiting for capacity, is tried again after its backoff.
+    waiting = machine.waiting_for_capacity
+    if (
+        (machine.phase == Phase.FAILED or waiting)
+        and machine.next_try_at
+        and machine.next_try_at > now
+    ):
+        next_try = f"next try at {machine.next_try_at:%Y-%m-%d %H:%M:%S} UTC"
+        if waiting:
+            why = f"{machine.failure_message} (looked {machine.failures} time(s)); {next_try}"
+        else:
+            why = f"failed {machine.failures} time(s) in a row; {next_try}"
         return dataclasses.replace(
             base, blocked=why, blocked_by="backoff", next_try_at=machine.next_try_at
         )

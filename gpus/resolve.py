@@ -4,7 +4,8 @@ pool's GPUs can ever fit there.
 A location lists one profile per physical card, with the card's PCI address in the model,
 so a type spans several profiles. Tiers: the exact profile id; the exact vendor + model
 ignoring the PCI suffix and case; then a contains match. Of the matching cards, the
-emptiest one with room for the whole count wins.
+emptiest one with room for the whole count wins; when the type is there but no card has
+room now, the machine waits for capacity (`GpuBusy`).
 
 A machine's GPUs share one card, so a pool can ever run only if a card of its type holds
 its count in all. whitesky lists only what is free on a card (`available_instances`), not
@@ -43,8 +44,16 @@ class Card(Protocol):
     def available_instances(self) -> int: ...
 
 
+CAPACITY_WAIT = "waiting for capacity"
+
+
 class GpuUnavailable(Exception):
     """No card of the type, or none with room: the message lists what the location offers."""
+
+
+class GpuBusy(GpuUnavailable):
+    """Cards of the type are there, none with room for the count now: the message begins
+    with CAPACITY_WAIT and says what is free."""
 
 
 def gpu_type_of(card: Card) -> str:
@@ -110,12 +119,16 @@ def gpu_profile_resolve(
     roomy = [c for c in matches if c.available_instances >= count]
     if roomy:
         return max(roomy, key=lambda c: (c.available_instances, c.profile_id))
+    if matches:
+        free = sum(c.available_instances for c in matches)
+        most = max(c.available_instances for c in matches)
+        what = f"card {profile_id}" if profile_id else gpu_type_of(matches[0])
+        raise GpuBusy(
+            f"{CAPACITY_WAIT}: {free} free of {what} at {location}, at most {most} on one "
+            f"card; a machine needs {count} on one card"
+        )
     offered = "; ".join(str(o) for o in offers(cards)) or "no GPUs at all"
-    if not matches:
-        problem = f"{location} has no {asked}"
-    else:
-        problem = f"{location} has no card of {asked} with {count} free instance(s)"
-    raise GpuUnavailable(f"{problem}. It offers: {offered}.")
+    raise GpuUnavailable(f"{location} has no {asked}. It offers: {offered}.")
 
 
 class CardPicker:
@@ -163,7 +176,7 @@ class CardPicker:
         if refusal is None:
             refusal = self._unavailable(count=count, gpu_type=gpu_type, profile_id=profile_id)
             self._refusals[(*key, count)] = refusal
-        raise GpuUnavailable(str(refusal))
+        raise type(refusal)(str(refusal))
 
     def take(self, profile_id: str, count: int) -> None:
         self._taken[profile_id] = self._taken.get(profile_id, 0) + count

@@ -17,6 +17,7 @@ from gpus.naming import (
 )
 from gpus.resolve import (
     FitRefusal,
+    GpuBusy,
     GpuUnavailable,
     fit_refusal,
     gpu_profile_resolve,
@@ -146,10 +147,20 @@ def test_type_matches_exactly_or_by_contains_and_the_emptiest_card_wins(asked: s
 
 def test_the_whole_count_must_fit_on_one_card() -> None:
     assert gpu_profile_resolve(CARDS, location="nl", count=3, gpu_type="A100").profile_id == "a2"
-    with pytest.raises(GpuUnavailable) as refused:
+    with pytest.raises(GpuBusy) as refused:
         gpu_profile_resolve(CARDS, location="nl", count=4, gpu_type="A100")
     assert str(refused.value) == (
-        "nl has no card of GPU type 'A100' with 4 free instance(s). It offers: "
+        "waiting for capacity: 6 free of NVIDIA A100 at nl, at most 3 on one card; "
+        "a machine needs 4 on one card"
+    )
+
+
+def test_a_type_the_location_has_not_is_unavailable_naming_what_it_offers() -> None:
+    with pytest.raises(GpuUnavailable) as refused:
+        gpu_profile_resolve(CARDS, location="nl", count=1, gpu_type="H100")
+    assert not isinstance(refused.value, GpuBusy)
+    assert str(refused.value) == (
+        "nl has no GPU type 'H100'. It offers: "
         "Dummy GPU: 2 free on 1 card(s), at most 2 on one card; "
         "NVIDIA A100: 6 free on 3 card(s), at most 3 on one card; "
         "NVIDIA L40S: 4 free on 1 card(s), at most 4 on one card."
