@@ -207,7 +207,9 @@ def cluster_body(request: HtmxHttpRequest, cluster: Cluster, params: QueryDict) 
             PoolRow(
                 pool,
                 pool_gpus(pool, cards),
-                allowed(request.user, "clusters.scale_machinepool", pool),
+                # Not while the cluster is deleted: pool_scale would refuse it (409).
+                cluster.deleting_refusal() is None
+                and allowed(request.user, "clusters.scale_machinepool", pool),
             )
             for pool in pools
         ],
