@@ -630,7 +630,10 @@ class MachinePoolAdmin(DeleteThroughServiceAdmin[MachinePool]):
     def get_readonly_fields(
         self, request: HttpRequest, obj: MachinePool | None = None
     ) -> list[str]:
-        imported = ["imported_from", "import_generation", "capi_sriov_secret_ref", "import_note"]
+        imported = [
+            "imported_from", "import_generation", "capi_sriov_secret_ref", "gpu_fit_refusal",
+            "import_note",
+        ]  # fmt: skip
         return ["cluster", "site", *imported] if obj else []
 
 

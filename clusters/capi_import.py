@@ -17,6 +17,11 @@ Then, for every Cluster whose `spec.infrastructureRef` is a VCOCluster:
   the template (another template, or the same one changed) makes the next generation,
   with the replicas; the older generations keep theirs until every machine of the new one
   runs, are then scaled to 0 (torn down by the reconciler) and deleted once empty.
+* A pool generation whose GPUs can never fit in its location (no card of the type, or
+  none that holds the count: the rule `MachinePool.clean` refuses a pool made here with)
+  is imported all the same, with the condition GpuFits False and that message
+  (`gpu_fit_refusal`, judged again each pass, also in `capi_import_error`): no machine is
+  made for it, nothing is reserved, and an older generation keeps serving.
 * A Cluster being deleted (`deletionTimestamp`), or absent from a complete listing,
   deletes ours through the normal teardown (`cluster_delete`); a MachineDeployment likewise
   scales its generations to 0, and deletes them once empty.
@@ -58,6 +63,7 @@ from clusters.services import (
     site_create,
     site_update,
 )
+from gpus.resolve import location_fit_refusal
 
 logger = logging.getLogger(__name__)
 
@@ -296,6 +302,15 @@ def _deployment_apply(
     generations = _generations(cluster, deployment.key)
     current = generations[-1] if generations else None
     reason = f"Cluster API MachineDeployment {deployment.key}"
+    # The rule a pool made here meets (MachinePool.clean): here it is the pool's
+    # condition, judged again each pass, and while it fails no machine is made.
+    fit = location_fit_refusal(
+        site.location,
+        count=template.gpu.count,
+        gpu_type=template.gpu.type,
+        profile_id=template.gpu.profile_id,
+    )
+    refusal = fit.message if fit is not None else ""
     if current is None or current.site_id != site.pk or _differs(current, wanted):
         number = current.import_generation + 1 if current else 1
         name = f"{pool_base_name(cluster.name, deployment.name)}-g{number}"
@@ -313,6 +328,7 @@ def _deployment_apply(
                 imported_from=deployment.key,
                 import_generation=number,
                 capi_sriov_secret_ref=template.sriov_secret_ref,
+                gpu_fit_refusal=refusal,
                 **wanted,
             ),
             actor=IMPORT_ACTOR,
@@ -327,8 +343,16 @@ def _deployment_apply(
             result.changes.append(
                 f"pool {cluster.name}/{current.name}: {deployment.replicas} replicas"
             )
-        # A record only, not something a person sets: no audit of its own.
-        model_update(current, {"capi_sriov_secret_ref": template.sriov_secret_ref})
+        # Records only, not something a person sets: no audit of their own.
+        model_update(
+            current,
+            {"capi_sriov_secret_ref": template.sriov_secret_ref, "gpu_fit_refusal": refusal},
+        )
+    if refusal:
+        result.errors.append(
+            f"MachineDeployment {deployment.key}: pool {cluster.name}/{current.name} GpuFits "
+            f"False: {refusal}"
+        )
     _generations_drain(generations[:-1], result, current=current)
 
 

@@ -22,6 +22,7 @@ from cloud.models import (
     same_customer_account_ids,
 )
 from gpus import naming
+from gpus.resolve import CAPACITY_WAIT, location_fit_refusal
 
 # Cluster, pool and machine names end up in VM and vGPU names
 # (capvco-<cluster>-<machine>-gpu-<n>), so they are DNS labels. `\Z`, not `$`, which would
@@ -379,6 +380,13 @@ class MachinePool(models.Model):
         help_text="Imported: spec.sriov.credentialSecretRef of its VCOMachineTemplate "
         "(<namespace>/<name>), recorded only.",
     )
+    gpu_fit_refusal = models.TextField(
+        blank=True,
+        editable=False,
+        help_text="Imported: why its GPUs can never fit in its location (its condition "
+        "GpuFits is False); while set, no machine is made for it. A pool made here that "
+        "cannot fit is refused instead.",
+    )
 
     class Meta:
         constraints = [
@@ -456,6 +464,25 @@ class MachinePool(models.Model):
             raise ValidationError(errors)
         if self.cluster_id and (refusal := self.cluster.deleting_refusal()):
             raise conflict(refusal)
+        # Imported pools are what the management cluster declares: the import records the
+        # same refusal as their condition instead (clusters.capi_import).
+        if self.site_id and not self.imported_from and self._gpus_changed():
+            fit = location_fit_refusal(
+                self.site.location,
+                count=self.gpu_count,
+                gpu_type=self.gpu_type,
+                profile_id=self.gpu_profile_id,
+            )
+            if fit is not None:
+                message = conflict(fit.message) if fit.waits else fit.message
+                raise ValidationError({fit.field: message})
+
+    def _gpus_changed(self) -> bool:
+        """Whether its GPUs are new or asked for anew: a change of anything else (a size,
+        user data) is no reason to judge them again."""
+        fields = ("gpu_type", "gpu_profile_id", "gpu_count")
+        stored = MachinePool.objects.filter(pk=self.pk).values(*fields).first() if self.pk else None
+        return stored is None or any(stored[f] != getattr(self, f) for f in fields)
 
     def _name_error(self) -> str | None:
         # VM and vGPU names carry the pool name: within its cluster they must read as
@@ -473,6 +500,18 @@ class MachinePool(models.Model):
     @property
     def wants_gpus(self) -> bool:
         return self.gpu_count > 0
+
+    @property
+    def conditions(self) -> list[dict[str, str]]:
+        """Imported pools: whether their GPUs can ever fit, as a Kubernetes condition."""
+        if not self.imported_from:
+            return []
+        if self.gpu_fit_refusal:
+            return [
+                {"type": "GpuFits", "status": "False", "reason": "GpuNeverFits",
+                 "message": self.gpu_fit_refusal}
+            ]  # fmt: skip
+        return [{"type": "GpuFits", "status": "True", "reason": "GpuFits", "message": ""}]
 
     def import_refusal(self) -> str | None:
         """Why a person may not change, scale or delete this pool, or add one to its
@@ -568,6 +607,12 @@ class Machine(models.Model):
     @property
     def vm_name(self) -> str:
         return naming.vm_name(self.pool.cluster.name, self.name)
+
+    @property
+    def waiting_for_capacity(self) -> bool:
+        """No card of its type has room for its GPUs now; it is tried again after its
+        backoff (`failure_message` says what is free)."""
+        return self.phase != Machine.Phase.FAILED and self.failure_message.startswith(CAPACITY_WAIT)
 
     def vgpu_name(self, n: int) -> str:
         return naming.vgpu_name(self.pool.cluster.name, self.name, n)

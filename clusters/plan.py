@@ -440,10 +440,11 @@ def _backoff_held(machine: Machine, step: Step, *, now: datetime | None) -> Step
     """The step, blocked until the machine's next try when that is still to come."""
     if machine.next_try_at is None or machine.next_try_at <= (now or timezone.now()):
         return step
-    why = (
-        f"failed {machine.failures} time(s) in a row; next try at "
-        f"{machine.next_try_at:%Y-%m-%d %H:%M:%S} UTC"
-    )
+    next_try = f"next try at {machine.next_try_at:%Y-%m-%d %H:%M:%S} UTC"
+    if machine.waiting_for_capacity:
+        why = f"{machine.failure_message} (looked {machine.failures} time(s)); {next_try}"
+    else:
+        why = f"failed {machine.failures} time(s) in a row; {next_try}"
     return dataclasses.replace(
         step, blocked=why, blocked_by="backoff", next_try_at=machine.next_try_at
     )
@@ -482,7 +483,8 @@ def machine_step(
         vm_id=machine.vm_id,
         vm_name=machine.vm_name,
     )
-    if machine.phase == Phase.FAILED:
+    # A failed machine, or one waiting for capacity, is tried again after its backoff.
+    if machine.phase == Phase.FAILED or machine.waiting_for_capacity:
         held_back = _backoff_held(machine, base, now=now)
         if held_back.blocked:
             return held_back
@@ -558,7 +560,9 @@ def cluster_plan(cluster: Cluster, *, now: datetime | None = None) -> ClusterPla
         if pool.replicas > len(live) and leftovers is None:
             leftovers = indexes_after_leftovers(cluster, pools)
         first = max(pool.next_index, (leftovers or {}).get(pool.pk, 0))
-        for offset in range(pool.replicas - len(live)):
+        # An imported pool whose GPUs can never fit gets no machine (its condition says why).
+        missing = 0 if pool.gpu_fit_refusal else pool.replicas - len(live)
+        for offset in range(missing):
             index = first + offset
             name = f"{pool.name}-{index}"
             probe = Machine(pool=pool, name=name, index=index)

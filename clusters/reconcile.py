@@ -47,6 +47,7 @@ from clusters.plan import (
 )
 from clusters.services import cluster_rows_delete
 from gpus.models import VgpuReservation
+from gpus.resolve import CAPACITY_WAIT
 from gpus.services import (
     OutcomePending,
     VgpuOwner,
@@ -289,10 +290,12 @@ def machine_reconcile(ctx: PassContext, step: Step) -> MachineResult:
 
 
 def _blocked_record(machine: Machine, step: Step) -> None:
-    """What stands before a step, on the machine: no card has room, or a vGPU sits on
-    another VM, fails it (and it is tried again after its backoff); a location not wholly
-    observed only says so."""
-    if step.blocked_by in ("capacity", "conflict"):
+    """What stands before a step, on the machine: cards of its type that have no room now
+    make it wait for capacity; no card of its type, or a vGPU on another VM, fails it
+    (either is tried again after its backoff); a location not wholly observed only says so."""
+    if step.blocked_by == "capacity" and step.blocked.startswith(CAPACITY_WAIT):
+        _waiting_set(machine, step.blocked)
+    elif step.blocked_by in ("capacity", "conflict"):
         _failed_set(machine, step.blocked)
     elif step.blocked_by == "observation":
         _phase_set(machine, machine.phase, step.blocked)
@@ -334,6 +337,22 @@ def _failed_set(machine: Machine, message: str) -> None:
     failures = machine.failures + 1
     data = {
         "phase": Phase.FAILED,
+        "failure_message": message,
+        "failures": failures,
+        "next_try_at": timezone.now() + retry_delay(failures),
+    }
+    _machine_update(machine, data)
+
+
+def _waiting_set(machine: Machine, message: str) -> None:
+    """Waiting for capacity: not failed (pending, or attaching once it has its VM), with
+    what is free in the message; looked at again after the same backoff as a failure."""
+    failures = machine.failures + 1
+    phase = machine.phase
+    if phase == Phase.FAILED:
+        phase = Phase.PENDING if machine.vm_id is None else Phase.ATTACHING
+    data = {
+        "phase": phase,
         "failure_message": message,
         "failures": failures,
         "next_try_at": timezone.now() + retry_delay(failures),

@@ -3,6 +3,7 @@ a new cluster; the filters of the node and NIC lists."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from django import forms
@@ -83,14 +84,19 @@ class SiteForm(forms.Form):
 
 
 class PoolForm(forms.Form):
-    """A machine pool of the new cluster; a row without a name is left out."""
+    """A machine pool of the new cluster; a row without a name is left out. Its GPU types
+    are those of the location chosen for it (`types_by_location`), each location's own;
+    one asked for that the location does not offer stays shown, marked so, and
+    cluster_setup refuses it naming what the location offers."""
 
     name = forms.CharField(max_length=20, required=False)
     location = forms.TypedChoiceField(coerce=int)
     replicas = forms.IntegerField(
         initial=1, validators=[MinValueValidator(0), MaxValueValidator(100)]
     )
-    gpu_type = forms.ChoiceField(required=False, label="GPU type")
+    gpu_type = forms.CharField(
+        required=False, max_length=100, label="GPU type", widget=forms.Select
+    )
     gpu_count = forms.IntegerField(
         initial=1, label="GPUs each", validators=[MinValueValidator(0), MaxValueValidator(8)]
     )
@@ -103,11 +109,31 @@ class PoolForm(forms.Form):
     )
 
     def __init__(
-        self, *args: Any, locations: list[Location], gpu_types: list[str], **kwargs: Any
+        self,
+        *args: Any,
+        locations: list[Location],
+        types_by_location: Mapping[int, list[str]],
+        **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         self.fields["location"].choices = [(loc.pk, loc.name) for loc in locations]  # type: ignore[attr-defined]
-        self.fields["gpu_type"].choices = [("", "no GPU")] + [(t, t) for t in gpu_types]  # type: ignore[attr-defined]
+        self.chosen_location = self._chosen_location(locations)
+        offered = list(types_by_location.get(self.chosen_location or 0, []))
+        asked = str(self.data.get(self.add_prefix("gpu_type")) or "") if self.is_bound else ""
+        choices = [("", "no GPU"), *((t, t) for t in offered)]
+        if asked and asked not in offered:
+            choices.append((asked, f"{asked} (not offered here)"))
+        widget = self.fields["gpu_type"].widget
+        assert isinstance(widget, forms.Select)
+        widget.choices = choices
+
+    def _chosen_location(self, locations: list[Location]) -> int | None:
+        """The location the row runs in as last sent; the first one offered before that."""
+        ids = [loc.pk for loc in locations]
+        sent = str(self.data.get(self.add_prefix("location")) or "") if self.is_bound else ""
+        if sent.isdigit() and int(sent) in ids:
+            return int(sent)
+        return ids[0] if ids else None
 
     @property
     def wanted(self) -> bool:

@@ -95,7 +95,17 @@ def _not_a_kubeconfig(body: dict[str, Any]) -> bool:
     return False
 
 
+def _gpus_asked(body: dict[str, Any]) -> bool:
+    """GPUs asked for: whether a card of the location has the type and holds the count
+    in all is the mirrored cards' to say (MachinePool.clean), not the schema's."""
+    gpu = body.get("gpu")
+    return isinstance(gpu, dict) and isinstance(gpu.get("count"), int) and gpu["count"] > 0
+
+
 UNSTATABLE = {
+    "POST /api/v1/pools/": _gpus_asked,
+    "PUT /api/v1/pools/{id}/": _gpus_asked,
+    "PATCH /api/v1/pools/{id}/": _gpus_asked,
     "POST /api/v1/tokens/": _past_expiry,
     "POST /api/v1/clusters/": _not_a_kubeconfig,
     "PUT /api/v1/clusters/{id}/kubeconfig/": _not_a_kubeconfig,

@@ -281,8 +281,26 @@ class PoolGpuSerializer(StrictInputMixin, serializers.Serializer[MachinePool]):
         return super().to_internal_value(data)
 
 
+class PoolConditionSerializer(serializers.Serializer[object]):
+    """A condition of an imported pool, as Kubernetes writes them."""
+
+    type = serializers.CharField(help_text="GpuFits: whether its GPUs can ever fit there")
+    status = serializers.ChoiceField(choices=["True", "False"])
+    reason = serializers.CharField()
+    message = serializers.CharField(
+        allow_blank=True, help_text="False: what the location offers instead"
+    )
+
+
 class MachinePoolSerializer(ModelCleanMixin):
     gpu = PoolGpuSerializer(source="*", required=False)
+    conditions = PoolConditionSerializer(
+        many=True,
+        read_only=True,
+        help_text="Imported pools: GpuFits False means no machine is made (a pool made "
+        "here whose GPUs can never fit is refused instead, 400 naming what the location "
+        "offers). Empty for pools made here.",
+    )
     error_paths = {
         "gpu_type": ("gpu", "type"),
         "gpu_profile_id": ("gpu", "profileId"),
@@ -295,6 +313,7 @@ class MachinePoolSerializer(ModelCleanMixin):
         fields = [
             "id", "cluster", "site", "name", "replicas", "vcpus", "memory_mib", "disk_gib",
             "user_data", "gpu", "imported_from", "import_generation", "capi_sriov_secret_ref",
+            "conditions",
         ]  # fmt: skip
 
 

@@ -216,8 +216,11 @@ def cluster_body(request: HtmxHttpRequest, cluster: Cluster, params: QueryDict) 
             PoolRow(
                 pool,
                 pool_gpus(pool, cards),
-                allowed(request.user, "clusters.scale_machinepool", pool),
+                # Not while the cluster is deleted: pool_scale would refuse it (409).
+                cluster.deleting_refusal() is None
+                and allowed(request.user, "clusters.scale_machinepool", pool),
                 can_edit=not pool.imported_from
+                and cluster.deleting_refusal() is None
                 and allowed(request.user, "clusters.change_machinepool", pool),
             )
             for pool in pools

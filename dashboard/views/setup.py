@@ -1,7 +1,8 @@
 """A new cluster without leaving the page: its sites chosen from the account's observed
-cloudspaces and images, its pools' GPU types from what each location offers, with a
-"will it fit" hint from the cards as last listed. Created through `cluster_setup`, the
-way the API's checks go: nothing is made when anything is refused."""
+cloudspaces and images, each pool's GPU types from what its own location offers, with a
+"will it fit" hint from the cards as last listed (and what can never fit there, by the
+rule cluster_setup applies). Created through `cluster_setup`, the way the API's checks
+go: nothing is made when anything is refused."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from dashboard.forms import ClusterSetupForm, PoolForm, SiteForm
 from dashboard.selectors import Fit, pool_fit
 from dashboard.views.common import page_or_fragment
 from gpus.models import GpuProfile
-from gpus.resolve import gpu_type_of
+from gpus.resolve import card_totals, fit_refusal, gpu_type_of
 
 POOL_ROWS = 3
 ADD_CLUSTER = "clusters.add_cluster"
@@ -36,6 +37,7 @@ ADD_CLUSTER = "clusters.add_cluster"
 class PoolRow:
     form: PoolForm
     fit: Fit | None
+    never_fits: str = ""
 
 
 def accounts_for_new_clusters(request: HtmxHttpRequest) -> QuerySet[Account]:
@@ -74,7 +76,7 @@ def cluster_new(request: HtmxHttpRequest) -> HttpResponse:
     cards: dict[int, list[GpuProfile]] = defaultdict(list)
     for card in visible(request.user, GpuProfile.objects.filter(location__in=locations)):
         cards[card.location_id].append(card)
-    gpu_types = sorted({gpu_type_of(c) for group in cards.values() for c in group})
+    types_by_location = {pk: sorted({gpu_type_of(c) for c in group}) for pk, group in cards.items()}
 
     sites = [
         SiteForm(
@@ -87,10 +89,14 @@ def cluster_new(request: HtmxHttpRequest) -> HttpResponse:
         for location in locations
     ]
     pools = [
-        PoolForm(data, prefix=f"pool-{i}", locations=locations, gpu_types=gpu_types)
+        PoolForm(data, prefix=f"pool-{i}", locations=locations, types_by_location=types_by_location)
         for i in range(POOL_ROWS)
     ]
-    rows = [PoolRow(form, _fit(form, cards)) for form in pools]
+    by_pk = {location.pk: location for location in locations}
+    totals = {pk: card_totals(by_pk[pk], group) for pk, group in cards.items()}
+    rows = [
+        PoolRow(form, _fit(form, cards), _never_fits(form, by_pk, cards, totals)) for form in pools
+    ]
     errors: list[str] = []
     status = 200
     if data is not None and "create" in data:
@@ -127,6 +133,34 @@ def _fit(form: PoolForm, cards: dict[int, list[GpuProfile]]) -> Fit | None:
         return None
     gpu_type = value(form.add_prefix("gpu_type")) or ""
     return pool_fit(cards.get(location, []), gpu_type=gpu_type, count=count, replicas=replicas)
+
+
+def _never_fits(
+    form: PoolForm,
+    locations: dict[int, Location],
+    cards: dict[int, list[GpuProfile]],
+    totals: dict[int, dict[str, int]],
+) -> str:
+    """What cluster_setup would refuse of the row's GPUs (MachinePool.clean's rule), on
+    the cards read for the page; "" when they fit in principle or the row is empty."""
+    pk = form.chosen_location
+    if not form.is_bound or pk is None:
+        return ""
+    try:
+        count = int(form.data.get(form.add_prefix("gpu_count")) or 0)
+    except ValueError:
+        return ""
+    gpu_type = str(form.data.get(form.add_prefix("gpu_type")) or "")
+    if not gpu_type:
+        return ""
+    refusal = fit_refusal(
+        cards.get(pk, []),
+        totals.get(pk, {}),
+        location=locations[pk].name,
+        count=count,
+        gpu_type=gpu_type,
+    )
+    return refusal.message if refusal else ""
 
 
 def _create(

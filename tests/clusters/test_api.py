@@ -14,6 +14,7 @@ from capvco_web.api import exception_handler
 from capvco_web.models import AuditEvent
 from cloud.models import Account
 from clusters.models import Cluster, ClusterSite, Machine, MachinePool
+from gpus.models import GpuProfile
 from tests.clusters.conftest import (
     ACCOUNT_IN_USE,
     JWT,
@@ -32,6 +33,13 @@ def pool_body(site: ClusterSite, **gpu: Any) -> dict[str, Any]:
 
 
 def test_pool_asks_for_gpus_by_type(api: APIClient, site: ClusterSite) -> None:
+    GpuProfile.objects.create(
+        location=site.location,
+        profile_id="a1",
+        vendor="NVIDIA",
+        model="A100",
+        available_instances=4,
+    )
     response = api.post(
         "/api/v1/pools/", pool_body(site, type="NVIDIA A100", count=1), format="json"
     )

@@ -24,6 +24,7 @@ from capvco_web.models import AuditEvent
 from cloud.models import Account, Location
 from clusters.capi_import import pool_base_name
 from clusters.models import Cluster, ClusterSite, Machine, MachinePool
+from clusters.plan import cluster_plan
 from clusters.services import (
     IMPORT_ACTOR,
     ImportedReadOnly,
@@ -35,6 +36,7 @@ from clusters.services import (
     site_delete,
 )
 from clusters.tasks import import_capi_account, observe_all
+from gpus.models import GpuProfile, VgpuReservation
 from tests.factories import JWT
 from tests.kube_sim import KubeSimulator, SimCluster
 
@@ -118,7 +120,11 @@ def account(db: None) -> Account:
         name="acme", api_url="https://vco.example/api/1", iam_url="https://iam.example",
         customer_id="c1", credential=JWT,
     )  # fmt: skip
-    Location.objects.create(account=account, name="nl-1")
+    location = Location.objects.create(account=account, name="nl-1")
+    for card, model in [("a100-1", "A100 0000:3b:00.0"), ("t4-1", "T4 0000:5e:00.0")]:
+        GpuProfile.objects.create(
+            location=location, profile_id=card, vendor="NVIDIA", model=model, available_instances=4
+        )
     return account
 
 
@@ -317,6 +323,69 @@ def test_a_gpu_type_change_makes_a_new_generation_and_drains_the_old_once_it_run
     run_import(account)
     assert pools() == {"md-0-g2": (2, "NVIDIA T4", 2)}
     assert AuditEvent.objects.filter(action="pool.delete", actor_name=IMPORT_ACTOR).count() == 1
+
+
+NEVER_FITS = (
+    "GPU type 'NVIDIA H100' is not offered in nl-1: nl-1 offers NVIDIA A100 (up to 4 per "
+    "card), NVIDIA T4 (up to 4)."
+)
+
+
+def test_a_pool_that_can_never_fit_is_imported_with_its_condition_false_and_no_machine(
+    account: Account, create: Create, api: APIClient
+) -> None:
+    create(
+        capi_cluster("prod"),
+        vco_cluster("prod"),
+        template("h100-v1", gpu_type="NVIDIA H100"),
+        deployment("prod-md-0", "prod", "h100-v1"),
+    )
+
+    run_import(account)
+
+    pool = MachinePool.objects.get(cluster__name="prod")
+    refused = [
+        {"type": "GpuFits", "status": "False", "reason": "GpuNeverFits", "message": NEVER_FITS}
+    ]
+    assert pool.conditions == refused
+    assert api.get(f"/api/v1/pools/{pool.pk}/").json()["conditions"] == refused
+    account.refresh_from_db()
+    assert NEVER_FITS in account.capi_import_error
+    # Nothing is made for it, so nothing is reserved, however often the loop runs.
+    assert cluster_plan(pool.cluster).steps == []
+    assert not Machine.objects.exists() and not VgpuReservation.objects.exists()
+
+    # The location gets the type: the next pass says it fits, and machines follow.
+    GpuProfile.objects.create(
+        location=pool.site.location, profile_id="h100-1", vendor="NVIDIA",
+        model="H100 0000:7a:00.0", available_instances=2,
+    )  # fmt: skip
+    run_import(account)
+
+    pool.refresh_from_db()
+    assert [c["status"] for c in pool.conditions] == ["True"]
+    assert [s.kind for s in cluster_plan(pool.cluster).steps] == ["create", "create"]
+
+
+def test_a_template_change_that_can_never_fit_leaves_the_old_generation_serving(
+    account: Account, prod: None, create: Create, custom: kubernetes.client.CustomObjectsApi
+) -> None:
+    run_import(account)
+    running("md-0-g1", 2)
+    create(template("a100-x8", count=8))
+    custom.patch_namespaced_custom_object(
+        *CAPI, NS, "machinedeployments", "prod-md-0",
+        {"spec": {"template": {"spec": {"infrastructureRef": {"name": "a100-x8"}}}}},
+    )  # fmt: skip
+
+    run_import(account)
+    run_import(account)
+
+    assert pools() == {"md-0-g1": (2, "NVIDIA A100", 1), "md-0-g2": (2, "NVIDIA A100", 2)}
+    new = MachinePool.objects.get(name="md-0-g2")
+    assert new.conditions[0]["status"] == "False"
+    assert "8 GPUs of type 'NVIDIA A100' on one machine can never fit" in new.gpu_fit_refusal
+    assert not new.machines.exists()
 
 
 def test_a_machine_deployment_deleted_drains_its_pool(

@@ -96,3 +96,81 @@ def test_the_services_refuse_whoever_asks(
     assert REFUSAL in str(scaled.value) and REFUSAL in str(edited.value)
     assert scaled.value.code == "conflict"
     pool_unchanged(deleting)
+
+
+def test_api_refuses_a_new_pool_in_a_deleting_cluster(
+    api: APIClient, deleting: MachinePool
+) -> None:
+    body = {"cluster": deleting.cluster_id, "site": deleting.site_id, "name": "more"}
+
+    response = api.post("/api/v1/pools/", body, format="json")
+
+    assert response.status_code == 409, response.json()
+    assert REFUSAL in response.json()["detail"]
+    assert MachinePool.objects.count() == 1
+    pool_unchanged(deleting)
+
+
+def admin_pool_form(pool: MachinePool, **changes: Any) -> dict[str, Any]:
+    return {
+        "cluster": pool.cluster_id, "site": pool.site_id, "name": pool.name,
+        "replicas": pool.replicas, "vcpus": pool.vcpus, "memory_mib": pool.memory_mib,
+        "disk_gib": pool.disk_gib, "user_data": "", "gpu_type": pool.gpu_type,
+        "gpu_profile_id": "", "gpu_count": pool.gpu_count, "gpu_driver_version": "",
+        **changes,
+    }  # fmt: skip
+
+
+def test_admin_refuses_to_edit_a_pool_of_a_deleting_cluster_on_its_page(
+    admin_client: Client, deleting: MachinePool
+) -> None:
+    response = admin_client.post(
+        reverse("admin:clusters_machinepool_change", args=[deleting.pk]),
+        admin_pool_form(deleting, replicas=5, vcpus=8),
+    )
+
+    assert response.status_code == 200
+    assert REFUSAL in response.content.decode()
+    pool_unchanged(deleting)
+
+
+def test_admin_refuses_a_new_pool_in_a_deleting_cluster(
+    admin_client: Client, deleting: MachinePool
+) -> None:
+    response = admin_client.post(
+        reverse("admin:clusters_machinepool_add"),
+        admin_pool_form(deleting, name="more", gpu_type="", gpu_count=0),
+    )
+
+    assert response.status_code == 200
+    assert REFUSAL in response.content.decode()
+    assert MachinePool.objects.count() == 1
+    pool_unchanged(deleting)
+
+
+def test_admin_refuses_to_edit_a_pool_of_a_deleting_cluster_on_the_cluster_page(
+    admin_client: Client, deleting: MachinePool
+) -> None:
+    cluster, site = deleting.cluster, deleting.site
+    form = {
+        "name": cluster.name, "account": cluster.account_id, "gpu_addon": "",
+        "new_kubeconfig": "", "sites-TOTAL_FORMS": 1, "sites-INITIAL_FORMS": 1,
+        "sites-0-id": site.pk, "sites-0-cluster": cluster.pk, "sites-0-location": site.location_id,
+        "sites-0-cloudspace_id": site.cloudspace_id, "sites-0-image_id": site.image_id,
+        "pools-TOTAL_FORMS": 1, "pools-INITIAL_FORMS": 1, "pools-0-id": deleting.pk,
+        **{f"pools-0-{k}": v for k, v in admin_pool_form(deleting, replicas=5).items()},
+    }  # fmt: skip
+
+    response = admin_client.post(reverse("admin:clusters_cluster_change", args=[cluster.pk]), form)
+
+    assert response.status_code == 200
+    assert REFUSAL in response.content.decode()
+    pool_unchanged(deleting)
+
+
+def test_the_cluster_page_offers_no_scale_while_the_cluster_is_deleted(
+    admin_client: Client, deleting: MachinePool
+) -> None:
+    page = admin_client.get(f"/clusters/{deleting.cluster_id}/").content.decode()
+
+    assert f"/pools/{deleting.pk}/scale/" not in page

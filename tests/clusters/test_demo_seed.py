@@ -8,8 +8,9 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from capvco_web.models import AuditEvent
-from cloud.models import Account
+from cloud.models import Account, Cloudspace, Image
 from clusters.models import Cluster
+from gpus.models import GpuProfile
 from tests.http_stub import HttpStub, Reply
 from tests.kube_sim import KubeSimulator
 from tests.whitesky_sim import WhiteskySimulator
@@ -21,6 +22,20 @@ def test_demo_is_seeded_against_the_allowed_simulator(whitesky_sim: WhiteskySimu
     call_command("demo_seed", simulator=whitesky_sim.base_url)
     assert Account.objects.get(name="demo").api_url == whitesky_sim.api_url
     assert Cluster.objects.get(name="demo").pools.count() == 2
+
+
+def test_the_demo_account_is_observed_at_once_so_a_cluster_can_be_set_up(
+    whitesky_sim: WhiteskySimulator,
+) -> None:
+    call_command("demo_seed", simulator=whitesky_sim.base_url)
+
+    account = Account.objects.get(name="demo")
+    for location in account.locations.all():
+        # What the new-cluster form offers, without waiting for the catalog's beat.
+        assert Cloudspace.objects.filter(location=location).exists(), location.name
+        assert Image.objects.filter(location=location).exists(), location.name
+        assert GpuProfile.objects.filter(location=location).exists(), location.name
+        assert location.last_complete_observation_at is not None
 
 
 def test_demo_against_a_simulator_not_allowed_says_so_and_asks_it_nothing(

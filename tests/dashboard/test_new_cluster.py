@@ -4,6 +4,7 @@ whether a pool fits, and creates through `cluster_setup`, which checks the role 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 
@@ -76,8 +77,53 @@ def test_a_check_says_whether_each_pool_fits(admin_client: Client, ready: Plane)
     nowhere = admin_client.post(
         "/clusters/new/", {**_form(ready, **{"pool-0-gpu_type": "NVIDIA T4"}), "check": "1"}
     )
-    assert "not offered here; the location offers NVIDIA A100" in nowhere.content.decode()
+    assert (
+        f"never fits: GPU type &#x27;NVIDIA T4&#x27; is not offered in {NL}: {NL} offers "
+        "NVIDIA A100 (up to 4 per card), NVIDIA L40S (up to 4)."
+    ) in nowhere.content.decode()
     assert not Cluster.objects.exists()
+
+
+def gpu_type_options(html: str, row: int = 0) -> list[str]:
+    select = html.split(f'name="pool-{row}-gpu_type"', 1)[1].split("</select>", 1)[0]
+    return re.findall(r'<option value="([^"]*)"', select)
+
+
+def test_each_pool_is_offered_the_gpu_types_of_its_own_location(
+    admin_client: Client, ready: Plane
+) -> None:
+    be = ready.location(BE)
+    first = admin_client.get(f"/clusters/new/?account={ready.account.pk}").content.decode()
+    in_be = admin_client.post(
+        "/clusters/new/", {**_form(ready, **{"pool-0-location": str(be.pk)}), "check": "1"}
+    ).content.decode()
+    in_nl = admin_client.post("/clusters/new/", {**_form(ready), "check": "1"}).content.decode()
+
+    assert gpu_type_options(first) == ["", "NVIDIA A100", "NVIDIA T4"]  # BE comes first
+    assert gpu_type_options(in_be) == ["", "NVIDIA A100", "NVIDIA T4"]
+    # In NL the A100 asked for is offered; the T4 is not, the L40S is.
+    assert gpu_type_options(in_nl) == ["", "NVIDIA A100", "NVIDIA L40S"]
+    kept = admin_client.post(
+        "/clusters/new/", {**_form(ready, **{"pool-0-gpu_type": "NVIDIA T4"}), "check": "1"}
+    ).content.decode()
+    assert gpu_type_options(kept) == ["", "NVIDIA A100", "NVIDIA L40S", "NVIDIA T4"]
+    assert "NVIDIA T4 (not offered here)" in kept
+
+
+def test_create_refuses_more_gpus_than_a_card_there_holds_and_makes_nothing(
+    admin_client: Client, ready: Plane
+) -> None:
+    response = admin_client.post(
+        "/clusters/new/", {**_form(ready, **{"pool-0-gpu_count": "5"}), "create": "1"}
+    )
+
+    assert response.status_code == 400
+    assert (
+        "pool a100: gpu_count: 5 GPUs of type &#x27;NVIDIA A100&#x27; on one machine can "
+        f"never fit in {NL}: a machine&#x27;s GPUs share one card, and {NL} offers NVIDIA "
+        "A100 (up to 4 per card), NVIDIA L40S (up to 4)."
+    ) in response.content.decode()
+    assert not Cluster.objects.exists() and not MachinePool.objects.exists()
 
 
 def test_the_form_answers_htmx_with_itself(admin_client: Client, ready: Plane) -> None:

@@ -58,7 +58,7 @@ def test_lost_answer_while_tearing_down_still_releases_everything(
     assert plane.unassigned_billed() == {}
 
 
-def test_last_instance_race_one_machine_wins_the_other_fails_loudly_without_leak(
+def test_last_instance_race_one_machine_wins_the_other_waits_without_leak(
     plane: Plane,
 ) -> None:
     # Two clusters plan from the same observation, which shows one free L40S instance left.
@@ -73,14 +73,14 @@ def test_last_instance_race_one_machine_wins_the_other_fails_loudly_without_leak
 
     plane.reconcile(blue)
     # Green plans from the same observation, but blue's reservation was recorded before it
-    # was made: green's machine fails before any VM is made for it.
+    # was made: green's machine waits for capacity before any VM is made for it.
     plane.reconcile(green)
 
     winner = Machine.objects.get(pool__cluster=blue)
     loser = Machine.objects.get(pool__cluster=green)
     assert winner.phase == Machine.Phase.RUNNING
-    assert loser.phase == Machine.Phase.FAILED
-    assert "no card of GPU type 'NVIDIA L40S' with 1 free" in loser.failure_message
+    assert loser.phase == Machine.Phase.PENDING and loser.waiting_for_capacity
+    assert "waiting for capacity: 0 free of NVIDIA L40S" in loser.failure_message
     assert loser.vm_id is None and plane.sim_vms("capvco-green-") == []
     assert plane.sim_vgpus("capvco-green-") == []
     assert not VgpuReservation.objects.filter(name__startswith="capvco-green-").exists()

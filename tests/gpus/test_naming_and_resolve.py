@@ -15,7 +15,14 @@ from gpus.naming import (
     vgpu_name,
     vm_name,
 )
-from gpus.resolve import GpuUnavailable, gpu_profile_resolve, gpu_type_of
+from gpus.resolve import (
+    FitRefusal,
+    GpuBusy,
+    GpuUnavailable,
+    fit_refusal,
+    gpu_profile_resolve,
+    gpu_type_of,
+)
 
 
 @dataclass
@@ -140,13 +147,40 @@ def test_type_matches_exactly_or_by_contains_and_the_emptiest_card_wins(asked: s
 
 def test_the_whole_count_must_fit_on_one_card() -> None:
     assert gpu_profile_resolve(CARDS, location="nl", count=3, gpu_type="A100").profile_id == "a2"
-    with pytest.raises(GpuUnavailable) as refused:
+    with pytest.raises(GpuBusy) as refused:
         gpu_profile_resolve(CARDS, location="nl", count=4, gpu_type="A100")
     assert str(refused.value) == (
-        "nl has no card of GPU type 'A100' with 4 free instance(s). It offers: "
+        "waiting for capacity: 6 free of NVIDIA A100 at nl, at most 3 on one card; "
+        "a machine needs 4 on one card"
+    )
+
+
+def test_a_type_the_location_has_not_is_unavailable_naming_what_it_offers() -> None:
+    with pytest.raises(GpuUnavailable) as refused:
+        gpu_profile_resolve(CARDS, location="nl", count=1, gpu_type="H100")
+    assert not isinstance(refused.value, GpuBusy)
+    assert str(refused.value) == (
+        "nl has no GPU type 'H100'. It offers: "
         "Dummy GPU: 2 free on 1 card(s), at most 2 on one card; "
         "NVIDIA A100: 6 free on 3 card(s), at most 3 on one card; "
         "NVIDIA L40S: 4 free on 1 card(s), at most 4 on one card."
+    )
+
+
+def test_a_pool_fits_in_principle_when_a_card_holds_its_count_in_all() -> None:
+    totals = {"a1": 4, "a2": 4, "a3": 4, "l1": 4, "x1": 2}
+    assert fit_refusal(CARDS, totals, location="nl", count=4, gpu_type="A100") is None
+    refusal = fit_refusal(CARDS, totals, location="nl", count=5, gpu_type="A100")
+    assert refusal is not None and refusal.field == "gpu_count"
+    assert refusal.message == (
+        "5 GPUs of type 'A100' on one machine can never fit in nl: a machine's GPUs share "
+        "one card, and nl offers Dummy GPU (up to 2 per card), NVIDIA A100 (up to 4), "
+        "NVIDIA L40S (up to 4)."
+    )
+    unknown = fit_refusal(CARDS, totals, location="nl", count=1, gpu_type="H100")
+    assert unknown is not None and unknown.field == "gpu_type"
+    assert fit_refusal([], {}, location="be", count=1, gpu_type="T4") == FitRefusal(
+        "gpu_type", "GPU type 'T4' is not offered in be: be offers no GPUs."
     )
 
 

@@ -104,18 +104,22 @@ def test_unknown_type_fails_loudly_listing_what_the_location_offers(plane: Plane
     assert plane.sim_vgpus() == []
 
 
-def test_exhausted_type_fails_then_succeeds_once_capacity_returns(plane: Plane) -> None:
+def test_exhausted_type_waits_then_succeeds_once_capacity_returns(plane: Plane) -> None:
     cluster = plane.cluster()
     # 2 L40S cards of 4 instances: two 4-GPU machines fill them, a third finds no room.
     pool = plane.pool(cluster, "l40s", gpu_type="NVIDIA L40S", gpu_count=4, replicas=3)
 
     plane.converge(cluster, passes=3)
 
-    failed = Machine.objects.get(name="l40s-2")
-    assert failed.phase == Machine.Phase.FAILED
-    assert "no card of GPU type 'NVIDIA L40S' with 4 free instance(s)" in failed.failure_message
-    assert "NVIDIA L40S: 0 free on 2 card(s)" in failed.failure_message
-    assert len(plane.sim_vgpus()) == 8
+    waiting = Machine.objects.get(name="l40s-2")
+    assert waiting.phase == Machine.Phase.PENDING  # waiting, not failed
+    assert waiting.waiting_for_capacity
+    assert waiting.failure_message == (
+        f"waiting for capacity: 0 free of NVIDIA L40S at {NL}, at most 0 on one card; "
+        "a machine needs 4 on one card"
+    )
+    assert waiting.failures == 1 and waiting.next_try_at is not None  # the same backoff
+    assert waiting.vm_id is None and len(plane.sim_vgpus()) == 8
 
     # Capacity returns: the pool shrinks to one machine... and grows back to two.
     pool.replicas = 1

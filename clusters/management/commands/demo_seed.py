@@ -1,4 +1,5 @@
-"""Seed the demo: an account on the whitesky simulator and a GPU cluster that converges.
+"""Seed the demo: an account on the whitesky simulator, observed at once (its locations,
+cards, cloudspaces and images), and a GPU cluster that converges.
 
 Only for the simulator (it takes its token from the simulator's control API). With
 `--kube-simulator`, the demo cluster gets the kubeconfig of the fake Kubernetes API's
@@ -24,6 +25,7 @@ from cloud.observe import account_locations_observe
 from cloud.whitesky import whitesky_client
 from clusters.models import Cluster, ClusterSite, MachinePool
 from clusters.services import cluster_kubeconfig_set
+from clusters.tasks import observe_catalog, observe_location
 
 DEMO_CLUSTER = "demo"
 
@@ -127,6 +129,11 @@ class Command(BaseCommand):
                 )
                 for loc in locations
             }
+        # Its catalog (cloudspaces, images) and each location's cards now, not at the next
+        # beat tick (the catalog's is minutes away): a new cluster can be set up at once.
+        observe_catalog(account.pk)
+        for location in locations:
+            observe_location(location.pk)
         if Cluster.objects.filter(name=DEMO_CLUSTER, account=account).exists():
             self.stdout.write("The demo cluster exists already.")
             return
