@@ -17,7 +17,6 @@ from drf_spectacular.utils import extend_schema_field
 _INTEGER = re.compile(r"-?[0-9]+")
 # `cluster__name=prod`: a related object by its name.
 NAME_SUFFIX = "__name"
-NAME_MAX_LENGTH = 253  # the longest name any of ours holds (a Kubernetes object's)
 
 
 class IdField(forms.Field):
@@ -119,7 +118,6 @@ class RelationFilterSet(StrictFilterSet):
             if by_name not in cls.declared_filters and has_name:
                 filters[by_name] = django_filters.CharFilter(
                     field_name=f"{path}__name",
-                    max_length=NAME_MAX_LENGTH,
                     label=f"The {said}'s name (every {said} of that name you see)",
                 )
         return filters

@@ -101,7 +101,6 @@ class KubeNodeFilterSet(RelationFilterSet):
     gpus_missing = TrueFalseFilter(field_name="gpus_missing")
     gpu_type = django_filters.CharFilter(
         method="_gpu_type",
-        max_length=63,  # a label value's longest
         label="GPU type",
         help_text="Its capvco.io/gpu-type label, e.g. nvidia-a100",
     )

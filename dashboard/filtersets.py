@@ -82,6 +82,12 @@ def cluster_field(clusters: QuerySet[Cluster]) -> ClusterChoiceField:
 
 
 class NodeListFilterSet(KubeNodeFilterSet):
+    gpu_type = django_filters.CharFilter(
+        method="_gpu_type",
+        max_length=63,  # a label value's longest
+        label="GPU type",
+        help_text="The capvco.io/gpu-type label, e.g. nvidia-a100",
+    )
     flag = django_filters.ChoiceFilter(
         choices=list(NodeFilterForm.FLAGS.items()), method="filter_flag", empty_label="any"
     )

@@ -6,7 +6,7 @@ from __future__ import annotations
 import django_filters
 from django.db.models import Model, Q, QuerySet
 
-from capvco_web.filters import NAME_MAX_LENGTH, IdFilter, RelationFilterSet, TrueFalseFilter
+from capvco_web.filters import IdFilter, RelationFilterSet, TrueFalseFilter
 from cloud.models import Account
 from gpus import naming
 from gpus.models import BILLED_STATES, GpuProfile, VgpuReservation
@@ -48,7 +48,6 @@ class VgpuReservationFilterSet(RelationFilterSet):
     cluster = IdFilter(method="filter_cluster", label="The cluster's id")
     cluster__name = django_filters.CharFilter(
         method="filter_cluster_name",
-        max_length=NAME_MAX_LENGTH,
         label="The cluster's name (every cluster of that name you see)",
     )
     orphaned = TrueFalseFilter(method="filter_orphaned", label="Orphaned (no machine owns it)")
