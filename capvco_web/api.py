@@ -19,10 +19,13 @@ from django.db import IntegrityError, models
 from django.db.models import ProtectedError, RestrictedError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views import defaults
+from django_filters.rest_framework import DjangoFilterBackend
 from rest_framework import serializers, status
 from rest_framework.exceptions import APIException, ErrorDetail
 from rest_framework.exceptions import ValidationError as ApiValidationError
+from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.settings import api_settings
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from capvco_web.auth import API_PREFIX
@@ -44,7 +47,18 @@ class ErrorSerializer(serializers.Serializer):  # type: ignore[type-arg]
         fields["fields"] = serializers.DictField(
             required=False,
             help_text="Invalid input only: the messages per field, nested as in the request "
-            "body (`non_field_errors` for the request as a whole).",
+            "body (`non_field_errors` for the request as a whole), or per query parameter.",
+        )
+        fields["unknown_parameters"] = serializers.ListField(
+            child=serializers.CharField(),
+            required=False,
+            help_text="Query parameters the operation does not take (refused, not ignored: "
+            "a misspelt filter would list everything).",
+        )
+        fields["allowed"] = serializers.ListField(
+            child=serializers.CharField(),
+            required=False,
+            help_text="With `unknown_parameters`: the query parameters it takes.",
         )
         return fields
 
@@ -194,6 +208,49 @@ def unique_conflict(exc: IntegrityError) -> ApiValidationError | None:
     return ApiValidationError({key: [ErrorDetail(message, code="unique")]})
 
 
+class UnknownParameters(ApiValidationError):
+    """Query parameters an operation does not read: refused (400), each named."""
+
+    def __init__(self, unknown: list[str], allowed: list[str]) -> None:
+        takes = ", ".join(allowed)
+        super().__init__(
+            {name: [f"Unknown query parameter: this operation takes {takes}."] for name in unknown}
+        )
+        self.unknown, self.allowed = unknown, allowed
+
+
+def known_parameters(view: Any, request: Request) -> list[str]:
+    """The query parameters the view reads for this request: `format` always; a list's
+    filters (its FilterSet), pagination, search and ordering besides."""
+    known = [api_settings.URL_FORMAT_OVERRIDE]
+    if request.method not in ("GET", "HEAD") or getattr(view, "detail", False):
+        return known
+    for backend in getattr(view, "filter_backends", ()):
+        if issubclass(backend, DjangoFilterBackend):
+            filterset = backend().get_filterset_class(view, None)
+            known += list(filterset.base_filters) if filterset is not None else []
+        known += [
+            getattr(backend, p) for p in ("search_param", "ordering_param") if hasattr(backend, p)
+        ]
+    paginator = getattr(view, "paginator", None)
+    if paginator is not None:
+        known += [p["name"] for p in paginator.get_schema_operation_parameters(view)]
+    return list(dict.fromkeys(known))
+
+
+class KnownParametersMixin:
+    """Every view of the API takes this first: a query parameter the request's operation
+    does not read (a misspelt filter, `?clustr=`) is refused with a 400 naming it and the
+    ones it takes, instead of being ignored and listing everything. Checked after
+    authentication, so a caller without credentials still learns only that."""
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)  # type: ignore[misc]
+        known = known_parameters(self, request)
+        if unknown := sorted(set(request.query_params) - set(known)):
+            raise UnknownParameters(unknown, known)
+
+
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     """DRF's handler in the one error shape; a delete refused because something still
     hangs from the object answers 409 naming it, and a model's own refusal at save (e.g.
@@ -214,6 +271,8 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         response.data = error_body(api_exc, response.data)
         if isinstance(exc, ApiValidationError) and is_state_conflict(exc):
             response.status_code = status.HTTP_409_CONFLICT
+        if isinstance(exc, UnknownParameters):
+            response.data.update(unknown_parameters=exc.unknown, allowed=exc.allowed)
     return response
 
 

@@ -15,13 +15,15 @@ from capvco_web.api import (
     NO_NUL,
     DurationTextField,
     ErrorSerializer,
+    KnownParametersMixin,
     StrictInputMixin,
     stripped_text_pattern,
 )
 
 _ERRORS = {
     "400": "Invalid input: `fields` names each problem (or `detail`, for a body that is not "
-    "JSON or a query parameter out of range).",
+    "JSON or a query parameter out of range). A query parameter the operation does not take "
+    "is refused, not ignored: `unknown_parameters` names it, `allowed` says what it takes.",
     "401": "Not authenticated: no credentials, or credentials that are not valid.",
     "403": "Authenticated, but not allowed: your role in the object's account does not allow "
     "this action (or no role allows it), a token may not do it, or the CSRF token of a "
@@ -44,7 +46,7 @@ _ERROR_HEADERS = {
 class ApiSchema(AutoSchema):
     """drf-spectacular's schema, saying what the API really does: the error statuses of
     every operation (in the one error shape), the reason body a DELETE takes, unknown
-    request fields refused, and NUL characters refused in strings."""
+    request fields and query parameters refused, and NUL characters refused in strings."""
 
     _direction = "response"  # of the serializer being mapped
 
@@ -66,8 +68,8 @@ class ApiSchema(AutoSchema):
             statuses |= {"400", "413", "415"}
         if "requestBody" in operation and self.method != "DELETE":
             statuses.add("409")
-        if "query" in places:
-            statuses.add("400")
+        if "query" in places or isinstance(self.view, KnownParametersMixin):
+            statuses.add("400")  # a value it does not take, or a parameter it does not know
         if "path" in places:
             statuses.add("404")
         responses = operation["responses"]

@@ -1,18 +1,22 @@
-"""Filters shared by the API and the dashboard lists: strict about their values, and an
-id that matches nothing answers an empty list (not a 400, as a choice of existing rows
-would)."""
+"""Filters shared by the API and the dashboard lists: one convention for related objects
+(RelationFilterSet), strict about their values, and an id that matches nothing answers an
+empty list (not a 400, as a choice of existing rows would)."""
 
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections import OrderedDict
+from typing import Any, ClassVar
 
 import django_filters
 from django import forms
+from django.db.models import Model
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 
 _INTEGER = re.compile(r"-?[0-9]+")
+# `cluster__name=prod`: a related object by its name.
+NAME_SUFFIX = "__name"
 
 
 class IdField(forms.Field):
@@ -77,3 +81,43 @@ class StrictFilterSet(django_filters.FilterSet):
                 return cleaned
 
         return StrictForm
+
+
+def _related_model(model: type[Model], path: str) -> type[Model]:
+    """The model at the end of `path` (`pool__cluster`) from `model`."""
+    for part in path.split("__"):
+        related = model._meta.get_field(part).related_model
+        assert isinstance(related, type), f"{model.__name__}.{part} is no relation"
+        model = related
+    return model
+
+
+class RelationFilterSet(StrictFilterSet):
+    """The one filter language of every list, in the API and on the dashboard: a related
+    object is filtered by its id under its own name (`cluster=3`, `location=2`, `pool=`,
+    `account=`), and by its name under `<name>__name` (`cluster__name=prod`; names are
+    unique per account only, so a name picks every such object the caller sees).
+
+    `relations` names each related object a list can be filtered by, with its path from
+    the list's model (`{"cluster": "pool__cluster"}`); the filters are made from it. A
+    filter declared under one of those names (a relation no foreign key makes) is kept.
+    """
+
+    relations: ClassVar[dict[str, str]] = {}
+
+    @classmethod
+    def get_filters(cls) -> OrderedDict[str, django_filters.Filter]:
+        filters = super().get_filters()
+        model = cls._meta.model  # type: ignore[attr-defined]
+        for name, path in cls.relations.items():
+            said = name.replace("_", " ")
+            if name not in cls.declared_filters:
+                filters[name] = IdFilter(field_name=f"{path}_id", label=f"The {said}'s id")
+            by_name = f"{name}{NAME_SUFFIX}"
+            has_name = any(f.name == "name" for f in _related_model(model, path)._meta.fields)
+            if by_name not in cls.declared_filters and has_name:
+                filters[by_name] = django_filters.CharFilter(
+                    field_name=f"{path}__name",
+                    label=f"The {said}'s name (every {said} of that name you see)",
+                )
+        return filters

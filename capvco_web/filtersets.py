@@ -1,13 +1,15 @@
-"""The filters of the audit log."""
+"""The filters of the audit log: its account by id or `__name`, as every list takes it."""
 
 from __future__ import annotations
 
 import django_filters
 
+from capvco_web.filters import RelationFilterSet
 from capvco_web.models import AuditEvent
 
 
-class AuditEventFilterSet(django_filters.FilterSet):
+class AuditEventFilterSet(RelationFilterSet):
+    relations = {"account": "account"}
     actor = django_filters.CharFilter(
         field_name="actor_name", lookup_expr="iexact", label="Actor", help_text="a user name"
     )

@@ -13,7 +13,7 @@ from rest_framework import exceptions, mixins, serializers, status, viewsets
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from capvco_web.api import HAS_TEXT, StrictInputMixin, api_validation_error
+from capvco_web.api import HAS_TEXT, KnownParametersMixin, StrictInputMixin, api_validation_error
 from capvco_web.auth import ApiTokenAuthentication
 from capvco_web.models import ApiToken
 from capvco_web.tokens import api_token_create, api_token_revoke
@@ -55,6 +55,7 @@ def _user(request: Request) -> User:
 
 
 class ApiTokenViewSet(
+    KnownParametersMixin,
     mixins.CreateModelMixin,
     mixins.ListModelMixin,
     mixins.RetrieveModelMixin,

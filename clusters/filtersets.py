@@ -1,37 +1,41 @@
+"""The filters of the lists of accounts' objects, clusters and their Kubernetes: related
+objects by id (`cluster=3`) or by name (`cluster__name=prod`), as every list takes them
+(capvco_web.filters.RelationFilterSet)."""
+
 from __future__ import annotations
 
 import django_filters
 from django.db.models import QuerySet
 
-from capvco_web.filters import IdFilter, StrictFilterSet, TrueFalseFilter
+from capvco_web.filters import RelationFilterSet, TrueFalseFilter
 from capvco_web.integrations.kube import GPU_TYPE_LABEL
 from cloud.models import Cloudspace, Image, Location, Membership, VirtualMachine
 from clusters.models import Cluster, ClusterSite, KubeNode, KubePod, Machine, MachinePool
 
 
-class MembershipFilterSet(StrictFilterSet):
-    account = IdFilter(field_name="account_id")
+class MembershipFilterSet(RelationFilterSet):
+    relations = {"account": "account"}
 
     class Meta:
         model = Membership
-        fields = ["account"]
+        fields: list[str] = []
 
 
-class CloudspaceFilterSet(StrictFilterSet):
-    location = IdFilter(field_name="location_id")
+class CloudspaceFilterSet(RelationFilterSet):
+    relations = {"location": "location", "account": "location__account"}
 
     class Meta:
         model = Cloudspace
-        fields = ["location"]
+        fields: list[str] = []
 
 
-class VirtualMachineFilterSet(StrictFilterSet):
-    location = IdFilter(field_name="location_id")
+class VirtualMachineFilterSet(RelationFilterSet):
+    relations = {"location": "location", "account": "location__account"}
     orphaned = TrueFalseFilter(method="filter_orphaned", label="Orphaned (no machine owns it)")
 
     class Meta:
         model = VirtualMachine
-        fields = ["location", "cloudspace_id", "orphaned"]
+        fields = ["cloudspace_id", "orphaned"]
 
     def filter_orphaned(
         self, queryset: QuerySet[VirtualMachine], name: str, value: bool | None
@@ -41,79 +45,93 @@ class VirtualMachineFilterSet(StrictFilterSet):
         return queryset.filter(orphaned_since__isnull=not value)
 
 
-class ImageFilterSet(StrictFilterSet):
-    location = IdFilter(field_name="location_id")
+class ImageFilterSet(RelationFilterSet):
+    relations = {"location": "location", "account": "location__account"}
 
     class Meta:
         model = Image
-        fields = ["location"]
+        fields: list[str] = []
 
 
-class LocationFilterSet(StrictFilterSet):
-    account = IdFilter(field_name="account_id")
+class LocationFilterSet(RelationFilterSet):
+    relations = {"account": "account"}
 
     class Meta:
         model = Location
-        fields = ["account", "name"]
+        fields = ["name"]
 
 
-class ClusterFilterSet(StrictFilterSet):
-    account = IdFilter(field_name="account_id")
+class ClusterFilterSet(RelationFilterSet):
+    relations = {"account": "account"}
 
     class Meta:
         model = Cluster
-        fields = ["account", "state"]
+        fields = ["state"]
 
 
-class ClusterSiteFilterSet(StrictFilterSet):
-    cluster = IdFilter(field_name="cluster_id")
-    location = IdFilter(field_name="location_id")
+class ClusterSiteFilterSet(RelationFilterSet):
+    relations = {"cluster": "cluster", "location": "location", "account": "cluster__account"}
 
     class Meta:
         model = ClusterSite
-        fields = ["cluster", "location"]
+        fields: list[str] = []
 
 
-class MachinePoolFilterSet(StrictFilterSet):
-    cluster = IdFilter(field_name="cluster_id")
-    site = IdFilter(field_name="site_id")
+class MachinePoolFilterSet(RelationFilterSet):
+    relations = {
+        "cluster": "cluster",
+        "site": "site",
+        "location": "site__location",
+        "account": "cluster__account",
+    }
 
     class Meta:
         model = MachinePool
-        fields = ["cluster", "site"]
+        fields: list[str] = []
 
 
-class MachineFilterSet(StrictFilterSet):
-    cluster = django_filters.CharFilter(field_name="pool__cluster__name")
-    pool = IdFilter(field_name="pool_id")
+class MachineFilterSet(RelationFilterSet):
+    relations = {
+        "pool": "pool",
+        "cluster": "pool__cluster",
+        "site": "pool__site",
+        "location": "pool__site__location",
+        "account": "pool__cluster__account",
+    }
 
     class Meta:
         model = Machine
-        fields = ["cluster", "pool", "phase"]
+        fields = ["phase"]
 
 
-class KubeNodeFilterSet(StrictFilterSet):
-    cluster = django_filters.CharFilter(field_name="cluster__name")
-    machine = IdFilter(field_name="machine_id")
+class KubeNodeFilterSet(RelationFilterSet):
+    relations = {
+        "cluster": "cluster",
+        "machine": "machine",
+        "pool": "machine__pool",
+        "location": "machine__pool__site__location",
+        "account": "cluster__account",
+    }
     ready = TrueFalseFilter(field_name="ready")
     unowned = TrueFalseFilter(field_name="unowned_since", lookup_expr="isnull", exclude=True)
     gpus_missing = TrueFalseFilter(field_name="gpus_missing")
     gpu_type = django_filters.CharFilter(
-        method="_gpu_type", help_text="Its capvco.io/gpu-type label, e.g. nvidia-a100"
+        method="_gpu_type",
+        label="GPU type",
+        help_text="Its capvco.io/gpu-type label, e.g. nvidia-a100",
     )
 
     class Meta:
         model = KubeNode
-        fields = ["cluster", "machine", "ready", "unowned", "gpus_missing", "gpu_type"]
+        fields = ["ready", "unowned", "gpus_missing", "gpu_type"]
 
     def _gpu_type(self, queryset: QuerySet[KubeNode], name: str, value: str) -> QuerySet[KubeNode]:
-        return queryset.filter(**{f"labels__{GPU_TYPE_LABEL}": value})
+        return queryset.filter(**{f"labels__{GPU_TYPE_LABEL}": value}) if value else queryset
 
 
-class KubePodFilterSet(StrictFilterSet):
-    cluster = django_filters.CharFilter(field_name="cluster__name")
-    node = django_filters.CharFilter(field_name="node_name")
+class KubePodFilterSet(RelationFilterSet):
+    relations = {"cluster": "cluster", "account": "cluster__account"}
 
     class Meta:
         model = KubePod
-        fields = ["cluster", "namespace", "node", "phase"]
+        fields = ["namespace", "node_name", "phase"]

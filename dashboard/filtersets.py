@@ -1,16 +1,36 @@
-"""The node list's filters: the API's node FilterSet, with the location and the flags the
-page offers."""
+"""The filters of the dashboard's lists: the API's FilterSets (one filter language: a
+related object by id, `cluster=3`, or by name, `cluster__name=prod`), with what a page adds
+(the node list's `flag`), the choices its form offers (what the user sees), and a parameter
+no filter of the page takes refused (400) instead of listing everything."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection, Iterable
+from typing import Any, TypeVar
+
 import django_filters
+from django import forms
 from django.db.models import QuerySet
 from django.http import QueryDict
 
-from capvco_web.filters import IdFilter
-from clusters.filtersets import KubeNodeFilterSet
-from clusters.models import KubeNode
+from capvco_web.filters import TrueFalseFilter
+from clusters.filtersets import ClusterFilterSet, KubeNodeFilterSet
+from clusters.models import Cluster, KubeNode, Machine
 from dashboard.forms import NodeFilterForm
+from sriov.filtersets import PodNicFilterSet
+from sriov.models import PodNic
+
+View = TypeVar("View", bound=Callable[..., Any])
+
+
+def list_page(filterset: type[django_filters.FilterSet]) -> Callable[[View], View]:
+    """Marks a view as a list page filtered by `filterset` (the filters its tests walk)."""
+
+    def mark(view: View) -> View:
+        view.filterset_class = filterset  # type: ignore[attr-defined]
+        return view
+
+    return mark
 
 
 def filled(params: QueryDict) -> QueryDict:
@@ -23,8 +43,45 @@ def filled(params: QueryDict) -> QueryDict:
     return given
 
 
+def unknown_parameters(params: Iterable[str], known: Collection[str]) -> list[str]:
+    """A line per parameter of `params` the page does not take, naming those it takes."""
+    takes = ", ".join(known)
+    return [
+        f"{name}: not a filter of this list (it takes {takes})"
+        for name in sorted(set(params) - set(known))
+    ]
+
+
+def only(params: QueryDict, names: Collection[str]) -> QueryDict:
+    """`params` with only the parameters in `names` (the filters two lists share)."""
+    kept = QueryDict(mutable=True)
+    for name, values in params.lists():
+        if name in names:
+            kept.setlist(name, values)
+    return kept
+
+
+class ClusterChoiceField(forms.ModelChoiceField):  # type: ignore[type-arg]
+    """A cluster picked from those the user sees, by id (names are unique per account
+    only: each is offered with its account); the API's filter takes the id."""
+
+    def label_from_instance(self, obj: Any) -> str:
+        return f"{obj.name} ({obj.account.name})"
+
+    def to_python(self, value: Any) -> int | None:
+        cluster = super().to_python(value)
+        return None if cluster is None else int(cluster.pk)
+
+
+def cluster_field(clusters: QuerySet[Cluster]) -> ClusterChoiceField:
+    return ClusterChoiceField(
+        clusters.select_related("account").order_by("name", "account__name"),
+        required=False,
+        empty_label="any",
+    )
+
+
 class NodeListFilterSet(KubeNodeFilterSet):
-    location = IdFilter(field_name="machine__pool__site__location_id", label="Location")
     gpu_type = django_filters.CharFilter(
         method="_gpu_type",
         max_length=63,  # a label value's longest
@@ -37,7 +94,7 @@ class NodeListFilterSet(KubeNodeFilterSet):
 
     class Meta(KubeNodeFilterSet.Meta):
         form = NodeFilterForm
-        fields = [*KubeNodeFilterSet.Meta.fields, "location", "flag"]
+        fields = [*KubeNodeFilterSet.Meta.fields, "flag"]
 
     def filter_flag(
         self, queryset: QuerySet[KubeNode], name: str, value: str
@@ -48,3 +105,29 @@ class NodeListFilterSet(KubeNodeFilterSet):
         if value == NodeFilterForm.UNOWNED:
             return self.filters["unowned"].filter(queryset, True)
         return queryset  # node-missing lists machines, not nodes (dashboard.views.nodes)
+
+
+class NicListFilterSet(PodNicFilterSet):
+    """The pod NIC list's filters: the API's, the state offered as a choice."""
+
+    state = django_filters.ChoiceFilter(choices=PodNic.State.choices, empty_label="any")
+
+    class Meta(PodNicFilterSet.Meta):
+        pass
+
+
+class ClusterListFilterSet(ClusterFilterSet):
+    """The clusters list's filters: the API's, and those with failed machines."""
+
+    failed = TrueFalseFilter(method="filter_failed", label="With failed machines")
+
+    class Meta(ClusterFilterSet.Meta):
+        fields = [*ClusterFilterSet.Meta.fields, "failed"]
+
+    def filter_failed(
+        self, queryset: QuerySet[Cluster], name: str, value: bool | None
+    ) -> QuerySet[Cluster]:
+        if value is None:
+            return queryset
+        failed = Machine.objects.filter(phase=Machine.Phase.FAILED).values("pool__cluster_id")
+        return queryset.filter(pk__in=failed) if value else queryset.exclude(pk__in=failed)

@@ -1,5 +1,5 @@
 """The forms of the dashboard: its actions, each asking for the reason the audit log keeps;
-a new cluster; the filters of the node and NIC lists."""
+a new cluster; the node list's filter form (the lists' filters: dashboard.filtersets)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,6 @@ from django.db.models import QuerySet
 from django.forms.utils import ErrorDict
 
 from cloud.models import Account, Cloudspace, Image, Location
-from clusters.models import Cluster
-from sriov.models import PodNic
 
 
 class ReasonForm(forms.Form):
@@ -156,13 +154,6 @@ class LocationChoiceField(forms.ModelChoiceField):  # type: ignore[type-arg]
         return None if location is None else int(location.pk)
 
 
-def cluster_name_field(clusters: QuerySet[Cluster]) -> forms.ChoiceField:
-    """A cluster name picked from those of `clusters` (any other: "Select a valid
-    choice"). Names are unique per account only: one name picks every such cluster."""
-    names = clusters.order_by("name").values_list("name", flat=True).distinct()
-    return forms.ChoiceField(choices=[("", "any"), *((n, n) for n in names)], required=False)
-
-
 class NodeFilterForm(forms.Form):
     """The node list's form (its fields are `dashboard.filtersets.NodeListFilterSet`'s):
     the flags it offers, and what they cannot be combined with."""
@@ -182,16 +173,3 @@ class NodeFilterForm(forms.Form):
                 "Machines with no node carry no node label: filter them by cluster or location.",
             )
         return data
-
-
-class NicFilterForm(forms.Form):
-    """The pod NIC list's filters; the clusters offered are those the user sees."""
-
-    cluster = forms.ModelChoiceField(
-        queryset=Cluster.objects.none(), to_field_name="name", required=False, empty_label="any"
-    )
-    state = forms.ChoiceField(choices=[("", "any"), *PodNic.State.choices], required=False)
-
-    def __init__(self, *args: Any, clusters: QuerySet[Cluster], **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.fields["cluster"].queryset = clusters  # type: ignore[attr-defined]

@@ -1,11 +1,13 @@
-"""The filters of vGPU reservations: one FilterSet for the API and the dashboard's list."""
+"""The filters of GPU cards and vGPU reservations: one FilterSet for the API and the
+dashboard's list, related objects by id or `__name` (capvco_web.filters.RelationFilterSet)."""
 
 from __future__ import annotations
 
 import django_filters
-from django.db.models import Q, QuerySet
+from django.db.models import Model, Q, QuerySet
 
-from capvco_web.filters import IdFilter, StrictFilterSet, TrueFalseFilter
+from capvco_web.filters import IdFilter, RelationFilterSet, TrueFalseFilter
+from cloud.models import Account
 from gpus import naming
 from gpus.models import BILLED_STATES, GpuProfile, VgpuReservation
 from gpus.resolve import gpu_type_of
@@ -14,22 +16,41 @@ State = VgpuReservation.State
 SEARCH_MIN_LENGTH = 3  # shorter words would match nearly every name (and no trigram)
 
 
+def _clusters() -> QuerySet[Model]:
+    # Read through the account's relation to them: gpus imports no module of clusters.
+    model = Account._meta.get_field("clusters").related_model
+    assert isinstance(model, type)
+    return model._default_manager.all()
+
+
 def _normal(text: str) -> str:
     return " ".join(text.lower().split())
 
 
-class GpuProfileFilterSet(StrictFilterSet):
-    location = IdFilter(field_name="location_id")
+class GpuProfileFilterSet(RelationFilterSet):
+    relations = {"location": "location", "account": "location__account"}
 
     class Meta:
         model = GpuProfile
-        fields = ["location", "vendor"]
+        fields = ["vendor"]
 
 
-class VgpuReservationFilterSet(StrictFilterSet):
-    location = IdFilter(field_name="location_id", label="Location")
+class VgpuReservationFilterSet(RelationFilterSet):
+    # A reservation's cluster is its machine's, or for one no machine owns (left by a
+    # force delete, or not made by us) the cluster its name says, in its account.
+    relations = {
+        "location": "location",
+        "account": "location__account",
+        "cluster": "machine__pool__cluster",
+        "pool": "machine__pool",
+        "machine": "machine",
+    }
+    cluster = IdFilter(method="filter_cluster", label="The cluster's id")
+    cluster__name = django_filters.CharFilter(
+        method="filter_cluster_name",
+        label="The cluster's name (every cluster of that name you see)",
+    )
     orphaned = TrueFalseFilter(method="filter_orphaned", label="Orphaned (no machine owns it)")
-    cluster = django_filters.CharFilter(field_name="owner_cluster", label="Cluster (by name)")
     type = django_filters.CharFilter(
         method="filter_type", label="GPU type", help_text='e.g. "NVIDIA A100", as the cards say'
     )
@@ -49,7 +70,30 @@ class VgpuReservationFilterSet(StrictFilterSet):
 
     class Meta:
         model = VgpuReservation
-        fields = ["location", "state", "cluster", "orphaned", "type", "unassigned", "not_ours"]
+        fields = ["state", "orphaned", "type", "unassigned", "not_ours", "vm_id", "q"]
+
+    def filter_cluster(
+        self, queryset: QuerySet[VgpuReservation], name: str, value: int | None
+    ) -> QuerySet[VgpuReservation]:
+        if value is None:
+            return queryset
+        unowned = Q(pk__in=[])
+        if found := _clusters().filter(pk=value).values("name", "account_id").first():
+            unowned = Q(
+                machine__isnull=True,
+                owner_cluster=found["name"],
+                location__account_id=found["account_id"],
+            )
+        return queryset.filter(Q(machine__pool__cluster_id=value) | unowned)
+
+    def filter_cluster_name(
+        self, queryset: QuerySet[VgpuReservation], name: str, value: str
+    ) -> QuerySet[VgpuReservation]:
+        if not value:
+            return queryset
+        return queryset.filter(
+            Q(machine__pool__cluster__name=value) | Q(machine__isnull=True, owner_cluster=value)
+        )
 
     def filter_orphaned(
         self, queryset: QuerySet[VgpuReservation], name: str, value: bool | None

@@ -50,10 +50,16 @@ class VmQueue:
         return self.waiting[0].requested_at if self.waiting else None
 
 
-def vm_queues(user: User, *, cluster_id: int | None = None) -> list[VmQueue]:
-    """The VMs with NIC requests waiting or under way, busiest first."""
+def vm_queues(
+    user: User, *, cluster_id: int | None = None, nics: QuerySet[PodNic] | None = None
+) -> list[VmQueue]:
+    """The VMs with NIC requests waiting or under way, busiest first (of the pod NICs
+    `nics`, filtered, if given)."""
     busy = [State.REQUESTED, State.ATTACHING, State.DETACHING]
-    rows = pod_nics(user, cluster_id=cluster_id).filter(state__in=busy).order_by("requested_at")
+    rows = pod_nics(user, cluster_id=cluster_id)
+    if nics is not None:
+        rows = rows.filter(pk__in=nics.values("pk"))
+    rows = rows.filter(state__in=busy).order_by("requested_at")
     queues: dict[tuple[int, int], VmQueue] = {}
     for row in rows:
         key = (row.location_id, row.vm_id)

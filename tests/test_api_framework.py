@@ -366,8 +366,10 @@ def test_the_plan_is_documented_as_the_list_of_steps_it_is(api: APIClient) -> No
         "items": {"$ref": "#/components/schemas/PlanStep"},
     }
     pool = MachinePoolFactory(replicas=1)
-    steps = api.get(f"/api/v1/clusters/{pool.cluster_id}/plan/", {"limit": 1}).json()
+    steps = api.get(f"/api/v1/clusters/{pool.cluster_id}/plan/").json()
     assert [step["action"] for step in steps] == ["create"]
+    paged = api.get(f"/api/v1/clusters/{pool.cluster_id}/plan/", {"limit": 1})
+    assert paged.status_code == 400 and paged.json()["unknown_parameters"] == ["limit"]
     # Each step carries the ids act uses and the writes it makes.
     step = document["components"]["schemas"]["PlanStep"]["properties"]
     for name in ("index", "vm_id", "reserve_vgpus", "release_vgpus", "vms_removed", "calls"):

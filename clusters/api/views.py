@@ -17,7 +17,12 @@ from rest_framework.exceptions import APIException
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from capvco_web.api import ErrorSerializer, ReasonSerializer, api_validation_error
+from capvco_web.api import (
+    ErrorSerializer,
+    KnownParametersMixin,
+    ReasonSerializer,
+    api_validation_error,
+)
 from capvco_web.permissions import AccountScopedViewSetMixin, users_known
 from capvco_web.tasks import send_on_commit
 from cloud.models import Account, Cloudspace, Image, Location, Membership, VirtualMachine
@@ -119,7 +124,9 @@ def _delete_schema(in_use_by: str) -> Callable[[View], View]:
     )
 
 
-class AccountViewSet(AccountScopedViewSetMixin, viewsets.ModelViewSet[Account]):
+class AccountViewSet(
+    KnownParametersMixin, AccountScopedViewSetMixin, viewsets.ModelViewSet[Account]
+):
     queryset = Account.objects.order_by("name")
     serializer_class = AccountSerializer
     action_verbs = {"capi_kubeconfig": "change", "capi_kubeconfig_remove": "change"}
@@ -174,7 +181,9 @@ class AccountViewSet(AccountScopedViewSetMixin, viewsets.ModelViewSet[Account]):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
-class MembershipViewSet(AccountScopedViewSetMixin, viewsets.ModelViewSet[Membership]):
+class MembershipViewSet(
+    KnownParametersMixin, AccountScopedViewSetMixin, viewsets.ModelViewSet[Membership]
+):
     """Who has which role in the caller's accounts; an account's admins change them."""
 
     queryset = Membership.objects.select_related("user", "role").order_by("account", "user")
@@ -199,7 +208,9 @@ class MembershipViewSet(AccountScopedViewSetMixin, viewsets.ModelViewSet[Members
         membership_delete(membership=instance, actor=self.request.user)
 
 
-class CloudspaceViewSet(AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[Cloudspace]):
+class CloudspaceViewSet(
+    KnownParametersMixin, AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[Cloudspace]
+):
     """The account's cloudspaces per location, as last observed: choices for a new site."""
 
     queryset = Cloudspace.objects.order_by("location", "name")
@@ -207,7 +218,9 @@ class CloudspaceViewSet(AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet
     filterset_class = CloudspaceFilterSet
 
 
-class ImageViewSet(AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[Image]):
+class ImageViewSet(
+    KnownParametersMixin, AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[Image]
+):
     """The images per location, as last observed: choices for a new site."""
 
     queryset = Image.objects.order_by("location", "name")
@@ -215,7 +228,9 @@ class ImageViewSet(AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[Imag
     filterset_class = ImageFilterSet
 
 
-class LocationViewSet(AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[Location]):
+class LocationViewSet(
+    KnownParametersMixin, AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[Location]
+):
     queryset = Location.objects.order_by("account", "name")
     serializer_class = LocationSerializer
     filterset_class = LocationFilterSet
@@ -274,6 +289,7 @@ class VirtualMachineViewSet(
 
 
 class ClusterViewSet(
+    KnownParametersMixin,
     AccountScopedViewSetMixin,
     mixins.CreateModelMixin,
     mixins.ListModelMixin,
@@ -363,7 +379,9 @@ class ClusterViewSet(
         return Response(ClusterSerializer(cluster).data, status=status.HTTP_202_ACCEPTED)
 
 
-class ClusterSiteViewSet(AccountScopedViewSetMixin, viewsets.ModelViewSet[ClusterSite]):
+class ClusterSiteViewSet(
+    KnownParametersMixin, AccountScopedViewSetMixin, viewsets.ModelViewSet[ClusterSite]
+):
     queryset = ClusterSite.objects.select_related("location").order_by("cluster", "location")
     serializer_class = ClusterSiteSerializer
     filterset_class = ClusterSiteFilterSet
@@ -384,7 +402,9 @@ class ClusterSiteViewSet(AccountScopedViewSetMixin, viewsets.ModelViewSet[Cluste
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
-class MachinePoolViewSet(AccountScopedViewSetMixin, viewsets.ModelViewSet[MachinePool]):
+class MachinePoolViewSet(
+    KnownParametersMixin, AccountScopedViewSetMixin, viewsets.ModelViewSet[MachinePool]
+):
     queryset = MachinePool.objects.order_by("cluster", "name")
     serializer_class = MachinePoolSerializer
     filterset_class = MachinePoolFilterSet
@@ -424,6 +444,7 @@ class MachinePoolViewSet(AccountScopedViewSetMixin, viewsets.ModelViewSet[Machin
 
 
 class MachineViewSet(
+    KnownParametersMixin,
     AccountScopedViewSetMixin,
     mixins.DestroyModelMixin,
     viewsets.ReadOnlyModelViewSet[Machine],
@@ -452,7 +473,9 @@ class MachineViewSet(
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
-class KubeNodeViewSet(AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[KubeNode]):
+class KubeNodeViewSet(
+    KnownParametersMixin, AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[KubeNode]
+):
     """Kubernetes nodes of the clusters with a kubeconfig, as last observed."""
 
     queryset = KubeNode.objects.select_related("cluster").order_by("cluster__name", "name")
@@ -463,7 +486,9 @@ class KubeNodeViewSet(AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[K
         return kube_nodes_with_requests(super().get_queryset())
 
 
-class KubePodViewSet(AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[KubePod]):
+class KubePodViewSet(
+    KnownParametersMixin, AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[KubePod]
+):
     """Kubernetes pods of the clusters with a kubeconfig, as last observed."""
 
     queryset = KubePod.objects.select_related("cluster").order_by(

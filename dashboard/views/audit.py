@@ -24,7 +24,8 @@ from capvco_web.htmx import HtmxHttpRequest
 from capvco_web.models import AuditEvent
 from capvco_web.permissions import visible
 from clusters.models import Cluster, ClusterSite, Machine, MachinePool
-from dashboard.pagination import BadCursor, Sort, keyset_page
+from dashboard.filtersets import filled, list_page, unknown_parameters
+from dashboard.pagination import CURSOR_PARAMS, BadCursor, Sort, keyset_page
 from dashboard.views.common import page_or_fragment
 from gpus.models import VgpuReservation
 
@@ -137,9 +138,12 @@ def _links(request: HtmxHttpRequest, events: list[AuditEvent]) -> dict[tuple[str
 
 
 @require_GET
+@list_page(AuditEventFilterSet)
 def audit_list(request: HtmxHttpRequest) -> HttpResponse:
     filterset = AuditEventFilterSet(
-        request.GET, queryset=visible(request.user, AuditEvent.objects.all()), request=request
+        filled(request.GET),
+        queryset=visible(request.user, AuditEvent.objects.all()),
+        request=request,
     )
     context: dict[str, Any] = {
         "filterset": filterset,
@@ -150,7 +154,10 @@ def audit_list(request: HtmxHttpRequest) -> HttpResponse:
         "page": None,
     }
     status = 200
-    if not filterset.is_valid():
+    if unknown := unknown_parameters(request.GET, [*filterset.filters, *CURSOR_PARAMS]):
+        context["errors"] = unknown
+        status = 400
+    elif not filterset.is_valid():
         for field, messages in filterset.form.errors.items():
             context["errors"] += [f"{field}: {message}" for message in messages]
         status = 400

@@ -30,6 +30,7 @@ from clusters.selectors import (
     kube_nodes_with_requests,
     kube_observation_problem,
 )
+from dashboard.filtersets import ClusterListFilterSet, filled, list_page, unknown_parameters
 from dashboard.forms import NodeFilterForm
 from dashboard.pagination import AFTER, BEFORE, LAST, BadCursor, Sort, keyset_page
 from dashboard.selectors import PoolGpus, held_by_machine, kube_observation, node_rows, pool_gpus
@@ -74,15 +75,22 @@ class ClusterSummary:
 
 
 @require_GET
+@list_page(ClusterListFilterSet)
 def cluster_list(request: HtmxHttpRequest) -> HttpResponse:
     clusters = clusters_with_kube_summary(
         visible(request.user, Cluster.objects.select_related("account").order_by("name"))
     )
-    failed_only = request.GET.get("failed") == "true"
-    if failed_only:
-        with_failed = visible(request.user, Machine.objects.filter(phase=Phase.FAILED))
-        clusters = clusters.filter(pk__in=with_failed.values("pool__cluster_id"))
-    page = Paginator(clusters, CLUSTERS_PER_PAGE).get_page(request.GET.get("page"))
+    filterset = ClusterListFilterSet(filled(request.GET), queryset=clusters, request=request)
+    errors = unknown_parameters(request.GET, [*filterset.filters, "page"])
+    if not errors and not filterset.is_valid():
+        errors = [f"{f}: {m}" for f, messages in filterset.form.errors.items() for m in messages]
+    if errors:
+        refused: dict[str, Any] = {"errors": errors, "page_url": request.get_full_path()}
+        return page_or_fragment(
+            request, "dashboard/clusters.html", refused, fragments=["cluster-table"], status=400
+        )
+    failed_only = filterset.form.cleaned_data.get("failed") is True
+    page = Paginator(filterset.qs, CLUSTERS_PER_PAGE).get_page(request.GET.get("page"))
     ids = [c.pk for c in page]
     phases: dict[int, dict[str, int]] = defaultdict(dict)
     for cluster_id, phase, n in (
@@ -204,7 +212,7 @@ def cluster_body(request: HtmxHttpRequest, cluster: Cluster, params: QueryDict) 
     cluster_url = reverse("dashboard:cluster", args=[cluster.pk])
     page_url = f"{cluster_url}?{params.urlencode()}" if params else cluster_url
     back = "?" + urlencode({"next": page_url})
-    nodes_url = reverse("dashboard:nodes") + "?" + urlencode({"cluster": cluster.name})
+    nodes_url = reverse("dashboard:nodes") + "?" + urlencode({"cluster": cluster.pk})
 
     def offered(may_do: bool, name: str, pk: int) -> str:
         return reverse(name, args=[pk]) + back if may_do else ""
@@ -285,7 +293,7 @@ def _sriov_section(cluster: Cluster) -> dict[str, Any]:
     # Read with the cluster (cluster_for_page): its account's roles see all or none.
     config: SriovConfig | None = getattr(cluster, "sriov", None)
     found = {state: getattr(cluster, f"{NICS_IN}{state}") for state in PodNic.State.values}
-    nics_url = reverse("dashboard:nics") + "?" + urlencode({"cluster": cluster.name})
+    nics_url = reverse("dashboard:nics") + "?" + urlencode({"cluster": cluster.pk})
     return {
         "sriov": config,
         "sriov_states": [

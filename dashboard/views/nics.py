@@ -12,14 +12,25 @@ from urllib.parse import urlencode
 from django.http import HttpResponse, QueryDict
 from django.urls import reverse
 from django.views.decorators.http import require_GET
+from django_filters import FilterSet
 
 from capvco_web.htmx import HtmxHttpRequest
 from capvco_web.permissions import allowed, visible
+from cloud.models import Location
 from clusters.models import Cluster
-from dashboard.forms import NicFilterForm
-from dashboard.pagination import BadCursor, Sort, keyset_page
+from dashboard.filtersets import (
+    NicListFilterSet,
+    cluster_field,
+    filled,
+    list_page,
+    only,
+    unknown_parameters,
+)
+from dashboard.forms import LocationChoiceField
+from dashboard.pagination import CURSOR_PARAMS, BadCursor, Sort, keyset_page
 from dashboard.views.common import page_or_fragment
-from sriov.models import LeakedNic
+from sriov.filtersets import LeakedNicFilterSet, VmQueueFilterSet
+from sriov.models import LeakedNic, PodNic
 from sriov.selectors import leaked_nics, network_address_use, pod_nics, vm_queues
 
 TEMPLATE = "dashboard/nics.html"
@@ -41,23 +52,38 @@ class LeakedRow:
 
 
 def _filters(request: HtmxHttpRequest, params: QueryDict) -> dict[str, Any]:
-    """The filters as `params` gives them, and what every part of the page links with."""
+    """The filters as `params` gives them (the API's pod NIC filters), and what every part
+    of the page links with."""
     list_url = reverse("dashboard:nics")
-    form = NicFilterForm(params, clusters=visible(request.user, Cluster.objects.order_by("name")))
+    filterset = NicListFilterSet(filled(params), queryset=pod_nics(request.user), request=request)
+    fields = filterset.form.fields
+    fields["cluster"] = cluster_field(visible(request.user, Cluster.objects.all()))
+    fields["location"] = LocationChoiceField(
+        visible(request.user, Location.objects.order_by("name")),
+        required=False,
+        empty_label="any",
+    )
+    errors = unknown_parameters(params, [*filterset.filters, *CURSOR_PARAMS])
+    if not errors and not filterset.is_valid():
+        errors = [
+            f"{field}: {message}"
+            for field, messages in filterset.form.errors.items()
+            for message in messages
+        ]
     return {
-        "form": form,
+        "filterset": filterset,
+        "form": filterset.form,
         "params": params,
         "list_url": list_url,
         "page_url": f"{list_url}?{params.urlencode()}" if params else list_url,
-        "errors": [
-            f"{field}: {message}" for field, messages in form.errors.items() for message in messages
-        ],
+        "errors": errors,
     }
 
 
-def _cluster_id(filters: dict[str, Any]) -> int | None:
-    cluster = filters["form"].cleaned_data.get("cluster")
-    return cluster.pk if cluster else None
+def _shared(filters: dict[str, Any], filterset: type[FilterSet]) -> QueryDict:
+    """The filters of the page that the queues and the leaked NICs take too (the NICs'
+    cluster, location, account)."""
+    return only(filled(filters["params"]), set(filterset.base_filters))
 
 
 def nic_table(request: HtmxHttpRequest, filters: dict[str, Any]) -> tuple[dict[str, Any], int]:
@@ -65,9 +91,7 @@ def nic_table(request: HtmxHttpRequest, filters: dict[str, Any]) -> tuple[dict[s
     found: dict[str, Any] = {"rows": [], "page": None}
     if filters["errors"]:
         return found, 400
-    rows = pod_nics(request.user, cluster_id=_cluster_id(filters))
-    if state := filters["form"].cleaned_data.get("state"):
-        rows = rows.filter(state=state)
+    rows = filters["filterset"].qs
     try:
         page = keyset_page(rows, sort=NEWEST_FIRST, params=filters["params"], size=PAGE_SIZE)
     except BadCursor as exc:
@@ -90,11 +114,13 @@ def nic_activity(request: HtmxHttpRequest, filters: dict[str, Any]) -> dict[str,
     }
     if filters["errors"]:
         return found
-    cluster_id = _cluster_id(filters)
-    queues = vm_queues(request.user, cluster_id=cluster_id)
+    nics = VmQueueFilterSet(_shared(filters, VmQueueFilterSet), queryset=PodNic.objects.all())
+    queues = vm_queues(request.user, nics=nics.qs)
     found["queues"] = queues[:QUEUES_SHOWN]
     found["queues_more"] = max(0, len(queues) - QUEUES_SHOWN)
-    leaked = leaked_nics(request.user, cluster_id=cluster_id)
+    leaked = LeakedNicFilterSet(
+        _shared(filters, LeakedNicFilterSet), queryset=leaked_nics(request.user)
+    ).qs
     shown = list(leaked[: LEAKED_SHOWN + 1])
     if len(shown) > LEAKED_SHOWN:
         found["leaked_more"] = leaked.count() - LEAKED_SHOWN
@@ -130,6 +156,7 @@ def nics_context(
 
 
 @require_GET
+@list_page(NicListFilterSet)
 def nic_list(request: HtmxHttpRequest) -> HttpResponse:
     parts = BOTH
     if request.htmx and not request.htmx.boosted:

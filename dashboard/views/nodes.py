@@ -14,10 +14,18 @@ from django.views.decorators.http import require_GET
 from capvco_web.htmx import HtmxHttpRequest
 from capvco_web.permissions import visible
 from cloud.models import Location
+from clusters.filtersets import MachineFilterSet
 from clusters.models import Cluster, KubeNode, KubePod, Machine
 from clusters.selectors import kube_nodes_with_requests
-from dashboard.filtersets import NodeListFilterSet, filled
-from dashboard.forms import LocationChoiceField, NodeFilterForm, cluster_name_field
+from dashboard.filtersets import (
+    NodeListFilterSet,
+    cluster_field,
+    filled,
+    list_page,
+    only,
+    unknown_parameters,
+)
+from dashboard.forms import LocationChoiceField, NodeFilterForm
 from dashboard.pagination import CURSOR_PARAMS, BadCursor, Sort, keyset_page
 from dashboard.selectors import node_rows
 from dashboard.views.common import page_or_fragment
@@ -33,7 +41,7 @@ def node_filterset(request: HtmxHttpRequest, params: QueryDict) -> NodeListFilte
     nodes = visible(request.user, KubeNode.objects.select_related("cluster", "machine"))
     filterset = NodeListFilterSet(filled(params), queryset=nodes, request=request)
     fields = filterset.form.fields
-    fields["cluster"] = cluster_name_field(visible(request.user, Cluster.objects.all()))
+    fields["cluster"] = cluster_field(visible(request.user, Cluster.objects.all()))
     fields["location"] = LocationChoiceField(
         visible(request.user, Location.objects.order_by("name")),
         required=False,
@@ -42,18 +50,17 @@ def node_filterset(request: HtmxHttpRequest, params: QueryDict) -> NodeListFilte
     return filterset
 
 
-def _machines_without_node(request: HtmxHttpRequest, data: dict[str, Any]) -> QuerySet[Machine]:
+def _machines_without_node(request: HtmxHttpRequest, params: QueryDict) -> QuerySet[Machine]:
+    """The machines whose node is missing, by the filters machines and nodes share (their
+    cluster, pool, location, account: the same names on both)."""
     machines = visible(
         request.user,
         Machine.objects.filter(node_missing=True).select_related(
             "pool__cluster", "pool__site__location"
         ),
     )
-    if cluster := data.get("cluster"):
-        machines = machines.filter(pool__cluster__name=cluster)
-    if location := data.get("location"):
-        machines = machines.filter(pool__site__location_id=location)
-    return machines
+    shared = set(MachineFilterSet.base_filters) & set(NodeListFilterSet.base_filters)
+    return MachineFilterSet(only(filled(params), shared), queryset=machines).qs
 
 
 def node_table(request: HtmxHttpRequest, params: QueryDict) -> tuple[dict[str, Any], int]:
@@ -71,11 +78,8 @@ def node_table(request: HtmxHttpRequest, params: QueryDict) -> tuple[dict[str, A
         "page": None,
         "node_missing": False,
     }
-    known = [*filterset.filters, *CURSOR_PARAMS]
-    if unknown := sorted(set(params) - set(known)):
-        context["errors"] += [
-            f"{name}: not a filter of this list (use {', '.join(known)})" for name in unknown
-        ]
+    if unknown := unknown_parameters(params, [*filterset.filters, *CURSOR_PARAMS]):
+        context["errors"] += unknown
         return context, 400
     if not filterset.is_valid():
         for field, messages in filterset.form.errors.items():
@@ -86,7 +90,7 @@ def node_table(request: HtmxHttpRequest, params: QueryDict) -> tuple[dict[str, A
         if data["flag"] == NodeFilterForm.NODE_MISSING:
             context["node_missing"] = True
             machines = keyset_page(
-                _machines_without_node(request, data), sort=BY_NAME, params=params, size=PAGE_SIZE
+                _machines_without_node(request, params), sort=BY_NAME, params=params, size=PAGE_SIZE
             )
             context["page"], context["machines"] = machines, machines.rows
         else:
@@ -102,6 +106,7 @@ def node_table(request: HtmxHttpRequest, params: QueryDict) -> tuple[dict[str, A
 
 
 @require_GET
+@list_page(NodeListFilterSet)
 def node_list(request: HtmxHttpRequest) -> HttpResponse:
     context, status = node_table(request, request.GET)
     return page_or_fragment(request, TEMPLATE, context, fragments=["node-table"], status=status)

@@ -20,7 +20,7 @@ from capvco_web.htmx import HtmxHttpRequest
 from capvco_web.permissions import allowed, visible
 from cloud.models import Location, VirtualMachine
 from clusters.models import Cluster
-from dashboard.filtersets import filled
+from dashboard.filtersets import cluster_field, filled, list_page, unknown_parameters
 from dashboard.forms import LocationChoiceField
 from dashboard.pagination import CURSOR_PARAMS, BadCursor, KeysetPage, Sort, keyset_page
 from dashboard.views.common import page_or_fragment
@@ -75,6 +75,7 @@ def reservation_filterset(request: HtmxHttpRequest, params: QueryDict) -> VgpuRe
     fields["location"] = LocationChoiceField(
         visible(request.user, Location.objects.order_by("name")), required=False
     )
+    fields["cluster"] = cluster_field(visible(request.user, Cluster.objects.all()))
     fields["type"].widget.attrs["list"] = "gpu-types"
     return filterset
 
@@ -156,6 +157,9 @@ def reservation_table(request: HtmxHttpRequest, params: QueryDict) -> tuple[dict
         "rows": [],
         "page": None,
     }
+    if unknown := unknown_parameters(params, [*filterset.filters, "sort", *CURSOR_PARAMS]):
+        context["errors"] += unknown
+        return context, 400
     sort = SORTS.get(sort_key)
     if sort is None:
         context["errors"].append(f"Unknown sort {sort_key!r}: use one of {', '.join(SORTS)}.")
@@ -185,6 +189,7 @@ def _without(params: QueryDict, names: tuple[str, ...]) -> QueryDict:
 
 
 @require_GET
+@list_page(VgpuReservationFilterSet)
 def reservation_list(request: HtmxHttpRequest) -> HttpResponse:
     context, status = reservation_table(request, request.GET)
     return page_or_fragment(
@@ -243,9 +248,13 @@ def _csv_lines(request: HtmxHttpRequest, rows: QuerySet[VgpuReservation]) -> Ite
 
 
 @require_GET
+@list_page(VgpuReservationFilterSet)
 def reservation_csv(request: HtmxHttpRequest) -> HttpResponse | StreamingHttpResponse:
     """Every reservation the filters select (not one page), as CSV."""
     filterset = reservation_filterset(request, request.GET)
+    # The list's own query, less its page: the sort is read there, not here.
+    if unknown := unknown_parameters(request.GET, [*filterset.filters, "sort"]):
+        return HttpResponse("; ".join(unknown), status=400, content_type="text/plain")
     if not filterset.is_valid():
         problems = "; ".join(
             f"{field}: {' '.join(str(m) for m in messages)}"

@@ -4,14 +4,13 @@ release is recorded here and carried out by a worker."""
 from __future__ import annotations
 
 from drf_spectacular.utils import OpenApiResponse, extend_schema
-from rest_framework import status, viewsets
+from rest_framework import generics, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import APIException
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
-from capvco_web.api import ErrorSerializer, ReasonSerializer
+from capvco_web.api import ErrorSerializer, KnownParametersMixin, ReasonSerializer
 from capvco_web.permissions import AccountScopedViewSetMixin, visible
 from capvco_web.tasks import send_on_commit
 from gpus.api.serializers import (
@@ -27,20 +26,26 @@ from gpus.services import ReleaseRefused
 from gpus.tasks import reservation_release_task
 
 
-class GpuProfileViewSet(AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[GpuProfile]):
+class GpuProfileViewSet(
+    KnownParametersMixin, AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[GpuProfile]
+):
     queryset = GpuProfile.objects.order_by("location", "profile_id")
     serializer_class = GpuProfileSerializer
     filterset_class = GpuProfileFilterSet
 
 
-class GpuTypesView(APIView):
+class GpuTypesView(KnownParametersMixin, generics.GenericAPIView[GpuProfile]):
     """The GPU types each location of the caller's accounts offers, with free instances:
-    what a pool can ask for."""
+    what a pool can ask for. Filtered as the GPU cards are."""
+
+    queryset = GpuProfile.objects.select_related("location")
+    filterset_class = GpuProfileFilterSet
+    pagination_class = None  # one row per location and type: all of them
 
     @extend_schema(responses=GpuTypeOfferSerializer(many=True))
     def get(self, request: Request) -> Response:
         cards: dict[tuple[str, int], list[GpuProfile]] = {}
-        visible_cards = visible(request.user, GpuProfile.objects.select_related("location"))
+        visible_cards = self.filter_queryset(visible(request.user, self.get_queryset()))
         for card in visible_cards.order_by("location__name", "location_id", "profile_id"):
             cards.setdefault((card.location.name, card.location_id), []).append(card)
         rows = [
@@ -57,7 +62,7 @@ class ReleaseConflict(APIException):
 
 
 class VgpuReservationViewSet(
-    AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[VgpuReservation]
+    KnownParametersMixin, AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[VgpuReservation]
 ):
     queryset = VgpuReservation.objects.select_related("location").order_by("location", "name")
     serializer_class = VgpuReservationSerializer

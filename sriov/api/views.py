@@ -12,14 +12,14 @@ from django.conf import settings
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import HttpResponse
 from drf_spectacular.utils import OpenApiResponse, extend_schema
-from rest_framework import mixins, viewsets
+from rest_framework import generics, mixins, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
-from capvco_web.api import api_validation_error
+from capvco_web.api import KnownParametersMixin, api_validation_error
 from capvco_web.permissions import AccountScopedViewSetMixin
+from clusters.filtersets import ClusterFilterSet
 from clusters.models import Cluster
 from sriov.api.serializers import (
     DetachRequestSerializer,
@@ -35,7 +35,12 @@ from sriov.api.serializers import (
     TokenRotateSerializer,
     VmQueueSerializer,
 )
-from sriov.filtersets import ExternalNetworkFilterSet, LeakedNicFilterSet, PodNicFilterSet
+from sriov.filtersets import (
+    ExternalNetworkFilterSet,
+    LeakedNicFilterSet,
+    PodNicFilterSet,
+    VmQueueFilterSet,
+)
 from sriov.manifests import manifests_yaml, sriov_manifests
 from sriov.models import AGENT_TOKEN_PREFIX, AgentToken, ExternalNetwork, LeakedNic, PodNic
 from sriov.node_side import node_side_apply
@@ -81,6 +86,7 @@ def agent_url(request: Request) -> str:
 
 
 class SriovClusterViewSet(
+    KnownParametersMixin,
     AccountScopedViewSetMixin,
     mixins.ListModelMixin,
     mixins.RetrieveModelMixin,
@@ -91,6 +97,7 @@ class SriovClusterViewSet(
 
     queryset = Cluster.objects.select_related("account").order_by("name")
     serializer_class = SriovStatusSerializer
+    filterset_class = ClusterFilterSet
     action_verbs = {
         "update": "view",
         "agent_token": "view",
@@ -190,7 +197,9 @@ class SriovClusterViewSet(
         return response
 
 
-class PodNicViewSet(AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[PodNic]):
+class PodNicViewSet(
+    KnownParametersMixin, AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[PodNic]
+):
     """The NIC of each pod: pod, node, VM, network, address, MAC, state and times."""
 
     queryset = PodNic.objects.select_related("cluster", "location").order_by("-requested_at")
@@ -198,7 +207,9 @@ class PodNicViewSet(AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[Pod
     filterset_class = PodNicFilterSet
 
 
-class LeakedNicViewSet(AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[LeakedNic]):
+class LeakedNicViewSet(
+    KnownParametersMixin, AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[LeakedNic]
+):
     """NICs on the SR-IOV network of a cluster's VMs that no pod NIC owns."""
 
     queryset = LeakedNic.objects.select_related("cluster", "location").order_by("leaked_since")
@@ -221,7 +232,7 @@ class LeakedNicViewSet(AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[
 
 
 class ExternalNetworkViewSet(
-    AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[ExternalNetwork]
+    KnownParametersMixin, AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[ExternalNetwork]
 ):
     """External networks per location, as last listed."""
 
@@ -245,12 +256,14 @@ class ExternalNetworkViewSet(
         return Response(NetworkUseSerializer(network_address_use(request.user), many=True).data)
 
 
-class VmQueueView(APIView):
+class VmQueueView(KnownParametersMixin, generics.GenericAPIView[PodNic]):
     """Each VM's NIC queue: the request in its turn, and those waiting, oldest first."""
+
+    queryset = PodNic.objects.all()
+    filterset_class = VmQueueFilterSet
+    pagination_class = None  # the VMs with work under way: all of them
 
     @extend_schema(responses=VmQueueSerializer(many=True))
     def get(self, request: Request) -> Response:
-        cluster = request.query_params.get("cluster")
-        cluster_id = int(cluster) if cluster and cluster.isdigit() else None
-        queues = vm_queues(request.user, cluster_id=cluster_id)
+        queues = vm_queues(request.user, nics=self.filter_queryset(self.get_queryset()))
         return Response(VmQueueSerializer(queues, many=True).data)

@@ -353,7 +353,8 @@ def test_a_filter_by_another_accounts_object_lists_nothing(world: World) -> None
     api.force_login(caller_make("admin", world))
     other = world.other.cluster
     for url, query in [
-        ("/api/v1/machines/", {"cluster": other.name}),
+        ("/api/v1/machines/", {"cluster__name": other.name}),
+        ("/api/v1/machines/", {"cluster": other.pk}),
         ("/api/v1/clusters/", {"account": other.account_id}),
         ("/api/v1/pools/", {"cluster": other.pk}),
     ]:

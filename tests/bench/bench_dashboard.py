@@ -284,7 +284,7 @@ def pages(ids: dict[str, Any], client: Client) -> dict[str, str]:
         "cluster /clusters/<id>/": f"/clusters/{ids['cluster']}/",
         "cluster fragment (poll)": f"/clusters/{ids['cluster']}/#fragment",
         "nodes": "/nodes/",
-        "nodes of a cluster, last page": "/nodes/?cluster=c07&last=1",
+        "nodes of a cluster, last page": "/nodes/?cluster__name=c07&last=1",
         "nodes, flagged (no GPU advertised)": "/nodes/?flag=gpus-missing",
         "machines with no node": "/nodes/?flag=node-missing",
         "audit log": "/audit/",

@@ -130,8 +130,9 @@ def test_nodes_and_pods_are_read_only_and_filtered_by_cluster(
     mirror(pool.cluster, machine)
     KubeNodeFactory(cluster__account=pool.cluster.account)  # of another cluster
 
-    nodes = api.get("/api/v1/nodes/", {"cluster": "prod"}).json()["results"]
-    pods = api.get("/api/v1/pods/", {"cluster": "prod", "node": "capvco-prod-gpu-0"})
+    nodes = api.get("/api/v1/nodes/", {"cluster__name": "prod"}).json()["results"]
+    assert api.get("/api/v1/nodes/", {"cluster": pool.cluster_id}).json()["results"] == nodes
+    pods = api.get("/api/v1/pods/", {"cluster__name": "prod", "node_name": "capvco-prod-gpu-0"})
     created = api.post("/api/v1/nodes/", {"name": "x"}, format="json")
 
     assert [(n["name"], n["machine"], n["gpu_allocatable"]) for n in nodes] == [

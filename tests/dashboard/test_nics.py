@@ -106,7 +106,7 @@ def test_htmx_gets_only_the_part_it_asked_for(
     activity = admin_client.get("/nics/", **HTMX, HTTP_HX_TARGET="nic-activity").content.decode()
     assert 'id="nic-activity"' in activity and 'id="nic-table"' not in activity
     assert "52:54:00:aa:bb:cc" in activity and "ml/train-0" not in activity
-    body = admin_client.get("/nics/?cluster=prod", **HTMX, HTTP_HX_TARGET="nic-body")
+    body = admin_client.get(f"/nics/?cluster={world.cluster.pk}", **HTMX, HTTP_HX_TARGET="nic-body")
     both = body.content.decode()
     assert "<html" not in both and 'id="nic-table"' in both and 'id="nic-activity"' in both
     assert "52:54:00:de:ad:00" not in both  # filtered to prod
@@ -115,9 +115,9 @@ def test_htmx_gets_only_the_part_it_asked_for(
 def test_the_filters_select_by_cluster_and_state_and_name_what_is_wrong(
     admin_client: Client, world: World, nics: Nics
 ) -> None:
-    failed = admin_client.get("/nics/?cluster=prod&state=failed").context["rows"]
+    failed = admin_client.get(f"/nics/?cluster={world.cluster.pk}&state=failed").context["rows"]
     assert [n.pod_name for n in failed] == ["web-1"]
-    theirs = admin_client.get("/nics/?cluster=theirs").context
+    theirs = admin_client.get(f"/nics/?cluster={nics.theirs.cluster_id}").context
     assert [n.pod_name for n in theirs["rows"]] == ["their-pod"]
     assert [row.nic.mac for row in theirs["leaked"]] == ["52:54:00:de:ad:00"]
     bad = admin_client.get("/nics/?state=lost", **HTMX, HTTP_HX_TARGET="nic-table")
@@ -150,7 +150,9 @@ def test_a_viewer_sees_none_of_another_accounts_nics_and_is_refused_a_detach(
     assert "their-pod" not in html and "52:54:00:de:ad:00" not in html and "their-net" not in html
     assert "/detach/" not in html
     # Another account's cluster is no choice: naming it is refused, not answered.
-    assert viewer.get("/nics/?cluster=theirs").status_code == 400
+    assert viewer.get(f"/nics/?cluster={nics.theirs.cluster_id}").status_code == 400
+    # By name, another account's clusters are not among those it picks.
+    assert viewer.get("/nics/?cluster__name=theirs").context["rows"] == []
     url = f"/nics/leaked/{nics.leaked.pk}/detach/"
     assert viewer.get(url).status_code == 403
     assert viewer.post(url, {"reason": "looks unused"}).status_code == 403
@@ -218,7 +220,7 @@ def test_a_cluster_page_shows_its_sriov_card(
         "released": 0,
         "failed": 1,
     }
-    assert "/nics/?cluster=prod&amp;state=failed" in html
+    assert f"/nics/?cluster={world.cluster.pk}&amp;state=failed" in html
     SriovConfig.objects.filter(cluster=world.cluster).update(enabled=False)
     off = member("viewer").get(f"/clusters/{world.cluster.pk}/").content.decode()
     assert "not enabled" in off

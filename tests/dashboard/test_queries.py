@@ -216,7 +216,7 @@ def requests(world: World) -> dict[str, tuple[str, dict[str, str]]]:
         "new cluster": (f"/clusters/new/?account={world.fresh.account_id}", {}),
         "cluster nodes last page": (f"{cluster}?nodes_last=1", {}),
         "nodes": ("/nodes/", {}),
-        "nodes fragment": ("/nodes/?cluster=prod", fragment("node-table")),
+        "nodes fragment": (f"/nodes/?cluster={world.cluster.pk}", fragment("node-table")),
         "nodes by location and type": (
             f"/nodes/?location={world.fresh.pk}&gpu_type=nvidia-a100",
             {},
@@ -226,8 +226,8 @@ def requests(world: World) -> dict[str, tuple[str, dict[str, str]]]:
         "machines with no node": ("/nodes/?flag=node-missing", {}),
         "nics": ("/nics/", {}),
         "nics table fragment": ("/nics/?state=attached", fragment("nic-table")),
-        "nics activity fragment": ("/nics/?cluster=prod", fragment("nic-activity")),
-        "nics filtered": ("/nics/?cluster=prod&state=failed", {}),
+        "nics activity fragment": (f"/nics/?cluster={world.cluster.pk}", fragment("nic-activity")),
+        "nics filtered": (f"/nics/?cluster={world.cluster.pk}&state=failed", {}),
         "nics last page": ("/nics/?last=1", {}),
         "leaked NIC detach confirmation": (
             f"/nics/leaked/{LeakedNic.objects.order_by('pk').values_list('pk', flat=True)[0]}"
