@@ -89,7 +89,7 @@ def _cluster_url(cluster_id: int, anchor: str = "") -> str:
 
 
 def _nics_url(cluster: Cluster, anchor: str) -> str:
-    return f"{reverse('dashboard:nics')}?{urlencode({'cluster': cluster.name})}{anchor}"
+    return f"{reverse('dashboard:nics')}?{urlencode({'cluster': cluster.pk})}{anchor}"
 
 
 def _name_match(name_field: str, asked: Asked) -> tuple[Q, Q]:

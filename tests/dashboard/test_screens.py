@@ -95,9 +95,9 @@ def test_search_by_vgpu_id_ip_and_mac_is_exact(admin_client: Client, world: Worl
         cluster=world.cluster, location=world.fresh, mac="02:00:00:dd:ee:ff", ip="10.50.0.8"
     )
     by_ip = admin_client.get("/search/", {"q": "10.50.0.7"}).context["results"].exact
-    assert [h.url for h in by_ip] == [f"/nics/?cluster=prod#pod-nic-{nic.pk}"]
+    assert [h.url for h in by_ip] == [f"/nics/?cluster={world.cluster.pk}#pod-nic-{nic.pk}"]
     by_mac = admin_client.get("/search/", {"q": "02-00-00-DD-EE-FF"}).context["results"].exact
-    assert [h.url for h in by_mac] == [f"/nics/?cluster=prod#leaked-nic-{leaked.pk}"]
+    assert [h.url for h in by_mac] == [f"/nics/?cluster={world.cluster.pk}#leaked-nic-{leaked.pk}"]
 
 
 def test_search_shows_only_what_the_user_may_see(
