@@ -13,9 +13,9 @@ from django import forms
 from django.db.models import QuerySet
 from django.http import QueryDict
 
-from capvco_web.filters import TrueFalseFilter
+from capvco_web.filters import RelationFilterSet, TrueFalseFilter
 from clusters.filtersets import ClusterFilterSet, KubeNodeFilterSet
-from clusters.models import Cluster, KubeNode, Machine
+from clusters.models import Cluster, KubeNode, KubePod, Machine
 from dashboard.forms import NodeFilterForm
 from sriov.filtersets import PodNicFilterSet
 from sriov.models import PodNic
@@ -131,3 +131,13 @@ class ClusterListFilterSet(ClusterFilterSet):
             return queryset
         failed = Machine.objects.filter(phase=Machine.Phase.FAILED).values("pool__cluster_id")
         return queryset.filter(pk__in=failed) if value else queryset.exclude(pk__in=failed)
+
+
+class PendingPodFilterSet(RelationFilterSet):
+    """The pending GPU pods' filters: the cluster (and its account), by id or name."""
+
+    relations = {"cluster": "cluster", "account": "cluster__account"}
+
+    class Meta:
+        model = KubePod
+        fields = ["namespace"]

@@ -16,7 +16,7 @@ from django.utils import timezone
 from capvco_web.filters import NAME_SUFFIX
 from capvco_web.integrations.kube import GPU_TYPE_LABEL
 from capvco_web.models import AuditEvent
-from cloud.models import Cloudspace, Image, Location
+from cloud.models import Cloudspace, Image, Location, VirtualMachine
 from clusters.models import Cluster, KubeNode, KubePod, Machine
 from gpus.models import GpuProfile, VgpuReservation
 from gpus.resolve import gpu_type_of
@@ -37,6 +37,7 @@ from tests.factories import (
     PodNicFactory,
     UserFactory,
     VgpuReservationFactory,
+    VirtualMachineFactory,
 )
 
 
@@ -80,6 +81,14 @@ def _side(tag: str, first: bool) -> Side:
         node_name=node.name,
         phase=KubePod.Phase.RUNNING if first else KubePod.Phase.PENDING,
     )
+    KubePodFactory(  # asks for a GPU and is on no node: the pending GPU pods' list
+        cluster=cluster,
+        namespace=f"ns-{tag}",
+        name=f"train-{tag}",
+        node_name="",
+        phase=KubePod.Phase.PENDING,
+        gpu_requests=1,
+    )
     card = GpuProfileFactory(
         location=location, vendor="NVIDIA" if first else "AMD", model=f"Card {tag}"
     )
@@ -114,6 +123,12 @@ def _side(tag: str, first: bool) -> Side:
     )
     MembershipFactory(account=account, user=UserFactory(username=f"member-{tag}"))
     Cloudspace.objects.create(location=location, cloudspace_id=f"cs-{tag}", name=tag, status="OK")
+    VirtualMachineFactory(  # one of ours that no machine owns, one a machine's
+        location=location,
+        cloudspace_id=f"cs-{tag}",
+        name=f"capvco-gone-{tag}" if first else machine.vm_name,
+        orphaned_since=now if first else None,
+    )
     Image.objects.create(location=location, image_id=1 if first else 2, name=tag, status="OK")
     ExternalNetworkFactory(location=location)
     event = AuditEventFactory(
@@ -176,6 +191,8 @@ VALUES: dict[tuple[type[Model], str], Value] = {
     (KubePod, "node_name"): lambda w: "node-a",
     (KubePod, "phase"): lambda w: KubePod.Phase.RUNNING,
     (GpuProfile, "vendor"): lambda w: "NVIDIA",
+    (VirtualMachine, "cloudspace_id"): lambda w: "cs-a",
+    (VirtualMachine, "orphaned"): lambda w: "true",
     (VgpuReservation, "state"): lambda w: VgpuReservation.State.ATTACHED,
     (VgpuReservation, "orphaned"): lambda w: "false",
     (VgpuReservation, "type"): lambda w: gpu_type_of(w.first.rows["card"]),  # type: ignore[arg-type]

@@ -251,7 +251,7 @@ class RemovalConflict(APIException):
 
 
 class VirtualMachineViewSet(
-    AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[VirtualMachine]
+    KnownParametersMixin, AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[VirtualMachine]
 ):
     """The VMs listed in the cloudspaces of the clusters' sites, as last observed; those
     named by us that no machine owns are flagged orphaned."""

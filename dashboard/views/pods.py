@@ -1,5 +1,6 @@
 """Pods that ask for GPUs and are not scheduled, with why (`clusters.pending_pods`), from
-the Kubernetes mirror; `?cluster=<id>` for one cluster's (the link on its page)."""
+the Kubernetes mirror; `?cluster=<id>` (or `cluster__name=`) for one cluster's (the link on
+its page), as every list filters."""
 
 from __future__ import annotations
 
@@ -14,14 +15,15 @@ from capvco_web.htmx import HtmxHttpRequest
 from capvco_web.permissions import visible
 from clusters.models import Cluster, KubeNode, KubePod
 from clusters.pending_pods import pending_pods_explained, unscheduled_gpu_pods
+from dashboard.filtersets import PendingPodFilterSet, filled, list_page, unknown_parameters
 from dashboard.views.common import page_or_fragment
 
 TEMPLATE = "dashboard/pending_pods.html"
 PAGE_SIZE = 50
-PARAMS = ("cluster", "page")
 
 
 @require_GET
+@list_page(PendingPodFilterSet)
 def pending_pods(request: HtmxHttpRequest) -> HttpResponse:
     params = request.GET
     list_url = reverse("dashboard:pending-pods")
@@ -32,21 +34,22 @@ def pending_pods(request: HtmxHttpRequest) -> HttpResponse:
         "cluster": None,
         "page_url": f"{list_url}?{params.urlencode()}" if params else list_url,
     }
-    if unknown := sorted(set(params) - set(PARAMS)):
-        context["errors"] = [
-            f"{name}: not a filter of this list (use {', '.join(PARAMS)})" for name in unknown
-        ]
-        return _render(request, context, 400)
     pods = visible(request.user, KubePod.objects.select_related("cluster"))
-    if "cluster" in params:
-        asked = params["cluster"]
+    filterset = PendingPodFilterSet(filled(params), queryset=pods, request=request)
+    errors = unknown_parameters(params, [*filterset.filters, "page"])
+    if not errors and not filterset.is_valid():
+        errors = [
+            f"{field}: {message}"
+            for field, messages in filterset.form.errors.items()
+            for message in messages
+        ]
+    if errors:
+        context["errors"] = errors
+        return _render(request, context, 400)
+    if cluster_id := filterset.form.cleaned_data.get("cluster"):
         clusters = visible(request.user, Cluster.objects.all())
-        context["cluster"] = clusters.filter(pk=int(asked)).first() if asked.isdigit() else None
-        if context["cluster"] is None:
-            context["errors"] = [f"cluster: no cluster with id {params['cluster']!r}"]
-            return _render(request, context, 400)
-        pods = pods.filter(cluster=context["cluster"])
-    page = Paginator(unscheduled_gpu_pods(pods), PAGE_SIZE).get_page(params.get("page"))
+        context["cluster"] = clusters.filter(pk=cluster_id).first()
+    page = Paginator(unscheduled_gpu_pods(filterset.qs), PAGE_SIZE).get_page(params.get("page"))
     context["page"] = page
     context["rows"] = pending_pods_explained(page, visible(request.user, KubeNode.objects.all()))
     return _render(request, context, 200)

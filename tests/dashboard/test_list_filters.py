@@ -21,7 +21,13 @@ from tests.filter_world import World, two_of_everything, value_for
 pytestmark = pytest.mark.django_db
 
 # The dashboard's pages without a path parameter that are not lists.
-NOT_LISTS = {"dashboard:overview", "dashboard:cluster-new", "dashboard:dismiss"}
+NOT_LISTS = {
+    "dashboard:overview",
+    "dashboard:cluster-new",
+    "dashboard:dismiss",
+    "dashboard:search",  # one word (`q`) over every kind, not a list's filters
+    "dashboard:orphans-release",  # an action on every orphan the user may release
+}
 
 
 def _pages() -> dict[str, Any]:
