@@ -7,6 +7,10 @@ deletion removes. Act carries out exactly that, checking only that the rows it t
 as the plan saw them; a step that no longer applies is dropped and planned again. The dry
 run (API, cluster page) shows exactly this, with the whitesky calls each step will make
 (`calls()`), and the planning costs O(machines + cards): one card book per location.
+
+A machine whose VM was made with another spec than its pool's (`Machine.spec`) is replaced
+one at a time, as a Cluster API MachineDeployment rolls (max unavailable 1, max surge 0):
+`rollout_step`.
 """
 
 from __future__ import annotations
@@ -562,8 +566,8 @@ def cluster_plan(cluster: Cluster, *, now: datetime | None = None) -> ClusterPla
                 steps[machine.pk] = machine_teardown_step(machine, reason, vms)
             else:
                 steps[machine.pk] = machine_step(machine, books, vms, now=now)
-        if replacing := rollout_step(pool, members, steps, vms):
-            steps[replacing.machine_id or 0] = replacing
+        if (replacing := rollout_step(pool, members, steps, vms)) and replacing.machine_id:
+            steps[replacing.machine_id] = replacing
         plan.steps += [step for step in steps.values() if step is not None]
         if pool.replicas > len(live) and leftovers is None:
             leftovers = indexes_after_leftovers(cluster, pools)
