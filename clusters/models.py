@@ -46,6 +46,10 @@ MAX_INT32 = 2**31 - 1  # whitesky ids that are integers (images)
 # whitesky documents no bound for user data (it travels in the VM create's query string);
 # ours keeps every row, call and page of it bounded: 64 Ki characters (64 KiB of ASCII).
 MAX_USER_DATA_LENGTH = 65_536
+# What a machine's VM and vGPUs are made with, from its pool: a machine made with other
+# values is outdated, and the plan replaces it (clusters.plan.rollout_step).
+GPU_SPEC_FIELDS = ("gpu_type", "gpu_profile_id", "gpu_count")
+SPEC_FIELDS = (*GPU_SPEC_FIELDS, "vcpus", "memory_mib", "disk_gib")
 
 
 def cluster_name_refusal(name: str, account_id: int, *, exclude: int | None = None) -> str | None:
@@ -513,6 +517,10 @@ class MachinePool(models.Model):
             ]  # fmt: skip
         return [{"type": "GpuFits", "status": "True", "reason": "GpuFits", "message": ""}]
 
+    def machine_spec(self) -> dict[str, str | int]:
+        """What its machines are made with now (SPEC_FIELDS)."""
+        return {name: getattr(self, name) for name in SPEC_FIELDS}
+
     def import_refusal(self) -> str | None:
         """Why a person may not change, scale or delete this pool, or add one to its
         cluster: the cluster is imported (the pool's MachineDeployment decides)."""
@@ -555,6 +563,13 @@ class Machine(models.Model):
     )
     gpu_driver_version = models.CharField(
         max_length=40, blank=True, help_text="The driver its VM was created to install"
+    )
+    spec = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="What its VM was created with, from its pool (GPU type, profile and count, "
+        "vCPUs, memory, disk); empty: no VM created yet. A machine whose spec differs from "
+        "its pool's is replaced, one machine of the pool at a time.",
     )
     vm_started_at = models.DateTimeField(
         null=True, blank=True, help_text="When its VM was last started (running since)"
@@ -616,6 +631,22 @@ class Machine(models.Model):
 
     def vgpu_name(self, n: int) -> str:
         return naming.vgpu_name(self.pool.cluster.name, self.name, n)
+
+    def spec_changes(self) -> list[str]:
+        """How its pool's spec differs from the one its VM was made with ("gpu_type A ->
+        B"); none when it is as the pool asks, or when it has no VM that could differ."""
+        if not self.spec or (self.vm_id is None and self.vm_create_deadline is None):
+            return []
+        now = self.pool.machine_spec()
+        return [
+            f"{name} {_spec_shown(self.spec.get(name))} -> {_spec_shown(now[name])}"
+            for name in SPEC_FIELDS
+            if self.spec.get(name) != now[name]
+        ]
+
+
+def _spec_shown(value: object) -> str:
+    return "(none)" if value in ("", None) else str(value)
 
 
 class KubeNode(models.Model):

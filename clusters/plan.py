@@ -7,6 +7,10 @@ deletion removes. Act carries out exactly that, checking only that the rows it t
 as the plan saw them; a step that no longer applies is dropped and planned again. The dry
 run (API, cluster page) shows exactly this, with the whitesky calls each step will make
 (`calls()`), and the planning costs O(machines + cards): one card book per location.
+
+A machine whose VM was made with another spec than its pool's (`Machine.spec`) is replaced
+one at a time, as a Cluster API MachineDeployment rolls (max unavailable 1, max surge 0):
+`rollout_step`.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ VM_GONE = frozenset({"DELETED", "DESTROYED"})
 LIVE_RESERVATION = (RState.RESERVING, RState.RESERVED, RState.ATTACHED, RState.RELEASING)
 HELD = "billed_reservations"  # a machine's vGPUs, when read with it (_machines)
 
-Kind = Literal["create", "provision", "replace_vm", "teardown", "reclaim"]
+Kind = Literal["create", "provision", "replace_vm", "replace", "teardown", "reclaim"]
 KINDS: tuple[Kind, ...] = get_args(Kind)
 WHITESKY_OPERATIONS = frozenset(op.operation_id for op in ops.ALL_OPERATIONS)
 BlockedBy = Literal["", "observation", "capacity", "conflict", "backoff", "machines"]
@@ -157,6 +161,9 @@ class Step:
     """The location whose vGPUs the step releases (reclaim: each release names its own)."""
     release_locations: tuple[str, ...] = ()
     """reclaim: the location of each release, in the order of `release`."""
+    spec: tuple[tuple[str, str | int], ...] = ()
+    """What the machine's VM is made with (its pool's SPEC_FIELDS, as planned): a create
+    records it on the machine, and is dropped when the pool changed since the plan."""
 
     @property
     def action(self) -> Kind:
@@ -230,6 +237,7 @@ class Step:
         fields["release"] = tuple(VgpuRelease(**r) for r in fields.get("release", ()))
         fields["remove_vms"] = tuple(VmRemoval(**vm) for vm in fields.get("remove_vms", ()))
         fields["release_locations"] = tuple(fields.get("release_locations", ()))
+        fields["spec"] = tuple((name, value) for name, value in fields.get("spec", ()))
         return cls(**fields)
 
 
@@ -482,6 +490,7 @@ def machine_step(
         seen=machine.updated_at,
         vm_id=machine.vm_id,
         vm_name=machine.vm_name,
+        spec=spec_planned(pool),
     )
     # A failed machine, or one waiting for capacity, is tried again after its backoff.
     if machine.phase == Phase.FAILED or machine.waiting_for_capacity:
@@ -519,6 +528,33 @@ def machine_step(
     )
 
 
+def spec_planned(pool: MachinePool) -> tuple[tuple[str, str | int], ...]:
+    return tuple(pool.machine_spec().items())
+
+
+def rollout_step(
+    pool: MachinePool, members: list[Machine], steps: dict[int, Step | None], vms: VmIndex
+) -> Step | None:
+    """The replacement of one machine made with an older spec than its pool's (a rolling
+    update with at most one machine unavailable and none made beyond the replicas): only
+    while the pool has its replicas and every other machine runs with nothing to do.
+    `steps` holds each member's step otherwise (None: none). The step tears the machine
+    down; the pool then makes a new one with its spec, as for any missing replica."""
+    live = [m for m in members if not (m.delete_requested or m.phase == Phase.DELETING)]
+    if len(live) != pool.replicas or len(live) != len(members):
+        return None  # a replica missing, or one going: the rollout waits for it
+    outdated = [m for m in live if m.spec_changes()]
+    if not outdated:
+        return None
+    # Those that are not running first (no loss of a working machine), then by index.
+    machine = min(outdated, key=lambda m: (m.phase == Phase.RUNNING, m.index))
+    others = [m for m in live if m.pk != machine.pk]
+    if any(m.phase != Phase.RUNNING or steps.get(m.pk) is not None for m in others):
+        return None
+    reason = f"pool spec changed: {', '.join(machine.spec_changes())}"
+    return dataclasses.replace(machine_teardown_step(machine, reason, vms), kind="replace")
+
+
 def _scale_down_order(machine: Machine) -> tuple[bool, int]:
     # Machines that are not running go first, then the newest.
     return (machine.phase == Phase.RUNNING, -machine.index)
@@ -551,12 +587,16 @@ def cluster_plan(cluster: Cluster, *, now: datetime | None = None) -> ClusterPla
         surplus = {
             m.pk for m in sorted(live, key=_scale_down_order)[: max(0, len(live) - pool.replicas)]
         }
+        steps: dict[int, Step | None] = {}
         for machine in members:
             if machine.pk in surplus:
                 reason = f"pool {pool.name} scaled to {pool.replicas}"
-                plan.steps.append(machine_teardown_step(machine, reason, vms, now=now))
-            elif step := machine_step(machine, books, vms, now=now):
-                plan.steps.append(step)
+                steps[machine.pk] = machine_teardown_step(machine, reason, vms, now=now)
+            else:
+                steps[machine.pk] = machine_step(machine, books, vms, now=now)
+        if (replacing := rollout_step(pool, members, steps, vms)) and replacing.machine_id:
+            steps[replacing.machine_id] = replacing
+        plan.steps += [step for step in steps.values() if step is not None]
         if pool.replicas > len(live) and leftovers is None:
             leftovers = indexes_after_leftovers(cluster, pools)
         first = max(pool.next_index, (leftovers or {}).get(pool.pk, 0))
@@ -578,6 +618,7 @@ def cluster_plan(cluster: Cluster, *, now: datetime | None = None) -> ClusterPla
                     vm_name=probe.vm_name,
                     create_vm=not gpus.blocked,
                     start_vm=not gpus.blocked,
+                    spec=spec_planned(pool),
                     card_id=gpus.card_id,
                     reserve=gpus.reserve,
                     blocked=gpus.blocked,

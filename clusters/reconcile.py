@@ -32,10 +32,11 @@ from capvco_web.audit import SystemActor, audit_record
 from capvco_web.counters import reconcile_step_count
 from capvco_web.integrations import whitesky as ws
 from capvco_web.locks import object_lock
+from capvco_web.models import AuditEvent
 from capvco_web.rows import model_update
 from cloud.models import Location
 from clusters.cloud_init import machine_user_data
-from clusters.models import Cluster, ClusterSite, Machine, MachinePool
+from clusters.models import GPU_SPEC_FIELDS, Cluster, ClusterSite, Machine, MachinePool
 from clusters.plan import (
     VM_GONE,
     Step,
@@ -200,15 +201,42 @@ def _cluster_rows_apply(cluster: Cluster, steps: list[Step], result: ReconcileRe
                 replace(step, kind="provision", machine_id=machine.pk, seen=machine.updated_at)
             )
         elif step.machine_id is not None and step.blocked_by != "backoff":
-            if step.kind == "teardown" and step.seen is not None:
+            if step.kind in ("teardown", "replace") and step.seen is not None:
                 now = timezone.now()
                 marked = Machine.objects.filter(
                     pk=step.machine_id, delete_requested=False, updated_at=step.seen
                 ).update(delete_requested=True, updated_at=now)
                 if marked:
                     step = replace(step, seen=now)
+                    if step.kind == "replace":
+                        _replacement_audit(step)
             ready.append(step)
     return ready
+
+
+def _replacement_audit(step: Step) -> None:
+    """A machine made with an older spec than its pool's is to be torn down: recorded with
+    what changed and why the pool was edited (its last edit's reason)."""
+    assert step.machine_id is not None
+    machine = Machine.objects.select_related("pool__cluster").get(pk=step.machine_id)
+    edit = (
+        AuditEvent.objects.filter(
+            object_type=MachinePool._meta.label,
+            object_id=str(machine.pool_id),
+            action="pool.update",
+        )
+        .order_by("-created_at", "-pk")
+        .first()
+    )
+    reason = f"{step.reason} (pool edited: {edit.reason})" if edit and edit.reason else step.reason
+    audit_record(
+        actor=ACTOR,
+        action="machine.delete_requested",
+        obj=machine,
+        reason=reason,
+        before={"delete_requested": False, "phase": machine.phase, "spec": machine.spec},
+        after={"delete_requested": True, "spec": machine.pool.machine_spec()},
+    )
 
 
 def machine_create(*, pool_id: int, index: int | None = None) -> Machine | None:
@@ -302,9 +330,11 @@ def _blocked_record(machine: Machine, step: Step) -> None:
 
 
 def _machine_apply(ctx: PassContext, machine: Machine, step: Step) -> None:
-    if step.kind == "teardown":
+    if step.kind in ("teardown", "replace"):
         machine_teardown(ctx, machine, step)
         return
+    if step.spec and dict(step.spec) != machine.pool.machine_spec():
+        raise StepDropped("its pool's GPUs or size changed since the plan")
     if step.kind == "replace_vm":
         machine_vm_replace(ctx, machine, step)
     machine_provision(ctx, machine, step)
@@ -368,7 +398,7 @@ def machine_provision(ctx: PassContext, machine: Machine, step: Step) -> None:
         if missing_gpus(machine) != [slot.index for slot in step.reserve]:
             raise StepDropped("its vGPUs changed since the plan (a lost reserve was settled)")
         if step.create_vm:
-            _vm_ensure(ctx, machine)
+            _vm_ensure(ctx, machine, step)
         _gpus_ensure(ctx, machine, step)
         _vm_start(ctx, machine, step)
     except StepFailed as exc:
@@ -396,7 +426,7 @@ def _pending_resolve(ctx: PassContext, machine: Machine) -> None:
         reservation_pending_resolve(row=row, listing=listing, listed_at=began)
 
 
-def _vm_ensure(ctx: PassContext, machine: Machine) -> None:
+def _vm_ensure(ctx: PassContext, machine: Machine, step: Step) -> None:
     if machine.vm_id is not None:
         return
     pool = machine.pool
@@ -423,12 +453,18 @@ def _vm_ensure(ctx: PassContext, machine: Machine) -> None:
                 f"a create of {machine.vm_name} sent earlier may still land until "
                 f"{machine.vm_create_deadline:%H:%M:%S} UTC; no second one before"
             )
+    spec = dict(step.spec) or pool.machine_spec()
+    if machine.spec and gpus_held(machine):
+        # vGPUs kept from its earlier VM (it vanished) go onto this one: as they were made.
+        spec |= {name: machine.spec[name] for name in GPU_SPEC_FIELDS if name in machine.spec}
     _machine_update(
         machine,
         {
             "phase": Phase.CREATING,
             "vm_create_deadline": timezone.now() + _window(ctx),
             "gpu_driver_version": pool.gpu_driver_version if pool.wants_gpus else "",
+            # What the create sends, recorded before it: a VM of a lost answer has it too.
+            "spec": spec,
         },
     )
     try:

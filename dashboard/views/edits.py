@@ -45,7 +45,7 @@ from dashboard.views.audit import FieldChange, audit_diff
 
 # What the pool edit changes: what its machines are made with.
 POOL_FIELDS = ("gpu_type", "gpu_count", "vcpus", "memory_mib", "disk_gib")
-REPLACING = frozenset({"teardown", "replace_vm"})
+REPLACING = frozenset({"teardown", "replace_vm", "replace"})
 
 
 class PoolEditForm(forms.Form):
@@ -87,46 +87,45 @@ class PoolEditPreview:
     new: set[int] = field(default_factory=set)
     """Indexes in `steps` of those the edit brings (not in the plan without it)."""
     replaced: list[str] = field(default_factory=list)
-    """Machines the edit has torn down or given a new VM."""
-    kept: list[str] = field(default_factory=list)
-    """Machines that keep the VM they were made with: the plan has no step for them."""
+    """Machines the edit replaces: the one the plan replaces first (or gives a new VM),
+    then those made with the old values, replaced one at a time after it."""
 
 
 def _step_key(step: Step) -> tuple[Any, ...]:
     return (step.kind, step.target, step.card_id, step.reserve, step.blocked)
 
 
-def _plan_with(pool: MachinePool, values: dict[str, Any]) -> ClusterPlan:
-    """The cluster's plan as it would be with `values` saved on the pool: written in a
-    savepoint, read, rolled back."""
+def _plan_with(pool: MachinePool, values: dict[str, Any]) -> tuple[ClusterPlan, list[str]]:
+    """The cluster's plan as it would be with `values` saved on the pool, and the machines
+    then made with other values than the pool's: written in a savepoint, read, rolled
+    back."""
     with transaction.atomic():
         MachinePool.objects.filter(pk=pool.pk).update(**values)
         plan = cluster_plan(Cluster.objects.get(pk=pool.cluster_id))
+        changed = MachinePool.objects.select_related("cluster").get(pk=pool.pk)
+        outdated = []
+        for machine in changed.machines.filter(delete_requested=False).order_by("index"):
+            machine.pool = changed
+            if machine.phase != Machine.Phase.DELETING and machine.spec_changes():
+                outdated.append(machine.name)
         transaction.set_rollback(True)
-    return plan
+    return plan, outdated
 
 
 def pool_edit_preview(pool: MachinePool, changed: MachinePool) -> PoolEditPreview:
     values = {name: getattr(changed, name) for name in POOL_FIELDS}
     before = {name: getattr(pool, name) for name in POOL_FIELDS}
     now = cluster_plan(Cluster.objects.get(pk=pool.cluster_id)).steps
-    after = [s for s in _plan_with(pool, values).steps if s.pool_id == pool.pk]
+    plan, outdated = _plan_with(pool, values)
+    after = [s for s in plan.steps if s.pool_id == pool.pk]
     known = {_step_key(s) for s in now if s.pool_id == pool.pk}
     preview = PoolEditPreview(audit_diff(before, values), after)
-    stepped = {s.target for s in after}
     for n, step in enumerate(after):
         if _step_key(step) not in known:
             preview.new.add(n)
             if step.kind in REPLACING:
                 preview.replaced.append(step.target)
-    live = Machine.objects.filter(pool=pool, delete_requested=False).exclude(
-        phase=Machine.Phase.DELETING
-    )
-    preview.kept = [
-        name
-        for name in live.order_by("index").values_list("name", flat=True)
-        if name not in stepped
-    ]
+    preview.replaced += [name for name in outdated if name not in preview.replaced]
     return preview
 
 

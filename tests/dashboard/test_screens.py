@@ -15,7 +15,7 @@ from django.test.utils import CaptureQueriesContext
 
 from capvco_web.models import AuditEvent
 from cloud.models import Cloudspace, Image
-from clusters.models import Cluster, MachinePool
+from clusters.models import Cluster, Machine, MachinePool
 from clusters.services import account_update
 from dashboard.views.audit import audit_diff
 from tests.dashboard.conftest import Kube, World
@@ -224,13 +224,35 @@ def test_a_pool_edit_is_previewed_as_its_plan_and_saves_nothing(
     assert AuditEvent.objects.count() == events
 
 
-def test_a_pool_edit_says_which_machines_keep_the_vm_they_were_made_with(
+def test_a_pool_edit_previews_the_replacement_of_its_machines_one_at_a_time(
     admin_client: Client, world: World
 ) -> None:
+    Machine.objects.filter(pool=world.pool).update(spec=world.pool.machine_spec())
     response = admin_client.post(f"/pools/{world.pool.pk}/edit/", _edit(world.pool, vcpus=16))
     preview = response.context["preview"]
+    (step,) = preview.steps  # the first machine now; the second once the new one runs
+    assert (step.kind, step.target) == ("replace", "gpu-0")
+    assert step.reason == "pool spec changed: vcpus 4 -> 16"
+    assert [str(c) for c in step.calls()] == [
+        "whitesky stop_vm 7000",
+        "whitesky delete_vm 7000",
+        f"whitesky release_vgpu {world.attached[0].vgpu_id}",
+    ]
+    assert preview.new == {0} and preview.replaced == ["gpu-0", "gpu-1"]
+    page = response.content.decode()
+    assert "Machines gpu-0, gpu-1 will be replaced, one at a time" in page
+    assert not Machine.objects.filter(pool=world.pool, delete_requested=True).exists()
+    world.pool.refresh_from_db()
+    assert world.pool.vcpus == 4
+
+
+def test_a_pool_edit_that_changes_nothing_replaces_no_machine(
+    admin_client: Client, world: World
+) -> None:
+    Machine.objects.filter(pool=world.pool).update(spec=world.pool.machine_spec())
+    response = admin_client.post(f"/pools/{world.pool.pk}/edit/", _edit(world.pool))
+    preview = response.context["preview"]
     assert preview.replaced == [] and preview.steps == []
-    assert preview.kept == [m.name for m in world.machines]
     assert "No machine is replaced by this change." in response.content.decode()
 
 

@@ -25,7 +25,7 @@ from clusters.models import Cluster, Machine, MachinePool
 from clusters.plan import Call, cluster_plan
 from clusters.reconcile import cluster_reconcile
 from clusters.releases import location_plan
-from clusters.services import cluster_delete, machine_force_delete
+from clusters.services import cluster_delete, machine_force_delete, pool_update
 from clusters.tasks import orphan_sweep_location, reconcile_machine
 from tests.gpus.conftest import BE, NL, Plane
 from tests.gpus.support import auto_release_set
@@ -105,11 +105,13 @@ class Outsider:
         self.session.delete(url, params={"permanently": str(permanently).lower()})
 
 
-def one_pass(plane: Plane, rng: random.Random, outsider: Outsider) -> None:
+def one_pass(plane: Plane, rng: random.Random, outsider: Outsider) -> set[str]:
     """Every cluster, then every location, each as its task runs it, compared with the
-    dry run taken just before it."""
+    dry run taken just before it. Answers the kinds of the machines' steps shown."""
+    kinds: set[str] = set()
     for cluster in Cluster.objects.order_by("name"):
         shown_steps = cluster_plan(cluster).steps
+        kinds |= {step.kind for step in shown_steps}
         shown = [call for step in shown_steps for call in step.calls()]
         reserves = [s for s in shown_steps if s.reserve and s.card_id and not s.blocked]
         if reserves and reserves[0].pool_id is not None and rng.random() < 0.3:
@@ -135,14 +137,26 @@ def one_pass(plane: Plane, rng: random.Random, outsider: Outsider) -> None:
         orphan_sweep_location(location.pk)
         made, refused = writes_made(plane, vms_before)
         assert_ran_as_shown(shown, made, refused, f"location {location.name}")
+    return kinds
 
 
-def mutate(plane: Plane, rng: random.Random, outsider: Outsider, admin: User) -> None:
-    """One or two of the things that happen between passes."""
+def mutate(
+    plane: Plane, rng: random.Random, outsider: Outsider, admin: User, *, edits: bool = False
+) -> None:
+    """One or two of the things that happen between passes; with `edits`, pool edits too
+    (a new GPU type or size: the machines are replaced one at a time)."""
+    changes = ["scale", "scale", "refuse", "force", "vanish", "retry", "delete"]
     for _ in range(rng.randint(1, 2)):
         machines = list(Machine.objects.select_related("pool__site").order_by("pk"))
-        change = rng.choice(["scale", "scale", "refuse", "force", "vanish", "retry", "delete"])
-        if change == "scale":
+        change = rng.choice(changes + ["edit", "edit"] * edits)
+        if change == "edit":
+            pools = MachinePool.objects.filter(cluster__state="active").order_by("pk")
+            pool = rng.choice(list(pools.select_related("cluster", "site__location")))
+            pool.vcpus = rng.choice([4, 8])
+            if pool.gpu_count and rng.random() < 0.5:
+                pool.gpu_type = rng.choice(["NVIDIA A100", "NVIDIA L40S"])
+            pool_update(pool=pool, actor=admin, reason="resized")
+        elif change == "scale":
             pool = rng.choice(list(MachinePool.objects.filter(cluster__state="active")))
             pool.replicas = rng.randint(0, 3)
             pool.save()
@@ -166,10 +180,12 @@ def mutate(plane: Plane, rng: random.Random, outsider: Outsider, admin: User) ->
                 cluster_delete(cluster=other, actor=admin, reason="done")
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3, 4, 5, 6, 7, 8])
+@pytest.mark.parametrize(
+    ("seed", "edits"), [*((seed, False) for seed in range(1, 9)), (10, True), (11, True)]
+)
 @override_settings(MACHINE_RETRY_BASE_SECONDS=3600)
 def test_a_pass_makes_exactly_the_whitesky_writes_its_dry_run_showed(
-    plane: Plane, admin_user: User, seed: int
+    plane: Plane, admin_user: User, seed: int, edits: bool
 ) -> None:
     rng = random.Random(seed)
     outsider = Outsider(plane)
@@ -180,14 +196,16 @@ def test_a_pass_makes_exactly_the_whitesky_writes_its_dry_run_showed(
     plane.pool(demo, "cpu", location=BE, replicas=rng.randint(0, 2))
     plane.pool(other, "l40s", gpu_type="NVIDIA L40S", gpu_count=1, replicas=rng.randint(1, 2))
 
+    kinds: set[str] = set()
     for _ in range(8):
         plane.observe()
-        one_pass(plane, rng, outsider)
-        mutate(plane, rng, outsider, admin_user)
+        kinds |= one_pass(plane, rng, outsider)
+        mutate(plane, rng, outsider, admin_user, edits=edits)
     plane.sim.clear_faults()
     for _ in range(3):  # and it still converges
         plane.observe()
-        one_pass(plane, rng, outsider)
+        kinds |= one_pass(plane, rng, outsider)
+    assert edits <= ("replace" in kinds)  # the seeds with edits replace machines
 
 
 def test_a_card_refused_for_room_ends_the_step_and_the_next_plan_takes_another(
