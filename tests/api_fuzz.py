@@ -157,6 +157,7 @@ def seed_world() -> dict[str, int]:
         PodNicFactory,
         UserFactory,
         VgpuReservationFactory,
+        VirtualMachineFactory,
         role_group,
     )
 
@@ -184,12 +185,16 @@ def seed_world() -> dict[str, int]:
     nic = PodNicFactory(cluster=pool.cluster, location=attached.location)
     leaked = LeakedNicFactory(cluster=pool.cluster, location=attached.location)
     network = ExternalNetworkFactory(location=attached.location)
+    orphan_vm = VirtualMachineFactory(
+        location=attached.location, name="capvco-gone-m-0", orphan_reason="no such machine"
+    )
     return {
         "accounts": pool.cluster.account_id,
         "memberships": member.pk,
         "locations": attached.location_id,
         "cloudspaces": cloudspace.pk,
         "images": image.pk,
+        "vms": orphan_vm.pk,
         "clusters": pool.cluster_id,
         "sites": pool.site_id,
         "pools": pool.pk,
