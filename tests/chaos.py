@@ -59,6 +59,7 @@ from cloud.models import Account, Location, Membership, VirtualMachine
 from cloud.observe import account_locations_observe
 from cloud.whitesky import whitesky_client
 from clusters.models import Cluster, Machine, MachinePool
+from clusters.observe import location_observe
 from clusters.services import cluster_delete, machine_force_delete
 from gpus import naming
 from gpus.models import VgpuReservation
@@ -298,7 +299,10 @@ def _account(sim: WhiteskySimulator, rng: random.Random) -> Account:
         orphan_confirmations=rng.choice([1, 2]),
     )
     with whitesky_client(account) as client:
-        account_locations_observe(client=client, account=account)
+        # Its locations and their cards, as right after an account is added: a GPU pool
+        # is judged against the cards (one a location never listed cannot be).
+        for location in account_locations_observe(client=client, account=account):
+            location_observe(client=client, location=location)
     return account
 
 

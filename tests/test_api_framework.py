@@ -32,6 +32,7 @@ from tests.factories import (
     MembershipFactory,
     UserFactory,
     VgpuReservationFactory,
+    role_group,
 )
 from tests.test_auth import inline_code
 
@@ -437,6 +438,7 @@ def test_a_membership_of_a_user_name_no_user_can_have_is_refused_not_a_500(
     api: APIClient,
 ) -> None:
     account = AccountFactory()
+    role_group("viewer")  # a flush by an earlier transactional test leaves no roles
     body = {"user": "ann\x00", "account": account.pk, "role": "viewer"}
 
     response = api.post("/api/v1/memberships/", body)

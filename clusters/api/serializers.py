@@ -281,7 +281,7 @@ class PoolGpuSerializer(StrictInputMixin, serializers.Serializer[MachinePool]):
         return super().to_internal_value(data)
 
 
-class PoolConditionSerializer(serializers.Serializer[object]):
+class PoolConditionSerializer(StrictInputMixin):
     """A condition of an imported pool, as Kubernetes writes them."""
 
     type = serializers.CharField(help_text="GpuFits: whether its GPUs can ever fit there")

@@ -84,7 +84,7 @@ def test_the_cluster_api_summarises_its_kubernetes(api: APIClient, observed: Clu
 def test_the_node_api_shows_gpu_labels_requests_and_the_flag(
     api: APIClient, observed: Cluster
 ) -> None:
-    nodes = api.get("/api/v1/nodes/", {"cluster": "prod", "gpu_type": "nvidia-a100"}).json()
+    nodes = api.get("/api/v1/nodes/", {"cluster__name": "prod", "gpu_type": "nvidia-a100"}).json()
 
     shown = {
         n["name"]: (n["gpu_type_label"], n["gpu_count_label"], n["gpu_allocatable"],

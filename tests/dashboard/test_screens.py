@@ -234,9 +234,9 @@ def test_a_pool_edit_previews_the_replacement_of_its_machines_one_at_a_time(
     assert (step.kind, step.target) == ("replace", "gpu-0")
     assert step.reason == "pool spec changed: vcpus 4 -> 16"
     assert [str(c) for c in step.calls()] == [
-        "whitesky stop_vm 7000",
-        "whitesky delete_vm 7000",
-        f"whitesky release_vgpu {world.attached[0].vgpu_id}",
+        "whitesky stopVirtualMachine 7000",
+        "whitesky deleteVirtualMachine 7000",
+        f"whitesky deleteVGPU {world.attached[0].vgpu_id}",
     ]
     assert preview.new == {0} and preview.replaced == ["gpu-0", "gpu-1"]
     page = response.content.decode()

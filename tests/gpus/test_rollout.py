@@ -43,9 +43,9 @@ def test_a_changed_spec_plans_one_replacement_only_while_every_other_machine_run
     assert step.reason == "pool spec changed: gpu_type NVIDIA A100 -> NVIDIA L40S"
     assert step.seen == first.updated_at
     assert [str(call) for call in step.calls()] == [
-        f"whitesky stop_vm {first.vm_id}",
-        f"whitesky delete_vm {first.vm_id}",
-        f"whitesky release_vgpu {held.vgpu_id}",
+        f"whitesky stopVirtualMachine {first.vm_id}",
+        f"whitesky deleteVirtualMachine {first.vm_id}",
+        f"whitesky deleteVGPU {held.vgpu_id}",
     ]
 
     # The other machine starting (as a replacement does): nothing is replaced meanwhile.
