@@ -317,18 +317,46 @@ class MachinePoolSerializer(ModelCleanMixin):
         ]  # fmt: skip
 
 
+class MachineSpecSerializer(serializers.Serializer[object]):
+    """What a machine's VM was made with, from its pool then."""
+
+    gpu_type = serializers.CharField(read_only=True)
+    gpu_profile_id = serializers.CharField(read_only=True)
+    gpu_count = serializers.IntegerField(read_only=True)
+    vcpus = serializers.IntegerField(read_only=True)
+    memory_mib = serializers.IntegerField(read_only=True)
+    disk_gib = serializers.IntegerField(read_only=True)
+
+
 class MachineSerializer(serializers.ModelSerializer[Machine]):
     cluster = serializers.CharField(source="pool.cluster.name", read_only=True)
     vm_name = serializers.CharField(read_only=True)
+    spec = MachineSpecSerializer(
+        read_only=True,
+        allow_null=True,
+        help_text="What its VM was made with; null: no VM made yet",
+    )
+    spec_changes = serializers.ListField(
+        child=serializers.CharField(),
+        read_only=True,
+        help_text='How its pool differs now ("vcpus 4 -> 8"): a machine with changes is '
+        "replaced, one machine of the pool at a time",
+    )
 
     class Meta:
         model = Machine
         fields = [
             "id", "cluster", "pool", "name", "vm_name", "vm_id", "phase", "failure_message",
             "delete_requested", "created_at", "updated_at", "vm_started_at", "node_joined_at",
-            "node_missing", "node_missing_reason", "failures", "next_try_at",
+            "node_missing", "node_missing_reason", "failures", "next_try_at", "spec",
+            "spec_changes",
         ]  # fmt: skip
         read_only_fields = fields
+
+    def to_representation(self, instance: Machine) -> dict[str, Any]:
+        data: dict[str, Any] = super().to_representation(instance)
+        data["spec"] = data["spec"] if instance.spec else None
+        return data
 
 
 class PlanCallSerializer(serializers.Serializer[object]):
@@ -565,6 +593,6 @@ class KubePodSerializer(serializers.ModelSerializer[KubePod]):
         model = KubePod
         fields = [
             "id", "cluster", "namespace", "name", "uid", "node_name", "phase", "gpu_requests",
-            "sriov_network", "first_seen_at", "updated_at",
+            "gpu_type", "sriov_network", "first_seen_at", "updated_at",
         ]  # fmt: skip
         read_only_fields = fields

@@ -241,3 +241,21 @@ def test_plan_shows_what_the_next_pass_would_do_without_doing_it(
     assert steps == [("teardown", "gpu-4"), ("teardown", "gpu-5")]
     assert Machine.objects.count() == 3
     assert not Machine.objects.filter(delete_requested=True).exists()  # a dry run
+
+
+def test_a_machine_shows_the_spec_its_vm_was_made_with_and_how_its_pool_differs_now(
+    api: APIClient, site: ClusterSite
+) -> None:
+    pool = MachinePool.objects.create(cluster=site.cluster, site=site, name="cpu", vcpus=4)
+    made = Machine.objects.create(
+        pool=pool, name="cpu-0", index=0, vm_id=7, spec=pool.machine_spec()
+    )
+    Machine.objects.create(pool=pool, name="cpu-1", index=1)  # no VM made yet
+    MachinePool.objects.filter(pk=pool.pk).update(vcpus=8)
+
+    rows = {m["name"]: m for m in api.get("/api/v1/machines/").json()["results"]}
+
+    assert rows["cpu-0"]["spec"]["vcpus"] == 4 and rows["cpu-0"]["spec"]["gpu_count"] == 0
+    assert rows["cpu-0"]["spec_changes"] == ["vcpus 4 -> 8"]
+    assert (rows["cpu-1"]["spec"], rows["cpu-1"]["spec_changes"]) == (None, [])
+    assert made.pk == rows["cpu-0"]["id"]

@@ -139,6 +139,7 @@ def test_nodes_and_pods_are_read_only_and_filtered_by_cluster(
         ("capvco-prod-gpu-0", machine.pk, 1)
     ]
     assert [p["name"] for p in pods.json()["results"]] == ["job-a"]
+    assert "gpu_type" in pods.json()["results"][0]  # what its nodeSelector asks for
     assert created.status_code == 405
     assert api.get("/api/v1/nodes/", {"unowned": "true"}).json()["count"] == 0
 
