@@ -36,6 +36,7 @@ from capvco_web.rows import model_update
 from cloud.models import Location, VirtualMachine
 from clusters.models import Cluster, Machine, VmRemovalRequest
 from clusters.orphans import (
+    VmOwner,
     VmOwners,
     other_accounts_prefixes,
     removed_since_listed,
@@ -226,9 +227,8 @@ def orphan_vm_remove(
     Who owns it is read again now, so a VM a machine took over meanwhile is refused. The
     vGPUs it held are unassigned afterwards, still billed until they are released."""
     owner = VmOwners(vm.location).of(vm.name, vm.vm_id)
-    if owner.kind != "orphan":
-        what = f"machine {owner.machine}'s" if owner.machine else "not our"
-        raise ReleaseRefused(f"VM {vm.name} ({vm.vm_id}) is {what} VM, not an orphan")
+    if refusal := _owner_refusal(vm, owner):
+        raise ReleaseRefused(refusal)
     before = {
         "vm_id": vm.vm_id,
         "name": vm.name,
@@ -265,10 +265,15 @@ def _vm_removal(vm: VirtualMachine) -> VmRemoval:
     return VmRemoval(vm.vm_id, vm.cloudspace_id, vm.name, vm.status)
 
 
-def vm_owner_refusal(vm: VirtualMachine) -> str | None:
-    """Why a person may not remove this VM as an orphan (None: they may): it is a
-    machine's, a machine may be taking it over, or it is not named by us."""
-    owner = VmOwners(vm.location).of(vm.name, vm.vm_id)
+def vm_owner_refusal(vm: VirtualMachine, owners: VmOwners | None = None) -> str | None:
+    """Why this VM may not be removed as an orphan (None: it may): it is a machine's, a
+    machine may be taking it over, or it is not named by us. `owners`: those of its
+    location, when already read."""
+    owners = owners or VmOwners(vm.location)
+    return _owner_refusal(vm, owners.of(vm.name, vm.vm_id))
+
+
+def _owner_refusal(vm: VirtualMachine, owner: VmOwner) -> str | None:
     if owner.kind == "machine":
         return (
             f"VM {vm.name} ({vm.vm_id}) is machine {owner.machine}'s: delete the machine, "
@@ -423,8 +428,15 @@ def location_plan(location: Location, *, now: datetime | None = None) -> Locatio
     planned: set[int] = set()
     # VMs people asked to remove go first: a release below whose VM is one of them need
     # not remove it again.
-    for request in VmRemovalRequest.objects.filter(location=location, done_at__isnull=True):
-        plan.steps.append(_removal_request_step(request))
+    removals = list(VmRemovalRequest.objects.filter(location=location, done_at__isnull=True))
+    if removals:
+        listed = VirtualMachine.objects.filter(
+            location=location, vm_id__in=[request.vm_id for request in removals]
+        )
+        vms = {vm.vm_id: vm for vm in listed.select_related("location")}
+        owners = VmOwners(location)
+        for request in removals:
+            plan.steps.append(_removal_request_step(request, vms.get(request.vm_id), owners))
     removed = {step.vm.vm_id for step in plan.steps if step.vm is not None and not step.refusal}
     requests = VgpuReservation.objects.filter(PENDING_REQUESTS, location=location)
     for row in requests.select_related("location__account", "release_requested_by"):
@@ -549,10 +561,12 @@ def step_apply(*, client: ws.WhiteskyClient, step: SweepStep, result: SweepResul
     (result.released if done else result.dropped).append(step.target)
 
 
-def _removal_request_step(request: VmRemovalRequest) -> SweepStep:
-    """A person's VM removal: the VM as listed now; one listed no more closes the request
-    without a call; one that is not an orphan (now) is refused, recorded and audited."""
-    vm = VirtualMachine.objects.filter(location=request.location_id, vm_id=request.vm_id).first()
+def _removal_request_step(
+    request: VmRemovalRequest, vm: VirtualMachine | None, owners: VmOwners
+) -> SweepStep:
+    """A person's VM removal: the VM as listed now (`vm`); one listed no more closes the
+    request without a call; one that is not an orphan (now) is refused, recorded and
+    audited."""
     actor = request.requested_by
     common = {
         "location_id": request.location_id,
@@ -575,7 +589,7 @@ def _removal_request_step(request: VmRemovalRequest) -> SweepStep:
         request.reason,
         vm_row_id=vm.pk,
         vm=_vm_removal(vm),
-        refusal=vm_owner_refusal(vm) or "",
+        refusal=vm_owner_refusal(vm, owners) or "",
         **common,  # type: ignore[arg-type]
     )
 
@@ -602,8 +616,9 @@ def _removal_request_apply(client: ws.WhiteskyClient, step: SweepStep) -> bool:
         return step.vm_row_id is None  # gone as planned; a VM listed since: planned again
     actor = _step_actor(step)
     try:
-        if step.refusal or (refusal := vm_owner_refusal(vm)):
-            raise ReleaseRefused(step.refusal or refusal or "")
+        if step.refusal:
+            raise ReleaseRefused(step.refusal)
+        # Who owns it is read again there: refused as well when a machine took it over.
         orphan_vm_remove(client=client, vm=vm, actor=actor, reason=request.reason, request=request)
     except (ws.WhiteskyError, ReleaseRefused) as exc:
         lost = isinstance(exc, ws.WhiteskyError) and exc.outcome_unknown
