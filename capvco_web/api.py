@@ -131,6 +131,14 @@ class InUseConflict(APIException):
     default_code = "in_use"
 
 
+class Refused(APIException):
+    """409: valid, but it cannot happen as things stand; the detail says why and what to
+    do instead, the code which refusal it is (`release_refused`, `removal_refused`)."""
+
+    status_code = status.HTTP_409_CONFLICT
+    default_code = "refused"
+
+
 def in_use_detail(exc: ProtectedError | RestrictedError) -> str:
     """What a refused delete says. The services' refusals name what is in the way and
     what to do; Django's own (a foreign key met on a path no service guards) name the

@@ -13,7 +13,6 @@ from django.db.models import QuerySet
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import APIException
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -21,6 +20,7 @@ from capvco_web.api import (
     ErrorSerializer,
     KnownParametersMixin,
     ReasonSerializer,
+    Refused,
     api_validation_error,
 )
 from capvco_web.permissions import AccountScopedViewSetMixin, users_known
@@ -245,11 +245,6 @@ class LocationViewSet(
         return Response(LocationPlanStepSerializer(plan.steps, many=True).data)
 
 
-class RemovalConflict(APIException):
-    status_code = status.HTTP_409_CONFLICT
-    default_code = "removal_refused"
-
-
 class VirtualMachineViewSet(
     KnownParametersMixin, AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[VirtualMachine]
 ):
@@ -283,7 +278,7 @@ class VirtualMachineViewSet(
         try:
             vm_removal_request(vm=vm, actor=request.user, reason=reason.validated_data["reason"])
         except ReleaseRefused as exc:
-            raise RemovalConflict(str(exc)) from exc
+            raise Refused(str(exc), code="removal_refused") from exc
         send_on_commit(orphan_sweep_location, vm.location_id)
         return Response(VirtualMachineSerializer(vm).data, status=status.HTTP_202_ACCEPTED)
 

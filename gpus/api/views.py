@@ -6,11 +6,10 @@ from __future__ import annotations
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import generics, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import APIException
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from capvco_web.api import ErrorSerializer, KnownParametersMixin, ReasonSerializer
+from capvco_web.api import ErrorSerializer, KnownParametersMixin, ReasonSerializer, Refused
 from capvco_web.permissions import AccountScopedViewSetMixin, visible
 from capvco_web.tasks import send_on_commit
 from gpus.api.serializers import (
@@ -56,11 +55,6 @@ class GpuTypesView(KnownParametersMixin, generics.GenericAPIView[GpuProfile]):
         return Response(GpuTypeOfferSerializer(rows, many=True).data)
 
 
-class ReleaseConflict(APIException):
-    status_code = status.HTTP_409_CONFLICT
-    default_code = "release_refused"
-
-
 class VgpuReservationViewSet(
     KnownParametersMixin, AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[VgpuReservation]
 ):
@@ -93,7 +87,7 @@ class VgpuReservationViewSet(
                 reservation=reservation, actor=request.user, reason=reason.validated_data["reason"]
             )
         except ReleaseRefused as exc:
-            raise ReleaseConflict(str(exc)) from exc
+            raise Refused(str(exc), code="release_refused") from exc
         send_on_commit(reservation_release_task, reservation.pk)
         return Response(
             VgpuReservationSerializer(reservation).data, status=status.HTTP_202_ACCEPTED
