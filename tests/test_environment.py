@@ -19,7 +19,7 @@ from capvco_web.environment import (
     throttle_rate,
     whitesky_allowed_hosts,
 )
-from tests.checkout import checkout_copy
+from tests.checkout import APPS, checkout_copy
 
 
 @pytest.mark.parametrize(
@@ -129,12 +129,7 @@ def test_encryption_key_that_is_not_fernet_is_refused_naming_the_variable() -> N
 CHECKOUT = (
     "manage.py",
     "bin",
-    "capvco_web",
-    "cloud",
-    "clusters",
-    "gpus",
-    "sriov",
-    "dashboard",
+    *APPS,
     "templates",
     "static",
     "tests",

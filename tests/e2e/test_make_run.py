@@ -23,7 +23,7 @@ import pytest
 from django.conf import settings
 
 from capvco_web.environment import RUN_ENV, run_env_read
-from tests.checkout import ROOT, checkout_copy
+from tests.checkout import APPS, ROOT, checkout_copy
 
 pytestmark = pytest.mark.e2e
 
@@ -32,12 +32,7 @@ CHECKOUT = (
     "requirements.txt",
     "requirements-dev.txt",
     "bin",
-    "capvco_web",
-    "cloud",
-    "clusters",
-    "gpus",
-    "sriov",
-    "dashboard",
+    *APPS,
     "templates",
     "static",
 )
