@@ -233,3 +233,18 @@ def whitesky_proxy_url(value: str) -> str:
             "optionally a port (e.g. http://proxy.internal:3128), nothing else"
         )
     return value
+
+
+# The database's ceiling on a pool's replicas (a check constraint, clusters.models); the
+# bound people meet is POOL_MAX_REPLICAS, at most this. One pool is planned in one pass:
+# tests/bench/bench_plan.py plans 10,000 machines, so no pool may ask for more.
+POOL_REPLICAS_CEILING = 10_000
+
+
+def pool_max_replicas(value: int) -> int:
+    """POOL_MAX_REPLICAS, checked: between 1 and the database's ceiling."""
+    if not 1 <= value <= POOL_REPLICAS_CEILING:
+        raise ImproperlyConfigured(
+            f"POOL_MAX_REPLICAS={value} is out of range: give 1 to {POOL_REPLICAS_CEILING}"
+        )
+    return value

@@ -19,6 +19,7 @@ from capvco_web.environment import (
     encryption_keys,
     new_encryption_key,
     new_secret_key,
+    pool_max_replicas,
     secret_from_env,
     settings_environment,
     throttle_rate,
@@ -327,6 +328,11 @@ CELERY_BEAT_SCHEDULE = {
 # deleted once a day (and by `manage.py history_prune`); 0 keeps them for ever.
 RESERVATION_HISTORY_DAYS = env.int("RESERVATION_HISTORY_DAYS", default=90)
 AUDIT_HISTORY_DAYS = env.int("AUDIT_HISTORY_DAYS", default=365)
+
+# The most machines one pool may ask for. A GPU pool of 1,000 machines is ordinary at large
+# sites; past that, split the pool (each pool is planned and rolled out on its own, and a
+# pass over 10,000 machines of one cluster is what tests/bench/bench_plan.py measures).
+POOL_MAX_REPLICAS = pool_max_replicas(env.int("POOL_MAX_REPLICAS", default=1000))
 
 # How often the dashboard's panels refresh themselves.
 DASHBOARD_POLL_SECONDS = env.int("DASHBOARD_POLL_SECONDS", default=10)

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import (
     MaxLengthValidator,
@@ -10,8 +11,10 @@ from django.core.validators import (
     RegexValidator,
 )
 from django.db import models, transaction
+from django.utils.deconstruct import deconstructible
 
 from capvco_web.encryption import EncryptedTextField
+from capvco_web.environment import POOL_REPLICAS_CEILING
 from capvco_web.integrations.kube import GPU_COUNT_LABEL, GPU_TYPE_LABEL, KubeconfigInvalid
 from capvco_web.validators import kubeconfig_checked, visible_text
 from cloud.models import (
@@ -41,7 +44,7 @@ MAX_GPUS_PER_MACHINE = 8
 MAX_VCPUS = 256
 MIN_MEMORY_MIB, MAX_MEMORY_MIB = 512, 4 * 1024 * 1024  # 4 TiB
 MIN_DISK_GIB, MAX_DISK_GIB = 10, 64 * 1024  # 64 TiB
-MAX_REPLICAS = 100
+MAX_REPLICAS = POOL_REPLICAS_CEILING  # what the database holds; people meet POOL_MAX_REPLICAS
 MAX_INT32 = 2**31 - 1  # whitesky ids that are integers (images)
 # whitesky documents no bound for user data (it travels in the VM create's query string);
 # ours keeps every row, call and page of it bounded: 64 Ki characters (64 KiB of ASCII).
@@ -309,15 +312,31 @@ class ClusterSite(models.Model):
             raise ValidationError(errors)
 
 
+@deconstructible
+class ReplicasBound:
+    """A pool's replicas at most settings.POOL_MAX_REPLICAS, read when checked (so the
+    setting is not frozen into a migration)."""
+
+    def __call__(self, value: int) -> None:
+        MaxValueValidator(settings.POOL_MAX_REPLICAS)(value)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ReplicasBound)
+
+    def __hash__(self) -> int:
+        return hash(ReplicasBound)
+
+
+replicas_bound = ReplicasBound()
+
+
 class MachinePool(models.Model):
     """A set of identical machines in one site; GPUs are asked for by type, never by id."""
 
     cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="pools")
     site = models.ForeignKey(ClusterSite, on_delete=models.PROTECT, related_name="pools")
     name = models.CharField(max_length=20, validators=[dns_label])
-    replicas = models.PositiveSmallIntegerField(
-        default=1, validators=[MaxValueValidator(MAX_REPLICAS)]
-    )
+    replicas = models.PositiveSmallIntegerField(default=1, validators=[replicas_bound])
     vcpus = models.PositiveSmallIntegerField(
         default=4, validators=[MinValueValidator(1), MaxValueValidator(MAX_VCPUS)]
     )

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 from django.contrib.auth.models import AnonymousUser, Group, User
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.core.validators import MaxValueValidator, MinValueValidator
+from django.core.validators import MinValueValidator
 from django.db import models, transaction
 from django.db.models import ProtectedError
 
@@ -36,7 +36,15 @@ from capvco_web.rows import model_update
 from capvco_web.tasks import send_by_name_on_commit
 from capvco_web.validators import kubeconfig_checked
 from cloud.models import Account, Location, Membership, VirtualMachine
-from clusters.models import Cluster, ClusterSite, KubeNode, KubePod, Machine, MachinePool
+from clusters.models import (
+    Cluster,
+    ClusterSite,
+    KubeNode,
+    KubePod,
+    Machine,
+    MachinePool,
+    replicas_bound,
+)
 from gpus import naming
 from gpus.models import VgpuReservation
 
@@ -484,7 +492,7 @@ def pool_scale(*, pool: MachinePool, replicas: int, actor: Actor, reason: str) -
     if not reason.strip():
         raise ValueError("Scaling a pool needs a reason.")
     MinValueValidator(0)(replicas)
-    MaxValueValidator(100)(replicas)
+    replicas_bound(replicas)
     with transaction.atomic():
         _cluster_active_lock(pool.cluster_id)
         pool = MachinePool.objects.select_for_update().get(pk=pool.pk)

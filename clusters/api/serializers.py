@@ -32,13 +32,13 @@ from cloud.models import (
 )
 from clusters.models import (
     MAX_GPUS_PER_MACHINE,
-    MAX_REPLICAS,
     Cluster,
     ClusterSite,
     KubeNode,
     KubePod,
     Machine,
     MachinePool,
+    replicas_bound,
 )
 from clusters.plan import KINDS, Step, planned_kinds
 from clusters.services import account_update_check
@@ -491,7 +491,7 @@ class DeleteReasonSerializer(StrictInputMixin):
 class PoolScaleSerializer(StrictInputMixin):
     """Scaling a pool: the replicas wanted, and why (it goes into the audit record)."""
 
-    replicas = serializers.IntegerField(min_value=0, max_value=MAX_REPLICAS)
+    replicas = serializers.IntegerField(min_value=0, validators=[replicas_bound])
     reason = ReasonField()
 
 
