@@ -3,6 +3,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.models import Group, User
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.core.validators import MaxLengthValidator
@@ -315,6 +316,8 @@ class MachinePoolSerializer(ModelCleanMixin):
             "user_data", "gpu", "imported_from", "import_generation", "capi_sriov_secret_ref",
             "conditions",
         ]  # fmt: skip
+        # The bound is a setting the model reads when it checks; the schema states it.
+        extra_kwargs = {"replicas": {"max_value": settings.POOL_MAX_REPLICAS}}
 
 
 class MachineSpecSerializer(serializers.Serializer[object]):
@@ -491,7 +494,9 @@ class DeleteReasonSerializer(StrictInputMixin):
 class PoolScaleSerializer(StrictInputMixin):
     """Scaling a pool: the replicas wanted, and why (it goes into the audit record)."""
 
-    replicas = serializers.IntegerField(min_value=0, validators=[replicas_bound])
+    replicas = serializers.IntegerField(
+        min_value=0, max_value=settings.POOL_MAX_REPLICAS, validators=[replicas_bound]
+    )
     reason = ReasonField()
 
 

@@ -149,7 +149,7 @@ def test_schema_states_the_bounds(api: APIClient) -> None:
     assert (pool["vcpus"]["minimum"], pool["vcpus"]["maximum"]) == (1, 256)
     assert (pool["memory_mib"]["minimum"], pool["memory_mib"]["maximum"]) == (512, 4194304)
     assert (pool["disk_gib"]["minimum"], pool["disk_gib"]["maximum"]) == (10, 65536)
-    assert pool["replicas"]["minimum"] == 0  # its maximum is a setting (POOL_MAX_REPLICAS)
+    assert (pool["replicas"]["minimum"], pool["replicas"]["maximum"]) == (0, 1000)
     assert schemas["ClusterSite"]["properties"]["image_id"]["maximum"] == 2**31 - 1
     confirmations = account["orphan_confirmations"]
     assert (confirmations["minimum"], confirmations["maximum"]) == (1, 100)
