@@ -39,7 +39,6 @@ from clusters.models import (
     KubePod,
     Machine,
     MachinePool,
-    replicas_bound,
 )
 from clusters.plan import KINDS, Step, planned_kinds
 from clusters.services import account_update_check
@@ -309,6 +308,13 @@ class MachinePoolSerializer(ModelCleanMixin):
         "gpu_driver_version": ("gpu", "driverVersion"),
     }
 
+    def get_extra_kwargs(self) -> dict[str, Any]:
+        # The bound is a setting, read per request as the model reads it when it checks,
+        # so the schema states it too.
+        extra = super().get_extra_kwargs()
+        extra["replicas"] = {**extra.get("replicas", {}), "max_value": settings.POOL_MAX_REPLICAS}
+        return extra
+
     class Meta:
         model = MachinePool
         fields = [
@@ -316,8 +322,6 @@ class MachinePoolSerializer(ModelCleanMixin):
             "user_data", "gpu", "imported_from", "import_generation", "capi_sriov_secret_ref",
             "conditions",
         ]  # fmt: skip
-        # The bound is a setting the model reads when it checks; the schema states it.
-        extra_kwargs = {"replicas": {"max_value": settings.POOL_MAX_REPLICAS}}
 
 
 class MachineSpecSerializer(serializers.Serializer[object]):
@@ -494,10 +498,14 @@ class DeleteReasonSerializer(StrictInputMixin):
 class PoolScaleSerializer(StrictInputMixin):
     """Scaling a pool: the replicas wanted, and why (it goes into the audit record)."""
 
-    replicas = serializers.IntegerField(
-        min_value=0, max_value=settings.POOL_MAX_REPLICAS, validators=[replicas_bound]
-    )
     reason = ReasonField()
+
+    def get_fields(self) -> dict[str, serializers.Field[Any, Any, Any, Any]]:
+        # The bound is a setting, read per request (the schema states it).
+        fields = super().get_fields()
+        bound = settings.POOL_MAX_REPLICAS
+        fields["replicas"] = serializers.IntegerField(min_value=0, max_value=bound)
+        return {"replicas": fields.pop("replicas"), **fields}
 
 
 @extend_schema_field({"type": "string", "enum": Membership.Role.values})

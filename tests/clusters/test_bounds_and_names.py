@@ -8,12 +8,13 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.core.exceptions import ValidationError
+from django.core.exceptions import ImproperlyConfigured, ValidationError
 from django.db import IntegrityError, transaction
 from django.test import Client
 from django.urls import reverse
 from rest_framework.test import APIClient
 
+from capvco_web.environment import pool_max_replicas
 from cloud.models import Account
 from clusters.models import Cluster, ClusterSite, MachinePool
 from tests.clusters.conftest import JWT
@@ -90,10 +91,26 @@ def test_pool_size_out_of_bounds_is_refused(
 
 def test_pool_size_at_its_bounds_is_accepted(api: APIClient, site: ClusterSite) -> None:
     body = {
-        "cluster": site.cluster_id, "site": site.pk, "name": "big", "replicas": 100,
+        "cluster": site.cluster_id, "site": site.pk, "name": "big", "replicas": 1000,
         "vcpus": 256, "memory_mib": 4 * 1024 * 1024, "disk_gib": 64 * 1024,
     }  # fmt: skip
     assert api.post("/api/v1/pools/", body, format="json").status_code == 201
+
+
+@pytest.mark.parametrize(("bound", "replicas", "status"), [(5000, 5000, 201), (10, 11, 400)])
+def test_pool_size_bound_is_the_setting_read_when_checked(
+    api: APIClient, site: ClusterSite, settings: Any, bound: int, replicas: int, status: int
+) -> None:
+    settings.POOL_MAX_REPLICAS = bound
+    body = {"cluster": site.cluster_id, "site": site.pk, "name": "p", "replicas": replicas}
+    assert api.post("/api/v1/pools/", body, format="json").status_code == status
+    assert MachinePool.objects.filter(replicas=replicas).exists() == (status == 201)
+
+
+@pytest.mark.parametrize("value", [0, 10_001])
+def test_a_pool_bound_the_database_cannot_hold_stops_startup_naming_it(value: int) -> None:
+    with pytest.raises(ImproperlyConfigured, match=f"POOL_MAX_REPLICAS={value} is out of range"):
+        pool_max_replicas(value)
 
 
 @pytest.mark.parametrize("image_id", [2**31, BIG, -1])
