@@ -313,18 +313,17 @@ class ClusterSite(models.Model):
 
 
 @deconstructible
-class ReplicasBound:
-    """A pool's replicas at most settings.POOL_MAX_REPLICAS, read when checked (so the
-    setting is not frozen into a migration)."""
+class ReplicasBound(MaxValueValidator):
+    """A pool's replicas at most settings.POOL_MAX_REPLICAS, read each time it is checked
+    (so the setting is not frozen into a migration). A MaxValueValidator, so the API's
+    serializers and the schema take the bound from it as from any other."""
 
-    def __call__(self, value: int) -> None:
-        MaxValueValidator(settings.POOL_MAX_REPLICAS)(value)
+    def __init__(self) -> None:
+        pass  # no limit of its own: the setting's
 
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, ReplicasBound)
-
-    def __hash__(self) -> int:
-        return hash(ReplicasBound)
+    @property
+    def limit_value(self) -> int:
+        return int(settings.POOL_MAX_REPLICAS)
 
 
 replicas_bound = ReplicasBound()

@@ -3,7 +3,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from django.conf import settings
 from django.contrib.auth.models import Group, User
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.core.validators import MaxLengthValidator
@@ -39,6 +38,7 @@ from clusters.models import (
     KubePod,
     Machine,
     MachinePool,
+    replicas_bound,
 )
 from clusters.plan import KINDS, Step, planned_kinds
 from clusters.services import account_update_check
@@ -308,13 +308,6 @@ class MachinePoolSerializer(ModelCleanMixin):
         "gpu_driver_version": ("gpu", "driverVersion"),
     }
 
-    def get_extra_kwargs(self) -> dict[str, Any]:
-        # The bound is a setting, read per request as the model reads it when it checks,
-        # so the schema states it too.
-        extra = super().get_extra_kwargs()
-        extra["replicas"] = {**extra.get("replicas", {}), "max_value": settings.POOL_MAX_REPLICAS}
-        return extra
-
     class Meta:
         model = MachinePool
         fields = [
@@ -498,14 +491,8 @@ class DeleteReasonSerializer(StrictInputMixin):
 class PoolScaleSerializer(StrictInputMixin):
     """Scaling a pool: the replicas wanted, and why (it goes into the audit record)."""
 
+    replicas = serializers.IntegerField(min_value=0, validators=[replicas_bound])
     reason = ReasonField()
-
-    def get_fields(self) -> dict[str, serializers.Field[Any, Any, Any, Any]]:
-        # The bound is a setting, read per request (the schema states it).
-        fields = super().get_fields()
-        bound = settings.POOL_MAX_REPLICAS
-        fields["replicas"] = serializers.IntegerField(min_value=0, max_value=bound)
-        return {"replicas": fields.pop("replicas"), **fields}
 
 
 @extend_schema_field({"type": "string", "enum": Membership.Role.values})
