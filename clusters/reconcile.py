@@ -545,10 +545,7 @@ def _attached_ensure(ctx: PassContext, machine: Machine, row: VgpuReservation, s
     ctx.client.attach_vgpu(
         cloudspace_id=machine.pool.site.cloudspace_id, vm_id=machine.vm_id, vgpu_id=row.vgpu_id
     )
-    model_update(
-        row,
-        {"vm_id": machine.vm_id, "state": RState.ATTACHED, "unassigned_since": None},
-    )
+    model_update(row, {"vm_id": machine.vm_id, "state": RState.ATTACHED})
 
 
 def _vm_start(ctx: PassContext, machine: Machine, step: Step) -> None:

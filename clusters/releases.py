@@ -47,7 +47,7 @@ from clusters.reconcile import vm_remove
 from gpus import naming
 from gpus.models import VgpuReservation
 from gpus.release_requests import reservation_release_request
-from gpus.selectors import orphans_list, releases_stalled, stalled_releases
+from gpus.selectors import ORPHANED, orphans_list, releases_stalled, stalled_releases
 from gpus.services import (
     PENDING_REQUESTS,
     RELEASABLE,
@@ -179,7 +179,7 @@ def locations_to_sweep(now: datetime) -> QuerySet[Location]:
     here = OuterRef("pk")
     pending = VgpuReservation.objects.filter(PENDING_REQUESTS, location=here)
     stalled = VgpuReservation.objects.filter(stalled_releases(), location=here)
-    orphan_vgpus = VgpuReservation.objects.filter(location=here, orphaned_since__isnull=False)
+    orphan_vgpus = VgpuReservation.objects.filter(ORPHANED, location=here)
     orphan_vms = VirtualMachine.objects.filter(location=here, orphaned_since__isnull=False)
     auto = Q(account__orphan_auto_release=True) & (Exists(orphan_vgpus) | Exists(orphan_vms))
     removals = VmRemovalRequest.objects.filter(location=here, done_at__isnull=True)
@@ -191,8 +191,8 @@ def orphans_due(*, location: Location, now: datetime) -> list[VgpuReservation]:
     if not (account.orphan_auto_release and location.observation_complete):
         return []
     rows = orphans_list(location=location).filter(
-        orphaned_since__lte=now - account.orphan_grace_period,
-        orphan_confirmations__gte=account.orphan_confirmations,
+        listed__orphaned_since__lte=now - account.orphan_grace_period,
+        listed__orphan_confirmations__gte=account.orphan_confirmations,
         name__startswith=naming.PREFIX,
         state__in=RELEASABLE,
         vgpu_id__isnull=False,
@@ -439,7 +439,7 @@ def location_plan(location: Location, *, now: datetime | None = None) -> Locatio
             plan.steps.append(_removal_request_step(request, vms.get(request.vm_id), owners))
     removed = {step.vm.vm_id for step in plan.steps if step.vm is not None and not step.refusal}
     requests = VgpuReservation.objects.filter(PENDING_REQUESTS, location=location)
-    for row in requests.select_related("location__account", "release_requested_by"):
+    for row in requests.select_related("location__account", "release_requested_by", "listed"):
         step = release_step(
             row,
             origin="request",
@@ -657,7 +657,9 @@ def _release_step_apply(client: ws.WhiteskyClient, step: SweepStep, actor: Actor
     again): nothing is sent, and the next sweep plans it again if it is still to do."""
     assert step.reservation_id is not None
     row = (
-        VgpuReservation.objects.select_related("location__account", "release_requested_by")
+        VgpuReservation.objects.select_related(
+            "location__account", "release_requested_by", "listed"
+        )
         .filter(pk=step.reservation_id, vgpu_id=step.vgpu_id)
         .first()
     )

@@ -235,23 +235,23 @@ WASTE_RULES = [
         "Reservations attached to no VM: whitesky bills them all the same.",
         {"unassigned": "true"},
         Q(state=State.RESERVED, vm_id__isnull=True),
-        Coalesce("unassigned_since", "created_at"),
+        Coalesce("listed__unassigned_since", "created_at"),
     ),
     WasteRule(
         "orphans",
         "Orphans",
         "Named by us, and no machine owns them: released after the grace period, or by a person.",
         {"orphaned": "true", "not_ours": "false"},
-        Q(orphaned_since__isnull=False) & OURS,
-        F("orphaned_since"),
+        Q(listed__orphaned_since__isnull=False) & OURS,
+        F("listed__orphaned_since"),
     ),
     WasteRule(
         "leaks",
         "Not named by us",
         "Reservations of the account that we did not make: only a person releases them.",
         {"orphaned": "true", "not_ours": "true"},
-        Q(orphaned_since__isnull=False) & ~OURS,
-        F("orphaned_since"),
+        Q(listed__orphaned_since__isnull=False) & ~OURS,
+        F("listed__orphaned_since"),
     ),
 ]
 

@@ -14,6 +14,7 @@ from capvco_web.permissions import AccountScopedAdmin, allowed_somewhere
 from capvco_web.tasks import send_on_commit
 from gpus.models import GpuProfile, VgpuReservation
 from gpus.release_requests import reservation_release_request
+from gpus.selectors import ORPHANED
 from gpus.services import ReleaseRefused
 from gpus.tasks import reservation_release_task
 
@@ -43,9 +44,9 @@ class OrphanedFilter(admin.SimpleListFilter):
         self, request: HttpRequest, queryset: QuerySet[VgpuReservation]
     ) -> QuerySet[VgpuReservation]:
         if self.value() == "yes":
-            return queryset.filter(orphaned_since__isnull=False)
+            return queryset.filter(ORPHANED)
         if self.value() == "no":
-            return queryset.filter(orphaned_since__isnull=True)
+            return queryset.exclude(ORPHANED)
         return queryset
 
 
@@ -62,7 +63,7 @@ class VgpuReservationAdmin(AccountScopedAdmin[VgpuReservation]):
         "release_requested_at",
     ]
     list_filter = ["state", "location", OrphanedFilter]
-    list_select_related = ["location"]
+    list_select_related = ["location", "listed"]
     search_fields = ["name", "vgpu_id", "owner_cluster", "owner_machine"]
     actions = ["release_selected"]
 

@@ -9,8 +9,9 @@ from django.db.models import Model, Q, QuerySet
 from capvco_web.filters import IdFilter, RelationFilterSet, TrueFalseFilter
 from cloud.models import Account
 from gpus import naming
-from gpus.models import BILLED_STATES, GpuProfile, VgpuReservation
+from gpus.models import GpuProfile, VgpuReservation
 from gpus.resolve import gpu_type_of
+from gpus.selectors import ORPHANED
 
 State = VgpuReservation.State
 SEARCH_MIN_LENGTH = 3  # shorter words would match nearly every name (and no trigram)
@@ -100,11 +101,8 @@ class VgpuReservationFilterSet(RelationFilterSet):
     ) -> QuerySet[VgpuReservation]:
         if value is None:
             return queryset
-        if value:
-            # Only billed rows are ever flagged (a release clears the flag); saying so
-            # lets the database read the index of billed rows alone.
-            return queryset.filter(orphaned_since__isnull=False, state__in=BILLED_STATES)
-        return queryset.filter(orphaned_since__isnull=True)
+        # Saying "billed" lets the database read the index of billed rows alone.
+        return queryset.filter(ORPHANED) if value else queryset.exclude(ORPHANED)
 
     def filter_type(
         self, queryset: QuerySet[VgpuReservation], name: str, value: str

@@ -71,7 +71,11 @@ def _reservations() -> Iterator[Metric]:
     )
     for kind, rows, what in (
         ("unassigned", billed.filter(vm_id__isnull=True), "billed and attached to no VM"),
-        ("orphaned", billed.filter(orphaned_since__isnull=False), "billed and owned by nobody"),
+        (
+            "orphaned",
+            billed.filter(listed__orphaned_since__isnull=False),
+            "billed and owned by nobody",
+        ),
     ):
         number = GaugeMetricFamily(
             f"capvco_reservations_{kind}",

@@ -1,6 +1,8 @@
 """Mirroring a location's GPU cards and vGPU reservations, and flagging orphans.
 
-Rows change only when what was observed changed. Absence means "gone" only in a complete
+What a listing shows is kept in rows of observe's own (GpuProfile, ListedVgpu), orphan
+flags included; the reservation rows (VgpuReservation) take from it their vGPU id, VM and
+state. Rows change only when what was observed changed. Absence means "gone" only in a complete
 listing; a partial one adds and updates what it shows and decides nothing else.
 """
 
@@ -15,11 +17,11 @@ from django.db.models import Q
 
 from capvco_web.integrations import whitesky as ws
 from capvco_web.rows import fields_assign
-from gpus.models import GpuProfile, VgpuReservation
+from gpus.models import GpuProfile, ListedVgpu, VgpuReservation
 from gpus.naming import owner_parse
 
 if TYPE_CHECKING:
-    from cloud.models import Account, Location
+    from cloud.models import Location
 
 State = VgpuReservation.State
 
@@ -33,6 +35,11 @@ class SyncCounts:
     @property
     def writes(self) -> int:
         return self.created + self.updated + self.deleted
+
+    def __add__(self, other: SyncCounts) -> SyncCounts:
+        return SyncCounts(
+            self.created + other.created, self.updated + other.updated, self.deleted + other.deleted
+        )
 
 
 def gpu_profiles_sync(*, location: Location, profiles: Sequence[ws.GpuProfile]) -> SyncCounts:
@@ -74,18 +81,101 @@ def vgpus_sync(
     listed_at: datetime,
     now: datetime,
 ) -> SyncCounts:
-    """Mirror the reservations of a location; from a complete listing, also flag orphans.
+    """Mirror the reservations of a location: what the listing shows (ListedVgpu, with the
+    orphan flags), and the state of the reservation rows it concerns.
+
+    `pools_by_cluster` and `machine_ids` (by cluster and machine name) are the owners the
+    names are read against. An orphan is a listed reservation whose owning machine does
+    not exist.
+    """
+    counts = listed_vgpus_sync(
+        location=location,
+        listing=listing,
+        pools_by_cluster=pools_by_cluster,
+        machine_ids=machine_ids,
+        now=now,
+    )
+    counts += reservations_sync(
+        location=location,
+        listing=listing,
+        pools_by_cluster=pools_by_cluster,
+        machine_ids=machine_ids,
+        listed_at=listed_at,
+        now=now,
+    )
+    return counts
+
+
+def listed_vgpus_sync(
+    *,
+    location: Location,
+    listing: ws.Listing[ws.Vgpu],
+    pools_by_cluster: Mapping[str, Collection[str]],
+    machine_ids: Mapping[tuple[str, str], int],
+    now: datetime,
+) -> SyncCounts:
+    """Mirror what the listing shows into ListedVgpu, observe's own rows.
+
+    A listed reservation whose name resolves to no machine gets `orphaned_since` once, and
+    one more confirmation per complete listing, up to the account's threshold: a pass over
+    unchanged data writes nothing. A partial listing adds and updates what it shows, and
+    decides nothing (no flag, no removal); a complete one deletes what it lacks.
+    """
+    threshold = location.account.orphan_confirmations
+    existing = {row.vgpu_id: row for row in ListedVgpu.objects.filter(location=location)}
+    to_create: list[ListedVgpu] = []
+    to_update: list[ListedVgpu] = []
+    fields: set[str] = set()
+    for vgpu in listing.items:
+        row = existing.pop(vgpu.vgpu_id, None)
+        data: dict[str, object] = {"name": vgpu.name, "gpu_id": vgpu.gpu_id, "vm_id": vgpu.vm_id}
+        if vgpu.vm_id:
+            data["unassigned_since"] = None
+        elif row is None or row.unassigned_since is None:
+            data["unassigned_since"] = now
+        if listing.complete:
+            owner = owner_parse(vgpu.name, pools_by_cluster)
+            if owner and (owner.cluster, owner.machine) in machine_ids:
+                data |= {"orphaned_since": None, "orphan_confirmations": 0}
+            else:
+                data |= {
+                    "orphaned_since": (row and row.orphaned_since) or now,
+                    "orphan_confirmations": min(
+                        (row.orphan_confirmations if row else 0) + 1, threshold
+                    ),
+                }
+        if row is None:
+            to_create.append(
+                ListedVgpu(location=location, vgpu_id=vgpu.vgpu_id, first_seen_at=now, **data)
+            )
+        elif changed := fields_assign(row, data):
+            fields.update(changed)
+            to_update.append(row)
+    ListedVgpu.objects.bulk_create(to_create)
+    if to_update:
+        ListedVgpu.objects.bulk_update(to_update, sorted(fields))
+    gone = [row.pk for row in existing.values()] if listing.complete else []
+    if gone:
+        ListedVgpu.objects.filter(pk__in=gone).delete()
+    return SyncCounts(created=len(to_create), updated=len(to_update), deleted=len(gone))
+
+
+def reservations_sync(
+    *,
+    location: Location,
+    listing: ws.Listing[ws.Vgpu],
+    pools_by_cluster: Mapping[str, Collection[str]],
+    machine_ids: Mapping[tuple[str, str], int],
+    listed_at: datetime,
+    now: datetime,
+) -> SyncCounts:
+    """Bring the reservation rows in line with the listing: their vGPU id, card, VM and
+    state, and rows for reservations we did not make (their owner parsed from the name).
 
     `listed_at` is when the listing began. A row changed after that (a reserve, attach or
     release recorded while the listing was on its way) is newer than the listing says, and
     is left as it is: the next listing tells.
-
-    `pools_by_cluster` and `machine_ids` (by cluster and machine name) are the owners the
-    names are read against. An orphan is a reservation whose owning machine does not
-    exist. It gets `orphaned_since` once, and one more confirmation per complete listing,
-    up to the account's threshold.
     """
-    account = location.account
     listed_ids = [v.vgpu_id for v in listing.items]
     candidates = list(
         VgpuReservation.objects.filter(location=location).filter(
@@ -125,40 +215,20 @@ def vgpus_sync(
             "reserve_deadline": None,
         }
         if row is None:
-            row = VgpuReservation(location=location, first_seen_at=now, **data)
+            row = VgpuReservation(location=location, **data)
             to_create.append(row)
         else:
-            changes = fields_assign(row, data)
-            if row.first_seen_at is None:
-                changes += fields_assign(row, {"first_seen_at": now})
-            changed(row, changes)
+            changed(row, fields_assign(row, data))
         # A release in flight stays `releasing` until the listing no longer shows it.
         if row.state != State.RELEASING:
             state = State.ATTACHED if vgpu.vm_id else State.RESERVED
             changed(row, fields_assign(row, {"state": state, "released_at": None}))
-        if vgpu.vm_id:
-            changed(row, fields_assign(row, {"unassigned_since": None}))
-        elif row.unassigned_since is None:
-            changed(row, fields_assign(row, {"unassigned_since": now}))
-        if listing.complete:
-            changed(row, _orphan_flags(row, account, now))
 
     if listing.complete:
         # Listed nowhere in a whole listing: the reservation is gone.
         for row in by_id.values():
             if row.state != State.RELEASED:
-                changed(
-                    row,
-                    fields_assign(
-                        row,
-                        {
-                            "state": State.RELEASED,
-                            "released_at": now,
-                            "orphaned_since": None,
-                            "orphan_confirmations": 0,
-                        },
-                    ),
-                )
+                changed(row, fields_assign(row, {"state": State.RELEASED, "released_at": now}))
 
     # A reserve the whole listing lacks although it began after the call could land: it
     # never happened (whoever sent it, a machine since deleted with force included).
@@ -179,15 +249,3 @@ def vgpus_sync(
             pk__in=never, vgpu_id__isnull=True, updated_at__lte=listed_at
         ).delete()
     return SyncCounts(created=len(to_create), updated=len(to_update), deleted=len(never))
-
-
-def _orphan_flags(row: VgpuReservation, account: Account, now: datetime) -> list[str]:
-    if row.machine_id is not None:
-        return fields_assign(row, {"orphaned_since": None, "orphan_confirmations": 0})
-    return fields_assign(
-        row,
-        {
-            "orphaned_since": row.orphaned_since or now,
-            "orphan_confirmations": min(row.orphan_confirmations + 1, account.orphan_confirmations),
-        },
-    )

@@ -49,6 +49,51 @@ class GpuProfile(models.Model):
         return f"{self.vendor} {self.model}"
 
 
+class ListedVgpu(models.Model):
+    """A vGPU reservation as the location's listings show it: observe's row, written by
+    the mirror alone (gpus/mirror.py), and by nothing that acts.
+
+    It keeps what only observation can know: when a listing first showed it, since when it
+    has been attached to no VM, and since when (and over how many complete listings) no
+    machine of ours owns it. A complete listing without it deletes it.
+    """
+
+    location = models.ForeignKey(
+        "cloud.Location", on_delete=models.CASCADE, related_name="listed_vgpus"
+    )
+    vgpu_id = models.CharField(max_length=100)
+    name = models.CharField(max_length=200)
+    gpu_id = models.CharField(max_length=100, blank=True, help_text="The profile (card) id")
+    vm_id = models.BigIntegerField(null=True, blank=True)
+    first_seen_at = models.DateTimeField(help_text="When a listing first showed it")
+    unassigned_since = models.DateTimeField(
+        null=True, blank=True, help_text="Since when the listings show it attached to no VM"
+    )
+    orphaned_since = models.DateTimeField(
+        null=True, blank=True, help_text="Since when complete listings show it owned by no machine"
+    )
+    orphan_confirmations = models.PositiveSmallIntegerField(
+        default=0, help_text="Consecutive complete listings that showed it orphaned"
+    )
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["location", "vgpu_id"], name="listed_vgpu_unique_per_location"
+            )
+        ]
+        indexes = [
+            models.Index(
+                fields=["location", "orphaned_since"],
+                condition=models.Q(orphaned_since__isnull=False),
+                name="listed_vgpu_orphaned",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.vgpu_id})"
+
+
 class VgpuReservation(models.Model):
     """A vGPU reservation: billed from the moment it exists, attached or not.
 
@@ -89,11 +134,14 @@ class VgpuReservation(models.Model):
         help_text="While reserving: the reserve call may still land until then, so only a "
         "listing begun later can tell that it never happened.",
     )
-    first_seen_at = models.DateTimeField(null=True, blank=True)
-    unassigned_since = models.DateTimeField(null=True, blank=True)
-    orphaned_since = models.DateTimeField(null=True, blank=True)
-    orphan_confirmations = models.PositiveSmallIntegerField(
-        default=0, help_text="Consecutive complete listings that showed it orphaned"
+    # What the last listings say of it: observe's row, joined on (location, vgpu id).
+    listed = models.ForeignObject(
+        "gpus.ListedVgpu",
+        from_fields=["location", "vgpu_id"],
+        to_fields=["location", "vgpu_id"],
+        on_delete=models.DO_NOTHING,
+        null=True,
+        related_name="reservations",
     )
     released_at = models.DateTimeField(null=True, blank=True)
     # A person's release request, recorded before any worker acts on it, so that a lost
@@ -158,6 +206,36 @@ class VgpuReservation(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def _observed(self) -> ListedVgpu | None:
+        try:
+            return self.listed
+        except ListedVgpu.DoesNotExist:
+            return None  # not listed (yet, or any more)
+
+    @property
+    def first_seen_at(self) -> datetime | None:
+        """When a listing first showed it (None: no listing has yet)."""
+        return seen.first_seen_at if (seen := self._observed()) else None
+
+    @property
+    def unassigned_since(self) -> datetime | None:
+        """Since when the listings show it attached to no VM."""
+        return seen.unassigned_since if (seen := self._observed()) else None
+
+    @property
+    def orphaned_since(self) -> datetime | None:
+        """Since when complete listings show it owned by no machine, while it is billed."""
+        if self.state == self.State.RELEASED:
+            return None
+        return seen.orphaned_since if (seen := self._observed()) else None
+
+    @property
+    def orphan_confirmations(self) -> int:
+        """Consecutive complete listings that showed it orphaned."""
+        return (
+            seen.orphan_confirmations if self.orphaned_since and (seen := self._observed()) else 0
+        )
 
     def accrued_cost(self, now: datetime | None = None) -> Decimal:
         """What this orphan cost since it was flagged, at the location's vGPU price."""

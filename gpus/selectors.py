@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from django.db.models import Q, QuerySet
 
-from gpus.models import VgpuReservation
+from gpus.models import BILLED_STATES, VgpuReservation
 
 if TYPE_CHECKING:
     from cloud.models import Location
@@ -15,13 +15,16 @@ if TYPE_CHECKING:
 State = VgpuReservation.State
 
 
+# Billed, and the listings show no machine owning it (ListedVgpu, observe's row). Only a
+# listed reservation has a vGPU id: one still reserving is never an orphan.
+ORPHANED = Q(listed__orphaned_since__isnull=False, state__in=BILLED_STATES)
+
+
 def orphans_list(*, location: Location | None = None) -> QuerySet[VgpuReservation]:
-    rows = VgpuReservation.objects.filter(
-        orphaned_since__isnull=False, state__in=[State.RESERVED, State.ATTACHED, State.RELEASING]
-    ).select_related("location__account")
+    rows = VgpuReservation.objects.filter(ORPHANED).select_related("location__account", "listed")
     if location is not None:
         rows = rows.filter(location=location)
-    return rows.order_by("orphaned_since", "name")
+    return rows.order_by("listed__orphaned_since", "name")
 
 
 def stalled_releases() -> Q:
@@ -33,7 +36,7 @@ def stalled_releases() -> Q:
 def releases_stalled(*, location: Location) -> QuerySet[VgpuReservation]:
     return (
         VgpuReservation.objects.filter(stalled_releases(), location=location)
-        .select_related("location__account", "release_requested_by")
+        .select_related("location__account", "release_requested_by", "listed")
         .order_by("name")
     )
 

@@ -96,9 +96,7 @@ def reservation_reserve_and_attach(
         "vgpu_id": vgpu_id,
         "state": State.ATTACHED,
         "vm_id": owner.vm_id,
-        "first_seen_at": timezone.now(),
         "reserve_deadline": None,
-        "unassigned_since": None,
     }
     if not model_update(row, done, expect={"state": State.RESERVING}):
         row.refresh_from_db()  # an observation recorded it first
@@ -142,7 +140,6 @@ def reservation_adopt(row: VgpuReservation, vgpu: ws.Vgpu) -> VgpuReservation:
     }
     if row.state in (State.RESERVING, State.RELEASED):
         data["state"] = State.ATTACHED if vgpu.vm_id else State.RESERVED
-    data["first_seen_at"] = row.first_seen_at or timezone.now()
     if row.pk is None:
         for field, value in data.items():
             setattr(row, field, value)
@@ -231,7 +228,7 @@ def _release_claimed(
                 permanently=True,
             )
         # whitesky answered: the reservation is gone and the charge stopped.
-        released = {"state": State.RELEASED, "released_at": timezone.now(), "orphaned_since": None}
+        released = {"state": State.RELEASED, "released_at": timezone.now()}
         model_update(reservation, released, expect=claimed)
     except (ws.WhiteskyError, ReleaseRefused) as exc:
         if isinstance(exc, ws.WhiteskyError) and exc.outcome_unknown:
@@ -261,7 +258,7 @@ def reservation_confirm_released(*, reservation: VgpuReservation, listed_ids: se
     """From a complete listing: a releasing reservation that is no longer listed is gone."""
     if reservation.vgpu_id in listed_ids:
         return False
-    gone = {"state": State.RELEASED, "released_at": timezone.now(), "orphaned_since": None}
+    gone = {"state": State.RELEASED, "released_at": timezone.now()}
     return model_update(reservation, gone, expect={"state": reservation.state})
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 from decimal import Decimal
+from typing import Any
 
 import factory
 from django.conf import settings
@@ -22,7 +23,7 @@ from capvco_web.permissions import ROLE_PERMISSIONS
 from capvco_web.tasks import BEAT
 from cloud.models import Account, Location, Membership, VirtualMachine
 from clusters.models import Cluster, ClusterSite, KubeNode, KubePod, Machine, MachinePool
-from gpus.models import GpuProfile, VgpuReservation
+from gpus.models import GpuProfile, ListedVgpu, VgpuReservation
 from sriov.models import ExternalNetwork, LeakedNic, PodNic
 
 # The shape of a whitesky JWT; no service sees it.
@@ -167,10 +168,28 @@ def _owned(declaration: object, otherwise: object) -> factory.Maybe:
     return factory.Maybe("machine", yes_declaration=declaration, no_declaration=otherwise)
 
 
+class ListedVgpuFactory(DjangoModelFactory):
+    """A vGPU as a listing shows it, first seen now."""
+
+    class Meta:
+        model = ListedVgpu
+
+    location = factory.SubFactory(LocationFactory)
+    vgpu_id = factory.Sequence(lambda n: f"listed-vgpu-{n}")
+    name = factory.Sequence(lambda n: f"capvco-gone-m-{n}-gpu-0")
+    first_seen_at = factory.LazyFunction(timezone.now)
+
+
+# What a listing says of a reservation: kept on its ListedVgpu row, made with it.
+LISTED_FIELDS = ("first_seen_at", "unassigned_since", "orphaned_since", "orphan_confirmations")
+
+
 class VgpuReservationFactory(DjangoModelFactory):
-    """A vGPU attached to a running GPU machine, as provisioning leaves it; `orphaned=True`
-    gives one that no machine owns, flagged orphaned now, named after a machine that is
-    gone."""
+    """A vGPU attached to a running GPU machine, as provisioning leaves it, and as the last
+    listing showed it (its ListedVgpu row; `listed=False` for none). `orphaned=True` gives
+    one that no machine owns, flagged orphaned now, named after a machine that is gone.
+    `first_seen_at`, `unassigned_since`, `orphaned_since` and `orphan_confirmations` go to
+    the listed row."""
 
     class Meta:
         model = VgpuReservation
@@ -204,6 +223,22 @@ class VgpuReservationFactory(DjangoModelFactory):
     gpu_id = factory.Sequence(lambda n: f"gpu-profile-{n}")
     state = VgpuReservation.State.ATTACHED
     first_seen_at = factory.LazyFunction(timezone.now)
+
+    @classmethod
+    def _create(cls, model_class: type[VgpuReservation], *args: Any, **kwargs: Any) -> Any:
+        seen = {field: kwargs.pop(field) for field in LISTED_FIELDS if field in kwargs}
+        listed = kwargs.pop("listed", True)
+        row = super()._create(model_class, *args, **kwargs)
+        if listed and row.vgpu_id and row.state != VgpuReservation.State.RELEASED:
+            ListedVgpu.objects.create(
+                location=row.location,
+                vgpu_id=row.vgpu_id,
+                name=row.name,
+                gpu_id=row.gpu_id,
+                vm_id=row.vm_id,
+                **{**seen, "first_seen_at": seen.get("first_seen_at") or timezone.now()},
+            )
+        return row
 
 
 class KubeNodeFactory(DjangoModelFactory):

@@ -180,7 +180,7 @@ def _confirm_and_act(
 @require_http_methods(["GET", "POST"])
 def reservation_release(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     reservation = get_object_or_404(
-        visible(request.user, VgpuReservation.objects.select_related("location")), pk=pk
+        visible(request.user, VgpuReservation.objects.select_related("location", "listed")), pk=pk
     )
 
     def act(data: dict[str, Any]) -> str:

@@ -69,7 +69,7 @@ def location_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     by_card = {row.card.profile_id: row for row in cards}
     held = list(
         VgpuReservation.objects.filter(location=location, state__in=HOLDING)
-        .select_related("machine__pool__cluster")
+        .select_related("machine__pool__cluster", "listed")
         .order_by("name", "pk")
     )
     vms = {

@@ -60,7 +60,7 @@ def _reservations(request: HtmxHttpRequest) -> QuerySet[VgpuReservation]:
     return visible(
         request.user,
         VgpuReservation.objects.select_related(
-            "location", "machine__pool__cluster", "release_requested_by"
+            "location", "machine__pool__cluster", "release_requested_by", "listed"
         ),
     )
 

@@ -36,6 +36,13 @@ class VgpuReservationSerializer(serializers.ModelSerializer[VgpuReservation]):
     location_name = serializers.CharField(source="location.name", read_only=True)
     accrued_cost = serializers.SerializerMethodField(help_text="Since it was flagged orphaned")
     currency = serializers.CharField(source="location.currency", read_only=True)
+    # What the listings say of it (observe's ListedVgpu row).
+    first_seen_at = serializers.DateTimeField(read_only=True, allow_null=True)
+    unassigned_since = serializers.DateTimeField(read_only=True, allow_null=True)
+    orphaned_since = serializers.DateTimeField(read_only=True, allow_null=True)
+    orphan_confirmations = serializers.IntegerField(
+        read_only=True, help_text="Consecutive complete listings that showed it orphaned"
+    )
     release_requested_by = serializers.SlugRelatedField[User](
         slug_field="username", read_only=True, allow_null=True
     )

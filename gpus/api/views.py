@@ -58,7 +58,9 @@ class GpuTypesView(KnownParametersMixin, generics.GenericAPIView[GpuProfile]):
 class VgpuReservationViewSet(
     KnownParametersMixin, AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[VgpuReservation]
 ):
-    queryset = VgpuReservation.objects.select_related("location").order_by("location", "name")
+    queryset = VgpuReservation.objects.select_related("location", "listed").order_by(
+        "location", "name"
+    )
     serializer_class = VgpuReservationSerializer
     filterset_class = VgpuReservationFilterSet
     action_verbs = {"release": "release"}

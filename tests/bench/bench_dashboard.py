@@ -58,7 +58,7 @@ from clusters.models import (  # noqa: E402
     Machine,
     MachinePool,
 )
-from gpus.models import GpuProfile, VgpuReservation  # noqa: E402
+from gpus.models import GpuProfile, ListedVgpu, VgpuReservation  # noqa: E402
 
 LOCATIONS = 10
 CLUSTERS = 50
@@ -154,6 +154,7 @@ def seed(reservations: int) -> dict[str, Any]:
     VirtualMachine.objects.bulk_create(vms, batch_size=BATCH)
     pool_of = {pool.pk: pool for pool in pools}
     rows: list[VgpuReservation] = []
+    seen: dict[str, dict[str, object]] = {}  # what the listings say, by vGPU id
     for m in machines:
         pool = pool_of[m.pool_id]
         site = site_of[pool.site_id]
@@ -163,9 +164,9 @@ def seed(reservations: int) -> dict[str, Any]:
                 vgpu_id=f"live-{m.pk}", gpu_id=f"card-{site.location_id}-1",
                 state=State.ATTACHED, vm_id=m.vm_id, machine=m,
                 owner_cluster=site.cluster.name, owner_machine=m.name, owner_index=0,
-                first_seen_at=now - timedelta(days=1),
             )
         )  # fmt: skip
+        seen[f"live-{m.pk}"] = {"first_seen_at": now - timedelta(days=1)}
     for i in range(ORPHANS):
         location = locations[i % LOCATIONS]
         rows.append(
@@ -173,19 +174,23 @@ def seed(reservations: int) -> dict[str, Any]:
                 location=location, name=f"capvco-c{i % CLUSTERS:02d}-p0-{1000 + i}-gpu-0",
                 vgpu_id=f"orphan-{i}", gpu_id=f"card-{location.pk}-1", state=State.RESERVED,
                 owner_cluster=f"c{i % CLUSTERS:02d}", owner_machine=f"p0-{1000 + i}",
-                owner_index=0, unassigned_since=now - timedelta(hours=i % 48),
-                orphaned_since=now - timedelta(hours=i % 48), orphan_confirmations=3,
+                owner_index=0,
             )
         )  # fmt: skip
+        since = now - timedelta(hours=i % 48)
+        seen[f"orphan-{i}"] = {
+            "unassigned_since": since, "orphaned_since": since, "orphan_confirmations": 3,
+        }  # fmt: skip
     for i in range(NOT_OURS):
         location = locations[i % LOCATIONS]
         rows.append(
             VgpuReservation(
                 location=location, name=f"team-x-vgpu-{i}", vgpu_id=f"foreign-{i}",
                 gpu_id=f"card-{location.pk}-0", state=State.RESERVED,
-                unassigned_since=now - timedelta(days=2), orphaned_since=now - timedelta(days=2),
             )
         )  # fmt: skip
+        since = now - timedelta(days=2)
+        seen[f"foreign-{i}"] = {"unassigned_since": since, "orphaned_since": since}
     history = max(0, reservations - len(rows))
     for i in range(history):
         location = locations[i % LOCATIONS]
@@ -199,6 +204,18 @@ def seed(reservations: int) -> dict[str, Any]:
             )
         )  # fmt: skip
     VgpuReservation.objects.bulk_create(rows, batch_size=BATCH)
+    ListedVgpu.objects.bulk_create(
+        (
+            ListedVgpu(
+                location_id=row.location_id, vgpu_id=row.vgpu_id, name=row.name,
+                gpu_id=row.gpu_id, vm_id=row.vm_id,
+                **{"first_seen_at": now - timedelta(days=2), **seen[row.vgpu_id]},
+            )
+            for row in rows
+            if row.vgpu_id in seen
+        ),
+        batch_size=BATCH,
+    )  # fmt: skip
     # History is older than what is billed now: created_at follows the release.
     with connection.cursor() as cursor:
         cursor.execute(

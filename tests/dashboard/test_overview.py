@@ -75,9 +75,7 @@ def test_each_money_figure_links_to_the_list_of_its_reservations(
 
 
 def test_a_released_reservation_costs_nothing_any_more(admin_client: Client, world: World) -> None:
-    VgpuReservation.objects.filter(pk=world.leak.pk).update(
-        state=VgpuReservation.State.RELEASED, orphaned_since=None
-    )
+    VgpuReservation.objects.filter(pk=world.leak.pk).update(state=VgpuReservation.State.RELEASED)
     waste = {kind.key: kind for kind in admin_client.get("/").context["waste"]}
     assert waste["leaks"].count == 0 and waste["leaks"].totals == []
     assert waste["unassigned"].count == 1

@@ -23,7 +23,7 @@ from capvco_web.models import AuditEvent
 from cloud.models import Account
 from clusters.kube_plan import NODE_LABELS
 from clusters.models import KubeNode, KubePod, Machine
-from gpus.models import VgpuReservation
+from gpus.models import ListedVgpu, VgpuReservation
 from sriov.models import LeakedNic, PodNic, SriovConfig
 from sriov.reclaim_plan import LEAKED_NIC_DETACH, POD_NIC_DETACH
 from tests.dashboard.conftest import Kube, World
@@ -63,11 +63,22 @@ def populate(world: World, n: int, start: int = 0) -> None:
                 owner_cluster="prod" if machine or kind > 1 else "",
                 owner_machine=machine.name if machine else f"old-{i}",
                 owner_index=i if machine else 0,
-                orphaned_since=now if 1 <= kind < 4 else None,
                 released_at=now if kind >= 4 else None,
             )
         )
     VgpuReservation.objects.bulk_create(rows, batch_size=2000)
+    ListedVgpu.objects.bulk_create(
+        [
+            ListedVgpu(
+                location=row.location, vgpu_id=row.vgpu_id, name=row.name, gpu_id=row.gpu_id,
+                vm_id=row.vm_id, first_seen_at=now,
+                orphaned_since=now if row.machine is None else None,
+            )
+            for row in rows
+            if row.state != State.RELEASED
+        ],
+        batch_size=2000,
+    )  # fmt: skip
     AuditEvent.objects.bulk_create(
         [
             AuditEvent(

@@ -89,7 +89,7 @@ def test_worker_provisions_scales_down_and_releases_on_request(
         # A reservation nobody owns: flagged orphaned, released when a person asks.
         wait_for(
             lambda: VgpuReservation.objects.filter(
-                vgpu_id=stray_id, orphaned_since__isnull=False
+                vgpu_id=stray_id, listed__orphaned_since__isnull=False
             ).exists(),
             "the stray reservation flagged orphaned",
             log,

@@ -11,7 +11,7 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from cloud.models import VirtualMachine
-from gpus.models import VgpuReservation
+from gpus.models import ListedVgpu, VgpuReservation
 from tests.gpus.conftest import NL, Plane
 from tests.gpus.support import orphan_made
 
@@ -29,7 +29,7 @@ def gpucheck(*args: str) -> tuple[int, str]:
 def orphaned_hours_ago(row: VgpuReservation, hours: int) -> None:
     """As if the reservation had been orphaned `hours` ago (time passing, not a shortcut
     past the orphan path: the row was flagged by a real observation)."""
-    VgpuReservation.objects.filter(pk=row.pk).update(
+    ListedVgpu.objects.filter(location=row.location, vgpu_id=row.vgpu_id).update(
         orphaned_since=timezone.now() - timedelta(hours=hours)
     )
 

@@ -85,9 +85,9 @@ def test_capacity_leaks_and_machines_as_an_operator_reads_them(plane: Plane) -> 
     # A leak: a reservation nobody owns, billed and attached to no VM, flagged an orphan.
     card = GpuProfile.objects.filter(location=location, model__startswith="A100").first()
     assert card is not None
-    VgpuReservation.objects.create(
-        location=location, name="leftover", gpu_id=card.profile_id, vgpu_id="v-leak",
-        state=State.RESERVED, orphaned_since=timezone.now() - timedelta(hours=2),
+    VgpuReservationFactory(
+        machine=None, location=location, name="leftover", gpu_id=card.profile_id,
+        vgpu_id="v-leak", state=State.RESERVED, orphaned_since=timezone.now() - timedelta(hours=2),
     )  # fmt: skip
 
     samples = scraped(Client())

@@ -20,7 +20,7 @@ from cloud.whitesky import whitesky_client
 from clusters.models import Machine
 from clusters.releases import SweepResult, release_carry_out
 from clusters.tasks import orphan_sweep_all
-from gpus.models import GpuProfile, VgpuReservation
+from gpus.models import GpuProfile, ListedVgpu, VgpuReservation
 from gpus.release_requests import reservation_release_request
 from gpus.services import ReleaseRefused, reservation_release
 from tests.factories import MembershipFactory
@@ -390,7 +390,7 @@ def test_automatic_release_refused_by_whitesky_is_tried_again_once_per_grace_per
 ) -> None:
     auto_release_set(plane.account, confirmations=1, grace_seconds=3600)
     row = unassigned_made(plane)
-    VgpuReservation.objects.filter(pk=row.pk).update(
+    ListedVgpu.objects.filter(location=row.location, vgpu_id=row.vgpu_id).update(
         orphaned_since=timezone.now() - timedelta(hours=2)
     )
     plane.sim.fault(operation="deleteVGPU", status=400)
