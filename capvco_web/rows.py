@@ -3,15 +3,21 @@ compare-and-set.
 
 `fields_assign` tells a mirror whether an observed row changed at all; `model_update`
 writes a change to one row, only when the row is still in the state the caller saw.
+`rows_update` writes many rows' changes in a few statements, each row only while it is
+still unchanged.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from django.db import models
+from django.db import connections, models
+from django.db.models import Case, Q, Value, When
+from django.db.models.functions import Cast
 from django.utils import timezone
+
+BATCH = 500
 
 
 def fields_assign(instance: models.Model, data: Mapping[str, Any]) -> list[str]:
@@ -46,3 +52,36 @@ def model_update(
         for name, value in changed.items():
             setattr(instance, name, value)
     return written == 1
+
+
+def rows_update(rows: Sequence[models.Model], fields: Collection[str], *, where: Q) -> int:
+    """Write `fields` of each row as the instance holds them, in batches, to the rows that
+    still match `where` (compare-and-set for many rows at once: one changed meanwhile by
+    someone else is left as they made it). Answers how many rows were written."""
+    if not rows or not fields:
+        return 0
+    model = type(rows[0])
+    concrete = [
+        field
+        for name in sorted(fields)
+        if isinstance(field := model._meta.get_field(name), models.Field)
+    ]
+    assert len(concrete) == len(fields), f"not columns of {model.__name__}: {fields}"
+    written = 0
+    for start in range(0, len(rows), BATCH):
+        batch = rows[start : start + BATCH]
+        values: dict[str, Any] = {}
+        for field in concrete:
+            case = Case(
+                *(
+                    When(pk=row.pk, then=Value(getattr(row, field.attname), output_field=field))
+                    for row in batch
+                ),
+                output_field=field,
+            )
+            # As bulk_update does: PostgreSQL types a CASE of NULLs as text without a cast.
+            cast = connections[model._default_manager.db].features.requires_casted_case_in_updates
+            values[field.attname] = Cast(case, output_field=field) if cast else case
+        queryset = model._default_manager.filter(where, pk__in=[row.pk for row in batch])
+        written += queryset.update(**values)
+    return written

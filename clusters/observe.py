@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from django.db import transaction
 from django.utils import timezone
@@ -20,7 +21,8 @@ from cloud.observe import vms_sync
 from clusters.models import ClusterSite
 from clusters.orphans import vm_orphans_flag
 from clusters.selectors import machine_ids_by_owner, pools_by_cluster
-from gpus.mirror import gpu_profiles_sync, vgpus_sync
+from gpus.mirror import gpu_profiles_sync, listed_vgpus_sync
+from gpus.services import reservations_settle
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +35,28 @@ class ObservationResult:
     site_errors: list[str] = field(default_factory=list)
     writes: int = 0
     """Row writes beyond the one that stamps the location with this pass."""
+
+
+def vgpu_listing_apply(
+    *, location: Location, listing: ws.Listing[ws.Vgpu], listed_at: datetime
+) -> int:
+    """Observe mirrors the listing (ListedVgpu, orphan flags included); then act brings
+    the reservations we keep in line with it. Answers the rows written."""
+    pools, now = pools_by_cluster(location.account_id), timezone.now()
+    machine_ids = machine_ids_by_owner(location.account_id)
+    mirrored, shown = listed_vgpus_sync(
+        location=location, listing=listing, pools_by_cluster=pools, machine_ids=machine_ids, now=now
+    )
+    settled = reservations_settle(
+        location=location,
+        shown=shown,
+        complete=listing.complete,
+        pools_by_cluster=pools,
+        machine_ids=machine_ids,
+        listed_at=listed_at,
+        now=now,
+    )
+    return mirrored.writes + settled.writes
 
 
 def location_observe(*, client: ws.WhiteskyClient, location: Location) -> ObservationResult:
@@ -68,14 +92,7 @@ def location_observe(*, client: ws.WhiteskyClient, location: Location) -> Observ
     with transaction.atomic():
         if profiles is not None:
             result.writes += gpu_profiles_sync(location=location, profiles=profiles).writes
-        result.writes += vgpus_sync(
-            location=location,
-            listing=listing,
-            pools_by_cluster=pools_by_cluster(location.account_id),
-            machine_ids=machine_ids_by_owner(location.account_id),
-            listed_at=started,
-            now=timezone.now(),
-        ).writes
+        result.writes += vgpu_listing_apply(location=location, listing=listing, listed_at=started)
         shown: dict[str, set[str]] = defaultdict(set)  # what each cloudspace's sites say now
         for cloudspace_id, shown_error in ClusterSite.objects.filter(location=location).values_list(
             "cloudspace_id", "observation_error"

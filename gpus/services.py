@@ -6,11 +6,11 @@ answer leaves something to resolve by name on the next pass. Every release is au
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractContextManager, suppress
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib.auth.models import AnonymousUser, User
 from django.db import transaction
@@ -20,10 +20,14 @@ from django.utils import timezone
 from capvco_web.audit import SystemActor, audit_record
 from capvco_web.integrations import whitesky as ws
 from capvco_web.locks import object_lock
-from capvco_web.rows import model_update
+from capvco_web.rows import fields_assign, model_update, rows_update
 from gpus import naming
-from gpus.models import VgpuReservation
+from gpus.mirror import SyncCounts
+from gpus.models import ListedVgpu, VgpuReservation
 from gpus.selectors import released_before
+
+if TYPE_CHECKING:
+    from cloud.models import Location
 
 State = VgpuReservation.State
 
@@ -260,6 +264,100 @@ def reservation_confirm_released(*, reservation: VgpuReservation, listed_ids: se
         return False
     gone = {"state": State.RELEASED, "released_at": timezone.now()}
     return model_update(reservation, gone, expect={"state": reservation.state})
+
+
+def reservations_settle(
+    *,
+    location: Location,
+    shown: Sequence[ListedVgpu],
+    complete: bool,
+    pools_by_cluster: Mapping[str, Collection[str]],
+    machine_ids: Mapping[tuple[str, str], int],
+    listed_at: datetime,
+    now: datetime,
+) -> SyncCounts:
+    """Bring the reservations we keep in line with what a listing begun at `listed_at`
+    showed (`shown`, the mirror's rows of it; `complete` when it was whole): their vGPU id,
+    card, VM and state, a row for each listed reservation we have none of (one we did not
+    make, its owner parsed from the name), and, from a whole listing only, which are gone.
+
+    Compare-and-set: a row changed after the listing began (a reserve, attach or release
+    recorded while the listing was on its way) is newer than the listing, and is left as
+    it is, also when it changes while this runs; the next listing tells.
+    """
+    listed_ids = [v.vgpu_id for v in shown]
+    candidates = list(
+        VgpuReservation.objects.filter(location=location).filter(
+            ~Q(state=State.RELEASED) | Q(vgpu_id__in=listed_ids)
+        )
+    )
+    rows = [row for row in candidates if row.updated_at <= listed_at]
+    newer = [row for row in candidates if row.updated_at > listed_at]
+    newer_ids = {row.vgpu_id for row in newer if row.vgpu_id}
+    newer_names = {row.name for row in newer}
+    by_id = {r.vgpu_id: r for r in rows if r.vgpu_id}
+    pending_by_name = {r.name: r for r in rows if not r.vgpu_id}
+    to_create: list[VgpuReservation] = []
+    to_update: dict[int, VgpuReservation] = {}
+    fields: set[str] = set()
+
+    def changed(row: VgpuReservation, names_changed: list[str]) -> None:
+        if names_changed and row.pk:
+            fields.update(names_changed)
+            to_update[row.pk] = row
+
+    for vgpu in shown:
+        if vgpu.vgpu_id in newer_ids or vgpu.name in newer_names:
+            continue
+        row = by_id.pop(vgpu.vgpu_id, None) or pending_by_name.pop(vgpu.name, None)
+        owner = naming.owner_parse(vgpu.name, pools_by_cluster)
+        data = {
+            "vgpu_id": vgpu.vgpu_id,
+            "name": vgpu.name,
+            "gpu_id": vgpu.gpu_id,
+            "vm_id": vgpu.vm_id,
+            "owner_cluster": owner.cluster if owner else "",
+            "owner_machine": owner.machine if owner else "",
+            "owner_index": owner.index if owner else None,
+            "machine_id": machine_ids.get((owner.cluster, owner.machine)) if owner else None,
+            "reserve_deadline": None,
+        }
+        if row is None:
+            row = VgpuReservation(location=location, **data)
+            to_create.append(row)
+        else:
+            changed(row, fields_assign(row, data))
+        # A release in flight stays `releasing` until the listing no longer shows it.
+        if row.state != State.RELEASING:
+            state = State.ATTACHED if vgpu.vm_id else State.RESERVED
+            changed(row, fields_assign(row, {"state": state, "released_at": None}))
+
+    if complete:
+        # Listed nowhere in a whole listing: the reservation is gone.
+        for row in by_id.values():
+            if row.state != State.RELEASED:
+                changed(row, fields_assign(row, {"state": State.RELEASED, "released_at": now}))
+
+    # A reserve the whole listing lacks although it began after the call could land: it
+    # never happened (whoever sent it, a machine since deleted with force included).
+    never = [
+        row.pk
+        for row in pending_by_name.values()
+        if complete and (row.reserve_deadline is None or row.reserve_deadline < listed_at)
+    ]
+    for row in to_update.values():
+        row.updated_at = now
+    # Another reservation of the name or id made meanwhile is newer: it stays as made.
+    VgpuReservation.objects.bulk_create(to_create, ignore_conflicts=True)
+    updated = rows_update(
+        list(to_update.values()), fields | {"updated_at"}, where=Q(updated_at__lte=listed_at)
+    )
+    deleted = 0
+    if never:
+        deleted = VgpuReservation.objects.filter(
+            pk__in=never, vgpu_id__isnull=True, updated_at__lte=listed_at
+        ).delete()[0]
+    return SyncCounts(created=len(to_create), updated=updated, deleted=deleted)
 
 
 def reservations_history_prune(*, before: datetime, batch: int = 5000) -> int:

@@ -22,9 +22,9 @@ from capvco_web.models import AuditEvent
 from cloud.models import Location
 from cloud.whitesky import whitesky_client
 from clusters.models import ClusterSite, Machine, MachinePool
+from clusters.observe import vgpu_listing_apply
 from clusters.reconcile import machine_create
 from clusters.services import machine_force_delete
-from gpus.mirror import vgpus_sync
 from gpus.models import VgpuReservation
 from gpus.selectors import orphans_list
 from gpus.services import release_lock
@@ -93,14 +93,7 @@ def test_a_listing_begun_before_an_attach_does_not_undo_it_in_the_mirror(plane: 
     row = VgpuReservation.objects.get()
     assert row.state == RState.ATTACHED
 
-    vgpus_sync(
-        location=location,
-        listing=before_attach,
-        pools_by_cluster={"demo": {"a100"}},
-        machine_ids={("demo", "a100-0"): Machine.objects.get().pk},
-        listed_at=began,
-        now=timezone.now(),
-    )
+    vgpu_listing_apply(location=location, listing=before_attach, listed_at=began)
 
     row.refresh_from_db()
     assert (row.state, row.vm_id) == (RState.ATTACHED, Machine.objects.get().vm_id)

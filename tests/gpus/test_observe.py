@@ -4,10 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.utils import timezone
+
+from capvco_web.integrations import whitesky as ws
 from cloud.models import Account, Cloudspace, Image, Location, VirtualMachine
 from cloud.whitesky import whitesky_client
 from clusters.services import account_create
-from gpus.models import GpuProfile, VgpuReservation
+from gpus.mirror import listed_vgpus_sync
+from gpus.models import GpuProfile, ListedVgpu, VgpuReservation
+from gpus.services import reservations_settle
 from tests.gpus.conftest import NL, Plane
 
 
@@ -84,3 +89,54 @@ def test_a_new_account_is_observed_at_once_not_at_the_next_beat_tick(
     for location in locations:
         assert Cloudspace.objects.filter(location=location).exists()
         assert Image.objects.filter(location=location).exists()
+
+
+def test_the_mirror_writes_what_the_listing_shows_and_act_alone_keeps_the_reservations(
+    plane: Plane,
+) -> None:
+    """One writer per row: the mirror writes ListedVgpu (orphan flags included) and no
+    reservation; gpus.services.reservations_settle alone makes and changes those."""
+    plane.observe()
+    location = plane.location(NL)
+    card = GpuProfile.objects.filter(location=location).first()
+    assert card is not None
+    with whitesky_client(plane.account) as client:
+        for name in ("team-x-gpu", "capvco-gone-m-0-gpu-0"):
+            client.reserve_vgpu(location=NL, gpu_id=card.profile_id, name=name)
+        began = timezone.now()
+        listing = client.list_vgpus(location=NL)  # whole, begun after both reserves
+    assert listing.complete
+    owners: dict[str, Any] = {"pools_by_cluster": {}, "machine_ids": {}}
+
+    mirrored, shown = listed_vgpus_sync(location=location, listing=listing, now=began, **owners)
+
+    assert (mirrored.created, VgpuReservation.objects.count()) == (2, 0)
+    listed = {row.name: row for row in ListedVgpu.objects.all()}
+    assert {row.name: row.orphan_confirmations for row in listed.values()} == {
+        "team-x-gpu": 1,
+        "capvco-gone-m-0-gpu-0": 1,
+    }
+
+    settled = reservations_settle(
+        location=location, shown=shown, complete=True, listed_at=began, now=began, **owners
+    )
+
+    assert settled.created == 2
+    rows = {row.name: row for row in VgpuReservation.objects.select_related("listed")}
+    assert {name: row.state for name, row in rows.items()} == {
+        "team-x-gpu": "reserved",
+        "capvco-gone-m-0-gpu-0": "reserved",
+    }
+    assert rows["team-x-gpu"].orphaned_since == listed["team-x-gpu"].orphaned_since
+
+    # A partial listing that lacks one: nothing is flagged again, nothing is dropped.
+    partial = ws.Listing(items=listing.items[:1], complete=False)
+    later = timezone.now()
+    mirrored, _ = listed_vgpus_sync(location=location, listing=partial, now=later, **owners)
+    assert mirrored.writes == 0
+    assert ListedVgpu.objects.count() == 2
+    # A whole listing that lacks it (taken after it was last changed): it is gone.
+    whole = ws.Listing(items=listing.items[:1], complete=True)
+    mirrored, _ = listed_vgpus_sync(location=location, listing=whole, now=later, **owners)
+    assert (mirrored.deleted, mirrored.updated) == (1, 1)  # the other confirmed once more
+    assert VgpuReservation.objects.filter(state="released").count() == 0  # act has not settled
