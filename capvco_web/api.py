@@ -229,10 +229,13 @@ class UnknownParameters(ApiValidationError):
 
 def known_parameters(view: Any, request: Request) -> list[str]:
     """The query parameters the view reads for this request: `format` always; a list's
-    filters (its FilterSet), pagination, search and ordering besides."""
+    filters (its FilterSet), its `query_parameters`, pagination, search and ordering
+    besides."""
     known = [api_settings.URL_FORMAT_OVERRIDE]
     if request.method not in ("GET", "HEAD") or getattr(view, "detail", False):
         return known
+    # Parameters a view reads besides its filters (a grouping), as its schema lists them.
+    known += list(getattr(view, "query_parameters", ()))
     for backend in getattr(view, "filter_backends", ()):
         if issubclass(backend, DjangoFilterBackend):
             filterset = backend().get_filterset_class(view, None)

@@ -32,8 +32,18 @@ def _lists() -> list[tuple[str, list[str]]]:
     ]
 
 
+def _not_filters(path: str) -> set[str]:
+    """What a view reads besides its filters (`group_by` of the costs): not a narrowing."""
+    return set(getattr(resolve(path).func.cls, "query_parameters", ()))  # type: ignore[attr-defined]
+
+
 LISTS = _lists()
-FILTERS = [(path, name) for path, names in LISTS for name in names if name not in PAGING]
+FILTERS = [
+    (path, name)
+    for path, names in LISTS
+    for name in names
+    if name not in PAGING | _not_filters(path)
+]
 
 
 def _results(body: Any) -> list[str]:

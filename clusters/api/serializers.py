@@ -596,3 +596,54 @@ class KubePodSerializer(serializers.ModelSerializer[KubePod]):
             "gpu_type", "sriov_network", "first_seen_at", "updated_at",
         ]  # fmt: skip
         read_only_fields = fields
+
+
+def _per_hour(help_text: str, *, allow_null: bool = False) -> serializers.DecimalField:
+    return serializers.DecimalField(
+        max_digits=20, decimal_places=4, allow_null=allow_null, help_text=help_text
+    )
+
+
+class CostRowSerializer(serializers.Serializer[object]):
+    """One group's cost per hour now, in one currency (two are never added). Disks, IOPS,
+    public IPs and NICs are not counted (whitesky's VM listing does not carry disks or
+    IOPS; its prices have no unit per NIC)."""
+
+    account = serializers.IntegerField()
+    account_name = serializers.CharField()
+    location = serializers.IntegerField(allow_null=True, help_text="group_by location or pool")
+    location_name = serializers.CharField(allow_null=True)
+    cluster = serializers.IntegerField(
+        allow_null=True, help_text="group_by cluster, pool or namespace"
+    )
+    cluster_name = serializers.CharField(allow_null=True)
+    pool = serializers.IntegerField(allow_null=True, help_text="group_by pool")
+    pool_name = serializers.CharField(allow_null=True)
+    namespace = serializers.CharField(
+        allow_null=True,
+        help_text="group_by namespace: the namespace whose pods request the GPUs; null on "
+        "the row of a cluster's idle GPUs, which no pod requests",
+    )
+    currency = serializers.CharField()
+    machines = serializers.IntegerField(help_text="Machines counted (0 for namespaces)")
+    compute = _per_hour(
+        "The machines' VMs' vCPUs and memory, per hour (null for namespaces: only GPUs are "
+        "attributed)",
+        allow_null=True,
+    )
+    vgpu = _per_hour(
+        "The machines' billed vGPUs, per hour; for a namespace its share of its nodes' "
+        "attached vGPUs by request"
+    )
+    idle_gpus = serializers.IntegerField(
+        help_text="vGPUs attached to nodes whose pending and running pods request fewer"
+    )
+    idle = _per_hour("The part of vgpu that no pod requests, per hour")
+    orphan_vgpu = _per_hour(
+        "Orphaned vGPUs, per hour (account and location only, else null)", allow_null=True
+    )
+    orphan_vm = _per_hour(
+        "Orphan VMs' vCPUs and memory, per hour (account and location only, else null)",
+        allow_null=True,
+    )
+    total = _per_hour("compute + vgpu + orphan_vgpu + orphan_vm, per hour")

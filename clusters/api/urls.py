@@ -1,5 +1,7 @@
 """The API of accounts, their sites and clusters, on the one router of capvco_web.api_urls."""
 
+from django.urls import path
+
 from clusters.api import views
 
 routes = [
@@ -16,4 +18,6 @@ routes = [
     ("nodes", views.KubeNodeViewSet, None),
     ("pods", views.KubePodViewSet, None),
 ]
-urlpatterns: list[object] = []
+urlpatterns = [path("costs/", views.CostsView.as_view(), name="costs")]
+# Endpoints outside the router that the API root lists, by URL name.
+listed = {"costs": "costs"}

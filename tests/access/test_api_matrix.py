@@ -348,6 +348,27 @@ def test_gpu_types_are_those_of_the_callers_accounts(world: World) -> None:
     assert {row["location"] for row in rows} == {world.own.location.name}
 
 
+@pytest.mark.parametrize("caller", CALLERS)
+@pytest.mark.parametrize("group_by", ["account", "location", "cluster", "pool", "namespace"])
+def test_costs_are_those_of_the_callers_accounts(world: World, caller: str, group_by: str) -> None:
+    api = APIClient()
+    api.force_login(caller_make(caller, world))
+    response = api.get("/api/v1/costs/", {"group_by": group_by})
+    assert response.status_code == 200
+    accounts = {row["account"] for row in response.json()}
+    own, other = world.own.account.pk, world.other.account.pk
+    if group_by == "namespace":  # no pod asks for a GPU in this world: no row
+        assert accounts == set()
+    elif caller == "superuser":
+        assert accounts >= {own, other}
+    elif caller == "none":
+        assert accounts == set()
+    else:
+        assert accounts == {own}
+    response = api.get("/api/v1/costs/", {"account": other})
+    assert (response.status_code, caller == "superuser" or response.json() == []) == (200, True)
+
+
 def test_a_filter_by_another_accounts_object_lists_nothing(world: World) -> None:
     api = APIClient()
     api.force_login(caller_make("admin", world))

@@ -1,0 +1,495 @@
+"""What things cost now, per hour, at whitesky's own prices (selectors: reads only).
+
+The prices are the account's monthly price per unit at each location, as
+`listCustomerLocations` lists them (`cloud.Location.prices`, `vgu_price`, `currency`); an
+hour is a month / `gpus.models.HOURS_PER_MONTH` (730 h). Counted:
+
+* a machine's VM: its vCPUs (`vcu`) and memory (`mu`, per GiB), as the mirrored VM
+  (`cloud.VirtualMachine`, by location and the VM id the machine holds) lists them; a
+  machine whose VM is not mirrored (not created yet, or not listed yet) costs nothing here;
+* a machine's vGPUs: its reservations in a billed state (`gpus.models.BILLED_STATES`), at
+  the location's vGPU price;
+* orphans: orphaned vGPUs (`gpus.selectors.orphans_list`) and orphan VMs
+  (`clusters.orphans.vm_orphans_list`, their vCPUs and memory), per location.
+
+Not counted: disks (`su`) and IOPS (`tu`), which the VM listing does not carry, public IPs
+(`piu`), Windows (`wu`), flash storage, object storage and network (`nu`, whose metering
+whitesky does not document). NICs: whitesky's prices have no unit per NIC, so a leaked
+NIC costs nothing here (its public IP, if it has one, would be `piu`, not mirrored).
+Billed vGPUs that are neither a machine's nor flagged orphaned (not named by us, or a
+reserve still being resolved) are not in these figures.
+
+Idle and attribution (OpenCost's rule, by request): a node's GPUs are the vGPUs attached
+to its machine's VM; the pods placed on it (pending or running: both hold their request)
+share that cost by the GPUs they request; what no pod requests is idle, and kept apart.
+Requests beyond the attached vGPUs (time-slicing) share the same cost, scaled down. Since
+when a GPU is idle is not known: the mirror keeps no history of the pods that left.
+
+Two currencies are never added: every figure is per currency, and a location has one.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Literal
+
+from django.db.models import Count, Exists, OuterRef, QuerySet, Sum
+
+from cloud.models import Location, VirtualMachine
+from clusters.models import KubeNode, KubePod, Machine, MachinePool
+from clusters.orphans import vm_orphans_list
+from clusters.selectors import ACTIVE_POD_PHASES
+from gpus.models import BILLED_STATES, VgpuReservation, hourly_price
+from gpus.selectors import orphans_list
+
+GroupBy = Literal["account", "location", "cluster", "pool", "namespace"]
+GROUP_BY: tuple[GroupBy, ...] = ("account", "location", "cluster", "pool", "namespace")
+# What an hourly figure is shown to: a cent a month is 0.0000137 per hour.
+HOURLY_PLACES = Decimal("0.0001")
+ZERO = Decimal(0)
+
+
+@dataclass(frozen=True)
+class MachineCost:
+    """What one machine costs per hour."""
+
+    machine_id: int
+    name: str
+    pool_id: int
+    cluster_id: int
+    location_id: int
+    account_id: int
+    currency: str
+    compute: Decimal  # its VM's vCPUs and memory; 0 when its VM is not mirrored
+    vgpu: Decimal  # its billed vGPUs
+    vgpus: int
+    vm_mirrored: bool
+
+    @property
+    def total(self) -> Decimal:
+        return self.compute + self.vgpu
+
+
+@dataclass(frozen=True)
+class GpuNodeCost:
+    """A node's attached vGPUs, what they cost per hour, and who requests them."""
+
+    node_id: int
+    name: str
+    machine_id: int
+    pool_id: int
+    cluster_id: int
+    location_id: int
+    account_id: int
+    currency: str
+    attached: int  # vGPUs attached to its machine's VM
+    requested: int  # GPUs its pending and running pods request
+    cost: Decimal  # the attached vGPUs, per hour
+    idle_gpus: int
+    idle: Decimal  # the part of `cost` no pod requests
+    by_namespace: dict[str, Decimal]  # the rest, shared by request
+    idle_since: None = None  # not known: the mirror keeps no history of pods that left
+
+
+@dataclass(frozen=True)
+class OrphanCost:
+    """What one location's orphans cost per hour."""
+
+    location_id: int
+    account_id: int
+    currency: str
+    vgpus: int
+    vgpu: Decimal
+    vms: int
+    vm: Decimal  # their vCPUs and memory (their vGPUs are orphans of their own)
+
+
+@dataclass
+class CostRow:
+    """One group's hourly figures in one currency. Figures that do not apply to the
+    grouping are None: compute for a namespace (only vGPUs are attributed), orphans below
+    a location."""
+
+    currency: str
+    account: int
+    account_name: str
+    location: int | None = None
+    location_name: str | None = None
+    cluster: int | None = None
+    cluster_name: str | None = None
+    pool: int | None = None
+    pool_name: str | None = None
+    namespace: str | None = None
+    compute: Decimal | None = ZERO
+    vgpu: Decimal = ZERO
+    idle_gpus: int = 0
+    idle: Decimal = ZERO  # part of vgpu
+    orphan_vgpu: Decimal | None = None
+    orphan_vm: Decimal | None = None
+    machines: int = 0
+    total: Decimal = field(default=ZERO)
+
+    def finish(self) -> CostRow:
+        parts = (self.compute, self.vgpu, self.orphan_vgpu, self.orphan_vm)
+        self.total = sum((p for p in parts if p is not None), ZERO)
+        for name in ("compute", "vgpu", "idle", "orphan_vgpu", "orphan_vm", "total"):
+            value = getattr(self, name)
+            if value is not None:
+                setattr(self, name, value.quantize(HOURLY_PLACES))
+        return self
+
+
+def _locations(locations: QuerySet[Location]) -> dict[int, Location]:
+    return {loc.pk: loc for loc in locations.select_related("account").order_by("pk")}
+
+
+def _compute_hourly(location: Location, vcpus: int, memory_mib: int) -> Decimal:
+    # The VM's own formula, on a row built from the values read (no query per VM).
+    vm = VirtualMachine(location=location, vcpus=vcpus, memory_mib=memory_mib)
+    return hourly_price(vm.compute_monthly_price())
+
+
+def machine_costs(locations: QuerySet[Location]) -> list[MachineCost]:
+    """Every machine of the pools in `locations`, with what it costs per hour: four
+    queries, however many machines."""
+    return _machine_costs(_locations(locations))
+
+
+def _machine_costs(by_id: dict[int, Location]) -> list[MachineCost]:
+    machines = list(
+        Machine.objects.filter(pool__site__location_id__in=by_id)
+        .order_by("pk")
+        .values_list(
+            "pk", "name", "vm_id", "pool_id", "pool__cluster_id", "pool__site__location_id"
+        )
+    )
+    held = Machine.objects.filter(
+        pool__site__location_id=OuterRef("location_id"), vm_id=OuterRef("vm_id")
+    )
+    vms = {
+        (location_id, vm_id): (vcpus, memory_mib)
+        for location_id, vm_id, vcpus, memory_mib in VirtualMachine.objects.filter(
+            Exists(held), location_id__in=by_id
+        ).values_list("location_id", "vm_id", "vcpus", "memory_mib")
+    }
+    vgpus = dict(
+        VgpuReservation.objects.filter(
+            machine__pool__site__location_id__in=by_id, state__in=BILLED_STATES
+        )
+        .order_by()
+        .values("machine_id")
+        .annotate(n=Count("pk"))
+        .values_list("machine_id", "n")
+    )
+    found = []
+    for pk, name, vm_id, pool_id, cluster_id, location_id in machines:
+        location = by_id[location_id]
+        vm = vms.get((location_id, vm_id)) if vm_id is not None else None
+        count = vgpus.get(pk, 0)
+        found.append(
+            MachineCost(
+                machine_id=pk,
+                name=name,
+                pool_id=pool_id,
+                cluster_id=cluster_id,
+                location_id=location_id,
+                account_id=location.account_id,
+                currency=location.currency,
+                compute=_compute_hourly(location, *vm) if vm is not None else ZERO,
+                vgpu=count * hourly_price(location.vgu_price),
+                vgpus=count,
+                vm_mirrored=vm is not None,
+            )
+        )
+    return found
+
+
+def _shares(
+    cost: Decimal, attached: int, requests: dict[str, int]
+) -> tuple[int, Decimal, dict[str, Decimal]]:
+    """The idle GPUs, the idle cost, and each namespace's share of `cost` by request."""
+    requested = sum(requests.values())
+    # Requests beyond what is attached (time-slicing) share the same cost.
+    units = max(requested, attached)
+    if units == 0:
+        return 0, ZERO, {}
+    idle_gpus = max(attached - requested, 0)
+    return (
+        idle_gpus,
+        cost * idle_gpus / units,
+        {namespace: cost * n / units for namespace, n in sorted(requests.items())},
+    )
+
+
+def gpu_node_costs(locations: QuerySet[Location]) -> list[GpuNodeCost]:
+    """Every node of a machine in `locations` whose VM has vGPUs attached: its GPU cost
+    per hour, split into the namespaces that request it and the idle rest. Four queries.
+
+    A machine listed under two node names (a node renamed between listings) counts once,
+    under its first node; the pods of both share its GPUs."""
+    return _gpu_node_costs(_locations(locations))
+
+
+def _gpu_node_costs(by_id: dict[int, Location]) -> list[GpuNodeCost]:
+    attached = dict(
+        VgpuReservation.objects.filter(
+            machine__pool__site__location_id__in=by_id, state=VgpuReservation.State.ATTACHED
+        )
+        .order_by()
+        .values("machine_id")
+        .annotate(n=Count("pk"))
+        .values_list("machine_id", "n")
+    )
+    nodes = list(
+        KubeNode.objects.filter(machine_id__in=attached)
+        .order_by("machine_id", "pk")
+        .values_list(
+            "pk",
+            "name",
+            "cluster_id",
+            "machine_id",
+            "machine__pool_id",
+            "machine__pool__site__location_id",
+        )
+    )
+    names_of: dict[int, set[tuple[int, str]]] = defaultdict(set)
+    for _, name, cluster_id, machine_id, _, _ in nodes:
+        names_of[machine_id].add((cluster_id, name))
+    wanted = {key for keys in names_of.values() for key in keys}
+    pods: dict[tuple[int, str], dict[str, int]] = defaultdict(dict)
+    rows = (
+        KubePod.objects.filter(
+            cluster_id__in={cluster for cluster, _ in wanted},
+            phase__in=ACTIVE_POD_PHASES,
+            gpu_requests__gt=0,
+        )
+        .exclude(node_name="")
+        .order_by()
+        .values("cluster_id", "node_name", "namespace")
+        .annotate(n=Sum("gpu_requests"))
+        .values_list("cluster_id", "node_name", "namespace", "n")
+    )
+    for cluster_id, node_name, namespace, n in rows:
+        if (cluster_id, node_name) in wanted:
+            pods[cluster_id, node_name][namespace] = n
+    found = []
+    seen: set[int] = set()
+    for pk, name, cluster_id, machine_id, pool_id, location_id in nodes:
+        if machine_id in seen:
+            continue
+        seen.add(machine_id)
+        requests: dict[str, int] = defaultdict(int)
+        for key in names_of[machine_id]:
+            for namespace, n in pods.get(key, {}).items():
+                requests[namespace] += n
+        location = by_id[location_id]
+        count = attached[machine_id]
+        cost = count * hourly_price(location.vgu_price)
+        idle_gpus, idle, shares = _shares(cost, count, requests)
+        found.append(
+            GpuNodeCost(
+                node_id=pk,
+                name=name,
+                machine_id=machine_id,
+                pool_id=pool_id,
+                cluster_id=cluster_id,
+                location_id=location_id,
+                account_id=location.account_id,
+                currency=location.currency,
+                attached=count,
+                requested=sum(requests.values()),
+                cost=cost,
+                idle_gpus=idle_gpus,
+                idle=idle,
+                by_namespace=shares,
+            )
+        )
+    return found
+
+
+def orphan_costs(locations: QuerySet[Location]) -> list[OrphanCost]:
+    """What the orphaned vGPUs and orphan VMs of each location cost per hour (every
+    location in `locations`, none: 0). Two queries besides the locations'."""
+    return _orphan_costs(_locations(locations))
+
+
+def _orphan_costs(by_id: dict[int, Location]) -> list[OrphanCost]:
+    vgpus = dict(
+        orphans_list()
+        .filter(location_id__in=by_id)
+        .order_by()
+        .values("location_id")
+        .annotate(n=Count("pk"))
+        .values_list("location_id", "n")
+    )
+    vms: dict[int, tuple[int, Decimal]] = {}
+    orphan_vms = (
+        vm_orphans_list()
+        .filter(location_id__in=by_id)
+        .order_by()
+        .values_list("location_id", "vcpus", "memory_mib")
+    )
+    for location_id, vcpus, memory_mib in orphan_vms:
+        count, cost = vms.get(location_id, (0, ZERO))
+        vms[location_id] = (
+            count + 1,
+            cost + _compute_hourly(by_id[location_id], vcpus, memory_mib),
+        )
+    return [
+        OrphanCost(
+            location_id=pk,
+            account_id=location.account_id,
+            currency=location.currency,
+            vgpus=vgpus.get(pk, 0),
+            vgpu=vgpus.get(pk, 0) * hourly_price(location.vgu_price),
+            vms=vms.get(pk, (0, ZERO))[0],
+            vm=vms.get(pk, (0, ZERO))[1],
+        )
+        for pk, location in by_id.items()
+    ]
+
+
+@dataclass(frozen=True)
+class _Names:
+    accounts: dict[int, str]
+    locations: dict[int, str]
+    clusters: dict[int, str]
+    pools: dict[int, tuple[str, int, int, int]]  # name, cluster, location, account
+
+
+def _names(locations: dict[int, Location]) -> _Names:
+    pools = {
+        pk: (name, cluster_id, location_id, account_id)
+        for pk, name, cluster_id, location_id, account_id in MachinePool.objects.filter(
+            site__location_id__in=locations
+        ).values_list("pk", "name", "cluster_id", "site__location_id", "cluster__account_id")
+    }
+    clusters = dict(
+        MachinePool.objects.filter(site__location_id__in=locations)
+        .order_by()
+        .values_list("cluster_id", "cluster__name")
+        .distinct()
+    )
+    return _Names(
+        accounts={loc.account_id: loc.account.name for loc in locations.values()},
+        locations={pk: loc.name for pk, loc in locations.items()},
+        clusters=clusters,
+        pools=pools,
+    )
+
+
+def costs_by(group_by: GroupBy, locations: QuerySet[Location]) -> list[CostRow]:
+    """The hourly figures of what is in `locations`, one row per group and currency:
+    every location's account and location (0 when nothing costs), every pool and its
+    cluster, and each namespace that requests GPUs with, per cluster, the idle rest
+    (namespace None). A constant number of queries, however many machines."""
+    by_id = _locations(locations)
+    names = _names(by_id)
+    rows: dict[tuple[object, ...], CostRow] = {}
+
+    def row(key: tuple[object, ...], **keys: object) -> CostRow:
+        if key not in rows:
+            rows[key] = CostRow(**keys)  # type: ignore[arg-type]
+        return rows[key]
+
+    def at_location(location_id: int) -> CostRow:
+        location = by_id[location_id]
+        account = {
+            "account": location.account_id,
+            "account_name": names.accounts[location.account_id],
+        }
+        if group_by == "account":
+            return row(
+                (location.account_id, location.currency), currency=location.currency, **account
+            )
+        return row(
+            (location_id,),
+            currency=location.currency,
+            location=location_id,
+            location_name=location.name,
+            **account,
+        )
+
+    def in_pool(pool_id: int) -> CostRow:
+        name, cluster_id, location_id, account_id = names.pools[pool_id]
+        currency = by_id[location_id].currency
+        keys: dict[str, object] = {
+            "currency": currency,
+            "account": account_id,
+            "account_name": names.accounts[account_id],
+            "cluster": cluster_id,
+            "cluster_name": names.clusters[cluster_id],
+        }
+        if group_by == "cluster":
+            return row((cluster_id, currency), **keys)
+        return row((pool_id,), **keys, pool=pool_id, pool_name=name,
+                   location=location_id, location_name=by_id[location_id].name)  # fmt: skip
+
+    if group_by in ("account", "location"):
+        for orphans in _orphan_costs(by_id):
+            target = at_location(orphans.location_id)
+            target.orphan_vgpu = (target.orphan_vgpu or ZERO) + orphans.vgpu
+            target.orphan_vm = (target.orphan_vm or ZERO) + orphans.vm
+    elif group_by in ("cluster", "pool"):
+        for pool_id in sorted(names.pools):
+            in_pool(pool_id)
+    else:
+        return _by_namespace(_gpu_node_costs(by_id), names)
+
+    def pick(cost: MachineCost | GpuNodeCost) -> CostRow:
+        if group_by in ("account", "location"):
+            return at_location(cost.location_id)
+        return in_pool(cost.pool_id)
+
+    for machine in _machine_costs(by_id):
+        target = pick(machine)
+        target.compute = (target.compute or ZERO) + machine.compute
+        target.vgpu += machine.vgpu
+        target.machines += 1
+    for node in _gpu_node_costs(by_id):
+        target = pick(node)
+        target.idle_gpus += node.idle_gpus
+        target.idle += node.idle
+    return _sorted(rows.values())
+
+
+def _by_namespace(nodes: Iterable[GpuNodeCost], names: _Names) -> list[CostRow]:
+    rows: dict[tuple[int, str | None, str], CostRow] = {}
+    for node in nodes:
+        keys = {
+            "currency": node.currency,
+            "account": node.account_id,
+            "account_name": names.accounts[node.account_id],
+            "cluster": node.cluster_id,
+            "cluster_name": names.clusters[node.cluster_id],
+            "compute": None,
+        }
+        parts: list[tuple[str | None, Decimal]] = list(node.by_namespace.items())
+        if node.idle_gpus:
+            parts.append((None, node.idle))
+        for namespace, cost in parts:
+            key = (node.cluster_id, namespace, node.currency)
+            target = rows.setdefault(key, CostRow(namespace=namespace, **keys))  # type: ignore[arg-type]
+            target.vgpu += cost
+            if namespace is None:
+                target.idle_gpus += node.idle_gpus
+                target.idle += cost
+    return _sorted(rows.values())
+
+
+def _sorted(rows: Iterable[CostRow]) -> list[CostRow]:
+    def key(row: CostRow) -> tuple[str, ...]:
+        return (
+            row.account_name,
+            row.cluster_name or "",
+            row.pool_name or "",
+            row.location_name or "",
+            # The idle rest after the namespaces of its cluster.
+            "\uffff" if row.namespace is None and row.cluster else row.namespace or "",
+            row.currency,
+        )
+
+    return [row.finish() for row in sorted(rows, key=key)]

@@ -1,0 +1,385 @@
+"""What things cost per hour now, at whitesky's own prices (clusters.costs and
+/api/v1/costs/), against prices computed by hand.
+
+The prices are chosen so that an hour is a round figure (a month is 730 h):
+
+* nl-ams (EUR): vcu 7.30 a month = 0.01 an hour, mu 3.65 = 0.005 per GiB and hour,
+  vgu 730 = 1 an hour;
+* ch-zrh (CHF): vcu 14.60 = 0.02, mu 7.30 = 0.01, vgu 1,460 = 2 an hour.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from rest_framework.test import APIClient
+
+from cloud.models import Account, Location
+from clusters.costs import costs_by, gpu_node_costs, machine_costs
+from clusters.models import Cluster, KubePod, Machine, MachinePool
+from gpus.models import VgpuReservation
+from tests.factories import (
+    AccountFactory,
+    ClusterFactory,
+    ClusterSiteFactory,
+    KubeNodeFactory,
+    KubePodFactory,
+    LocationFactory,
+    MachineFactory,
+    MachinePoolFactory,
+    MembershipFactory,
+    UserFactory,
+    VgpuReservationFactory,
+    VirtualMachineFactory,
+)
+
+pytestmark = pytest.mark.django_db
+
+State = VgpuReservation.State
+
+
+def D(value: str) -> Decimal:
+    return Decimal(value)
+
+
+@dataclass
+class World:
+    account: Account
+    ams: Location
+    zrh: Location
+    cluster: Cluster
+    gpu: MachinePool  # ams: m0, m1
+    cpu: MachinePool  # ams: m2, m3 (no VM yet)
+    remote: MachinePool  # zrh: m4
+    machines: dict[str, Machine]
+
+
+def _machine(pool: MachinePool, name: str, vm_id: int | None, vcpus: int, mib: int) -> Machine:
+    machine = MachineFactory(pool=pool, name=name, vm_id=vm_id, phase=Machine.Phase.RUNNING)
+    if vm_id is not None:
+        VirtualMachineFactory(
+            location=pool.site.location, vm_id=vm_id, name=f"capvco-x-{name}",
+            vcpus=vcpus, memory_mib=mib,
+        )  # fmt: skip
+    return machine  # type: ignore[no-any-return]
+
+
+def _gpus(machine: Machine, *states: str) -> None:
+    for index, state in enumerate(states):
+        VgpuReservationFactory(machine=machine, owner_index=index, state=state)
+
+
+def world_make(account: Account | None = None) -> World:
+    account = account or AccountFactory(name="acme")
+    ams = LocationFactory(
+        account=account, name="nl-ams", currency="EUR", vgu_price=D("730"),
+        prices={"vcu": 7.30, "mu": 3.65, "su": 50, "tu": 10, "piu": 5, "vgu": 730},
+    )  # fmt: skip
+    zrh = LocationFactory(
+        account=account, name="ch-zrh", currency="CHF", vgu_price=D("1460"),
+        prices={"vcu": 14.60, "mu": 7.30, "vgu": 1460},
+    )  # fmt: skip
+    cluster = ClusterFactory(account=account, name="prod")
+    site_ams = ClusterSiteFactory(cluster=cluster, location=ams)
+    site_zrh = ClusterSiteFactory(cluster=cluster, location=zrh)
+    gpu = MachinePoolFactory(site=site_ams, name="gpu", gpus=True, replicas=2)
+    cpu = MachinePoolFactory(site=site_ams, name="cpu", replicas=2)
+    remote = MachinePoolFactory(site=site_zrh, name="remote", gpus=True)
+    machines = {
+        "m0": _machine(gpu, "m0", 100, vcpus=8, mib=32 * 1024),
+        "m1": _machine(gpu, "m1", 101, vcpus=4, mib=16 * 1024),
+        "m2": _machine(cpu, "m2", 102, vcpus=2, mib=4096),
+        "m3": _machine(cpu, "m3", None, vcpus=0, mib=0),
+        "m4": _machine(remote, "m4", 200, vcpus=4, mib=8 * 1024),
+    }
+    _gpus(machines["m0"], State.ATTACHED, State.ATTACHED)
+    _gpus(machines["m1"], State.ATTACHED, State.RESERVED, State.RELEASED)
+    _gpus(machines["m4"], State.ATTACHED)
+    # Orphans in nl-ams: a vGPU no machine owns, and a VM of 2 vCPUs and 2 GiB.
+    VgpuReservationFactory(orphaned=True, location=ams)
+    VirtualMachineFactory(
+        location=ams, vm_id=900, name="capvco-prod-gone", vcpus=2, memory_mib=2048,
+        orphaned_since="2026-12-01T00:00:00Z", orphan_confirmations=1,
+    )  # fmt: skip
+    # The Kubernetes mirror: node-0 (m0, 2 vGPUs) runs a pod of `train` asking for 1, a
+    # pod asking for none and a finished one; node-1 (m1, 1 attached) a pending pod of
+    # `infer` asking for 1; node-4 (m4) nothing.
+    for name, machine in [("node-0", "m0"), ("node-1", "m1"), ("node-4", "m4")]:
+        KubeNodeFactory(cluster=cluster, machine=machines[machine], name=name)
+    KubePodFactory(cluster=cluster, node_name="node-0", namespace="train", gpu_requests=1)
+    KubePodFactory(cluster=cluster, node_name="node-0", namespace="web", gpu_requests=0)
+    KubePodFactory(
+        cluster=cluster, node_name="node-0", namespace="batch", gpu_requests=1,
+        phase=KubePod.Phase.SUCCEEDED,
+    )  # fmt: skip
+    KubePodFactory(
+        cluster=cluster, node_name="node-1", namespace="infer", gpu_requests=1,
+        phase=KubePod.Phase.PENDING,
+    )  # fmt: skip
+    return World(account, ams, zrh, cluster, gpu, cpu, remote, machines)
+
+
+@pytest.fixture
+def world() -> World:
+    return world_make()
+
+
+def _figures(row: Any, *names: str) -> tuple[Any, ...]:
+    get = row.get if isinstance(row, dict) else lambda name: getattr(row, name)
+    return tuple(get(name) for name in names)
+
+
+def test_a_machine_costs_its_vms_vcpus_and_memory_and_its_billed_vgpus(world: World) -> None:
+    costs = {cost.name: cost for cost in machine_costs(Location.objects.all())}
+
+    # m0: 8 vCPUs * 0.01 + 32 GiB * 0.005 = 0.08 + 0.16 = 0.24; 2 vGPUs * 1 = 2.
+    assert (costs["m0"].compute, costs["m0"].vgpu, costs["m0"].currency) == (
+        D("0.24"), D("2"), "EUR",
+    )  # fmt: skip
+    # m1: 4 * 0.01 + 16 * 0.005 = 0.12; attached + reserved are billed, released is not: 2.
+    assert (costs["m1"].compute, costs["m1"].vgpus, costs["m1"].vgpu) == (D("0.12"), 2, D("2"))
+    # m2: 2 * 0.01 + 4 GiB * 0.005 = 0.04; m3 has no VM yet: nothing.
+    assert (costs["m2"].compute, costs["m2"].vgpu) == (D("0.04"), D("0"))
+    assert (costs["m3"].compute, costs["m3"].vm_mirrored) == (D("0"), False)
+    # m4 in CHF: 4 * 0.02 + 8 GiB * 0.01 = 0.16; 1 vGPU * 2 = 2.
+    assert (costs["m4"].compute, costs["m4"].vgpu, costs["m4"].currency) == (
+        D("0.16"), D("2"), "CHF",
+    )  # fmt: skip
+
+
+def test_a_pool_and_a_cluster_sum_their_machines_per_currency(world: World) -> None:
+    pools = {row.pool_name: row for row in costs_by("pool", Location.objects.all())}
+    clusters = costs_by("cluster", Location.objects.all())
+
+    names = ("currency", "machines", "compute", "vgpu", "total")
+    # gpu: m0 + m1 = (0.24 + 0.12) compute, (2 + 2) vGPUs = 4.36.
+    assert _figures(pools["gpu"], *names) == ("EUR", 2, D("0.36"), D("4"), D("4.36"))
+    assert _figures(pools["cpu"], *names) == ("EUR", 2, D("0.04"), D("0"), D("0.04"))
+    assert _figures(pools["remote"], *names) == ("CHF", 1, D("0.16"), D("2"), D("2.16"))
+    # prod: one row per currency, never one sum: EUR 0.36 + 0.04 and 4; CHF as remote.
+    assert [_figures(row, "cluster_name", *names) for row in clusters] == [
+        ("prod", "CHF", 1, D("0.16"), D("2"), D("2.16")),
+        ("prod", "EUR", 4, D("0.40"), D("4"), D("4.40")),
+    ]
+    assert all(row.orphan_vgpu is None and row.orphan_vm is None for row in clusters)
+
+
+def test_an_account_and_a_location_carry_their_orphans(world: World) -> None:
+    accounts = costs_by("account", Location.objects.all())
+    locations = {row.location_name: row for row in costs_by("location", Location.objects.all())}
+
+    names = ("currency", "compute", "vgpu", "orphan_vgpu", "orphan_vm", "total")
+    # EUR: 0.40 + 4 of machines, 1 orphaned vGPU (1), an orphan VM of 2 * 0.01 + 2 * 0.005
+    # = 0.03: 5.43. CHF: m4 alone, no orphans.
+    assert [_figures(row, *names) for row in accounts] == [
+        ("CHF", D("0.16"), D("2"), D("0"), D("0"), D("2.16")),
+        ("EUR", D("0.40"), D("4"), D("1"), D("0.03"), D("5.43")),
+    ]
+    assert _figures(locations["nl-ams"], *names) == _figures(accounts[1], *names)
+    assert _figures(locations["ch-zrh"], *names) == _figures(accounts[0], *names)
+
+
+def test_idle_gpus_are_attached_ones_no_pending_or_running_pod_requests(world: World) -> None:
+    nodes = {node.name: node for node in gpu_node_costs(Location.objects.all())}
+    pools = {row.pool_name: row for row in costs_by("pool", Location.objects.all())}
+    clusters = {row.currency: row for row in costs_by("cluster", Location.objects.all())}
+
+    names = ("attached", "requested", "idle_gpus", "idle", "idle_since")
+    # node-0: 2 attached, `train` asks for 1 (the finished pod holds nothing): 1 idle, 1/h.
+    assert _figures(nodes["node-0"], *names) == (2, 1, 1, D("1"), None)
+    # node-1: its one attached vGPU is asked for by a pending pod (the reserved one is not
+    # attached, so it is no node's).
+    assert _figures(nodes["node-1"], *names) == (1, 1, 0, D("0"), None)
+    # node-4: 1 attached in CHF, nothing asks: 2 CHF/h idle.
+    assert _figures(nodes["node-4"], *names) == (1, 0, 1, D("2"), None)
+    assert _figures(pools["gpu"], "idle_gpus", "idle") == (1, D("1"))
+    assert _figures(pools["cpu"], "idle_gpus", "idle") == (0, D("0"))
+    assert _figures(clusters["CHF"], "idle_gpus", "idle") == (1, D("2"))
+    assert _figures(clusters["EUR"], "idle_gpus", "idle") == (1, D("1"))
+
+
+def test_namespaces_share_gpu_cost_by_request_and_idle_is_kept_apart(world: World) -> None:
+    rows = costs_by("namespace", Location.objects.all())
+
+    names = ("cluster_name", "namespace", "currency", "compute", "vgpu", "idle_gpus", "idle")
+    assert [_figures(row, *names) for row in rows] == [
+        ("prod", "infer", "EUR", None, D("1"), 0, D("0")),
+        ("prod", "train", "EUR", None, D("1"), 0, D("0")),
+        ("prod", None, "CHF", None, D("2"), 1, D("2")),
+        ("prod", None, "EUR", None, D("1"), 1, D("1")),
+    ]
+    # Together they are what the GPU nodes' attached vGPUs cost: 3 EUR and 2 CHF an hour.
+    assert sum(row.vgpu for row in rows if row.currency == "EUR") == D("3")
+
+
+def test_requests_beyond_the_attached_vgpus_share_their_cost(world: World) -> None:
+    # Time-slicing: node-4's one vGPU (2 CHF/h) is asked for 3 times, 2 by `a`, 1 by `b`.
+    KubePodFactory(cluster=world.cluster, node_name="node-4", namespace="a", gpu_requests=2)
+    KubePodFactory(cluster=world.cluster, node_name="node-4", namespace="b", gpu_requests=1)
+
+    node = next(n for n in gpu_node_costs(Location.objects.all()) if n.name == "node-4")
+
+    # 2 * 2/3 and 2 * 1/3; nothing idle.
+    assert (node.idle_gpus, node.idle) == (0, D("0"))
+    assert {ns: share.quantize(D("0.0001")) for ns, share in node.by_namespace.items()} == {
+        "a": D("1.3333"), "b": D("0.6667"),
+    }  # fmt: skip
+
+
+def test_two_currencies_are_never_summed(world: World) -> None:
+    for group_by in ("account", "location", "cluster", "pool", "namespace"):
+        rows = costs_by(group_by, Location.objects.all())  # type: ignore[arg-type]
+        keys = [
+            (row.account, row.location, row.cluster, row.pool, row.namespace, row.currency)
+            for row in rows
+        ]
+        assert len(keys) == len(set(keys)), group_by
+        # Nothing adds EUR to CHF: no figure is 2 CHF + anything in EUR.
+        assert D("7.59") not in {row.total for row in rows}, group_by
+
+
+# The API.
+
+
+@pytest.mark.parametrize(
+    ("group_by", "keys"),
+    [
+        ("account", [("acme", None, None, None, "CHF"), ("acme", None, None, None, "EUR")]),
+        (
+            "location",
+            [("acme", "ch-zrh", None, None, "CHF"), ("acme", "nl-ams", None, None, "EUR")],
+        ),
+        ("cluster", [("acme", None, "prod", None, "CHF"), ("acme", None, "prod", None, "EUR")]),
+        (
+            "pool",
+            [
+                ("acme", "nl-ams", "prod", "cpu", "EUR"),
+                ("acme", "nl-ams", "prod", "gpu", "EUR"),
+                ("acme", "ch-zrh", "prod", "remote", "CHF"),
+            ],
+        ),
+    ],
+)
+def test_the_api_groups_by_each_key(
+    api: APIClient, world: World, group_by: str, keys: list[tuple[Any, ...]]
+) -> None:
+    response = api.get("/api/v1/costs/", {"group_by": group_by})
+
+    assert response.status_code == 200, response.content
+    names = ("account_name", "location_name", "cluster_name", "pool_name", "currency")
+    assert [_figures(row, *names) for row in response.json()] == keys
+
+
+def test_the_api_answers_figures_as_decimals_and_groups_by_account_by_default(
+    api: APIClient, world: World
+) -> None:
+    rows = api.get("/api/v1/costs/").json()
+
+    assert rows[1] == {
+        "account": world.account.pk, "account_name": "acme", "location": None,
+        "location_name": None, "cluster": None, "cluster_name": None, "pool": None,
+        "pool_name": None, "namespace": None, "currency": "EUR", "machines": 4,
+        "compute": "0.4000", "vgpu": "4.0000", "idle_gpus": 1, "idle": "1.0000",
+        "orphan_vgpu": "1.0000", "orphan_vm": "0.0300", "total": "5.4300",
+    }  # fmt: skip
+
+
+def test_the_api_by_namespace_shows_the_idle_rest_apart(api: APIClient, world: World) -> None:
+    rows = api.get("/api/v1/costs/", {"group_by": "namespace"}).json()
+
+    assert [(row["namespace"], row["vgpu"], row["idle"]) for row in rows] == [
+        ("infer", "1.0000", "0.0000"),
+        ("train", "1.0000", "0.0000"),
+        (None, "2.0000", "2.0000"),
+        (None, "1.0000", "1.0000"),
+    ]
+
+
+def test_the_api_filters_by_location(api: APIClient, world: World) -> None:
+    rows = api.get("/api/v1/costs/", {"group_by": "pool", "location": world.zrh.pk}).json()
+
+    assert [row["pool_name"] for row in rows] == ["remote"]
+
+
+@pytest.mark.parametrize("value", ["machine", "", "Pool"])
+def test_a_bad_group_by_is_refused_naming_the_parameter(
+    api: APIClient, world: World, value: str
+) -> None:
+    response = api.get("/api/v1/costs/", {"group_by": value})
+
+    assert response.status_code == 400
+    body = response.json()
+    assert list(body["fields"]) == ["group_by"]
+    assert "account, location, cluster, pool, namespace" in body["fields"]["group_by"][0]
+
+
+def test_group_by_given_twice_is_refused(api: APIClient, world: World) -> None:
+    response = api.get("/api/v1/costs/?group_by=pool&group_by=cluster")
+
+    assert (response.status_code, list(response.json()["fields"])) == (400, ["group_by"])
+
+
+def test_history_is_refused_saying_it_is_not_kept(api: APIClient, world: World) -> None:
+    response = api.get("/api/v1/costs/", {"start": "2026-12-01T00:00:00Z", "step": "1h"})
+
+    assert response.status_code == 400
+    fields = response.json()["fields"]
+    assert sorted(fields) == ["start", "step"]
+    assert fields["start"][0].startswith("History is not kept yet")
+
+
+def test_a_user_of_another_account_sees_nothing_of_this_one(world: World) -> None:
+    theirs = world_make(AccountFactory(name="other"))
+    viewer = UserFactory()
+    MembershipFactory(user=viewer, account=theirs.account, role="viewer")
+    api = APIClient()
+    api.force_login(viewer)
+
+    for group_by in ("account", "location", "cluster", "pool", "namespace"):
+        rows = api.get("/api/v1/costs/", {"group_by": group_by}).json()
+        assert rows and {row["account_name"] for row in rows} == {"other"}, group_by
+    by_account_id = api.get("/api/v1/costs/", {"account": world.account.pk})
+    assert (by_account_id.status_code, by_account_id.json()) == (200, [])
+
+
+def test_a_user_of_no_account_sees_no_costs(world: World) -> None:
+    api = APIClient()
+    api.force_login(UserFactory())
+
+    assert api.get("/api/v1/costs/", {"group_by": "pool"}).json() == []
+
+
+def test_without_credentials_the_costs_answer_401(world: World) -> None:
+    assert APIClient().get("/api/v1/costs/").status_code == 401
+
+
+def _more_gpu_machines(world: World, n: int) -> None:
+    for index in range(n):
+        vm_id = 1000 + MachinePool.objects.count() * 100 + index
+        machine = _machine(world.gpu, f"x{vm_id}", vm_id, vcpus=2, mib=2048)
+        _gpus(machine, State.ATTACHED)
+        node = KubeNodeFactory(cluster=world.cluster, machine=machine, name=f"n{vm_id}")
+        KubePodFactory(cluster=world.cluster, node_name=node.name, namespace=f"ns{index % 3}")
+
+
+@pytest.mark.parametrize("group_by", ["account", "location", "cluster", "pool", "namespace"])
+def test_the_query_count_does_not_grow_with_the_machines(
+    api: APIClient, world: World, group_by: str
+) -> None:
+    def counted() -> int:
+        with CaptureQueriesContext(connection) as queries:
+            response = api.get("/api/v1/costs/", {"group_by": group_by})
+            assert response.status_code == 200
+        return len(queries)
+
+    few = counted()
+    _more_gpu_machines(world, 20)
+    many = counted()
+
+    assert many == few, (few, many)
+    assert few <= 11, few  # locations 1, names 2, orphans 2, machines 3, nodes 3
