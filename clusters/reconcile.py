@@ -52,6 +52,7 @@ from gpus.resolve import CAPACITY_WAIT
 from gpus.services import (
     OutcomePending,
     VgpuOwner,
+    reservation_attach,
     reservation_pending_resolve,
     reservation_release,
     reservation_reserve_and_attach,
@@ -542,10 +543,12 @@ def _attached_ensure(ctx: PassContext, machine: Machine, row: VgpuReservation, s
     if row.vgpu_id not in step.attach:
         raise StepDropped(f"{row.name} ({row.vgpu_id}) was not held when the step was planned")
     _phase_set(machine, Phase.ATTACHING)
-    ctx.client.attach_vgpu(
-        cloudspace_id=machine.pool.site.cloudspace_id, vm_id=machine.vm_id, vgpu_id=row.vgpu_id
+    reservation_attach(
+        client=ctx.client,
+        row=row,
+        cloudspace_id=machine.pool.site.cloudspace_id,
+        vm_id=machine.vm_id,
     )
-    model_update(row, {"vm_id": machine.vm_id, "state": RState.ATTACHED})
 
 
 def _vm_start(ctx: PassContext, machine: Machine, step: Step) -> None:

@@ -54,6 +54,7 @@ from gpus.services import (
     ReleaseRefused,
     release_request_pending,
     reservation_release,
+    reservations_detached,
 )
 
 State = VgpuReservation.State
@@ -239,11 +240,7 @@ def orphan_vm_remove(
     }
     vm_remove(client, cloudspace_id=vm.cloudspace_id, vm_id=vm.vm_id)
     audit_record(actor=actor, action="vm.delete", obj=vm, reason=reason, before=before)
-    for row in VgpuReservation.objects.filter(location=vm.location, vm_id=vm.vm_id):
-        detached: dict[str, object] = {"vm_id": None}
-        if row.state == State.ATTACHED:
-            detached["state"] = State.RESERVED
-        model_update(row, detached, expect={"vm_id": vm.vm_id, "state": row.state})
+    reservations_detached(location_id=vm.location_id, vm_id=vm.vm_id)
     if request is None:
         # Recorded as ours, beside the VM row that only observe writes: not due again
         # before a listing begun after it shows the VM again (a delete that did not happen).

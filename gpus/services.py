@@ -107,6 +107,27 @@ def reservation_reserve_and_attach(
     return row
 
 
+def reservation_attach(
+    *, client: ws.WhiteskyClient, row: VgpuReservation, cloudspace_id: str, vm_id: int
+) -> None:
+    """Attach a held reservation to a VM; the row says so once whitesky answered."""
+    assert row.vgpu_id is not None, "only a listed reservation can be attached"
+    client.attach_vgpu(cloudspace_id=cloudspace_id, vm_id=vm_id, vgpu_id=row.vgpu_id)
+    model_update(row, {"vm_id": vm_id, "state": State.ATTACHED})
+
+
+def reservations_detached(*, location_id: int, vm_id: int) -> int:
+    """The reservations attached to a VM we removed: attached to nothing now, still billed
+    until released. Compare-and-set per row; answers how many were written."""
+    written = 0
+    for row in VgpuReservation.objects.filter(location_id=location_id, vm_id=vm_id):
+        detached: dict[str, object] = {"vm_id": None}
+        if row.state == State.ATTACHED:
+            detached["state"] = State.RESERVED
+        written += model_update(row, detached, expect={"vm_id": vm_id, "state": row.state})
+    return written
+
+
 class OutcomePending(Exception):
     """A reserve whose answer was lost may still land: nothing is decided about it yet."""
 
