@@ -19,8 +19,7 @@ from capvco_web.integrations import whitesky as ws
 from cloud.models import Location
 from cloud.observe import vms_sync
 from clusters.models import ClusterSite
-from clusters.orphans import vm_orphans_flag
-from clusters.selectors import machine_ids_by_owner, pools_by_cluster
+from clusters.orphans import VmOwners, vm_orphans_flag
 from gpus.mirror import gpu_profiles_sync, listed_vgpus_sync
 from gpus.services import reservations_settle
 
@@ -38,12 +37,16 @@ class ObservationResult:
 
 
 def vgpu_listing_apply(
-    *, location: Location, listing: ws.Listing[ws.Vgpu], listed_at: datetime
+    *,
+    location: Location,
+    listing: ws.Listing[ws.Vgpu],
+    listed_at: datetime,
+    owners: VmOwners | None = None,
 ) -> int:
     """Observe mirrors the listing (ListedVgpu, orphan flags included); then act brings
     the reservations we keep in line with it. Answers the rows written."""
-    pools, now = pools_by_cluster(location.account_id), timezone.now()
-    machine_ids = machine_ids_by_owner(location.account_id)
+    owners, now = owners or VmOwners(location), timezone.now()
+    pools, machine_ids = owners.pools, owners.machine_ids
     mirrored, shown = listed_vgpus_sync(
         location=location, listing=listing, pools_by_cluster=pools, machine_ids=machine_ids, now=now
     )
@@ -92,7 +95,11 @@ def location_observe(*, client: ws.WhiteskyClient, location: Location) -> Observ
     with transaction.atomic():
         if profiles is not None:
             result.writes += gpu_profiles_sync(location=location, profiles=profiles).writes
-        result.writes += vgpu_listing_apply(location=location, listing=listing, listed_at=started)
+        # The machines the owner names point at, read once the listings are in.
+        owners = VmOwners(location)
+        result.writes += vgpu_listing_apply(
+            location=location, listing=listing, listed_at=started, owners=owners
+        )
         shown: dict[str, set[str]] = defaultdict(set)  # what each cloudspace's sites say now
         for cloudspace_id, shown_error in ClusterSite.objects.filter(location=location).values_list(
             "cloudspace_id", "observation_error"
@@ -108,7 +115,11 @@ def location_observe(*, client: ws.WhiteskyClient, location: Location) -> Observ
                     location=location, cloudspace_id=cloudspace_id, vms=listed
                 )
                 result.writes += vm_orphans_flag(
-                    location=location, cloudspace_id=cloudspace_id, vms=listed, complete=True
+                    location=location,
+                    cloudspace_id=cloudspace_id,
+                    vms=listed,
+                    complete=True,
+                    owners=owners,
                 )
             if shown[cloudspace_id] != {error}:
                 result.writes += ClusterSite.objects.filter(

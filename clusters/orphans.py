@@ -41,16 +41,19 @@ class VmOwner:
 
 
 class VmOwners:
-    """The machines of a location's account, by the VM id they recorded and by VM name."""
+    """The machines of a location's account, by the VM id they recorded and by VM name,
+    and by (cluster, machine) name: what the owner names of VMs and vGPUs point at."""
 
     def __init__(self, location: Location) -> None:
         self.pools = pools_by_cluster(location.account_id)
         rows = Machine.objects.filter(pool__cluster__account_id=location.account_id).values_list(
-            "pool__cluster__name", "pool__name", "name", "vm_id", "pool__site__location_id"
+            "pk", "pool__cluster__name", "pool__name", "name", "vm_id", "pool__site__location_id"
         )
         self.by_vm_id: dict[int, tuple[str, str]] = {}
         self.by_vm_name: dict[str, tuple[str, str, int | None]] = {}
-        for cluster, pool, machine, vm_id, location_id in rows:
+        self.machine_ids: dict[tuple[str, str], int] = {}
+        for pk, cluster, pool, machine, vm_id, location_id in rows:
+            self.machine_ids[(cluster, machine)] = pk
             owner = f"{cluster}/{machine}"
             if vm_id is not None and location_id == location.pk:
                 self.by_vm_id[vm_id] = (owner, pool)
@@ -83,6 +86,7 @@ def vm_orphans_flag(
     cloudspace_id: str,
     vms: Sequence[ws.Vm],
     complete: bool,
+    owners: VmOwners | None = None,
     now: datetime | None = None,
 ) -> int:
     """Flag (or clear) the orphans among the listed VMs of a cloudspace; returns the rows
@@ -96,7 +100,7 @@ def vm_orphans_flag(
         return 0
     now = now or timezone.now()
     threshold = location.account.orphan_confirmations
-    owners = VmOwners(location)
+    owners = owners or VmOwners(location)
     rows = {
         vm.vm_id: vm
         for vm in VirtualMachine.objects.filter(

@@ -35,15 +35,6 @@ def pools_by_cluster(account_id: int) -> dict[str, set[str]]:
     return found
 
 
-def machine_ids_by_owner(account_id: int) -> dict[tuple[str, str], int]:
-    """Every machine of an account by (cluster name, machine name): what an owner name read
-    from a VM or vGPU name points at."""
-    rows = Machine.objects.filter(pool__cluster__account_id=account_id).values_list(
-        "pool__cluster__name", "name", "pk"
-    )
-    return {(cluster, machine): pk for cluster, machine, pk in rows}
-
-
 def _per_cluster(rows: QuerySet[Any], value: Any) -> Coalesce:
     """One figure of the rows of the outer cluster (`cluster=OuterRef("pk")` already in
     `rows`), 0 when there are none: a subquery, so that a list of clusters is one query."""
