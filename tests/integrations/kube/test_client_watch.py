@@ -91,13 +91,22 @@ def test_a_resource_version_the_history_no_longer_holds_is_expired(
     assert (raised.value.status, raised.value.operation) == (410, "watch pods")
 
 
-def test_a_watch_that_fails_is_a_typed_error(
-    client: KubeClient, kube_sim: KubeSimulator, cluster: SimCluster
+@pytest.mark.parametrize(
+    ("status", "error"), [(410, kube.Expired), (503, kube.ServerError), (401, kube.Unauthorized)]
+)
+def test_a_watch_answered_with_an_error_status_is_a_typed_error(
+    client: KubeClient,
+    kube_sim: KubeSimulator,
+    cluster: SimCluster,
+    status: int,
+    error: type[kube.KubeError],
 ) -> None:
-    kube_sim.fault(operation="watch pods", status=503)
+    kube_sim.fault(operation="watch pods", status=status)
 
-    with pytest.raises(kube.ServerError):
+    with pytest.raises(error) as raised:
         list(client.watch_pods(resource_version="1", timeout_seconds=2))
+
+    assert raised.value.status == status
 
 
 def test_stop_from_another_thread_ends_a_quiet_watch_at_once(
