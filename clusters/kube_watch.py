@@ -22,8 +22,8 @@ A healthy thread stamps its KubeWatch row (the time its view was last known whol
 current) at most every STAMP_EVERY_SECONDS, and at least at the end of each watch
 request; the beat pass does not list a kind whose stamp is fresh (younger than two
 watch requests), so the two never both list it. A thread that fails, or stops, clears
-its stamp (the beat pass lists again at its next tick); a process that died leaves stamps
-that go stale by themselves.
+its stamp (the beat pass lists again at its next tick; after a 410 it keeps it while it
+lists again at once); a process that died leaves stamps that go stale by themselves.
 
 The process reads the cluster table every POLL_SECONDS: a new cluster gets its threads,
 a removed one (deleting, or its kubeconfig removed) loses them, and a changed kubeconfig
@@ -92,6 +92,7 @@ class KubeWatcher(threading.Thread):
         self._stream: WatchStream[Any] | None = None
         self._stamped: datetime | None = None
         self._stamped_clock = 0.0
+        self._listed_clock = 0.0
         self._error = ""
         self.failures = 0
         """Failures in a row: the back-off doubles with each."""
@@ -113,6 +114,8 @@ class KubeWatcher(threading.Thread):
                     self._list_and_watch()
                 except _Relist:
                     logger.info("watch %s of %s: expired (410), listing again", *self._what())
+                    if time.monotonic() - self._listed_clock < SHORTEST_WATCH_SECONDS:
+                        self.stopping.wait(SHORTEST_WATCH_SECONDS)  # not one listing per 410
                 except (kube.KubeError, kube.KubeconfigInvalid, DatabaseError) as exc:
                     self._failed(exc)
                     self.stopping.wait(self.backoff())
@@ -152,6 +155,7 @@ class KubeWatcher(threading.Thread):
         with transaction.atomic():
             sync(cluster=cluster, listing=listing, listed_at=listed_at, now=timezone.now())
         self._stamp(listed_at, force=True)
+        self._listed_clock = time.monotonic()
         self._recovered()
         return listing.resource_version
 
@@ -167,7 +171,7 @@ class KubeWatcher(threading.Thread):
         events = 0
         try:
             if self.stopping.is_set():
-                return version  # stopped before the stream was kept to be cut
+                return version  # stopped before stop() could see the stream to cut
             for event in stream:
                 seen = timezone.now()
                 self._apply(cluster, event, seen)
