@@ -185,6 +185,19 @@ def test_a_pod_deleted_while_the_watch_is_broken_is_removed_only_by_the_next_lis
     eventually(lambda: stamp("pods") is not None, what="the stamp back")
 
 
+def test_the_watch_lists_again_every_resync_period(
+    kube_sim: KubeSimulator, watching: Any, settings: Any
+) -> None:
+    settings.KUBE_RESYNC_SECONDS = 1  # below what KUBE_RESYNC_SECONDS accepts, for the test
+
+    watching("pods")
+
+    eventually(lambda: listings(kube_sim, "list pods") >= 3, what="listings a second apart")
+    watches = [c for c in kube_sim.calls("prod") if c["operation"] == "watch pods"]
+    # A watch request lasts at most until the resync is due.
+    assert watches and all(c["query"]["timeoutSeconds"] == "1" for c in watches)
+
+
 def test_a_stopped_watch_clears_its_stamp(watching: Any) -> None:
     watcher = watching("pods")
 
