@@ -248,3 +248,13 @@ def pool_max_replicas(value: int) -> int:
             f"POOL_MAX_REPLICAS={value} is out of range: give 1 to {POOL_REPLICAS_CEILING}"
         )
     return value
+
+
+def kube_resync_seconds(value: float) -> float:
+    """KUBE_RESYNC_SECONDS, checked: how often the watch process lists each cluster's nodes
+    and pods again, whatever its watches showed (a safety net, not the way changes come)."""
+    if not 30 <= value <= 86_400:
+        raise ImproperlyConfigured(
+            f"KUBE_RESYNC_SECONDS={value:g} is out of range: give 30 to 86400 seconds"
+        )
+    return value

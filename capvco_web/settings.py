@@ -17,6 +17,7 @@ from capvco_web.environment import (
     database_config,
     default_broker_url,
     encryption_keys,
+    kube_resync_seconds,
     new_encryption_key,
     new_secret_key,
     pool_max_replicas,
@@ -381,6 +382,9 @@ except ValueError as exc:
 KUBE_CONNECT_TIMEOUT = env.float("KUBE_CONNECT_TIMEOUT_SECONDS", default=5)
 KUBE_READ_TIMEOUT = env.float("KUBE_READ_TIMEOUT_SECONDS", default=30)
 KUBE_LIST_PAGE_SIZE = env.int("KUBE_LIST_PAGE_SIZE", default=500)
+# The watch process (`manage.py kube_watch`) lists each cluster's nodes and pods again this
+# often, whatever its watches showed; between, changes come by watch (clusters.kube_watch).
+KUBE_RESYNC_SECONDS = kube_resync_seconds(env.float("KUBE_RESYNC_SECONDS", default=600))
 # A running machine with no node this long after its VM started is flagged ("never joined").
 NODE_JOIN_TIMEOUT_SECONDS = env.float("NODE_JOIN_TIMEOUT_SECONDS", default=900)
 # A node of a GPU machine that advertises no nvidia.com/gpu this long after it joined (or

@@ -10,6 +10,11 @@ A pass over an unchanged cluster writes nothing but the cluster's stamp: a compl
 listing whose resourceVersion is the one last mirrored is not compared at all, and
 otherwise a row is written only when a mirrored field differs (a node's heartbeat moves
 its resourceVersion, not what we keep).
+
+A kind whose watch stamp is fresh (clusters.kube_watch: the watch process lists it once
+and keeps it current from its watch) is not listed here: its rows are the watch's, and
+the flags are raised from them as from a complete listing begun at the stamp. When the
+watch process is not running, its stamps go stale and this pass lists as it always did.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from capvco_web.rows import fields_assign
 from clusters.gpu_nodes import node_gpu_flags
 from clusters.models import Cluster, KubeNode, KubePod
 from clusters.nodes import node_owners_flag
+from clusters.selectors import kube_watched
 
 if TYPE_CHECKING:
     from capvco_web.integrations.kube.client import KubeClient
@@ -36,7 +42,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 BATCH = 1000
-_POD_FIELDS = (
+POD_FIELDS = (
     "namespace",
     "name",
     "node_name",
@@ -58,18 +64,26 @@ class KubeObservationResult:
     unchanged: list[str] = field(default_factory=list)
     """The listings (`nodes`, `pods`) skipped because their resourceVersion was mirrored."""
     nodes_complete: bool = False
+    watched: list[str] = field(default_factory=list)
+    """The kinds not listed: the watch process keeps their mirror current (clusters.kube_watch)."""
 
 
 def cluster_kube_observe(*, client: KubeClient, cluster: Cluster) -> KubeObservationResult:
-    nodes_started = timezone.now()
-    nodes = client.list_nodes()
-    pods_started = timezone.now()
-    pods = client.list_pods()
+    # A kind the watch process keeps current is not listed: its mirror is whole as of the
+    # watch's stamp, which stands for when its listing began.
+    watched = kube_watched(cluster, now=timezone.now())
+    nodes_started = watched.get("nodes") or timezone.now()
+    nodes = (
+        _watched(cluster.kube_nodes_resource_version) if "nodes" in watched else client.list_nodes()
+    )
+    pods_started = watched.get("pods") or timezone.now()
+    pods = _watched(cluster.kube_pods_resource_version) if "pods" in watched else client.list_pods()
     result = KubeObservationResult(
         cluster=cluster.name,
         complete=nodes.complete and pods.complete,
         list_calls=nodes.calls + pods.calls,
         nodes_complete=nodes.complete,
+        watched=sorted(watched),
     )
     for what, listing in (("nodes", nodes), ("pods", pods)):
         if listing.error is not None:
@@ -77,17 +91,21 @@ def cluster_kube_observe(*, client: KubeClient, cluster: Cluster) -> KubeObserva
     stamp: dict[str, Any] = {
         "kube_observation_complete": result.complete,
         "kube_observation_error": "; ".join(result.errors),
-        "kube_observation_started_at": nodes_started,
+        "kube_observation_started_at": min(nodes_started, pods_started),
     }
     with transaction.atomic():
         now = timezone.now()
-        if _unchanged(nodes, cluster.kube_nodes_resource_version):
+        if "nodes" in watched:
+            pass  # the watch wrote its rows
+        elif _unchanged(nodes, cluster.kube_nodes_resource_version):
             result.unchanged.append("nodes")
         else:
             result.writes += nodes_sync(
                 cluster=cluster, listing=nodes, listed_at=nodes_started, now=now
             )
-        if _unchanged(pods, cluster.kube_pods_resource_version):
+        if "pods" in watched:
+            pass
+        elif _unchanged(pods, cluster.kube_pods_resource_version):
             result.unchanged.append("pods")
         else:
             result.writes += pods_sync(
@@ -113,13 +131,19 @@ def cluster_kube_observe(*, client: KubeClient, cluster: Cluster) -> KubeObserva
         if pods.complete:
             stamp["kube_pods_resource_version"] = pods.resource_version
         if result.complete:
-            stamp["kube_last_complete_observation_at"] = nodes_started
+            stamp["kube_last_complete_observation_at"] = min(nodes_started, pods_started)
         Cluster.objects.filter(pk=cluster.pk).update(**stamp)
         for name, value in stamp.items():
             setattr(cluster, name, value)
     for problem in result.errors:
         logger.warning("observe kubernetes of %s: %s", cluster.name, problem)
     return result
+
+
+def _watched(mirrored: str) -> kube.Listing[Any]:
+    """What stands for the listing of a watched kind: complete, nothing in it to write
+    (never given to nodes_sync or pods_sync), the mirrored resourceVersion kept."""
+    return kube.Listing((), complete=True, resource_version=mirrored)
 
 
 def _unchanged(listing: kube.Listing[Any], mirrored: str) -> bool:
@@ -135,15 +159,7 @@ def nodes_sync(
     to_update: list[KubeNode] = []
     fields: set[str] = set()
     for node in listing.items:
-        data = {
-            "uid": node.uid,
-            "provider_id": node.provider_id,
-            "labels": dict(node.labels),
-            "gpu_capacity": node.gpu_capacity,
-            "gpu_allocatable": node.gpu_allocatable,
-            "ready": node.ready,
-            "kubelet_version": node.kubelet_version,
-        }
+        data = node_row_data(node)
         row = existing.pop(node.name, None)
         if row is None:
             to_create.append(
@@ -176,23 +192,15 @@ def pods_sync(
     existing: dict[str, tuple[int, tuple[Any, ...], datetime]] = {
         row[1]: (row[0], tuple(row[2:-1]), row[-1])
         for row in KubePod.objects.filter(cluster=cluster).values_list(
-            "pk", "uid", *_POD_FIELDS, "updated_at"
+            "pk", "uid", *POD_FIELDS, "updated_at"
         )
     }
     to_create: list[KubePod] = []
     to_update: list[KubePod] = []
     for pod in listing.items:
-        values = (
-            pod.namespace,
-            pod.name,
-            pod.node_name,
-            pod.phase,
-            pod.gpu_requests,
-            pod.sriov_network,
-            pod.gpu_type,
-        )
+        values = pod_row_values(pod)
         found = existing.pop(pod.uid, None)
-        data = dict(zip(_POD_FIELDS, values, strict=True))
+        data = dict(zip(POD_FIELDS, values, strict=True))
         if found is None:
             to_create.append(
                 KubePod(cluster=cluster, uid=pod.uid, first_seen_at=now, updated_at=now, **data)
@@ -203,12 +211,38 @@ def pods_sync(
             to_update.append(KubePod(pk=pk, cluster=cluster, uid=pod.uid, updated_at=now, **data))
     KubePod.objects.bulk_create(to_create, batch_size=BATCH)
     if to_update:
-        KubePod.objects.bulk_update(to_update, [*_POD_FIELDS, "updated_at"], batch_size=BATCH)
+        KubePod.objects.bulk_update(to_update, [*POD_FIELDS, "updated_at"], batch_size=BATCH)
     gone = [pk for pk, _, updated_at in existing.values() if updated_at <= listed_at]
     if not listing.complete:
         gone = []
     _delete(KubePod, gone)
     return len(to_create) + len(to_update) + len(gone)
+
+
+def node_row_data(node: kube.Node) -> dict[str, Any]:
+    """What a node's row mirrors of it (its name aside), by listing or by watch event."""
+    return {
+        "uid": node.uid,
+        "provider_id": node.provider_id,
+        "labels": dict(node.labels),
+        "gpu_capacity": node.gpu_capacity,
+        "gpu_allocatable": node.gpu_allocatable,
+        "ready": node.ready,
+        "kubelet_version": node.kubelet_version,
+    }
+
+
+def pod_row_values(pod: kube.Pod) -> tuple[Any, ...]:
+    """What a pod's row mirrors of it (its uid aside), in the order of POD_FIELDS."""
+    return (
+        pod.namespace,
+        pod.name,
+        pod.node_name,
+        pod.phase,
+        pod.gpu_requests,
+        pod.sriov_network,
+        pod.gpu_type,
+    )
 
 
 def _delete(model: type[KubeNode] | type[KubePod], pks: Sequence[int]) -> None:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -757,6 +758,44 @@ class KubePod(models.Model):
 
     def __str__(self) -> str:
         return f"{self.cluster.name}/{self.namespace}/{self.name}"
+
+
+class KubeWatch(models.Model):
+    """A cluster's nodes or pods kept current by the watch process (`manage.py kube_watch`,
+    clusters.kube_watch): while its stamp is fresh, the beat pass does not list that kind.
+
+    `watched_at` is when the watch last showed it was whole and current: a complete listing
+    mirrored, then every event since applied. Written at most every STAMP_EVERY, and at
+    least at the end of every watch request (WATCH_TIMEOUT), so fresh means younger than
+    two of those; None once its watch stopped.
+    """
+
+    class Kind(models.TextChoices):
+        NODES = "nodes"
+        PODS = "pods"
+
+    # How long one watch request lasts (the server ends it), and how often a healthy watch
+    # writes its stamp at most: a quiet cluster writes one row per half minute, not one per
+    # bookmark.
+    WATCH_TIMEOUT_SECONDS = 120
+    STAMP_EVERY_SECONDS = 30
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="kube_watches")
+    kind = models.CharField(max_length=8, choices=Kind)
+    watched_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "kind"], name="kube_watch_unique_per_kind")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster.name}/{self.kind}"
+
+    @classmethod
+    def fresh_after(cls, now: datetime) -> datetime:
+        """A stamp at or after this is fresh: its watch is running and healthy."""
+        return now - timedelta(seconds=2 * cls.WATCH_TIMEOUT_SECONDS)
 
 
 class VmRemovalRequest(models.Model):

@@ -14,7 +14,7 @@ from django.db.models.functions import Coalesce
 from capvco_web.integrations.kube import GPU_TYPE_LABEL
 from cloud.models import Location
 from clusters.gpu_nodes import gpu_label_value
-from clusters.models import Cluster, KubeNode, KubePod, Machine, MachinePool
+from clusters.models import Cluster, KubeNode, KubePod, KubeWatch, Machine, MachinePool
 from gpus.models import GpuProfile, VgpuReservation
 from gpus.resolve import gpu_type_of
 
@@ -185,6 +185,13 @@ def kube_observed(queryset: QuerySet[Cluster] | None = None) -> QuerySet[Cluster
     """Clusters whose Kubernetes is observed: active ones with a kubeconfig."""
     clusters = Cluster.objects.all() if queryset is None else queryset
     return clusters.filter(state=Cluster.State.ACTIVE).exclude(kubeconfig="")
+
+
+def kube_watched(cluster: Cluster, *, now: datetime) -> dict[str, datetime]:
+    """The kinds (`nodes`, `pods`) of the cluster whose watch is healthy, each with its
+    stamp: their mirror is whole and current as of then (KubeWatch)."""
+    fresh = KubeWatch.objects.filter(cluster=cluster, watched_at__gte=KubeWatch.fresh_after(now))
+    return {kind: at for kind, at in fresh.values_list("kind", "watched_at") if at is not None}
 
 
 def kube_observation_failing(

@@ -337,6 +337,19 @@ def test_beat_runs_exactly_once() -> None:
     assert container["command"][:4] == ["celery", "-A", "capvco_web", "beat"]
 
 
+def test_the_kube_watch_runs_exactly_once_and_waits_for_the_migrations() -> None:
+    watch = find("Deployment", "capvco-kube-watch")
+    assert watch["spec"]["replicas"] == 1
+    assert watch["spec"]["strategy"] == {"type": "Recreate"}
+    pod = watch["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    assert container["command"] == ["python", "manage.py", "kube_watch"]
+    [wait] = pod["initContainers"]
+    assert "manage.py migrate --check" in " ".join(wait["command"])
+    watches = [n for n, c in all_containers() if "kube_watch" in c.get("command", [])]
+    assert watches == ["capvco-kube-watch/kube-watch"]
+
+
 def test_workers_scale_out_with_their_concurrency_from_the_environment() -> None:
     worker = find("Deployment", "capvco-worker")
     [container] = worker["spec"]["template"]["spec"]["containers"]

@@ -11,6 +11,7 @@ from capvco_web.environment import (
     database_config,
     default_broker_url,
     encryption_keys,
+    kube_resync_seconds,
     new_secret_key,
     redis_client_url,
     run_env_read,
@@ -309,3 +310,13 @@ def test_whitesky_allowed_hosts_are_read_comma_separated_and_normalised() -> Non
 def test_a_whitesky_allowed_hosts_entry_that_is_no_host_is_refused_naming_it() -> None:
     with pytest.raises(ImproperlyConfigured, match=r"WHITESKY_ALLOWED_HOSTS: '\*\.example'"):
         whitesky_allowed_hosts("vco.example,*.example")
+
+
+@pytest.mark.parametrize("value", [0, 29, 86_401])
+def test_a_kube_resync_out_of_range_stops_startup_naming_it(value: float) -> None:
+    with pytest.raises(ImproperlyConfigured, match=f"KUBE_RESYNC_SECONDS={value} is out of range"):
+        kube_resync_seconds(value)
+
+
+def test_a_kube_resync_in_range_is_kept() -> None:
+    assert kube_resync_seconds(600) == 600

@@ -31,10 +31,11 @@ import json
 import logging
 import re
 import socket
-from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Generic, TypeVar
 from urllib.parse import quote
 
+import kubernetes.watch
 import urllib3.connection
 import urllib3.exceptions
 import urllib3.util.connection
@@ -60,7 +61,7 @@ from .errors import (
 )
 from .kubeconfig import Kubeconfig, KubeconfigInvalid, kubeconfig_check
 from .servers import AllowedServers
-from .types import Listing, Node, Pod, parse_node, parse_pod
+from .types import Listing, Node, Pod, WatchEvent, parse_node, parse_pod
 
 logger = logging.getLogger(__name__)
 
@@ -162,6 +163,46 @@ class KubeClient:
             ),
             _as_mapping,
         )
+
+    # --- watches ------------------------------------------------------------------------
+
+    def watch_nodes(self, *, resource_version: str, timeout_seconds: int) -> WatchStream[Node]:
+        """The changes of nodes after `resource_version` (of a listing, or of the last
+        event or bookmark), with bookmarks, for at most `timeout_seconds`."""
+        return self._watch(
+            "watch nodes", self._core.list_node, parse_node, resource_version, timeout_seconds
+        )
+
+    def watch_pods(self, *, resource_version: str, timeout_seconds: int) -> WatchStream[Pod]:
+        """The same, for the pods of every namespace."""
+        return self._watch(
+            "watch pods",
+            self._core.list_pod_for_all_namespaces,
+            parse_pod,
+            resource_version,
+            timeout_seconds,
+        )
+
+    def _watch(
+        self,
+        operation: str,
+        func: Callable[..., Any],
+        parse: Callable[[Mapping[str, Any]], T],
+        resource_version: str,
+        timeout_seconds: int,
+    ) -> WatchStream[T]:
+        self._allowed(operation)
+        watch = _JsonWatch()  # type: ignore[no-untyped-call]
+        events = watch.stream(  # type: ignore[no-untyped-call]
+            func,
+            resource_version=resource_version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=timeout_seconds,
+            # A quiet watch sends nothing until a bookmark or its end: the read timeout
+            # waits that long, and a read timeout more for the server to end it.
+            _request_timeout=(self.timeout[0], timeout_seconds + self.timeout[1]),
+        )
+        return WatchStream(operation, events, watch, parse)
 
     # --- writes --------------------------------------------------------------------------
 
@@ -341,28 +382,12 @@ class KubeClient:
     def _send(self, operation: str, call: Callable[[], Any]) -> dict[str, Any]:
         """Make one call and read its JSON answer; every failure becomes a KubeError.
         Nothing is sent to a server the allow-list refuses."""
-        if refusal := self.allowed_servers.refusal(self.server):
-            raise ServerNotAllowed(f"credential not sent: {refusal}", operation=operation)
+        self._allowed(operation)
         try:
             response = call()
             body = response.data
-        except ApiException as exc:
-            raise _api_error(operation, exc) from exc
-        except _AddressNotAllowed as exc:
-            raise ServerNotAllowed(exc.refusal, operation=operation) from exc
-        except urllib3.exceptions.NewConnectionError as exc:  # refused, or no such host
-            raise Unreachable(f"{type(exc).__name__}: {exc}", operation=operation) from exc
-        except urllib3.exceptions.TimeoutError as exc:
-            raise Timeout(f"no answer in time ({exc})", operation=operation) from exc
-        except urllib3.exceptions.ProtocolError as exc:
-            # Its text may quote what the server sent (a status line that is not HTTP's).
-            cause = exc.args[1] if len(exc.args) > 1 else exc
-            raise Unreachable(
-                f"the connection broke or the answer is not HTTP ({type(cause).__name__})",
-                operation=operation,
-            ) from exc
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise Unreachable(f"{type(exc).__name__}", operation=operation) from exc
+        except _CALL_FAILURES as exc:
+            raise _call_error(operation, exc) from exc
         try:
             payload = json.loads(body)
         except ValueError as exc:
@@ -370,6 +395,73 @@ class KubeClient:
         if not isinstance(payload, dict):
             raise UnexpectedResponse("an answer that is not a JSON object", operation=operation)
         return payload
+
+    def _allowed(self, operation: str) -> None:
+        if refusal := self.allowed_servers.refusal(self.server):
+            raise ServerNotAllowed(f"credential not sent: {refusal}", operation=operation)
+
+
+class WatchStream(Generic[T]):
+    """One watch request, read event by event (`kubernetes.watch.Watch` reads the lines);
+    it ends when the server ends it (`timeout_seconds`), or raises a KubeError: Expired
+    when the resourceVersion is too old (an HTTP 410, or an ERROR event carrying 410).
+    `stop()`, from any thread, ends it at once, without an error."""
+
+    def __init__(
+        self,
+        operation: str,
+        events: Iterator[dict[str, Any]],
+        watch: kubernetes.watch.Watch,
+        parse: Callable[[Mapping[str, Any]], T],
+    ) -> None:
+        self.operation = operation
+        self._events = events
+        self._watch = watch
+        self._parse = parse
+        self._stopped = False
+
+    def stop(self) -> None:
+        self._stopped = True
+        self._watch.stop()  # type: ignore[no-untyped-call]
+
+    def __iter__(self) -> Iterator[WatchEvent[T]]:
+        try:
+            for raw in self._events:
+                if self._stopped:
+                    return
+                yield self._event(raw)
+        except _CALL_FAILURES as exc:
+            if self._stopped:
+                return  # the connection was shut under the read: that is what stop does
+            raise _call_error(self.operation, exc) from exc
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise UnexpectedResponse(
+                f"an event that cannot be read ({type(exc).__name__})", operation=self.operation
+            ) from exc
+        finally:
+            self._watch.stop()  # type: ignore[no-untyped-call]
+            close = getattr(self._events, "close", None)
+            if close is not None:
+                close()  # the response released, also when the reader left early
+
+    def _event(self, raw: Mapping[str, Any]) -> WatchEvent[T]:
+        kind = str(raw.get("type") or "")
+        obj = _as_mapping(raw.get("raw_object"))
+        version = str(_as_mapping(obj.get("metadata") or {}).get("resourceVersion") or "")
+        if not version:
+            raise UnexpectedResponse("an event without a resourceVersion", operation=self.operation)
+        if kind == "BOOKMARK":
+            return WatchEvent(kind, None, version)
+        if kind not in ("ADDED", "MODIFIED", "DELETED"):
+            raise UnexpectedResponse(f"an event of type {kind[:20]!r}", operation=self.operation)
+        return WatchEvent(kind, self._parse(obj), version)
+
+
+class _JsonWatch(kubernetes.watch.Watch):
+    """The official watch, reading each event's object as JSON (no model: as listings)."""
+
+    def get_return_type(self, func: Any) -> Any:
+        return None
 
 
 def _segment(name: str) -> str:
@@ -536,6 +628,29 @@ class _CheckedPoolManager(urllib3.PoolManager):
         self, method: str, url: str, redirect: bool = True, **kw: Any
     ) -> Any:
         return super().urlopen(method, url, redirect=False, **kw)
+
+
+_CALL_FAILURES = (ApiException, urllib3.exceptions.HTTPError, OSError)
+
+
+def _call_error(operation: str, exc: BaseException) -> KubeError:
+    """The KubeError of a call that failed with `exc` (one of _CALL_FAILURES)."""
+    if isinstance(exc, ApiException):
+        return _api_error(operation, exc)
+    if isinstance(exc, _AddressNotAllowed):
+        return ServerNotAllowed(exc.refusal, operation=operation)
+    if isinstance(exc, urllib3.exceptions.NewConnectionError):  # refused, or no such host
+        return Unreachable(f"{type(exc).__name__}: {exc}", operation=operation)
+    if isinstance(exc, urllib3.exceptions.TimeoutError):
+        return Timeout(f"no answer in time ({exc})", operation=operation)
+    if isinstance(exc, urllib3.exceptions.ProtocolError):
+        # Its text may quote what the server sent (a status line that is not HTTP's).
+        cause = exc.args[1] if len(exc.args) > 1 else exc
+        return Unreachable(
+            f"the connection broke or the answer is not HTTP ({type(cause).__name__})",
+            operation=operation,
+        )
+    return Unreachable(f"{type(exc).__name__}", operation=operation)
 
 
 _STATUS_ERRORS: dict[int, type[KubeError]] = {

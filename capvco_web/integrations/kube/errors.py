@@ -85,7 +85,8 @@ class Conflict(KubeError):
 
 
 class Expired(KubeError):
-    """410: a listing's continue token is too old; list again from the start."""
+    """410: a listing's continue token, or a watch's resourceVersion, is too old; list
+    again from the start."""
 
     default_retryable = True
 

@@ -46,6 +46,17 @@ class Listing(Generic[T]):
 
 
 @dataclass(frozen=True)
+class WatchEvent(Generic[T]):
+    """One event of a watch: `type` ADDED, MODIFIED, DELETED (with `object`, as it is
+    after the change, or as it was when deleted) or BOOKMARK (no object: only the
+    resourceVersion the watch has reached). `resource_version` is where a watch resumes."""
+
+    type: str
+    object: T | None
+    resource_version: str
+
+
+@dataclass(frozen=True)
 class Node:
     name: str
     uid: str
