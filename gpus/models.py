@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from decimal import Decimal
+from typing import Any
 
 from django.conf import settings
 from django.db import models
@@ -206,6 +207,13 @@ class VgpuReservation(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def refresh_from_db(self, *args: Any, **kwargs: Any) -> None:
+        super().refresh_from_db(*args, **kwargs)
+        # The join to ListedVgpu is no column: Django would keep the row it cached.
+        joined = self._meta.get_field("listed")
+        if isinstance(joined, models.ForeignObject) and joined.is_cached(self):
+            joined.delete_cached_value(self)
 
     def _observed(self) -> ListedVgpu | None:
         try:

@@ -7,6 +7,9 @@ nodes); `clusters` knows nothing of `sriov`.
 
 from __future__ import annotations
 
+from datetime import datetime
+from typing import Any
+
 from django.conf import settings
 from django.core.validators import MaxLengthValidator, MaxValueValidator, MinValueValidator
 from django.db import models
@@ -176,6 +179,25 @@ class AgentToken(models.Model):
         return f"{AGENT_TOKEN_PREFIX}{self.key_id} ({whose}) of {self.cluster}"
 
 
+class GonePod(models.Model):
+    """A pod holding a NIC that complete pod listings show gone or finished, and since
+    when: written only by reclaim's reading of the pod mirror (sriov.reclaim), deleted
+    when its pod shows again or no NIC of it is left. Its NICs are reclaimed once the
+    grace period has passed."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="gone_pods")
+    pod_uid = models.CharField(max_length=64)
+    since = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "pod_uid"], name="gone_pod_unique")
+        ]
+
+    def __str__(self) -> str:
+        return self.pod_uid
+
+
 class PodNic(models.Model):
     """An external NIC that belongs to one pod, on the VM of the node the pod runs on.
 
@@ -250,11 +272,14 @@ class PodNic(models.Model):
     attached_at = models.DateTimeField(null=True, blank=True)
     detach_requested_at = models.DateTimeField(null=True, blank=True)
     released_at = models.DateTimeField(null=True, blank=True)
-    pod_gone_since = models.DateTimeField(
+    # What the pod listings say of its pod: reclaim's observed row, joined on the pod uid.
+    gone = models.ForeignObject(
+        "sriov.GonePod",
+        from_fields=["cluster", "pod_uid"],
+        to_fields=["cluster", "pod_uid"],
+        on_delete=models.DO_NOTHING,
         null=True,
-        blank=True,
-        help_text="Since when complete pod listings show its pod gone or finished; it is "
-        "reclaimed once the grace period has passed.",
+        related_name="nics",
     )
     release_reason = models.CharField(max_length=300, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -287,6 +312,21 @@ class PodNic(models.Model):
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.pod_name} on VM {self.vm_id}"
+
+    def refresh_from_db(self, *args: Any, **kwargs: Any) -> None:
+        super().refresh_from_db(*args, **kwargs)
+        # The join to GonePod is no column: Django would keep the row it cached.
+        joined = self._meta.get_field("gone")
+        if isinstance(joined, models.ForeignObject) and joined.is_cached(self):
+            joined.delete_cached_value(self)
+
+    @property
+    def pod_gone_since(self) -> datetime | None:
+        """Since when complete pod listings show its pod gone or finished (GonePod)."""
+        try:
+            return self.gone.since if self.gone else None
+        except GonePod.DoesNotExist:
+            return None
 
     def is_attachment(self, container_id: str, ifname: str) -> bool:
         """Whether this NIC is the attachment (CNI_CONTAINERID, CNI_IFNAME)."""

@@ -4,7 +4,7 @@ A pass observes, plans, then acts:
 
 * observe: flag pod NICs whose pod is gone or Succeeded/Failed in the cluster's last pod
   observation, when it was complete and began after the NIC was asked for
-  (`pod_gone_since`; cleared when the pod shows again); mirror the external networks and
+  (`GonePod`, since when; forgotten when the pod shows again); mirror the external networks and
   their free addresses; list the NICs of each of the cluster's VMs under the VM's lock,
   while no attach on it is under way, and record those on the SR-IOV network that no pod
   NIC owns (`LeakedNic`, audited), forgetting those the listing no longer shows;
@@ -35,7 +35,7 @@ from capvco_web.locks import object_lock
 from cloud.models import Location
 from clusters.models import Cluster, Machine
 from sriov.agent import Clients, Refused, nic_release, vm_lock_name
-from sriov.models import ExternalNetwork, LeakedNic, PodNic, SriovConfig
+from sriov.models import ExternalNetwork, GonePod, LeakedNic, PodNic, SriovConfig
 from sriov.networks import external_networks_mirror, network_match
 from sriov.reclaim_plan import (
     LeakedNicDetach,
@@ -113,18 +113,29 @@ def nic_steps_act(
 
 
 def _pod_nics_flag(cluster: Cluster, now: datetime, result: ReclaimResult) -> None:
-    """Raise `pod_gone_since` on rows whose pod the last complete observation shows gone,
-    clear it on those it shows alive again."""
+    """Record the pods the last complete observation shows gone (GonePod, since now when
+    new), and forget those it shows alive again and those no live NIC is left of. Writes
+    only GonePod: the NIC rows are the agent's and the reclaim act's."""
     rows = live_pod_nics(cluster)
     gone = pod_gone_reasons(cluster, rows)
+    known = set(GonePod.objects.filter(cluster=cluster).values_list("pod_uid", flat=True))
+    new: dict[str, PodNic] = {}
+    alive: set[str] = set()
     for row in rows:
         if row.pk not in gone:
             continue  # not judged by that observation
-        if gone[row.pk] and row.pod_gone_since is None:
-            PodNic.objects.filter(pk=row.pk, pod_gone_since=None).update(pod_gone_since=now)
-            result.flagged.append(str(row))
-        elif not gone[row.pk] and row.pod_gone_since is not None:
-            PodNic.objects.filter(pk=row.pk).update(pod_gone_since=None)
+        if gone[row.pk]:
+            if row.pod_uid not in known:
+                new.setdefault(row.pod_uid, row)
+        else:
+            alive.add(row.pod_uid)
+    GonePod.objects.bulk_create(
+        [GonePod(cluster=cluster, pod_uid=uid, since=now) for uid in new], ignore_conflicts=True
+    )
+    result.flagged.extend(str(row) for row in new.values())
+    forgotten = (known & alive) | (known - {row.pod_uid for row in rows})
+    if forgotten:
+        GonePod.objects.filter(cluster=cluster, pod_uid__in=forgotten).delete()
 
 
 def _pod_nic_detach(step: PodNicDetach, clients: Clients, result: ReclaimResult) -> None:

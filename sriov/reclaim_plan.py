@@ -163,6 +163,7 @@ def live_pod_nics(cluster: Cluster) -> list[PodNic]:
     phase = KubePod.objects.filter(cluster=cluster, uid=OuterRef("pod_uid")).values("phase")
     return list(
         PodNic.objects.filter(cluster=cluster)
+        .select_related("gone")
         .exclude(state=State.RELEASED)
         .annotate(pod_phase=Subquery(phase[:1]))
         .order_by("pk")

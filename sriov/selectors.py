@@ -21,7 +21,7 @@ def pod_nics(
 ) -> QuerySet[PodNic]:
     """Pod NICs, newest first, with what a page shows of them (pod, node, VM, network,
     address, MAC, state; `requested_at` gives the age)."""
-    rows = visible(user, PodNic.objects.all()).select_related("cluster", "location")
+    rows = visible(user, PodNic.objects.all()).select_related("cluster", "location", "gone")
     if cluster_id is not None:
         rows = rows.filter(cluster_id=cluster_id)
     if live_only:

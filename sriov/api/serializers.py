@@ -13,6 +13,12 @@ from sriov.models import AGENT_TOKEN_PREFIX, MAX_MTU, MIN_MTU, ExternalNetwork, 
 class PodNicSerializer(serializers.ModelSerializer[PodNic]):
     cluster_name = serializers.CharField(source="cluster.name", read_only=True)
     location_name = serializers.CharField(source="location.name", read_only=True)
+    pod_gone_since = serializers.DateTimeField(
+        read_only=True,
+        allow_null=True,
+        help_text="Since when complete pod listings show its pod gone or finished; it is "
+        "reclaimed once the grace period has passed.",
+    )
 
     class Meta:
         model = PodNic

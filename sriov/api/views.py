@@ -202,7 +202,9 @@ class PodNicViewSet(
 ):
     """The NIC of each pod: pod, node, VM, network, address, MAC, state and times."""
 
-    queryset = PodNic.objects.select_related("cluster", "location").order_by("-requested_at")
+    queryset = PodNic.objects.select_related("cluster", "location", "gone").order_by(
+        "-requested_at"
+    )
     serializer_class = PodNicSerializer
     filterset_class = PodNicFilterSet
 

@@ -24,7 +24,7 @@ from cloud.models import Account
 from clusters.kube_plan import NODE_LABELS
 from clusters.models import KubeNode, KubePod, Machine
 from gpus.models import ListedVgpu, VgpuReservation
-from sriov.models import LeakedNic, PodNic, SriovConfig
+from sriov.models import GonePod, LeakedNic, PodNic, SriovConfig
 from sriov.reclaim_plan import LEAKED_NIC_DETACH, POD_NIC_DETACH
 from tests.dashboard.conftest import Kube, World
 from tests.factories import JWT, ExternalNetworkFactory
@@ -321,8 +321,11 @@ def planners_at_work(world: World) -> None:
     )
     Account.objects.filter(pk=world.cluster.account_id).update(orphan_auto_release=True)
     hour_ago = timezone.now() - timedelta(hours=1)
-    PodNic.objects.filter(cluster=world.cluster).update(
-        requested_at=hour_ago, pod_gone_since=hour_ago
+    PodNic.objects.filter(cluster=world.cluster).update(requested_at=hour_ago)
+    pods = set(PodNic.objects.filter(cluster=world.cluster).values_list("pod_uid", flat=True))
+    GonePod.objects.bulk_create(
+        (GonePod(cluster=world.cluster, pod_uid=uid, since=hour_ago) for uid in pods),
+        ignore_conflicts=True,
     )
     for leak in LeakedNic.objects.filter(cluster=world.cluster, ip=None):
         leak.ip = f"10.60.{leak.pk // 250 % 250}.{leak.pk % 250 + 2}"

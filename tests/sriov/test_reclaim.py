@@ -17,7 +17,7 @@ from cloud.models import Account
 from clusters.kube import kube_client
 from clusters.kube_observe import cluster_kube_observe
 from clusters.models import Cluster
-from sriov.models import LeakedNic, PodNic
+from sriov.models import GonePod, LeakedNic, PodNic
 from sriov.reclaim import cluster_nics_reclaim
 from sriov.reclaim_plan import nic_reclaim_plan
 from sriov.services import leaked_nic_detach_request
@@ -105,18 +105,25 @@ def test_a_nic_asked_for_after_the_last_listing_is_not_judged_by_it(world: World
 
 
 def test_a_pod_seen_again_clears_its_flag(world: World) -> None:
+    """The flag is reclaim's own row (GonePod): raising and clearing it leaves the NIC's
+    row, the agent's and the reclaim act's, as it was."""
     world.pod("web")
     nic = world.add("web")
+    nic.refresh_from_db()
+    written = nic.updated_at
     delete_pod(world, "web")
     assert observe(world)
     reclaim(world)
     nic.refresh_from_db()
     assert nic.pod_gone_since is not None
+    assert GonePod.objects.get().pod_uid == nic.pod_uid
     world.kube.put("demo", world.pods["web"])  # back (same uid), e.g. a listing glitch
     assert observe(world)
     reclaim(world)
     nic.refresh_from_db()
     assert nic.pod_gone_since is None
+    assert not GonePod.objects.exists()
+    assert nic.updated_at == written  # the NIC row was not written by either
 
 
 def _leak(world: World) -> str:

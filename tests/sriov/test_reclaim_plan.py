@@ -33,7 +33,7 @@ from clusters.plan import KINDS
 from clusters.tasks import observe_cluster_kube
 from gpus.resolve import gpu_type_of
 from sriov.agent import Clients
-from sriov.models import LeakedNic, PodNic
+from sriov.models import GonePod, LeakedNic, PodNic
 from sriov.reclaim import ReclaimResult, cluster_nics_reclaim, nic_steps_act
 from sriov.reclaim_plan import nic_reclaim_plan
 from sriov.services import leaked_nic_detach_request
@@ -183,8 +183,8 @@ def seed_state(world: World, seed: int, person: User) -> None:
 
     # The grace periods, some run out and some not.
     now = timezone.now()
-    for nic in PodNic.objects.exclude(pod_gone_since=None):
-        PodNic.objects.filter(pk=nic.pk).update(pod_gone_since=now - rng.choice([DUE, NOT_DUE]))
+    for gone in GonePod.objects.all():
+        GonePod.objects.filter(pk=gone.pk).update(since=now - rng.choice([DUE, NOT_DUE]))
     for leak in LeakedNic.objects.all():
         LeakedNic.objects.filter(pk=leak.pk).update(leaked_since=now - rng.choice([DUE, NOT_DUE]))
         if rng.random() < 0.3:
