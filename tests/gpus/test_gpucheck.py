@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
+from decimal import Decimal
 from io import StringIO
 
 import pytest
@@ -29,9 +30,21 @@ def gpucheck(*args: str) -> tuple[int, str]:
 def orphaned_hours_ago(row: VgpuReservation, hours: int) -> None:
     """As if the reservation had been orphaned `hours` ago (time passing, not a shortcut
     past the orphan path: the row was flagged by a real observation)."""
+    since = timezone.now() - timedelta(hours=hours)
     ListedVgpu.objects.filter(location=row.location, vgpu_id=row.vgpu_id).update(
-        orphaned_since=timezone.now() - timedelta(hours=hours)
+        orphaned_since=since
     )
+    VirtualMachine.objects.filter(orphaned_since__isnull=False).update(orphaned_since=since)
+
+
+def tenth_of_a_month(vm: VirtualMachine) -> Decimal:
+    """73 hours of a VM's vCPUs and memory at its location's monthly unit prices."""
+    location = vm.location
+    monthly = vm.vcpus * location.unit_price("vcu") + Decimal(vm.memory_mib) / 1024 * (
+        location.unit_price("mu")
+    )
+    assert monthly > 0
+    return (monthly / 10).quantize(Decimal("0.01"))
 
 
 def test_orphans_are_listed_with_owner_and_cost_and_exit_1(plane: Plane) -> None:
@@ -45,15 +58,15 @@ def test_orphans_are_listed_with_owner_and_cost_and_exit_1(plane: Plane) -> None
     assert header.split()[:3] == ["KIND", "NAME", "LOCATION"]
     assert vgpu.split()[:3] == ["vGPU", "capvco-demo-a100-0-gpu-0", NL]
     assert vgpu.split()[-3:] == ["30.00", "EUR", "demo/a100-0"]
-    # The force-deleted machine's VM is an orphan too; its cost is not known, and it says so.
+    # The force-deleted machine's VM is an orphan too: its vCPUs and memory, said so.
+    vm_cost = tenth_of_a_month(vm)
     assert vm_line.split()[:4] == ["VM", "capvco-demo-a100-0", f"({vm.vm_id})", NL]
-    assert " unknown* " in vm_line
+    assert f" {vm_cost} EUR* " in vm_line
     assert vm_line.endswith("  machine demo/a100-0 does not exist")
-    assert total == "Total: 30.00 EUR (1 orphaned reservation(s))"
-    assert vm_note == (
-        "1 orphaned VM(s), not in the total: * no price known for VMs: the location's "
-        "mirrored prices cover vGPUs only"
+    assert total == (
+        f"Total: {Decimal('30.00') + vm_cost} EUR (1 orphaned reservation(s), 1 orphaned VM(s))"
     )
+    assert vm_note == "* vCPUs and memory only: a VM's disks and IOPS are not listed with it"
 
 
 def test_orphans_as_json_give_each_orphan_and_a_total_per_currency(plane: Plane) -> None:
@@ -73,9 +86,14 @@ def test_orphans_as_json_give_each_orphan_and_a_total_per_currency(plane: Plane)
     assert orphan["orphaned_since"] == row.orphaned_since.isoformat()  # type: ignore[union-attr]
     assert orphan["currency"] == "EUR"
     assert orphan["accrued_cost"] == "30.00"
-    assert (vm["kind"], vm["name"], vm["accrued_cost"]) == ("vm", "capvco-demo-a100-0", None)
+    vm_cost = tenth_of_a_month(VirtualMachine.objects.get())
+    assert (vm["kind"], vm["name"], vm["accrued_cost"]) == (
+        "vm",
+        "capvco-demo-a100-0",
+        str(vm_cost),
+    )
     assert vm["owner"] == "machine demo/a100-0 does not exist"
-    assert document["total"] == {"EUR": "30.00"}
+    assert document["total"] == {"EUR": str(Decimal("30.00") + vm_cost)}
 
 
 def test_exit_0_when_nothing_is_orphaned(plane: Plane) -> None:

@@ -5,8 +5,8 @@
                                     total; exit 1 when there is any (cron, monitoring)
     manage.py gpucheck --orphans --json   the same as one JSON document
 
-A VM's cost is not known: the location's mirrored prices hold the vGPU unit only. An
-orphaned VM is listed with "unknown" as its cost and left out of the total, which says so.
+An orphaned VM costs its vCPUs and memory at the location's prices since it was flagged;
+its disks and IOPS are not listed with it, so not counted, and the output says so.
 
 The exit status follows `makemigrations --check`: finding orphans is the answer, not a
 failure of the command, so it is `sys.exit(1)` after the output, not a CommandError.
@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import sys
 from collections import defaultdict
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
@@ -27,10 +28,10 @@ from django.utils import timezone
 
 from cloud.models import VirtualMachine
 from clusters.orphans import vm_orphans_list
-from gpus.models import VgpuReservation
+from gpus.models import VgpuReservation, cost_of
 from gpus.selectors import orphans_list
 
-NO_VM_PRICE = "no price known for VMs: the location's mirrored prices cover vGPUs only"
+VM_COST_NOTE = "vCPUs and memory only: a VM's disks and IOPS are not listed with it"
 
 
 def _owner(row: VgpuReservation) -> str:
@@ -41,6 +42,13 @@ def _owner(row: VgpuReservation) -> str:
 
 def _since(row: VgpuReservation | VirtualMachine) -> str | None:
     return row.orphaned_since.isoformat() if row.orphaned_since else None
+
+
+def _vm_accrued_cost(vm: VirtualMachine, now: datetime) -> Decimal:
+    """What an orphan VM's vCPUs and memory cost since it was flagged."""
+    assert vm.orphaned_since is not None  # an orphan
+    hours = Decimal((now - vm.orphaned_since).total_seconds()) / Decimal(3600)
+    return cost_of(hours, vm.compute_monthly_price())
 
 
 class Command(BaseCommand):
@@ -65,11 +73,13 @@ class Command(BaseCommand):
     def _orphans(self, *, as_json: bool) -> int:
         now = timezone.now()  # one instant for every row, so that the total adds up
         vgpus = [(row, row.accrued_cost(now=now)) for row in orphans_list()]
-        vms = list(vm_orphans_list())
+        vms = [(vm, _vm_accrued_cost(vm, now)) for vm in vm_orphans_list()]
         # Locations may bill in different currencies: one total per currency.
         totals: dict[str, Decimal] = defaultdict(Decimal)
-        for row, cost in vgpus:
-            totals[row.location.currency] += cost
+        for currency, cost in [(r.location.currency, c) for r, c in vgpus] + [
+            (vm.location.currency, c) for vm, c in vms
+        ]:
+            totals[currency] += cost
         total = {currency: str(amount) for currency, amount in sorted(totals.items())}
         if as_json:
             orphans: list[dict[str, Any]] = [
@@ -92,11 +102,11 @@ class Command(BaseCommand):
                     "location": vm.location.name,
                     "owner": vm.orphan_reason,
                     "orphaned_since": _since(vm),
-                    "accrued_cost": None,
+                    "accrued_cost": str(cost),
                     "currency": vm.location.currency,
-                    "cost_note": NO_VM_PRICE,
+                    "cost_note": VM_COST_NOTE,
                 }
-                for vm in vms
+                for vm, cost in vms
             ]
             self.stdout.write(json.dumps({"orphans": orphans, "total": total}, indent=2))
         elif not (vgpus or vms):
@@ -108,7 +118,7 @@ class Command(BaseCommand):
     def _orphans_table(
         self,
         vgpus: list[tuple[VgpuReservation, Decimal]],
-        vms: list[VirtualMachine],
+        vms: list[tuple[VirtualMachine, Decimal]],
         total: dict[str, str],
     ) -> None:
         table = [["KIND", "NAME", "LOCATION", "ORPHANED SINCE", "ACCRUED COST", "OWNER"]]
@@ -129,20 +139,20 @@ class Command(BaseCommand):
                 f"{vm.name} ({vm.vm_id})",
                 vm.location.name,
                 f"{vm.orphaned_since:%Y-%m-%d %H:%M} UTC",
-                "unknown*",
+                f"{cost} {vm.location.currency}*",
                 vm.orphan_reason,
             ]
-            for vm in vms
+            for vm, cost in vms
         ]
         widths = [max(len(cell) for cell in column) for column in zip(*table, strict=True)]
         for line in table:
             cells = (cell.ljust(width) for cell, width in zip(line, widths, strict=True))
             self.stdout.write("  ".join(cells).rstrip())
-        counted = f"{len(vgpus)} orphaned reservation(s)"
+        counted = f"{len(vgpus)} orphaned reservation(s), {len(vms)} orphaned VM(s)"
         for currency, amount in total.items():
             self.stdout.write(f"Total: {amount} {currency} ({counted})")
         if vms:
-            self.stdout.write(f"{len(vms)} orphaned VM(s), not in the total: * {NO_VM_PRICE}")
+            self.stdout.write(f"* {VM_COST_NOTE}")
 
     def _summary(self, *, as_json: bool) -> None:
         counts = (
