@@ -22,7 +22,6 @@ def gone_copy(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('clusters', '0021_kube_watch'),
         ('sriov', '0006_podnic_queue'),
     ]
 
