@@ -68,8 +68,9 @@ def test_stray_vm_named_by_us_is_flagged_reported_and_removed_after_confirmation
     assert status == 1
     [vm] = [o for o in json.loads(out)["orphans"] if o["kind"] == "vm"]
     assert (vm["name"], vm["location"], vm["vm_id"]) == ("capvco-demo-gone-7", NL, stray)
-    assert vm["accrued_cost"] is None  # no VM price is known: said, not guessed
-    assert "no price" in vm["cost_note"]
+    # Just flagged: nothing accrued yet; what is priced and what is not is said.
+    assert vm["accrued_cost"] == "0.00"
+    assert vm["cost_note"] == "vCPUs and memory only: a VM's disks and IOPS are not listed with it"
     assert sweep(plane).removed == []  # one complete listing is not enough
 
     plane.observe()
