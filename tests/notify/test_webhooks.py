@@ -16,12 +16,15 @@ from typing import Any
 
 import pytest
 from django.core.exceptions import ValidationError
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from capvco_web.models import AuditEvent
 from clusters.models import Machine
 from gpus.models import VgpuReservation
+from notify import tasks
 from notify.models import Notice, Reason, WebhookTarget
 from notify.services import notify_pass, webhook_target_create, webhook_target_update
 from tests.factories import (
@@ -112,6 +115,33 @@ def test_each_leak_is_told_once_signed_over_several_passes(receiver: Receiver) -
     ]
     assert bodies[0]["details"]["vgpu_id"] == vgpu.vgpu_id
     assert AuditEvent.objects.filter(action="notice.send", actor_name="notify").count() == 2
+
+
+def test_a_second_pass_over_the_same_rows_writes_nothing(receiver: Receiver) -> None:
+    location = LocationFactory(last_complete_observation_at=timezone.now())
+    VgpuReservationFactory(orphaned=True, location=location)
+    MachineFactory(
+        phase=Machine.Phase.FAILED,
+        pool__site__cluster__account=location.account,
+        pool__site__location=location,
+    )
+    _target(receiver, location.account, reasons=Reason.values)
+    notify_pass()
+    with CaptureQueriesContext(connection) as queries:
+        assert notify_pass() == (0, 0, 0)
+    writes = [q["sql"] for q in queries if not q["sql"].lstrip().upper().startswith("SELECT")]
+    assert writes == []
+    assert len(receiver.posts) == 2
+
+
+def test_beat_runs_the_pass_as_its_task(receiver: Receiver, settings: Any) -> None:
+    entry = settings.CELERY_BEAT_SCHEDULE["notify"]
+    assert entry["task"] == "notify.tasks.notify_pass"
+    assert entry["schedule"] == settings.NOTIFY_INTERVAL
+    machine = MachineFactory(phase=Machine.Phase.FAILED)
+    _target(receiver, machine.pool.cluster.account)
+    tasks.notify_pass.apply()
+    assert [b["reason"] for b in receiver.bodies()] == ["machine_failed"]
 
 
 def test_a_leak_past_its_grace_is_told_again_as_such(receiver: Receiver) -> None:
