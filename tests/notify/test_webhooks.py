@@ -26,7 +26,13 @@ from clusters.models import Machine
 from gpus.models import VgpuReservation
 from notify import tasks
 from notify.models import Notice, Reason, WebhookTarget
-from notify.services import notify_pass, webhook_target_create, webhook_target_update
+from notify.services import (
+    notices_reconcile,
+    notices_send,
+    notify_pass,
+    webhook_target_create,
+    webhook_target_update,
+)
 from tests.factories import (
     AccountFactory,
     LocationFactory,
@@ -263,6 +269,16 @@ def test_a_target_gets_at_most_its_per_minute_and_the_rest_later(receiver: Recei
     notify_pass(now=now + timedelta(seconds=122))
     assert len(receiver.posts) == 5
     assert len({b["key"] for b in receiver.bodies()}) == 5
+
+
+def test_a_pass_stops_posting_when_its_time_is_up(receiver: Receiver) -> None:
+    first = MachineFactory(phase=Machine.Phase.FAILED)
+    MachineFactory(phase=Machine.Phase.FAILED, pool=first.pool)
+    _target(receiver, first.pool.cluster.account)
+    now = timezone.now()
+    notices_reconcile(now=now)
+    assert notices_send(now=now, seconds=0) == 0
+    assert notices_send(now=now) == 2
 
 
 def test_a_slack_target_gets_a_text_body(receiver: Receiver) -> None:
