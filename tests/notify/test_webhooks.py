@@ -347,6 +347,10 @@ def test_only_account_admins_see_and_change_targets(receiver: Receiver, client: 
     operator = MembershipFactory(account=target.account, role="operator", user__is_staff=True).user
     client.force_login(operator)
     assert client.get(f"/admin/notify/webhooktarget/{target.pk}/change/").status_code in (302, 403)
+    stranger = MembershipFactory(role="admin", user__is_staff=True).user  # of another account
+    client.force_login(stranger)
+    assert client.get(f"/admin/notify/webhooktarget/{target.pk}/change/").status_code == 302
+    assert target.url not in client.get("/admin/notify/webhooktarget/").content.decode()
     client.force_login(_admin(target))
     form = {
         "account": target.account_id, "name": "ops", "url": "https://elsewhere.example/x",
