@@ -29,6 +29,7 @@ class SystemActor(StrEnum):
     SRIOV_INSTALLER = "sriov-installer"
     DEMO_SEED = "demo-seed"
     DEMO_SRIOV = "demo_sriov"
+    NOTIFY = "notify"
     # A person's request carried out after that person's user was deleted.
     DELETED_USER = "deleted user"
 

@@ -215,6 +215,16 @@ def whitesky_allowed_hosts(value: str) -> list[str]:
     return list(hosts.entries)
 
 
+def notify_webhook_hosts(value: str) -> list[str]:
+    """NOTIFY_WEBHOOK_HOSTS: comma-separated hosts webhook notifications may be sent to,
+    written as WHITESKY_ALLOWED_HOSTS is, normalised."""
+    try:
+        hosts = AllowedHosts(value.split(","), source="NOTIFY_WEBHOOK_HOSTS")
+    except ValueError as exc:
+        raise ImproperlyConfigured(str(exc)) from None
+    return list(hosts.entries)
+
+
 def whitesky_proxy_url(value: str) -> str:
     """WHITESKY_PROXY_URL: the one proxy whitesky calls go through ("" for none), an
     http(s) URL of a host (and port); the environment's HTTP(S)_PROXY are never used."""

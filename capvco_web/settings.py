@@ -20,6 +20,7 @@ from capvco_web.environment import (
     kube_resync_seconds,
     new_encryption_key,
     new_secret_key,
+    notify_webhook_hosts,
     pool_max_replicas,
     secret_from_env,
     settings_environment,
@@ -83,6 +84,7 @@ INSTALLED_APPS = [
     "gpus",
     "sriov",
     "dashboard",
+    "notify",
 ]
 
 # A user's role in an account (capvco_web.permissions): the one model the permission
@@ -308,6 +310,10 @@ CATALOG_OBSERVE_INTERVAL = timedelta(
     seconds=env.float("CATALOG_OBSERVE_INTERVAL_SECONDS", default=300)
 )
 
+# Webhook notifications: leaks, failed machines and stale locations looked for and due
+# messages sent this often.
+NOTIFY_INTERVAL = timedelta(seconds=env.float("NOTIFY_INTERVAL_SECONDS", default=60))
+
 
 def _every(task: str, interval: timedelta) -> dict[str, object]:
     # A tick that waited longer than its interval is dropped: the next one does the same.
@@ -323,6 +329,7 @@ CELERY_BEAT_SCHEDULE = {
     "sriov-queues": _every("sriov.tasks.sriov_vm_queues_resume", SRIOV_QUEUE_RESUME_INTERVAL),
     "history-prune": _every("capvco_web.tasks.history_prune", HISTORY_PRUNE_INTERVAL),
     "observe-catalog": _every("clusters.tasks.observe_catalog_all", CATALOG_OBSERVE_INTERVAL),
+    "notify": _every("notify.tasks.notify_pass", NOTIFY_INTERVAL),
 }
 
 # History kept: released vGPU reservations and audit events older than this many days are
@@ -342,6 +349,12 @@ DASHBOARD_POLL_SECONDS = env.int("DASHBOARD_POLL_SECONDS", default=10)
 # else: `host` (https, any port), `https://host:port`, or `http://host:port` (plain http to
 # exactly that origin, e.g. the simulator). `make run` adds its simulator's.
 WHITESKY_ALLOWED_HOSTS = whitesky_allowed_hosts(env.str("WHITESKY_ALLOWED_HOSTS", default=""))
+# Notifications: the hosts a webhook target's URL may name, written as
+# WHITESKY_ALLOWED_HOSTS is ("": no webhook may be sent anywhere).
+NOTIFY_WEBHOOK_HOSTS = notify_webhook_hosts(env.str("NOTIFY_WEBHOOK_HOSTS", default=""))
+# Notifications: the CA bundle webhook receivers' certificates are checked with ("": the
+# one requests ships).
+NOTIFY_CA_BUNDLE = env.str("NOTIFY_CA_BUNDLE", default="")
 # whitesky: calls go through this proxy only ("": straight); HTTP(S)_PROXY of the
 # environment are never used for whitesky. And the CA bundle its TLS certificates are
 # checked with ("": the one requests ships; REQUESTS_CA_BUNDLE is not read).

@@ -13,6 +13,7 @@ from capvco_web.environment import (
     encryption_keys,
     kube_resync_seconds,
     new_secret_key,
+    notify_webhook_hosts,
     redis_client_url,
     run_env_read,
     secret_from_env,
@@ -312,6 +313,15 @@ def test_whitesky_allowed_hosts_are_read_comma_separated_and_normalised() -> Non
 def test_a_whitesky_allowed_hosts_entry_that_is_no_host_is_refused_naming_it() -> None:
     with pytest.raises(ImproperlyConfigured, match=r"WHITESKY_ALLOWED_HOSTS: '\*\.example'"):
         whitesky_allowed_hosts("vco.example,*.example")
+
+
+def test_a_notify_webhook_hosts_entry_that_is_no_host_is_refused_naming_it() -> None:
+    assert notify_webhook_hosts(" hooks.example, HTTP://127.0.0.1:9000 ") == [
+        "hooks.example",
+        "http://127.0.0.1:9000",
+    ]
+    with pytest.raises(ImproperlyConfigured, match=r"NOTIFY_WEBHOOK_HOSTS: '\*\.example'"):
+        notify_webhook_hosts("hooks.example,*.example")
 
 
 @pytest.mark.parametrize("value", [0, 29, 86_401])

@@ -1,0 +1,111 @@
+"""Webhook targets in the admin, for account admins only (the role's permissions); every
+change goes through the audited services, the secret is write-only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db.models import QuerySet
+from django.http import HttpRequest
+
+from capvco_web.permissions import AccountScopedAdmin
+from notify.models import Notice, Reason, WebhookTarget
+from notify.services import (
+    webhook_target_create,
+    webhook_target_delete,
+    webhook_target_test,
+    webhook_target_update,
+)
+
+
+class WebhookTargetForm(forms.ModelForm[WebhookTarget]):
+    # Write-only: the stored secret is never rendered, not even re-shown after an error.
+    new_secret = forms.CharField(
+        required=False,
+        max_length=500,
+        label="Secret",
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}),
+        help_text="The key messages are signed with (X-Capvco-Signature); leave empty to keep "
+        "the stored one.",
+    )
+    reasons = forms.MultipleChoiceField(
+        choices=Reason.choices, widget=forms.CheckboxSelectMultiple, required=False
+    )
+
+    class Meta:
+        model = WebhookTarget
+        fields = ["account", "name", "url", "kind", "enabled", "reasons", "per_minute"]
+
+    def changes(self) -> dict[str, Any]:
+        fields = [f for f in WebhookTargetForm.Meta.fields if f != "account"]
+        changes = {f: self.cleaned_data[f] for f in fields if f in self.cleaned_data}
+        if secret := self.cleaned_data.get("new_secret"):
+            changes["secret"] = secret
+        return changes
+
+    def save(self, commit: bool = True) -> WebhookTarget:
+        if secret := self.cleaned_data.get("new_secret"):
+            self.instance.secret = secret
+        return super().save(commit=commit)
+
+
+@admin.register(WebhookTarget)
+class WebhookTargetAdmin(AccountScopedAdmin[WebhookTarget]):
+    form = WebhookTargetForm
+    list_display = ["name", "account", "kind", "url", "enabled", "has_secret", "per_minute"]
+    list_filter = ["account", "kind", "enabled"]
+    actions = ["send_test"]
+
+    def save_model(self, request: HttpRequest, obj: WebhookTarget, form: Any, change: bool) -> None:
+        if not change:
+            webhook_target_create(target=obj, actor=request.user)
+            return
+        try:  # validated and audited in the service
+            webhook_target_update(target=obj, changes=form.changes(), actor=request.user)
+        except ValidationError as exc:
+            self.message_user(request, "; ".join(exc.messages), messages.ERROR)
+
+    def delete_model(self, request: HttpRequest, obj: WebhookTarget) -> None:
+        webhook_target_delete(target=obj, actor=request.user)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[WebhookTarget]) -> None:
+        for target in queryset:
+            webhook_target_delete(target=target, actor=request.user)
+
+    @admin.display(boolean=True, description="secret")
+    def has_secret(self, target: WebhookTarget) -> bool:
+        return bool(target.secret)
+
+    @admin.action(description="Send a test message")
+    def send_test(self, request: HttpRequest, queryset: QuerySet[WebhookTarget]) -> None:
+        for target in queryset:
+            try:
+                delivery = webhook_target_test(target=target, actor=request.user)
+            except PermissionDenied as exc:
+                self.message_user(request, str(exc), messages.ERROR)
+                continue
+            if delivery.error:
+                self.message_user(request, f"{target}: {delivery.error}", messages.ERROR)
+            else:
+                self.message_user(request, f"{target}: the test message was taken")
+
+
+@admin.register(Notice)
+class NoticeAdmin(AccountScopedAdmin[Notice]):
+    list_display = [
+        "summary", "reason", "target", "opened_at", "closed_at", "sent_at", "attempts",
+        "next_try_at", "given_up_at", "last_error",
+    ]  # fmt: skip
+    list_filter = ["reason", "target"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

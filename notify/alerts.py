@@ -1,0 +1,138 @@
+"""What is wrong now, read from the mirrored rows: the alerts a pass opens notices for, and
+where the rows are whole enough that an alert missing from them has ended."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+
+from cloud.models import Location
+from clusters.models import ClusterSite, Machine
+from clusters.orphans import vm_orphans_list
+from dashboard.selectors import observations
+from gpus.selectors import orphans_list
+from notify.models import Reason
+
+
+@dataclass(frozen=True)
+class Alert:
+    account_id: int
+    reason: Reason
+    key: str
+    summary: str
+    details: dict[str, Any]
+
+
+@dataclass
+class Alerts:
+    """The alerts of a pass, and the locations whose listings were whole (`complete`): a
+    leak notice of another location stays open, as a partial listing proves nothing gone."""
+
+    found: list[Alert] = field(default_factory=list)
+    complete: set[int] = field(default_factory=set)
+
+
+def alerts_collect(*, now: datetime, account_ids: Iterable[int]) -> Alerts:
+    accounts = set(account_ids)
+    alerts = Alerts()
+    locations = list(Location.objects.filter(account_id__in=accounts).select_related("account"))
+    # Orphans are flagged by complete listings only (gpus/mirror.py, clusters/observe.py);
+    # a location whose last observation, or one of whose cloudspaces, was partial may still
+    # hold what it no longer shows.
+    unlisted = set(
+        ClusterSite.objects.filter(location__in=locations)
+        .exclude(observation_error="")
+        .values_list("location_id", flat=True)
+    )
+    alerts.complete = {
+        loc.pk for loc in locations if loc.observation_complete and loc.pk not in unlisted
+    }
+    for vgpu in orphans_list().filter(location__account_id__in=accounts):
+        # ORPHANED reads the listed row's orphaned_since.
+        assert vgpu.listed is not None and vgpu.listed.orphaned_since is not None
+        since = vgpu.listed.orphaned_since
+        details = {
+            "location": vgpu.location.name,
+            "location_id": vgpu.location_id,
+            "vgpu_id": vgpu.vgpu_id,
+            "name": vgpu.name,
+            "orphaned_since": since.isoformat(),
+        }
+        key = f"{vgpu.location_id}:{vgpu.vgpu_id}"
+        summary = f"vGPU {vgpu.name} ({vgpu.vgpu_id}) in {vgpu.location.name}, owned by no machine"
+        alerts.found.append(
+            Alert(vgpu.location.account_id, Reason.VGPU_ORPHAN, key, summary, details)
+        )
+        if since <= now - vgpu.location.account.orphan_grace_period:
+            alerts.found.append(
+                Alert(
+                    vgpu.location.account_id, Reason.VGPU_ORPHAN_PAST_GRACE, key, summary, details
+                )
+            )
+    for vm in vm_orphans_list().filter(location__account_id__in=accounts):
+        assert vm.orphaned_since is not None  # the selector filters on it
+        details = {
+            "location": vm.location.name,
+            "location_id": vm.location_id,
+            "vm_id": vm.vm_id,
+            "name": vm.name,
+            "cloudspace_id": vm.cloudspace_id,
+            "orphaned_since": vm.orphaned_since.isoformat(),
+            "why": vm.orphan_reason,
+        }
+        key = f"{vm.location_id}:{vm.vm_id}"
+        summary = f"VM {vm.name} ({vm.vm_id}) in {vm.location.name}: {vm.orphan_reason}"
+        alerts.found.append(Alert(vm.location.account_id, Reason.VM_ORPHAN, key, summary, details))
+        if vm.orphaned_since <= now - vm.location.account.orphan_grace_period:
+            alerts.found.append(
+                Alert(vm.location.account_id, Reason.VM_ORPHAN_PAST_GRACE, key, summary, details)
+            )
+    failed = Machine.objects.filter(
+        phase=Machine.Phase.FAILED, pool__cluster__account_id__in=accounts
+    ).select_related("pool__cluster")
+    for machine in failed:
+        cluster = machine.pool.cluster
+        alerts.found.append(
+            Alert(
+                cluster.account_id,
+                Reason.MACHINE_FAILED,
+                str(machine.pk),
+                f"machine {machine.name} of cluster {cluster.name} failed: "
+                f"{machine.failure_message}"[:500],
+                {"cluster": cluster.name, "machine": machine.name, "why": machine.failure_message},
+            )
+        )
+    for seen in observations(locations=locations, now=now, interval=settings.OBSERVE_INTERVAL):
+        if not seen.stale:
+            continue
+        last = seen.location.last_complete_observation_at
+        alerts.found.append(
+            Alert(
+                seen.location.account_id,
+                Reason.LOCATION_STALE,
+                str(seen.location.pk),
+                f"location {seen.location.name}: no complete observation since "
+                f"{last.isoformat() if last else 'ever'}",
+                {
+                    "location": seen.location.name,
+                    "last_complete_observation_at": last.isoformat() if last else None,
+                    "error": seen.location.observation_error,
+                },
+            )
+        )
+    return alerts
+
+
+# The reasons whose alerts are read from whitesky's listings: missing from a pass, they
+# ended only where that location's listings were whole. Machines and locations are our own
+# rows, always whole.
+LISTED = {
+    Reason.VGPU_ORPHAN,
+    Reason.VGPU_ORPHAN_PAST_GRACE,
+    Reason.VM_ORPHAN,
+    Reason.VM_ORPHAN_PAST_GRACE,
+}
