@@ -12,6 +12,7 @@ from django.core.validators import (
     RegexValidator,
 )
 from django.db import models, transaction
+from django.db.models import Q
 from django.utils.deconstruct import deconstructible
 
 from capvco_web.encryption import EncryptedTextField
@@ -631,6 +632,12 @@ class Machine(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["pool", "index"], name="machine_index_unique_per_pool"),
         ]
+        indexes = [
+            # The few flagged machines of a cluster, counted on every cluster list.
+            models.Index(
+                fields=["pool"], name="machine_node_missing", condition=Q(node_missing=True)
+            ),
+        ]
         permissions = [
             ("force_delete_machine", "Can force delete machine (no teardown, leaves orphans)")
         ]
@@ -705,6 +712,19 @@ class KubeNode(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["cluster", "name"], name="kube_node_unique_per_cluster")
         ]
+        indexes = [
+            # The node list's order: a page of it reads 50 nodes, not all of them sorted.
+            models.Index(fields=["name", "id"], name="kube_node_by_name"),
+            # The few flagged nodes of a cluster, counted on every cluster list.
+            models.Index(
+                fields=["cluster"],
+                name="kube_node_unowned",
+                condition=Q(unowned_since__isnull=False),
+            ),
+            models.Index(
+                fields=["cluster"], name="kube_node_gpus_missing", condition=Q(gpus_missing=True)
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.cluster.name}/{self.name}"
@@ -754,7 +774,17 @@ class KubePod(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["cluster", "uid"], name="kube_pod_unique_per_cluster")
         ]
-        indexes = [models.Index(fields=["cluster", "node_name"])]
+        indexes = [
+            models.Index(fields=["cluster", "node_name"]),
+            # The pods that hold GPUs, summed per cluster and node (clusters.selectors): most
+            # pods ask for none, and these few are read without their rows.
+            models.Index(
+                fields=["cluster", "node_name"],
+                include=["gpu_requests"],
+                name="kube_pod_gpu_requests",
+                condition=Q(phase__in=["Pending", "Running"], gpu_requests__gt=0),
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.cluster.name}/{self.namespace}/{self.name}"

@@ -47,7 +47,10 @@ def clusters_with_kube_summary(queryset: QuerySet[Cluster]) -> QuerySet[Cluster]
     the nodes have and advertise as allocatable, GPUs requested by pods on a node and by
     pods not scheduled yet, and the flags raised (`summary_*` attributes)."""
     nodes = KubeNode.objects.filter(cluster=OuterRef("pk"))
-    pods = KubePod.objects.filter(cluster=OuterRef("pk"), phase__in=ACTIVE_POD_PHASES)
+    # Pods asking for no GPU add nothing: left out, the sums read an index of the few others.
+    pods = KubePod.objects.filter(
+        cluster=OuterRef("pk"), phase__in=ACTIVE_POD_PHASES, gpu_requests__gt=0
+    )
     missing = Machine.objects.filter(pool__cluster=OuterRef("pk"), node_missing=True)
     return queryset.annotate(
         summary_nodes=_per_cluster(nodes, Count("pk")),
@@ -74,7 +77,10 @@ def clusters_with_kube_summary(queryset: QuerySet[Cluster]) -> QuerySet[Cluster]
 def kube_nodes_with_requests(queryset: QuerySet[KubeNode]) -> QuerySet[KubeNode]:
     """The nodes with `gpu_requested`: the GPUs that pods placed on each ask for."""
     pods = KubePod.objects.filter(
-        cluster=OuterRef("cluster"), node_name=OuterRef("name"), phase__in=ACTIVE_POD_PHASES
+        cluster=OuterRef("cluster"),
+        node_name=OuterRef("name"),
+        phase__in=ACTIVE_POD_PHASES,
+        gpu_requests__gt=0,  # what adds nothing, left out: read from the index of GPU pods
     )
     requested = pods.order_by().values("cluster").annotate(figure=Sum("gpu_requests"))
     return queryset.annotate(
