@@ -81,7 +81,8 @@ def _decode(cursor: str, field: models.Field[Any, Any]) -> tuple[Any, int]:
     try:
         padded = cursor + "=" * (-len(cursor) % 4)
         text, pk = json.loads(base64.urlsafe_b64decode(padded.encode()))
-        if not isinstance(text, str) or not isinstance(pk, int):
+        # An id past a bigint would fail in the database, not here.
+        if not isinstance(text, str) or not isinstance(pk, int) or abs(pk) >= 2**63:
             raise ValueError(cursor)
         is_time = isinstance(field, models.DateTimeField)
         value: Any = datetime.fromisoformat(text) if is_time else text
