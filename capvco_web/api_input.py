@@ -126,6 +126,7 @@ CURSOR_COUNT_CAP = 10_000
 CURSOR_SORT = Sort("id", descending=False, label="oldest first")
 # The opaque cursor is the keyset cursor after a letter saying which way it reads.
 _NEXT, _PREVIOUS = "n", "p"
+CURSOR_PATTERN = f"^[{_NEXT}{_PREVIOUS}][A-Za-z0-9_-]+$"
 
 
 class CursorPagination(BasePagination):
@@ -227,7 +228,7 @@ class CursorPagination(BasePagination):
                 "in": "query",
                 "description": "The page: the opaque value in a `next` or `previous` "
                 "link (none for the first page). Rows are in id order, oldest first.",
-                "schema": {"type": "string"},
+                "schema": {"type": "string", "pattern": CURSOR_PATTERN},
             },
             {
                 "name": self.limit_query_param,

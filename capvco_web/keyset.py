@@ -80,7 +80,9 @@ class KeysetPage(Generic[M]):
 def _decode(cursor: str, field: models.Field[Any, Any]) -> tuple[Any, int]:
     try:
         padded = cursor + "=" * (-len(cursor) % 4)
-        text, pk = json.loads(base64.urlsafe_b64decode(padded.encode()))
+        # Strict: a character outside the alphabet is refused, not skipped.
+        raw = base64.b64decode(padded.encode(), altchars=b"-_", validate=True)
+        text, pk = json.loads(raw)
         # An id past a bigint would fail in the database, not here.
         if not isinstance(text, str) or not isinstance(pk, int) or abs(pk) >= 2**63:
             raise ValueError(cursor)

@@ -64,7 +64,7 @@ class VgpuReservationViewSet(
     )
     serializer_class = VgpuReservationSerializer
     filterset_class = VgpuReservationFilterSet
-    pagination_class = CursorPagination  # a big list: keyset pages
+    pagination_class = CursorPagination  # a big list: keyset pages, in id order
     action_verbs = {"release": "release"}
 
     @extend_schema(

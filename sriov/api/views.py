@@ -208,7 +208,7 @@ class PodNicViewSet(
     )
     serializer_class = PodNicSerializer
     filterset_class = PodNicFilterSet
-    pagination_class = CursorPagination  # a big list: keyset pages
+    pagination_class = CursorPagination  # a big list: keyset pages, in id order
 
 
 class LeakedNicViewSet(
