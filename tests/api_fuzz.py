@@ -113,6 +113,18 @@ UNSTATABLE = {
 }
 
 
+def _made_up_cursor(case: Any, response: Any) -> bool:
+    """A cursor list's `cursor` refused, alone: a cursor is the opaque value of a `next` or
+    `previous` link, and whether a string is one we made is beyond a pattern."""
+    if "cursor" not in (case.query or {}):
+        return False
+    try:
+        fields = response.json().get("fields")
+    except ValueError:
+        return False
+    return isinstance(fields, dict) and set(fields) == {"cursor"}
+
+
 def _body_schema_refuses(case: Any) -> bool:
     """Whether the body sent is one the operation's schema itself refuses. schemathesis
     may still call it valid: its error feedback reads our errors' `fields` as a property
@@ -124,14 +136,15 @@ def _body_schema_refuses(case: Any) -> bool:
 
 def keeps_failure(context: Any, failure: Any, case: Any, response: Any) -> bool:
     """schemathesis' `filter_failure` hook: all but a refusal of a request that breaks
-    one of the rules above, or that the schema refuses itself."""
+    one of the rules above, gives a cursor we did not make, or that the schema refuses
+    itself."""
     from schemathesis.openapi.checks import RejectedPositiveData
 
     if not isinstance(failure, RejectedPositiveData):
         return True
     rule = UNSTATABLE.get(case.operation.label)
     unstatable = rule is not None and isinstance(case.body, dict) and rule(case.body)
-    return not (unstatable or _body_schema_refuses(case))
+    return not (unstatable or _made_up_cursor(case, response) or _body_schema_refuses(case))
 
 
 # The superuser the run acts as (it owns the world's API token), and a viewer of the

@@ -17,7 +17,7 @@ from tests.filter_world import World, two_of_everything, value_for
 
 pytestmark = pytest.mark.django_db
 
-PAGING = {"limit", "offset"}
+PAGING = {"limit", "offset", "cursor"}
 
 
 def _lists() -> list[tuple[str, list[str]]]:
@@ -121,10 +121,15 @@ def test_a_location_by_name_lists_its_reservations(api: APIClient, world: World)
 
 
 def test_paging_and_format_are_known_parameters(api: APIClient, world: World) -> None:
-    response = api.get("/api/v1/machines/", {"limit": 1, "offset": 1, "format": "json"})
+    offset_paged = api.get("/api/v1/pools/", {"limit": 1, "offset": 1, "format": "json"})
+    first = api.get("/api/v1/machines/", {"limit": 1, "format": "json"})
+    cursor = first.json()["next"].split("cursor=")[1].split("&")[0]
+    cursor_paged = api.get("/api/v1/machines/", {"limit": 1, "cursor": cursor, "format": "json"})
 
-    assert response.status_code == 200
-    assert len(response.json()["results"]) == 1
+    assert offset_paged.status_code == 200
+    assert len(offset_paged.json()["results"]) == 1
+    assert cursor_paged.status_code == 200
+    assert len(cursor_paged.json()["results"]) == 1
 
 
 def test_a_detail_takes_no_filter(api: APIClient, world: World) -> None:

@@ -24,6 +24,7 @@ from capvco_web.api import (
     UnknownParameters,
     api_validation_error,
 )
+from capvco_web.api_input import CursorPagination
 from capvco_web.permissions import AccountScopedViewSetMixin, users_known, visible
 from capvco_web.tasks import send_on_commit
 from cloud.models import Account, Cloudspace, Image, Location, Membership, VirtualMachine
@@ -258,6 +259,7 @@ class VirtualMachineViewSet(
     queryset = VirtualMachine.objects.select_related("location").order_by("location", "name")
     serializer_class = VirtualMachineSerializer
     filterset_class = VirtualMachineFilterSet
+    pagination_class = CursorPagination  # a big list: keyset pages, in id order
     action_verbs = {"remove": "remove"}
 
     @extend_schema(
@@ -451,6 +453,7 @@ class MachineViewSet(
     queryset = Machine.objects.select_related("pool__cluster").order_by("pool", "index")
     serializer_class = MachineSerializer
     filterset_class = MachineFilterSet
+    pagination_class = CursorPagination  # a big list: keyset pages, in id order
     action_verbs = {"force_delete": "force_delete"}
 
     @extend_schema(request=ReasonSerializer, responses={202: MachineSerializer})
@@ -480,6 +483,7 @@ class KubeNodeViewSet(
     queryset = KubeNode.objects.select_related("cluster").order_by("cluster__name", "name")
     serializer_class = KubeNodeSerializer
     filterset_class = KubeNodeFilterSet
+    pagination_class = CursorPagination  # a big list: keyset pages, in id order
 
     def get_queryset(self) -> QuerySet[KubeNode]:
         return kube_nodes_with_requests(super().get_queryset())
@@ -495,6 +499,7 @@ class KubePodViewSet(
     )
     serializer_class = KubePodSerializer
     filterset_class = KubePodFilterSet
+    pagination_class = CursorPagination  # a big list: keyset pages, in id order
 
 
 # Asked for over time: not kept yet, so refused rather than answered with the rate now.

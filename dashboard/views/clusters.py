@@ -21,6 +21,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from capvco_web.htmx import HtmxHttpRequest
+from capvco_web.keyset import AFTER, BEFORE, LAST, BadCursor, Sort, keyset_page
 from capvco_web.permissions import allowed, visible
 from cloud.models import Cloudspace, Image, VirtualMachine
 from clusters.models import Cluster, ClusterSite, KubeNode, KubePod, Machine, MachinePool
@@ -32,7 +33,6 @@ from clusters.selectors import (
 )
 from dashboard.filtersets import ClusterListFilterSet, filled, list_page, unknown_parameters
 from dashboard.forms import NodeFilterForm
-from dashboard.pagination import AFTER, BEFORE, LAST, BadCursor, Sort, keyset_page
 from dashboard.selectors import PoolGpus, held_by_machine, kube_observation, node_rows, pool_gpus
 from dashboard.views.common import page_or_fragment
 from dashboard.views.setup import accounts_for_new_clusters

@@ -15,6 +15,7 @@ from django.views.decorators.http import require_GET
 from django_filters import FilterSet
 
 from capvco_web.htmx import HtmxHttpRequest
+from capvco_web.keyset import CURSOR_PARAMS, BadCursor, Sort, keyset_page
 from capvco_web.permissions import allowed, visible
 from cloud.models import Location
 from clusters.models import Cluster
@@ -27,7 +28,6 @@ from dashboard.filtersets import (
     unknown_parameters,
 )
 from dashboard.forms import LocationChoiceField
-from dashboard.pagination import CURSOR_PARAMS, BadCursor, Sort, keyset_page
 from dashboard.views.common import page_or_fragment
 from sriov.filtersets import LeakedNicFilterSet, VmQueueFilterSet
 from sriov.models import LeakedNic, PodNic

@@ -12,6 +12,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET
 
 from capvco_web.htmx import HtmxHttpRequest
+from capvco_web.keyset import CURSOR_PARAMS, BadCursor, Sort, keyset_page
 from capvco_web.permissions import visible
 from cloud.models import Location
 from clusters.filtersets import MachineFilterSet
@@ -26,7 +27,6 @@ from dashboard.filtersets import (
     unknown_parameters,
 )
 from dashboard.forms import LocationChoiceField, NodeFilterForm
-from dashboard.pagination import CURSOR_PARAMS, BadCursor, Sort, keyset_page
 from dashboard.selectors import node_rows
 from dashboard.views.common import page_or_fragment
 

@@ -10,6 +10,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from capvco_web.api import ErrorSerializer, KnownParametersMixin, ReasonSerializer, Refused
+from capvco_web.api_input import CursorPagination
 from capvco_web.permissions import AccountScopedViewSetMixin, visible
 from capvco_web.tasks import send_on_commit
 from gpus.api.serializers import (
@@ -63,6 +64,7 @@ class VgpuReservationViewSet(
     )
     serializer_class = VgpuReservationSerializer
     filterset_class = VgpuReservationFilterSet
+    pagination_class = CursorPagination  # a big list: keyset pages, in id order
     action_verbs = {"release": "release"}
 
     @extend_schema(

@@ -18,6 +18,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from capvco_web.api import KnownParametersMixin, api_validation_error
+from capvco_web.api_input import CursorPagination
 from capvco_web.permissions import AccountScopedViewSetMixin
 from clusters.filtersets import ClusterFilterSet
 from clusters.models import Cluster
@@ -207,6 +208,7 @@ class PodNicViewSet(
     )
     serializer_class = PodNicSerializer
     filterset_class = PodNicFilterSet
+    pagination_class = CursorPagination  # a big list: keyset pages, in id order
 
 
 class LeakedNicViewSet(

@@ -1,6 +1,7 @@
 """Keyset pagination: a page is "the N rows after (or before) this one" in a fixed order
 of (sort field, id), read through an index, so the last page of a table with history
 costs what the first one does. There are no page numbers: first, previous, next, last.
+The dashboard's pages and the API's cursor lists (capvco_web.api_input) both page here.
 """
 
 from __future__ import annotations
@@ -37,12 +38,15 @@ class Sort:
 
     def order(self, reverse: bool = False) -> list[str]:
         down = self.descending != reverse
-        return [f"-{self.field}", "-id"] if down else [self.field, "id"]
+        keys = ["id"] if self.field == "id" else [self.field, "id"]
+        return [f"-{key}" for key in keys] if down else keys
 
     def beyond(self, value: Any, pk: int, reverse: bool = False) -> Q:
         """The rows that come after (value, pk) in this order (before it, reversed)."""
         down = self.descending != reverse
         op = "lt" if down else "gt"
+        if self.field == "id":
+            return Q(**{f"id__{op}": pk})
         beyond = Q(**{f"{self.field}__{op}": value}) | Q(**{self.field: value, f"id__{op}": pk})
         # The same, plus a bound the database can start an index scan at: an OR alone
         # would make it read the index from its first entry, however deep the page.
@@ -76,8 +80,11 @@ class KeysetPage(Generic[M]):
 def _decode(cursor: str, field: models.Field[Any, Any]) -> tuple[Any, int]:
     try:
         padded = cursor + "=" * (-len(cursor) % 4)
-        text, pk = json.loads(base64.urlsafe_b64decode(padded.encode()))
-        if not isinstance(text, str) or not isinstance(pk, int):
+        # Strict: a character outside the alphabet is refused, not skipped.
+        raw = base64.b64decode(padded.encode(), altchars=b"-_", validate=True)
+        text, pk = json.loads(raw)
+        # An id past a bigint would fail in the database, not here.
+        if not isinstance(text, str) or not isinstance(pk, int) or abs(pk) >= 2**63:
             raise ValueError(cursor)
         is_time = isinstance(field, models.DateTimeField)
         value: Any = datetime.fromisoformat(text) if is_time else text
@@ -96,27 +103,29 @@ def keyset_page(
     params: QueryDict,
     size: int,
     count: int | None = None,
+    count_cap: int = COUNT_CAP,
 ) -> KeysetPage[M]:
     """The page of `queryset` that `params` asks for: the first, `after=<cursor>`,
     `before=<cursor>` or `last=1`. BadCursor for a cursor we did not make. `count`: the
-    number of rows when the caller already knows it (one query fewer)."""
+    number of rows when the caller already knows it (one query fewer); otherwise counted
+    up to `count_cap` rows and said to be capped past it."""
     field = queryset.model._meta.get_field(sort.field)
     assert isinstance(field, models.Field) and not field.null, "keyset sorts need NOT NULL"
     if count is None:
-        count = queryset.order_by()[: COUNT_CAP + 1].count()
+        count = queryset.order_by()[: count_cap + 1].count()
     if after := params.get(AFTER):
         value, pk = _decode(after, field)
         rows = list(queryset.filter(sort.beyond(value, pk)).order_by(*sort.order())[: size + 1])
-        return KeysetPage(rows[:size], True, len(rows) > size, count, count > COUNT_CAP, sort)
+        return KeysetPage(rows[:size], True, len(rows) > size, count, count > count_cap, sort)
     if before := params.get(BEFORE):
         value, pk = _decode(before, field)
         back = queryset.filter(sort.beyond(value, pk, reverse=True))
         rows = list(back.order_by(*sort.order(reverse=True))[: size + 1])
         has_previous = len(rows) > size
-        return KeysetPage(rows[:size][::-1], has_previous, True, count, count > COUNT_CAP, sort)
+        return KeysetPage(rows[:size][::-1], has_previous, True, count, count > count_cap, sort)
     if params.get(LAST):
         rows = list(queryset.order_by(*sort.order(reverse=True))[: size + 1])
         has_previous = len(rows) > size
-        return KeysetPage(rows[:size][::-1], has_previous, False, count, count > COUNT_CAP, sort)
+        return KeysetPage(rows[:size][::-1], has_previous, False, count, count > count_cap, sort)
     rows = list(queryset.order_by(*sort.order())[: size + 1])
-    return KeysetPage(rows[:size], False, len(rows) > size, count, count > COUNT_CAP, sort)
+    return KeysetPage(rows[:size], False, len(rows) > size, count, count > count_cap, sort)
