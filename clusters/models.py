@@ -779,8 +779,8 @@ class KubePod(models.Model):
             # The pods that hold GPUs, summed per cluster and node (clusters.selectors): most
             # pods ask for none, and these few are read without their rows.
             models.Index(
-                fields=["cluster", "node_name"],
-                include=["gpu_requests"],
+                # The sums' column is a key column, not INCLUDE: SQLite has no INCLUDE.
+                fields=["cluster", "node_name", "gpu_requests"],
                 name="kube_pod_gpu_requests",
                 condition=Q(phase__in=["Pending", "Running"], gpu_requests__gt=0),
             ),

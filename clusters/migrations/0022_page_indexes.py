@@ -24,7 +24,7 @@ class Migration(migrations.Migration):
         ),
         migrations.AddIndex(
             model_name='kubepod',
-            index=models.Index(condition=models.Q(('gpu_requests__gt', 0), ('phase__in', ['Pending', 'Running'])), fields=['cluster', 'node_name'], include=('gpu_requests',), name='kube_pod_gpu_requests'),
+            index=models.Index(condition=models.Q(('gpu_requests__gt', 0), ('phase__in', ['Pending', 'Running'])), fields=['cluster', 'node_name', 'gpu_requests'], name='kube_pod_gpu_requests'),
         ),
         migrations.AddIndex(
             model_name='machine',
