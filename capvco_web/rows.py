@@ -54,6 +54,14 @@ def model_update(
     return written == 1
 
 
+def joined_forget(instance: models.Model, name: str) -> None:
+    """Drop the row a join without a column (a ForeignObject) cached on `instance`: a
+    refresh keeps it otherwise, as Django clears only the relations of columns."""
+    joined = instance._meta.get_field(name)
+    if isinstance(joined, models.ForeignObject) and joined.is_cached(instance):
+        joined.delete_cached_value(instance)
+
+
 def rows_update(rows: Sequence[models.Model], fields: Collection[str], *, where: Q) -> int:
     """Write `fields` of each row as the instance holds them, in batches, to the rows that
     still match `where` (compare-and-set for many rows at once: one changed meanwhile by

@@ -8,6 +8,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from capvco_web.rows import joined_forget
 from gpus import naming
 
 HOURS_PER_MONTH = Decimal(730)  # whitesky prices are per month; 365 * 24 / 12
@@ -19,6 +20,11 @@ BILLED_STATES = ("reserving", "reserved", "attached", "releasing")
 def hourly_price(monthly: Decimal) -> Decimal:
     """What one vGPU costs per hour at a location's monthly vGPU price."""
     return monthly / HOURS_PER_MONTH
+
+
+def hours_between(start: datetime, end: datetime) -> Decimal:
+    """The hours from `start` to `end`, as billing counts them (to the second)."""
+    return Decimal((end - start).total_seconds()) / Decimal(3600)
 
 
 def cost_of(hours: Decimal, monthly: Decimal) -> Decimal:
@@ -210,10 +216,7 @@ class VgpuReservation(models.Model):
 
     def refresh_from_db(self, *args: Any, **kwargs: Any) -> None:
         super().refresh_from_db(*args, **kwargs)
-        # The join to ListedVgpu is no column: Django would keep the row it cached.
-        joined = self._meta.get_field("listed")
-        if isinstance(joined, models.ForeignObject) and joined.is_cached(self):
-            joined.delete_cached_value(self)
+        joined_forget(self, "listed")
 
     def _observed(self) -> ListedVgpu | None:
         try:
@@ -249,8 +252,7 @@ class VgpuReservation(models.Model):
         """What this orphan cost since it was flagged, at the location's vGPU price."""
         if self.orphaned_since is None:
             return Decimal(0)
-        end = now or timezone.now()
-        hours = Decimal((end - self.orphaned_since).total_seconds()) / Decimal(3600)
+        hours = hours_between(self.orphaned_since, now or timezone.now())
         return cost_of(hours, self.location.vgu_price)
 
     @property

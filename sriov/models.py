@@ -15,6 +15,7 @@ from django.core.validators import MaxLengthValidator, MaxValueValidator, MinVal
 from django.db import models
 
 from capvco_web.encryption import EncryptedTextField
+from capvco_web.rows import joined_forget
 from capvco_web.validators import visible_text
 from cloud.models import MAX_CREDENTIAL_LENGTH, Location, jwt_shape
 from clusters.models import Cluster, Machine
@@ -315,10 +316,7 @@ class PodNic(models.Model):
 
     def refresh_from_db(self, *args: Any, **kwargs: Any) -> None:
         super().refresh_from_db(*args, **kwargs)
-        # The join to GonePod is no column: Django would keep the row it cached.
-        joined = self._meta.get_field("gone")
-        if isinstance(joined, models.ForeignObject) and joined.is_cached(self):
-            joined.delete_cached_value(self)
+        joined_forget(self, "gone")
 
     @property
     def pod_gone_since(self) -> datetime | None:
