@@ -39,6 +39,7 @@ from gpus.models import (
     VgpuReservation,
     cost_of,
     hourly_price,
+    hours_between,
 )
 from gpus.resolve import GpuUnavailable, gpu_profile_resolve, gpu_type_of, matching_cards, offers
 
@@ -546,7 +547,7 @@ def orphan_vms(
         vm.location = location  # the prices are on the location already read
         hourly = hourly_price(vm.compute_monthly_price())
         assert vm.orphaned_since is not None
-        hours = Decimal((now - vm.orphaned_since).total_seconds()) / HOUR
+        hours = hours_between(vm.orphaned_since, now)
         total = totals.setdefault(location.pk, OrphanVmTotal(location))
         total.count += 1
         total.hourly_cost += hourly

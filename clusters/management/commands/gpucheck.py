@@ -28,7 +28,7 @@ from django.utils import timezone
 
 from cloud.models import VirtualMachine
 from clusters.orphans import vm_orphans_list
-from gpus.models import VgpuReservation, cost_of
+from gpus.models import VgpuReservation, cost_of, hours_between
 from gpus.selectors import orphans_list
 
 VM_COST_NOTE = "vCPUs and memory only: a VM's disks and IOPS are not listed with it"
@@ -47,8 +47,7 @@ def _since(row: VgpuReservation | VirtualMachine) -> str | None:
 def _vm_accrued_cost(vm: VirtualMachine, now: datetime) -> Decimal:
     """What an orphan VM's vCPUs and memory cost since it was flagged."""
     assert vm.orphaned_since is not None  # an orphan
-    hours = Decimal((now - vm.orphaned_since).total_seconds()) / Decimal(3600)
-    return cost_of(hours, vm.compute_monthly_price())
+    return cost_of(hours_between(vm.orphaned_since, now), vm.compute_monthly_price())
 
 
 class Command(BaseCommand):
@@ -76,10 +75,10 @@ class Command(BaseCommand):
         vms = [(vm, _vm_accrued_cost(vm, now)) for vm in vm_orphans_list()]
         # Locations may bill in different currencies: one total per currency.
         totals: dict[str, Decimal] = defaultdict(Decimal)
-        for currency, cost in [(r.location.currency, c) for r, c in vgpus] + [
-            (vm.location.currency, c) for vm, c in vms
-        ]:
-            totals[currency] += cost
+        for row, cost in vgpus:
+            totals[row.location.currency] += cost
+        for vm, cost in vms:
+            totals[vm.location.currency] += cost
         total = {currency: str(amount) for currency, amount in sorted(totals.items())}
         if as_json:
             orphans: list[dict[str, Any]] = [
