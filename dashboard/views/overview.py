@@ -14,6 +14,7 @@ from capvco_web.health import readiness
 from capvco_web.htmx import HtmxHttpRequest
 from capvco_web.permissions import allowed_somewhere, visible
 from cloud.models import Location, VirtualMachine
+from clusters.capacity import capacity_board
 from clusters.models import Cluster, KubeNode, Machine
 from clusters.selectors import (
     kube_gpus_by_location_and_type,
@@ -21,7 +22,6 @@ from clusters.selectors import (
     kube_observation_problem,
 )
 from dashboard.selectors import (
-    capacity_board,
     kube_flags,
     money_wasted,
     observations,
