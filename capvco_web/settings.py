@@ -83,6 +83,7 @@ INSTALLED_APPS = [
     "clusters",
     "gpus",
     "sriov",
+    "billing",
     "dashboard",
     "notify",
 ]
@@ -313,6 +314,9 @@ CATALOG_OBSERVE_INTERVAL = timedelta(
 # Webhook notifications: leaks, failed machines and stale locations looked for and due
 # messages sent this often.
 NOTIFY_INTERVAL = timedelta(seconds=env.float("NOTIFY_INTERVAL_SECONDS", default=60))
+# Money: the hour's cost and capacity rollup (taken by the first pass in each hour, so this
+# must be well under an hour) and the leak ledger, this often.
+BILLING_INTERVAL = timedelta(seconds=env.float("BILLING_INTERVAL_SECONDS", default=300))
 
 
 def _every(task: str, interval: timedelta) -> dict[str, object]:
@@ -330,12 +334,18 @@ CELERY_BEAT_SCHEDULE = {
     "history-prune": _every("capvco_web.tasks.history_prune", HISTORY_PRUNE_INTERVAL),
     "observe-catalog": _every("clusters.tasks.observe_catalog_all", CATALOG_OBSERVE_INTERVAL),
     "notify": _every("notify.tasks.notify_pass", NOTIFY_INTERVAL),
+    "billing": _every("billing.tasks.billing_pass", BILLING_INTERVAL),
 }
 
 # History kept: released vGPU reservations and audit events older than this many days are
 # deleted once a day (and by `manage.py history_prune`); 0 keeps them for ever.
 RESERVATION_HISTORY_DAYS = env.int("RESERVATION_HISTORY_DAYS", default=90)
 AUDIT_HISTORY_DAYS = env.int("AUDIT_HISTORY_DAYS", default=365)
+# Money history (billing.history): hourly cost and capacity rollups and bill checks, and
+# the day rollups and ended leaks, kept this many days (0: for ever). An hourly row is
+# deleted only once its day is summed.
+COST_HOURLY_HISTORY_DAYS = env.int("COST_HOURLY_HISTORY_DAYS", default=60)
+COST_HISTORY_DAYS = env.int("COST_HISTORY_DAYS", default=400)
 
 # The most machines one pool may ask for. A GPU pool of 1,000 machines is ordinary at large
 # sites; past that, split the pool (each pool is planned and rolled out on its own, and a

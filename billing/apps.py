@@ -1,0 +1,34 @@
+from django.apps import AppConfig
+
+
+class BillingConfig(AppConfig):
+    name = "billing"
+    verbose_name = "Billing"
+
+    def ready(self) -> None:
+        from billing import history
+        from billing.models import BillCheck, BillItem, CapacityRollup, CostRollup, Leak
+        from capvco_web.ownership import account_paths_register
+        from capvco_web.permissions import roles_grant
+        from capvco_web.retention import history_register
+
+        account_paths_register(
+            {
+                CostRollup: "account",
+                CapacityRollup: "location__account",
+                Leak: "account",
+                BillCheck: "location__account",
+                BillItem: "bill__location__account",
+            }
+        )
+        roles_grant(
+            view={
+                "billing.view_costrollup",
+                "billing.view_capacityrollup",
+                "billing.view_leak",
+                "billing.view_billcheck",
+                "billing.view_billitem",
+            }
+        )
+        history_register(history.HOURLY)
+        history_register(history.DAILY)

@@ -1,0 +1,125 @@
+"""The ledger of leaks: every vGPU and VM that whitesky bills and no machine owns gets a
+`Leak` row when it is first flagged orphaned, and the row is ended when the object is
+released, gone from a complete listing, or owned again; what it cost stays on the record.
+
+The flags are observe's (gpus.mirror, clusters.orphans), taken from complete listings
+only, so the ledger follows them: it opens and ends rows, and decides nothing itself. A
+leak whose object is gone is ended only once its location's last observation was
+complete, at the moment that listing began (at most one observe interval late). A pass
+that finds the same orphans writes nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+
+from django.db import transaction
+from django.db.models import Min
+
+from billing.models import Leak
+from cloud.models import Location, VirtualMachine
+from clusters.models import VmRemovalRequest
+from clusters.orphans import vm_orphans_list
+from gpus.models import ListedVgpu, VgpuReservation
+from gpus.selectors import orphans_list
+
+Key = tuple[int, str, str]  # location, kind, external id
+
+
+@dataclass(frozen=True)
+class LeaksRecorded:
+    opened: int
+    ended: int
+
+
+def _orphans() -> dict[Key, Leak]:
+    found: dict[Key, Leak] = {}
+    for vgpu in orphans_list():
+        assert vgpu.vgpu_id is not None and vgpu.orphaned_since is not None
+        location = vgpu.location
+        found[location.pk, Leak.Kind.VGPU, vgpu.vgpu_id] = Leak(
+            account_id=location.account_id,
+            location=location,
+            kind=Leak.Kind.VGPU,
+            external_id=vgpu.vgpu_id,
+            name=vgpu.name,
+            currency=location.currency,
+            monthly_price=location.vgu_price,
+            billed_since=min(vgpu.created_at, vgpu.first_seen_at or vgpu.created_at),
+            leaked_since=vgpu.orphaned_since,
+        )
+    for vm in vm_orphans_list():
+        assert vm.orphaned_since is not None
+        location = vm.location
+        found[location.pk, Leak.Kind.VM, str(vm.vm_id)] = Leak(
+            account_id=location.account_id,
+            location=location,
+            kind=Leak.Kind.VM,
+            external_id=str(vm.vm_id),
+            name=vm.name,
+            currency=location.currency,
+            monthly_price=vm.compute_monthly_price().quantize(Decimal("0.0001")),
+            billed_since=vm.orphaned_since,  # the VM listing carries no creation time
+            leaked_since=vm.orphaned_since,
+        )
+    return found
+
+
+def _end(leak: Leak, location: Location) -> tuple[datetime, str] | None:
+    """When and how an open leak no longer flagged ended; None: not decidable yet."""
+    if leak.kind == Leak.Kind.VGPU:
+        released = (
+            VgpuReservation.objects.filter(
+                location=location,
+                vgpu_id=leak.external_id,
+                state=VgpuReservation.State.RELEASED,
+            )
+            .order_by()
+            .aggregate(at=Min("released_at"))["at"]
+        )
+        if released is not None:
+            return released, Leak.End.RELEASED
+        listed = ListedVgpu.objects.filter(location=location, vgpu_id=leak.external_id).exists()
+    else:
+        removed = (
+            VmRemovalRequest.objects.filter(
+                location=location, vm_id=int(leak.external_id), done_at__isnull=False
+            )
+            .order_by()
+            .aggregate(at=Min("done_at"))["at"]
+        )
+        if removed is not None:
+            return removed, Leak.End.RELEASED
+        listed = VirtualMachine.objects.filter(
+            location=location, vm_id=int(leak.external_id)
+        ).exists()
+    if not location.observation_complete or location.observation_started_at is None:
+        return None  # gone or owned, said by a partial listing: decide nothing
+    return location.observation_started_at, Leak.End.OWNED if listed else Leak.End.GONE
+
+
+def leaks_record() -> LeaksRecorded:
+    """Open a ledger row for each new orphan, end those no longer flagged."""
+    current = _orphans()
+    open_rows = {
+        (leak.location_id, leak.kind, leak.external_id): leak
+        for leak in Leak.objects.filter(ended_at__isnull=True).select_related("location")
+    }
+    new = [leak for key, leak in current.items() if key not in open_rows]
+    ended = 0
+    with transaction.atomic():
+        Leak.objects.bulk_create(new)
+        for key, leak in open_rows.items():
+            if key in current:
+                continue
+            end = _end(leak, leak.location)
+            if end is None:
+                continue
+            at, how = end
+            # Compare-and-set: a leak is ended once.
+            ended += Leak.objects.filter(pk=leak.pk, ended_at__isnull=True).update(
+                ended_at=max(at, leak.leaked_since), end=how
+            )
+    return LeaksRecorded(opened=len(new), ended=ended)

@@ -1,0 +1,233 @@
+"""Money over time: hourly and daily rollups of what things cost and of GPU capacity, the
+ledger of leaks, and the checks of whitesky's bill against what we own.
+
+History outlives what it is about: a rollup keeps a deleted cluster's and pool's id and
+name as plain values, not as foreign keys, so a month's cost stays whole after a teardown.
+Every figure is in its location's currency; two currencies are never added.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+
+from django.db import models
+from django.utils import timezone
+
+from gpus.models import hourly_price, hours_between
+
+
+def amount(help_text: str = "") -> models.DecimalField[Decimal, Decimal]:
+    """A sum of money in the row's currency, to the micro-unit (an hour of a cent a month
+    is 0.0000137)."""
+    return models.DecimalField(
+        max_digits=16, decimal_places=6, default=Decimal(0), help_text=help_text
+    )
+
+
+class Step(models.TextChoices):
+    """How long a rollup row covers: an hour (one sample), or a day (its hours summed)."""
+
+    HOUR = "hour"
+    DAY = "day"
+
+
+class Rollup(models.Model):
+    """That a step's rollup was taken: its rows and this marker are written together, so
+    a pass that finds the marker writes nothing."""
+
+    step = models.CharField(max_length=8, choices=Step)
+    start = models.DateTimeField()
+    taken_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["step", "start"], name="rollup_taken_once")]
+
+    def __str__(self) -> str:
+        return f"{self.step} {self.start:%Y-%m-%d %H:%M}"
+
+
+class CostRollup(models.Model):
+    """What one pool, one namespace's share of a cluster's GPUs, or one location's orphans
+    cost over a step (an hour: the hourly rate sampled in it; a day: its hours summed)."""
+
+    class Kind(models.TextChoices):
+        POOL = "pool"  # compute, vgpu, idle of a pool's machines
+        NAMESPACE = "namespace"  # a namespace's share of the GPU nodes' vGPUs; null: idle
+        ORPHANS = "orphans"  # a location's orphaned vGPUs and orphan VMs
+
+    step = models.CharField(max_length=8, choices=Step)
+    start = models.DateTimeField()
+    kind = models.CharField(max_length=16, choices=Kind)
+    account = models.ForeignKey(
+        "cloud.Account", on_delete=models.CASCADE, related_name="cost_rollups"
+    )
+    location = models.ForeignKey(
+        "cloud.Location", on_delete=models.CASCADE, related_name="cost_rollups"
+    )
+    currency = models.CharField(max_length=8, blank=True)
+    cluster_id = models.BigIntegerField(null=True, blank=True)
+    cluster_name = models.CharField(max_length=64, blank=True)
+    pool_id = models.BigIntegerField(null=True, blank=True)
+    pool_name = models.CharField(max_length=64, blank=True)
+    namespace = models.CharField(max_length=253, null=True, blank=True)  # noqa: DJ001
+    samples = models.PositiveSmallIntegerField(
+        default=1, help_text="Hourly samples summed in the row (24 for a whole day)"
+    )
+    machines = models.PositiveIntegerField(default=0, help_text="Machine-hours")
+    compute = amount()
+    vgpu = amount()
+    idle = amount("Part of vgpu")
+    idle_gpus = models.PositiveIntegerField(default=0, help_text="Idle GPU-hours")
+    orphan_vgpu = amount()
+    orphan_vm = amount()
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["step", "start", "kind"], name="cost_rollup_when"),
+            models.Index(fields=["cluster_id", "step", "start"], name="cost_rollup_cluster"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.cluster_name or self.location_id} {self.step} {self.start}"
+
+    @property
+    def total(self) -> Decimal:
+        # idle is part of vgpu; a namespace row's vgpu is a share of its pools' vgpu.
+        return self.compute + self.vgpu + self.orphan_vgpu + self.orphan_vm
+
+
+class CapacityRollup(models.Model):
+    """GPUs of one type in one location over a step: each figure summed over the step's
+    hourly samples (divide by `samples` for the mean)."""
+
+    step = models.CharField(max_length=8, choices=Step)
+    start = models.DateTimeField()
+    location = models.ForeignKey(
+        "cloud.Location", on_delete=models.CASCADE, related_name="capacity_rollups"
+    )
+    gpu_type = models.CharField(max_length=200)
+    samples = models.PositiveSmallIntegerField(default=1)
+    free = models.PositiveIntegerField(default=0)
+    reserved = models.PositiveIntegerField(default=0, help_text="Billed, on no VM")
+    attached = models.PositiveIntegerField(default=0)
+    allocatable = models.PositiveIntegerField(default=0, help_text="As Kubernetes nodes say")
+    requested = models.PositiveIntegerField(default=0, help_text="By pending and running pods")
+
+    class Meta:
+        indexes = [models.Index(fields=["step", "start"], name="capacity_rollup_when")]
+
+    def __str__(self) -> str:
+        return f"{self.gpu_type} at {self.location_id} {self.step} {self.start}"
+
+
+class Leak(models.Model):
+    """A vGPU or VM that whitesky bills and no machine of ours owns: opened when complete
+    listings first flag it orphaned, ended when it is released, gone or owned again. The
+    record, and what it cost, stays after it ended."""
+
+    class Kind(models.TextChoices):
+        VGPU = "vgpu", "vGPU"
+        VM = "vm", "VM"
+
+    class End(models.TextChoices):
+        RELEASED = "released"  # released by us (the sweep or a person)
+        GONE = "gone"  # no longer in a complete listing
+        OWNED = "owned"  # a machine owns it again
+
+    account = models.ForeignKey("cloud.Account", on_delete=models.CASCADE, related_name="leaks")
+    location = models.ForeignKey("cloud.Location", on_delete=models.CASCADE, related_name="leaks")
+    kind = models.CharField(max_length=8, choices=Kind)
+    external_id = models.CharField(max_length=100, help_text="The vGPU id, or the VM id")
+    name = models.CharField(max_length=200)
+    currency = models.CharField(max_length=8, blank=True)
+    monthly_price = models.DecimalField(
+        max_digits=14, decimal_places=4, help_text="What it is billed per month"
+    )
+    billed_since = models.DateTimeField(help_text="When whitesky first billed it, as we know")
+    leaked_since = models.DateTimeField(help_text="Since when no machine owns it")
+    ended_at = models.DateTimeField(null=True, blank=True)
+    end = models.CharField(max_length=16, choices=End, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["location", "kind", "external_id"],
+                condition=models.Q(ended_at__isnull=True),
+                name="leak_open_once",
+            )
+        ]
+        indexes = [
+            models.Index(fields=["account", "ended_at"], name="leak_account_ended"),
+            models.Index(fields=["leaked_since"], name="leak_since"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.name}"
+
+    def cost(self, *, since: datetime | None = None, until: datetime | None = None) -> Decimal:
+        """What it cost while leaked, within [since, until) if given (now by default)."""
+        start = max(self.leaked_since, since) if since else self.leaked_since
+        end = self.ended_at or timezone.now()
+        if until is not None:
+            end = min(end, until)
+        if end <= start:
+            return Decimal(0)
+        return hours_between(start, end) * hourly_price(self.monthly_price)
+
+    def billed_cost(self) -> Decimal:
+        """What it cost from first billed to its end (or now), owned time included."""
+        end = self.ended_at or timezone.now()
+        return max(hours_between(self.billed_since, end), Decimal(0)) * hourly_price(
+            self.monthly_price
+        )
+
+
+class BillCheck(models.Model):
+    """whitesky's consumption of one location over one hour, against what we own: what
+    it billed, what our machines and known leaks explain, and the rest, "billed, not
+    explained", with the objects behind it (BillItem)."""
+
+    location = models.ForeignKey(
+        "cloud.Location", on_delete=models.CASCADE, related_name="bill_checks"
+    )
+    start = models.DateTimeField()
+    end = models.DateTimeField()
+    checked_at = models.DateTimeField()
+    currency = models.CharField(max_length=8, blank=True)
+    billed = amount()
+    owned = amount("Our machines' share")
+    leaked = amount("Known leaks' share")
+    unexplained = amount()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["location", "start"], name="bill_check_once")
+        ]
+        indexes = [models.Index(fields=["start"], name="bill_check_when")]
+
+    def __str__(self) -> str:
+        return f"{self.location_id} {self.start:%Y-%m-%d %H:%M}"
+
+
+class BillItem(models.Model):
+    """One billed object of a check that no machine of ours explains."""
+
+    class Verdict(models.TextChoices):
+        LEAK = "leak", "a known leak (named by us, owned by no machine)"
+        UNEXPLAINED = "unexplained", "billed, not explained"
+
+    class Kind(models.TextChoices):
+        VM = "vm", "VM"
+        VGPU = "vgpu", "vGPU"
+
+    bill = models.ForeignKey(BillCheck, on_delete=models.CASCADE, related_name="items")
+    kind = models.CharField(max_length=8, choices=Kind)
+    external_id = models.CharField(max_length=100)
+    name = models.CharField(max_length=200, blank=True)
+    verdict = models.CharField(max_length=16, choices=Verdict)
+    units = models.JSONField(default=dict, help_text="Unit-hours as whitesky billed them")
+    cost = amount()
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.external_id} ({self.verdict})"

@@ -1,0 +1,220 @@
+"""The hourly and daily rollups: what things cost and what GPU capacity there was.
+
+Once an hour, the first pass that finds the hour not taken samples the current rates
+(`clusters.costs`) and the capacity board (`clusters.capacity`) of every location and
+writes them as that hour's rows, with the hour's `Rollup` marker, in one transaction: a
+pass that finds the marker writes nothing. An hour in which no pass ran (every worker
+down) has no rows: it is a gap, counted as such (`samples`), never made up.
+
+Each day before today whose hours were sampled is summed into day rows, once (its own
+marker). Hourly rows are kept `COST_HOURLY_HISTORY_DAYS`, day rows `COST_HISTORY_DAYS`
+(billing.history).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+from django.db import IntegrityError, transaction
+from django.db.models import Count, QuerySet, Sum
+
+from billing.models import CapacityRollup, CostRollup, Rollup, Step
+from cloud.models import Location
+from clusters.capacity import capacity_board
+from clusters.costs import ZERO, costs_by, gpu_node_costs, orphan_costs
+from clusters.models import KubeNode
+from clusters.selectors import kube_gpus_by_location_and_type
+from gpus.models import GpuProfile, VgpuReservation
+
+HOUR = timedelta(hours=1)
+DAY = timedelta(days=1)
+# The columns a day row sums; the rest of a row is its key.
+COST_SUMS = ("machines", "compute", "vgpu", "idle", "idle_gpus", "orphan_vgpu", "orphan_vm")
+COST_KEYS = (
+    "kind", "account_id", "location_id", "currency",
+    "cluster_id", "cluster_name", "pool_id", "pool_name", "namespace",
+)  # fmt: skip
+CAPACITY_SUMS = ("free", "reserved", "attached", "allocatable", "requested")
+CAPACITY_KEYS = ("location_id", "gpu_type")
+
+
+def hour_of(moment: datetime) -> datetime:
+    return moment.replace(minute=0, second=0, microsecond=0)
+
+
+def day_of(moment: datetime) -> datetime:
+    return moment.replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+@dataclass(frozen=True)
+class RollupsTaken:
+    hour: datetime | None  # the hour sampled by this pass; None: already taken
+    cost_rows: int
+    capacity_rows: int
+    days: list[datetime]  # the days summed by this pass
+
+
+def rollups_take(*, now: datetime) -> RollupsTaken:
+    """Sample this hour if no pass has, and sum every finished day not summed yet."""
+    hour = hour_of(now)
+    taken = _hour_take(hour, now)
+    days = [_day_take(day, now) for day in _days_to_sum(before=day_of(now))]
+    return RollupsTaken(
+        hour=hour if taken else None,
+        cost_rows=taken[0] if taken else 0,
+        capacity_rows=taken[1] if taken else 0,
+        days=days,
+    )
+
+
+def _hour_take(hour: datetime, now: datetime) -> tuple[int, int] | None:
+    if Rollup.objects.filter(step=Step.HOUR, start=hour).exists():
+        return None
+    locations = Location.objects.all()
+    costs = _cost_rows(hour, locations)
+    capacity = _capacity_rows(hour, locations)
+    try:
+        with transaction.atomic():
+            # The marker first: a pass racing this one fails here and writes nothing.
+            Rollup.objects.create(step=Step.HOUR, start=hour, taken_at=now)
+            CostRollup.objects.bulk_create(costs, batch_size=2000)
+            CapacityRollup.objects.bulk_create(capacity, batch_size=2000)
+    except IntegrityError:
+        return None
+    return len(costs), len(capacity)
+
+
+def _cost_rows(hour: datetime, locations: QuerySet[Location]) -> list[CostRollup]:
+    at = {"step": Step.HOUR, "start": hour}
+    rows = []
+    for row in costs_by("pool", locations):
+        assert row.location is not None
+        rows.append(
+            CostRollup(
+                **at,
+                kind=CostRollup.Kind.POOL,
+                account_id=row.account,
+                location_id=row.location,
+                currency=row.currency,
+                cluster_id=row.cluster,
+                cluster_name=row.cluster_name or "",
+                pool_id=row.pool,
+                pool_name=row.pool_name or "",
+                machines=row.machines,
+                compute=row.compute or ZERO,
+                vgpu=row.vgpu,
+                idle=row.idle,
+                idle_gpus=row.idle_gpus,
+            )
+        )
+    cluster_names = {row.cluster_id: row.cluster_name for row in rows}
+    shares: dict[tuple[int, int, int, str, str | None], list[Decimal]] = defaultdict(
+        lambda: [ZERO, ZERO, ZERO]
+    )
+    for node in gpu_node_costs(locations):
+        base = (node.account_id, node.location_id, node.cluster_id, node.currency)
+        for requester, cost in node.by_namespace.items():
+            shares[(*base, requester)][0] += cost
+        if node.idle_gpus:
+            rest = shares[(*base, None)]
+            rest[0] += node.idle
+            rest[1] += node.idle
+            rest[2] += node.idle_gpus
+    ordered = sorted(shares.items(), key=lambda item: (item[0][:4], item[0][4] or "\uffff"))
+    for (account_id, location_id, cluster_id, currency, namespace), figures in ordered:
+        vgpu, idle, gpus = figures
+        rows.append(
+            CostRollup(
+                **at,
+                kind=CostRollup.Kind.NAMESPACE,
+                account_id=account_id,
+                location_id=location_id,
+                currency=currency,
+                cluster_id=cluster_id,
+                cluster_name=cluster_names.get(cluster_id, ""),
+                namespace=namespace,
+                vgpu=vgpu,
+                idle=idle,
+                idle_gpus=int(gpus),
+            )
+        )
+    for orphans in orphan_costs(locations):
+        if orphans.vgpus or orphans.vms:
+            rows.append(
+                CostRollup(
+                    **at,
+                    kind=CostRollup.Kind.ORPHANS,
+                    account_id=orphans.account_id,
+                    location_id=orphans.location_id,
+                    currency=orphans.currency,
+                    orphan_vgpu=orphans.vgpu,
+                    orphan_vm=orphans.vm,
+                )
+            )
+    return rows
+
+
+def _capacity_rows(hour: datetime, locations: QuerySet[Location]) -> list[CapacityRollup]:
+    nodes = KubeNode.objects.filter(machine__pool__site__location__in=locations)
+    board = capacity_board(
+        cards=GpuProfile.objects.filter(location__in=locations),
+        reservations=VgpuReservation.objects.filter(location__in=locations),
+        kube=kube_gpus_by_location_and_type(nodes),
+        locations=list(locations),
+    )
+    return [
+        CapacityRollup(
+            step=Step.HOUR,
+            start=hour,
+            location_id=row.location.pk,
+            gpu_type=row.gpu_type or "(no type label)",
+            free=row.free,
+            reserved=row.reserved,
+            attached=row.attached,
+            allocatable=row.kube_allocatable,
+            requested=row.kube_requested,
+        )
+        for row in board
+    ]
+
+
+def _days_to_sum(*, before: datetime) -> list[datetime]:
+    """The days before `before` with sampled hours and no day rollup, oldest first."""
+    summed = set(Rollup.objects.filter(step=Step.DAY).values_list("start", flat=True))
+    hours = Rollup.objects.filter(step=Step.HOUR, start__lt=before).values_list("start", flat=True)
+    if summed:
+        hours = hours.filter(start__gte=max(summed))
+    return sorted({day_of(h) for h in hours} - summed)
+
+
+def _day_take(day: datetime, now: datetime) -> datetime:
+    hours = {"step": Step.HOUR, "start__gte": day, "start__lt": day + DAY}
+    samples = Rollup.objects.filter(**hours).count()
+    costs = [
+        CostRollup(step=Step.DAY, start=day, **row)
+        for row in CostRollup.objects.filter(**hours)
+        .order_by()
+        .values(*COST_KEYS)
+        .annotate(samples=Count("pk"), **{name: Sum(name) for name in COST_SUMS})
+    ]
+    capacity = [
+        CapacityRollup(step=Step.DAY, start=day, **row)
+        for row in CapacityRollup.objects.filter(**hours)
+        .order_by()
+        .values(*CAPACITY_KEYS)
+        .annotate(samples=Count("pk"), **{name: Sum(name) for name in CAPACITY_SUMS})
+    ]
+    # A type seen in only some hours is still a mean over the day's samples.
+    for row in capacity:
+        row.samples = samples
+    try:
+        with transaction.atomic():
+            Rollup.objects.create(step=Step.DAY, start=day, taken_at=now)
+            CostRollup.objects.bulk_create(costs, batch_size=2000)
+            CapacityRollup.objects.bulk_create(capacity, batch_size=2000)
+    except IntegrityError:
+        pass  # another pass summed it
+    return day

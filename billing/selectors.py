@@ -1,0 +1,329 @@
+"""Reading the money history (reads only): series of what things cost over time, month to
+date, a forecast to the end of the month, GPU capacity over time, and the leak ledger's
+totals. Each is a fixed number of queries, however long the history: a day is read from
+its day rows once summed, and from its hour rows until then.
+
+Months are calendar months in UTC. An hour's figure is the hourly rate sampled in it
+(billing.rollups); an hour no pass sampled is a gap, not an estimate, and `hours_sampled`
+says how many there were.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any, Literal
+
+from django.db.models import Q, QuerySet, Sum
+from django.db.models.functions import TruncDay, TruncMonth
+
+from billing.models import CapacityRollup, CostRollup, Leak, Rollup, Step
+from billing.rollups import DAY, day_of, hour_of
+from cloud.models import Location
+from clusters.costs import ZERO, CostRow, GroupBy, costs_by
+from clusters.models import MachinePool
+from gpus.models import hourly_price
+
+SeriesStep = Literal["hour", "day", "month"]
+SERIES_STEPS: tuple[SeriesStep, ...] = ("hour", "day", "month")
+Kind = CostRollup.Kind
+SUMS = ("machines", "compute", "vgpu", "idle", "idle_gpus", "orphan_vgpu", "orphan_vm")
+# What each grouping reads: the rollup rows it sums, and the columns that are its key.
+_GROUPS: dict[GroupBy, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "account": ((Kind.POOL, Kind.ORPHANS), ("account_id", "account__name", "currency")),
+    "location": (
+        (Kind.POOL, Kind.ORPHANS),
+        ("account_id", "account__name", "location_id", "location__name", "currency"),
+    ),
+    "cluster": (
+        (Kind.POOL,),
+        ("account_id", "account__name", "cluster_id", "cluster_name", "currency"),
+    ),
+    "pool": (
+        (Kind.POOL,),
+        (
+            "account_id", "account__name", "cluster_id", "cluster_name", "pool_id",
+            "pool_name", "location_id", "location__name", "currency",
+        ),
+    ),
+    "namespace": (
+        (Kind.NAMESPACE,),
+        ("account_id", "account__name", "cluster_id", "cluster_name", "namespace", "currency"),
+    ),
+}  # fmt: skip
+
+
+def month_of(moment: datetime) -> datetime:
+    return day_of(moment).replace(day=1)
+
+
+def next_month(moment: datetime) -> datetime:
+    start = month_of(moment)
+    return (start + timedelta(days=32)).replace(day=1)
+
+
+@dataclass
+class CostPoint(CostRow):
+    """One group's cost over one step (an amount, not a rate): `start` and the step."""
+
+    start: datetime | None = None
+
+
+def _periods(step: SeriesStep, start: datetime, end: datetime) -> Iterable[tuple[str, Q, Any]]:
+    """(rollup step, the rows' filter, how rows are bucketed) to read [start, end)."""
+    in_range = Q(start__gte=start, start__lt=end)
+    if step == "hour":
+        yield Step.HOUR, in_range, None
+        return
+    bucket = TruncDay if step == "day" else TruncMonth
+    summed = Rollup.objects.filter(step=Step.DAY).order_by("-start").first()
+    summed_until = summed.start + DAY if summed else datetime(1970, 1, 1, tzinfo=UTC)
+    yield Step.DAY, in_range & Q(start__lt=summed_until), bucket("start", tzinfo=UTC)
+    yield Step.HOUR, in_range & Q(start__gte=summed_until), bucket("start", tzinfo=UTC)
+
+
+def cost_series(
+    *,
+    group_by: GroupBy,
+    locations: QuerySet[Location],
+    start: datetime,
+    end: datetime,
+    step: SeriesStep,
+) -> list[CostPoint]:
+    """Per step in [start, end) and group: what it cost, ordered by time then group.
+    Two queries (one for `hour`)."""
+    kinds, keys = _GROUPS[group_by]
+    points: dict[tuple[Any, ...], CostPoint] = {}
+    for rollup_step, where, bucket in _periods(step, start, end):
+        rows = CostRollup.objects.filter(
+            where, step=rollup_step, kind__in=kinds, location__in=locations
+        ).order_by()
+        period = "period" if bucket is not None else "start"
+        if bucket is not None:
+            rows = rows.annotate(period=bucket)
+        for row in rows.values(period, *keys).annotate(**{n: Sum(n) for n in SUMS}):
+            key = (row[period], *(row[k] for k in keys))
+            point = points.get(key)
+            if point is None:
+                point = points[key] = _point(group_by, row[period], row)
+            point.machines += row["machines"]
+            point.vgpu += row["vgpu"]
+            point.idle += row["idle"]
+            point.idle_gpus += row["idle_gpus"]
+            if point.compute is not None:
+                point.compute += row["compute"]
+            if point.orphan_vgpu is not None:
+                point.orphan_vgpu += row["orphan_vgpu"]
+                point.orphan_vm = (point.orphan_vm or ZERO) + row["orphan_vm"]
+    ordered = sorted(points.items(), key=lambda item: tuple(str(part) for part in item[0]))
+    return [point.finish() for _, point in ordered]  # type: ignore[misc]
+
+
+def _point(group_by: GroupBy, start: datetime, row: dict[str, Any]) -> CostPoint:
+    orphans = ZERO if group_by in ("account", "location") else None
+    return CostPoint(
+        start=start,
+        currency=row["currency"],
+        account=row["account_id"],
+        account_name=row["account__name"],
+        location=row.get("location_id"),
+        location_name=row.get("location__name"),
+        cluster=row.get("cluster_id"),
+        cluster_name=row.get("cluster_name"),
+        pool=row.get("pool_id"),
+        pool_name=row.get("pool_name"),
+        namespace=row.get("namespace"),
+        compute=None if group_by == "namespace" else ZERO,
+        orphan_vgpu=orphans,
+        orphan_vm=orphans,
+    )
+
+
+def _zero(group_by: GroupBy, start: datetime, row: CostRow) -> CostPoint:
+    """A group that costs now and cost nothing yet this month."""
+    keys = {"currency": row.currency, "account_id": row.account, "account__name": row.account_name,
+            "cluster_id": row.cluster, "cluster_name": row.cluster_name}  # fmt: skip
+    return _point(group_by, start, keys).finish()  # type: ignore[return-value]
+
+
+def hours_sampled(start: datetime, end: datetime) -> int:
+    """Hours in [start, end) that a rollup pass sampled."""
+    return Rollup.objects.filter(step=Step.HOUR, start__gte=start, start__lt=end).count()
+
+
+@dataclass
+class MonthFigures:
+    """A group's month: spent so far, the rate now and the rate its pools' replicas imply,
+    and where the month ends at that rate."""
+
+    point: CostPoint  # the group's keys and what it cost so far this month
+    month_start: datetime
+    hours_sampled: int
+    hours_left: Decimal
+    rate_now: Decimal  # per hour, as costs are now
+    rate_planned: Decimal  # per hour, once every pool has its replicas
+    forecast: Decimal = field(default=ZERO)
+
+
+def month_figures(
+    *, group_by: Literal["account", "cluster"], locations: QuerySet[Location], now: datetime
+) -> list[MonthFigures]:
+    """Month to date and a forecast to the month's end, per account or cluster and
+    currency: what was spent, plus the planned rate (the rate now, with each pool's
+    missing or surplus machines at its list price) times the hours left."""
+    start = month_of(now)
+    spent = {
+        _key(group_by, p): p
+        for p in cost_series(
+            group_by=group_by, locations=locations, start=start, end=now, step="month"
+        )
+    }
+    now_rows = costs_by(group_by, locations)
+    planned = _planned_deltas(group_by, locations)
+    sampled = hours_sampled(start, now)
+    left = Decimal((next_month(now) - now).total_seconds()) / Decimal(3600)
+    figures: dict[tuple[Any, ...], MonthFigures] = {}
+    for row in now_rows:
+        key = _key(group_by, row)
+        point = spent.pop(key, None) or _zero(group_by, start, row)
+        delta = planned.get(key, ZERO)
+        figures[key] = MonthFigures(
+            point=point,
+            month_start=start,
+            hours_sampled=sampled,
+            hours_left=left,
+            rate_now=row.total,
+            rate_planned=max(row.total + delta, ZERO),
+        )
+    for key, point in spent.items():  # groups that cost this month and are gone now
+        figures[key] = MonthFigures(point, start, sampled, left, ZERO, ZERO)
+    for figure in figures.values():
+        figure.forecast = (figure.point.total + figure.rate_planned * left).quantize(
+            Decimal("0.01")
+        )
+    return [figures[key] for key in sorted(figures, key=lambda k: tuple(map(str, k)))]
+
+
+def _key(group_by: str, row: CostRow) -> tuple[Any, ...]:
+    group = row.account if group_by == "account" else row.cluster
+    return (group, row.currency)
+
+
+def _planned_deltas(
+    group_by: Literal["account", "cluster"], locations: QuerySet[Location]
+) -> dict[tuple[Any, ...], Decimal]:
+    """Per (account or cluster, currency): what the pools' missing machines would add per
+    hour at list price (negative for surplus ones)."""
+    counts = {row.pool: row.machines for row in costs_by("pool", locations)}
+    deltas: dict[tuple[Any, ...], Decimal] = defaultdict(lambda: ZERO)
+    pools = MachinePool.objects.filter(site__location__in=locations).select_related(
+        "site__location", "cluster"
+    )
+    for pool in pools:
+        missing = pool.replicas - counts.get(pool.pk, 0)
+        if not missing:
+            continue
+        location = pool.site.location
+        monthly = (
+            pool.vcpus * location.unit_price("vcu")
+            + Decimal(pool.memory_mib) / 1024 * location.unit_price("mu")
+            + pool.gpu_count * location.vgu_price
+        )
+        group = pool.cluster.account_id if group_by == "account" else pool.cluster_id
+        deltas[group, location.currency] += missing * hourly_price(monthly)
+    return deltas
+
+
+@dataclass(frozen=True)
+class CapacityPoint:
+    start: datetime
+    location: int
+    location_name: str
+    gpu_type: str
+    free: Decimal  # the mean over the step's samples
+    reserved: Decimal
+    attached: Decimal
+    allocatable: Decimal
+    requested: Decimal
+
+
+def capacity_series(
+    *, locations: QuerySet[Location], start: datetime, end: datetime, step: SeriesStep
+) -> list[CapacityPoint]:
+    """Per step, location and GPU type: the mean of each figure over the step's samples."""
+    sums: dict[tuple[Any, ...], list[int]] = defaultdict(lambda: [0] * 6)
+    names = dict(locations.values_list("pk", "name"))
+    figures = ("free", "reserved", "attached", "allocatable", "requested", "samples")
+    for rollup_step, where, bucket in _periods(step, start, end):
+        rows = CapacityRollup.objects.filter(
+            where, step=rollup_step, location_id__in=names
+        ).order_by()
+        period = "period" if bucket is not None else "start"
+        if bucket is not None:
+            rows = rows.annotate(period=bucket)
+        for row in rows.values(period, "location_id", "gpu_type").annotate(
+            **{n: Sum(n) for n in figures}
+        ):
+            total = sums[row[period], row["location_id"], row["gpu_type"]]
+            for i, name in enumerate(figures):
+                total[i] += row[name]
+    # The mean over the hours sampled in each bucket, whatever type was seen in them.
+    samples = _samples(step, start, end)
+    points = []
+    for (period, location_id, gpu_type), values in sorted(
+        sums.items(), key=lambda item: (item[0][0], names[item[0][1]], item[0][2])
+    ):
+        n = Decimal(max(samples.get(period, 0), 1))
+        points.append(
+            CapacityPoint(
+                period, location_id, names[location_id], gpu_type,
+                *((Decimal(v) / n).quantize(Decimal("0.01")) for v in values[:5]),
+            )
+        )  # fmt: skip
+    return points
+
+
+def _samples(step: SeriesStep, start: datetime, end: datetime) -> dict[datetime, int]:
+    hours = Rollup.objects.filter(step=Step.HOUR, start__gte=start, start__lt=end)
+    counts: dict[datetime, int] = defaultdict(int)
+    for moment in hours.values_list("start", flat=True):
+        if step == "hour":
+            counts[hour_of(moment)] += 1
+        elif step == "day":
+            counts[day_of(moment)] += 1
+        else:
+            counts[month_of(moment)] += 1
+    return counts
+
+
+@dataclass(frozen=True)
+class LeakTotal:
+    currency: str
+    cost: Decimal  # within the period
+    open: int
+    ended: int  # ended within the period
+
+
+def leak_totals(*, leaks: QuerySet[Leak], since: datetime, until: datetime) -> list[LeakTotal]:
+    """Per currency: what leaks cost within [since, until), how many are still open and
+    how many ended in it ("leaks cost 41.20 EUR this month, 3 still open")."""
+    overlapping = leaks.filter(
+        Q(ended_at__isnull=True) | Q(ended_at__gt=since), leaked_since__lt=until
+    )
+    totals: dict[str, list[Any]] = defaultdict(lambda: [ZERO, 0, 0])
+    for leak in overlapping.only(
+        "currency", "monthly_price", "leaked_since", "ended_at", "kind", "location_id"
+    ):
+        total = totals[leak.currency]
+        total[0] += leak.cost(since=since, until=until)
+        if leak.ended_at is None:
+            total[1] += 1
+        elif leak.ended_at < until:
+            total[2] += 1
+    return [
+        LeakTotal(currency, cost.quantize(Decimal("0.01")), n_open, n_ended)
+        for currency, (cost, n_open, n_ended) in sorted(totals.items())
+    ]

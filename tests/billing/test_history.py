@@ -1,0 +1,203 @@
+"""The money history (billing.rollups, billing.selectors, billing.history): hourly samples
+taken once, days summed once, series, month to date and the forecast, against figures
+computed by hand on the world of tests/clusters/test_costs.py (an hour of nl-ams: pool gpu
+0.36 compute + 4 vGPU, pool cpu 0.04, orphans 1 + 0.03 EUR; ch-zrh: pool remote 0.16 + 2
+CHF)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext, override_settings
+
+from billing.models import CapacityRollup, CostRollup, Rollup, Step
+from billing.rollups import rollups_take
+from billing.selectors import capacity_series, cost_series, hours_sampled, month_figures
+from capvco_web.retention import history_prune
+from cloud.models import Location
+from clusters.models import Machine
+from gpus.models import VgpuReservation
+from tests.clusters.test_costs import World, world_make
+from tests.factories import GpuProfileFactory
+
+pytestmark = pytest.mark.django_db
+
+D = Decimal
+T0 = datetime(2026, 12, 1, 10, 5, tzinfo=UTC)  # a Tuesday, 10:05 UTC
+
+
+@pytest.fixture
+def world() -> World:
+    return world_make()
+
+
+def _writes(queries: CaptureQueriesContext) -> list[str]:
+    return [
+        q["sql"] for q in queries.captured_queries
+        if q["sql"].split(None, 1)[0].upper() in ("INSERT", "UPDATE", "DELETE")
+    ]  # fmt: skip
+
+
+def test_an_hour_is_sampled_once_and_a_second_pass_writes_nothing(world: World) -> None:
+    taken = rollups_take(now=T0)
+    with CaptureQueriesContext(connection) as queries:
+        again = rollups_take(now=T0 + timedelta(minutes=40))
+
+    assert taken.hour == T0.replace(minute=0) and again.hour is None
+    assert _writes(queries) == []
+    pools = {
+        row.pool_name: (row.currency, row.machines, row.compute, row.vgpu, row.idle)
+        for row in CostRollup.objects.filter(kind=CostRollup.Kind.POOL)
+    }
+    assert pools == {
+        "gpu": ("EUR", 2, D("0.36"), D("4"), D("1")),
+        "cpu": ("EUR", 2, D("0.04"), D("0"), D("0")),
+        "remote": ("CHF", 1, D("0.16"), D("2"), D("2")),
+    }
+    orphans = CostRollup.objects.get(kind=CostRollup.Kind.ORPHANS)
+    assert (orphans.location, orphans.orphan_vgpu, orphans.orphan_vm) == (world.ams, 1, D("0.03"))
+    # Namespaces: node-0 (2 vGPUs at 1/h): train 1, idle 1; node-1: infer 1; node-4 (CHF):
+    # idle 2.
+    shares = sorted(
+        (row.currency, row.namespace or "-", row.vgpu, row.idle)
+        for row in CostRollup.objects.filter(kind=CostRollup.Kind.NAMESPACE)
+    )
+    assert shares == [
+        ("CHF", "-", D("2"), D("2")),
+        ("EUR", "-", D("1"), D("1")),
+        ("EUR", "infer", D("1"), D("0")),
+        ("EUR", "train", D("1"), D("0")),
+    ]
+
+
+def test_a_day_is_summed_once_its_hours_are_over_and_reads_the_same(world: World) -> None:
+    rollups_take(now=T0)
+    rollups_take(now=T0 + timedelta(hours=1))
+    # A third hour with one more attached vGPU on m0 (1/h more in the gpu pool).
+    VgpuReservation.objects.create(
+        location=world.ams, name="capvco-prod-m0-gpu-9", vgpu_id="v-extra",
+        state=VgpuReservation.State.ATTACHED, machine=world.machines["m0"], vm_id=100,
+    )  # fmt: skip
+    rollups_take(now=T0 + timedelta(hours=2))
+    day = T0.replace(hour=0, minute=0)
+    series = {"group_by": "cluster", "locations": Location.objects.all(), "step": "day"}
+    before = cost_series(**series, start=day, end=day + timedelta(days=1))  # type: ignore[arg-type]
+
+    summed = rollups_take(now=T0 + timedelta(days=1))
+    after = cost_series(**series, start=day, end=day + timedelta(days=1))  # type: ignore[arg-type]
+
+    assert summed.days == [day]
+    assert rollups_take(now=T0 + timedelta(days=1, minutes=30)).days == []
+    eur = CostRollup.objects.get(step=Step.DAY, kind="pool", pool_name="gpu")
+    # 3 hours of 4.36 EUR, and the third hour's extra vGPU: 14.08.
+    assert (eur.samples, eur.compute + eur.vgpu, eur.machines) == (3, D("14.08"), 6)
+    # The day reads the same from its hours and from its day rows.
+    figures = [(p.start, p.cluster_name, p.currency, p.total) for p in after]
+    assert figures == [(p.start, p.cluster_name, p.currency, p.total) for p in before]
+    assert figures == [
+        (day, "prod", "CHF", D("6.48")),  # 3 * 2.16
+        (day, "prod", "EUR", D("14.20")),  # 3 * 4.40 + 1
+    ]
+    hourly = cost_series(**series | {"step": "hour"}, start=day, end=day + timedelta(days=1))  # type: ignore[arg-type]
+    assert [p.total for p in hourly if p.currency == "EUR"] == [D("4.40"), D("4.40"), D("5.40")]
+
+
+def test_an_hour_no_pass_sampled_is_a_gap_not_an_estimate(world: World) -> None:
+    rollups_take(now=T0)
+    rollups_take(now=T0 + timedelta(hours=3))  # the workers were down for two hours
+    day = T0.replace(hour=0, minute=0)
+
+    points = cost_series(
+        group_by="account", locations=Location.objects.all(), start=day,
+        end=day + timedelta(days=1), step="day",
+    )  # fmt: skip
+
+    assert hours_sampled(day, day + timedelta(days=1)) == 2
+    # EUR: 2 hours of 4.40 + orphans 1.03.
+    assert [(p.currency, p.total) for p in points] == [("CHF", D("4.32")), ("EUR", D("10.86"))]
+
+
+def test_month_to_date_and_the_forecast_take_the_pools_replicas(world: World) -> None:
+    rollups_take(now=T0 - timedelta(hours=1))
+    rollups_take(now=T0)
+    # The cpu pool asks for one machine more, of 2 vCPUs and 4 GiB: 0.04/h at list price.
+    world.cpu.replicas, world.cpu.vcpus, world.cpu.memory_mib = 3, 2, 4096
+    world.cpu.save(update_fields=["replicas", "vcpus", "memory_mib"])
+    now = T0 + timedelta(minutes=5)
+
+    months = {
+        f.point.currency: f
+        for f in month_figures(group_by="cluster", locations=Location.objects.all(), now=now)
+    }
+
+    eur = months["EUR"]
+    # Spent: 2 sampled hours of 4.40. The rate now 4.40, planned 4.44 (one cpu machine
+    # more); the month ends 2026-12-31 24:00: 733 h 50 min left.
+    assert (eur.point.total, eur.hours_sampled, eur.rate_now) == (D("8.80"), 2, D("4.40"))
+    assert eur.rate_planned == D("4.44")
+    left = D(733) + D(50) / D(60)
+    assert eur.hours_left == left
+    assert eur.forecast == (D("8.80") + D("4.44") * left).quantize(D("0.01"))
+    assert months["CHF"].forecast == (D("4.32") + D("2.16") * left).quantize(D("0.01"))
+
+
+def test_a_deleted_clusters_cost_stays_in_the_history(world: World) -> None:
+    rollups_take(now=T0)
+    for machine in Machine.objects.filter(pool__cluster=world.cluster):
+        VgpuReservation.objects.filter(machine=machine).delete()
+        machine.delete()
+    world.cluster.pools.all().delete()
+    world.cluster.sites.all().delete()
+    world.cluster.delete()
+
+    points = cost_series(
+        group_by="cluster", locations=Location.objects.all(), start=T0.replace(minute=0),
+        end=T0 + timedelta(hours=1), step="hour",
+    )  # fmt: skip
+
+    assert [(p.cluster_name, p.currency, p.total) for p in points] == [
+        ("prod", "CHF", D("2.16")),
+        ("prod", "EUR", D("4.40")),
+    ]
+
+
+def test_capacity_is_the_mean_of_the_samples_per_type(world: World) -> None:
+    GpuProfileFactory(location=world.ams, profile_id="p1", vendor="NVIDIA",
+                      model="A100 0000:01:00.0", available_instances=4)  # fmt: skip
+    rollups_take(now=T0)
+    GpuProfileFactory(location=world.ams, profile_id="p2", vendor="NVIDIA",
+                      model="A100 0000:02:00.0", available_instances=2)  # fmt: skip
+    rollups_take(now=T0 + timedelta(hours=1))
+    day = T0.replace(hour=0, minute=0)
+
+    points = capacity_series(
+        locations=Location.objects.all(), start=day, end=day + timedelta(days=1), step="day"
+    )
+
+    a100 = [p for p in points if p.location_name == "nl-ams" and "A100" in p.gpu_type]
+    # Free: 4 in the first hour, 4 + 2 in the second: a mean of 5.
+    assert [(p.gpu_type, p.free) for p in a100] == [("NVIDIA A100", D("5.00"))]
+    assert CapacityRollup.objects.filter(step=Step.HOUR).count() >= 2
+
+
+@override_settings(COST_HOURLY_HISTORY_DAYS=60, COST_HISTORY_DAYS=400)
+def test_hours_are_pruned_only_once_their_day_is_summed(world: World) -> None:
+    old = T0 - timedelta(days=90)
+    rollups_take(now=old)
+    unsummed = CostRollup.objects.filter(step=Step.HOUR).count()
+
+    history_prune(now=T0)  # the old day is not summed yet: its hours stay
+    kept = CostRollup.objects.filter(step=Step.HOUR).count()
+    rollups_take(now=T0)  # sums the old day
+    history_prune(now=T0)
+    very_old = CostRollup.objects.filter(step=Step.DAY).count()
+    history_prune(now=T0 + timedelta(days=400))
+
+    assert kept == unsummed > 0
+    assert not CostRollup.objects.filter(step=Step.HOUR, start__lt=T0 - timedelta(days=60))
+    assert very_old > 0
+    assert not CostRollup.objects.filter(step=Step.DAY)
+    assert not Rollup.objects.filter(step=Step.DAY)
