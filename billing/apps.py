@@ -7,7 +7,14 @@ class BillingConfig(AppConfig):
 
     def ready(self) -> None:
         from billing import history
-        from billing.models import BillCheck, BillItem, CapacityRollup, CostRollup, Leak
+        from billing.models import (
+            BillCheck,
+            BillItem,
+            CapacityRollup,
+            CostRollup,
+            IdleSpell,
+            Leak,
+        )
         from capvco_web.ownership import account_paths_register
         from capvco_web.permissions import roles_grant
         from capvco_web.retention import history_register
@@ -17,6 +24,7 @@ class BillingConfig(AppConfig):
                 CostRollup: "account",
                 CapacityRollup: "location__account",
                 Leak: "account",
+                IdleSpell: "account",
                 BillCheck: "location__account",
                 BillItem: "bill__location__account",
             }
@@ -28,6 +36,7 @@ class BillingConfig(AppConfig):
                 "billing.view_leak",
                 "billing.view_billcheck",
                 "billing.view_billitem",
+                "billing.view_idlespell",
             }
         )
         history_register(history.HOURLY)

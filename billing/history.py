@@ -2,8 +2,8 @@
 
 * hourly rollups, and the hourly checks of the bill, `COST_HOURLY_HISTORY_DAYS` (60):
   only hours of days already summed into day rows are deleted;
-* day rollups and ended leaks, `COST_HISTORY_DAYS` (400), so a year compares with the
-  year before.
+* day rollups, ended leaks and ended idle spells, `COST_HISTORY_DAYS` (400), so a year
+  compares with the year before.
 """
 
 from __future__ import annotations
@@ -12,7 +12,15 @@ from datetime import datetime, timedelta
 
 from django.db.models import QuerySet
 
-from billing.models import BillCheck, CapacityRollup, CostRollup, Leak, Rollup, Step
+from billing.models import (
+    BillCheck,
+    CapacityRollup,
+    CostRollup,
+    IdleSpell,
+    Leak,
+    Rollup,
+    Step,
+)
 from capvco_web.retention import History
 
 
@@ -37,6 +45,7 @@ def _daily(before: datetime) -> list[QuerySet]:  # type: ignore[type-arg]
         CapacityRollup.objects.filter(step=Step.DAY, start__lt=before),
         Rollup.objects.filter(step=Step.DAY, start__lt=before),
         Leak.objects.filter(ended_at__lt=before),
+        IdleSpell.objects.filter(ended_at__lt=before),
     ]
 
 
@@ -62,7 +71,7 @@ HOURLY = History(
     prune=lambda before, batch: _prune(_hourly(before), batch),
 )
 DAILY = History(
-    name="daily cost and capacity rollups and ended leaks",
+    name="daily cost and capacity rollups, ended leaks and idle spells",
     short="daily rollups",
     key="daily_rollups",
     before_key="daily_rollups_before",

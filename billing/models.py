@@ -231,3 +231,44 @@ class BillItem(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.external_id} ({self.verdict})"
+
+
+class IdleSpell(models.Model):
+    """A GPU node whose attached vGPUs no pending or running pod requests (in part or all),
+    and since when: opened by the money pass when it first sees the node idle in a complete
+    Kubernetes observation, ended when a pod asks for its GPUs or it has none attached."""
+
+    account = models.ForeignKey(
+        "cloud.Account", on_delete=models.CASCADE, related_name="idle_spells"
+    )
+    location = models.ForeignKey(
+        "cloud.Location", on_delete=models.CASCADE, related_name="idle_spells"
+    )
+    cluster_id = models.BigIntegerField()
+    cluster_name = models.CharField(max_length=64)
+    pool_id = models.BigIntegerField()
+    machine_id = models.BigIntegerField()
+    node_name = models.CharField(max_length=253)
+    currency = models.CharField(max_length=8, blank=True)
+    idle_gpus = models.PositiveIntegerField(help_text="As last seen")
+    hourly = amount("What the idle vGPUs cost per hour, as last seen")
+    since = models.DateTimeField()
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["cluster_id", "machine_id"],
+                condition=models.Q(ended_at__isnull=True),
+                name="idle_spell_open_once",
+            )
+        ]
+        indexes = [models.Index(fields=["ended_at", "since"], name="idle_spell_open")]
+
+    def __str__(self) -> str:
+        return f"{self.cluster_name}/{self.node_name}: {self.idle_gpus} idle"
+
+    def cost(self, *, until: datetime | None = None) -> Decimal:
+        """What its idle GPUs cost since it began, at the last seen rate."""
+        end = self.ended_at or until or timezone.now()
+        return max(hours_between(self.since, end), Decimal(0)) * self.hourly

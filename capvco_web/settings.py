@@ -314,6 +314,8 @@ CATALOG_OBSERVE_INTERVAL = timedelta(
 # Webhook notifications: leaks, failed machines and stale locations looked for and due
 # messages sent this often.
 NOTIFY_INTERVAL = timedelta(seconds=env.float("NOTIFY_INTERVAL_SECONDS", default=60))
+# Notifications: a GPU node's GPUs idle (attached, asked for by no pod) this long are told.
+NOTIFY_IDLE_GPU_AFTER = timedelta(hours=env.float("NOTIFY_IDLE_GPU_HOURS", default=24))
 # Money: the hour's cost and capacity rollup (taken by the first pass in each hour, so this
 # must be well under an hour) and the leak ledger, this often.
 BILLING_INTERVAL = timedelta(seconds=env.float("BILLING_INTERVAL_SECONDS", default=300))

@@ -6,10 +6,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
 
+from billing.models import IdleSpell
 from cloud.models import Location
 from clusters.models import ClusterSite, Machine
 from clusters.orphans import vm_orphans_list
@@ -121,6 +123,31 @@ def alerts_collect(*, now: datetime, account_ids: Iterable[int]) -> Alerts:
                     "location": seen.location.name,
                     "last_complete_observation_at": last.isoformat() if last else None,
                     "error": seen.location.observation_error,
+                },
+            )
+        )
+    idle_since = now - settings.NOTIFY_IDLE_GPU_AFTER
+    spells = IdleSpell.objects.filter(
+        ended_at__isnull=True, since__lte=idle_since, account_id__in=accounts
+    ).select_related("location")
+    for spell in spells:
+        alerts.found.append(
+            Alert(
+                spell.account_id,
+                Reason.IDLE_GPUS,
+                f"{spell.cluster_id}:{spell.machine_id}",
+                f"node {spell.node_name} of cluster {spell.cluster_name}: {spell.idle_gpus} "
+                f"GPU(s) idle since {spell.since.isoformat()}, {spell.hourly:.2f} "
+                f"{spell.currency}/h",
+                {
+                    "cluster": spell.cluster_name,
+                    "node": spell.node_name,
+                    "location": spell.location.name,
+                    "idle_gpus": spell.idle_gpus,
+                    "idle_since": spell.since.isoformat(),
+                    "hourly_cost": str(spell.hourly.quantize(Decimal("0.0001"))),
+                    "cost_so_far": str(spell.cost(until=now).quantize(Decimal("0.01"))),
+                    "currency": spell.currency,
                 },
             )
         )

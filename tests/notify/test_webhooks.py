@@ -21,8 +21,10 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from billing.idle import idle_record
+from billing.models import IdleSpell
 from capvco_web.models import AuditEvent
-from clusters.models import Machine
+from clusters.models import Cluster, Machine
 from gpus.models import VgpuReservation
 from notify import tasks
 from notify.models import Notice, Reason, WebhookTarget
@@ -33,8 +35,10 @@ from notify.services import (
     webhook_target_create,
     webhook_target_update,
 )
+from tests.clusters.test_costs import world_make
 from tests.factories import (
     AccountFactory,
+    KubePodFactory,
     LocationFactory,
     MachineFactory,
     MembershipFactory,
@@ -366,3 +370,37 @@ def test_only_account_admins_see_and_change_targets(receiver: Receiver, client: 
     assert "the test message was taken" in answer.content.decode()
     assert receiver.bodies()[0]["reason"] == "test"
     assert AuditEvent.objects.filter(action="webhook_target.test").count() == 1
+
+
+def test_gpus_idle_past_the_threshold_are_told_once_and_closed_when_a_pod_asks(
+    receiver: Receiver, settings: Any
+) -> None:
+    settings.NOTIFY_IDLE_GPU_AFTER = timedelta(hours=6)
+    world = world_make()
+    Cluster.objects.filter(pk=world.cluster.pk).update(kube_observation_complete=True)
+    _target(receiver, world.account, reasons=[Reason.IDLE_GPUS])
+    start = timezone.now() - timedelta(hours=5)
+    idle_record(now=start)  # node-0 and node-4 have an idle GPU each
+
+    notify_pass()  # 5 hours: not yet
+    told_early = len(receiver.posts)
+    # node-4's GPU found work; node-0's stays idle past 6 hours.
+    KubePodFactory(cluster=world.cluster, node_name="node-4", namespace="a", gpu_requests=1)
+    idle_record(now=timezone.now())
+    IdleSpell.objects.filter(ended_at__isnull=True).update(since=start - timedelta(hours=2))
+    notify_pass()
+    notify_pass()
+
+    assert told_early == 0
+    bodies = [_verified(p) for p in receiver.posts]
+    assert [(b["reason"], b["details"]["node"], b["details"]["idle_gpus"]) for b in bodies] == [
+        ("idle_gpus", "node-0", 1)
+    ]
+    # 1 idle vGPU at 730 EUR a month: 1 EUR an hour, for 7 hours.
+    assert (bodies[0]["details"]["hourly_cost"], bodies[0]["details"]["currency"]) == (
+        "1.0000", "EUR",
+    )  # fmt: skip
+    KubePodFactory(cluster=world.cluster, node_name="node-0", namespace="b", gpu_requests=1)
+    idle_record(now=timezone.now())
+    notify_pass()
+    assert Notice.objects.get(reason=Reason.IDLE_GPUS).closed_at is not None

@@ -1,0 +1,100 @@
+"""Since when GPUs are idle (billing.idle): a spell per GPU node whose attached vGPUs no
+pending or running pod requests, opened only from a complete Kubernetes observation,
+ended when a pod asks for them; and the money pass that runs it with the rollups and the
+leak ledger (billing.tasks.billing_pass)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from billing.idle import idle_record
+from billing.models import CostRollup, IdleSpell, Leak, Rollup
+from billing.tasks import billing_pass
+from clusters.models import Cluster, KubePod
+from tests.clusters.test_costs import World, world_make
+from tests.factories import KubePodFactory
+
+pytestmark = pytest.mark.django_db
+
+D = Decimal
+T0 = datetime(2026, 12, 1, 10, 5, tzinfo=UTC)
+
+
+@pytest.fixture
+def world() -> World:
+    world = world_make()
+    Cluster.objects.filter(pk=world.cluster.pk).update(kube_observation_complete=True)
+    return world
+
+
+def _writes(queries: CaptureQueriesContext) -> list[str]:
+    return [
+        q["sql"] for q in queries.captured_queries
+        if q["sql"].split(None, 1)[0].upper() in ("INSERT", "UPDATE", "DELETE")
+    ]  # fmt: skip
+
+
+def test_an_idle_gpu_node_opens_a_spell_once_and_a_second_pass_writes_nothing(
+    world: World,
+) -> None:
+    first = idle_record(now=T0)
+    with CaptureQueriesContext(connection) as queries:
+        second = idle_record(now=T0 + timedelta(minutes=5))
+
+    assert (first.opened, second.opened, second.changed, second.ended) == (2, 0, 0, 0)
+    assert _writes(queries) == []
+    spells = {
+        s.node_name: (s.idle_gpus, s.hourly, s.currency, s.since) for s in IdleSpell.objects.all()
+    }
+    # node-0: 2 attached, 1 asked for: 1 idle at 1 EUR/h; node-4: 1 idle at 2 CHF/h.
+    assert spells == {"node-0": (1, D("1"), "EUR", T0), "node-4": (1, D("2"), "CHF", T0)}
+    # 3 h later node-4's spell cost 6 CHF.
+    assert IdleSpell.objects.get(node_name="node-4").cost(until=T0 + timedelta(hours=3)) == 6
+
+
+def test_a_pod_asking_for_the_gpus_ends_the_spell_and_keeps_since_when(world: World) -> None:
+    idle_record(now=T0)
+    KubePodFactory(cluster=world.cluster, node_name="node-4", namespace="train", gpu_requests=1)
+    later = T0 + timedelta(hours=2)
+
+    ended = idle_record(now=later)
+
+    assert ended.ended == 1
+    spell = IdleSpell.objects.get(node_name="node-4")
+    assert (spell.since, spell.ended_at, spell.cost()) == (T0, later, D("4"))
+    assert IdleSpell.objects.get(node_name="node-0").ended_at is None
+
+
+def test_a_partial_kubernetes_observation_opens_no_spell(world: World) -> None:
+    Cluster.objects.filter(pk=world.cluster.pk).update(kube_observation_complete=False)
+    # A pod the partial listing missed might ask for node-0's idle GPU.
+    assert idle_record(now=T0).opened == 0
+    assert not IdleSpell.objects.exists()
+
+
+def test_a_finished_pod_leaves_its_gpus_idle_again_a_new_spell(world: World) -> None:
+    pod = KubePodFactory(cluster=world.cluster, node_name="node-4", namespace="a", gpu_requests=1)
+    idle_record(now=T0)
+    KubePod.objects.filter(pk=pod.pk).update(phase=KubePod.Phase.SUCCEEDED)
+
+    idle_record(now=T0 + timedelta(hours=1))
+
+    assert IdleSpell.objects.get(node_name="node-4").since == T0 + timedelta(hours=1)
+
+
+def test_the_money_pass_samples_the_hour_and_records_leaks_and_idle_gpus(world: World) -> None:
+    billing_pass.apply()
+    with CaptureQueriesContext(connection) as queries:
+        billing_pass.apply()
+
+    assert Rollup.objects.count() == 1
+    assert CostRollup.objects.filter(kind=CostRollup.Kind.POOL).count() == 3
+    # world_make's two orphans in nl-ams: a vGPU and a VM.
+    assert sorted(Leak.objects.values_list("kind", flat=True)) == ["vgpu", "vm"]
+    assert IdleSpell.objects.count() == 2
+    assert _writes(queries) == []
