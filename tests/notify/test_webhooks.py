@@ -404,3 +404,46 @@ def test_gpus_idle_past_the_threshold_are_told_once_and_closed_when_a_pod_asks(
     idle_record(now=timezone.now())
     notify_pass()
     assert Notice.objects.get(reason=Reason.IDLE_GPUS).closed_at is not None
+
+
+def test_an_admin_sends_a_test_from_the_notifications_page_and_others_cannot(
+    receiver: Receiver,
+) -> None:
+    target = _target(receiver, AccountFactory(name="acme"), reasons=[Reason.VGPU_ORPHAN])
+    client = Client()
+    admin = MembershipFactory(account=target.account, role="admin").user
+    client.force_login(admin)
+
+    page = client.get("/notifications/")
+    nav = client.get("/").content.decode()
+    answer = client.post(f"/notifications/{target.pk}/test/", headers={"HX-Request": "true"})
+
+    assert page.status_code == 200 and "Send a test" in page.content.decode()
+    assert 'href="/notifications/"' in nav
+    assert SECRET not in page.content.decode()
+    assert answer.status_code == 200 and "sent" in answer.content.decode()
+    body = _verified(receiver.posts[0])
+    assert (body["reason"], len(receiver.posts)) == ("test", 1)
+    assert AuditEvent.objects.filter(action="webhook_target.test", actor_name=admin.username)
+    # A viewer of the account sees no page and no link; an admin of another account
+    # does not find the target.
+    viewer = MembershipFactory(account=target.account, role="viewer").user
+    client.force_login(viewer)
+    assert client.get("/notifications/").status_code == 403
+    assert 'href="/notifications/"' not in client.get("/").content.decode()
+    assert client.post(f"/notifications/{target.pk}/test/").status_code == 404
+    client.force_login(MembershipFactory(role="admin").user)
+    assert client.post(f"/notifications/{target.pk}/test/").status_code == 404
+    assert len(receiver.posts) == 1
+
+
+def test_a_failed_test_says_why_without_javascript(receiver: Receiver) -> None:
+    target = _target(receiver, AccountFactory(), reasons=[Reason.VGPU_ORPHAN])
+    receiver.answers = [500]
+    client = Client()
+    client.force_login(MembershipFactory(account=target.account, role="admin").user)
+
+    answer = client.post(f"/notifications/{target.pk}/test/", follow=True)
+
+    assert answer.redirect_chain == [("/notifications/", 302)]
+    assert f"The test message to {target.name} failed" in answer.content.decode()
