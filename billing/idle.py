@@ -44,34 +44,34 @@ def idle_record(*, now: datetime) -> IdleRecorded:
         (spell.cluster_id, spell.machine_id): spell
         for spell in IdleSpell.objects.filter(ended_at__isnull=True)
     }
-    opened = changed = ended = 0
+    new = [
+        IdleSpell(
+            account_id=node.account_id,
+            location_id=node.location_id,
+            cluster_id=node.cluster_id,
+            cluster_name=names[node.cluster_id],
+            pool_id=node.pool_id,
+            machine_id=node.machine_id,
+            node_name=node.name,
+            currency=node.currency,
+            idle_gpus=node.idle_gpus,
+            hourly=node.idle,
+            since=now,
+        )
+        for key, node in nodes.items()
+        if key not in spells and node.cluster_id in whole
+    ]
+    changed = ended = 0
     with transaction.atomic():
-        for key, node in nodes.items():
-            spell = spells.get(key)
-            if spell is None:
-                if node.cluster_id not in whole:
-                    continue
-                IdleSpell.objects.create(
-                    account_id=node.account_id,
-                    location_id=node.location_id,
-                    cluster_id=node.cluster_id,
-                    cluster_name=names[node.cluster_id],
-                    pool_id=node.pool_id,
-                    machine_id=node.machine_id,
-                    node_name=node.name,
-                    currency=node.currency,
-                    idle_gpus=node.idle_gpus,
-                    hourly=node.idle,
-                    since=now,
+        IdleSpell.objects.bulk_create(new, batch_size=2000)
+        for key, spell in spells.items():
+            node = nodes.get(key)
+            if node is None:
+                ended += IdleSpell.objects.filter(pk=spell.pk, ended_at__isnull=True).update(
+                    ended_at=now
                 )
-                opened += 1
             elif (spell.idle_gpus, spell.hourly) != (node.idle_gpus, node.idle.quantize(STORED)):
                 changed += IdleSpell.objects.filter(pk=spell.pk, ended_at__isnull=True).update(
                     idle_gpus=node.idle_gpus, hourly=node.idle
                 )
-        for key, spell in spells.items():
-            if key not in nodes:
-                ended += IdleSpell.objects.filter(pk=spell.pk, ended_at__isnull=True).update(
-                    ended_at=now
-                )
-    return IdleRecorded(opened, changed, ended)
+    return IdleRecorded(len(new), changed, ended)
