@@ -177,6 +177,25 @@ def test_a_vm_and_a_vgpu_made_behind_our_back_are_billed_not_explained(
     assert (check.leaked, check.currency, check.end) == (D(0), "EUR", hour + HOUR)
 
 
+def test_a_machine_torn_down_within_the_hour_still_explains_its_vm(
+    plane: Plane, clock: SimClock
+) -> None:
+    hour = _hour_begins(clock)
+    cluster = _gpu_cluster(plane)
+    vm_id = Machine.objects.get().vm_id
+    clock.to(hour + timedelta(minutes=31))
+    cluster.pools.update(replicas=0)
+    plane.converge(cluster)
+    assert not Machine.objects.exists()
+    _hour_ended(plane, clock, hour)
+
+    _check(plane, hour, clock)
+
+    check = BillCheck.objects.get()
+    assert _cents(check.owned) == _cents(_expected_costs(plane.sim, hour)["vm", str(vm_id)]) > 0
+    assert (check.unexplained, check.leaked, check.items.count()) == (D(0), D(0), 0)
+
+
 def test_a_known_orphan_is_billed_as_a_leak_not_as_unexplained(
     plane: Plane, clock: SimClock
 ) -> None:
