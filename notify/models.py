@@ -19,6 +19,7 @@ class Reason(models.TextChoices):
     VM_ORPHAN_PAST_GRACE = "vm_orphan_past_grace", "orphan VM past its grace period"
     MACHINE_FAILED = "machine_failed", "failed machine"
     LOCATION_STALE = "location_stale", "stale location"
+    UNEXPLAINED_BILL = "unexplained_bill", "unexplained bill"
 
 
 def reasons_check(value: object) -> None:
