@@ -10,8 +10,8 @@ the VM listing carries none of them, so what we own of them is not known. Each b
 object is then:
 
 * owned: a VM that one of our machines holds at the location (or held in that hour and
-  was removed by its teardown, as the audit records), or a vGPU reservation of ours that a
-  machine holds (or that we released since the hour began);
+  was removed by its teardown, as the audit records), or a vGPU reservation that a
+  machine holds (or one named by us and released since the hour began);
 * leak: a known orphan named by us (`capvco-…`), as the leak ledger (`Leak` rows open
   during the hour) or the current orphan flags (gpus.mirror, clusters.orphans) say;
 * unexplained: nothing of ours. A VM or a vGPU made outside the control plane shows up
@@ -170,18 +170,16 @@ class HourOwnership:
             # machine.recreate's record names no location: its VM is taken as this one's.
             if before.get("location_id", location.pk) == location.pk:
                 vms.add(str(before["vm_id"]))
-        vgpus = {
-            str(vgpu_id)
-            for vgpu_id in VgpuReservation.objects.filter(location=location, vgpu_id__isnull=False)
-            .filter(
-                Q(machine__isnull=False)
-                | Q(state=VgpuReservation.State.RELEASED, released_at__gte=start)
-            )
-            .values_list("vgpu_id", flat=True)
-        }
         # A leak is ours: named by us. The mirror flags every vGPU no machine owns, also
         # those named otherwise, which nothing of ours made: those are unexplained.
         ours_by_name = Q(name__startswith=PREFIX)
+        released_since = Q(state=VgpuReservation.State.RELEASED, released_at__gte=start)
+        vgpus = {
+            str(vgpu_id)
+            for vgpu_id in VgpuReservation.objects.filter(location=location, vgpu_id__isnull=False)
+            .filter(Q(machine__isnull=False) | (released_since & ours_by_name))
+            .values_list("vgpu_id", flat=True)
+        }
         open_then = Leak.objects.filter(
             ours_by_name, location=location, leaked_since__lt=end
         ).filter(Q(ended_at__isnull=True) | Q(ended_at__gt=start))
