@@ -298,6 +298,32 @@ def test_a_retryable_failure_mid_pass_leaves_the_hour_for_the_next_pass(
     assert {i.bill.location.name for i in told} == {NL}
 
 
+def test_an_hours_check_takes_the_same_queries_for_one_billed_object_or_a_hundred(
+    plane: Plane, clock: SimClock
+) -> None:
+    hour = _hour_begins(clock)
+    plane.sim.seed(CLOUDSPACES[NL], vms=1, prefix="one")
+    plane.sim.seed(CLOUDSPACES["be-mac-dc01-001"], vms=100, prefix="many")
+    _hour_ended(plane, clock, hour)
+    counted = []
+    for location in (NL, "be-mac-dc01-001"):
+        with (
+            CaptureQueriesContext(connection) as queries,
+            whitesky_client(plane.account) as client,
+        ):
+            result = location_bill_check(
+                client=client,
+                location=plane.location(location),
+                start=hour,
+                end=hour + HOUR,
+                now=clock.now(),
+            )
+        counted.append((len(result.items), len(queries)))
+
+    assert [items for items, _ in counted] == [1, 100]
+    assert counted[0][1] == counted[1][1]
+
+
 def test_beat_sends_the_bill_check_for_each_account(settings: Any) -> None:
     entry = settings.CELERY_BEAT_SCHEDULE["bill-check"]
     assert (entry["task"], entry["schedule"]) == (
