@@ -225,6 +225,9 @@ class BillItem(models.Model):
     kind = models.CharField(max_length=8, choices=Kind)
     external_id = models.CharField(max_length=100)
     name = models.CharField(max_length=200, blank=True)
+    cloudspace_id = models.CharField(
+        max_length=100, blank=True, help_text="Where whitesky billed the VM (a vGPU: empty)"
+    )
     verdict = models.CharField(max_length=16, choices=Verdict)
     units = models.JSONField(default=dict, help_text="Unit-hours as whitesky billed them")
     cost = amount()

@@ -1,7 +1,7 @@
 """Reading the money history (reads only): series of what things cost over time, month to
-date, a forecast to the end of the month, GPU capacity over time, and the leak ledger's
-totals. Each is a fixed number of queries, however long the history: a day is read from
-its day rows once summed, and from its hour rows until then.
+date, a forecast to the end of the month, GPU capacity over time, the leak ledger's totals,
+and the checks of whitesky's bill. Each is a fixed number of queries, however long the
+history: a day is read from its day rows once summed, and from its hour rows until then.
 
 Months are calendar months in UTC. An hour's figure is the hourly rate sampled in it
 (billing.rollups); an hour no pass sampled is a gap, not an estimate, and `hours_sampled`
@@ -17,10 +17,10 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any, Literal
 
-from django.db.models import Q, QuerySet, Sum
+from django.db.models import OuterRef, Prefetch, Q, QuerySet, Subquery, Sum
 from django.db.models.functions import TruncDay, TruncMonth
 
-from billing.models import CapacityRollup, CostRollup, Leak, Rollup, Step
+from billing.models import BillCheck, BillItem, CapacityRollup, CostRollup, Leak, Rollup, Step
 from billing.rollups import DAY, day_of, hour_of
 from cloud.models import Location
 from clusters.costs import ZERO, CostRow, GroupBy, costs_by
@@ -327,3 +327,37 @@ def leak_totals(*, leaks: QuerySet[Leak], since: datetime, until: datetime) -> l
         LeakTotal(currency, cost.quantize(Decimal("0.01")), n_open, n_ended)
         for currency, (cost, n_open, n_ended) in sorted(totals.items())
     ]
+
+
+def bill_checks_latest(locations: QuerySet[Location]) -> dict[int, BillCheck]:
+    """Per location (pk): its newest checked hour of whitesky's bill (billing.bills), with
+    its leak and unexplained items prefetched as `items`, costliest first. A location
+    never checked has no entry. Two queries."""
+    newest = (
+        BillCheck.objects.filter(location=OuterRef("location")).order_by("-start").values("start")
+    )
+    checks = (
+        BillCheck.objects.filter(location__in=locations, start=Subquery(newest[:1]))
+        .select_related("location")
+        .prefetch_related(
+            Prefetch("items", queryset=BillItem.objects.order_by("-cost", "kind", "external_id"))
+        )
+    )
+    return {check.location_id: check for check in checks}
+
+
+def unexplained_items(
+    *, locations: QuerySet[Location], start: datetime, end: datetime
+) -> QuerySet[BillItem]:
+    """The objects billed and not explained in the checked hours within [start, end),
+    newest hour first, costliest first within an hour."""
+    return (
+        BillItem.objects.filter(
+            verdict=BillItem.Verdict.UNEXPLAINED,
+            bill__location__in=locations,
+            bill__start__gte=start,
+            bill__start__lt=end,
+        )
+        .select_related("bill__location")
+        .order_by("-bill__start", "bill__location_id", "-cost", "external_id")
+    )

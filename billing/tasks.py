@@ -1,6 +1,9 @@
 """The money pass: the hour's rollup (once an hour), the leak ledger and the idle GPU
 nodes. It reads our own mirror only, no whitesky or Kubernetes call, so one pass serves
-every account."""
+every account.
+
+The check of whitesky's bill calls whitesky, so it is fanned out per account, each under
+the account's lock and one of its call slots (as clusters.tasks does)."""
 
 from __future__ import annotations
 
@@ -9,10 +12,15 @@ import logging
 from celery import shared_task
 from django.utils import timezone
 
+from billing.bills import account_bills_check
 from billing.idle import idle_record
 from billing.leaks import leaks_record
 from billing.rollups import rollups_take
 from capvco_web.locks import object_lock
+from capvco_web.tasks import send_on_commit
+from cloud.models import Account
+from cloud.whitesky import whitesky_client
+from clusters.reconcile import account_slot
 
 logger = logging.getLogger(__name__)
 
@@ -39,3 +47,45 @@ def billing_pass() -> None:
             idle.opened,
             idle.ended,
         )
+
+
+@shared_task
+def bill_check_all() -> None:
+    """Sent by beat: one bill check per account."""
+    for account_id in Account.objects.values_list("pk", flat=True):
+        send_on_commit(bill_check_account, account_id)
+
+
+@shared_task
+def bill_check_account(account_id: int) -> None:
+    """Check the account's finished hours not checked yet (billing.bills). What cannot be
+    decided now (a partial observation, a failed call, retryable or not) is left for the
+    next pass; the next tick is the retry."""
+    account = Account.objects.filter(pk=account_id).first()
+    if account is None:
+        return  # deleted since the fan-out
+    with object_lock(f"bill-check:{account_id}") as taken:
+        if not taken:
+            return  # another pass is on it
+        with account_slot(account_id) as slot:
+            if not slot:
+                return  # the account's calls are all in flight: the next tick
+            with whitesky_client(account) as client:
+                results = account_bills_check(client=client, account=account, now=timezone.now())
+    for result in results:
+        if result.error is not None:
+            logger.warning(
+                "bill check %s %s: %s (%s)",
+                result.location,
+                result.start.isoformat(),
+                result.error,
+                "retryable" if result.error.retryable else "not retryable; asked again next pass",
+            )
+        elif result.written and result.unexplained:
+            logger.warning(
+                "bill check %s %s: %s billed, not explained (%d objects)",
+                result.location,
+                result.start.isoformat(),
+                result.unexplained,
+                sum(verdict == "unexplained" for verdict, _ in result.items),
+            )

@@ -319,6 +319,12 @@ NOTIFY_IDLE_GPU_AFTER = timedelta(hours=env.float("NOTIFY_IDLE_GPU_HOURS", defau
 # Money: the hour's cost and capacity rollup (taken by the first pass in each hour, so this
 # must be well under an hour) and the leak ledger, this often.
 BILLING_INTERVAL = timedelta(seconds=env.float("BILLING_INTERVAL_SECONDS", default=300))
+# whitesky's bill against what we own (billing.bills): each pass checks, per location, the
+# last BILL_CHECK_HOURS_BACK finished hours not checked yet, oldest first, with at most
+# BILL_CHECK_CALLS_PER_PASS consumption calls per account.
+BILL_CHECK_INTERVAL = timedelta(seconds=env.float("BILL_CHECK_INTERVAL_SECONDS", default=300))
+BILL_CHECK_HOURS_BACK = env.int("BILL_CHECK_HOURS_BACK", default=6)
+BILL_CHECK_CALLS_PER_PASS = env.int("BILL_CHECK_CALLS_PER_PASS", default=12)
 
 
 def _every(task: str, interval: timedelta) -> dict[str, object]:
@@ -337,6 +343,7 @@ CELERY_BEAT_SCHEDULE = {
     "observe-catalog": _every("clusters.tasks.observe_catalog_all", CATALOG_OBSERVE_INTERVAL),
     "notify": _every("notify.tasks.notify_pass", NOTIFY_INTERVAL),
     "billing": _every("billing.tasks.billing_pass", BILLING_INTERVAL),
+    "bill-check": _every("billing.tasks.bill_check_all", BILL_CHECK_INTERVAL),
 }
 
 # History kept: released vGPU reservations and audit events older than this many days are

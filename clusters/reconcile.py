@@ -651,6 +651,15 @@ def _machine_teardown(ctx: PassContext, machine: Machine, step: Step) -> None:
     for vm in step.remove_vms:
         vm_remove(ctx.client, cloudspace_id=vm.cloudspace_id, vm_id=vm.vm_id)
         removed.add(vm.vm_id)
+        # The record that the VM was this machine's until now: the machine row goes, and
+        # the check of whitesky's bill (billing.bills) still explains the VM's last hours.
+        audit_record(
+            actor=ACTOR,
+            action="machine.vm_remove",
+            obj=machine,
+            reason="torn down",
+            before={"vm_id": vm.vm_id, "name": vm.name, "location_id": site.location_id},
+        )
     if machine.vm_id is not None and machine.vm_id in removed:
         _machine_update(machine, {"vm_id": None})
     if machine.vm_id is None and machine.vm_create_deadline is not None:

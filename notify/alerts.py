@@ -11,7 +11,8 @@ from typing import Any
 
 from django.conf import settings
 
-from billing.models import IdleSpell
+from billing.models import BillCheck, BillItem, IdleSpell
+from billing.selectors import bill_checks_latest
 from cloud.models import Location
 from clusters.models import ClusterSite, Machine
 from clusters.orphans import vm_orphans_list
@@ -151,12 +152,62 @@ def alerts_collect(*, now: datetime, account_ids: Iterable[int]) -> Alerts:
                 },
             )
         )
+    # A later check of the location with nothing unexplained ends the alert.
+    for check in bill_checks_latest(Location.objects.filter(account_id__in=accounts)).values():
+        if check.unexplained > 0:
+            alerts.found.append(unexplained_bill_alert(check))
     return alerts
 
 
+# How many of an unexplained bill's objects a notice names (its summary names fewer).
+BILL_OBJECTS_TOLD = 20
+
+
+def unexplained_bill_alert(check: BillCheck) -> Alert:
+    """The location's newest checked hour billed money nothing of ours explains."""
+    location = check.location
+    unexplained = [i for i in check.items.all() if i.verdict == BillItem.Verdict.UNEXPLAINED]
+    hour = f"{check.start:%Y-%m-%d %H:%M}\u2013{check.end:%H:%M} UTC"
+    amount = f"{check.unexplained.quantize(Decimal('0.0001'))} {check.currency}".strip()
+    named = ", ".join(_billed_object(item) for item in unexplained[:3])
+    more = f" and {len(unexplained) - 3} more" if len(unexplained) > 3 else ""
+    return Alert(
+        location.account_id,
+        Reason.UNEXPLAINED_BILL,
+        str(location.pk),
+        f"location {location.name}, {hour}: {amount} billed, not explained: {named}{more}",
+        {
+            "location": location.name,
+            "location_id": location.pk,
+            "start": check.start.isoformat(),
+            "end": check.end.isoformat(),
+            "currency": check.currency,
+            "billed": str(check.billed),
+            "unexplained": str(check.unexplained),
+            "objects": [
+                {
+                    "kind": item.kind,
+                    "id": item.external_id,
+                    "name": item.name,
+                    "cloudspace_id": item.cloudspace_id,
+                    "cost": str(item.cost),
+                }
+                for item in unexplained[:BILL_OBJECTS_TOLD]
+            ],
+            "objects_total": len(unexplained),
+        },
+    )
+
+
+def _billed_object(item: BillItem) -> str:
+    what = "VM" if item.kind == BillItem.Kind.VM else "vGPU"
+    named = f"{item.name} ({item.external_id})" if item.name else item.external_id
+    return f"{what} {named} {item.cost.quantize(Decimal('0.0001'))}"
+
+
 # The reasons whose alerts are read from whitesky's listings: missing from a pass, they
-# ended only where that location's listings were whole. Machines and locations are our own
-# rows, always whole.
+# ended only where that location's listings were whole. Machines, locations and bill
+# checks are our own rows, always whole (a check is written only from a complete picture).
 LISTED = {
     Reason.VGPU_ORPHAN,
     Reason.VGPU_ORPHAN_PAST_GRACE,

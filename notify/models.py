@@ -20,6 +20,7 @@ class Reason(models.TextChoices):
     MACHINE_FAILED = "machine_failed", "failed machine"
     LOCATION_STALE = "location_stale", "stale location"
     IDLE_GPUS = "idle_gpus", "GPUs idle past the threshold"
+    UNEXPLAINED_BILL = "unexplained_bill", "unexplained bill"
 
 
 def reasons_check(value: object) -> None:

@@ -10,7 +10,8 @@ import logging
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -22,7 +23,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from billing.idle import idle_record
-from billing.models import IdleSpell
+from billing.models import BillCheck, BillItem, IdleSpell
 from capvco_web.models import AuditEvent
 from clusters.models import Cluster, Machine
 from gpus.models import VgpuReservation
@@ -256,6 +257,57 @@ def test_a_stale_location_is_told_and_closes_when_fresh(receiver: Receiver) -> N
     location.save()
     notify_pass(now=now)
     assert Notice.objects.get().closed_at is not None
+
+
+def _bill_checked(location: Any, start: datetime, unexplained: list[tuple[str, str]]) -> None:
+    """A check of whitesky's bill for the hour from `start`: our machines' 1.00, and each
+    unexplained (kind, id) at 0.25."""
+    check = BillCheck.objects.create(
+        location=location, start=start, end=start + timedelta(hours=1),
+        checked_at=start + timedelta(hours=1, minutes=5), currency="EUR",
+        billed=Decimal("1.00") + Decimal("0.25") * len(unexplained), owned=Decimal("1.00"),
+        unexplained=Decimal("0.25") * len(unexplained),
+    )  # fmt: skip
+    for kind, external_id in unexplained:
+        BillItem.objects.create(
+            bill=check, kind=kind, external_id=external_id, name=f"shadow-{external_id}",
+            verdict=BillItem.Verdict.UNEXPLAINED, units={"vcu": 1.0}, cost=Decimal("0.25"),
+        )  # fmt: skip
+
+
+def test_an_unexplained_bill_is_told_once_per_location_until_a_later_check_has_none(
+    receiver: Receiver,
+) -> None:
+    location = LocationFactory(name="nl-rmd-dc01-001")
+    _target(receiver, location.account, reasons=[Reason.UNEXPLAINED_BILL])
+    hour = datetime(2026, 12, 3, 7, tzinfo=UTC)
+    _bill_checked(location, hour, [("vm", "4711"), ("vgpu", "vgpu-000042")])
+
+    notify_pass()
+    _bill_checked(location, hour + timedelta(hours=1), [("vm", "4711")])  # still there
+    with CaptureQueriesContext(connection) as queries:
+        assert notify_pass() == (0, 0, 0)
+
+    writes = [q["sql"] for q in queries if not q["sql"].lstrip().upper().startswith("SELECT")]
+    assert writes == []
+    (body,) = [_verified(post) for post in receiver.posts]
+    assert (body["reason"], body["key"]) == ("unexplained_bill", str(location.pk))
+    assert body["summary"] == (
+        "location nl-rmd-dc01-001, 2026-12-03 07:00\u201308:00 UTC: 0.5000 EUR billed, not "
+        "explained: vGPU shadow-vgpu-000042 (vgpu-000042) 0.2500, VM shadow-4711 (4711) 0.2500"
+    )
+    assert [(o["kind"], o["id"], o["cost"]) for o in body["details"]["objects"]] == [
+        ("vgpu", "vgpu-000042", "0.250000"),
+        ("vm", "4711", "0.250000"),
+    ]
+
+    _bill_checked(location, hour + timedelta(hours=2), [])
+    notify_pass()
+    assert Notice.objects.get().closed_at is not None
+    _bill_checked(location, hour + timedelta(hours=3), [("vm", "4712")])
+    notify_pass()
+    assert len(receiver.posts) == 2
+    assert "4712" in _verified(receiver.posts[1])["summary"]
 
 
 def test_a_target_gets_at_most_its_per_minute_and_the_rest_later(receiver: Receiver) -> None:

@@ -195,6 +195,7 @@ class CloudspaceConsumption:
     name: str
     totals: Mapping[str, float]
     vms: Mapping[int, Mapping[str, float]]
+    vm_names: Mapping[int, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -499,15 +500,19 @@ def parse_consumption(payload: Any) -> Consumption:
     for entry in as_list(data.get("cloudspaces") or [], "cloudspaces"):
         item = as_object(entry, "cloudspace consumption")
         vms: dict[int, Mapping[str, float]] = {}
+        vm_names: dict[int, str] = {}
         for vm_entry in as_list(item.get("vms") or [], "cloudspace consumption vms"):
             vm = as_object(vm_entry, "VM consumption")
-            vms[_required_int(vm, "vm_id", "VM consumption")] = _units(vm.get("consumption"))
+            vm_id = _required_int(vm, "vm_id", "VM consumption")
+            vms[vm_id] = _units(vm.get("consumption"))
+            vm_names[vm_id] = _text(vm, "name")
         cloudspaces.append(
             CloudspaceConsumption(
                 cloudspace_id=_required_id(item, "cloudspace_id", "cloudspace consumption"),
                 name=_text(item, "name"),
                 totals=_units(item.get("consumption")),
                 vms=vms,
+                vm_names=vm_names,
             )
         )
     return Consumption(
