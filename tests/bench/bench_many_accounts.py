@@ -353,6 +353,7 @@ class TaskRun:
     args: list[Any]
     start: float
     end: float
+    cpu: float
     state: str
     queries: int
     writes: dict[str, int]
@@ -371,6 +372,8 @@ class AccountCost:
     writes: Counter[str] = field(default_factory=Counter)
     busy: float = 0.0
     """Seconds its tasks ran, summed (worker time)."""
+    cpu: float = 0.0
+    """CPU seconds its tasks used, summed."""
     observe_end: float = 0.0
     reconcile_end: float = 0.0
     """Seconds from the send to the end of its last observe (reconcile) task."""
@@ -429,6 +432,7 @@ def read_tasks(path: Path, since: float) -> list[TaskRun]:
                     args=record["args"],
                     start=record["start"],
                     end=record["end"],
+                    cpu=record["cpu"],
                     state=str(record["state"]),
                     queries=record["queries"],
                     writes=record["writes"],
@@ -566,6 +570,7 @@ def costs_by_account(
         cost.queries += task.queries
         cost.writes.update(task.writes)
         cost.busy += task.seconds
+        cost.cpu += task.cpu
         if task.task in OBSERVE_TASKS:
             cost.observe_end = max(cost.observe_end, task.end - started)
         if task.task in RECONCILE_TASKS:
@@ -641,6 +646,7 @@ def round_json(r: Round) -> dict[str, Any]:
             "sql_queries": spread([a.queries for a in accounts]),
             "ws_calls": spread([a.ws_reads + a.ws_writes for a in accounts]),
             "worker_seconds": spread([a.busy for a in accounts]),
+            "worker_cpu_seconds": spread([a.cpu for a in accounts]),
             "observe_end_seconds": spread([a.observe_end for a in accounts]),
             "reconcile_end_seconds": spread([a.reconcile_end for a in accounts]),
             "ws_calls_by_operation": dict(sorted(accounts[0].ws_calls.items())) if accounts else {},
@@ -651,6 +657,7 @@ def round_json(r: Round) -> dict[str, Any]:
                 "sql_queries": sum(t.queries for t in runs),
                 "seconds": round(sum(t.seconds for t in runs), 3),
                 "seconds_max": round(max(t.seconds for t in runs), 3),
+                "cpu_seconds": round(sum(t.cpu for t in runs), 3),
             }
             for name, runs in sorted(tasks_by_name(r.tasks).items())
         },
@@ -658,6 +665,7 @@ def round_json(r: Round) -> dict[str, Any]:
             "tasks": r.shared.tasks,
             "sql_queries": r.shared.queries,
             "worker_seconds": round(r.shared.busy, 3),
+            "worker_cpu_seconds": round(r.shared.cpu, 3),
         },
         "late_accounts": r.late(
             settings.OBSERVE_INTERVAL.total_seconds(), settings.RECONCILE_INTERVAL.total_seconds()
@@ -680,6 +688,7 @@ def print_round(n: int, r: Round, workers: int) -> None:
         ("SQL queries per account", "sql_queries"),
         ("whitesky calls per account", "ws_calls"),
         ("worker seconds per account", "worker_seconds"),
+        ("worker CPU seconds per account", "worker_cpu_seconds"),
         ("observe pass ended, s after the send", "observe_end_seconds"),
         ("reconcile pass ended, s after the send", "reconcile_end_seconds"),
     ):
@@ -689,11 +698,11 @@ def print_round(n: int, r: Round, workers: int) -> None:
         f"  round: {data['seconds']} s from the send to the last task's end, "
         f"{data['tasks']} tasks on {workers} worker processes"
     )
-    print(f"  {'task':<44} {'runs':>6} {'SQL':>8} {'seconds':>9} {'longest':>9}")
+    print(f"  {'task':<44} {'runs':>6} {'SQL':>8} {'seconds':>9} {'longest':>9} {'CPU s':>9}")
     for name, t in data["by_task"].items():
         print(
             f"  {name:<44} {t['runs']:>6} {t['sql_queries']:>8} {t['seconds']:>9.2f} "
-            f"{t['seconds_max']:>9.2f}"
+            f"{t['seconds_max']:>9.2f} {t['cpu_seconds']:>9.2f}"
         )
     print(
         f"  deepest queue {data['queue_peak']}, most taken at once {data['in_flight_peak']}, "
@@ -706,9 +715,10 @@ def print_round(n: int, r: Round, workers: int) -> None:
         f"  whitesky reads {data['ws_reads']}, writes {data['ws_writes']}: "
         f"{verdict(data['ws_writes'] == 0)}"
     )
+    idle = verdict(data["sql_writes_unexpected"] == 0) if n > 1 else "(the mirror's first rows)"
     print(
         f"  SQL writes by table {data['sql_writes']}; beyond location stamps and heartbeat "
-        f"{data['sql_writes_unexpected']}: {verdict(data['sql_writes_unexpected'] == 0)}"
+        f"{data['sql_writes_unexpected']}: {idle}"
     )
     print(
         f"  accounts whose observe pass ended after {observe:.0f} s or reconcile pass after "

@@ -1,8 +1,9 @@
 """``python -m tests.bench.task_costs <celery arguments>``: Celery's command line, with what
 each task cost written down, one JSON line per task run, to the file ``TASK_COSTS_FILE``
-names: the task, its arguments, its start and end (epoch seconds), its state, and its SQL
-queries and writes, the writes by table. The tasks run unchanged; only the pool process's
-database connection counts the statements it sends.
+names: the task, its arguments, its start and end (epoch seconds), the CPU seconds its
+process used meanwhile, its state, and its SQL queries and writes, the writes by table.
+The tasks run unchanged; only the pool process's database connection counts the
+statements it sends.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ class TaskCost:
 
     def __init__(self) -> None:
         self.started = time.time()
+        self.cpu_started = time.process_time()
         self.queries = 0
         self.writes: Counter[str] = Counter()
 
@@ -68,6 +70,7 @@ def cost_end(
         "args": list(args or ()),
         "start": cost.started,
         "end": time.time(),
+        "cpu": time.process_time() - cost.cpu_started,
         "state": state,
         "queries": cost.queries,
         "writes": dict(cost.writes),
