@@ -788,17 +788,20 @@ def main() -> int:
             env = {"TASK_COSTS_FILE": str(costs_file)}
             rounds = []
             vacuum()
-            with celery_worker(
-                command, folder, log, slots=args.workers, env=env, beat=False
-            ) as worker:
-                wait_for(lambda: b" ready." in log.read_bytes(), "the worker to be ready", 120)
-                cpu = CpuWatch(worker_group=worker.pid)
-                for n in range(1, args.rounds + 1):
-                    r = round_run(seeded, broker, cpu, costs_file, args.timeout)
-                    rounds.append(r)
-                    print_round(n, r, args.workers)
-                    if n == 1:
-                        vacuum()  # the mirror's first rows, as autovacuum would soon
+            try:
+                with celery_worker(
+                    command, folder, log, slots=args.workers, env=env, beat=False
+                ) as worker:
+                    wait_for(lambda: b" ready." in log.read_bytes(), "the worker to be ready", 120)
+                    cpu = CpuWatch(worker_group=worker.pid)
+                    for n in range(1, args.rounds + 1):
+                        r = round_run(seeded, broker, cpu, costs_file, args.timeout)
+                        rounds.append(r)
+                        print_round(n, r, args.workers)
+                        if n == 1:
+                            vacuum()  # the mirror's first rows, as autovacuum would soon
+            finally:
+                broker_flush()  # this run's queue and counters: nothing reads them later
             summary["tables"] = table_facts()
             summary["max_connections"] = max_connections()
             print(f"\ndatabase after the rounds (max_connections {summary['max_connections']}):")
