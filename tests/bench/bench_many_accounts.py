@@ -43,7 +43,11 @@ import argparse
 import json
 import math
 import os
+import shutil
+import signal
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -75,6 +79,7 @@ from cloud.whitesky import whitesky_client  # noqa: E402
 from clusters.models import Cluster, ClusterSite, Machine, MachinePool  # noqa: E402
 from gpus import naming  # noqa: E402
 from gpus.models import VgpuReservation  # noqa: E402
+from tests.bench.soak_run import free_port  # noqa: E402
 from tests.bench.support import (  # noqa: E402
     celery_worker,
     postgresql_missing,
@@ -85,6 +90,7 @@ from tests.bench.support import (  # noqa: E402
 from tests.e2e.processes import broker_flush  # noqa: E402
 from tests.whitesky_sim import WhiteskySimulator  # noqa: E402
 
+PGBOUNCER_USER = "postgres"
 LOCATIONS = ("bench0-dc01-001", "bench1-dc01-001", "bench2-dc01-001")
 INSTANCES_PER_CARD = 16
 GPU_TYPE = "NVIDIA A100"
@@ -178,6 +184,49 @@ def simulators(worlds: list[dict[str, Any]], folder: Path) -> Iterator[list[Whit
         with ThreadPoolExecutor(4) as pool:
             list(pool.map(lambda sim: sim.start(timeout=60), sims))
         yield sims
+
+
+@contextmanager
+def pgbouncer(folder: Path) -> Iterator[int]:
+    """A PgBouncer of this run, in session pooling mode, in front of DATABASE_URL's server,
+    on a free port (yielded); stopped at the end, so that the test database can be dropped.
+    It refuses to run as root: as root, it runs as the server's user."""
+    db = connection.settings_dict
+    port = free_port()
+    home = folder / "pgbouncer"
+    home.mkdir()
+    config = home / "pgbouncer.ini"
+    config.write_text(
+        "[databases]\n"
+        f"* = host={db['HOST']} port={db['PORT']} user={db['USER']}\n"
+        "[pgbouncer]\n"
+        f"listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n"
+        "auth_type = any\npool_mode = session\nserver_reset_query = DISCARD ALL\n"
+        "max_client_conn = 200\ndefault_pool_size = 20\n"
+    )
+    as_user: list[str] = []
+    if os.geteuid() == 0:
+        as_user = ["runuser", "-u", PGBOUNCER_USER, "--"]
+        folder.chmod(0o711)  # the user reaches its folder, and nothing else of this run's
+        shutil.chown(home, PGBOUNCER_USER)
+    with (home / "pgbouncer.log").open("wb") as log:
+        process = subprocess.Popen(
+            [*as_user, "pgbouncer", str(config)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            wait_for(lambda: port_open(port), "PgBouncer to listen", 30)
+            yield port
+        finally:
+            os.killpg(process.pid, signal.SIGTERM)
+            process.wait(timeout=30)
+
+
+def port_open(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0
 
 
 # --- the converged state, seeded ----------------------------------------------------------
@@ -739,6 +788,11 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=2, help="worker processes (--concurrency)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds; the first fills the mirror")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds a round may take")
+    parser.add_argument(
+        "--pgbouncer",
+        action="store_true",
+        help="the worker reaches PostgreSQL through a PgBouncer of its own (session pooling)",
+    )
     parser.add_argument("--log-dir", type=Path, help="keep the worker's log and task costs here")
     args = parser.parse_args()
     if postgresql_missing():
@@ -765,6 +819,7 @@ def main() -> int:
         "machines": machines,
         "gpus_per_machine": args.gpus_per_machine,
         "workers": args.workers,
+        "pgbouncer": args.pgbouncer,
         "observe_interval": settings.OBSERVE_INTERVAL.total_seconds(),
         "reconcile_interval": settings.RECONCILE_INTERVAL.total_seconds(),
     }
@@ -789,9 +844,16 @@ def main() -> int:
             rounds = []
             vacuum()
             try:
-                with celery_worker(
-                    command, folder, log, slots=args.workers, env=env, beat=False
-                ) as worker:
+                with ExitStack() as stack:
+                    if args.pgbouncer:
+                        port = stack.enter_context(pgbouncer(folder))
+                        db = connection.settings_dict
+                        env["DATABASE_URL"] = (
+                            f"postgres://{db['USER']}@127.0.0.1:{port}/{db['NAME']}"
+                        )
+                    worker = stack.enter_context(
+                        celery_worker(command, folder, log, slots=args.workers, env=env, beat=False)
+                    )
                     wait_for(lambda: b" ready." in log.read_bytes(), "the worker to be ready", 120)
                     cpu = CpuWatch(worker_group=worker.pid)
                     for n in range(1, args.rounds + 1):
