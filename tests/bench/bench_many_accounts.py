@@ -6,7 +6,7 @@ the broker's keys carry this run's prefix in Redis database 15)::
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/capvco_many REDIS_URL=redis://127.0.0.1:6379 \\
         .venv/bin/python tests/bench/bench_many_accounts.py [--accounts 50] \\
-        [--machines-per-account 2000] [--workers 2] [--rounds 3]
+        [--machines-per-account 2000] [--workers 2] [--rounds 3] [--pgbouncer]
 
 Each account is its own whitesky customer with its own simulator process (a simulator
 holds one customer), three locations with A100 cards, a cloudspace and an image each, and
@@ -30,6 +30,9 @@ ended within their intervals (``OBSERVE_INTERVAL_SECONDS``, ``RECONCILE_INTERVAL
 counted from the send, and what the round cost the host: CPU of the worker and the
 simulators, the database's statement time, sessions and commits. Then the database's
 rows, sizes and dead rows per table.
+
+With ``--pgbouncer`` the worker reaches PostgreSQL through a PgBouncer of the run's own, in
+session pooling mode (the ``pgbouncer`` program, Debian's package of that name).
 
 Prints the load average beside the figures, a table, and one JSON line. Exits 1 when the
 last round wrote to whitesky or wrote a row beyond each location's stamp of its pass and
