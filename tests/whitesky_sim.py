@@ -205,7 +205,9 @@ class WhiteskySimulator:
         self._control("DELETE", "calls")
 
     def seed(self, cloudspace_id: str, **counts: Any) -> dict[str, Any]:
-        """Bulk-create VMs and reservations: ``seed("cs-demo-nl", vms=10, vgpus=40)``."""
+        """Bulk-create VMs and reservations: ``seed("cs-demo-nl", vms=10, vgpus=40)``, or
+        running VMs with their vGPUs attached:
+        ``seed("cs-demo-nl", vm_names=[...], vm_gpus=1, running=True)``."""
         return dict(self._control("POST", "seed", {"cloudspace_id": cloudspace_id, **counts}))
 
 

@@ -119,19 +119,33 @@ def _seed(sim: Simulator, body: Any) -> object:
     """Bulk-create VMs and reservations in one call (benchmarks, big demos)."""
     if not isinstance(body, dict) or "cloudspace_id" not in body:
         raise BadRequest(
-            'body must be {"cloudspace_id": str, "vms": int?, "vgpus": int?, '
-            '"gpu_id": str?, "prefix": str?}'
+            'body must be {"cloudspace_id": str, "vms": int?, "vm_names": [str]?, '
+            '"vm_gpus": int?, "running": bool?, "vgpus": int?, "gpu_id": str?, "prefix": str?}'
         )
-    counts = {name: body.get(name, 0) for name in ("vms", "vgpus")}
+    counts = {name: body.get(name, 0) for name in ("vms", "vgpus", "vm_gpus")}
     for name, value in counts.items():
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise BadRequest(f"{name} must be a non-negative integer")
+    vm_names = body.get("vm_names")
+    if vm_names is not None:
+        if not isinstance(vm_names, list) or not all(
+            isinstance(name, str) and name for name in vm_names
+        ):
+            raise BadRequest("vm_names must be a list of names")
+        if counts["vms"]:
+            raise BadRequest("vms and vm_names passed together")
+    running = body.get("running", False)
+    if not isinstance(running, bool):
+        raise BadRequest("running must be true or false")
     return sim.world.seed(
         str(body["cloudspace_id"]),
         vms=counts["vms"],
         vgpus=counts["vgpus"],
         gpu_id=body.get("gpu_id"),
         prefix=str(body.get("prefix", "seed")),
+        vm_names=vm_names,
+        vm_gpus=counts["vm_gpus"],
+        running=running,
     )
 
 

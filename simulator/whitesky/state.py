@@ -769,20 +769,39 @@ class World:
     # ---- bulk seeding (control API, for benchmarks) ------------------------------------
 
     def seed(
-        self, cloudspace_id: str, *, vms: int, vgpus: int, gpu_id: str | None, prefix: str
+        self,
+        cloudspace_id: str,
+        *,
+        vms: int,
+        vgpus: int,
+        gpu_id: str | None,
+        prefix: str,
+        vm_names: list[str] | None = None,
+        vm_gpus: int = 0,
+        running: bool = False,
     ) -> dict[str, list[Any]]:
-        """Create ``vms`` halted VMs and ``vgpus`` reservations by the ordinary rules."""
+        """Create ``vms`` VMs (or one per name of ``vm_names``) and ``vgpus`` unattached
+        reservations by the ordinary rules. Each VM gets ``vm_gpus`` vGPUs of one card,
+        named ``<VM name>-gpu-<n>`` and attached while it is halted; with ``running`` the
+        VMs are started then, as a converged machine's would be."""
         customer_id = self.tables.customer.customer_id
         cloudspace = self.cloudspace(customer_id, cloudspace_id)
+        names = vm_names if vm_names is not None else [f"{prefix}-vm-{n}" for n in range(vms)]
         images = self.images_in(customer_id, cloudspace.location)
-        if vms and not images:
+        if names and not images:
             raise BadRequest(f"location {cloudspace.location} has no image to create VMs from")
+        cards = (
+            [self.card(cloudspace.location, gpu_id)]
+            if gpu_id
+            else self.cards_in(customer_id, cloudspace.location)
+        )
         vm_ids = []
-        for n in range(vms):
+        vgpu_ids: list[str] = []
+        for name in names:
             vm = self.create_vm(
                 customer_id,
                 cloudspace_id,
-                name=f"{prefix}-vm-{n}",
+                name=name,
                 description="seeded",
                 vcpus=2,
                 memory=max(2048, images[0].memory),
@@ -791,20 +810,27 @@ class World:
                 start_vm=False,
             )
             vm_ids.append(vm.vm_id)
-        cards = (
-            [self.card(cloudspace.location, gpu_id)]
-            if gpu_id
-            else self.cards_in(customer_id, cloudspace.location)
-        )
-        vgpu_ids: list[str] = []
+            if vm_gpus:
+                card = next((c for c in cards if c.available_instances >= vm_gpus), None)
+                if card is None:
+                    raise Conflict(
+                        f"no card has {vm_gpus} free vGPU instances for {name}; what was made stays"
+                    )
+                vgpu_ids += [
+                    self._reserve(card, f"{name}-gpu-{n}", vm).vgpu_id for n in range(vm_gpus)
+                ]
+            if running:
+                vm.status = VM_RUNNING
+        unattached: list[str] = []
         for card in cards:
-            while len(vgpu_ids) < vgpus and card.available_instances > 0:
-                vgpu_ids.append(self._reserve(card, f"{prefix}-vgpu-{len(vgpu_ids)}").vgpu_id)
-        if len(vgpu_ids) < vgpus:
+            while len(unattached) < vgpus and card.available_instances > 0:
+                unattached.append(self._reserve(card, f"{prefix}-vgpu-{len(unattached)}").vgpu_id)
+        if len(unattached) < vgpus:
             raise Conflict(
-                f"only {len(vgpu_ids)} of {vgpus} vGPU instances were free; those stay reserved"
+                f"only {len(unattached)} of {vgpus} vGPU instances were free; those stay reserved"
             )
-        return {"vm_ids": vm_ids, "vgpu_ids": vgpu_ids}
+        self._changed()
+        return {"vm_ids": vm_ids, "vgpu_ids": vgpu_ids + unattached}
 
 
 def _keep(is_deleted: bool, deleted: str) -> bool:

@@ -32,7 +32,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,11 +49,7 @@ from django.conf import settings  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 from django.db.models import F  # noqa: E402
-from django.test.utils import (  # noqa: E402
-    CaptureQueriesContext,
-    setup_test_environment,
-    teardown_test_environment,
-)
+from django.test.utils import CaptureQueriesContext  # noqa: E402
 
 from cloud.models import Account, Location  # noqa: E402
 from cloud.observe import account_locations_observe  # noqa: E402
@@ -61,6 +57,13 @@ from cloud.whitesky import whitesky_client  # noqa: E402
 from clusters.models import Cluster, ClusterSite, Machine, MachinePool  # noqa: E402
 from clusters.reconcile import ReconcileResult, cluster_reconcile  # noqa: E402
 from clusters.tasks import observe_location  # noqa: E402
+from tests.bench.support import (  # noqa: E402
+    QueryCounter,
+    is_sql_write,
+    postgresql_missing,
+    throwaway_database,
+    verdict,
+)
 from tests.whitesky_sim import WhiteskySimulator  # noqa: E402
 
 LOCATIONS = 10
@@ -69,7 +72,6 @@ INSTANCES_PER_CARD = 12  # four 3-GPU machines per card
 GPU_TYPE = "NVIDIA A100"
 PAGE_SIZE = settings.WHITESKY_VGPU_PAGE_SIZE
 PER_MACHINE_LISTS = ("listCloudspaceVirtualMachines", "listCustomerVGPUS")
-SQL_WRITES = ("INSERT", "UPDATE", "DELETE")
 LOCATION_STAMP = 'UPDATE "cloud_location"'
 
 
@@ -225,25 +227,6 @@ class Measurement:
         }
 
 
-def is_sql_write(sql: str) -> bool:
-    return sql.lstrip().upper().startswith(SQL_WRITES)
-
-
-class QueryCounter:
-    """Counts queries without keeping them (for long runs; CaptureQueriesContext keeps 9000)."""
-
-    def __init__(self) -> None:
-        self.queries = 0
-        self.writes = 0
-
-    def __call__(
-        self, execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any
-    ) -> Any:
-        self.queries += 1
-        self.writes += is_sql_write(sql)
-        return execute(sql, params, many, context)
-
-
 @contextmanager
 def measured(sim: WhiteskySimulator, *, keep_queries: bool = True) -> Iterator[Measurement]:
     """Measure the block: the simulator's call log, the SQL it issues, its wall time.
@@ -277,10 +260,6 @@ def measured(sim: WhiteskySimulator, *, keep_queries: bool = True) -> Iterator[M
     log = sim.calls()
     m.reads, m.writes = log["reads"], log["writes"]
     m.by_operation = Counter(str(c["operation"]) for c in log["calls"])
-
-
-def verdict(ok: bool) -> str:
-    return "PASS" if ok else "FAIL"
 
 
 # --- 1. provisioning one machine --------------------------------------------------------
@@ -498,23 +477,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--machines", type=int, default=1000, help="machines of the big cluster")
     args = parser.parse_args()
-    if connection.vendor != "postgresql":
-        print("set DATABASE_URL to a PostgreSQL server (a test database is made beside it)")
+    if postgresql_missing():
         return 2
 
     world = bench_world(args.machines)
-    setup_test_environment()
-    old_name = connection.settings_dict["NAME"]
-    connection.creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            world_file = Path(tmp) / "world.json"
-            world_file.write_text(json.dumps(world))
-            with WhiteskySimulator(world=world_file) as sim:
-                summary = run(sim, world, args.machines)
-    finally:
-        connection.creation.destroy_test_db(old_name, verbosity=0)
-        teardown_test_environment()
+    with throwaway_database(), tempfile.TemporaryDirectory() as tmp:
+        world_file = Path(tmp) / "world.json"
+        world_file.write_text(json.dumps(world))
+        with WhiteskySimulator(world=world_file) as sim:
+            summary = run(sim, world, args.machines)
     print(json.dumps(summary, separators=(",", ":")))
     ok = (
         summary["provision_1gpu"]["pass"]

@@ -35,14 +35,10 @@ import json
 import math
 import os
 import re
-import signal
-import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -57,8 +53,6 @@ django.setup()
 
 from django.conf import settings  # noqa: E402
 from django.core.management import call_command  # noqa: E402
-from django.db import connection  # noqa: E402
-from django.test.utils import setup_test_environment, teardown_test_environment  # noqa: E402
 
 from capvco_web.integrations.whitesky import operations  # noqa: E402
 from cloud.models import Account, Location  # noqa: E402
@@ -66,7 +60,14 @@ from cloud.observe import account_locations_observe  # noqa: E402
 from cloud.whitesky import whitesky_client  # noqa: E402
 from clusters.models import Cluster, ClusterSite, Machine, MachinePool  # noqa: E402
 from simulator.whitesky import api as sim_api  # noqa: E402
-from tests.e2e.processes import ROOT, broker_flush, environment_for_subprocess  # noqa: E402
+from tests.bench.support import (  # noqa: E402
+    celery_worker,
+    postgresql_missing,
+    throwaway_database,
+    verdict,
+    wait_for,
+)
+from tests.e2e.processes import broker_flush  # noqa: E402
 from tests.whitesky_sim import WhiteskySimulator  # noqa: E402
 
 LOCATION = "bench00-dc01-001"
@@ -161,49 +162,6 @@ WORKER_MAIN = (
     "sys.argv[0] = 'celery'\n"
     "sys.exit(main())\n"
 )
-
-
-@contextmanager
-def celery_worker(
-    folder: Path, log: Path, *, slots: int, env: dict[str, str]
-) -> Iterator[subprocess.Popen[bytes]]:
-    """A real Celery worker (prefork, `slots` processes) with embedded beat."""
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                WORKER_MAIN,
-                "-A",
-                "capvco_web",
-                "worker",
-                "-B",
-                "--pool",
-                "prefork",
-                "--concurrency",
-                str(slots),
-                "--loglevel",
-                "INFO",
-                "--without-mingle",
-                "--without-gossip",
-                "-s",
-                str(folder / "celerybeat-schedule"),
-            ],
-            cwd=ROOT,
-            env=environment_for_subprocess(**env),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        try:
-            yield process
-        finally:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
 
 
 # --- reading the worker's log -------------------------------------------------------------
@@ -397,14 +355,6 @@ def fresh_plane(sim: WhiteskySimulator, world: dict[str, Any], args: argparse.Na
     return Plane(sim=sim, account=account, pool=pool)
 
 
-def wait_for(condition: Callable[[], bool], what: str, seconds: float, every: float = 0.25) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {seconds:.0f} s waiting for {what}")
-        time.sleep(every)
-
-
 def ours(rows: list[dict[str, Any]], name_key: str) -> list[dict[str, Any]]:
     return [row for row in rows if str(row[name_key]).startswith(PREFIX)]
 
@@ -510,7 +460,7 @@ def scale_run(
     }
     log = log_dir / f"worker-{slots}-slots.log"
     broker_flush()
-    with celery_worker(folder, log, slots=slots, env=env):
+    with celery_worker([sys.executable, "-c", WORKER_MAIN], folder, log, slots=slots, env=env):
         location = Location.objects.get(account=plane.account, name=LOCATION)
         wait_for(
             lambda: Location.objects.filter(
@@ -584,10 +534,6 @@ def scale_run(
 
 
 # --- reporting ----------------------------------------------------------------------------
-
-
-def verdict(ok: bool) -> str:
-    return "PASS" if ok else "FAIL"
 
 
 def print_calls(title: str, calls: Counter[str]) -> None:
@@ -700,8 +646,7 @@ def main() -> int:
         "--target-seconds", type=float, default=120.0, help="the scale-up must converge within"
     )
     args = parser.parse_args()
-    if connection.vendor != "postgresql":
-        print("set DATABASE_URL to a PostgreSQL server (a test database is made beside it)")
+    if postgresql_missing():
         return 2
     if not settings.CELERY_BROKER_URL.startswith("redis://"):
         print("set REDIS_URL (or CELERY_BROKER_URL) to a Redis server: beat needs a broker")
@@ -721,47 +666,40 @@ def main() -> int:
         flush=True,
     )
 
-    setup_test_environment()
-    old_name = connection.settings_dict["NAME"]
-    connection.creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            folder = Path(tmp)
-            log_dir = args.log_dir or folder
-            log_dir.mkdir(parents=True, exist_ok=True)
-            world_file = folder / "world.json"
-            world_file.write_text(json.dumps(world))
-            with WhiteskySimulator(world=world_file) as sim:
-                try:
-                    parallel = scale_run(
+    with throwaway_database(), tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        log_dir = args.log_dir or folder
+        log_dir.mkdir(parents=True, exist_ok=True)
+        world_file = folder / "world.json"
+        world_file.write_text(json.dumps(world))
+        with WhiteskySimulator(world=world_file) as sim:
+            try:
+                parallel = scale_run(
+                    sim,
+                    world,
+                    args,
+                    slots=args.slots,
+                    folder=folder,
+                    log_dir=log_dir,
+                    timeout=timeout,
+                )
+                serial = (
+                    scale_run(
                         sim,
                         world,
                         args,
-                        slots=args.slots,
+                        slots=1,
                         folder=folder,
                         log_dir=log_dir,
                         timeout=timeout,
                     )
-                    serial = (
-                        scale_run(
-                            sim,
-                            world,
-                            args,
-                            slots=1,
-                            folder=folder,
-                            log_dir=log_dir,
-                            timeout=timeout,
-                        )
-                        if args.serial_run
-                        else None
-                    )
-                except TimeoutError:
-                    for log in sorted(log_dir.glob("worker-*.log")):
-                        print(f"--- {log.name} (tail)\n{log.read_text()[-6000:]}")
-                    raise
-    finally:
-        connection.creation.destroy_test_db(old_name, verbosity=0)
-        teardown_test_environment()
+                    if args.serial_run
+                    else None
+                )
+            except TimeoutError:
+                for log in sorted(log_dir.glob("worker-*.log")):
+                    print(f"--- {log.name} (tail)\n{log.read_text()[-6000:]}")
+                raise
 
     print_run(parallel, args.account_cap)
     if serial is not None:

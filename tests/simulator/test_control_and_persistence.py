@@ -113,6 +113,28 @@ def test_seeding_creates_vms_and_reservations_by_the_ordinary_rules(
     assert sum(p["available_instances"] for p in api.profiles().values()) == 24 - 5
 
 
+def test_seeding_makes_running_vms_with_their_vgpus_attached_on_one_card(
+    whitesky_sim: WhiteskySimulator, api: Api
+) -> None:
+    seeded = whitesky_sim.seed(
+        CS_NL, vm_names=["capvco-c-p-0", "capvco-c-p-1"], vm_gpus=2, running=True
+    )
+
+    vms = [api.vm(vm_id) for vm_id in seeded["vm_ids"]]
+    assert [vm["status"] for vm in vms] == ["RUNNING", "RUNNING"]
+    listed = {v["vgpu_name"]: v for v in api.vgpus(limit=0)["data"]}
+    for vm_id, name in zip(seeded["vm_ids"], ["capvco-c-p-0", "capvco-c-p-1"], strict=True):
+        mine = [listed[f"{name}-gpu-{n}"] for n in range(2)]
+        assert {v["virtual_machine"]["id"] for v in mine} == {vm_id}
+        assert len({v["gpu_id"] for v in mine}) == 1
+    assert sorted(seeded["vgpu_ids"]) == sorted(v["vgpu_id"] for v in listed.values())
+
+
+def test_seeding_refuses_a_count_and_names_together(whitesky_sim: WhiteskySimulator) -> None:
+    with pytest.raises(RuntimeError, match="400"):
+        whitesky_sim.seed(CS_NL, vms=1, vm_names=["a"])
+
+
 def test_state_file_survives_a_restart(tmp_path: Path) -> None:
     state = tmp_path / "whitesky-state.json"
     with WhiteskySimulator(state=state) as first:
