@@ -371,6 +371,21 @@ WHITESKY_LONG_READ_TIMEOUT = env.float("WHITESKY_LONG_READ_TIMEOUT_SECONDS", def
 # At most this many machines of one account acted on (whitesky writes in flight) at once,
 # over all workers; observation reads are not counted.
 WHITESKY_CALLS_IN_FLIGHT_PER_ACCOUNT = env.int("WHITESKY_CALLS_IN_FLIGHT_PER_ACCOUNT", default=8)
+# An observation of an account or a location makes its whitesky calls within this many
+# seconds: a slow whitesky ends the pass with its listings incomplete and the reason
+# recorded on the location, before the task's soft time limit stops it with nothing recorded.
+WHITESKY_OBSERVE_PASS_SECONDS = env.float("WHITESKY_OBSERVE_PASS_SECONDS", default=90)
+if WHITESKY_OBSERVE_PASS_SECONDS >= CELERY_TASK_SOFT_TIME_LIMIT:
+    raise ImproperlyConfigured(
+        "WHITESKY_OBSERVE_PASS_SECONDS must be below CELERY_TASK_SOFT_TIME_LIMIT: the pass "
+        "writes what it listed after its calls"
+    )
+# At most this many of a worker's slots run one account's whitesky tasks at once (observe,
+# sweep, machine steps); 0: all but one of them, at least one. The account's other tasks
+# are sent again after ACCOUNT_BUSY_AGAIN_SECONDS and hold no slot meanwhile
+# (capvco_web/worker_slots.py).
+WORKER_SLOTS_PER_ACCOUNT = env.int("WORKER_SLOTS_PER_ACCOUNT", default=0)
+ACCOUNT_BUSY_AGAIN_SECONDS = env.float("ACCOUNT_BUSY_AGAIN_SECONDS", default=1)
 # A machine that failed is tried again after MACHINE_RETRY_BASE_SECONDS, doubled per
 # failure in a row, at most MACHINE_RETRY_MAX_SECONDS; not on every tick.
 MACHINE_RETRY_BASE_SECONDS = env.float("MACHINE_RETRY_BASE_SECONDS", default=30)
