@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from celery.signals import celeryd_after_setup
+from celery.signals import worker_init
 from django.conf import settings
 
 from capvco_web.locks import object_lock
@@ -29,27 +29,40 @@ logger = logging.getLogger(__name__)
 
 
 class _Worker:
-    """This process's worker, once it is set up: its node name and its slots. The pool's
-    processes are forked after the setup and inherit it."""
+    """This process's worker, once it is set up: its node name and its slots (0: none
+    known). The pool's processes are forked after the setup and inherit it."""
 
     node = ""
     slots = 0
 
 
-@celeryd_after_setup.connect
-def worker_slots_note(sender: str, instance: Any, **kwargs: Any) -> None:
-    pool = getattr(instance.pool_cls, "__module__", str(instance.pool_cls))
-    _Worker.node = sender
-    _Worker.slots = 1 if pool.endswith("solo") else int(instance.concurrency)
+@worker_init.connect
+def worker_slots_note(sender: Any, **kwargs: Any) -> None:
+    """Sent once the worker's concurrency is settled (an int; or "auto", resolved later)
+    and before its pool's processes are made."""
+    pool = str(getattr(sender.pool_cls, "__module__", sender.pool_cls))
+    _Worker.node = sender.hostname
+    if "solo" in pool:
+        _Worker.slots = 1
+    elif isinstance(sender.concurrency, int):
+        _Worker.slots = sender.concurrency
+    else:
+        logger.warning(
+            "worker %s: concurrency %r is not a number of slots; no account's share is "
+            "kept (give --concurrency)",
+            sender.hostname,
+            sender.concurrency,
+        )
+        return
     share = account_share()
+    logger.info(
+        "worker %s: %d slot(s), at most %d for one account", _Worker.node, _Worker.slots, share
+    )
     if share >= _Worker.slots:
         logger.warning(
-            "worker %s: %d slot(s), up to %d for one account: an account whose whitesky "
-            "answers slowly can hold every slot, and the others wait (WORKER_SLOTS_PER_ACCOUNT, "
-            "--concurrency)",
-            sender,
-            _Worker.slots,
-            share,
+            "worker %s: an account whose whitesky answers slowly can hold every slot, and "
+            "the others wait (WORKER_SLOTS_PER_ACCOUNT, --concurrency)",
+            _Worker.node,
         )
 
 
