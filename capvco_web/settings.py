@@ -21,6 +21,7 @@ from capvco_web.environment import (
     new_encryption_key,
     new_secret_key,
     notify_webhook_hosts,
+    observe_pass_seconds,
     pool_max_replicas,
     secret_from_env,
     settings_environment,
@@ -374,12 +375,10 @@ WHITESKY_CALLS_IN_FLIGHT_PER_ACCOUNT = env.int("WHITESKY_CALLS_IN_FLIGHT_PER_ACC
 # An observation of an account or a location makes its whitesky calls within this many
 # seconds: a slow whitesky ends the pass with its listings incomplete and the reason
 # recorded on the location, before the task's soft time limit stops it with nothing recorded.
-WHITESKY_OBSERVE_PASS_SECONDS = env.float("WHITESKY_OBSERVE_PASS_SECONDS", default=90)
-if WHITESKY_OBSERVE_PASS_SECONDS >= CELERY_TASK_SOFT_TIME_LIMIT:
-    raise ImproperlyConfigured(
-        "WHITESKY_OBSERVE_PASS_SECONDS must be below CELERY_TASK_SOFT_TIME_LIMIT: the pass "
-        "writes what it listed after its calls"
-    )
+WHITESKY_OBSERVE_PASS_SECONDS = observe_pass_seconds(
+    env.float("WHITESKY_OBSERVE_PASS_SECONDS", default=90),
+    soft_time_limit=CELERY_TASK_SOFT_TIME_LIMIT,
+)
 # At most this many of a worker's slots run one account's whitesky tasks at once (observe,
 # sweep, machine steps); 0: all but one of them, at least one. The account's other tasks
 # are sent again after ACCOUNT_BUSY_AGAIN_SECONDS and hold no slot meanwhile
