@@ -375,8 +375,9 @@ WHITESKY_CALLS_IN_FLIGHT_PER_ACCOUNT = env.int("WHITESKY_CALLS_IN_FLIGHT_PER_ACC
 # An observation of an account or a location makes its whitesky calls within this many
 # seconds: a slow whitesky ends the pass with its listings incomplete and the reason
 # recorded on the location, before the task's soft time limit stops it with nothing recorded.
+# Unset: 90, or three quarters of a lower soft time limit.
 WHITESKY_OBSERVE_PASS_SECONDS = observe_pass_seconds(
-    env.float("WHITESKY_OBSERVE_PASS_SECONDS", default=90),
+    env.float("WHITESKY_OBSERVE_PASS_SECONDS", default=min(90, 0.75 * CELERY_TASK_SOFT_TIME_LIMIT)),
     soft_time_limit=CELERY_TASK_SOFT_TIME_LIMIT,
 )
 # At most this many of a worker's slots run one account's whitesky tasks at once (observe,
