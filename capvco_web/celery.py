@@ -4,6 +4,9 @@ import os
 
 from celery import Celery
 
+# Connects the worker's setup signal: each worker shares its slots among accounts.
+from capvco_web import worker_slots  # noqa: F401
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "capvco_web.settings")
 
 app = Celery("capvco_web")

@@ -260,6 +260,18 @@ def pool_max_replicas(value: int) -> int:
     return value
 
 
+def observe_pass_seconds(value: float, *, soft_time_limit: float) -> float:
+    """WHITESKY_OBSERVE_PASS_SECONDS, checked: an observation's calls end by then, and the
+    pass writes what it listed after them, before the task's soft time limit."""
+    if not 0 < value < soft_time_limit:
+        raise ImproperlyConfigured(
+            f"WHITESKY_OBSERVE_PASS_SECONDS={value:g} must be above 0 and below "
+            f"CELERY_TASK_SOFT_TIME_LIMIT ({soft_time_limit:g}): the pass writes what it "
+            "listed after its calls"
+        )
+    return value
+
+
 def kube_resync_seconds(value: float) -> float:
     """KUBE_RESYNC_SECONDS, checked: how often the watch process lists each cluster's nodes
     and pods again, whatever its watches showed (a safety net, not the way changes come)."""

@@ -21,6 +21,7 @@ from capvco_web.environment import (
     new_encryption_key,
     new_secret_key,
     notify_webhook_hosts,
+    observe_pass_seconds,
     pool_max_replicas,
     secret_from_env,
     settings_environment,
@@ -390,6 +391,20 @@ WHITESKY_LONG_READ_TIMEOUT = env.float("WHITESKY_LONG_READ_TIMEOUT_SECONDS", def
 # At most this many machines of one account acted on (whitesky writes in flight) at once,
 # over all workers; observation reads are not counted.
 WHITESKY_CALLS_IN_FLIGHT_PER_ACCOUNT = env.int("WHITESKY_CALLS_IN_FLIGHT_PER_ACCOUNT", default=8)
+# An observation of an account or a location makes its whitesky calls within this many
+# seconds: a slow whitesky ends the pass with its listings incomplete and the reason
+# recorded on the location, before the task's soft time limit stops it with nothing recorded.
+# Unset: 90, or three quarters of a lower soft time limit.
+WHITESKY_OBSERVE_PASS_SECONDS = observe_pass_seconds(
+    env.float("WHITESKY_OBSERVE_PASS_SECONDS", default=min(90, 0.75 * CELERY_TASK_SOFT_TIME_LIMIT)),
+    soft_time_limit=CELERY_TASK_SOFT_TIME_LIMIT,
+)
+# At most this many of a worker's slots run one account's whitesky tasks at once (observe,
+# sweep, machine steps); 0: all but one of them, at least one. The account's other tasks
+# are sent again after ACCOUNT_BUSY_AGAIN_SECONDS and hold no slot meanwhile
+# (capvco_web/worker_slots.py).
+WORKER_SLOTS_PER_ACCOUNT = env.int("WORKER_SLOTS_PER_ACCOUNT", default=0)
+ACCOUNT_BUSY_AGAIN_SECONDS = env.float("ACCOUNT_BUSY_AGAIN_SECONDS", default=1)
 # A machine that failed is tried again after MACHINE_RETRY_BASE_SECONDS, doubled per
 # failure in a row, at most MACHINE_RETRY_MAX_SECONDS; not on every tick.
 MACHINE_RETRY_BASE_SECONDS = env.float("MACHINE_RETRY_BASE_SECONDS", default=30)

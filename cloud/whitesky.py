@@ -6,6 +6,7 @@ row written around the model's validation (a shell, an import, an old row) leaks
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from django.conf import settings
@@ -15,7 +16,10 @@ from capvco_web.integrations import whitesky as ws
 from cloud.models import Account, whitesky_allowed_hosts
 
 
-def whitesky_client(account: Account) -> ws.WhiteskyClient:
+def whitesky_client(account: Account, *, seconds: float | None = None) -> ws.WhiteskyClient:
+    """The account's client; with `seconds`, its calls all end within that many seconds
+    from now (a pass's time: see WhiteskyClient's `deadline`)."""
+
     def token_store(token: str) -> None:
         Account.objects.filter(pk=account.pk).update(credential=token)
         account.credential = token
@@ -25,6 +29,7 @@ def whitesky_client(account: Account) -> ws.WhiteskyClient:
         token=account.credential,
         token_store=token_store,
         page_size=settings.WHITESKY_VGPU_PAGE_SIZE,
+        deadline=None if seconds is None else time.monotonic() + seconds,
     )
 
 
@@ -34,6 +39,7 @@ def account_api_client(
     token: str,
     token_store: Callable[[str], None],
     page_size: int = ws.DEFAULT_PAGE_SIZE,
+    deadline: float | None = None,
 ) -> ws.WhiteskyClient:
     """A client of the account's whitesky API with this credential (the account's own, or
     another that reaches the same customer, such as a cluster's SR-IOV credential)."""
@@ -50,4 +56,5 @@ def account_api_client(
         timeout=(settings.WHITESKY_CONNECT_TIMEOUT, settings.WHITESKY_READ_TIMEOUT),
         long_timeout=(settings.WHITESKY_CONNECT_TIMEOUT, settings.WHITESKY_LONG_READ_TIMEOUT),
         page_size=page_size,
+        deadline=deadline,
     )

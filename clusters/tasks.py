@@ -1,7 +1,11 @@
 """Periodic, idempotent tasks: observe every location (and, on a slower beat, each
-account's cloudspaces and images), reconcile every cluster, sweep orphans.
+account's locations and prices, cloudspaces and images), reconcile every cluster, sweep
+orphans.
 
-Tasks take ids and call one reconciler; beat sends the fan-out ones (see settings).
+Tasks take ids and call one reconciler; beat sends the fan-out ones (see settings). Each
+task that calls an account's whitesky first takes one of the account's share of the
+worker's slots (capvco_web.worker_slots), or is sent again shortly: an account whose
+whitesky answers slowly never holds every slot.
 """
 
 from __future__ import annotations
@@ -11,13 +15,14 @@ from typing import Any
 
 from celery import Task, shared_task
 from django.conf import settings
-from django.db.models import QuerySet
+from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from capvco_web.integrations import whitesky as ws
 from capvco_web.integrations.kube import KubeconfigInvalid
 from capvco_web.locks import object_lock
-from capvco_web.tasks import retry_if_transient, send_on_commit
+from capvco_web.tasks import retry_if_transient, send_again_later, send_on_commit
+from capvco_web.worker_slots import account_worker_slot
 from cloud.kube import management_client
 from cloud.models import Account, Location
 from cloud.observe import account_catalog_observe, account_locations_observe
@@ -39,8 +44,15 @@ logger = logging.getLogger(__name__)
 
 @shared_task
 def observe_all() -> None:
-    for account_id in Account.objects.values_list("pk", flat=True):
-        send_on_commit(observe_account, account_id)
+    """Each location its own task: it waits neither for a listing of its account nor for
+    another account. The one observed longest ago goes first, so an account whose whitesky
+    is slow gets through its share of the workers to each of its locations in turn. Dropped
+    when they waited an interval: the next tick sends them again. The accounts' own
+    listings (locations and prices, which seldom change) go on the catalog's beat."""
+    expires = settings.OBSERVE_INTERVAL.total_seconds()
+    locations = Location.objects.order_by(F("observation_started_at").asc(nulls_first=True), "pk")
+    for location_id in locations.values_list("pk", flat=True):
+        send_on_commit(observe_location, location_id, expires=expires)
     for cluster_id in kube_observed_clusters().values_list("pk", flat=True):
         send_on_commit(observe_cluster_kube, cluster_id)
     for account_id in capi_imported_accounts().values_list("pk", flat=True):
@@ -49,54 +61,76 @@ def observe_all() -> None:
 
 @shared_task(bind=True, max_retries=3)
 def observe_account(self: Task[Any, Any], account_id: int, catalog: bool = False) -> None:
-    """The account's locations, then each location; with `catalog` (a new account: see
-    account_create), its cloudspaces and images too, which beat observes on their own
-    slower beat (observe_catalog_all)."""
+    """The account's locations and their prices, then a first observation of each new one
+    (beat observes the known ones); with `catalog` (beat's observe_catalog_all, and a new
+    account: see account_create), its cloudspaces and images too."""
     account = Account.objects.get(pk=account_id)
+    known = set(account.locations.values_list("pk", flat=True))
     locations: list[Location] = []
-    with object_lock(f"observe-account:{account_id}") as taken:
-        if taken:  # else another observe of the account lists its locations
-            with whitesky_client(account) as client:
-                try:
-                    locations = account_locations_observe(client=client, account=account)
-                except ws.WhiteskyError as exc:
-                    retry_if_transient(self, exc)
-                    raise
+    with account_worker_slot(account_id) as slot:
+        if not slot:
+            send_again_later(self)
+            return
+        with object_lock(f"observe-account:{account_id}") as taken:
+            if taken:  # else another observe of the account lists its locations
+                with observe_client(account) as client:
+                    try:
+                        locations = account_locations_observe(client=client, account=account)
+                    except ws.WhiteskyError as exc:
+                        retry_if_transient(self, exc)
+                        raise
     for location in locations:
-        send_on_commit(observe_location, location.pk)
+        if location.pk not in known:
+            send_on_commit(observe_location, location.pk)
     if catalog:
         send_on_commit(observe_catalog, account_id)
 
 
+def observe_client(account: Account) -> ws.WhiteskyClient:
+    """The account's client for one observation pass: its calls end within the pass's
+    time, so a slow whitesky ends the pass with typed errors, recorded."""
+    return whitesky_client(account, seconds=settings.WHITESKY_OBSERVE_PASS_SECONDS)
+
+
 @shared_task
 def observe_catalog_all() -> None:
+    """Each account's locations and prices, cloudspaces and images: what seldom changes."""
+    expires = settings.CATALOG_OBSERVE_INTERVAL.total_seconds()
     for account_id in Account.objects.values_list("pk", flat=True):
-        send_on_commit(observe_catalog, account_id)
+        send_on_commit(observe_account, account_id, True, expires=expires)
 
 
-@shared_task
-def observe_catalog(account_id: int) -> None:
+@shared_task(bind=True)
+def observe_catalog(self: Task[Any, Any], account_id: int) -> None:
     """The account's cloudspaces and images: the choices a new cluster is set up with."""
     account = Account.objects.filter(pk=account_id).first()
     if account is None:
         return
-    with object_lock(f"observe-catalog:{account_id}") as taken:
-        if not taken:
+    with account_worker_slot(account_id) as slot:
+        if not slot:
+            send_again_later(self)
             return
-        with whitesky_client(account) as client:
-            account_catalog_observe(
-                client=client, account=account, locations=list(account.locations.all())
-            )
+        with object_lock(f"observe-catalog:{account_id}") as taken:
+            if not taken:
+                return
+            with observe_client(account) as client:
+                account_catalog_observe(
+                    client=client, account=account, locations=list(account.locations.all())
+                )
 
 
-@shared_task
-def observe_location(location_id: int) -> None:
+@shared_task(bind=True)
+def observe_location(self: Task[Any, Any], location_id: int) -> None:
     location = Location.objects.select_related("account").get(pk=location_id)
-    with object_lock(f"observe-location:{location_id}") as taken:
-        if not taken:
+    with account_worker_slot(location.account_id) as slot:
+        if not slot:
+            send_again_later(self)
             return
-        with whitesky_client(location.account) as client:
-            location_observe(client=client, location=location)
+        with object_lock(f"observe-location:{location_id}") as taken:
+            if not taken:
+                return
+            with observe_client(location.account) as client:
+                location_observe(client=client, location=location)
 
 
 def kube_observed_clusters() -> QuerySet[Cluster]:
@@ -184,15 +218,19 @@ def reconcile_cluster(cluster_id: int) -> None:
         cluster_reconcile(client=client, cluster=cluster, fan_out=fan_out)
 
 
-@shared_task
-def reconcile_machine(step: dict[str, Any]) -> None:
+@shared_task(bind=True)
+def reconcile_machine(self: Task[Any, Any], step: dict[str, Any]) -> None:
     """One machine's step, as the plan made it (`Step.as_data`)."""
     planned = Step.from_data(step)
     account = Account.objects.filter(clusters__pools__machines=planned.machine_id).first()
     if account is None:
         return  # torn down since the fan-out
-    with whitesky_client(account) as client:
-        result = machine_reconcile(PassContext(client), planned)
+    with account_worker_slot(account.pk) as slot:
+        if not slot:
+            send_again_later(self)
+            return
+        with whitesky_client(account) as client:
+            result = machine_reconcile(PassContext(client), planned)
     if result.error:
         logger.warning("reconcile machine %s: %s", planned.machine_id, result.error)
 
@@ -200,19 +238,24 @@ def reconcile_machine(step: dict[str, Any]) -> None:
 @shared_task
 def orphan_sweep_all() -> None:
     """Sent by beat: the requests and releases it carries on depend on no other message."""
+    expires = settings.ORPHAN_SWEEP_INTERVAL.total_seconds()
     for location_id in locations_to_sweep(timezone.now()).values_list("pk", flat=True):
-        send_on_commit(orphan_sweep_location, location_id)
+        send_on_commit(orphan_sweep_location, location_id, expires=expires)
 
 
-@shared_task
-def orphan_sweep_location(location_id: int) -> None:
+@shared_task(bind=True)
+def orphan_sweep_location(self: Task[Any, Any], location_id: int) -> None:
     location = Location.objects.select_related("account").get(pk=location_id)
-    # The observe lock: no sweep while the location's listing is being rewritten.
-    with object_lock(f"observe-location:{location_id}") as taken:
-        if not taken:
+    with account_worker_slot(location.account_id) as slot:
+        if not slot:
+            send_again_later(self)
             return
-        with whitesky_client(location.account) as client:
-            result = orphan_sweep(client=client, location=location)
+        # The observe lock: no sweep while the location's listing is being rewritten.
+        with object_lock(f"observe-location:{location_id}") as taken:
+            if not taken:
+                return
+            with whitesky_client(location.account) as client:
+                result = orphan_sweep(client=client, location=location)
     for name in result.removed:
         logger.info("orphan sweep %s: removed VM %s", location.name, name)
     for name in result.released:

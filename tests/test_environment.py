@@ -14,6 +14,7 @@ from capvco_web.environment import (
     kube_resync_seconds,
     new_secret_key,
     notify_webhook_hosts,
+    observe_pass_seconds,
     redis_client_url,
     run_env_read,
     secret_from_env,
@@ -332,6 +333,16 @@ def test_a_kube_resync_out_of_range_stops_startup_naming_it(value: float) -> Non
 
 def test_a_kube_resync_in_range_is_kept() -> None:
     assert kube_resync_seconds(600) == 600
+
+
+@pytest.mark.parametrize("value", [0, 120, 500])
+def test_an_observe_pass_not_ending_before_the_soft_time_limit_is_refused(value: float) -> None:
+    with pytest.raises(ImproperlyConfigured, match="WHITESKY_OBSERVE_PASS_SECONDS"):
+        observe_pass_seconds(value, soft_time_limit=120)
+
+
+def test_an_observe_pass_ending_before_the_soft_time_limit_is_kept() -> None:
+    assert observe_pass_seconds(90, soft_time_limit=120) == 90
 
 
 def test_the_embedded_default_passes_every_system_check_without_a_warning() -> None:

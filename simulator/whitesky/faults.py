@@ -1,9 +1,11 @@
 """Injected failures, per operationId, deterministic for a given seed and call sequence.
 
-A fault sees every call to its operation. It lets the first ``skip`` pass, then fires on
-each call with probability ``rate`` (drawn from its own seeded generator), at most
-``times`` times. When several faults match a call, each counts it (and draws), and only
-the first that would fire (in the order they were added) fires and decides what happens.
+A fault sees every call to its operation (``*``: to every operation, the IAM refresh
+too, as a whitesky that is slow or down for the whole account). It lets the first
+``skip`` pass, then fires on each call with probability ``rate`` (drawn from its own
+seeded generator), at most ``times`` times. When several faults match a call, each
+counts it (and draws), and only the first that would fire (in the order they were added)
+fires and decides what happens.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 from simulator.whitesky.errors import BadRequest
 
 LOST_RESPONSES = ("504", "drop")
+EVERY_OPERATION = "*"
 
 
 @dataclass
@@ -86,7 +89,7 @@ class FaultPlan:
         if unknown:
             raise BadRequest(f"unknown fault fields: {', '.join(sorted(unknown))}")
         operation = spec.get("operation")
-        if operation not in known_operations:
+        if operation != EVERY_OPERATION and operation not in known_operations:
             raise BadRequest(f"unknown operation {operation!r}")
         status = _optional_int(spec, "status", low=100, high=599)
         lost = spec.get("lost_response")
@@ -122,7 +125,11 @@ class FaultPlan:
     def decide(self, operation: str) -> Fault | None:
         chosen = None
         for fault in self.faults:
-            if fault.operation == operation and fault.would_fire() and chosen is None:
+            if (
+                fault.operation in (operation, EVERY_OPERATION)
+                and fault.would_fire()
+                and chosen is None
+            ):
                 chosen = fault
         if chosen is not None:
             chosen.fired += 1

@@ -62,8 +62,11 @@ from billing.rollups import day_of, hour_of, rollups_take  # noqa: E402
 from clusters.models import Cluster, KubeNode, KubePod, Machine  # noqa: E402
 from gpus.models import VgpuReservation  # noqa: E402
 from tests.bench.bench_dashboard import seed  # noqa: E402
-
-WRITES = ("INSERT", "UPDATE", "DELETE")
+from tests.bench.support import (  # noqa: E402
+    is_sql_write,
+    postgresql_missing,
+    throwaway_database,
+)
 
 
 def measure(name: str, step: Callable[[], Any]) -> dict[str, Any]:
@@ -72,7 +75,7 @@ def measure(name: str, step: Callable[[], Any]) -> dict[str, Any]:
         step()
         seconds = time.perf_counter() - start
     sql = [q["sql"] for q in queries.captured_queries]
-    writes = [q for q in sql if q.lstrip().split(None, 1)[0].upper() in WRITES]
+    writes = [q for q in sql if is_sql_write(q)]
     return {"step": name, "seconds": round(seconds, 3), "queries": len(sql),
             "write_statements": len(writes)}  # fmt: skip
 
@@ -146,15 +149,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reservations", type=int, default=100_000)
     args = parser.parse_args()
-    if connection.vendor != "postgresql":
-        print("set DATABASE_URL to a PostgreSQL server (a test database is made beside it)")
+    if postgresql_missing():
         return 2
-    old_name = connection.settings_dict["NAME"]
-    connection.creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
-    try:
+    with throwaway_database():
         summary = run(args.reservations)
-    finally:
-        connection.creation.destroy_test_db(old_name, verbosity=0)
     print(json.dumps(summary, separators=(",", ":")))
     return 0
 

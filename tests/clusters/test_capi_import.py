@@ -518,7 +518,8 @@ def test_the_observe_fan_out_sends_an_import_per_account_with_a_management_clust
     )  # fmt: skip
     sent: list[tuple[str, tuple[Any, ...]]] = []
     monkeypatch.setattr(
-        "clusters.tasks.send_on_commit", lambda task, *args: sent.append((task.name, args))
+        "clusters.tasks.send_on_commit",
+        lambda task, *args, **options: sent.append((task.name, args)),
     )
 
     observe_all()

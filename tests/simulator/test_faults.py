@@ -46,6 +46,25 @@ def test_latency_delays_the_answer(whitesky_sim: WhiteskySimulator, api: Api) ->
     assert time.monotonic() - started >= 0.3
 
 
+def test_a_fault_on_every_operation_delays_each_call_and_the_iam_refresh(
+    whitesky_sim: WhiteskySimulator, api: Api
+) -> None:
+    whitesky_sim.fault(operation="*", latency_ms=300)
+
+    started = time.monotonic()
+    me = api.get("/me")
+    vgpus = api.get(f"/customers/cust-demo/locations/{NL}/vgpus")
+    refresh = requests.get(
+        f"{whitesky_sim.iam_url}/v1/oauth/jwt/refresh",
+        headers={"Authorization": f"Bearer {whitesky_sim.token()}"},
+        timeout=10,
+    )
+
+    assert (me.status_code, vgpus.status_code, refresh.status_code) == (200, 200, 200)
+    assert time.monotonic() - started >= 0.9
+    assert whitesky_sim.faults()[0]["fired"] == 3
+
+
 def test_times_limits_how_often_a_fault_fires(whitesky_sim: WhiteskySimulator, api: Api) -> None:
     whitesky_sim.fault(operation="getCurrentUserInfo", status=500, times=2)
 

@@ -18,6 +18,11 @@ exponential backoff and jitter, or the server's Retry-After (capped). Any other 
 once: when its answer is lost the caller gets `ResponseLost` and must look before trying
 again. Independently of that, a 401 leads to one token refresh and one more try, for every
 call (a 401 means nothing was done).
+
+A client made with a `deadline` (a `monotonic` time: a pass's end) makes every call end by
+then: each try waits at most the time left, none is tried again past it, and a call with
+no time left is not sent (`DeadlinePassed`). A whitesky that answers slowly so ends the
+pass with typed errors, before the task's time limit stops it with nothing recorded.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ from .errors import (
     BadRequest,
     CapacityExhausted,
     Conflict,
+    DeadlinePassed,
     Forbidden,
     HostNotAllowed,
     IncompleteListing,
@@ -164,6 +170,8 @@ class WhiteskyClient:
         on_answer: Callable[[str, str], None] | None = None,
         proxy_url: str | None = None,
         ca_bundle: str | None = None,
+        deadline: float | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         if page_size < 1:
             raise ValueError("page_size must be at least 1 (0 would ask for everything at once)")
@@ -186,6 +194,8 @@ class WhiteskyClient:
         self._proxies = {"http": proxy_url, "https": proxy_url} if proxy_url else {}
         self._verify: bool | str = ca_bundle or True
         self._on_answer = on_answer or (lambda operation, status: None)
+        self.deadline = deadline
+        self._monotonic = monotonic
 
     @property
     def outcome_window(self) -> float:
@@ -193,6 +203,18 @@ class WhiteskyClient:
         has landed, or it never will (we stopped waiting for its answer). Only a listing
         begun after that can say a lost create or reserve did not happen."""
         return sum(self.long_timeout)
+
+    def _time_left(self) -> float | None:
+        return None if self.deadline is None else self.deadline - self._monotonic()
+
+    def _timeout_by_deadline(self, timeout: Timeout, operation: str) -> Timeout:
+        """The call's timeout, cut to the time left before the deadline."""
+        left = self._time_left()
+        if left is None:
+            return timeout
+        if left <= 0:
+            raise DeadlinePassed("the pass's time is up: not sent", operation=operation)
+        return (min(timeout[0], left), min(timeout[1], left))
 
     def __repr__(self) -> str:
         return f"WhiteskyClient(api_url={self.api_url!r}, customer_id={self.customer_id!r})"
@@ -645,7 +667,7 @@ class WhiteskyClient:
                         headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
                         params=params,
                         json_body=body,
-                        timeout=timeout,
+                        timeout=self._timeout_by_deadline(timeout, op.operation_id),
                         operation=op.operation_id,
                     )
                 except requests.RequestException as exc:
@@ -685,11 +707,14 @@ class WhiteskyClient:
             # Only a call that is safe to repeat is tried again, and only on a failure that
             # says trying again can help: a write whose answer was lost is never repeated
             # here. The token was refused and no other came: that ends the call too.
+            # Nor past the deadline: the pass has no time left for another try.
+            left = self._time_left()
             return (
                 op.repeatable
                 and isinstance(exc, WhiteskyError)
                 and exc.retryable
                 and not refresh_failed
+                and (left is None or left > 0)
             )
 
         retrying = tenacity.Retrying(
@@ -704,10 +729,13 @@ class WhiteskyClient:
 
     def _backoff(self, state: tenacity.RetryCallState) -> float:
         """Seconds before the next try: the server's Retry-After when it sent one, else
-        the policy's backoff with jitter from the client's own randomness."""
+        the policy's backoff with jitter from the client's own randomness; never past the
+        deadline."""
         error = state.outcome.exception() if state.outcome else None
         retry_after = error.retry_after if isinstance(error, RateLimited | Unavailable) else None
-        return self.retry.delay(state.attempt_number - 1, retry_after=retry_after, rng=self._rng)
+        delay = self.retry.delay(state.attempt_number - 1, retry_after=retry_after, rng=self._rng)
+        left = self._time_left()
+        return delay if left is None else max(0.0, min(delay, left))
 
     def _url(self, op: Operation, path: dict[str, str | int]) -> str:
         if "customer_id" in op.path_params:
@@ -745,7 +773,7 @@ class WhiteskyClient:
                     headers={"Authorization": f"Bearer {used}"},
                     params=None,
                     json_body=None,
-                    timeout=self.timeout,
+                    timeout=self._timeout_by_deadline(self.timeout, "refreshJWT"),
                     operation="refreshJWT",
                 )
             except requests.RequestException as exc:

@@ -155,6 +155,13 @@ class ResponseLost(WhiteskyError):
     default_retryable = True
 
 
+class DeadlinePassed(WhiteskyError):
+    """The caller's time for its calls (the client's `deadline`, a pass's) was up before
+    this call was sent: nothing was sent. The next pass has time of its own."""
+
+    default_retryable = True
+
+
 class UnexpectedResponse(WhiteskyError):
     """A 2xx answer that we could not read, or that contradicts itself."""
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -12,6 +13,7 @@ import pytest
 import requests
 
 from capvco_web.integrations.whitesky import (
+    DeadlinePassed,
     IncompleteListing,
     RateLimited,
     ResponseLost,
@@ -20,6 +22,7 @@ from capvco_web.integrations.whitesky import (
     WhiteskyClient,
 )
 from capvco_web.integrations.whitesky.auth import jwt_expiry
+from tests.integrations.whitesky.conftest import READ_TIMEOUT
 from tests.integrations.whitesky.world import (
     CLOUDSPACE,
     LOCATION,
@@ -120,6 +123,36 @@ def test_read_timing_out_on_every_attempt_is_unavailable(
         client.list_locations()
     assert caught.value.status is None
     assert "ReadTimeout" in caught.value.message
+
+
+def test_a_slow_answer_is_waited_for_only_until_the_deadline_and_not_tried_again(
+    make_client: MakeClient, sim: WhiteskySimulator, sleeps: list[float]
+) -> None:
+    client = make_client(deadline=time.monotonic() + SHORT_READ)
+    sim.fault(operation="*", latency_ms=800)
+
+    started = time.monotonic()
+    with pytest.raises(Unavailable, match="ReadTimeout"):
+        client.list_locations()
+
+    assert time.monotonic() - started < READ_TIMEOUT
+    assert sleeps == []
+    assert len(operations_called(sim, "listLocations")) == 1
+
+
+def test_a_call_after_the_deadline_is_not_sent_and_a_listing_says_why_it_is_incomplete(
+    make_client: MakeClient, sim: WhiteskySimulator
+) -> None:
+    client = make_client(deadline=time.monotonic() - 1)
+
+    with pytest.raises(DeadlinePassed, match="not sent") as caught:
+        client.list_locations()
+    listing = client.list_vgpus(location=LOCATION)
+
+    assert caught.value.retryable
+    assert not listing.complete
+    assert isinstance(listing.error, DeadlinePassed)
+    assert sim.calls()["calls"] == []
 
 
 def test_unreachable_server_is_unavailable(make_client: MakeClient) -> None:
