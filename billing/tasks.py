@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 
 from celery import shared_task
+from django.conf import settings
 from django.utils import timezone
 
 from billing.bills import account_bills_check
@@ -18,6 +19,7 @@ from billing.leaks import leaks_record
 from billing.rollups import rollups_take
 from capvco_web.locks import object_lock
 from capvco_web.tasks import send_on_commit
+from capvco_web.worker_slots import account_worker_slot
 from cloud.models import Account
 from cloud.whitesky import whitesky_client
 from clusters.reconcile import account_slot
@@ -64,13 +66,20 @@ def bill_check_account(account_id: int) -> None:
     account = Account.objects.filter(pk=account_id).first()
     if account is None:
         return  # deleted since the fan-out
-    with object_lock(f"bill-check:{account_id}") as taken:
-        if not taken:
-            return  # another pass is on it
+    # A share of this worker's slots (a slow whitesky holds no other account back), the
+    # check itself once, one of the account's call slots, and every call within the pass's
+    # time; what is not reached is the next tick's.
+    with (
+        account_worker_slot(account_id) as share,
+        object_lock(f"bill-check:{account_id}") as taken,
+    ):
+        if not (share and taken):
+            return
         with account_slot(account_id) as slot:
             if not slot:
                 return  # the account's calls are all in flight: the next tick
-            with whitesky_client(account) as client:
+            seconds = settings.WHITESKY_OBSERVE_PASS_SECONDS
+            with whitesky_client(account, seconds=seconds) as client:
                 results = account_bills_check(client=client, account=account, now=timezone.now())
     for result in results:
         if result.error is not None:
