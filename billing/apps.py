@@ -6,8 +6,9 @@ class BillingConfig(AppConfig):
     verbose_name = "Billing"
 
     def ready(self) -> None:
-        from billing import history
+        from billing import history, metrics
         from billing.models import BillCheck, BillItem, CapacityRollup, CostRollup, Leak
+        from capvco_web.metrics import metrics_register
         from capvco_web.ownership import account_paths_register
         from capvco_web.permissions import roles_grant
         from capvco_web.retention import history_register
@@ -32,3 +33,4 @@ class BillingConfig(AppConfig):
         )
         history_register(history.HOURLY)
         history_register(history.DAILY)
+        metrics_register(metrics.collect)
