@@ -6,7 +6,7 @@ class BillingConfig(AppConfig):
     verbose_name = "Billing"
 
     def ready(self) -> None:
-        from billing import history
+        from billing import history, metrics
         from billing.models import (
             BillCheck,
             BillItem,
@@ -15,6 +15,7 @@ class BillingConfig(AppConfig):
             IdleSpell,
             Leak,
         )
+        from capvco_web.metrics import metrics_register
         from capvco_web.ownership import account_paths_register
         from capvco_web.permissions import roles_grant
         from capvco_web.retention import history_register
@@ -41,3 +42,4 @@ class BillingConfig(AppConfig):
         )
         history_register(history.HOURLY)
         history_register(history.DAILY)
+        metrics_register(metrics.collect)

@@ -165,6 +165,10 @@ class Leak(models.Model):
     def __str__(self) -> str:
         return f"{self.kind} {self.name}"
 
+    @property
+    def is_open(self) -> bool:
+        return self.ended_at is None
+
     def cost(self, *, since: datetime | None = None, until: datetime | None = None) -> Decimal:
         """What it cost while leaked, within [since, until) if given (now by default)."""
         start = max(self.leaked_since, since) if since else self.leaked_since

@@ -17,11 +17,13 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any, Literal
 
+from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db.models import OuterRef, Prefetch, Q, QuerySet, Subquery, Sum
 from django.db.models.functions import TruncDay, TruncMonth
 
 from billing.models import BillCheck, BillItem, CapacityRollup, CostRollup, Leak, Rollup, Step
-from billing.rollups import DAY, day_of, hour_of
+from billing.rollups import DAY, HOUR, day_of, hour_of
 from cloud.models import Location
 from clusters.costs import ZERO, CostRow, GroupBy, costs_by
 from clusters.models import MachinePool
@@ -70,6 +72,8 @@ class CostPoint(CostRow):
     """One group's cost over one step (an amount, not a rate): `start` and the step."""
 
     start: datetime | None = None
+    hours: int = 0  # in the step
+    hours_sampled: int = 0  # of those, sampled by a rollup pass (cost_history fills both)
 
 
 def _periods(step: SeriesStep, start: datetime, end: datetime) -> Iterable[tuple[str, Q, Any]]:
@@ -120,6 +124,84 @@ def cost_series(
                 point.orphan_vm = (point.orphan_vm or ZERO) + row["orphan_vm"]
     ordered = sorted(points.items(), key=lambda item: tuple(str(part) for part in item[0]))
     return [point.finish() for _, point in ordered]  # type: ignore[misc]
+
+
+# What one request for a series may span: two years, whatever the step, and at most this
+# many rows (steps times groups), so an answer stays a few megabytes.
+SERIES_RANGE_DAYS = 731
+SERIES_ROWS_MAX = 10_000
+
+
+def step_start(step: SeriesStep, moment: datetime) -> datetime:
+    """The start of the step (hour, UTC day or UTC month) that `moment` falls in."""
+    if step == "hour":
+        return hour_of(moment)
+    return day_of(moment) if step == "day" else month_of(moment)
+
+
+def step_after(step: SeriesStep, start: datetime) -> datetime:
+    """The start of the step after the one starting at `start`."""
+    if step == "hour":
+        return start + HOUR
+    return start + DAY if step == "day" else next_month(start)
+
+
+@dataclass
+class CostSeries:
+    """What each group cost per step in [start, end), and how many of the range's hours a
+    rollup pass sampled (each point says its own step's)."""
+
+    step: SeriesStep
+    start: datetime
+    end: datetime
+    hours_sampled: int
+    points: list[CostPoint]
+
+
+def cost_history(
+    *,
+    group_by: GroupBy,
+    locations: QuerySet[Location],
+    step: SeriesStep,
+    start: datetime,
+    end: datetime | None = None,
+    now: datetime,
+) -> CostSeries:
+    """The series of `cost_series` for a request: [start, end) in whole steps (`end`
+    left out: the end of the step now running), within the history kept and the bounds
+    above. Refused (ValidationError naming the parameter) otherwise. Four queries."""
+    end = end if end is not None else step_after(step, step_start(step, now))
+    problems: dict[str, str] = {}
+    for name, moment in (("start", start), ("end", end)):
+        if moment != step_start(step, moment):
+            problems[name] = f"Give the start of {'an' if step == 'hour' else 'a'} {step} (UTC)."
+    if end <= start:
+        problems.setdefault("end", "Give an end after the start (the end is exclusive).")
+    elif end - start > timedelta(days=SERIES_RANGE_DAYS):
+        problems.setdefault("end", f"Ask for at most {SERIES_RANGE_DAYS} days at a time.")
+    kept_from = hour_of(now) - timedelta(days=settings.COST_HOURLY_HISTORY_DAYS)
+    if step == "hour" and start < kept_from:
+        problems.setdefault(
+            "start",
+            f"Hours are kept {settings.COST_HOURLY_HISTORY_DAYS} days (from "
+            f"{kept_from:%Y-%m-%dT%H:%MZ}): give a later start, or step day or month.",
+        )
+    if problems:
+        raise ValidationError(problems)
+    points = cost_series(group_by=group_by, locations=locations, start=start, end=end, step=step)
+    if len(points) > SERIES_ROWS_MAX:
+        raise ValidationError(
+            {
+                "step": f"{len(points):,} rows: at most {SERIES_ROWS_MAX:,} are answered at "
+                "once. Take a longer step, a shorter range, or filter by account or location."
+            }
+        )
+    sampled = hours_sampled_by_step(step, start, end)
+    for point in points:
+        assert point.start is not None
+        point.hours = int((step_after(step, point.start) - point.start) / HOUR)
+        point.hours_sampled = sampled.get(point.start, 0)
+    return CostSeries(step, start, end, sum(sampled.values()), points)
 
 
 def _point(group_by: GroupBy, start: datetime, row: dict[str, Any]) -> CostPoint:
@@ -271,7 +353,7 @@ def capacity_series(
             for i, name in enumerate(figures):
                 total[i] += row[name]
     # The mean over the hours sampled in each bucket, whatever type was seen in them.
-    samples = _samples(step, start, end)
+    samples = hours_sampled_by_step(step, start, end)
     points = []
     for (period, location_id, gpu_type), values in sorted(
         sums.items(), key=lambda item: (item[0][0], names[item[0][1]], item[0][2])
@@ -286,21 +368,19 @@ def capacity_series(
     return points
 
 
-def _samples(step: SeriesStep, start: datetime, end: datetime) -> dict[datetime, int]:
+def hours_sampled_by_step(step: SeriesStep, start: datetime, end: datetime) -> dict[datetime, int]:
+    """Per step in [start, end) (by its start): the hours a rollup pass sampled. One query."""
     hours = Rollup.objects.filter(step=Step.HOUR, start__gte=start, start__lt=end)
     counts: dict[datetime, int] = defaultdict(int)
     for moment in hours.values_list("start", flat=True):
-        if step == "hour":
-            counts[hour_of(moment)] += 1
-        elif step == "day":
-            counts[day_of(moment)] += 1
-        else:
-            counts[month_of(moment)] += 1
+        counts[step_start(step, moment)] += 1
     return counts
 
 
 @dataclass(frozen=True)
 class LeakTotal:
+    account: int
+    account_name: str
     currency: str
     cost: Decimal  # within the period
     open: int
@@ -308,24 +388,30 @@ class LeakTotal:
 
 
 def leak_totals(*, leaks: QuerySet[Leak], since: datetime, until: datetime) -> list[LeakTotal]:
-    """Per currency: what leaks cost within [since, until), how many are still open and
-    how many ended in it ("leaks cost 41.20 EUR this month, 3 still open")."""
+    """Per account and currency: what leaks cost within [since, until), how many are
+    still open and how many ended in it ("leaks cost 41.20 EUR this month, 3 still
+    open"). One query."""
     overlapping = leaks.filter(
         Q(ended_at__isnull=True) | Q(ended_at__gt=since), leaked_since__lt=until
     )
-    totals: dict[str, list[Any]] = defaultdict(lambda: [ZERO, 0, 0])
-    for leak in overlapping.only(
-        "currency", "monthly_price", "leaked_since", "ended_at", "kind", "location_id"
-    ):
-        total = totals[leak.currency]
+    totals: dict[tuple[int, str, str], list[Any]] = defaultdict(lambda: [ZERO, 0, 0])
+    rows = (
+        overlapping.select_related(None)
+        .select_related("account")
+        .only("account__name", "currency", "monthly_price", "leaked_since", "ended_at")
+    )
+    for leak in rows:
+        total = totals[leak.account_id, leak.account.name, leak.currency]
         total[0] += leak.cost(since=since, until=until)
         if leak.ended_at is None:
             total[1] += 1
         elif leak.ended_at < until:
             total[2] += 1
     return [
-        LeakTotal(currency, cost.quantize(Decimal("0.01")), n_open, n_ended)
-        for currency, (cost, n_open, n_ended) in sorted(totals.items())
+        LeakTotal(account, name, currency, cost.quantize(Decimal("0.01")), n_open, n_ended)
+        for (account, name, currency), (cost, n_open, n_ended) in sorted(
+            totals.items(), key=lambda item: (item[0][1], item[0][0], item[0][2])
+        )
     ]
 
 

@@ -73,7 +73,8 @@ LIMIT_DESCRIPTION = (
 )
 
 
-def _once(request: Request, name: str) -> str | None:
+def query_parameter_once(request: Request, name: str) -> str | None:
+    """The parameter's value, or None; given twice: refused (400) naming it."""
     given = request.query_params.getlist(name)
     if len(given) > 1:
         raise ApiValidationError({name: ["Give this parameter once."]})
@@ -82,7 +83,7 @@ def _once(request: Request, name: str) -> str | None:
 
 def _whole_number(request: Request, name: str, *, least: int, most: int) -> int | None:
     """The parameter, read as at most `most` (however many digits it has)."""
-    raw = _once(request, name)
+    raw = query_parameter_once(request, name)
     if raw is None:
         return None
     value = None
@@ -145,7 +146,7 @@ class CursorPagination(BasePagination):
         if not isinstance(queryset, QuerySet):
             raise TypeError("cursor pages are of a queryset")
         params = QueryDict(mutable=True)
-        cursor = _once(request, self.cursor_query_param) or ""
+        cursor = query_parameter_once(request, self.cursor_query_param) or ""
         way, keyset = cursor[:1], cursor[1:]
         if cursor and (way not in (_NEXT, _PREVIOUS) or not keyset):
             raise ApiValidationError({self.cursor_query_param: [BAD_CURSOR]})

@@ -77,6 +77,11 @@ class ApiSchema(AutoSchema):
             responses[code] = self._get_response_for_code(
                 OpenApiResponse(ErrorSerializer, description=_ERRORS[code]), code
             )
+            # Errors are JSON, also where the operation answers CSV (capvco_web.api_csv).
+            content = responses[code].get("content", {})
+            responses[code]["content"] = {
+                media: body for media, body in content.items() if media == "application/json"
+            }
             if code in _ERROR_HEADERS:
                 responses[code]["headers"] = {
                     name: {"schema": {"type": "string"}, "description": description}

@@ -1,8 +1,8 @@
 """The REST API, version 1: one router for every app, the schema and its interactive page.
 
 Each app's API module (`API_MODULES`, named, not imported here) gives its router `routes`
-(prefix, viewset, basename), its other `urlpatterns`, and the endpoints among those the
-root lists (`listed`: key -> URL name)."""
+(prefix, viewset, basename), its other `urlpatterns` if it has any, and the endpoints
+among those the root lists (`listed`: key -> URL name)."""
 
 from importlib import import_module
 from typing import Any
@@ -16,7 +16,7 @@ from rest_framework.routers import APIRootView, DefaultRouter
 
 from capvco_web.tokens_api import ApiTokenViewSet
 
-API_MODULES = ["clusters.api.urls", "gpus.api.urls", "sriov.api.urls"]
+API_MODULES = ["clusters.api.urls", "gpus.api.urls", "sriov.api.urls", "billing.api.urls"]
 _apis = [import_module(name) for name in API_MODULES]
 
 # Endpoints outside the router, listed at the API root with the router's own.
@@ -57,6 +57,6 @@ urlpatterns = [
         SpectacularSwaggerSplitView.as_view(url_name="api-schema", template_name="api/docs.html"),
         name="api-docs",
     ),
-    *(path("", include(name)) for name in API_MODULES),
+    *(path("", include(api.__name__)) for api in _apis if getattr(api, "urlpatterns", None)),
     path("", include(router.urls)),
 ]

@@ -261,7 +261,14 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
     # Several models have a `state`; each set of choices gets a name of its own.
-    "ENUM_NAME_OVERRIDES": {"PodNicStateEnum": "sriov.models.PodNic.State"},
+    "ENUM_NAME_OVERRIDES": {
+        "PodNicStateEnum": "sriov.models.PodNic.State",
+        # Named, so that another `kind` (a leak's) leaves the agent token's name alone.
+        "KindEnum": ["enrollment", "node"],
+        "LeakKindEnum": "billing.models.Leak.Kind",
+        "LeakEndEnum": "billing.models.Leak.End",
+        "CostSeriesStepEnum": "billing.selectors.SERIES_STEPS",
+    },
     # Request bodies get their own components: without read-only fields, and strict.
     "COMPONENT_SPLIT_REQUEST": True,
     # Swagger UI from our own static files (drf-spectacular-sidecar), never a CDN.

@@ -7,7 +7,7 @@ from __future__ import annotations
 import django_filters
 from django.db.models import QuerySet
 
-from capvco_web.filters import IdFilter, RelationFilterSet, TrueFalseFilter
+from capvco_web.filters import RelationFilterSet, TrueFalseFilter
 from capvco_web.integrations.kube import GPU_TYPE_LABEL
 from cloud.models import Cloudspace, Image, Location, Membership, VirtualMachine
 from clusters.models import Cluster, ClusterSite, KubeNode, KubePod, Machine, MachinePool
@@ -59,21 +59,6 @@ class LocationFilterSet(RelationFilterSet):
     class Meta:
         model = Location
         fields = ["name"]
-
-
-class CostFilterSet(RelationFilterSet):
-    """What the costs cover: the locations of an account, or one location (every cost is
-    of one location's prices)."""
-
-    relations = {"account": "account"}
-    location = IdFilter(field_name="pk", label="The location's id")
-    location__name = django_filters.CharFilter(
-        field_name="name", label="The location's name (every location of that name you see)"
-    )
-
-    class Meta:
-        model = Location
-        fields: list[str] = []
 
 
 class ClusterFilterSet(RelationFilterSet):

@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 from datetime import UTC, datetime
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -125,6 +126,27 @@ def _made_up_cursor(case: Any, response: Any) -> bool:
     return isinstance(fields, dict) and set(fields) == {"cursor"}
 
 
+# The bounds of a period asked for, which refer to each other, to the step and to the
+# clock: a start that is no step's start, an end not after the start, a range too long or
+# past the hours kept (billing.selectors.cost_history; the leak summary's since and until).
+PERIOD_BOUNDS = {
+    "GET /api/v1/costs/": {"start", "end", "step"},
+    "GET /api/v1/leaks/summary/": {"since", "until"},
+}
+
+
+def _period_out_of_bounds(case: Any, response: Any) -> bool:
+    """A period's bounds refused, alone: whether they fit together is beyond a schema."""
+    bounds = PERIOD_BOUNDS.get(case.operation.label)
+    if bounds is None:
+        return False
+    try:
+        fields = response.json().get("fields")
+    except ValueError:
+        return False
+    return isinstance(fields, dict) and bool(fields) and set(fields) <= bounds
+
+
 def _body_schema_refuses(case: Any) -> bool:
     """Whether the body sent is one the operation's schema itself refuses. schemathesis
     may still call it valid: its error feedback reads our errors' `fields` as a property
@@ -136,15 +158,20 @@ def _body_schema_refuses(case: Any) -> bool:
 
 def keeps_failure(context: Any, failure: Any, case: Any, response: Any) -> bool:
     """schemathesis' `filter_failure` hook: all but a refusal of a request that breaks
-    one of the rules above, gives a cursor we did not make, or that the schema refuses
-    itself."""
+    one of the rules above, gives a cursor we did not make or a period out of bounds, or
+    that the schema refuses itself."""
     from schemathesis.openapi.checks import RejectedPositiveData
 
     if not isinstance(failure, RejectedPositiveData):
         return True
     rule = UNSTATABLE.get(case.operation.label)
     unstatable = rule is not None and isinstance(case.body, dict) and rule(case.body)
-    return not (unstatable or _made_up_cursor(case, response) or _body_schema_refuses(case))
+    return not (
+        unstatable
+        or _made_up_cursor(case, response)
+        or _period_out_of_bounds(case, response)
+        or _body_schema_refuses(case)
+    )
 
 
 # The superuser the run acts as (it owns the world's API token), and a viewer of the
@@ -157,6 +184,7 @@ def seed_world() -> dict[str, int]:
     """One of every object the API serves, wired together, and the superuser the run acts
     as; the id of each object, by the first segment of its path."""
 
+    from billing.models import Leak
     from capvco_web.tokens import api_token_create
     from cloud.models import Cloudspace, Image
     from tests.factories import (
@@ -201,6 +229,12 @@ def seed_world() -> dict[str, int]:
     orphan_vm = VirtualMachineFactory(
         location=attached.location, name="capvco-gone-m-0", orphan_reason="no such machine"
     )
+    leak = Leak.objects.create(
+        account=pool.cluster.account, location=attached.location, kind=Leak.Kind.VM,
+        external_id=str(orphan_vm.vm_id), name=orphan_vm.name, currency="EUR",
+        monthly_price=Decimal("21.90"), billed_since=datetime(2026, 12, 1, tzinfo=UTC),
+        leaked_since=datetime(2026, 12, 1, tzinfo=UTC),
+    )  # fmt: skip
     return {
         "accounts": pool.cluster.account_id,
         "memberships": member.pk,
@@ -221,6 +255,7 @@ def seed_world() -> dict[str, int]:
         "sriov/nics": nic.pk,
         "sriov/leaked-nics": leaked.pk,
         "sriov/external-networks": network.pk,
+        "leaks": leak.pk,
     }
 
 

@@ -1,7 +1,5 @@
 """The API of accounts, their sites and clusters, on the one router of capvco_web.api_urls."""
 
-from django.urls import path
-
 from clusters.api import views
 
 routes = [
@@ -18,6 +16,3 @@ routes = [
     ("nodes", views.KubeNodeViewSet, None),
     ("pods", views.KubePodViewSet, None),
 ]
-urlpatterns = [path("costs/", views.CostsView.as_view(), name="costs")]
-# Endpoints outside the router that the API root lists, by URL name.
-listed = {"costs": "costs"}

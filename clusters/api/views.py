@@ -10,8 +10,8 @@ from typing import Any, TypeVar, cast
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import models, transaction
 from django.db.models import QuerySet
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
-from rest_framework import generics, mixins, serializers, status, viewsets
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -21,11 +21,10 @@ from capvco_web.api import (
     KnownParametersMixin,
     ReasonSerializer,
     Refused,
-    UnknownParameters,
     api_validation_error,
 )
 from capvco_web.api_input import CursorPagination
-from capvco_web.permissions import AccountScopedViewSetMixin, users_known, visible
+from capvco_web.permissions import AccountScopedViewSetMixin, users_known
 from capvco_web.tasks import send_on_commit
 from cloud.models import Account, Cloudspace, Image, Location, Membership, VirtualMachine
 from clusters.api.serializers import (
@@ -33,7 +32,6 @@ from clusters.api.serializers import (
     CloudspaceSerializer,
     ClusterSerializer,
     ClusterSiteSerializer,
-    CostRowSerializer,
     DeleteReasonSerializer,
     GpuAddonSerializer,
     ImageSerializer,
@@ -49,12 +47,10 @@ from clusters.api.serializers import (
     PoolScaleSerializer,
     VirtualMachineSerializer,
 )
-from clusters.costs import GROUP_BY, costs_by
 from clusters.filtersets import (
     CloudspaceFilterSet,
     ClusterFilterSet,
     ClusterSiteFilterSet,
-    CostFilterSet,
     ImageFilterSet,
     KubeNodeFilterSet,
     KubePodFilterSet,
@@ -500,61 +496,3 @@ class KubePodViewSet(
     serializer_class = KubePodSerializer
     filterset_class = KubePodFilterSet
     pagination_class = CursorPagination  # a big list: keyset pages, in id order
-
-
-# Asked for over time: not kept yet, so refused rather than answered with the rate now.
-HISTORY_PARAMETERS = ("start", "end", "step")
-HISTORY_NOT_KEPT = (
-    "History is not kept yet: this endpoint answers the current hourly rate only; leave "
-    "start, end and step out."
-)
-
-
-class CostsView(KnownParametersMixin, generics.GenericAPIView[Location]):
-    """What the caller's accounts cost now, per hour, at whitesky's own prices (a month is
-    730 h), one row per group and currency: machines' vCPUs and memory (`compute`) and
-    their billed vGPUs (`vgpu`, of which `idle` is the part attached to nodes that no pod
-    requests), orphaned vGPUs and orphan VMs per account and location. Namespaces share
-    their nodes' vGPUs by request (OpenCost's rule), the idle rest on a row of its own.
-    Not counted: disks and IOPS (the VM listing does not carry them), public IPs, and NICs
-    (whitesky's prices have no unit per NIC). `start`, `end` and `step` are refused (400):
-    no history is kept yet."""
-
-    queryset = Location.objects.all()
-    filterset_class = CostFilterSet
-    pagination_class = None  # one row per group: all of them
-    query_parameters = ("group_by",)
-
-    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
-        try:
-            super().initial(request, *args, **kwargs)
-        except UnknownParameters as exc:
-            if history := [name for name in HISTORY_PARAMETERS if name in exc.unknown]:
-                raise serializers.ValidationError(
-                    {name: [HISTORY_NOT_KEPT] for name in history}
-                ) from exc
-            raise
-
-    @extend_schema(
-        parameters=[
-            OpenApiParameter(
-                "group_by",
-                str,
-                enum=list(GROUP_BY),
-                default="account",
-                description="One row per account, location, cluster, pool or namespace "
-                "(and currency)",
-            )
-        ],
-        responses=CostRowSerializer(many=True),
-    )
-    def get(self, request: Request) -> Response:
-        group_by = request.query_params.getlist("group_by") or ["account"]
-        if len(group_by) > 1 or group_by[0] not in GROUP_BY:
-            given = ", ".join(group_by)
-            raise serializers.ValidationError(
-                {"group_by": [f"Give one of {', '.join(GROUP_BY)} (not {given})."]}
-            )
-        locations = self.filter_queryset(visible(request.user, self.get_queryset()))
-        rows = costs_by(cast(Any, group_by[0]), locations)
-        return Response(CostRowSerializer(rows, many=True).data)

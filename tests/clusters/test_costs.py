@@ -1,5 +1,5 @@
-"""What things cost per hour now, at whitesky's own prices (clusters.costs and
-/api/v1/costs/), against prices computed by hand.
+"""What things cost per hour now, at whitesky's own prices (clusters.costs; the API's
+answers are in tests/billing/test_costs_api.py), against prices computed by hand.
 
 The prices are chosen so that an hour is a round figure (a month is 730 h):
 
@@ -15,9 +15,6 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from django.db import connection
-from django.test.utils import CaptureQueriesContext
-from rest_framework.test import APIClient
 
 from cloud.models import Account, Location
 from clusters.costs import costs_by, gpu_node_costs, machine_costs
@@ -32,8 +29,6 @@ from tests.factories import (
     LocationFactory,
     MachineFactory,
     MachinePoolFactory,
-    MembershipFactory,
-    UserFactory,
     VgpuReservationFactory,
     VirtualMachineFactory,
 )
@@ -59,7 +54,7 @@ class World:
     machines: dict[str, Machine]
 
 
-def _machine(pool: MachinePool, name: str, vm_id: int | None, vcpus: int, mib: int) -> Machine:
+def machine_make(pool: MachinePool, name: str, vm_id: int | None, vcpus: int, mib: int) -> Machine:
     machine = MachineFactory(pool=pool, name=name, vm_id=vm_id, phase=Machine.Phase.RUNNING)
     if vm_id is not None:
         VirtualMachineFactory(
@@ -69,7 +64,7 @@ def _machine(pool: MachinePool, name: str, vm_id: int | None, vcpus: int, mib: i
     return machine  # type: ignore[no-any-return]
 
 
-def _gpus(machine: Machine, *states: str) -> None:
+def gpus_make(machine: Machine, *states: str) -> None:
     for index, state in enumerate(states):
         VgpuReservationFactory(machine=machine, owner_index=index, state=state)
 
@@ -91,15 +86,15 @@ def world_make(account: Account | None = None) -> World:
     cpu = MachinePoolFactory(site=site_ams, name="cpu", replicas=2)
     remote = MachinePoolFactory(site=site_zrh, name="remote", gpus=True)
     machines = {
-        "m0": _machine(gpu, "m0", 100, vcpus=8, mib=32 * 1024),
-        "m1": _machine(gpu, "m1", 101, vcpus=4, mib=16 * 1024),
-        "m2": _machine(cpu, "m2", 102, vcpus=2, mib=4096),
-        "m3": _machine(cpu, "m3", None, vcpus=0, mib=0),
-        "m4": _machine(remote, "m4", 200, vcpus=4, mib=8 * 1024),
+        "m0": machine_make(gpu, "m0", 100, vcpus=8, mib=32 * 1024),
+        "m1": machine_make(gpu, "m1", 101, vcpus=4, mib=16 * 1024),
+        "m2": machine_make(cpu, "m2", 102, vcpus=2, mib=4096),
+        "m3": machine_make(cpu, "m3", None, vcpus=0, mib=0),
+        "m4": machine_make(remote, "m4", 200, vcpus=4, mib=8 * 1024),
     }
-    _gpus(machines["m0"], State.ATTACHED, State.ATTACHED)
-    _gpus(machines["m1"], State.ATTACHED, State.RESERVED, State.RELEASED)
-    _gpus(machines["m4"], State.ATTACHED)
+    gpus_make(machines["m0"], State.ATTACHED, State.ATTACHED)
+    gpus_make(machines["m1"], State.ATTACHED, State.RESERVED, State.RELEASED)
+    gpus_make(machines["m4"], State.ATTACHED)
     # Orphans in nl-ams: a vGPU no machine owns, and a VM of 2 vCPUs and 2 GiB.
     VgpuReservationFactory(orphaned=True, location=ams)
     VirtualMachineFactory(
@@ -241,145 +236,3 @@ def test_two_currencies_are_never_summed(world: World) -> None:
         assert len(keys) == len(set(keys)), group_by
         # Nothing adds EUR to CHF: no figure is 2 CHF + anything in EUR.
         assert D("7.59") not in {row.total for row in rows}, group_by
-
-
-# The API.
-
-
-@pytest.mark.parametrize(
-    ("group_by", "keys"),
-    [
-        ("account", [("acme", None, None, None, "CHF"), ("acme", None, None, None, "EUR")]),
-        (
-            "location",
-            [("acme", "ch-zrh", None, None, "CHF"), ("acme", "nl-ams", None, None, "EUR")],
-        ),
-        ("cluster", [("acme", None, "prod", None, "CHF"), ("acme", None, "prod", None, "EUR")]),
-        (
-            "pool",
-            [
-                ("acme", "nl-ams", "prod", "cpu", "EUR"),
-                ("acme", "nl-ams", "prod", "gpu", "EUR"),
-                ("acme", "ch-zrh", "prod", "remote", "CHF"),
-            ],
-        ),
-    ],
-)
-def test_the_api_groups_by_each_key(
-    api: APIClient, world: World, group_by: str, keys: list[tuple[Any, ...]]
-) -> None:
-    response = api.get("/api/v1/costs/", {"group_by": group_by})
-
-    assert response.status_code == 200, response.content
-    names = ("account_name", "location_name", "cluster_name", "pool_name", "currency")
-    assert [_figures(row, *names) for row in response.json()] == keys
-
-
-def test_the_api_answers_figures_as_decimals_and_groups_by_account_by_default(
-    api: APIClient, world: World
-) -> None:
-    rows = api.get("/api/v1/costs/").json()
-
-    assert rows[1] == {
-        "account": world.account.pk, "account_name": "acme", "location": None,
-        "location_name": None, "cluster": None, "cluster_name": None, "pool": None,
-        "pool_name": None, "namespace": None, "currency": "EUR", "machines": 4,
-        "compute": "0.4000", "vgpu": "4.0000", "idle_gpus": 1, "idle": "1.0000",
-        "orphan_vgpu": "1.0000", "orphan_vm": "0.0300", "total": "5.4300",
-    }  # fmt: skip
-
-
-def test_the_api_by_namespace_shows_the_idle_rest_apart(api: APIClient, world: World) -> None:
-    rows = api.get("/api/v1/costs/", {"group_by": "namespace"}).json()
-
-    assert [(row["namespace"], row["vgpu"], row["idle"]) for row in rows] == [
-        ("infer", "1.0000", "0.0000"),
-        ("train", "1.0000", "0.0000"),
-        (None, "2.0000", "2.0000"),
-        (None, "1.0000", "1.0000"),
-    ]
-
-
-def test_the_api_filters_by_location(api: APIClient, world: World) -> None:
-    rows = api.get("/api/v1/costs/", {"group_by": "pool", "location": world.zrh.pk}).json()
-
-    assert [row["pool_name"] for row in rows] == ["remote"]
-
-
-@pytest.mark.parametrize("value", ["machine", "", "Pool"])
-def test_a_bad_group_by_is_refused_naming_the_parameter(
-    api: APIClient, world: World, value: str
-) -> None:
-    response = api.get("/api/v1/costs/", {"group_by": value})
-
-    assert response.status_code == 400
-    body = response.json()
-    assert list(body["fields"]) == ["group_by"]
-    assert "account, location, cluster, pool, namespace" in body["fields"]["group_by"][0]
-
-
-def test_group_by_given_twice_is_refused(api: APIClient, world: World) -> None:
-    response = api.get("/api/v1/costs/?group_by=pool&group_by=cluster")
-
-    assert (response.status_code, list(response.json()["fields"])) == (400, ["group_by"])
-
-
-def test_history_is_refused_saying_it_is_not_kept(api: APIClient, world: World) -> None:
-    response = api.get("/api/v1/costs/", {"start": "2026-12-01T00:00:00Z", "step": "1h"})
-
-    assert response.status_code == 400
-    fields = response.json()["fields"]
-    assert sorted(fields) == ["start", "step"]
-    assert fields["start"][0].startswith("History is not kept yet")
-
-
-def test_a_user_of_another_account_sees_nothing_of_this_one(world: World) -> None:
-    theirs = world_make(AccountFactory(name="other"))
-    viewer = UserFactory()
-    MembershipFactory(user=viewer, account=theirs.account, role="viewer")
-    api = APIClient()
-    api.force_login(viewer)
-
-    for group_by in ("account", "location", "cluster", "pool", "namespace"):
-        rows = api.get("/api/v1/costs/", {"group_by": group_by}).json()
-        assert rows and {row["account_name"] for row in rows} == {"other"}, group_by
-    by_account_id = api.get("/api/v1/costs/", {"account": world.account.pk})
-    assert (by_account_id.status_code, by_account_id.json()) == (200, [])
-
-
-def test_a_user_of_no_account_sees_no_costs(world: World) -> None:
-    api = APIClient()
-    api.force_login(UserFactory())
-
-    assert api.get("/api/v1/costs/", {"group_by": "pool"}).json() == []
-
-
-def test_without_credentials_the_costs_answer_401(world: World) -> None:
-    assert APIClient().get("/api/v1/costs/").status_code == 401
-
-
-def _more_gpu_machines(world: World, n: int) -> None:
-    for index in range(n):
-        vm_id = 1000 + MachinePool.objects.count() * 100 + index
-        machine = _machine(world.gpu, f"x{vm_id}", vm_id, vcpus=2, mib=2048)
-        _gpus(machine, State.ATTACHED)
-        node = KubeNodeFactory(cluster=world.cluster, machine=machine, name=f"n{vm_id}")
-        KubePodFactory(cluster=world.cluster, node_name=node.name, namespace=f"ns{index % 3}")
-
-
-@pytest.mark.parametrize("group_by", ["account", "location", "cluster", "pool", "namespace"])
-def test_the_query_count_does_not_grow_with_the_machines(
-    api: APIClient, world: World, group_by: str
-) -> None:
-    def counted() -> int:
-        with CaptureQueriesContext(connection) as queries:
-            response = api.get("/api/v1/costs/", {"group_by": group_by})
-            assert response.status_code == 200
-        return len(queries)
-
-    few = counted()
-    _more_gpu_machines(world, 20)
-    many = counted()
-
-    assert many == few, (few, many)
-    assert few <= 11, few  # locations 1, names 2, orphans 2, machines 3, nodes 3

@@ -1,0 +1,13 @@
+"""The money endpoints, on the one router of capvco_web.api_urls."""
+
+from django.urls import path
+
+from billing.api import views
+
+routes = [("leaks", views.LeakViewSet, None)]
+urlpatterns = [
+    path("costs/", views.CostsView.as_view(), name="costs"),
+    path("costs/month/", views.CostsMonthView.as_view(), name="costs-month"),
+]
+# Endpoints outside the router that the API root lists, by URL name.
+listed = {"costs": "costs", "costs-month": "costs-month"}

@@ -1,0 +1,292 @@
+"""The money endpoints: what the caller's accounts cost now and over time, the month to
+date with its forecast, and the leak ledger. Read-only, each scoped to the caller's
+accounts; JSON or CSV. The figures are billing.selectors' and clusters.costs'."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, TypeVar, cast
+
+from django.db.models import QuerySet
+from django.utils import timezone
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import generics, serializers, viewsets
+from rest_framework.decorators import action
+from rest_framework.renderers import BrowsableAPIRenderer, JSONRenderer
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from billing.api.serializers import (
+    CostRowSerializer,
+    CostSeriesSerializer,
+    LeakSerializer,
+    LeakSummarySerializer,
+    MonthFigureSerializer,
+)
+from billing.filtersets import CostFilterSet, LeakFilterSet
+from billing.models import Leak
+from billing.selectors import (
+    SERIES_STEPS,
+    cost_history,
+    leak_totals,
+    month_figures,
+    month_of,
+)
+from capvco_web.api import KnownParametersMixin
+from capvco_web.api_csv import CsvMixin
+from capvco_web.api_input import CursorPagination, query_parameter_once
+from capvco_web.api_schema import ApiSchema
+from capvco_web.permissions import AccountScopedViewSetMixin, visible
+from cloud.models import Location
+from clusters.costs import GROUP_BY, costs_by
+
+HISTORY_PARAMETERS = ("start", "end", "step")
+Row = TypeVar("Row")
+
+
+def _group_by(request: Request, choices: tuple[str, ...]) -> str:
+    group_by = request.query_params.getlist("group_by") or [choices[0]]
+    if len(group_by) > 1 or group_by[0] not in choices:
+        given = ", ".join(group_by)
+        raise serializers.ValidationError(
+            {"group_by": [f"Give one of {', '.join(choices)} (not {given})."]}
+        )
+    return group_by[0]
+
+
+class _SeriesQuery(serializers.Serializer[object]):
+    start = serializers.DateTimeField()
+    end = serializers.DateTimeField(required=False)
+    step = serializers.ChoiceField(choices=SERIES_STEPS, default="day")
+
+
+class _PeriodQuery(serializers.Serializer[object]):
+    since = serializers.DateTimeField(required=False)
+    until = serializers.DateTimeField(required=False)
+
+
+def _query(request: Request, serializer_class: type[serializers.Serializer[Any]]) -> Any:
+    """The query parameters a serializer reads, each given once, validated by it."""
+    names = serializer_class().fields.keys()
+    given = {n: value for n in names if (value := query_parameter_once(request, n)) is not None}
+    query = serializer_class(data=given)
+    query.is_valid(raise_exception=True)
+    return query.validated_data
+
+
+_FORMAT_PARAMETER = OpenApiParameter(
+    "format",
+    str,
+    enum=["json", "csv"],
+    description="`csv` (or `Accept: text/csv`): the same rows as CSV, a header row of the "
+    "field names first; errors stay JSON",
+)
+_GROUP_BY_PARAMETER = OpenApiParameter(
+    "group_by",
+    str,
+    enum=list(GROUP_BY),
+    default="account",
+    description="One row per account, location, cluster, pool or namespace (and currency)",
+)
+
+
+class CostsSchema(ApiSchema):
+    """The costs answer a list of rates now, or a series (an object) when asked for one."""
+
+    def get_operation(self, *args: Any, **kwargs: Any) -> dict[str, Any] | None:
+        operation = super().get_operation(*args, **kwargs)
+        if operation is None:
+            return None
+        json = "application/json"
+        answer = operation["responses"]["200"]["content"][json]
+        series = self.resolve_serializer(CostSeriesSerializer(), "response").ref
+        answer["schema"] = {"oneOf": [answer["schema"], series]}
+        return operation
+
+
+class CostsView(CsvMixin, KnownParametersMixin, generics.GenericAPIView[Location]):
+    """What the caller's accounts cost, at whitesky's own prices (a month is 730 h), one
+    row per group and currency: machines' vCPUs and memory (`compute`) and their billed
+    vGPUs (`vgpu`, of which `idle` is the part attached to nodes that no pod requests),
+    orphaned vGPUs and orphan VMs per account and location. Namespaces share their nodes'
+    vGPUs by request (OpenCost's rule), the idle rest on a row of its own. Not counted:
+    disks and IOPS (the VM listing does not carry them), public IPs, and NICs (whitesky's
+    prices have no unit per NIC).
+
+    Without `start`: per hour, now (a list of rows). With `start` (and `end`, `step`):
+    what each group cost per step over [start, end), from the hourly rollups (an object,
+    its rows in `results`): each hour's rate sampled once, summed over the step; an hour
+    no pass sampled adds nothing (`hours_sampled`). Refused (400, naming the parameter):
+    a bound that is not the start of a step, an end not after the start, a range over
+    731 days or answering over 10,000 rows, and for `step=hour` a start before the hours
+    kept (COST_HOURLY_HISTORY_DAYS).
+    """
+
+    queryset = Location.objects.all()
+    filterset_class = CostFilterSet
+    pagination_class = None  # one row per group (and step): all of them, bounded
+    query_parameters = ("group_by", *HISTORY_PARAMETERS)
+    csv_name = "costs"
+    schema = CostsSchema()
+
+    @extend_schema(
+        parameters=[
+            _FORMAT_PARAMETER,
+            _GROUP_BY_PARAMETER,
+            OpenApiParameter(
+                "start",
+                OpenApiTypes.DATETIME,
+                description="Asks for the series: the first step's start (ISO 8601, UTC; "
+                "the start of an hour, a day or a month as `step` says)",
+            ),
+            OpenApiParameter(
+                "end",
+                OpenApiTypes.DATETIME,
+                description="The series' end, exclusive (ISO 8601, UTC; a step's start). "
+                "Left out: the end of the step now running. Only with `start`",
+            ),
+            OpenApiParameter(
+                "step",
+                str,
+                enum=list(SERIES_STEPS),
+                default="day",
+                description="The series' step: an hour, a UTC day or a UTC calendar month. "
+                "Only with `start`",
+            ),
+        ],
+        responses={
+            # Or a series: CostsSchema says both.
+            (200, "application/json"): CostRowSerializer(many=True),
+            (200, "text/csv"): OpenApiTypes.STR,
+        },
+    )
+    def get(self, request: Request) -> Response:
+        group_by = cast(Any, _group_by(request, GROUP_BY))
+        locations = self.filter_queryset(visible(request.user, self.get_queryset()))
+        if not any(name in request.query_params for name in HISTORY_PARAMETERS):
+            return Response(CostRowSerializer(costs_by(group_by, locations), many=True).data)
+        if "start" not in request.query_params:
+            raise serializers.ValidationError(
+                {"start": ["Give the series' start with end and step."]}
+            )
+        query = _query(request, _SeriesQuery)
+        series = cost_history(group_by=group_by, locations=locations, now=timezone.now(), **query)
+        return Response(CostSeriesSerializer(series).data)
+
+
+class CostsMonthView(CsvMixin, KnownParametersMixin, generics.GenericAPIView[Location]):
+    """The calendar month (UTC) of each account or cluster, per currency: what it cost so
+    far (the hours sampled, summed), the rate now, the rate its pools' replicas imply (each
+    missing or surplus machine at its pool's list price), and the forecast: spent plus the
+    planned rate until the month's end. A cluster deleted this month keeps its row, at a
+    rate of 0."""
+
+    queryset = Location.objects.all()
+    filterset_class = CostFilterSet
+    pagination_class = None
+    query_parameters = ("group_by",)
+    csv_name = "costs-month"
+
+    @extend_schema(
+        parameters=[
+            _FORMAT_PARAMETER,
+            OpenApiParameter(
+                "group_by",
+                str,
+                enum=["account", "cluster"],
+                default="account",
+                description="One row per account or per cluster (and currency)",
+            ),
+        ],
+        responses={
+            (200, "application/json"): MonthFigureSerializer(many=True),
+            (200, "text/csv"): OpenApiTypes.STR,
+        },
+    )
+    def get(self, request: Request) -> Response:
+        group_by = cast(Any, _group_by(request, ("account", "cluster")))
+        locations = self.filter_queryset(visible(request.user, self.get_queryset()))
+        figures = month_figures(group_by=group_by, locations=locations, now=timezone.now())
+        return Response(MonthFigureSerializer(figures, many=True).data)
+
+
+class LeakViewSet(
+    CsvMixin, KnownParametersMixin, AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[Leak]
+):
+    """The leak ledger: every vGPU and VM whitesky billed that no machine of ours owned,
+    from flagged to ended (released, gone, or owned again), with what it cost; the record
+    stays after it ended (COST_HISTORY_DAYS). As CSV, every row the filters select, not a
+    page."""
+
+    queryset = Leak.objects.select_related("account", "location").order_by("pk")
+    serializer_class = LeakSerializer
+    filterset_class = LeakFilterSet
+    pagination_class = CursorPagination  # kept for a year: keyset pages, in id order
+    action_verbs = {"summary": "view"}
+    csv_name = "leaks"
+
+    @property
+    def query_parameters(self) -> tuple[str, ...]:
+        return ("since", "until") if self.action == "summary" else ()
+
+    def paginate_queryset(self, queryset: QuerySet[Any, Row] | Sequence[Row]) -> list[Row] | None:
+        # `cursor` and `limit` are checked alike, but a download is every row the filters
+        # select, not a page.
+        page = super().paginate_queryset(queryset)
+        return None if self.request.accepted_renderer.format == "csv" else page
+
+    @extend_schema(
+        parameters=[_FORMAT_PARAMETER],
+        responses={
+            (200, "application/json"): LeakSerializer(many=True),
+            (200, "text/csv"): OpenApiTypes.STR,
+        },
+    )
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().list(request, *args, **kwargs)
+
+    @extend_schema(
+        parameters=[_FORMAT_PARAMETER],
+        responses={
+            (200, "application/json"): LeakSerializer,
+            (200, "text/csv"): OpenApiTypes.STR,
+        },
+    )
+    def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().retrieve(request, *args, **kwargs)
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter(
+                "since",
+                OpenApiTypes.DATETIME,
+                description="The period's start (ISO 8601; left out: this month's start, UTC)",
+            ),
+            OpenApiParameter(
+                "until",
+                OpenApiTypes.DATETIME,
+                description="The period's end, exclusive (ISO 8601; left out: now)",
+            ),
+        ],
+        responses={200: LeakSummarySerializer},
+    )
+    # JSON only: its totals are not the rows of the list the filters select.
+    @action(
+        detail=False, pagination_class=None, renderer_classes=[JSONRenderer, BrowsableAPIRenderer]
+    )
+    def summary(self, request: Request) -> Response:
+        """Per account and currency: what the leaks (as filtered) cost within [since,
+        until), how many are still open, and how many ended within it."""
+        now = timezone.now()
+        query = _query(request, _PeriodQuery)
+        since: datetime = query.get("since", month_of(now))
+        until: datetime = query.get("until", now)
+        if until <= since:
+            raise serializers.ValidationError({"until": ["Give an until after since."]})
+        leaks = self.filter_queryset(self.get_queryset())
+        totals = leak_totals(leaks=leaks, since=since, until=until)
+        return Response(
+            LeakSummarySerializer({"since": since, "until": until, "totals": totals}).data
+        )
