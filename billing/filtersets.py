@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import django_filters
 
-from billing.models import Leak
+from billing.models import IdleSpell, Leak
 from capvco_web.filters import IdFilter, RelationFilterSet, TrueFalseFilter
 from cloud.models import Location
 
@@ -34,3 +34,14 @@ class LeakFilterSet(RelationFilterSet):
     class Meta:
         model = Leak
         fields = ["kind", "end", "open"]
+
+
+class IdleSpellFilterSet(RelationFilterSet):
+    relations = {"account": "account", "location": "location"}
+    open = TrueFalseFilter(
+        field_name="ended_at", lookup_expr="isnull", label="Still idle (true) or ended (false)"
+    )
+
+    class Meta:
+        model = IdleSpell
+        fields = ["cluster_id", "pool_id", "machine_id", "open"]

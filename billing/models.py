@@ -275,6 +275,10 @@ class IdleSpell(models.Model):
     def __str__(self) -> str:
         return f"{self.cluster_name}/{self.node_name}: {self.idle_gpus} idle"
 
+    @property
+    def is_open(self) -> bool:
+        return self.ended_at is None
+
     def cost(self, *, until: datetime | None = None) -> Decimal:
         """What its idle GPUs cost since it began, at the last seen rate."""
         end = self.ended_at or until or timezone.now()

@@ -19,14 +19,14 @@ from typing import Any, Literal
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.db.models import OuterRef, Prefetch, Q, QuerySet, Subquery, Sum
+from django.db.models import Count, OuterRef, Prefetch, Q, QuerySet, Subquery, Sum
 from django.db.models.functions import TruncDay, TruncMonth
 
 from billing.models import BillCheck, BillItem, CapacityRollup, CostRollup, Leak, Rollup, Step
 from billing.rollups import DAY, HOUR, day_of, hour_of
 from cloud.models import Location
 from clusters.costs import ZERO, CostRow, GroupBy, costs_by
-from clusters.models import MachinePool
+from clusters.models import Machine, MachinePool
 from gpus.models import hourly_price
 
 SeriesStep = Literal["hour", "day", "month"]
@@ -299,7 +299,13 @@ def _planned_deltas(
 ) -> dict[tuple[Any, ...], Decimal]:
     """Per (account or cluster, currency): what the pools' missing machines would add per
     hour at list price (negative for surplus ones)."""
-    counts = {row.pool: row.machines for row in costs_by("pool", locations)}
+    counts = dict(
+        Machine.objects.filter(pool__site__location__in=locations)
+        .order_by()
+        .values("pool_id")
+        .annotate(n=Count("pk"))
+        .values_list("pool_id", "n")
+    )
     deltas: dict[tuple[Any, ...], Decimal] = defaultdict(lambda: ZERO)
     pools = MachinePool.objects.filter(site__location__in=locations).select_related(
         "site__location", "cluster"

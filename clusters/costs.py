@@ -23,7 +23,7 @@ Idle and attribution (OpenCost's rule, by request): a node's GPUs are the vGPUs 
 to its machine's VM; the pods placed on it (pending or running: both hold their request)
 share that cost by the GPUs they request; what no pod requests is idle, and kept apart.
 Requests beyond the attached vGPUs (time-slicing) share the same cost, scaled down. Since
-when a GPU is idle is not known: the mirror keeps no history of the pods that left.
+when a GPU is idle is the money history's to know (billing.IdleSpell), not this rate's.
 
 Two currencies are never added: every figure is per currency, and a location has one.
 """
@@ -91,7 +91,6 @@ class GpuNodeCost:
     idle_gpus: int
     idle: Decimal  # the part of `cost` no pod requests
     by_namespace: dict[str, Decimal]  # the rest, shared by request
-    idle_since: None = None  # not known: the mirror keeps no history of pods that left
 
 
 @dataclass(frozen=True)

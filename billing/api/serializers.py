@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from billing.models import Leak
+from billing.models import IdleSpell, Leak
 from billing.selectors import SERIES_STEPS
 
 
@@ -183,3 +183,23 @@ class LeakSummarySerializer(serializers.Serializer[object]):
     since = serializers.DateTimeField()
     until = serializers.DateTimeField()
     totals = LeakTotalSerializer(many=True)
+
+
+class IdleSpellSerializer(serializers.ModelSerializer[IdleSpell]):
+    """A GPU node whose attached vGPUs no pending or running pod asks for (in part or all),
+    since when, and what that cost; the record stays after it ended."""
+
+    account_name = serializers.CharField(source="account.name", read_only=True)
+    location_name = serializers.CharField(source="location.name", read_only=True)
+    open = serializers.BooleanField(source="is_open", help_text="Still idle", read_only=True)
+    hourly = _money("What its idle vGPUs cost per hour, as last seen")
+    cost = _money("What its idle vGPUs cost since it began, to its end (or now)")
+
+    class Meta:
+        model = IdleSpell
+        fields = [
+            "id", "account", "account_name", "location", "location_name", "cluster_id",
+            "cluster_name", "pool_id", "machine_id", "node_name", "currency", "idle_gpus",
+            "hourly", "since", "ended_at", "open", "cost",
+        ]  # fmt: skip
+        read_only_fields = fields

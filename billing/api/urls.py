@@ -4,7 +4,7 @@ from django.urls import path
 
 from billing.api import views
 
-routes = [("leaks", views.LeakViewSet, None)]
+routes = [("leaks", views.LeakViewSet, None), ("idle-gpus", views.IdleSpellViewSet, None)]
 urlpatterns = [
     path("costs/", views.CostsView.as_view(), name="costs"),
     path("costs/month/", views.CostsMonthView.as_view(), name="costs-month"),

@@ -21,12 +21,13 @@ from rest_framework.response import Response
 from billing.api.serializers import (
     CostRowSerializer,
     CostSeriesSerializer,
+    IdleSpellSerializer,
     LeakSerializer,
     LeakSummarySerializer,
     MonthFigureSerializer,
 )
-from billing.filtersets import CostFilterSet, LeakFilterSet
-from billing.models import Leak
+from billing.filtersets import CostFilterSet, IdleSpellFilterSet, LeakFilterSet
+from billing.models import IdleSpell, Leak
 from billing.selectors import (
     SERIES_STEPS,
     cost_history,
@@ -290,3 +291,22 @@ class LeakViewSet(
         return Response(
             LeakSummarySerializer({"since": since, "until": until, "totals": totals}).data
         )
+
+
+class IdleSpellViewSet(
+    CsvMixin,
+    KnownParametersMixin,
+    AccountScopedViewSetMixin,
+    viewsets.ReadOnlyModelViewSet[IdleSpell],
+):
+    """Since when GPUs are idle: each GPU node whose attached vGPUs no pending or running
+    pod asks for, opened by the money pass from a complete Kubernetes observation, ended
+    when a pod asks for them (or the node has none attached); with what the idle GPUs cost
+    per hour and since the spell began. Filter by `cluster_id` or `pool_id` for a pool's
+    or a cluster's; `open=true` for the GPUs idle now."""
+
+    queryset = IdleSpell.objects.select_related("account", "location").order_by("pk")
+    serializer_class = IdleSpellSerializer
+    filterset_class = IdleSpellFilterSet
+    pagination_class = CursorPagination
+    csv_name = "idle-gpus"

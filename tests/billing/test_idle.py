@@ -11,13 +11,14 @@ from decimal import Decimal
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from rest_framework.test import APIClient
 
 from billing.idle import idle_record
 from billing.models import CostRollup, IdleSpell, Leak, Rollup
 from billing.tasks import billing_pass
 from clusters.models import Cluster, KubePod
 from tests.clusters.test_costs import World, world_make
-from tests.factories import KubePodFactory
+from tests.factories import KubePodFactory, MembershipFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -98,3 +99,29 @@ def test_the_money_pass_samples_the_hour_and_records_leaks_and_idle_gpus(world: 
     assert sorted(Leak.objects.values_list("kind", flat=True)) == ["vgpu", "vm"]
     assert IdleSpell.objects.count() == 2
     assert _writes(queries) == []
+
+
+def test_the_api_says_since_when_each_nodes_gpus_are_idle_to_the_accounts_members(
+    world: World,
+) -> None:
+    idle_record(now=T0)
+    KubePodFactory(cluster=world.cluster, node_name="node-4", namespace="a", gpu_requests=1)
+    idle_record(now=T0 + timedelta(hours=2))
+    api = APIClient()
+    api.force_authenticate(MembershipFactory(account=world.account, role="viewer").user)
+
+    idle_now = api.get("/api/v1/idle-gpus/", {"open": "true"}).json()["results"]
+    ended = api.get("/api/v1/idle-gpus/", {"open": "false"}).json()["results"]
+    csv = api.get("/api/v1/idle-gpus/", {"format": "csv"}).content.decode()
+    api.force_authenticate(MembershipFactory(role="admin").user)  # of another account
+
+    assert [(s["node_name"], s["idle_gpus"], s["since"], s["hourly"]) for s in idle_now] == [
+        ("node-0", 1, "2026-12-01T10:05:00Z", "1.0000")
+    ]
+    # node-4 was idle 2 hours at 2 CHF an hour.
+    assert [(s["node_name"], s["cost"], s["currency"]) for s in ended] == [
+        ("node-4", "4.0000", "CHF")
+    ]
+    assert csv.splitlines()[0].startswith("id,account,account_name,location")
+    assert len(csv.splitlines()) == 3
+    assert api.get("/api/v1/idle-gpus/").json()["results"] == []

@@ -184,14 +184,14 @@ def test_idle_gpus_are_attached_ones_no_pending_or_running_pod_requests(world: W
     pools = {row.pool_name: row for row in costs_by("pool", Location.objects.all())}
     clusters = {row.currency: row for row in costs_by("cluster", Location.objects.all())}
 
-    names = ("attached", "requested", "idle_gpus", "idle", "idle_since")
+    names = ("attached", "requested", "idle_gpus", "idle")
     # node-0: 2 attached, `train` asks for 1 (the finished pod holds nothing): 1 idle, 1/h.
-    assert _figures(nodes["node-0"], *names) == (2, 1, 1, D("1"), None)
+    assert _figures(nodes["node-0"], *names) == (2, 1, 1, D("1"))
     # node-1: its one attached vGPU is asked for by a pending pod (the reserved one is not
     # attached, so it is no node's).
-    assert _figures(nodes["node-1"], *names) == (1, 1, 0, D("0"), None)
+    assert _figures(nodes["node-1"], *names) == (1, 1, 0, D("0"))
     # node-4: 1 attached in CHF, nothing asks: 2 CHF/h idle.
-    assert _figures(nodes["node-4"], *names) == (1, 0, 1, D("2"), None)
+    assert _figures(nodes["node-4"], *names) == (1, 0, 1, D("2"))
     assert _figures(pools["gpu"], "idle_gpus", "idle") == (1, D("1"))
     assert _figures(pools["cpu"], "idle_gpus", "idle") == (0, D("0"))
     assert _figures(clusters["CHF"], "idle_gpus", "idle") == (1, D("2"))
