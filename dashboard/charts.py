@@ -14,11 +14,13 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
+from functools import cached_property
 
 WIDTH, HEIGHT = 640, 240
 LEFT, RIGHT, TOP, BOTTOM = 64, 28, 16, 30  # room for the axes' labels
 X_LABELS_SHOWN = 7
 Y_TICKS = 4
+DOTTED_POINTS = 10  # lines of at most this many points mark each with a dot
 HEADROOM = 1.05
 SERIES_CLASSES = 8  # s0 … s7 in capvco.css; more series reuse them in turn
 
@@ -97,18 +99,18 @@ class Chart:
     def columns(self) -> list[str]:
         return [self.x_title, *(s.name for s in self.series)]
 
-    @property
+    @cached_property
     def rows(self) -> list[list[str]]:
-        return [
-            [label, *(_figure(s.values[i]) for s in self.series)]
-            for i, label in enumerate(self.x_labels)
-        ]
+        return [self.row(i, label) for i, label in enumerate(self.x_labels)]
+
+    def row(self, index: int, label: str) -> list[str]:
+        return [label, *(_figure(s.values[index]) for s in self.series)]
 
     @property
     def empty(self) -> bool:
         return not self.x_labels or not self.series
 
-    # --- geometry --------------------------------------------------------------------------
+    # --- geometry (each figure computed once: a template asks for it per bar and tick) ---
 
     @property
     def plot_left(self) -> int:
@@ -129,11 +131,11 @@ class Chart:
     def largest(self) -> float:
         return max((float(v) for s in self.series for v in s.values), default=0.0)
 
-    @property
+    @cached_property
     def step(self) -> float:
         return nice_step(self.largest() * HEADROOM)
 
-    @property
+    @cached_property
     def top_value(self) -> float:
         # A little room above the largest figure: a line along the top edge is hard to see.
         return max(self.step * math.ceil(self.largest() * HEADROOM / self.step), self.step)
@@ -142,7 +144,7 @@ class Chart:
         span = self.plot_bottom - self.plot_top
         return round(self.plot_bottom - span * value / self.top_value, 2)
 
-    @property
+    @cached_property
     def y_ticks(self) -> list[Tick]:
         count = round(self.top_value / self.step)
         return [Tick(self.y_of(i * self.step), _number(i * self.step)) for i in range(count + 1)]
@@ -150,7 +152,7 @@ class Chart:
     def x_of(self, index: int) -> float:
         raise NotImplementedError
 
-    @property
+    @cached_property
     def x_ticks(self) -> list[Tick]:
         every = max(1, math.ceil(len(self.x_labels) / X_LABELS_SHOWN))
         last = len(self.x_labels) - 1
@@ -189,7 +191,7 @@ class LineChart(Chart):
             return self.plot_left + span / 2
         return round(self.plot_left + span * index / (len(self.x_labels) - 1), 2)
 
-    @property
+    @cached_property
     def lines(self) -> list[Line]:
         drawn = []
         for n, series in enumerate(self.series):
@@ -198,9 +200,12 @@ class LineChart(Chart):
             area = ""
             if self.filled and at:
                 area = f"{at[0][0]},{self.plot_bottom} {points} {at[-1][0]},{self.plot_bottom}"
+            # A dot per point shows a line of one or a few points; along a longer line
+            # they would only weigh on the page (the table has every figure).
             dots = [
                 (x, y, f"{series.name}, {self.x_labels[i]}: {_figure(series.values[i])}")
                 for i, (x, y) in enumerate(at)
+                if len(at) <= DOTTED_POINTS
             ]
             drawn.append(Line(series.name, self.css_of(n, series), points, area, dots))
         return drawn
@@ -219,9 +224,8 @@ class StackedBarChart(Chart):
     def columns(self) -> list[str]:
         return [*super().columns, self.totals_title]
 
-    @property
-    def rows(self) -> list[list[str]]:
-        return [[*row, _figure(self.total(i))] for i, row in enumerate(super().rows)]
+    def row(self, index: int, label: str) -> list[str]:
+        return [*super().row(index, label), _figure(self.total(index))]
 
     def total(self, index: int) -> Decimal:
         return sum((s.values[index] for s in self.series), Decimal(0))
@@ -229,14 +233,14 @@ class StackedBarChart(Chart):
     def largest(self) -> float:
         return max((float(self.total(i)) for i in range(len(self.x_labels))), default=0.0)
 
-    @property
+    @cached_property
     def slot(self) -> float:
         return (self.plot_right - self.plot_left) / max(len(self.x_labels), 1)
 
     def x_of(self, index: int) -> float:
         return round(self.plot_left + self.slot * (index + 0.5), 2)
 
-    @property
+    @cached_property
     def bars(self) -> list[Bar]:
         width = round(max(self.slot * 0.7, 1.0), 2)
         drawn = []
