@@ -82,36 +82,40 @@ class Money:
     charts: list[Chart]
 
 
+PerDay = dict[datetime, Decimal]
+Layers = dict[tuple[object, str], PerDay]  # by (id, name)
+SHOWN = Decimal("0.005")  # what rounds to a cent or more
+
+
+def _top(layers: Layers, n: int) -> tuple[list[tuple[str, PerDay]], PerDay]:
+    """The `n` largest layers by their sum, largest first, and the rest summed per day."""
+    ranked = sorted(layers.items(), key=lambda item: (-sum(item[1].values()), item[0][1]))
+    rest: PerDay = defaultdict(lambda: ZERO)
+    for _, per_day in ranked[n:]:
+        for day, cost in per_day.items():
+            rest[day] += cost
+    return [(name, per_day) for (_, name), per_day in ranked[:n]], rest
+
+
 def _cost_stack(
     *,
     key: str,
     title: str,
     currency: str,
     days: list[datetime],
-    layers: dict[tuple[object, str], dict[datetime, Decimal]],
-    extra: list[tuple[str, str, dict[datetime, Decimal]]],
+    layers: list[tuple[str, PerDay]],
+    extra: list[tuple[str, str, PerDay]],
     forecast: list[Decimal],
-    top: int,
-    others: str,
 ) -> StackedBarChart:
-    """Cost per day stacked: the `top` largest layers by their month's sum, the rest as
-    one, then `extra` layers (name, css, per day), then the forecast."""
-    ranked = sorted(layers.items(), key=lambda item: (-sum(item[1].values()), item[0][1]))
-    series = [
-        Series(name, [per_day.get(day, ZERO) for day in days])
-        for (_, name), per_day in ranked[:top]
-    ]
-    if rest := ranked[top:]:
-        series.append(
-            Series(
-                others,
-                [sum((per_day.get(day, ZERO) for _, per_day in rest), ZERO) for day in days],
-                css="others",
-            )
-        )
+    """Cost per day stacked: `layers` in their order, then `extra` layers (name, css, per
+    day) that cost something, then the forecast."""
+    series = [Series(name, [per_day.get(day, ZERO) for day in days]) for name, per_day in layers]
     for name, css, per_day in extra:
-        if any(per_day.values()):
-            series.append(Series(name, [per_day.get(day, ZERO) for day in days], css=css))
+        # A layer of less than a cent a day is rounding, not money (the rest of a sum
+        # once its parts are taken out of it).
+        values = [per_day.get(day, ZERO) for day in days]
+        if any(value >= SHOWN for value in values):
+            series.append(Series(name, [max(v, ZERO) for v in values], css=css))
     series.append(Series("forecast", forecast, css="forecast"))
     return StackedBarChart(
         key=key,
@@ -219,33 +223,43 @@ def overview_money(*, locations: QuerySet[Location], leaks: QuerySet[Leak], now:
     forecast, and leak and idle cost per day, one chart per currency."""
     start = month_of(now)
     months = month_figures(group_by="account", locations=locations, now=now)
+    # The month's costliest clusters per currency are read day by day; the others are
+    # what the accounts' pools cost beside them (one series per account, not per cluster).
+    month = cost_series(group_by="cluster", locations=locations, start=start, end=now, step="month")
+    names = _cluster_names(month)
+    top: dict[str, list[int | None]] = defaultdict(list)
+    for point in sorted(month, key=lambda p: (-p.total, names[p.cluster])):
+        if len(top[point.currency]) < TOP_CLUSTERS:
+            top[point.currency].append(point.cluster)
+    shown = [cluster for ids in top.values() for cluster in ids if cluster is not None]
     by_cluster = cost_series(
-        group_by="cluster", locations=locations, start=start, end=now, step="day"
+        group_by="cluster", locations=locations, start=start, end=now, step="day", clusters=shown
     )
     by_account = cost_series(
         group_by="account", locations=locations, start=start, end=now, step="day"
     )
-    clusters: dict[str, dict[tuple[object, str], dict[datetime, Decimal]]] = defaultdict(dict)
-    idle: dict[str, dict[datetime, Decimal]] = defaultdict(lambda: defaultdict(lambda: ZERO))
-    names = _cluster_names(by_cluster)
+    layers: dict[str, dict[int | None, PerDay]] = defaultdict(lambda: defaultdict(dict))
+    others: dict[str, PerDay] = defaultdict(lambda: defaultdict(lambda: ZERO))
     for point in by_cluster:
         assert point.start is not None
-        layer = clusters[point.currency].setdefault((point.cluster, names[point.cluster]), {})
-        layer[point.start] = layer.get(point.start, ZERO) + point.total
-        idle[point.currency][point.start] += point.idle
-    orphans: dict[str, dict[datetime, Decimal]] = defaultdict(lambda: defaultdict(lambda: ZERO))
+        if point.cluster in top[point.currency]:
+            layers[point.currency][point.cluster][point.start] = point.total
+            others[point.currency][point.start] -= point.total
+    orphans: dict[str, PerDay] = defaultdict(lambda: defaultdict(lambda: ZERO))
+    idle: dict[str, PerDay] = defaultdict(lambda: defaultdict(lambda: ZERO))
     for point in by_account:
         assert point.start is not None
-        orphans[point.currency][point.start] += (point.orphan_vgpu or ZERO) + (
-            point.orphan_vm or ZERO
-        )
+        orphan = (point.orphan_vgpu or ZERO) + (point.orphan_vm or ZERO)
+        orphans[point.currency][point.start] += orphan
+        others[point.currency][point.start] += point.total - orphan
+        idle[point.currency][point.start] += point.idle
     planned: dict[str, Decimal] = defaultdict(lambda: ZERO)
     for figure in months:
         planned[figure.point.currency] += figure.rate_planned
     month_days = _days(start, next_month(now))
     past = _past_days(now)
     leak_days = _leak_cost_per_day(leaks, past, now)
-    currencies = sorted(set(planned) | set(clusters) | set(orphans) | set(leak_days))
+    currencies = sorted(set(planned) | set(top) | set(orphans) | set(leak_days))
     charts: list[Chart] = _capacity_charts(locations, now)
     for currency in currencies:  # each currency's cost beside its leak and idle cost
         charts.append(
@@ -254,13 +268,14 @@ def overview_money(*, locations: QuerySet[Location], leaks: QuerySet[Leak], now:
                 title=f"Cost per day by cluster, {currency}",
                 currency=currency,
                 days=month_days,
-                layers=clusters.get(currency, {}),
-                extra=[("orphans", "orphans", orphans.get(currency, {}))],
+                layers=[(names[cluster], layers[currency][cluster]) for cluster in top[currency]],
+                extra=[
+                    ("other clusters", "others", others[currency]),
+                    ("orphans", "orphans", orphans[currency]),
+                ],
                 forecast=forecast_per_day(
                     month_days, now=now, rate_per_hour=planned.get(currency, ZERO)
                 ),
-                top=TOP_CLUSTERS,
-                others="other clusters",
             )
         )
         charts.append(
@@ -320,8 +335,8 @@ def cluster_money(*, cluster: Cluster, locations: QuerySet[Location], now: datet
         step="day",
         clusters=[cluster.pk],
     )
-    pools: dict[str, dict[tuple[object, str], dict[datetime, Decimal]]] = defaultdict(dict)
-    idle: dict[str, dict[datetime, Decimal]] = defaultdict(lambda: defaultdict(lambda: ZERO))
+    pools: dict[str, Layers] = defaultdict(dict)
+    idle: dict[str, PerDay] = defaultdict(lambda: defaultdict(lambda: ZERO))
     for point in by_pool:
         assert point.start is not None
         name = f"{point.pool_name} ({point.location_name})"
@@ -336,19 +351,18 @@ def cluster_money(*, cluster: Cluster, locations: QuerySet[Location], now: datet
     charts: list[Chart] = []
     currencies = sorted(set(planned) | set(pools))
     for currency in currencies:  # each currency's cost beside its idle cost
+        shown, rest = _top(pools.get(currency, {}), TOP_POOLS)
         charts.append(
             _cost_stack(
                 key=f"cost-{_slug(currency)}",
                 title=f"Cost per day by pool, {currency}",
                 currency=currency,
                 days=month_days,
-                layers=pools.get(currency, {}),
-                extra=[],
+                layers=shown,
+                extra=[("other pools", "others", rest)],
                 forecast=forecast_per_day(
                     month_days, now=now, rate_per_hour=planned.get(currency, ZERO)
                 ),
-                top=TOP_POOLS,
-                others="other pools",
             )
         )
         charts.append(

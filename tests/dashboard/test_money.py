@@ -24,11 +24,19 @@ from billing.models import BillCheck, BillItem, CapacityRollup, CostRollup, Leak
 from billing.rollups import DAY, hour_of, rollups_take
 from billing.selectors import month_of
 from cloud.models import Account, Location
+from clusters.models import Machine
 from dashboard.charts import Chart, StackedBarChart
 from dashboard.money import cluster_money, overview_money
 from tests.clusters.test_costs import World, world_make
 from tests.dashboard.test_queries import count_queries
-from tests.factories import AccountFactory, GpuProfileFactory, MembershipFactory
+from tests.factories import (
+    AccountFactory,
+    GpuProfileFactory,
+    MachineFactory,
+    MachinePoolFactory,
+    MembershipFactory,
+    VirtualMachineFactory,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -102,6 +110,27 @@ def test_the_overview_adds_up_the_month_by_cluster_with_orphans_and_the_forecast
     chf = _chart(money.charts, "cost-chf")
     assert _row(chf, DEC_1)["prod"] == "4.32"
     assert "orphans" not in chf.columns  # nothing orphaned in ch-zrh
+
+
+def test_the_five_costliest_clusters_are_stacked_and_the_others_as_one_layer(
+    world: World,
+) -> None:
+    # Six more clusters in nl-ams, of one machine of n + 1 vCPUs and 2 GiB: 0.0(n+2) an hour.
+    for n in range(6):
+        pool = MachinePoolFactory(site__cluster__account=world.account, site__location=world.ams,
+                                  site__cluster__name=f"c{n}", name="p")  # fmt: skip
+        MachineFactory(pool=pool, vm_id=300 + n, phase=Machine.Phase.RUNNING)
+        VirtualMachineFactory(location=world.ams, vm_id=300 + n, vcpus=n + 1, memory_mib=2048)
+    rollups_take(now=T0)
+
+    money = overview_money(locations=Location.objects.all(), leaks=Leak.objects.all(), now=NOW)
+
+    eur = _chart(money.charts, "cost-eur")
+    assert eur.columns == [
+        "day", "prod", "c5", "c4", "c3", "c2", "other clusters", "orphans", "forecast", "total",
+    ]  # fmt: skip
+    # c1 and c0: 0.03 + 0.02.
+    assert eur.rows[0][1:8] == ["4.40", "0.07", "0.06", "0.05", "0.04", "0.05", "1.03"]
 
 
 def test_the_overview_charts_leak_and_idle_cost_per_day_and_capacity_per_type(
