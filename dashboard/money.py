@@ -322,11 +322,7 @@ def cluster_money(*, cluster: Cluster, locations: QuerySet[Location], now: datet
     """A cluster page's money: its month to date and forecast per currency, its cost per
     day this month stacked by pool with the forecast, and its idle GPUs' cost per day."""
     start = month_of(now)
-    months = [
-        figure
-        for figure in month_figures(group_by="cluster", locations=locations, now=now)
-        if figure.point.cluster == cluster.pk
-    ]
+    months = month_figures(group_by="cluster", locations=locations, now=now, clusters=[cluster.pk])
     by_pool = cost_series(
         group_by="pool",
         locations=locations,
