@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
 
@@ -79,7 +79,12 @@ class Money:
     month_start: datetime
     months: list[MonthFigures]  # per account (or the cluster) and currency
     leaks: list[LeakTotal]  # this month's, per currency
-    charts: list[Chart]
+    cost_charts: list[Chart]  # per currency: its cost beside its leak and idle cost
+    capacity_charts: list[Chart] = field(default_factory=list)
+
+    @property
+    def charts(self) -> list[Chart]:
+        return [*self.cost_charts, *self.capacity_charts]
 
 
 PerDay = dict[datetime, Decimal]
@@ -260,7 +265,7 @@ def overview_money(*, locations: QuerySet[Location], leaks: QuerySet[Leak], now:
     past = _past_days(now)
     leak_days = _leak_cost_per_day(leaks, past, now)
     currencies = sorted(set(planned) | set(top) | set(orphans) | set(leak_days))
-    charts: list[Chart] = _capacity_charts(locations, now)
+    charts: list[Chart] = []
     for currency in currencies:  # each currency's cost beside its leak and idle cost
         charts.append(
             _cost_stack(
@@ -296,7 +301,8 @@ def overview_money(*, locations: QuerySet[Location], leaks: QuerySet[Leak], now:
         month_start=start,
         months=months,
         leaks=leak_totals(leaks=leaks, since=start, until=now),
-        charts=charts,
+        cost_charts=charts,
+        capacity_charts=_capacity_charts(locations, now),
     )
 
 
@@ -371,4 +377,4 @@ def cluster_money(*, cluster: Cluster, locations: QuerySet[Location], now: datet
                 "Attached vGPUs no pod requests, as the hourly rollups sampled them.",
             )
         )
-    return Money(month_start=start, months=months, leaks=[], charts=charts)
+    return Money(month_start=start, months=months, leaks=[], cost_charts=charts)
