@@ -1,13 +1,18 @@
-"""The filters of the money endpoints: the costs' locations, and the leak ledger, by the
-convention every list follows (capvco_web.filters.RelationFilterSet)."""
+"""The filters of the money lists, for the API and the dashboard alike, by the convention
+every list follows (capvco_web.filters.RelationFilterSet): the costs' locations, the leak
+ledger (its kind, how it ended, whether it is open, a name or id that contains a word) and
+the idle GPU spells."""
 
 from __future__ import annotations
 
 import django_filters
+from django.db.models import Q, QuerySet
 
 from billing.models import IdleSpell, Leak
 from capvco_web.filters import IdFilter, RelationFilterSet, TrueFalseFilter
 from cloud.models import Location
+
+SEARCH_MIN_LENGTH = 3  # shorter words would match nearly every name
 
 
 class CostFilterSet(RelationFilterSet):
@@ -30,10 +35,21 @@ class LeakFilterSet(RelationFilterSet):
     open = TrueFalseFilter(
         field_name="ended_at", lookup_expr="isnull", label="Still open (true) or ended (false)"
     )
+    q = django_filters.CharFilter(
+        method="filter_search",
+        label="Name or id contains",
+        min_length=SEARCH_MIN_LENGTH,
+        max_length=200,
+    )
 
     class Meta:
         model = Leak
-        fields = ["kind", "end", "open"]
+        fields = ["kind", "end", "open", "q"]
+
+    def filter_search(self, queryset: QuerySet[Leak], name: str, value: str) -> QuerySet[Leak]:
+        if not value:
+            return queryset
+        return queryset.filter(Q(name__icontains=value) | Q(external_id__icontains=value))
 
 
 class IdleSpellFilterSet(RelationFilterSet):

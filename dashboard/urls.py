@@ -6,6 +6,7 @@ from dashboard.views import (
     clusters,
     edits,
     locations,
+    money,
     nics,
     nodes,
     overview,
@@ -50,4 +51,12 @@ urlpatterns = [
     path("pools/<int:pk>/edit/", edits.pool_edit, name="pool-edit"),
     path("clusters/<int:pk>/kubeconfig/", edits.cluster_kubeconfig, name="cluster-kubeconfig"),
     path("dismiss/", actions.dismiss, name="dismiss"),
+    path("leaks/", money.leak_list, name="leaks"),
+    path("bills/", money.bill_checks, name="bills"),
+    path("money/<slug:chart>.csv", money.overview_chart_csv, name="money-csv"),
+    path(
+        "clusters/<int:pk>/money/<slug:chart>.csv",
+        money.cluster_chart_csv,
+        name="cluster-money-csv",
+    ),
 ]

@@ -13,6 +13,7 @@ from typing import Any
 from django.db.models import Model
 from django.utils import timezone
 
+from billing.models import Leak
 from capvco_web.filters import NAME_SUFFIX
 from capvco_web.integrations.kube import GPU_TYPE_LABEL
 from capvco_web.models import AuditEvent
@@ -139,6 +140,12 @@ def _side(tag: str, first: bool) -> Side:
         object_id=tag,
         object_repr=f"object-{tag}",
     )
+    Leak.objects.create(  # the first side's open, the second's ended
+        account=account, location=location, kind=Leak.Kind.VGPU if first else Leak.Kind.VM,
+        external_id=f"leak-{tag}", name=f"capvco-leaked-{tag}", currency="EUR",
+        monthly_price=730, billed_since=now, leaked_since=now,
+        ended_at=None if first else now, end="" if first else Leak.End.GONE,
+    )  # fmt: skip
     # The first side's event is a day older: `since` picks the second, `until` the first.
     when = now - timedelta(days=1 if first else 0)
     AuditEvent.objects.filter(pk=event.pk).update(created_at=when)
@@ -205,6 +212,9 @@ VALUES: dict[tuple[type[Model], str], Value] = {
     (PodNic, "namespace"): lambda w: "ns-a",
     (PodNic, "vm_id"): lambda w: 7000,
     (LeakedNic, "vm_id"): lambda w: 7000,
+    (Leak, "kind"): lambda w: Leak.Kind.VGPU,
+    (Leak, "open"): lambda w: "true",
+    (Leak, "q"): lambda w: "leaked-a",
     (AuditEvent, "actor"): lambda w: "actor-a",
     (AuditEvent, "action"): lambda w: "action-a.",
     (AuditEvent, "object_type"): lambda w: "type.a",

@@ -33,8 +33,10 @@ from clusters.selectors import (
 )
 from dashboard.filtersets import ClusterListFilterSet, filled, list_page, unknown_parameters
 from dashboard.forms import NodeFilterForm
+from dashboard.money import cluster_money
 from dashboard.selectors import PoolGpus, held_by_machine, kube_observation, node_rows, pool_gpus
 from dashboard.views.common import page_or_fragment
+from dashboard.views.money import cluster_locations
 from dashboard.views.setup import accounts_for_new_clusters
 from gpus.models import BILLED_STATES, GpuProfile, VgpuReservation
 from sriov.models import PodNic, SriovConfig
@@ -383,5 +385,14 @@ def _counts(
 
 @require_GET
 def cluster_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
-    context = cluster_body(request, cluster_for_page(request, pk), request.GET)
+    cluster = cluster_for_page(request, pk)
+    context = cluster_body(request, cluster, request.GET)
+    if not request.htmx:
+        # Money moves by the hour: drawn with the page, not with each refresh of its body.
+        money = cluster_money(
+            cluster=cluster, locations=cluster_locations(request, cluster), now=timezone.now()
+        )
+        for chart in money.charts:
+            chart.csv_url = reverse("dashboard:cluster-money-csv", args=[cluster.pk, chart.key])
+        context["money"] = money
     return page_or_fragment(request, "dashboard/cluster.html", context, fragments=["cluster-body"])

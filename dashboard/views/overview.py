@@ -1,15 +1,17 @@
-"""The overview: GPU capacity per location and type (whitesky's and Kubernetes'), money
-billed for nothing, what the Kubernetes mirror flagged, the clusters whose Kubernetes
-observation fails, how fresh each location's
-observation is, failed machines, and the system's own health."""
+"""The overview: money over time (month to date and forecast, leaks, charts), GPU capacity
+per location and type (whitesky's and Kubernetes'), money billed for nothing, what the
+Kubernetes mirror flagged, the clusters whose Kubernetes observation fails, how fresh each
+location's observation is, failed machines, and the system's own health."""
 
 from __future__ import annotations
 
 from django.conf import settings
 from django.http import HttpResponse
+from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
+from billing.models import Leak
 from capvco_web.health import readiness
 from capvco_web.htmx import HtmxHttpRequest
 from capvco_web.permissions import allowed_somewhere, visible
@@ -21,6 +23,7 @@ from clusters.selectors import (
     kube_observation_failing,
     kube_observation_problem,
 )
+from dashboard.money import overview_money
 from dashboard.selectors import (
     kube_flags,
     money_wasted,
@@ -49,6 +52,15 @@ def overview(request: HtmxHttpRequest) -> HttpResponse:
     context = overview_context(request)
     if not request.htmx:
         context.update(_system_status())
+        # Money moves by the hour: drawn with the page, not with each refresh of its panels.
+        money = overview_money(
+            locations=visible(request.user, Location.objects.all()),
+            leaks=visible(request.user, Leak.objects.all()),
+            now=context["now"],  # type: ignore[arg-type]
+        )
+        for chart in money.charts:
+            chart.csv_url = reverse("dashboard:money-csv", args=[chart.key])
+        context["money"] = money
     return page_or_fragment(request, TEMPLATE, context, fragments=["overview"])
 
 

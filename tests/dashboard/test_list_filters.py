@@ -27,6 +27,7 @@ NOT_LISTS = {
     "dashboard:dismiss",
     "dashboard:search",  # one word (`q`) over every kind, not a list's filters
     "dashboard:orphans-release",  # an action on every orphan the user may release
+    "dashboard:bills",  # the latest bill check of each location, not a list
 }
 
 
@@ -56,7 +57,12 @@ def world() -> World:
 
 def test_every_page_without_a_path_parameter_is_a_list_or_known_not_to_be() -> None:
     assert set(PAGES) - set(LISTS) == NOT_LISTS
-    assert {"dashboard:reservations", "dashboard:nodes", "dashboard:nics"} <= set(LISTS)
+    assert {
+        "dashboard:reservations",
+        "dashboard:nodes",
+        "dashboard:nics",
+        "dashboard:leaks",
+    } <= set(LISTS)
 
 
 def _pk(item: Any) -> Any:

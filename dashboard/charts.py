@@ -1,0 +1,267 @@
+"""Charts drawn on the server as SVG: the geometry of a line chart and of a stacked bar
+chart, computed here and drawn by templates/dashboard/_chart.html, so a page shows them
+without JavaScript and under a Content-Security-Policy with no inline style (colours and
+strokes are classes of static/css/capvco.css).
+
+Each chart carries its numbers as a table (the same figures, formatted once), which the
+page shows below the picture and the chart's CSV repeats: the picture is for the eye, the
+table is the record.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from functools import cached_property
+
+WIDTH, HEIGHT = 640, 240
+LEFT, RIGHT, TOP, BOTTOM = 64, 28, 16, 30  # room for the axes' labels
+X_LABELS_SHOWN = 7
+Y_TICKS = 4
+DOTTED_POINTS = 10  # lines of at most this many points mark each with a dot
+HEADROOM = 1.05
+SERIES_CLASSES = 8  # s0 … s7 in capvco.css; more series reuse them in turn
+
+
+@dataclass(frozen=True)
+class Series:
+    """One named line, or one layer of the bars, with a value per x label."""
+
+    name: str
+    values: Sequence[Decimal]
+    css: str = ""  # a class of its own ("others", "forecast"); default: by its place
+
+
+@dataclass(frozen=True)
+class Tick:
+    at: float
+    label: str
+    anchor: str = "middle"
+
+
+@dataclass(frozen=True)
+class Line:
+    name: str
+    css: str
+    points: str  # "x,y x,y …" for <polyline>
+    area: str  # the same closed down to the x axis, for <polygon> ("" when not filled)
+    dots: list[tuple[float, float, str]]  # x, y and the figure it marks
+
+
+@dataclass(frozen=True)
+class Bar:
+    x: float
+    y: float
+    width: float
+    height: float
+    css: str
+    label: str  # what a pointer over it says
+
+
+def nice_step(largest: float, ticks: int = Y_TICKS) -> float:
+    """A round step (1, 2 or 5 times a power of ten) for about `ticks` ticks up to `largest`."""
+    if largest <= 0:
+        return 1.0
+    raw = largest / ticks
+    power = 10 ** math.floor(math.log10(raw))
+    return float(next(m * power for m in (1, 2, 5, 10) if m * power >= raw))
+
+
+def _number(value: float) -> str:
+    return f"{value:,.0f}" if value >= 10 or value == int(value) else f"{value:,.2f}".rstrip("0")
+
+
+def _figure(value: Decimal) -> str:
+    return f"{value:.2f}"
+
+
+@dataclass
+class Chart:
+    """What every chart has: a key (its id on the page and in its CSV's name), a title and
+    a unit for the reader, the x labels, and the table of its numbers."""
+
+    key: str
+    title: str
+    unit: str  # what the y axis counts, with the currency: "EUR per day", "GPUs"
+    x_title: str
+    x_labels: list[str]
+    series: list[Series]
+    note: str = ""
+    csv_url: str = ""  # set by the page that shows it
+    width: int = WIDTH
+    height: int = HEIGHT
+
+    # --- the table, also the CSV ---------------------------------------------------------
+
+    @property
+    def columns(self) -> list[str]:
+        return [self.x_title, *(s.name for s in self.series)]
+
+    @cached_property
+    def rows(self) -> list[list[str]]:
+        return [self.row(i, label) for i, label in enumerate(self.x_labels)]
+
+    def row(self, index: int, label: str) -> list[str]:
+        return [label, *(_figure(s.values[index]) for s in self.series)]
+
+    @property
+    def empty(self) -> bool:
+        return not self.x_labels or not self.series
+
+    # --- geometry (each figure computed once: a template asks for it per bar and tick) ---
+
+    @property
+    def plot_left(self) -> int:
+        return LEFT
+
+    @property
+    def plot_right(self) -> int:
+        return self.width - RIGHT
+
+    @property
+    def plot_top(self) -> int:
+        return TOP
+
+    @property
+    def plot_bottom(self) -> int:
+        return self.height - BOTTOM
+
+    def largest(self) -> float:
+        return max((float(v) for s in self.series for v in s.values), default=0.0)
+
+    @cached_property
+    def step(self) -> float:
+        return nice_step(self.largest() * HEADROOM)
+
+    @cached_property
+    def top_value(self) -> float:
+        # A little room above the largest figure: a line along the top edge is hard to see.
+        return max(self.step * math.ceil(self.largest() * HEADROOM / self.step), self.step)
+
+    def y_of(self, value: float) -> float:
+        span = self.plot_bottom - self.plot_top
+        return round(self.plot_bottom - span * value / self.top_value, 2)
+
+    @cached_property
+    def y_ticks(self) -> list[Tick]:
+        count = round(self.top_value / self.step)
+        return [Tick(self.y_of(i * self.step), _number(i * self.step)) for i in range(count + 1)]
+
+    def x_of(self, index: int) -> float:
+        raise NotImplementedError
+
+    @cached_property
+    def x_ticks(self) -> list[Tick]:
+        every = max(1, math.ceil(len(self.x_labels) / X_LABELS_SHOWN))
+        last = len(self.x_labels) - 1
+        # The last label too, unless it would run into the one before it.
+        return [
+            Tick(self.x_of(i), label, self.anchor(i, last))
+            for i, label in enumerate(self.x_labels)
+            if i % every == 0 or (i == last and i % every >= every / 2)
+        ]
+
+    def anchor(self, index: int, last: int) -> str:
+        return "middle"
+
+    def css_of(self, index: int, series: Series) -> str:
+        return series.css or f"s{index % SERIES_CLASSES}"
+
+    @property
+    def legend(self) -> list[tuple[str, str]]:
+        return [(s.name, self.css_of(i, s)) for i, s in enumerate(self.series)]
+
+
+@dataclass
+class LineChart(Chart):
+    """A line per series over the x labels; `filled` shades the area under each."""
+
+    kind: str = "line"
+    filled: bool = False
+
+    def anchor(self, index: int, last: int) -> str:
+        # The first and last points sit on the plot's edges: their labels lean inwards.
+        return "start" if index == 0 else "end" if index == last else "middle"
+
+    def x_of(self, index: int) -> float:
+        span = self.plot_right - self.plot_left
+        if len(self.x_labels) < 2:
+            return self.plot_left + span / 2
+        return round(self.plot_left + span * index / (len(self.x_labels) - 1), 2)
+
+    @cached_property
+    def lines(self) -> list[Line]:
+        drawn = []
+        for n, series in enumerate(self.series):
+            at = [(self.x_of(i), self.y_of(float(v))) for i, v in enumerate(series.values)]
+            points = " ".join(f"{x},{y}" for x, y in at)
+            area = ""
+            if self.filled and at:
+                area = f"{at[0][0]},{self.plot_bottom} {points} {at[-1][0]},{self.plot_bottom}"
+            # A dot per point shows a line of one or a few points; along a longer line
+            # they would only weigh on the page (the table has every figure).
+            dots = [
+                (x, y, f"{series.name}, {self.x_labels[i]}: {_figure(series.values[i])}")
+                for i, (x, y) in enumerate(at)
+                if len(at) <= DOTTED_POINTS
+            ]
+            drawn.append(Line(series.name, self.css_of(n, series), points, area, dots))
+        return drawn
+
+
+@dataclass
+class StackedBarChart(Chart):
+    """A bar per x label, its series stacked in order; the total is a column of the
+    table. A series with css "forecast" is drawn apart (outlined): what is still to come."""
+
+    kind: str = "bars"
+    unit_short: str = ""  # the currency, in each bar's label
+    totals_title: str = "total"
+
+    @property
+    def columns(self) -> list[str]:
+        return [*super().columns, self.totals_title]
+
+    def row(self, index: int, label: str) -> list[str]:
+        return [*super().row(index, label), _figure(self.total(index))]
+
+    def total(self, index: int) -> Decimal:
+        return sum((s.values[index] for s in self.series), Decimal(0))
+
+    def largest(self) -> float:
+        return max((float(self.total(i)) for i in range(len(self.x_labels))), default=0.0)
+
+    @cached_property
+    def slot(self) -> float:
+        return (self.plot_right - self.plot_left) / max(len(self.x_labels), 1)
+
+    def x_of(self, index: int) -> float:
+        return round(self.plot_left + self.slot * (index + 0.5), 2)
+
+    @cached_property
+    def bars(self) -> list[Bar]:
+        width = round(max(self.slot * 0.7, 1.0), 2)
+        drawn = []
+        for i, label in enumerate(self.x_labels):
+            base = 0.0
+            for n, series in enumerate(self.series):
+                value = float(series.values[i])
+                if value <= 0:
+                    continue
+                top = base + value
+                y_top, y_base = self.y_of(top), self.y_of(base)
+                drawn.append(
+                    Bar(
+                        x=round(self.x_of(i) - width / 2, 2),
+                        y=y_top,
+                        width=width,
+                        height=round(max(y_base - y_top, 0.5), 2),
+                        css=self.css_of(n, series),
+                        label=f"{series.name}, {label}: "
+                        f"{_figure(series.values[i])} {self.unit_short}".strip(),
+                    )
+                )
+                base = top
+        return drawn

@@ -1,0 +1,245 @@
+"""Server time of the pages that draw money over time, with a year of history: p50 and p95
+of the overview (its money section included), a cluster page and a chart's CSV.
+
+Run (PostgreSQL; a throw-away test database ``test_<name>`` is created and dropped)::
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/capvco_bench \\
+        .venv/bin/python tests/bench/bench_money.py [--clusters 1000] [--day 28] [--runs 20]
+
+The world: 10 locations with 5 GPU types each (a card per type), ``--clusters`` clusters of
+one pool of one running machine (its VM listed, one vGPU attached), spread over the
+locations, and 100 orphaned vGPUs with their open leaks. The history: one real rollup of
+that world (billing.rollups), copied as day rows for the 365 days before the month, as
+day rows for each day of the month before ``--day``, and as hourly rows for the 60 days
+before that day (the hours kept by default) and for that day's hours so far. The pages are
+asked at 12:00 UTC on ``--day`` of this month (django.utils.timezone.now is set to it: the
+later in the month, the more days the month's charts read), through Django's test client
+by an admin of the account.
+
+Target (issue 19): p95 at most 150 ms, queries not growing with history. Prints a table,
+then one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
+
+import django
+
+django.setup()
+
+from django.contrib.auth.models import Group, User  # noqa: E402
+from django.db import connection  # noqa: E402
+from django.test import Client  # noqa: E402
+from django.test.utils import CaptureQueriesContext  # noqa: E402
+from django.utils import timezone  # noqa: E402
+
+from billing.leaks import leaks_record  # noqa: E402
+from billing.models import CapacityRollup, CostRollup, Rollup, Step  # noqa: E402
+from billing.rollups import DAY, HOUR, rollups_take  # noqa: E402
+from billing.selectors import month_of  # noqa: E402
+from cloud.models import Account, Location, Membership, VirtualMachine  # noqa: E402
+from clusters.models import Cluster, ClusterSite, Machine, MachinePool  # noqa: E402
+from gpus.models import GpuProfile, ListedVgpu, VgpuReservation  # noqa: E402
+
+LOCATIONS = 10
+TYPES = 5
+ORPHANS = 100
+YEAR = 365
+HOURLY_DAYS = 60
+TARGET_MS = 150.0
+BATCH = 5000
+
+
+def seed(clusters: int, now: datetime) -> dict[str, Any]:
+    account = Account.objects.create(
+        name="bench", customer_id="bench", api_url="https://api.bench.example/api/1",
+        iam_url="https://iam.bench.example",
+        credential="eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJiZW5jaCJ9.c2lnbmF0dXJl",
+    )  # fmt: skip
+    locations = [
+        Location.objects.create(
+            account=account, name=f"dc-{i:02}", currency="EUR",
+            vgu_price=Decimal("730"), prices={"vcu": 7.30, "mu": 3.65, "vgu": 730},
+            observation_complete=True, observation_started_at=now,
+            last_complete_observation_at=now,
+        )
+        for i in range(LOCATIONS)
+    ]  # fmt: skip
+    GpuProfile.objects.bulk_create(
+        GpuProfile(location=location, profile_id=f"card-{t}", vendor="NVIDIA",
+                   model=f"T{t} 0000:0{t}:00.0", available_instances=4)
+        for location in locations for t in range(TYPES)
+    )  # fmt: skip
+    for n in range(clusters):
+        location = locations[n % LOCATIONS]
+        cluster = Cluster.objects.create(account=account, name=f"c-{n:04}")
+        site = ClusterSite.objects.create(
+            cluster=cluster, location=location, cloudspace_id="cs", image_id=1
+        )
+        pool = MachinePool.objects.create(
+            cluster=cluster, site=site, name="gpu", replicas=1, vcpus=8, memory_mib=32768,
+            disk_gib=50, gpu_type=f"NVIDIA T{n % TYPES}", gpu_count=1,
+        )  # fmt: skip
+        machine = Machine.objects.create(
+            pool=pool,
+            index=0,
+            name="gpu-0",
+            phase=Machine.Phase.RUNNING,
+            vm_id=10_000 + n,
+        )
+        VirtualMachine.objects.create(
+            location=location, cloudspace_id="cs", vm_id=10_000 + n, name=machine.vm_name,
+            status="RUNNING", vcpus=8, memory_mib=32768,
+        )  # fmt: skip
+        VgpuReservation.objects.create(
+            location=location, name=machine.vgpu_name(0), vgpu_id=f"v-{n}",
+            gpu_id=f"card-{n % TYPES}", state=VgpuReservation.State.ATTACHED,
+            machine=machine, vm_id=machine.vm_id,
+        )  # fmt: skip
+    for n in range(ORPHANS):
+        location = locations[n % LOCATIONS]
+        VgpuReservation.objects.create(
+            location=location, name=f"capvco-gone-m{n}-gpu-0", vgpu_id=f"o-{n}",
+            gpu_id="card-0", state=VgpuReservation.State.RESERVED, owner_cluster="gone",
+            owner_machine=f"m{n}",
+        )  # fmt: skip
+        ListedVgpu.objects.create(
+            location=location, vgpu_id=f"o-{n}", name=f"capvco-gone-m{n}-gpu-0",
+            gpu_id="card-0", first_seen_at=now - timedelta(days=3),
+            orphaned_since=now - timedelta(days=2), orphan_confirmations=3,
+        )  # fmt: skip
+    leaks_record()
+    user = User.objects.create_user("bench-admin")
+    Membership.objects.create(account=account, user=user, role=Group.objects.get(name="admin"))
+    return {"user": user, "cluster": Cluster.objects.order_by("pk").first()}
+
+
+def history(now: datetime) -> dict[str, int]:
+    """One real rollup, copied over a year of days and the hourly days kept."""
+    first = month_of(now)
+    rollups_take(now=first)
+    costs = list(CostRollup.objects.filter(step=Step.HOUR, start=first))
+    capacity = list(CapacityRollup.objects.filter(step=Step.HOUR, start=first))
+    CostRollup.objects.filter(step=Step.HOUR, start=first).delete()
+    CapacityRollup.objects.filter(step=Step.HOUR, start=first).delete()
+    Rollup.objects.filter(step=Step.HOUR, start=first).delete()
+    today = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    days = [first - n * DAY for n in range(YEAR, 0, -1)]
+    days += [first + n * DAY for n in range((today - first).days)]
+    hours = [today - n * HOUR for n in range(HOURLY_DAYS * 24, 0, -1)]
+    hours += [today + n * HOUR for n in range(now.hour + 1)]
+
+    def copy(step: str, starts: list[datetime], samples: int) -> None:
+        markers, cost_rows, capacity_rows = [], [], []
+        for start in starts:
+            markers.append(Rollup(step=step, start=start, taken_at=start))
+            cost_rows += [_copied(row, step, start, samples) for row in costs]
+            capacity_rows += [_copied(row, step, start, samples) for row in capacity]
+            if len(cost_rows) >= 50_000:
+                flush(markers, cost_rows, capacity_rows)
+        flush(markers, cost_rows, capacity_rows)
+
+    def flush(markers: list[Rollup], cost_rows: list[Any], capacity_rows: list[Any]) -> None:
+        Rollup.objects.bulk_create(markers, batch_size=BATCH)
+        CostRollup.objects.bulk_create(cost_rows, batch_size=BATCH)
+        CapacityRollup.objects.bulk_create(capacity_rows, batch_size=BATCH)
+        markers.clear()
+        cost_rows.clear()
+        capacity_rows.clear()
+
+    copy(Step.DAY, days, 24)
+    copy(Step.HOUR, hours, 1)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
+    return {
+        "cost_rollups": CostRollup.objects.count(),
+        "capacity_rollups": CapacityRollup.objects.count(),
+        "day_markers": Rollup.objects.filter(step=Step.DAY).count(),
+        "hour_markers": Rollup.objects.filter(step=Step.HOUR).count(),
+    }
+
+
+def _copied(row: Any, step: str, start: datetime, samples: int) -> Any:
+    """A new row like `row`, for another step and start."""
+    fields = {f.attname: getattr(row, f.attname) for f in row._meta.concrete_fields}
+    return type(row)(**fields | {"id": None, "step": step, "start": start, "samples": samples})
+
+
+def measure(client: Client, path: str, runs: int) -> dict[str, float]:
+    for _ in range(2):
+        client.get(path)
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        response = client.get(path)
+        times.append((time.perf_counter() - start) * 1000)
+        assert response.status_code == 200, (path, response.status_code)
+    with CaptureQueriesContext(connection) as queries:
+        client.get(path)
+    times.sort()
+    return {
+        "p50_ms": round(statistics.median(times), 1),
+        "p95_ms": round(times[max(0, int(len(times) * 0.95) - 1)], 1),
+        "queries": len(queries),
+    }
+
+
+def run(clusters: int, day: int, runs: int) -> dict[str, Any]:
+    real_now = datetime.now(UTC)
+    now = month_of(real_now).replace(day=day, hour=12, minute=0)
+    timezone.now = lambda: now  # type: ignore[assignment]
+    started = time.perf_counter()
+    ids = seed(clusters, now)
+    counts = history(now)
+    print(f"seeded in {time.perf_counter() - started:.0f} s: {counts}")
+    client = Client()
+    client.force_login(ids["user"])
+    cluster = ids["cluster"]
+    pages = {
+        "overview": "/",
+        "cluster": f"/clusters/{cluster.pk}/",
+        "overview cost CSV": "/money/cost-eur.csv",
+        "leak ledger": "/leaks/",
+    }
+    results = {name: measure(client, path, runs) for name, path in pages.items()}
+    print(f"{'page':<20} {'p50 ms':>8} {'p95 ms':>8} {'queries':>8}")
+    for name, r in results.items():
+        print(f"{name:<20} {r['p50_ms']:>8} {r['p95_ms']:>8} {r['queries']:>8}")
+    print(f"load average: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    return {"clusters": clusters, "day": day, "history": counts, "pages": results}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--clusters", type=int, default=1000)
+    parser.add_argument("--day", type=int, default=28, help="the day of this month asked on")
+    parser.add_argument("--runs", type=int, default=20, help="requests per page")
+    args = parser.parse_args()
+    if connection.vendor != "postgresql":
+        print("set DATABASE_URL to a PostgreSQL server (a test database is made beside it)")
+        return 2
+    old_name = connection.settings_dict["NAME"]
+    connection.creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
+    try:
+        summary = run(args.clusters, args.day, args.runs)
+    finally:
+        connection.creation.destroy_test_db(old_name, verbosity=0)
+    print(json.dumps(summary, separators=(",", ":")))
+    return 1 if any(r["p95_ms"] > TARGET_MS for r in summary["pages"].values()) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
