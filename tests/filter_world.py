@@ -13,7 +13,7 @@ from typing import Any
 from django.db.models import Model
 from django.utils import timezone
 
-from billing.models import Leak
+from billing.models import IdleSpell, Leak
 from capvco_web.filters import NAME_SUFFIX
 from capvco_web.integrations.kube import GPU_TYPE_LABEL
 from capvco_web.models import AuditEvent
@@ -146,6 +146,11 @@ def _side(tag: str, first: bool) -> Side:
         monthly_price=730, billed_since=now, leaked_since=now,
         ended_at=None if first else now, end="" if first else Leak.End.GONE,
     )  # fmt: skip
+    IdleSpell.objects.create(  # the first side's idle now, the second's ended
+        account=account, location=location, cluster_id=cluster.pk, cluster_name=cluster.name,
+        pool_id=pool.pk, machine_id=machine.pk, node_name=node.name, currency="EUR",
+        idle_gpus=1, hourly=1, since=now, ended_at=None if first else now,
+    )  # fmt: skip
     # The first side's event is a day older: `since` picks the second, `until` the first.
     when = now - timedelta(days=1 if first else 0)
     AuditEvent.objects.filter(pk=event.pk).update(created_at=when)
@@ -214,7 +219,12 @@ VALUES: dict[tuple[type[Model], str], Value] = {
     (LeakedNic, "vm_id"): lambda w: 7000,
     (Leak, "kind"): lambda w: Leak.Kind.VGPU,
     (Leak, "open"): lambda w: "true",
+    (Leak, "end"): lambda w: Leak.End.GONE,
     (Leak, "q"): lambda w: "leaked-a",
+    (IdleSpell, "open"): lambda w: "true",
+    (IdleSpell, "cluster_id"): lambda w: w.first.related["cluster"].pk,
+    (IdleSpell, "pool_id"): lambda w: w.first.related["pool"].pk,
+    (IdleSpell, "machine_id"): lambda w: w.first.related["machine"].pk,
     (AuditEvent, "actor"): lambda w: "actor-a",
     (AuditEvent, "action"): lambda w: "action-a.",
     (AuditEvent, "object_type"): lambda w: "type.a",

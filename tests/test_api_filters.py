@@ -18,6 +18,8 @@ from tests.filter_world import World, two_of_everything, value_for
 pytestmark = pytest.mark.django_db
 
 PAGING = {"limit", "offset", "cursor"}
+# What every list that downloads takes besides its filters: how it answers, not what.
+NOT_FILTERS = PAGING | {"format"}
 
 
 def _lists() -> list[tuple[str, list[str]]]:
@@ -42,7 +44,7 @@ FILTERS = [
     (path, name)
     for path, names in LISTS
     for name in names
-    if name not in PAGING | _not_filters(path)
+    if name not in NOT_FILTERS | _not_filters(path)
 ]
 
 

@@ -8,6 +8,8 @@ routes = [("leaks", views.LeakViewSet, None), ("idle-gpus", views.IdleSpellViewS
 urlpatterns = [
     path("costs/", views.CostsView.as_view(), name="costs"),
     path("costs/month/", views.CostsMonthView.as_view(), name="costs-month"),
+    # Before the router's leaks/<id>/.
+    path("leaks/summary/", views.LeakSummaryView.as_view(), name="leak-summary"),
 ]
 # Endpoints outside the router that the API root lists, by URL name.
 listed = {"costs": "costs", "costs-month": "costs-month"}
