@@ -77,6 +77,9 @@ class CsvRenderer(BaseRenderer):
         return out.getvalue().encode(self.charset)
 
 
+URL_FORMATS = ("json", "csv")
+
+
 class CsvMixin:
     """A view that answers CSV beside JSON (and the browsable API). An unknown `format` is
     refused with a 400 naming it rather than DRF's 404, and errors stay JSON."""
@@ -89,6 +92,13 @@ class CsvMixin:
     csv_name = "export"  # the file name a download is saved under, less `.csv`
 
     def perform_content_negotiation(self, request: Request, force: bool = False) -> Any:
+        # `?format=` takes the formats the schema names; the browsable page is had by
+        # asking for HTML (a browser's Accept), as on every other endpoint.
+        given = request.query_params.get(api_settings.URL_FORMAT_OVERRIDE)
+        if given is not None and given not in URL_FORMATS and not force:
+            raise ApiValidationError(
+                {api_settings.URL_FORMAT_OVERRIDE: [f"Give one of {', '.join(URL_FORMATS)}."]}
+            )
         try:
             return super().perform_content_negotiation(request, force)  # type: ignore[misc]
         except Http404 as exc:

@@ -146,9 +146,12 @@ class CursorPagination(BasePagination):
         if not isinstance(queryset, QuerySet):
             raise TypeError("cursor pages are of a queryset")
         params = QueryDict(mutable=True)
-        cursor = query_parameter_once(request, self.cursor_query_param) or ""
+        given = query_parameter_once(request, self.cursor_query_param)
+        cursor = given or ""
         way, keyset = cursor[:1], cursor[1:]
-        if cursor and (way not in (_NEXT, _PREVIOUS) or not keyset):
+        # An empty `cursor=` is no cursor we made (the first page has none): refused, as
+        # the schema's pattern says.
+        if given is not None and (way not in (_NEXT, _PREVIOUS) or not keyset):
             raise ApiValidationError({self.cursor_query_param: [BAD_CURSOR]})
         if cursor:
             params[AFTER if way == _NEXT else BEFORE] = keyset

@@ -184,7 +184,7 @@ def seed_world() -> dict[str, int]:
     """One of every object the API serves, wired together, and the superuser the run acts
     as; the id of each object, by the first segment of its path."""
 
-    from billing.models import Leak
+    from billing.models import IdleSpell, Leak
     from capvco_web.tokens import api_token_create
     from cloud.models import Cloudspace, Image
     from tests.factories import (
@@ -235,6 +235,12 @@ def seed_world() -> dict[str, int]:
         monthly_price=Decimal("21.90"), billed_since=datetime(2026, 12, 1, tzinfo=UTC),
         leaked_since=datetime(2026, 12, 1, tzinfo=UTC),
     )  # fmt: skip
+    idle = IdleSpell.objects.create(
+        account=pool.cluster.account, location=attached.location, cluster_id=pool.cluster_id,
+        cluster_name=pool.cluster.name, pool_id=pool.pk, machine_id=machine.pk,
+        node_name=node.name, currency="EUR", idle_gpus=1, hourly=Decimal(1),
+        since=datetime(2026, 12, 1, tzinfo=UTC),
+    )  # fmt: skip
     return {
         "accounts": pool.cluster.account_id,
         "memberships": member.pk,
@@ -256,6 +262,7 @@ def seed_world() -> dict[str, int]:
         "sriov/leaked-nics": leaked.pk,
         "sriov/external-networks": network.pk,
         "leaks": leak.pk,
+        "idle-gpus": idle.pk,
     }
 
 

@@ -121,6 +121,7 @@ def _b64(text: str) -> str:
 @pytest.mark.parametrize(
     "cursor",
     [
+        "",  # no cursor is left out, not given empty
         "x",
         "n",
         "n!!not-base64!!",
