@@ -48,13 +48,16 @@ class Rollup(models.Model):
 
 
 class CostRollup(models.Model):
-    """What one pool, one namespace's share of a cluster's GPUs, or one location's orphans
-    cost over a step (an hour: the hourly rate sampled in it; a day: its hours summed)."""
+    """What one pool, one namespace's share of a cluster's GPUs, or one location (its pools
+    and its orphans) cost over a step (an hour: the hourly rate sampled in it; a day: its
+    hours summed)."""
 
     class Kind(models.TextChoices):
         POOL = "pool"  # compute, vgpu, idle of a pool's machines
         NAMESPACE = "namespace"  # a namespace's share of the GPU nodes' vGPUs; null: idle
-        ORPHANS = "orphans"  # a location's orphaned vGPUs and orphan VMs
+        # A location's pools summed, and its orphaned vGPUs and orphan VMs: what an account
+        # or a location costs, read without its pools.
+        LOCATION = "location"
 
     step = models.CharField(max_length=8, choices=Step)
     start = models.DateTimeField()

@@ -1,7 +1,8 @@
 """The hourly and daily rollups: what things cost and what GPU capacity there was.
 
 Once an hour, the first pass that finds the hour not taken samples the current rates
-(`clusters.costs`) and the capacity board (`clusters.capacity`) of every location and
+(`clusters.costs`: per pool, per namespace's share, and per location, its pools summed
+with its orphans) and the capacity board (`clusters.capacity`) of every location and
 writes them as that hour's rows, with the hour's `Rollup` marker, in one transaction: a
 pass that finds the marker writes nothing. An hour in which no pass ran (every worker
 down) has no rows: it is a gap, counted as such (`samples`), never made up.
@@ -141,19 +142,24 @@ def _cost_rows(hour: datetime, locations: QuerySet[Location]) -> list[CostRollup
                 idle_gpus=int(gpus),
             )
         )
+    # Each location's pools summed, with its orphans: an account's or a location's figures
+    # read from a row per location, not from every pool.
+    totals: dict[tuple[int, int, str], CostRollup] = {}
     for orphans in orphan_costs(locations):
-        if orphans.vgpus or orphans.vms:
-            rows.append(
-                CostRollup(
-                    **at,
-                    kind=CostRollup.Kind.ORPHANS,
-                    account_id=orphans.account_id,
-                    location_id=orphans.location_id,
-                    currency=orphans.currency,
-                    orphan_vgpu=orphans.vgpu,
-                    orphan_vm=orphans.vm,
-                )
-            )
+        totals[orphans.account_id, orphans.location_id, orphans.currency] = CostRollup(
+            **at,
+            kind=CostRollup.Kind.LOCATION,
+            account_id=orphans.account_id,
+            location_id=orphans.location_id,
+            currency=orphans.currency,
+            orphan_vgpu=orphans.vgpu,
+            orphan_vm=orphans.vm,
+        )
+    for pool in [row for row in rows if row.kind == CostRollup.Kind.POOL]:
+        total = totals[pool.account_id, pool.location_id, pool.currency]
+        for name in ("machines", "compute", "vgpu", "idle", "idle_gpus"):
+            setattr(total, name, getattr(total, name) + getattr(pool, name))
+    rows.extend(totals.values())
     return rows
 
 

@@ -35,9 +35,9 @@ Kind = CostRollup.Kind
 SUMS = ("machines", "compute", "vgpu", "idle", "idle_gpus", "orphan_vgpu", "orphan_vm")
 # What each grouping reads: the rollup rows it sums, and the columns that are its key.
 _GROUPS: dict[GroupBy, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "account": ((Kind.POOL, Kind.ORPHANS), ("account_id", "account__name", "currency")),
+    "account": ((Kind.LOCATION,), ("account_id", "account__name", "currency")),
     "location": (
-        (Kind.POOL, Kind.ORPHANS),
+        (Kind.LOCATION,),
         ("account_id", "account__name", "location_id", "location__name", "currency"),
     ),
     "cluster": (
@@ -240,6 +240,14 @@ def hours_sampled(start: datetime, end: datetime) -> int:
     return Rollup.objects.filter(step=Step.HOUR, start__gte=start, start__lt=end).count()
 
 
+def forecast_from(now: datetime) -> datetime:
+    """Where a forecast starts: the end of this hour once the hour is sampled (its sample
+    counts the whole hour in what was spent), else its start. The same all hour long, so
+    every page and answer of the hour forecasts alike."""
+    hour = hour_of(now)
+    return hour + HOUR if Rollup.objects.filter(step=Step.HOUR, start=hour).exists() else hour
+
+
 @dataclass
 class MonthFigures:
     """A group's month: spent so far, the rate now and the rate its pools' replicas imply,
@@ -263,7 +271,8 @@ def month_figures(
 ) -> list[MonthFigures]:
     """Month to date and a forecast to the month's end, per account or cluster and
     currency: what was spent, plus the planned rate (the rate now, with each pool's
-    missing or surplus machines at its list price) times the hours left. With `clusters`
+    missing or surplus machines at its list price) times the hours left after the hours
+    sampled (forecast_from). With `clusters`
     (by cluster only), theirs alone: what they cost now is read in the locations where
     they have sites, not in every one."""
     start = month_of(now)
@@ -284,7 +293,7 @@ def month_figures(
     ]
     planned = _planned_deltas(group_by, pools)
     sampled = hours_sampled(start, now)
-    left = Decimal((next_month(now) - now).total_seconds()) / Decimal(3600)
+    left = Decimal((next_month(now) - forecast_from(now)).total_seconds()) / Decimal(3600)
     figures: dict[tuple[Any, ...], MonthFigures] = {}
     for row in now_rows:
         key = _key(group_by, row)

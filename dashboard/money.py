@@ -25,6 +25,7 @@ from billing.selectors import (
     MonthFigures,
     capacity_series,
     cost_series,
+    forecast_from,
     leak_totals,
     month_figures,
     month_of,
@@ -60,13 +61,14 @@ def _slug(text: str) -> str:
 
 
 def forecast_per_day(
-    days: list[datetime], *, now: datetime, rate_per_hour: Decimal
+    days: list[datetime], *, since: datetime, rate_per_hour: Decimal
 ) -> list[Decimal]:
-    """What the hourly rate adds to each day of `days` from `now` on: the rest of today,
-    then whole days; nothing to days past. Summed, it is the rate times the hours left."""
+    """What the hourly rate adds to each day of `days` from `since` on (forecast_from: the
+    hours not sampled yet): the rest of today, then whole days; nothing to days past.
+    Summed, it is the rate times the hours left."""
     found = []
     for day in days:
-        start, end = max(day, now), day + DAY
+        start, end = max(day, since), day + DAY
         hours = Decimal((end - start).total_seconds()) / HOUR if end > start else ZERO
         found.append(rate_per_hour * hours)
     return found
@@ -226,7 +228,7 @@ def overview_money(*, locations: QuerySet[Location], leaks: QuerySet[Leak], now:
     """The overview's money: month to date and forecast per account and currency, this
     month's leaks, GPU capacity per type, cost per day stacked by cluster with the
     forecast, and leak and idle cost per day, one chart per currency."""
-    start = month_of(now)
+    start, since = month_of(now), forecast_from(now)
     months = month_figures(group_by="account", locations=locations, now=now)
     # The month's costliest clusters per currency are read day by day; the others are
     # what the accounts' pools cost beside them (one series per account, not per cluster).
@@ -279,7 +281,7 @@ def overview_money(*, locations: QuerySet[Location], leaks: QuerySet[Leak], now:
                     ("orphans", "orphans", orphans[currency]),
                 ],
                 forecast=forecast_per_day(
-                    month_days, now=now, rate_per_hour=planned.get(currency, ZERO)
+                    month_days, since=since, rate_per_hour=planned.get(currency, ZERO)
                 ),
             )
         )
@@ -327,7 +329,7 @@ def _cluster_names(points: Iterable[CostPoint]) -> dict[int | None, str]:
 def cluster_money(*, cluster: Cluster, locations: QuerySet[Location], now: datetime) -> Money:
     """A cluster page's money: its month to date and forecast per currency, its cost per
     day this month stacked by pool with the forecast, and its idle GPUs' cost per day."""
-    start = month_of(now)
+    start, since = month_of(now), forecast_from(now)
     months = month_figures(group_by="cluster", locations=locations, now=now, clusters=[cluster.pk])
     by_pool = cost_series(
         group_by="pool",
@@ -363,7 +365,7 @@ def cluster_money(*, cluster: Cluster, locations: QuerySet[Location], now: datet
                 layers=shown,
                 extra=[("other pools", "others", rest)],
                 forecast=forecast_per_day(
-                    month_days, now=now, rate_per_hour=planned.get(currency, ZERO)
+                    month_days, since=since, rate_per_hour=planned.get(currency, ZERO)
                 ),
             )
         )

@@ -129,7 +129,7 @@ class MonthFigureSerializer(serializers.Serializer[object]):
         help_text="Hours of the month so far that a rollup pass sampled"
     )
     hours_left = serializers.DecimalField(
-        max_digits=10, decimal_places=2, help_text="Hours from now to the month's end"
+        max_digits=10, decimal_places=2, help_text="The hours not sampled yet, to the month's end"
     )
     spent = _money("What the sampled hours cost, summed (month to date)", source="point.total")
     rate_now = _money("The cost per hour now")

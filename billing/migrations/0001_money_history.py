@@ -64,7 +64,7 @@ class Migration(migrations.Migration):
                 ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
                 ('step', models.CharField(choices=[('hour', 'Hour'), ('day', 'Day')], max_length=8)),
                 ('start', models.DateTimeField()),
-                ('kind', models.CharField(choices=[('pool', 'Pool'), ('namespace', 'Namespace'), ('orphans', 'Orphans')], max_length=16)),
+                ('kind', models.CharField(choices=[('pool', 'Pool'), ('namespace', 'Namespace'), ('location', 'Location')], max_length=16)),
                 ('currency', models.CharField(blank=True, max_length=8)),
                 ('cluster_id', models.BigIntegerField(blank=True, null=True)),
                 ('cluster_name', models.CharField(blank=True, max_length=64)),

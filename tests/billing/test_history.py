@@ -57,8 +57,15 @@ def test_an_hour_is_sampled_once_and_a_second_pass_writes_nothing(world: World) 
         "cpu": ("EUR", 2, D("0.04"), D("0"), D("0")),
         "remote": ("CHF", 1, D("0.16"), D("2"), D("2")),
     }
-    orphans = CostRollup.objects.get(kind=CostRollup.Kind.ORPHANS)
-    assert (orphans.location, orphans.orphan_vgpu, orphans.orphan_vm) == (world.ams, 1, D("0.03"))
+    # Each location: its pools summed, and its orphans (only nl-ams has some).
+    locations = {
+        row.location.name: (row.machines, row.compute, row.vgpu, row.orphan_vgpu, row.orphan_vm)
+        for row in CostRollup.objects.filter(kind=CostRollup.Kind.LOCATION)
+    }
+    assert locations == {
+        "nl-ams": (4, D("0.40"), D("4"), D("1"), D("0.03")),
+        "ch-zrh": (1, D("0.16"), D("2"), D("0"), D("0")),
+    }
     # Namespaces: node-0 (2 vGPUs at 1/h): train 1, idle 1; node-1: infer 1; node-4 (CHF):
     # idle 2.
     shares = sorted(
@@ -134,11 +141,12 @@ def test_month_to_date_and_the_forecast_take_the_pools_replicas(world: World) ->
     }
 
     eur = months["EUR"]
-    # Spent: 2 sampled hours of 4.40. The rate now 4.40, planned 4.44 (one cpu machine
-    # more); the month ends 2026-12-31 24:00: 733 h 50 min left.
+    # Spent: 2 sampled hours of 4.40 (09:00 and 10:00, each counted whole). The rate now
+    # 4.40, planned 4.44 (one cpu machine more); from 11:00 to the month's end at
+    # 2026-12-31 24:00: 733 h left.
     assert (eur.point.total, eur.hours_sampled, eur.rate_now) == (D("8.80"), 2, D("4.40"))
     assert eur.rate_planned == D("4.44")
-    left = D(733) + D(50) / D(60)
+    left = D(733)
     assert eur.hours_left == left
     assert eur.forecast == (D("8.80") + D("4.44") * left).quantize(D("0.01"))
     assert months["CHF"].forecast == (D("4.32") + D("2.16") * left).quantize(D("0.01"))

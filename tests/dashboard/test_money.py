@@ -94,8 +94,9 @@ def test_the_overview_adds_up_the_month_by_cluster_with_orphans_and_the_forecast
     assert isinstance(eur, StackedBarChart)
     assert eur.columns == ["day", "prod", "orphans", "forecast", "total"]
     assert len(eur.rows) == 31
-    # The 1st: what was sampled, and the rate for what is left of it (10:10 to 24:00).
-    rest_of_today = D("5.43") * (D(13) + D(50) / D(60))
+    # The 1st: what was sampled (09:00 and 10:00, each a whole hour), and the rate for the
+    # hours not sampled yet (11:00 to 24:00).
+    rest_of_today = D("5.43") * D(13)
     assert _row(eur, DEC_1) == {
         "day": DEC_1, "prod": "8.80", "orphans": "2.06", "forecast": f"{rest_of_today:.2f}",
         "total": f"{D('10.86') + rest_of_today:.2f}",
