@@ -6,6 +6,7 @@ no filter of the page takes refused (400) instead of listing everything."""
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import django_filters
@@ -14,6 +15,7 @@ from django.db.models import QuerySet
 from django.http import QueryDict
 
 from capvco_web.filters import RelationFilterSet, TrueFalseFilter
+from capvco_web.keyset import CURSOR_PARAMS, BadCursor, KeysetPage, Sort, keyset_page
 from clusters.filtersets import ClusterFilterSet, KubeNodeFilterSet
 from clusters.models import Cluster, KubeNode, KubePod, Machine
 from dashboard.forms import NodeFilterForm
@@ -50,6 +52,40 @@ def unknown_parameters(params: Iterable[str], known: Collection[str]) -> list[st
         f"{name}: not a filter of this list (it takes {takes})"
         for name in sorted(set(params) - set(known))
     ]
+
+
+@dataclass(frozen=True)
+class FilteredPage:
+    """A filtered list's page, or what is wrong with the request (each line naming it)."""
+
+    page: KeysetPage[Any] | None
+    errors: list[str]
+
+    @property
+    def status(self) -> int:
+        return 400 if self.errors else 200
+
+
+def filtered_page(
+    filterset: django_filters.FilterSet, *, params: QueryDict, sort: Sort, size: int
+) -> FilteredPage:
+    """The keyset page of `filterset`'s rows that `params` ask for; a parameter the list
+    does not take, a filter's refusal or a cursor we did not make is an error instead."""
+    if unknown := unknown_parameters(params, [*filterset.filters, *CURSOR_PARAMS]):
+        return FilteredPage(None, unknown)
+    if not filterset.is_valid():
+        return FilteredPage(
+            None,
+            [
+                f"{field}: {message}"
+                for field, messages in filterset.form.errors.items()
+                for message in messages
+            ],
+        )
+    try:
+        return FilteredPage(keyset_page(filterset.qs, sort=sort, params=params, size=size), [])
+    except BadCursor as exc:
+        return FilteredPage(None, [str(exc)])
 
 
 def only(params: QueryDict, names: Collection[str]) -> QueryDict:

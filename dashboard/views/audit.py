@@ -21,11 +21,11 @@ from django.views.decorators.http import require_GET
 from capvco_web.audit import SECRET_KEPT
 from capvco_web.filtersets import AuditEventFilterSet
 from capvco_web.htmx import HtmxHttpRequest
-from capvco_web.keyset import CURSOR_PARAMS, BadCursor, Sort, keyset_page
+from capvco_web.keyset import Sort
 from capvco_web.models import AuditEvent
 from capvco_web.permissions import visible
 from clusters.models import Cluster, ClusterSite, Machine, MachinePool
-from dashboard.filtersets import filled, list_page, unknown_parameters
+from dashboard.filtersets import filled, filtered_page, list_page
 from dashboard.views.common import page_or_fragment
 from gpus.models import VgpuReservation
 
@@ -153,29 +153,15 @@ def audit_list(request: HtmxHttpRequest) -> HttpResponse:
         "rows": [],
         "page": None,
     }
-    status = 200
-    if unknown := unknown_parameters(request.GET, [*filterset.filters, *CURSOR_PARAMS]):
-        context["errors"] = unknown
-        status = 400
-    elif not filterset.is_valid():
-        for field, messages in filterset.form.errors.items():
-            context["errors"] += [f"{field}: {message}" for message in messages]
-        status = 400
-    else:
-        try:
-            page = keyset_page(filterset.qs, sort=NEWEST_FIRST, params=request.GET, size=PAGE_SIZE)
-        except BadCursor as exc:
-            context["errors"].append(str(exc))
-            status = 400
-        else:
-            links = _links(request, page.rows)
-            context["page"] = page
-            context["rows"] = [
-                EventRow(
-                    e, links.get((e.object_type, e.object_id), ""), audit_diff(e.before, e.after)
-                )
-                for e in page.rows
-            ]
+    found = filtered_page(filterset, params=request.GET, sort=NEWEST_FIRST, size=PAGE_SIZE)
+    context["errors"] = found.errors
+    if (page := found.page) is not None:
+        links = _links(request, page.rows)
+        context["page"] = page
+        context["rows"] = [
+            EventRow(e, links.get((e.object_type, e.object_id), ""), audit_diff(e.before, e.after))
+            for e in page.rows
+        ]
     return page_or_fragment(
-        request, "dashboard/audit.html", context, fragments=["audit-table"], status=status
+        request, "dashboard/audit.html", context, fragments=["audit-table"], status=found.status
     )

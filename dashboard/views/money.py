@@ -22,12 +22,12 @@ from billing.filtersets import LeakFilterSet
 from billing.models import BillCheck, BillItem, Leak
 from billing.selectors import leak_totals, month_of
 from capvco_web.htmx import HtmxHttpRequest
-from capvco_web.keyset import CURSOR_PARAMS, BadCursor, Sort, keyset_page
+from capvco_web.keyset import Sort
 from capvco_web.permissions import visible
 from cloud.models import Location
 from clusters.models import Cluster
 from dashboard.charts import Chart
-from dashboard.filtersets import filled, list_page, unknown_parameters
+from dashboard.filtersets import filled, filtered_page, list_page
 from dashboard.forms import LocationChoiceField
 from dashboard.money import cluster_money, overview_money
 from dashboard.views.common import page_or_fragment
@@ -70,29 +70,17 @@ def leak_list(request: HtmxHttpRequest) -> HttpResponse:
         "month_start": month_of(now),
         "totals": leak_totals(leaks=leaks, since=month_of(now), until=now),
     }
-    status = 200
-    if unknown := unknown_parameters(request.GET, [*filterset.filters, *CURSOR_PARAMS]):
-        context["errors"] = unknown
-        status = 400
-    elif not filterset.is_valid():
-        for field, messages in filterset.form.errors.items():
-            context["errors"] += [f"{field}: {message}" for message in messages]
-        status = 400
-    else:
-        try:
-            page = keyset_page(filterset.qs, sort=NEWEST_FIRST, params=request.GET, size=PAGE_SIZE)
-        except BadCursor as exc:
-            context["errors"].append(str(exc))
-            status = 400
-        else:
-            context["page"] = page
-            context["rows"] = [
-                LeakRow(leak, leak.cost().quantize(Decimal("0.01")),
-                        leak.billed_cost().quantize(Decimal("0.01")))
-                for leak in page.rows
-            ]  # fmt: skip
+    found = filtered_page(filterset, params=request.GET, sort=NEWEST_FIRST, size=PAGE_SIZE)
+    context["errors"] = found.errors
+    if (page := found.page) is not None:
+        context["page"] = page
+        context["rows"] = [
+            LeakRow(leak, leak.cost().quantize(Decimal("0.01")),
+                    leak.billed_cost().quantize(Decimal("0.01")))
+            for leak in page.rows
+        ]  # fmt: skip
     return page_or_fragment(
-        request, "dashboard/leaks.html", context, fragments=["leak-table"], status=status
+        request, "dashboard/leaks.html", context, fragments=["leak-table"], status=found.status
     )
 
 
