@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 
 from django.db import IntegrityError, transaction
-from django.db.models import Count, QuerySet, Sum
+from django.db.models import Count, Max, QuerySet, Sum
 
 from billing.models import CapacityRollup, CostRollup, Rollup, Step
 from cloud.models import Location
@@ -189,11 +189,12 @@ def _capacity_rows(hour: datetime, locations: QuerySet[Location]) -> list[Capaci
 
 def _days_to_sum(*, before: datetime) -> list[datetime]:
     """The days before `before` with sampled hours and no day rollup, oldest first."""
-    summed = set(Rollup.objects.filter(step=Step.DAY).values_list("start", flat=True))
+    # Days are summed oldest first: every day up to the newest summed one is done.
+    newest = Rollup.objects.filter(step=Step.DAY).aggregate(newest=Max("start"))["newest"]
     hours = Rollup.objects.filter(step=Step.HOUR, start__lt=before).values_list("start", flat=True)
-    if summed:
-        hours = hours.filter(start__gte=max(summed))
-    return sorted({day_of(h) for h in hours} - summed)
+    if newest is not None:
+        hours = hours.filter(start__gte=newest + DAY)
+    return sorted({day_of(h) for h in hours})
 
 
 def _day_take(day: datetime, now: datetime) -> datetime:
