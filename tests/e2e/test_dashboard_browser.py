@@ -166,11 +166,11 @@ def test_set_up_a_cluster_with_the_choices_offered(
     Image.objects.create(location=location, image_id=12, name="Ubuntu 24.04", status="CREATED")
     log_in(page, live_server, "/clusters/")
     page.get_by_role("link", name="New cluster").click()
-    with page.expect_response(re.compile(r"/clusters/new/$")):  # the form is redrawn for it
-        page.select_option("#id_account", str(location.account_id))
-    page.fill("#id_name", "browser")
+    page.select_option("#id_account", str(location.account_id))  # the form is redrawn for it
+    page.fill("#id_name", "browser")  # typed while the redraw is on its way
     site = f"site-{location.pk}"
-    page.check(f"#id_{site}-use")
+    page.check(f"#id_{site}-use")  # there once the redraw is in
+    expect(page.locator("#id_name")).to_have_value("browser")  # and the name kept
     page.select_option(f"#id_{site}-cloudspace", "cs-77")
     page.select_option(f"#id_{site}-image", "12")
     page.fill("#id_pool-0-name", "gpu")
