@@ -145,10 +145,20 @@ def _locations(locations: QuerySet[Location]) -> dict[int, Location]:
     return {loc.pk: loc for loc in locations.select_related("account").order_by("pk")}
 
 
-def _compute_hourly(location: Location, vcpus: int, memory_mib: int) -> Decimal:
-    # The VM's own formula, on a row built from the values read (no query per VM).
-    vm = VirtualMachine(location=location, vcpus=vcpus, memory_mib=memory_mib)
-    return hourly_price(vm.compute_monthly_price())
+class _ComputeHourly:
+    """What a VM of a shape costs per hour in a location: the VM's own formula, on a row
+    built from the values read (no query per VM), once per shape (a fleet has few)."""
+
+    def __init__(self) -> None:
+        self.prices: dict[tuple[int, int, int], Decimal] = {}
+
+    def __call__(self, location: Location, vcpus: int, memory_mib: int) -> Decimal:
+        shape = (location.pk, vcpus, memory_mib)
+        price = self.prices.get(shape)
+        if price is None:
+            vm = VirtualMachine(location=location, vcpus=vcpus, memory_mib=memory_mib)
+            price = self.prices[shape] = hourly_price(vm.compute_monthly_price())
+        return price
 
 
 def machine_costs(locations: QuerySet[Location]) -> list[MachineCost]:
@@ -183,6 +193,7 @@ def _machine_costs(by_id: dict[int, Location]) -> list[MachineCost]:
         .annotate(n=Count("pk"))
         .values_list("machine_id", "n")
     )
+    compute_hourly = _ComputeHourly()
     found = []
     for pk, name, vm_id, pool_id, cluster_id, location_id in machines:
         location = by_id[location_id]
@@ -197,7 +208,7 @@ def _machine_costs(by_id: dict[int, Location]) -> list[MachineCost]:
                 location_id=location_id,
                 account_id=location.account_id,
                 currency=location.currency,
-                compute=_compute_hourly(location, *vm) if vm is not None else ZERO,
+                compute=compute_hourly(location, *vm) if vm is not None else ZERO,
                 vgpu=count * hourly_price(location.vgu_price),
                 vgpus=count,
                 vm_mirrored=vm is not None,
@@ -325,6 +336,7 @@ def _orphan_costs(by_id: dict[int, Location]) -> list[OrphanCost]:
         .values_list("location_id", "n")
     )
     vms: dict[int, tuple[int, Decimal]] = {}
+    compute_hourly = _ComputeHourly()
     orphan_vms = (
         vm_orphans_list()
         .filter(location_id__in=by_id)
@@ -335,7 +347,7 @@ def _orphan_costs(by_id: dict[int, Location]) -> list[OrphanCost]:
         count, cost = vms.get(location_id, (0, ZERO))
         vms[location_id] = (
             count + 1,
-            cost + _compute_hourly(by_id[location_id], vcpus, memory_mib),
+            cost + compute_hourly(by_id[location_id], vcpus, memory_mib),
         )
     return [
         OrphanCost(
