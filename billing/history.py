@@ -3,7 +3,7 @@
 * hourly rollups, and the hourly checks of the bill, `COST_HOURLY_HISTORY_DAYS` (60):
   only hours of days already summed into day rows are deleted;
 * day rollups, ended leaks and ended idle spells, `COST_HISTORY_DAYS` (400), so a year
-  compares with the year before.
+  compares with the year before; a month's rows once its last day is gone.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from billing.models import (
     Rollup,
     Step,
 )
+from billing.rollups import month_of
 from capvco_web.retention import History
 
 
@@ -40,9 +41,12 @@ def _hourly(before: datetime) -> list[QuerySet]:  # type: ignore[type-arg]
 
 
 def _daily(before: datetime) -> list[QuerySet]:  # type: ignore[type-arg]
+    months = month_of(before)  # months that ended before the month of `before`
     return [
         CostRollup.objects.filter(step=Step.DAY, start__lt=before),
         CapacityRollup.objects.filter(step=Step.DAY, start__lt=before),
+        CostRollup.objects.filter(step=Step.MONTH, start__lt=months),
+        CapacityRollup.objects.filter(step=Step.MONTH, start__lt=months),
         Rollup.objects.filter(step=Step.DAY, start__lt=before),
         Leak.objects.filter(ended_at__lt=before),
         IdleSpell.objects.filter(ended_at__lt=before),

@@ -20,7 +20,8 @@ from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from billing.models import Leak
-from billing.selectors import cost_series, leak_totals, month_of
+from billing.rollups import month_of
+from billing.selectors import cost_series, leak_totals
 from cloud.models import Location
 from clusters.costs import ZERO, machine_costs, orphan_costs
 from clusters.models import Cluster

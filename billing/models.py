@@ -26,10 +26,12 @@ def amount(help_text: str = "") -> models.DecimalField[Decimal, Decimal]:
 
 
 class Step(models.TextChoices):
-    """How long a rollup row covers: an hour (one sample), or a day (its hours summed)."""
+    """How long a rollup row covers: an hour (one sample), a day (its hours summed), or a
+    month (its summed days summed: written again with each day summed in it)."""
 
     HOUR = "hour"
     DAY = "day"
+    MONTH = "month"
 
 
 class Rollup(models.Model):

@@ -8,7 +8,9 @@ pass that finds the marker writes nothing. An hour in which no pass ran (every w
 down) has no rows: it is a gap, counted as such (`samples`), never made up.
 
 Each day before today whose hours were sampled is summed into day rows, once (its own
-marker). Hourly rows are kept `COST_HOURLY_HISTORY_DAYS`, day rows `COST_HISTORY_DAYS`
+marker), and its month's rows are summed again from the month's day rows in the same
+transaction: a month to date reads a row per group and month, not one per day. Hourly rows
+are kept `COST_HOURLY_HISTORY_DAYS`, day and month rows `COST_HISTORY_DAYS`
 (billing.history).
 """
 
@@ -48,6 +50,14 @@ def hour_of(moment: datetime) -> datetime:
 
 def day_of(moment: datetime) -> datetime:
     return moment.replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+def month_of(moment: datetime) -> datetime:
+    return day_of(moment).replace(day=1)
+
+
+def next_month(moment: datetime) -> datetime:
+    return (month_of(moment) + timedelta(days=32)).replace(day=1)
 
 
 @dataclass(frozen=True)
@@ -222,6 +232,43 @@ def _day_take(day: datetime, now: datetime) -> datetime:
             Rollup.objects.create(step=Step.DAY, start=day, taken_at=now)
             CostRollup.objects.bulk_create(costs, batch_size=2000)
             CapacityRollup.objects.bulk_create(capacity, batch_size=2000)
+            month_sum(month_of(day))
     except IntegrityError:
         pass  # another pass summed it
     return day
+
+
+def month_sum(month: datetime) -> None:
+    """The month's rows, again, from its day rows: each group's figures and samples
+    summed (a capacity row's samples: the hours sampled in the days summed)."""
+    days = {"step": Step.DAY, "start__gte": month, "start__lt": next_month(month)}
+    CostRollup.objects.filter(step=Step.MONTH, start=month).delete()
+    CapacityRollup.objects.filter(step=Step.MONTH, start=month).delete()
+    CostRollup.objects.bulk_create(
+        [
+            CostRollup(step=Step.MONTH, start=month, **row)
+            for row in CostRollup.objects.filter(**days)
+            .order_by()
+            .values(*COST_KEYS)
+            .annotate(samples=Sum("samples"), **{name: Sum(name) for name in COST_SUMS})
+        ],
+        batch_size=2000,
+    )
+    # Every capacity row of a day has the day's sampled hours.
+    samples = sum(
+        CapacityRollup.objects.filter(**days)
+        .order_by()
+        .values("start")
+        .annotate(n=Max("samples"))
+        .values_list("n", flat=True)
+    )
+    capacity = [
+        CapacityRollup(step=Step.MONTH, start=month, **row)
+        for row in CapacityRollup.objects.filter(**days)
+        .order_by()
+        .values(*CAPACITY_KEYS)
+        .annotate(**{name: Sum(name) for name in CAPACITY_SUMS})
+    ]
+    for row in capacity:
+        row.samples = samples
+    CapacityRollup.objects.bulk_create(capacity, batch_size=2000)

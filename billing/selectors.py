@@ -23,7 +23,7 @@ from django.db.models import Count, F, OuterRef, Prefetch, Q, QuerySet, Subquery
 from django.db.models.functions import TruncDay, TruncMonth
 
 from billing.models import BillCheck, BillItem, CapacityRollup, CostRollup, Leak, Rollup, Step
-from billing.rollups import DAY, HOUR, day_of, hour_of
+from billing.rollups import DAY, HOUR, day_of, hour_of, month_of, next_month
 from cloud.models import Location
 from clusters.costs import ZERO, CostRow, GroupBy, costs_by
 from clusters.models import MachinePool
@@ -58,15 +58,6 @@ _GROUPS: dict[GroupBy, tuple[tuple[str, ...], tuple[str, ...]]] = {
 }  # fmt: skip
 
 
-def month_of(moment: datetime) -> datetime:
-    return day_of(moment).replace(day=1)
-
-
-def next_month(moment: datetime) -> datetime:
-    start = month_of(moment)
-    return (start + timedelta(days=32)).replace(day=1)
-
-
 @dataclass
 class CostPoint(CostRow):
     """One group's cost over one step (an amount, not a rate): `start` and the step."""
@@ -85,7 +76,12 @@ def _periods(step: SeriesStep, start: datetime, end: datetime) -> Iterable[tuple
     bucket = TruncDay if step == "day" else TruncMonth
     summed = Rollup.objects.filter(step=Step.DAY).order_by("-start").first()
     summed_until = summed.start + DAY if summed else datetime(1970, 1, 1, tzinfo=UTC)
-    yield Step.DAY, in_range & Q(start__lt=summed_until), bucket("start", tzinfo=UTC)
+    if step == "month" and start == month_of(start) and end >= summed_until:
+        # A month row holds the month's days summed so far: whole months, and the days
+        # of the newest one up to the hours not summed yet.
+        yield Step.MONTH, in_range & Q(start__lt=summed_until), None
+    else:
+        yield Step.DAY, in_range & Q(start__lt=summed_until), bucket("start", tzinfo=UTC)
     yield Step.HOUR, in_range & Q(start__gte=summed_until), bucket("start", tzinfo=UTC)
 
 
@@ -349,7 +345,7 @@ def _planned_deltas(
 @dataclass(frozen=True)
 class CapacityPoint:
     start: datetime
-    location: int
+    location: int | None  # None: the locations summed
     location_name: str
     gpu_type: str
     free: Decimal  # the mean over the step's samples
@@ -359,25 +355,32 @@ class CapacityPoint:
     requested: Decimal
 
 
+CAPACITY_FIGURES = ("free", "reserved", "attached", "allocatable", "requested")
+
+
 def capacity_series(
-    *, locations: QuerySet[Location], start: datetime, end: datetime, step: SeriesStep
+    *,
+    locations: QuerySet[Location],
+    start: datetime,
+    end: datetime,
+    step: SeriesStep,
+    per_location: bool = True,
 ) -> list[CapacityPoint]:
-    """Per step, location and GPU type: the mean of each figure over the step's samples."""
-    sums: dict[tuple[Any, ...], list[int]] = defaultdict(lambda: [0] * 6)
-    names = dict(locations.values_list("pk", "name"))
-    figures = ("free", "reserved", "attached", "allocatable", "requested", "samples")
+    """Per step, location (or the locations summed) and GPU type: the mean of each figure
+    over the step's samples."""
+    sums: dict[tuple[Any, ...], list[int]] = defaultdict(lambda: [0] * len(CAPACITY_FIGURES))
+    names: dict[int | None, str] = {None: "", **dict(locations.values_list("pk", "name"))}
+    keys = ("location_id", "gpu_type") if per_location else ("gpu_type",)
     for rollup_step, where, bucket in _periods(step, start, end):
         rows = CapacityRollup.objects.filter(
-            where, step=rollup_step, location_id__in=names
+            where, step=rollup_step, location_id__in=[pk for pk in names if pk is not None]
         ).order_by()
         period = "period" if bucket is not None else "start"
         if bucket is not None:
             rows = rows.annotate(period=bucket)
-        for row in rows.values(period, "location_id", "gpu_type").annotate(
-            **{n: Sum(n) for n in figures}
-        ):
-            total = sums[row[period], row["location_id"], row["gpu_type"]]
-            for i, name in enumerate(figures):
+        for row in rows.values(period, *keys).annotate(**{n: Sum(n) for n in CAPACITY_FIGURES}):
+            total = sums[row[period], row.get("location_id"), row["gpu_type"]]
+            for i, name in enumerate(CAPACITY_FIGURES):
                 total[i] += row[name]
     # The mean over the hours sampled in each bucket, whatever type was seen in them.
     samples = hours_sampled_by_step(step, start, end)
@@ -389,7 +392,7 @@ def capacity_series(
         points.append(
             CapacityPoint(
                 period, location_id, names[location_id], gpu_type,
-                *((Decimal(v) / n).quantize(Decimal("0.01")) for v in values[:5]),
+                *((Decimal(v) / n).quantize(Decimal("0.01")) for v in values),
             )
         )  # fmt: skip
     return points

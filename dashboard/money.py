@@ -18,8 +18,9 @@ from decimal import Decimal
 from django.db.models import Q, QuerySet
 
 from billing.models import Leak
-from billing.rollups import DAY, day_of
+from billing.rollups import DAY, day_of, month_of, next_month
 from billing.selectors import (
+    CAPACITY_FIGURES,
     CostPoint,
     LeakTotal,
     MonthFigures,
@@ -28,8 +29,6 @@ from billing.selectors import (
     forecast_from,
     leak_totals,
     month_figures,
-    month_of,
-    next_month,
 )
 from cloud.models import Location
 from clusters.costs import ZERO
@@ -39,7 +38,6 @@ from dashboard.charts import Chart, LineChart, Series, StackedBarChart
 TOP_CLUSTERS = 5  # stacked one by one; the rest of a currency's clusters as one layer
 TOP_POOLS = 8  # likewise on a cluster page
 CAPACITY_DAYS = 30
-CAPACITY_FIGURES = ("free", "reserved", "attached", "allocatable", "requested")
 HOUR = Decimal(3600)
 
 
@@ -190,13 +188,11 @@ def _capacity_charts(locations: QuerySet[Location], now: datetime) -> list[Chart
     CAPACITY_DAYS days."""
     start = day_of(now) - timedelta(days=CAPACITY_DAYS - 1)
     days = _days(start, day_of(now) + DAY)
-    sums: dict[str, dict[datetime, list[Decimal]]] = defaultdict(
-        lambda: defaultdict(lambda: [ZERO] * len(CAPACITY_FIGURES))
-    )
-    for point in capacity_series(locations=locations, start=start, end=now, step="day"):
-        figures = sums[point.gpu_type][point.start]
-        for i, name in enumerate(CAPACITY_FIGURES):
-            figures[i] += getattr(point, name)
+    sums: dict[str, dict[datetime, list[Decimal]]] = defaultdict(dict)
+    for point in capacity_series(
+        locations=locations, start=start, end=now, step="day", per_location=False
+    ):
+        sums[point.gpu_type][point.start] = [getattr(point, name) for name in CAPACITY_FIGURES]
     charts: list[Chart] = []
     keys: set[str] = set()
     for gpu_type, per_day in sorted(sums.items()):

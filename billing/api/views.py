@@ -27,12 +27,12 @@ from billing.api.serializers import (
 )
 from billing.filtersets import CostFilterSet, IdleSpellFilterSet, LeakFilterSet
 from billing.models import IdleSpell, Leak
+from billing.rollups import month_of
 from billing.selectors import (
     SERIES_STEPS,
     cost_history,
     leak_totals,
     month_figures,
-    month_of,
 )
 from capvco_web.api import KnownParametersMixin
 from capvco_web.api_csv import CsvMixin

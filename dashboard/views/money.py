@@ -20,7 +20,8 @@ from django.views.decorators.http import require_GET
 
 from billing.filtersets import LeakFilterSet
 from billing.models import BillCheck, BillItem, Leak
-from billing.selectors import leak_totals, month_of
+from billing.rollups import month_of
+from billing.selectors import leak_totals
 from capvco_web.htmx import HtmxHttpRequest
 from capvco_web.keyset import Sort
 from capvco_web.permissions import visible

@@ -11,7 +11,8 @@ one pool of one running machine (its VM listed, one vGPU attached), spread over 
 locations, and 100 orphaned vGPUs with their open leaks. The history: one real rollup of
 that world (billing.rollups), copied as day rows for the 365 days before the month, as
 day rows for each day of the month before ``--day``, and as hourly rows for the 60 days
-before that day (the hours kept by default) and for that day's hours so far. The pages are
+before that day (the hours kept by default) and for that day's hours so far; each month's
+rows are summed from its day rows (billing.rollups.month_sum). The pages are
 asked at 12:00 UTC on ``--day`` of this month (django.utils.timezone.now is set to it: the
 later in the month, the more days the month's charts read), through Django's test client
 by an admin of the account.
@@ -48,8 +49,7 @@ from django.utils import timezone  # noqa: E402
 
 from billing.leaks import leaks_record  # noqa: E402
 from billing.models import CapacityRollup, CostRollup, Rollup, Step  # noqa: E402
-from billing.rollups import DAY, HOUR, rollups_take  # noqa: E402
-from billing.selectors import month_of  # noqa: E402
+from billing.rollups import DAY, HOUR, month_of, month_sum, rollups_take  # noqa: E402
 from cloud.models import Account, Location, Membership, VirtualMachine  # noqa: E402
 from clusters.models import Cluster, ClusterSite, Machine, MachinePool  # noqa: E402
 from gpus.models import GpuProfile, ListedVgpu, VgpuReservation  # noqa: E402
@@ -162,6 +162,8 @@ def history(now: datetime) -> dict[str, int]:
 
     copy(Step.DAY, days, 24)
     copy(Step.HOUR, hours, 1)
+    for month in sorted({month_of(day) for day in days}):
+        month_sum(month)  # as each day summed leaves it
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")
     return {

@@ -112,6 +112,70 @@ def test_a_day_is_summed_once_its_hours_are_over_and_reads_the_same(world: World
     assert [p.total for p in hourly if p.currency == "EUR"] == [D("4.40"), D("4.40"), D("5.40")]
 
 
+def test_a_month_reads_the_same_from_its_month_rows_as_from_its_days(world: World) -> None:
+    month = T0.replace(hour=0, minute=0)
+    for days in (0, 1, 2):  # an hour on each of three days; the third is today
+        rollups_take(now=T0 + timedelta(days=days))
+    VgpuReservation.objects.create(
+        location=world.ams, name="capvco-prod-m0-gpu-9", vgpu_id="v-extra",
+        state=VgpuReservation.State.ATTACHED, machine=world.machines["m0"], vm_id=100,
+    )  # fmt: skip
+    rollups_take(now=T0 + timedelta(days=2, hours=1))  # today's second hour costs 1 more
+    now = T0 + timedelta(days=2, hours=1, minutes=30)
+    series = {"group_by": "cluster", "locations": Location.objects.all(), "start": month}
+
+    with CaptureQueriesContext(connection) as queries:
+        whole = cost_series(**series, end=now, step="month")  # type: ignore[arg-type]
+    by_day = cost_series(**series, end=now, step="day")  # type: ignore[arg-type]
+
+    # The two days summed are one month row per pool; today is read from its hours.
+    gpu = CostRollup.objects.get(step=Step.MONTH, kind="pool", pool_name="gpu")
+    assert (gpu.start, gpu.samples, gpu.compute + gpu.vgpu) == (month, 2, D("8.72"))
+    assert any("'month'" in q["sql"] for q in queries.captured_queries)
+    summed: dict[str, Decimal] = {}
+    for point in by_day:
+        summed[point.currency] = summed.get(point.currency, D(0)) + point.total
+    assert [(p.start, p.currency, p.total) for p in whole] == [
+        (month, "CHF", summed["CHF"]),
+        (month, "EUR", summed["EUR"]),
+    ]
+    assert summed["EUR"] == 4 * D("4.40") + 1  # four hours of the pools, the extra vGPU once
+
+    rollups_take(now=T0 + timedelta(days=3))  # today is summed: the month row again
+    assert CostRollup.objects.filter(step=Step.MONTH, pool_name="gpu").count() == 1
+    gpu = CostRollup.objects.get(step=Step.MONTH, kind="pool", pool_name="gpu")
+    assert (gpu.samples, gpu.compute + gpu.vgpu) == (4, D("18.44"))
+    # To the end of the day summed (not the hour just sampled): the same as before.
+    again = cost_series(**series, end=month + timedelta(days=3), step="month")  # type: ignore[arg-type]
+    assert [p.total for p in again] == [p.total for p in whole]
+
+
+def test_month_rows_are_made_for_the_days_summed_before_there_were_any(world: World) -> None:
+    from importlib import import_module
+
+    from django.apps import apps
+
+    rollups_take(now=T0)
+    rollups_take(now=T0 + timedelta(days=1))
+    made = sorted(
+        (r.kind, r.pool_name, r.namespace or "", r.samples, r.total)
+        for r in CostRollup.objects.filter(step=Step.MONTH)
+    )
+    capacity = list(CapacityRollup.objects.filter(step=Step.MONTH).values_list("samples", "free"))
+    CostRollup.objects.filter(step=Step.MONTH).delete()
+    CapacityRollup.objects.filter(step=Step.MONTH).delete()
+
+    import_module("billing.migrations.0006_month_rollups").months_sum(apps, None)
+
+    assert made and made == sorted(
+        (r.kind, r.pool_name, r.namespace or "", r.samples, r.total)
+        for r in CostRollup.objects.filter(step=Step.MONTH)
+    )
+    assert capacity == list(
+        CapacityRollup.objects.filter(step=Step.MONTH).values_list("samples", "free")
+    )
+
+
 def test_an_hour_no_pass_sampled_is_a_gap_not_an_estimate(world: World) -> None:
     rollups_take(now=T0)
     rollups_take(now=T0 + timedelta(hours=3))  # the workers were down for two hours
@@ -209,3 +273,17 @@ def test_hours_are_pruned_only_once_their_day_is_summed(world: World) -> None:
     assert very_old > 0
     assert not CostRollup.objects.filter(step=Step.DAY)
     assert not Rollup.objects.filter(step=Step.DAY)
+    assert not CostRollup.objects.filter(step=Step.MONTH)
+
+
+@override_settings(COST_HISTORY_DAYS=400)
+def test_a_months_rows_stay_while_any_of_its_days_is_kept(world: World) -> None:
+    rollups_take(now=T0)
+    rollups_take(now=T0 + timedelta(days=1))  # December's row, from its first day
+    kept_until = T0.replace(day=1, hour=0, minute=0) + timedelta(days=31)
+
+    history_prune(now=kept_until + timedelta(days=400 - 1))  # the 1st of January is kept
+    assert CostRollup.objects.filter(step=Step.MONTH).exists()
+    history_prune(now=kept_until + timedelta(days=400 + 1))  # December is gone
+    assert not CostRollup.objects.filter(step=Step.MONTH).exists()
+    assert not CapacityRollup.objects.filter(step=Step.MONTH).exists()

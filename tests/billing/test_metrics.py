@@ -17,8 +17,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from billing.models import Leak
-from billing.rollups import rollups_take
-from billing.selectors import month_of
+from billing.rollups import month_of, rollups_take
 from gpus.models import VgpuReservation
 from tests.clusters.test_costs import World, gpus_make, machine_make, world_make
 from tests.factories import AccountFactory, LocationFactory

@@ -21,8 +21,7 @@ from django.test import Client
 from django.utils import timezone
 
 from billing.models import BillCheck, BillItem, CapacityRollup, CostRollup, Leak, Rollup, Step
-from billing.rollups import DAY, hour_of, rollups_take
-from billing.selectors import month_of
+from billing.rollups import DAY, hour_of, month_of, rollups_take
 from cloud.models import Account, Location
 from clusters.models import Machine
 from dashboard.charts import Chart, StackedBarChart

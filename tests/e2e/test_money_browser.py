@@ -17,8 +17,7 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 from playwright.sync_api import Browser, Page, expect
 
-from billing.rollups import DAY, rollups_take
-from billing.selectors import month_of
+from billing.rollups import DAY, month_of, rollups_take
 from tests.clusters.test_costs import World, world_make
 from tests.e2e.test_dashboard_browser import PASSWORD, log_in
 
