@@ -34,9 +34,9 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Literal
+from typing import Any, Literal
 
-from django.db.models import Count, Exists, OuterRef, QuerySet, Sum
+from django.db.models import Count, Exists, OuterRef, QuerySet, Subquery, Sum
 
 from cloud.models import Location, VirtualMachine
 from clusters.models import KubeNode, KubePod, Machine, MachinePool
@@ -217,6 +217,43 @@ def _machine_costs(by_id: dict[int, Location]) -> list[MachineCost]:
     return found
 
 
+def _machine_totals(by_id: dict[int, Location]) -> list[tuple[int, int, Decimal, Decimal]]:
+    """Per location: its machines, what their VMs and their vGPUs cost per hour (the sums
+    of `_machine_costs`, counted per VM shape in the database: three queries)."""
+    vm = VirtualMachine.objects.filter(
+        location_id=OuterRef("pool__site__location_id"), vm_id=OuterRef("vm_id")
+    )
+    shapes = (
+        Machine.objects.filter(pool__site__location_id__in=by_id)
+        .annotate(
+            vcpus=Subquery(vm.values("vcpus")[:1]), memory_mib=Subquery(vm.values("memory_mib")[:1])
+        )
+        .order_by()
+        .values_list("pool__site__location_id", "vcpus", "memory_mib")
+        .annotate(n=Count("pk"))
+    )
+    vgpus = dict(
+        VgpuReservation.objects.filter(
+            machine__pool__site__location_id__in=by_id, state__in=BILLED_STATES
+        )
+        .order_by()
+        .values("machine__pool__site__location_id")
+        .annotate(n=Count("pk"))
+        .values_list("machine__pool__site__location_id", "n")
+    )
+    compute_hourly = _ComputeHourly()
+    totals: dict[int, list[Any]] = {}
+    for location_id, vcpus, memory_mib, n in shapes:
+        total = totals.setdefault(location_id, [0, ZERO])
+        total[0] += n
+        if vcpus is not None:  # a VM not mirrored costs nothing here
+            total[1] += n * compute_hourly(by_id[location_id], vcpus, memory_mib)
+    return [
+        (pk, machines, compute, vgpus.get(pk, 0) * hourly_price(by_id[pk].vgu_price))
+        for pk, (machines, compute) in totals.items()
+    ]
+
+
 def _shares(
     cost: Decimal, attached: int, requests: dict[str, int]
 ) -> tuple[int, Decimal, dict[str, Decimal]]:
@@ -371,7 +408,12 @@ class _Names:
     pools: dict[int, tuple[str, int, int, int]]  # name, cluster, location, account
 
 
-def _names(locations: dict[int, Location]) -> _Names:
+def _names(locations: dict[int, Location], *, of_pools: bool = True) -> _Names:
+    """The names a row shows (those of pools and clusters only when `of_pools`)."""
+    accounts = {loc.account_id: loc.account.name for loc in locations.values()}
+    names = {pk: loc.name for pk, loc in locations.items()}
+    if not of_pools:
+        return _Names(accounts=accounts, locations=names, clusters={}, pools={})
     pools = {
         pk: (name, cluster_id, location_id, account_id)
         for pk, name, cluster_id, location_id, account_id in MachinePool.objects.filter(
@@ -384,12 +426,7 @@ def _names(locations: dict[int, Location]) -> _Names:
         .values_list("cluster_id", "cluster__name")
         .distinct()
     )
-    return _Names(
-        accounts={loc.account_id: loc.account.name for loc in locations.values()},
-        locations={pk: loc.name for pk, loc in locations.items()},
-        clusters=clusters,
-        pools=pools,
-    )
+    return _Names(accounts=accounts, locations=names, clusters=clusters, pools=pools)
 
 
 def costs_by(group_by: GroupBy, locations: QuerySet[Location]) -> list[CostRow]:
@@ -398,7 +435,7 @@ def costs_by(group_by: GroupBy, locations: QuerySet[Location]) -> list[CostRow]:
     cluster, and each namespace that requests GPUs with, per cluster, the idle rest
     (namespace None). A constant number of queries, however many machines."""
     by_id = _locations(locations)
-    names = _names(by_id)
+    names = _names(by_id, of_pools=group_by not in ("account", "location"))
     rows: dict[tuple[object, ...], CostRow] = {}
 
     def row(key: tuple[object, ...], **keys: object) -> CostRow:
@@ -455,11 +492,18 @@ def costs_by(group_by: GroupBy, locations: QuerySet[Location]) -> list[CostRow]:
             return at_location(cost.location_id)
         return in_pool(cost.pool_id)
 
-    for machine in _machine_costs(by_id):
-        target = pick(machine)
-        target.compute = (target.compute or ZERO) + machine.compute
-        target.vgpu += machine.vgpu
-        target.machines += 1
+    if group_by in ("account", "location"):  # summed per location, not machine by machine
+        for location_id, machines, compute, vgpu in _machine_totals(by_id):
+            target = at_location(location_id)
+            target.compute = (target.compute or ZERO) + compute
+            target.vgpu += vgpu
+            target.machines += machines
+    else:
+        for machine in _machine_costs(by_id):
+            target = pick(machine)
+            target.compute = (target.compute or ZERO) + machine.compute
+            target.vgpu += machine.vgpu
+            target.machines += 1
     for node in _gpu_node_costs(by_id):
         target = pick(node)
         target.idle_gpus += node.idle_gpus
