@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.db.models import Count, F, OuterRef, Prefetch, Q, QuerySet, Subquery, Sum
+from django.db.models import Count, F, Max, OuterRef, Prefetch, Q, QuerySet, Subquery, Sum
 from django.db.models.functions import TruncDay, TruncMonth
 
 from billing.models import BillCheck, BillItem, CapacityRollup, CostRollup, Leak, Rollup, Step
@@ -124,6 +124,35 @@ def cost_series(
                 point.orphan_vm = (point.orphan_vm or ZERO) + row["orphan_vm"]
     ordered = sorted(points.items(), key=lambda item: tuple(str(part) for part in item[0]))
     return [point.finish() for _, point in ordered]  # type: ignore[misc]
+
+
+def costliest_clusters(
+    *, locations: QuerySet[Location], start: datetime, end: datetime, n: int
+) -> dict[str, list[int]]:
+    """Per currency: the `n` clusters that cost most in [start, end), costliest first (a
+    tie by name). Read as a month step reads (the month's rows, then the hours not summed),
+    each row's total alone. Three queries."""
+    totals: dict[tuple[str, int], list[Any]] = {}
+    for rollup_step, where, _ in _periods("month", start, end):
+        rows = (
+            CostRollup.objects.filter(
+                where, step=rollup_step, kind=Kind.POOL, location__in=locations
+            )
+            .order_by()
+            .values_list("currency", "cluster_id")
+            # A pool row has no orphans: its total is compute and vGPUs.
+            .annotate(cost=Sum(F("compute") + F("vgpu")), name=Max("cluster_name"))
+        )
+        for currency, cluster, total, name in rows:
+            found = totals.setdefault((currency, cluster), [ZERO, name])
+            found[0] += total
+    ranked: dict[str, list[int]] = defaultdict(list)
+    for (currency, cluster), _ in sorted(
+        totals.items(), key=lambda item: (-item[1][0], item[1][1], item[0][1])
+    ):
+        if len(ranked[currency]) < n:
+            ranked[currency].append(cluster)
+    return ranked
 
 
 # What one request for a series may span: two years, whatever the step, and at most this

@@ -26,6 +26,7 @@ from billing.selectors import (
     MonthFigures,
     capacity_series,
     cost_series,
+    costliest_clusters,
     forecast_from,
     leak_totals,
     month_figures,
@@ -146,8 +147,10 @@ def _leak_cost_per_day(
     ).only("currency", "monthly_price", "leaked_since", "ended_at")
     found: dict[str, dict[datetime, Decimal]] = defaultdict(lambda: defaultdict(lambda: ZERO))
     for leak in overlapping:
-        for day in days:
-            if day >= now:
+        first = max(day_of(leak.leaked_since), start)  # the days it was open in
+        last = min(leak.ended_at or now, now)
+        for day in days[(first - start).days :]:
+            if day >= last:
                 break
             cost = leak.cost(since=day, until=min(day + DAY, now))
             if cost:
@@ -228,16 +231,12 @@ def overview_money(*, locations: QuerySet[Location], leaks: QuerySet[Leak], now:
     months = month_figures(group_by="account", locations=locations, now=now)
     # The month's costliest clusters per currency are read day by day; the others are
     # what the accounts' pools cost beside them (one series per account, not per cluster).
-    month = cost_series(group_by="cluster", locations=locations, start=start, end=now, step="month")
-    names = _cluster_names(month)
-    top: dict[str, list[int | None]] = defaultdict(list)
-    for point in sorted(month, key=lambda p: (-p.total, names[p.cluster])):
-        if len(top[point.currency]) < TOP_CLUSTERS:
-            top[point.currency].append(point.cluster)
-    shown = [cluster for ids in top.values() for cluster in ids if cluster is not None]
+    top = costliest_clusters(locations=locations, start=start, end=now, n=TOP_CLUSTERS)
+    shown = [cluster for ids in top.values() for cluster in ids]
     by_cluster = cost_series(
         group_by="cluster", locations=locations, start=start, end=now, step="day", clusters=shown
     )
+    names = _cluster_names(by_cluster)
     by_account = cost_series(
         group_by="account", locations=locations, start=start, end=now, step="day"
     )
