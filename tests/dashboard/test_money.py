@@ -390,3 +390,22 @@ def test_gpu_types_whatever_their_names_get_a_chart_and_a_csv_each(
     assert len(capacity) == len(set(capacity)) >= 3
     for key in capacity:
         assert _csv_rows(client, f"/money/{key}.csv") == tables[key]
+
+
+def test_a_charts_names_and_labels_are_escaped_in_its_bars_and_its_table() -> None:
+    from django.template.loader import render_to_string
+
+    from dashboard.charts import Series
+
+    chart = StackedBarChart(
+        key="k", title="t", unit="EUR per day", x_title="day", x_labels=["a<b>&c"],
+        series=[Series('<img src=x onerror="1">', [Decimal("2.5")])], unit_short="EUR",
+    )  # fmt: skip
+
+    html = render_to_string("dashboard/_chart.html", {"chart": chart})
+
+    assert "<img" not in html and "<b>" not in html
+    assert (
+        "<title>&lt;img src=x onerror=&quot;1&quot;&gt;, a&lt;b&gt;&amp;c: 2.50 EUR</title>" in html
+    )
+    assert '<th scope="row">a&lt;b&gt;&amp;c</th><td class="num">2.50</td>' in html
