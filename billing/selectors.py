@@ -314,7 +314,9 @@ def month_figures(
         pools = pools.filter(cluster__in=clusters)
         locations = locations.filter(sites__cluster__in=clusters).distinct()
     now_rows = [
-        row for row in costs_by(group_by, locations) if clusters is None or row.cluster in clusters
+        row
+        for row in costs_by(group_by, locations, idle=False)  # the rate's total alone
+        if clusters is None or row.cluster in clusters
     ]
     planned = _planned_deltas(group_by, pools)
     sampled = hours_sampled(start, now)
