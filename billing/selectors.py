@@ -431,11 +431,16 @@ def capacity_series(
 
 def hours_sampled_by_step(step: SeriesStep, start: datetime, end: datetime) -> dict[datetime, int]:
     """Per step in [start, end) (by its start): the hours a rollup pass sampled. One query."""
-    hours = Rollup.objects.filter(step=Step.HOUR, start__gte=start, start__lt=end)
-    counts: dict[datetime, int] = defaultdict(int)
-    for moment in hours.values_list("start", flat=True):
-        counts[step_start(step, moment)] += 1
-    return counts
+    hours = Rollup.objects.filter(step=Step.HOUR, start__gte=start, start__lt=end).order_by()
+    if step == "hour":
+        return dict.fromkeys(hours.values_list("start", flat=True), 1)
+    bucket = (TruncDay if step == "day" else TruncMonth)("start", tzinfo=UTC)
+    return dict(
+        hours.annotate(period=bucket)
+        .values("period")
+        .annotate(n=Count("pk"))
+        .values_list("period", "n")
+    )
 
 
 @dataclass(frozen=True)
