@@ -41,6 +41,10 @@ class Rollup(models.Model):
     step = models.CharField(max_length=8, choices=Step)
     start = models.DateTimeField()
     taken_at = models.DateTimeField()
+    samples = models.PositiveSmallIntegerField(
+        default=1,
+        help_text="Hours sampled: 1 for an hour; a day's summed hours (kept after they go)",
+    )
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["step", "start"], name="rollup_taken_once")]

@@ -229,7 +229,7 @@ def _day_take(day: datetime, now: datetime) -> datetime:
         row.samples = samples
     try:
         with transaction.atomic():
-            Rollup.objects.create(step=Step.DAY, start=day, taken_at=now)
+            Rollup.objects.create(step=Step.DAY, start=day, taken_at=now, samples=samples)
             CostRollup.objects.bulk_create(costs, batch_size=2000)
             CapacityRollup.objects.bulk_create(capacity, batch_size=2000)
             month_sum(month_of(day))

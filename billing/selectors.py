@@ -262,7 +262,7 @@ def _zero(group_by: GroupBy, start: datetime, row: CostRow) -> CostPoint:
 
 def hours_sampled(start: datetime, end: datetime) -> int:
     """Hours in [start, end) that a rollup pass sampled."""
-    return Rollup.objects.filter(step=Step.HOUR, start__gte=start, start__lt=end).count()
+    return sum(hours_sampled_by_step("day", start, end).values())
 
 
 def forecast_from(now: datetime) -> datetime:
@@ -430,17 +430,29 @@ def capacity_series(
 
 
 def hours_sampled_by_step(step: SeriesStep, start: datetime, end: datetime) -> dict[datetime, int]:
-    """Per step in [start, end) (by its start): the hours a rollup pass sampled. One query."""
-    hours = Rollup.objects.filter(step=Step.HOUR, start__gte=start, start__lt=end).order_by()
+    """Per step in [start, end) (by its start): the hours a rollup pass sampled, from the
+    day markers for the days summed (their hours are pruned in time) and from the hour
+    markers after them. Two queries (one by hour: hours are asked for while kept)."""
+    hours = Rollup.objects.filter(step=Step.HOUR).order_by()
     if step == "hour":
-        return dict.fromkeys(hours.values_list("start", flat=True), 1)
+        return dict(hours.filter(start__gte=start, start__lt=end).values_list("start", "samples"))
+    summed = Rollup.objects.filter(step=Step.DAY).order_by("-start").first()
+    summed_until = min(max(summed.start + DAY if summed else start, start), end)
+    days = Rollup.objects.filter(step=Step.DAY).order_by()
     bucket = (TruncDay if step == "day" else TruncMonth)("start", tzinfo=UTC)
-    return dict(
-        hours.annotate(period=bucket)
-        .values("period")
-        .annotate(n=Count("pk"))
-        .values_list("period", "n")
-    )
+    counts: dict[datetime, int] = defaultdict(int)
+    for markers in (
+        days.filter(start__gte=start, start__lt=summed_until),
+        hours.filter(start__gte=summed_until, start__lt=end),
+    ):
+        for period, n in (
+            markers.annotate(period=bucket)
+            .values("period")
+            .annotate(n=Sum("samples"))
+            .values_list("period", "n")
+        ):
+            counts[period] += n
+    return counts
 
 
 @dataclass(frozen=True)

@@ -145,7 +145,7 @@ def history(now: datetime) -> dict[str, int]:
     def copy(step: str, starts: list[datetime], samples: int) -> None:
         markers, cost_rows, capacity_rows = [], [], []
         for start in starts:
-            markers.append(Rollup(step=step, start=start, taken_at=start))
+            markers.append(Rollup(step=step, start=start, taken_at=start, samples=samples))
             cost_rows += [_copied(row, step, start, samples) for row in costs]
             capacity_rows += [_copied(row, step, start, samples) for row in capacity]
             if len(cost_rows) >= 50_000:

@@ -176,6 +176,24 @@ def test_month_rows_are_made_for_the_days_summed_before_there_were_any(world: Wo
     )
 
 
+@override_settings(COST_HOURLY_HISTORY_DAYS=60)
+def test_day_markers_summed_before_they_counted_hours_get_their_count(world: World) -> None:
+    from importlib import import_module
+
+    from django.apps import apps
+
+    old = T0 - timedelta(days=90)
+    for hours in (0, 1, 2):
+        rollups_take(now=old + timedelta(hours=hours))
+    rollups_take(now=T0)
+    history_prune(now=T0)  # the hours are gone: the day's rows say how many there were
+    Rollup.objects.filter(step=Step.DAY).update(samples=1)
+
+    import_module("billing.migrations.0007_rollup_samples").days_count(apps, None)
+
+    assert list(Rollup.objects.filter(step=Step.DAY).values_list("samples", flat=True)) == [3]
+
+
 def test_an_hour_no_pass_sampled_is_a_gap_not_an_estimate(world: World) -> None:
     rollups_take(now=T0)
     rollups_take(now=T0 + timedelta(hours=3))  # the workers were down for two hours
@@ -274,6 +292,32 @@ def test_hours_are_pruned_only_once_their_day_is_summed(world: World) -> None:
     assert not CostRollup.objects.filter(step=Step.DAY)
     assert not Rollup.objects.filter(step=Step.DAY)
     assert not CostRollup.objects.filter(step=Step.MONTH)
+
+
+@override_settings(COST_HOURLY_HISTORY_DAYS=60, COST_HISTORY_DAYS=400)
+def test_a_days_hours_sampled_and_capacity_mean_outlive_its_hours(world: World) -> None:
+    GpuProfileFactory(location=world.ams, profile_id="p1", vendor="NVIDIA",
+                      model="A100 0000:01:00.0", available_instances=4)  # fmt: skip
+    old = T0 - timedelta(days=90)
+    rollups_take(now=old)
+    rollups_take(now=old + timedelta(hours=1))
+    rollups_take(now=T0)  # sums the old day
+    day = old.replace(hour=0, minute=0)
+    span = {"start": day, "end": day + timedelta(days=1)}
+
+    def figures() -> tuple[object, ...]:
+        capacity = capacity_series(locations=Location.objects.all(), step="day", **span)  # type: ignore[arg-type]
+        return (
+            hours_sampled(**span),
+            [(p.gpu_type, p.free) for p in capacity if "A100" in p.gpu_type],
+        )
+
+    before = figures()
+    history_prune(now=T0)  # the old day's hours go
+
+    assert not Rollup.objects.filter(step=Step.HOUR, start__lt=T0 - timedelta(days=60))
+    assert before == (2, [("NVIDIA A100", D("4.00"))])
+    assert figures() == before
 
 
 @override_settings(COST_HISTORY_DAYS=400)
