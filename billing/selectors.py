@@ -11,11 +11,12 @@ says how many there were.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from typing import Any, Literal
+from functools import wraps
+from typing import Any, Literal, ParamSpec, TypeVar
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -29,6 +30,8 @@ from clusters.costs import ZERO, CostRow, GroupBy, costs_by
 from clusters.models import MachinePool
 from gpus.models import hourly_price
 
+P = ParamSpec("P")
+R = TypeVar("R")
 SeriesStep = Literal["hour", "day", "month"]
 SERIES_STEPS: tuple[SeriesStep, ...] = ("hour", "day", "month")
 Kind = CostRollup.Kind
@@ -67,15 +70,26 @@ class CostPoint(CostRow):
     hours_sampled: int = 0  # of those, sampled by a rollup pass (cost_history fills both)
 
 
+class _DaySummedMeanwhile(Exception):
+    pass
+
+
+def _summed_until() -> datetime:
+    summed = Rollup.objects.filter(step=Step.DAY).order_by("-start").first()
+    return summed.start + DAY if summed else datetime(1970, 1, 1, tzinfo=UTC)
+
+
 def _periods(step: SeriesStep, start: datetime, end: datetime) -> Iterable[tuple[str, Q, Any]]:
-    """(rollup step, the rows' filter, how rows are bucketed) to read [start, end)."""
+    """(rollup step, the rows' filter, how rows are bucketed) to read [start, end): the
+    summed days' rows, then the hours after them. Raises _DaySummedMeanwhile once the rows
+    are read if a day was summed while they were (its month's rows may hold it, and its
+    hours were read too): `_read_again_if_a_day_is_summed` reads them again."""
     in_range = Q(start__gte=start, start__lt=end)
     if step == "hour":
         yield Step.HOUR, in_range, None
         return
     bucket = TruncDay if step == "day" else TruncMonth
-    summed = Rollup.objects.filter(step=Step.DAY).order_by("-start").first()
-    summed_until = summed.start + DAY if summed else datetime(1970, 1, 1, tzinfo=UTC)
+    summed_until = _summed_until()
     if step == "month" and start == month_of(start) and end >= summed_until:
         # A month row holds the month's days summed so far: whole months, and the days
         # of the newest one up to the hours not summed yet.
@@ -83,8 +97,23 @@ def _periods(step: SeriesStep, start: datetime, end: datetime) -> Iterable[tuple
     else:
         yield Step.DAY, in_range & Q(start__lt=summed_until), bucket("start", tzinfo=UTC)
     yield Step.HOUR, in_range & Q(start__gte=summed_until), bucket("start", tzinfo=UTC)
+    if _summed_until() != summed_until:
+        raise _DaySummedMeanwhile
 
 
+def _read_again_if_a_day_is_summed(read: Callable[P, R]) -> Callable[P, R]:
+    @wraps(read)
+    def reading(*args: P.args, **kwargs: P.kwargs) -> R:
+        while True:
+            try:
+                return read(*args, **kwargs)
+            except _DaySummedMeanwhile:
+                continue  # once a day at most: the next read finds it summed
+
+    return reading
+
+
+@_read_again_if_a_day_is_summed
 def cost_series(
     *,
     group_by: GroupBy,
@@ -126,6 +155,7 @@ def cost_series(
     return [point.finish() for _, point in ordered]  # type: ignore[misc]
 
 
+@_read_again_if_a_day_is_summed
 def costliest_clusters(
     *, locations: QuerySet[Location], start: datetime, end: datetime, n: int
 ) -> dict[str, list[int]]:
@@ -389,6 +419,7 @@ class CapacityPoint:
 CAPACITY_FIGURES = ("free", "reserved", "attached", "allocatable", "requested")
 
 
+@_read_again_if_a_day_is_summed
 def capacity_series(
     *,
     locations: QuerySet[Location],

@@ -6,6 +6,7 @@ CHF)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
@@ -148,6 +149,36 @@ def test_a_month_reads_the_same_from_its_month_rows_as_from_its_days(world: Worl
     # To the end of the day summed (not the hour just sampled): the same as before.
     again = cost_series(**series, end=month + timedelta(days=3), step="month")  # type: ignore[arg-type]
     assert [p.total for p in again] == [p.total for p in whole]
+
+
+def test_a_day_summed_while_a_month_is_read_is_counted_once(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import billing.selectors
+
+    month = T0.replace(hour=0, minute=0)
+    rollups_take(now=T0)
+    rollups_take(now=T0 + timedelta(days=1))  # the 1st summed: the 2nd's hours are read
+    rollups_take(now=T0 + timedelta(days=1, hours=1))
+    series = {"group_by": "cluster", "locations": Location.objects.all(), "start": month}
+    end = T0 + timedelta(days=2)
+    # The read that a day summed in the middle of would count: taken before it is.
+    expected = [p.total for p in cost_series(**series, end=end, step="month")]  # type: ignore[arg-type]
+    periods = billing.selectors._periods
+    summed_meanwhile: list[bool] = []
+
+    def day_summed_before_the_month_rows_are_read(*args: object) -> Iterator[object]:
+        for n, period in enumerate(periods(*args)):  # type: ignore[arg-type]
+            if n == 0 and not summed_meanwhile:  # where the hours begin is decided: the 2nd
+                # is summed now, before its month row (which then holds it) is read
+                summed_meanwhile.append(bool(rollups_take(now=end).days))
+            yield period
+
+    monkeypatch.setattr(billing.selectors, "_periods", day_summed_before_the_month_rows_are_read)
+    read = cost_series(**series, end=month + timedelta(days=2), step="month")  # type: ignore[arg-type]
+
+    assert summed_meanwhile == [True]
+    assert [p.total for p in read] == expected
 
 
 def test_month_rows_are_made_for_the_days_summed_before_there_were_any(world: World) -> None:
