@@ -167,6 +167,20 @@ def machine_costs(locations: QuerySet[Location]) -> list[MachineCost]:
     return _machine_costs(_locations(locations))
 
 
+def _billed_vgpus(by_id: dict[int, Location], *, per: str) -> dict[int, int]:
+    """The billed vGPUs of the machines in the locations, counted per `per` (a machine,
+    or its location)."""
+    return dict(
+        VgpuReservation.objects.filter(
+            machine__pool__site__location_id__in=by_id, state__in=BILLED_STATES
+        )
+        .order_by()
+        .values(per)
+        .annotate(n=Count("pk"))
+        .values_list(per, "n")
+    )
+
+
 def _machine_costs(by_id: dict[int, Location]) -> list[MachineCost]:
     machines = list(
         Machine.objects.filter(pool__site__location_id__in=by_id)
@@ -184,15 +198,7 @@ def _machine_costs(by_id: dict[int, Location]) -> list[MachineCost]:
             Exists(held), location_id__in=by_id
         ).values_list("location_id", "vm_id", "vcpus", "memory_mib")
     }
-    vgpus = dict(
-        VgpuReservation.objects.filter(
-            machine__pool__site__location_id__in=by_id, state__in=BILLED_STATES
-        )
-        .order_by()
-        .values("machine_id")
-        .annotate(n=Count("pk"))
-        .values_list("machine_id", "n")
-    )
+    vgpus = _billed_vgpus(by_id, per="machine_id")
     compute_hourly = _ComputeHourly()
     found = []
     for pk, name, vm_id, pool_id, cluster_id, location_id in machines:
@@ -232,15 +238,7 @@ def _machine_totals(by_id: dict[int, Location]) -> list[tuple[int, int, Decimal,
         .values_list("pool__site__location_id", "vcpus", "memory_mib")
         .annotate(n=Count("pk"))
     )
-    vgpus = dict(
-        VgpuReservation.objects.filter(
-            machine__pool__site__location_id__in=by_id, state__in=BILLED_STATES
-        )
-        .order_by()
-        .values("machine__pool__site__location_id")
-        .annotate(n=Count("pk"))
-        .values_list("machine__pool__site__location_id", "n")
-    )
+    vgpus = _billed_vgpus(by_id, per="machine__pool__site__location_id")
     compute_hourly = _ComputeHourly()
     totals: dict[int, list[Any]] = {}
     for location_id, vcpus, memory_mib, n in shapes:
