@@ -91,23 +91,25 @@ def _summed_until() -> datetime:
 
 def _periods(step: SeriesStep, start: datetime, end: datetime) -> Iterable[tuple[str, Q, Any]]:
     """(rollup step, the rows' filter, how rows are bucketed) to read [start, end): the
-    summed days' rows, then the hours after them. Raises _DaySummedMeanwhile once the rows
-    are read if a day was summed while they were (its month's rows may hold it, and its
-    hours were read too): `_read_again_if_a_day_is_summed` reads them again."""
+    summed days' rows, then the hours after them. Read by month, raises _DaySummedMeanwhile
+    once the rows are read if a day was summed while they were (its month's rows may hold
+    it, and its hours were read too): `_read_again_if_a_day_is_summed` reads them again."""
     in_range = Q(start__gte=start, start__lt=end)
     if step == "hour":
         yield Step.HOUR, in_range, None
         return
     bucket = TruncDay if step == "day" else TruncMonth
     summed_until = _summed_until()
-    if step == "month" and start == month_of(start) and end >= summed_until:
+    by_month = step == "month" and start == month_of(start) and end >= summed_until
+    if by_month:
         # A month row holds the month's days summed so far: whole months, and the days
         # of the newest one up to the hours not summed yet.
         yield Step.MONTH, in_range & Q(start__lt=summed_until), None
     else:
+        # A day summed meanwhile has its hours kept, and its day row is not read.
         yield Step.DAY, in_range & Q(start__lt=summed_until), bucket("start", tzinfo=UTC)
     yield Step.HOUR, in_range & Q(start__gte=summed_until), bucket("start", tzinfo=UTC)
-    if _summed_until() != summed_until:
+    if by_month and _summed_until() != summed_until:
         raise _DaySummedMeanwhile
 
 
