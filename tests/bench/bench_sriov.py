@@ -10,9 +10,10 @@ It starts the whitesky simulator, the fake Kubernetes API, gunicorn serving the 
 plane (``--workers`` processes of ``--threads`` threads) and a Celery worker (``--celery``
 processes: what runs the VMs' NIC queues; 4 by default, the WORKER_CONCURRENCY of
 deploy/kubernetes/worker.yaml), builds cluster `demo` with ``--vms`` running
-machines whose nodes joined, SR-IOV on, and calls the agent API over HTTP as the CNI
-plugin does (ADD; while it answers 202, GET the request after the wait each answer asks
-for: its `retry_after_ms`, else Retry-After):
+machines whose nodes joined, SR-IOV on (its network widened to hold ``--concurrent``
+NICs at once), and calls the agent API over HTTP as the CNI plugin does (ADD; while it
+answers 202, GET the request after the wait each answer asks for: its `retry_after_ms`,
+else Retry-After):
 
 1. ``--serial`` ADDs one after the other, each for a pod scheduled a moment before (not
    in the mirror yet: the agent asks Kubernetes; the nodes are mirrored), spread over the
@@ -30,12 +31,14 @@ Prints a table, then one JSON line with every figure.
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import itertools
 import json
 import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections import defaultdict
@@ -55,9 +58,10 @@ from django.test.utils import setup_test_environment, teardown_test_environment 
 
 from clusters.kube import kube_client  # noqa: E402
 from clusters.kube_observe import cluster_kube_observe  # noqa: E402
+from simulator.whitesky.worldfile import DEMO_WORLD  # noqa: E402
 from sriov.models import PodNic  # noqa: E402
 from tests.kube_sim import KubeSimulator  # noqa: E402
-from tests.sriov.support import World, world_build  # noqa: E402
+from tests.sriov.support import NETWORK, World, world_build  # noqa: E402
 from tests.whitesky_sim import PROJECT_ROOT, WhiteskySimulator  # noqa: E402
 
 
@@ -117,6 +121,25 @@ class Gunicorn:
                 self.process.wait(20)
 
 
+def world_holding(nics: int, folder: Path) -> Path:
+    """The demo world with its SR-IOV network wide enough for `nics` NICs at once (the
+    simulator hands out its 11th to its last but one address: a /24 holds 245), written
+    into `folder`."""
+    world = json.loads(DEMO_WORLD.read_text())
+    for location in world["locations"]:
+        for network in location.get("external_networks", []):
+            if network.get("name") != NETWORK:
+                continue
+            cidr = ipaddress.IPv4Network(network["cidr"])
+            prefix = cidr.prefixlen
+            while prefix > 8 and 2 ** (32 - prefix) - 11 < nics:
+                prefix -= 1
+            network["cidr"] = str(cidr.supernet(new_prefix=prefix))
+    path = folder / "world.json"
+    path.write_text(json.dumps(world))
+    return path
+
+
 class Added:
     """One ADD: until the NIC was answered, the first answer's round trip, the polls
     (GETs) it took, and when (wall clock) the NIC was answered."""
@@ -164,7 +187,12 @@ def add(session: requests.Session, url: str, world: World, name: str, node: int)
     took = time.perf_counter() - started
     answered_at = time.time()
     if response.status_code != 200 or response.json().get("state") != "attached":
-        raise RuntimeError(f"ADD {name}: {response.status_code} {response.text}")
+        try:
+            answer = response.json()
+        except ValueError:
+            answer = {"detail": response.text}
+        why = {k: answer.get(k) for k in ("state", "failure_code", "failure", "code", "detail")}
+        raise RuntimeError(f"ADD {name}: {response.status_code} {why}")
     return Added(took, first, polls, answered_at)
 
 
@@ -361,7 +389,11 @@ def main() -> int:
     old_name = connection.settings_dict["NAME"]
     connection.creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
     try:
-        with WhiteskySimulator() as sim, KubeSimulator() as kube:
+        with (
+            tempfile.TemporaryDirectory() as folder,
+            WhiteskySimulator(world=world_holding(args.concurrent, Path(folder))) as sim,
+            KubeSimulator() as kube,
+        ):
             world = world_build(sim, kube, vms=args.vms)
             # The nodes joined long ago (mirrored); each pod is new (read from Kubernetes).
             with kube_client(world.cluster) as client:
