@@ -171,7 +171,8 @@ def history(now: datetime) -> dict[str, int]:
                     cursor.execute(
                         f"INSERT INTO {table} (step, start, samples, {columns}) "  # noqa: S608
                         f"SELECT %s, s.start, %s, {columns} FROM {sample}_{table} "
-                        "CROSS JOIN unnest(%s::timestamptz[]) AS s(start)",
+                        # In time order, as a pass writes them: a step's rows together.
+                        "CROSS JOIN unnest(%s::timestamptz[]) AS s(start) ORDER BY s.start",
                         [step, samples, starts[chunk : chunk + COPY_STARTS]],
                     )
 
