@@ -168,9 +168,11 @@ def test_set_up_a_cluster_with_the_choices_offered(
     page.get_by_role("link", name="New cluster").click()
     page.select_option("#id_account", str(location.account_id))  # the form is redrawn for it
     page.fill("#id_name", "browser")  # typed while the redraw is on its way
+    # htmx marks the element whose request is out until its answer is swapped in.
+    page.wait_for_function("() => !document.querySelector('.htmx-request')")
+    expect(page.locator("#id_name")).to_have_value("browser")  # the name kept
     site = f"site-{location.pk}"
-    page.check(f"#id_{site}-use")  # there once the redraw is in
-    expect(page.locator("#id_name")).to_have_value("browser")  # and the name kept
+    page.check(f"#id_{site}-use")
     page.select_option(f"#id_{site}-cloudspace", "cs-77")
     page.select_option(f"#id_{site}-image", "12")
     page.fill("#id_pool-0-name", "gpu")
