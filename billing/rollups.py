@@ -240,7 +240,7 @@ def _day_take(day: datetime, now: datetime) -> datetime:
 
 def month_sum(month: datetime) -> None:
     """The month's rows, again, from its day rows: each group's figures and samples
-    summed (a capacity row's samples: the hours sampled in the days summed)."""
+    summed (a capacity row's samples: the hours its day markers say were summed)."""
     days = {"step": Step.DAY, "start__gte": month, "start__lt": next_month(month)}
     CostRollup.objects.filter(step=Step.MONTH, start=month).delete()
     CapacityRollup.objects.filter(step=Step.MONTH, start=month).delete()
@@ -254,14 +254,7 @@ def month_sum(month: datetime) -> None:
         ],
         batch_size=2000,
     )
-    # Every capacity row of a day has the day's sampled hours.
-    samples = sum(
-        CapacityRollup.objects.filter(**days)
-        .order_by()
-        .values("start")
-        .annotate(n=Max("samples"))
-        .values_list("n", flat=True)
-    )
+    samples = Rollup.objects.filter(**days).aggregate(n=Sum("samples"))["n"] or 0
     capacity = [
         CapacityRollup(step=Step.MONTH, start=month, **row)
         for row in CapacityRollup.objects.filter(**days)

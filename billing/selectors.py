@@ -443,11 +443,13 @@ def capacity_series(
     """Per step, location (or the locations summed) and GPU type: the mean of each figure
     over the step's samples."""
     sums: dict[tuple[Any, ...], list[int]] = defaultdict(lambda: [0] * len(CAPACITY_FIGURES))
-    names: dict[int | None, str] = {None: "", **dict(locations.values_list("pk", "name"))}
+    located = dict(locations.values_list("pk", "name"))
+    names: dict[int | None, str] = {pk: name for pk, name in located.items()}
+    names[None] = ""  # the locations summed
     keys = ("location_id", "gpu_type") if per_location else ("gpu_type",)
     for rollup_step, where, bucket in _periods(step, start, end):
         rows = CapacityRollup.objects.filter(
-            where, step=rollup_step, location_id__in=[pk for pk in names if pk is not None]
+            where, step=rollup_step, location_id__in=located
         ).order_by()
         period = "period" if bucket is not None else "start"
         if bucket is not None:
