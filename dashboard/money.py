@@ -207,7 +207,7 @@ def _capacity_charts(locations: QuerySet[Location], now: datetime) -> list[Chart
         charts.append(
             LineChart(
                 key=key,
-                title=f"{gpu_type}: GPUs per day",
+                title=f"{gpu_type} capacity",
                 unit="GPUs (the day's mean)",
                 x_title="day",
                 x_labels=[_label(day) for day in shown],
@@ -267,7 +267,7 @@ def overview_money(*, locations: QuerySet[Location], leaks: QuerySet[Leak], now:
         charts.append(
             _cost_stack(
                 key=f"cost-{_slug(currency)}",
-                title=f"Cost per day by cluster, {currency}",
+                title="Cost by cluster",
                 currency=currency,
                 days=month_days,
                 layers=[(names[cluster], layers[currency][cluster]) for cluster in top[currency]],
@@ -283,7 +283,7 @@ def overview_money(*, locations: QuerySet[Location], leaks: QuerySet[Leak], now:
         charts.append(
             _waste_chart(
                 f"waste-{_slug(currency)}",
-                f"Leak and idle cost per day, {currency}",
+                "Leak and idle cost",
                 currency,
                 past,
                 [
@@ -354,7 +354,7 @@ def cluster_money(*, cluster: Cluster, locations: QuerySet[Location], now: datet
         charts.append(
             _cost_stack(
                 key=f"cost-{_slug(currency)}",
-                title=f"Cost per day by pool, {currency}",
+                title="Cost by pool",
                 currency=currency,
                 days=month_days,
                 layers=shown,
@@ -367,7 +367,7 @@ def cluster_money(*, cluster: Cluster, locations: QuerySet[Location], now: datet
         charts.append(
             _waste_chart(
                 f"idle-{_slug(currency)}",
-                f"Idle GPU cost per day, {currency}",
+                "Idle GPU cost",
                 currency,
                 past,
                 [("idle GPUs", "idle", idle.get(currency, {}))],

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from html.parser import HTMLParser
+from itertools import pairwise
 
 import pytest
 from django.test import Client
@@ -409,3 +410,26 @@ def test_a_charts_names_and_labels_are_escaped_in_its_bars_and_its_table() -> No
         "<title>&lt;img src=x onerror=&quot;1&quot;&gt;, a&lt;b&gt;&amp;c: 2.50 EUR</title>" in html
     )
     assert '<th scope="row">a&lt;b&gt;&amp;c</th><td class="num">2.50</td>' in html
+
+
+def _captions(html: str) -> dict[str, str]:
+    """Each chart's caption as a reader sees it, by the chart's key."""
+    found = re.findall(r'data-chart="([^"]+)">\s*<figcaption>(.*?)</figcaption>', html, re.S)
+    return {key: " ".join(re.sub(r"<[^>]+>", " ", text).split()) for key, text in found}
+
+
+def test_a_charts_caption_names_its_unit_once(
+    world: World, member: Callable[[Account], Client]
+) -> None:
+    GpuProfileFactory(location=world.ams, profile_id="p1", vendor="NVIDIA", model="A100")
+    _first_hour_sampled(world)
+    client = member(world.account)
+
+    for page in ("/", f"/clusters/{world.cluster.pk}/"):
+        captions = _captions(client.get(page).content.decode())
+        assert {"cost-eur", "cost-chf"} <= set(captions), page
+        for key, caption in captions.items():
+            words = caption.replace(",", "").split()
+            assert all(a != b for a, b in pairwise(words)), caption
+            for unit in ("EUR", "CHF", "GPUs", "per day"):
+                assert caption.count(unit) <= 1, (key, caption)
