@@ -7,7 +7,7 @@ from __future__ import annotations
 import django_filters
 from django.db.models import QuerySet
 
-from capvco_web.filters import RelationFilterSet, TrueFalseFilter
+from capvco_web.filters import IdFilter, RelationFilterSet, TrueFalseFilter
 from capvco_web.integrations.kube import GPU_TYPE_LABEL
 from cloud.models import Cloudspace, Image, Location, Membership, VirtualMachine
 from clusters.models import Cluster, ClusterSite, KubeNode, KubePod, Machine, MachinePool
@@ -32,10 +32,11 @@ class CloudspaceFilterSet(RelationFilterSet):
 class VirtualMachineFilterSet(RelationFilterSet):
     relations = {"location": "location", "account": "location__account"}
     orphaned = TrueFalseFilter(method="filter_orphaned", label="Orphaned (no machine owns it)")
+    vm_id = IdFilter(field_name="vm_id", label="The VM's whitesky id")
 
     class Meta:
         model = VirtualMachine
-        fields = ["cloudspace_id", "orphaned"]
+        fields = ["cloudspace_id", "orphaned", "vm_id"]
 
     def filter_orphaned(
         self, queryset: QuerySet[VirtualMachine], name: str, value: bool | None

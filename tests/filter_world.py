@@ -205,6 +205,7 @@ VALUES: dict[tuple[type[Model], str], Value] = {
     (GpuProfile, "vendor"): lambda w: "NVIDIA",
     (VirtualMachine, "cloudspace_id"): lambda w: "cs-a",
     (VirtualMachine, "orphaned"): lambda w: "true",
+    (VirtualMachine, "vm_id"): lambda w: VirtualMachine.objects.get(cloudspace_id="cs-a").vm_id,
     (VgpuReservation, "state"): lambda w: VgpuReservation.State.ATTACHED,
     (VgpuReservation, "orphaned"): lambda w: "false",
     (VgpuReservation, "type"): lambda w: gpu_type_of(w.first.rows["card"]),  # type: ignore[arg-type]
