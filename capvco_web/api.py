@@ -28,7 +28,7 @@ from rest_framework.response import Response
 from rest_framework.settings import api_settings
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from capvco_web.auth import API_PREFIX
+from capvco_web.auth import is_api_path
 
 
 class ErrorSerializer(serializers.Serializer):  # type: ignore[type-arg]
@@ -492,13 +492,13 @@ class DurationTextField(serializers.DurationField):
 
 
 def page_not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
-    if request.path_info.startswith(API_PREFIX):
+    if is_api_path(request.path_info):
         return JsonResponse({"detail": "Not found.", "code": "not_found"}, status=404)
     return defaults.page_not_found(request, exception)
 
 
 def server_error(request: HttpRequest) -> HttpResponse:
-    if request.path_info.startswith(API_PREFIX):
+    if is_api_path(request.path_info):
         body = {"detail": "A server error occurred.", "code": "error"}
         return JsonResponse(body, status=500)
     return defaults.server_error(request)
