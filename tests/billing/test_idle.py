@@ -125,3 +125,21 @@ def test_the_api_says_since_when_each_nodes_gpus_are_idle_to_the_accounts_member
     assert csv.splitlines()[0].startswith("id,account,account_name,location")
     assert len(csv.splitlines()) == 3
     assert api.get("/api/v1/idle-gpus/").json()["results"] == []
+
+
+@pytest.mark.parametrize("name", ["cluster_id", "pool_id", "machine_id"])
+def test_the_idle_gpus_are_filtered_by_whole_ids_only(world: World, name: str) -> None:
+    idle_record(now=T0)
+    api = APIClient()
+    api.force_authenticate(MembershipFactory(account=world.account, role="viewer").user)
+    spell = IdleSpell.objects.get(node_name="node-0")
+
+    found = api.get("/api/v1/idle-gpus/", {name: getattr(spell, name)})
+    refused = {value: api.get("/api/v1/idle-gpus/", {name: value}) for value in ("0.5", "1e3")}
+
+    picked = found.json()["results"]
+    assert "node-0" in [s["node_name"] for s in picked]
+    assert {s[name] for s in picked} == {getattr(spell, name)}
+    for value, response in refused.items():
+        assert response.status_code == 400, (value, response.content)
+        assert response.json()["fields"] == {name: ["Give an id (a whole number)."]}
