@@ -26,9 +26,11 @@ from rest_framework.exceptions import ValidationError as ApiValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.settings import api_settings
+from rest_framework.utils import humanize_datetime
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from capvco_web.auth import is_api_path
+from capvco_web.validators import is_date_text
 
 
 class ErrorSerializer(serializers.Serializer):  # type: ignore[type-arg]
@@ -485,6 +487,17 @@ class DurationTextField(serializers.DurationField):
     def to_internal_value(self, value: Any) -> timedelta:
         if not isinstance(value, str) or not re.fullmatch(self.pattern, value):
             self.fail("invalid")
+        return super().to_internal_value(value)
+
+
+class DateTimeText(serializers.DateTimeField):
+    """A date and time in ISO 8601, the whole text of it (is_date_text): a NUL or a line
+    break after a date is refused, not read as that date."""
+
+    def to_internal_value(self, value: Any) -> Any:
+        if isinstance(value, str) and not is_date_text(value):
+            formats = getattr(self, "input_formats", api_settings.DATETIME_INPUT_FORMATS)
+            self.fail("invalid", format=humanize_datetime.datetime_formats(formats))
         return super().to_internal_value(value)
 
 

@@ -142,3 +142,10 @@ def kube_allowed_servers() -> AllowedServers:
 def kubeconfig_checked(text: str) -> Kubeconfig:
     """The kubeconfig, read and checked; raises KubeconfigInvalid naming the problem."""
     return kubeconfig_check(text, kube_allowed_servers())
+
+
+def is_date_text(value: str) -> bool:
+    """Whether text can be a date and time at all: printable ASCII. Python's ISO parser
+    stops at a NUL and Django's reads a trailing line break as nothing, so without this
+    `2026-12-01T00:00:00Z<NUL>` would be read as the date before the NUL."""
+    return value.isascii() and value.isprintable()
