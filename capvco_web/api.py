@@ -21,7 +21,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views import defaults
 from django_filters.rest_framework import DjangoFilterBackend
 from rest_framework import serializers, status
-from rest_framework.exceptions import APIException, ErrorDetail
+from rest_framework.exceptions import APIException, ErrorDetail, MethodNotAllowed
 from rest_framework.exceptions import ValidationError as ApiValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -259,6 +259,10 @@ class KnownParametersMixin:
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         super().initial(request, *args, **kwargs)  # type: ignore[misc]
+        method = (request.method or "").lower()
+        if method not in self.http_method_names or not hasattr(self, method):  # type: ignore[attr-defined]
+            # No operation to read parameters: the method is what is wrong (405).
+            raise MethodNotAllowed(request.method or "")
         known = known_parameters(self, request)
         if unknown := sorted(set(request.query_params) - set(known)):
             raise UnknownParameters(unknown, known)

@@ -141,6 +141,19 @@ def test_a_vm_is_found_by_its_whitesky_id(api: APIClient, world: World) -> None:
     assert not_an_id.json()["fields"] == {"vm_id": ["Give an id (a whole number)."]}
 
 
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [("trace", "/api/v1/clusters/"), ("put", "/api/v1/clusters/"), ("post", "/api/v1/vms/")],
+)
+def test_a_method_an_endpoint_does_not_take_is_405_whatever_its_parameters(
+    api: APIClient, method: str, path: str
+) -> None:
+    response = getattr(api, method)(f"{path}?clustr=prod&limit=x")
+
+    assert response.status_code == 405, response.content
+    assert response.json()["code"] == "method_not_allowed"
+
+
 def test_paging_and_format_are_known_parameters(api: APIClient, world: World) -> None:
     offset_paged = api.get("/api/v1/pools/", {"limit": 1, "offset": 1, "format": "json"})
     first = api.get("/api/v1/machines/", {"limit": 1, "format": "json"})
