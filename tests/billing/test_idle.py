@@ -18,7 +18,7 @@ from billing.models import CostRollup, IdleSpell, Leak, Rollup
 from billing.tasks import billing_pass
 from clusters.models import Cluster, KubePod
 from tests.clusters.test_costs import World, world_make
-from tests.factories import KubePodFactory, MembershipFactory
+from tests.factories import KubePodFactory, LocationFactory, MembershipFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -143,3 +143,32 @@ def test_the_idle_gpus_are_filtered_by_whole_ids_only(world: World, name: str) -
     for value, response in refused.items():
         assert response.status_code == 400, (value, response.content)
         assert response.json()["fields"] == {name: ["Give an id (a whole number)."]}
+
+
+def test_a_malformed_leak_row_stops_only_itself_and_the_pass_reports_it(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Another account's open VM leak whose VM id is no number (written by hand, or by an
+    # older version): the ledger cannot decide how it ended.
+    elsewhere = LocationFactory(observation_complete=True, observation_started_at=T0)
+    bad = Leak.objects.create(
+        account=elsewhere.account, location=elsewhere, kind=Leak.Kind.VM,
+        external_id="not-a-vm-id", name="capvco-x", currency="EUR", monthly_price=D("1"),
+        billed_since=T0, leaked_since=T0,
+    )  # fmt: skip
+
+    result = billing_pass.apply().get()
+
+    # The other rows and steps went on: world_make's two orphans opened, idle GPUs recorded.
+    assert sorted(Leak.objects.exclude(pk=bad.pk).values_list("kind", flat=True)) == ["vgpu", "vm"]
+    assert IdleSpell.objects.count() == 2
+    assert Rollup.objects.count() == 1
+    bad.refresh_from_db()
+    assert bad.ended_at is None
+    assert result["leaks"]["opened"] == 2
+    [failure] = result["failures"]
+    assert failure.startswith(f"leak {bad.pk} (vm not-a-vm-id, {elsewhere.name}): ")
+    assert any(
+        record.levelname == "ERROR" and f"leak {bad.pk}" in record.getMessage()
+        for record in caplog.records
+    )
