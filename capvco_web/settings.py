@@ -322,6 +322,15 @@ CATALOG_OBSERVE_INTERVAL = timedelta(
 # Webhook notifications: leaks, failed machines and stale locations looked for and due
 # messages sent this often.
 NOTIFY_INTERVAL = timedelta(seconds=env.float("NOTIFY_INTERVAL_SECONDS", default=60))
+# Notifications: at most this many webhook targets per account (each is posted to in the
+# account's own pass, which ends after NOTIFY_SEND_SECONDS).
+NOTIFY_TARGETS_PER_ACCOUNT = env.int("NOTIFY_TARGETS_PER_ACCOUNT", default=20)
+# Notifications: at most this many test messages an account may ask for in a minute (and
+# one at a time per target); a worker posts them, never the web request.
+NOTIFY_TESTS_PER_ACCOUNT_MINUTE = env.int("NOTIFY_TESTS_PER_ACCOUNT_MINUTE", default=10)
+# Notifications: an account's pass stops posting after this many seconds (a post waits at
+# most 5 s to connect and 10 s for an answer); what is left goes in its next pass.
+NOTIFY_SEND_SECONDS = env.float("NOTIFY_SEND_SECONDS", default=45)
 # Notifications: a GPU node's GPUs idle (attached, asked for by no pod) this long are told.
 NOTIFY_IDLE_GPU_AFTER = timedelta(hours=env.float("NOTIFY_IDLE_GPU_HOURS", default=24))
 # Money: the hour's cost and capacity rollup (taken by the first pass in each hour, so this

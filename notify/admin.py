@@ -10,10 +10,12 @@ from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.urls import reverse
 
 from capvco_web.permissions import AccountScopedAdmin
 from notify.models import Notice, Reason, WebhookTarget
 from notify.services import (
+    WebhookTestRefused,
     webhook_target_create,
     webhook_target_delete,
     webhook_target_test,
@@ -81,16 +83,22 @@ class WebhookTargetAdmin(AccountScopedAdmin[WebhookTarget]):
 
     @admin.action(description="Send a test message")
     def send_test(self, request: HttpRequest, queryset: QuerySet[WebhookTarget]) -> None:
-        for target in queryset:
+        """Asks a worker to post each (throttled as the page's button is); the results show
+        on the notifications page."""
+        asked = []
+        for target in queryset.order_by("account__name", "name"):
             try:
-                delivery = webhook_target_test(target=target, actor=request.user)
-            except PermissionDenied as exc:
-                self.message_user(request, str(exc), messages.ERROR)
+                webhook_target_test(target=target, actor=request.user)
+            except (PermissionDenied, WebhookTestRefused) as exc:
+                self.message_user(request, f"No test message to {target}: {exc}", messages.ERROR)
                 continue
-            if delivery.error:
-                self.message_user(request, f"{target}: {delivery.error}", messages.ERROR)
-            else:
-                self.message_user(request, f"{target}: the test message was taken")
+            asked.append(target.name)
+        if asked:
+            self.message_user(
+                request,
+                f"Test messages on their way to {', '.join(asked)}: their results show on the "
+                f"notifications page ({reverse('notify:targets')}).",
+            )
 
 
 @admin.register(Notice)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
@@ -78,6 +79,8 @@ class WebhookTarget(models.Model):
         return self.name
 
     def clean(self) -> None:
+        if self._state.adding and self.account_id is not None:
+            targets_bound_check(self.account_id)
         if self.url and (refused := webhook_url_refusal(self.url)):
             raise ValidationError({"url": refused})
 
@@ -118,3 +121,35 @@ class Notice(models.Model):
 
     def __str__(self) -> str:
         return f"{self.get_reason_display()}: {self.summary}"
+
+
+def targets_bound_check(account_id: int) -> None:
+    """Refuse one more target to an account that has NOTIFY_TARGETS_PER_ACCOUNT: each is
+    posted to in the account's pass, which has a bounded time."""
+    bound: int = settings.NOTIFY_TARGETS_PER_ACCOUNT
+    if WebhookTarget.objects.filter(account_id=account_id).count() >= bound:
+        raise ValidationError(
+            f"The account has {bound} webhook targets, the most NOTIFY_TARGETS_PER_ACCOUNT "
+            "allows: delete one, or give one of them more reasons."
+        )
+
+
+class WebhookTest(models.Model):
+    """A test message a person asked for: a worker posts it, as it posts notices, and its
+    result (what the receiver answered, for the target's admins only) is kept here."""
+
+    target = models.ForeignKey(WebhookTarget, on_delete=models.CASCADE, related_name="tests")
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    requested_at = models.DateTimeField()
+    # Claimed by the worker that posts it (compare-and-set): a redelivered task posts nothing.
+    started_at = models.DateTimeField(null=True, blank=True)
+    done_at = models.DateTimeField(null=True, blank=True)
+    error = models.TextField(blank=True, help_text="Empty once the receiver took it")
+
+    class Meta:
+        indexes = [models.Index(fields=["target", "-requested_at"], name="webhook_test_recent")]
+
+    def __str__(self) -> str:
+        return f"test of {self.target}"
