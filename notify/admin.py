@@ -31,8 +31,13 @@ class WebhookTargetForm(forms.ModelForm[WebhookTarget]):
         help_text="The key messages are signed with (X-Capvco-Signature); leave empty to keep "
         "the stored one.",
     )
+    # A new target takes every reason (the model's default), so the form offers them ticked;
+    # none ticked is refused here, as the model refuses it, never when saving.
     reasons = forms.MultipleChoiceField(
-        choices=Reason.choices, widget=forms.CheckboxSelectMultiple, required=False
+        choices=Reason.choices,
+        widget=forms.CheckboxSelectMultiple,
+        initial=list(Reason.values),
+        error_messages={"required": "Tick at least one reason (to send nothing, untick Enabled)."},
     )
 
     class Meta:
