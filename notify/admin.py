@@ -12,7 +12,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from capvco_web.permissions import AccountScopedAdmin
-from notify.models import Notice, Reason, WebhookTarget
+from notify.models import Notice, Reason, WebhookTarget, secret_check
 from notify.services import (
     webhook_target_create,
     webhook_target_delete,
@@ -28,8 +28,10 @@ class WebhookTargetForm(forms.ModelForm[WebhookTarget]):
         max_length=500,
         label="Secret",
         widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}),
-        help_text="The key messages are signed with (X-Capvco-Signature); leave empty to keep "
-        "the stored one.",
+        validators=[secret_check],
+        help_text="The key messages are signed with (webhook-signature, Standard Webhooks): "
+        "whsec_ and 24 to 64 random bytes in base64 (echo whsec_$(openssl rand -base64 32)). "
+        "Leave empty to keep the stored one; a replaced one still signs for a day.",
     )
     # A new target takes every reason (the model's default), so the form offers them ticked;
     # none ticked is refused here, as the model refuses it, never when saving.

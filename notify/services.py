@@ -62,11 +62,15 @@ def webhook_target_update(
         permission_require(actor, perm_name(WebhookTarget, "change"), stored)
         changed = copy.copy(stored)
         for name, value in changes.items():
-            setattr(changed, name, value)
+            if name == "secret":
+                changed.secret_replace(value, now=timezone.now())
+            else:
+                setattr(changed, name, value)
         before, after = audit_changes(stored, changed)
         if not after:
             return target
-        changed.full_clean()
+        # A stored secret is not judged again (one saved before the rules were is kept).
+        changed.full_clean(exclude=None if "secret" in changes else ["secret"])
         changed.save()
         audit_record(
             actor=actor, action="webhook_target.update", obj=changed, before=before, after=after
@@ -99,7 +103,9 @@ def webhook_target_test(*, target: WebhookTarget, actor: Actor) -> Delivery:
         summary=f"a test message to {target.name}",
         opened_at=now,
     )
-    delivery = webhook_post(target, notice_body(notice, kind=target.kind), now=now)
+    delivery = webhook_post(
+        target, notice_body(notice, kind=target.kind), now=now, message_id=notice.webhook_id
+    )
     audit_record(
         actor=actor,
         action="webhook_target.test",
@@ -188,7 +194,9 @@ def notices_send(*, now: datetime, seconds: float = SEND_SECONDS) -> int:
             continue
         budget[target.pk] -= 1
         notice.attempts += 1
-        delivery = webhook_post(target, notice_body(notice, kind=target.kind), now=now)
+        delivery = webhook_post(
+            target, notice_body(notice, kind=target.kind), now=now, message_id=notice.webhook_id
+        )
         notice_delivered(notice, delivery, now=now)
         sent += not delivery.error
     return sent
