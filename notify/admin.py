@@ -22,6 +22,9 @@ from notify.services import (
 
 
 class WebhookTargetForm(forms.ModelForm[WebhookTarget]):
+    # A credential too: a new one is written here, the stored one is shown as its scheme and
+    # host only (in the help text), never as the field's value.
+    url = forms.CharField(label="URL", max_length=500)
     # Write-only: the stored secret is never rendered, not even re-shown after an error.
     new_secret = forms.CharField(
         required=False,
@@ -46,6 +49,19 @@ class WebhookTargetForm(forms.ModelForm[WebhookTarget]):
         model = WebhookTarget
         fields = ["account", "name", "url", "kind", "enabled", "reasons", "per_minute"]
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.initial.pop("url", None)
+        if self.instance.pk:
+            url = self.fields["url"]
+            url.required = False
+            url.help_text = (
+                f"Now {self.instance.url_shown} (the rest is not shown); leave empty to keep it."
+            )
+
+    def clean_url(self) -> str:
+        return str(self.cleaned_data["url"]) or self.instance.url
+
     def changes(self) -> dict[str, Any]:
         fields = [f for f in WebhookTargetForm.Meta.fields if f != "account"]
         changes = {f: self.cleaned_data[f] for f in fields if f in self.cleaned_data}
@@ -62,7 +78,7 @@ class WebhookTargetForm(forms.ModelForm[WebhookTarget]):
 @admin.register(WebhookTarget)
 class WebhookTargetAdmin(AccountScopedAdmin[WebhookTarget]):
     form = WebhookTargetForm
-    list_display = ["name", "account", "kind", "url", "enabled", "has_secret", "per_minute"]
+    list_display = ["name", "account", "kind", "url_shown", "enabled", "has_secret", "per_minute"]
     list_filter = ["account", "kind", "enabled"]
     actions = ["send_test"]
 
@@ -81,6 +97,10 @@ class WebhookTargetAdmin(AccountScopedAdmin[WebhookTarget]):
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[WebhookTarget]) -> None:
         for target in queryset:
             webhook_target_delete(target=target, actor=request.user)
+
+    @admin.display(description="URL")
+    def url_shown(self, target: WebhookTarget) -> str:
+        return target.url_shown
 
     @admin.display(boolean=True, description="secret")
     def has_secret(self, target: WebhookTarget) -> bool:

@@ -8,10 +8,15 @@ import uuid
 from datetime import datetime, timedelta
 
 from django.core.exceptions import ValidationError
-from django.core.validators import MaxValueValidator, MinValueValidator
+from django.core.validators import (
+    MaxLengthValidator,
+    MaxValueValidator,
+    MinValueValidator,
+    URLValidator,
+)
 from django.db import models
 
-from capvco_web.encryption import EncryptedTextField
+from capvco_web.encryption import EncryptedTextField, EncryptedUrlField, url_shown
 from notify.hosts import webhook_url_refusal
 
 
@@ -82,9 +87,14 @@ class WebhookTarget(models.Model):
         "cloud.Account", on_delete=models.CASCADE, related_name="webhook_targets"
     )
     name = models.CharField(max_length=100)
-    url = models.URLField(
-        max_length=500,
-        help_text="Where notices are posted; its host must be in NOTIFY_WEBHOOK_HOSTS.",
+    # A credential (a Slack incoming webhook's URL is what posts to the channel): encrypted,
+    # shown and audited as its scheme and host only (url_shown). Editable: the admin form
+    # takes a new one, and never renders the stored one.
+    url = EncryptedUrlField(
+        editable=True,
+        validators=[URLValidator(schemes=["http", "https"]), MaxLengthValidator(500)],
+        help_text="Where notices are posted; its host must be in NOTIFY_WEBHOOK_HOSTS. Stored "
+        "encrypted, shown as its scheme and host only.",
     )
     kind = models.CharField(max_length=8, choices=Kind, default=Kind.JSON)
     secret = EncryptedTextField(
@@ -123,6 +133,10 @@ class WebhookTarget(models.Model):
     def clean(self) -> None:
         if self.url and (refused := webhook_url_refusal(self.url)):
             raise ValidationError({"url": refused})
+
+    @property
+    def url_shown(self) -> str:
+        return url_shown(self.url) if self.url else ""
 
     def secret_replace(self, secret: str, *, now: datetime) -> None:
         """Sign with `secret` from now on, and with the one it replaces for SECRET_OVERLAP
