@@ -470,4 +470,7 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
+    # urllib3's debug lines hold each request's path, and a webhook URL's path is a
+    # credential (a Slack incoming webhook's): never logged, whatever LOG_LEVEL says.
+    "loggers": {"urllib3.connectionpool": {"level": "INFO"}},
 }

@@ -5,6 +5,7 @@ who change it as to the viewers who read the audit log."""
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 import pytest
@@ -28,7 +29,10 @@ def _form(account: Any, url: str) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def test_a_target_url_is_seen_by_nobody_only_its_scheme_and_host(receiver: Receiver) -> None:
+def test_a_target_url_is_seen_by_nobody_only_its_scheme_and_host(
+    receiver: Receiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
     origin = receiver.url.removesuffix("/hooks/capvco")
     admin_membership = MembershipFactory(role="admin", user__is_staff=True)
     account = admin_membership.account
@@ -62,6 +66,7 @@ def test_a_target_url_is_seen_by_nobody_only_its_scheme_and_host(receiver: Recei
         [e.before, e.after] for e in AuditEvent.objects.filter(object_type__startswith="notify")
     ]
     shown["audit records"] = json.dumps(records)
+    shown["logs"] = caplog.text
     assert {name for name, text in shown.items() if TOKEN in text} == set()
     assert f"{origin}/…" in shown["notifications"] and f"{origin}/…" in shown["audit, viewer"]
     # The change from /a/ to /b/ is in the log, as a change, without either path.
