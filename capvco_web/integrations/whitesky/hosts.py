@@ -83,7 +83,10 @@ class AllowedHosts:
 
 def _entry(text: str, source: str) -> Origin:
     entry = text.strip()
-    problem = f"{source}: {entry!r} is not a host name or an http(s)://host:port origin"
+    problem = (
+        f"{source}: {entry!r} is not a host name (https on port 443) or an "
+        "http(s)://host:port origin (that port only)"
+    )
     if "*" in entry or any(c.isspace() for c in entry):
         raise ValueError(f"{problem} (no wildcards: list each host)")
     origin = origin_read(entry, problem)

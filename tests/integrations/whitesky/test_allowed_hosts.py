@@ -88,8 +88,9 @@ def test_an_empty_list_refuses_everything_and_says_how_to_allow() -> None:
     ],
 )
 def test_entries_that_are_not_a_host_or_an_origin_are_refused(entry: str) -> None:
-    with pytest.raises(ValueError, match="WHITESKY_ALLOWED_HOSTS"):
+    with pytest.raises(ValueError, match="WHITESKY_ALLOWED_HOSTS") as refused:
         AllowedHosts([entry], source="WHITESKY_ALLOWED_HOSTS")
+    assert "a host name (https on port 443) or an http(s)://host:port origin" in str(refused.value)
 
 
 def test_entries_are_normalised() -> None:
