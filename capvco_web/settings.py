@@ -382,11 +382,12 @@ POOL_MAX_REPLICAS = pool_max_replicas(env.int("POOL_MAX_REPLICAS", default=1000)
 DASHBOARD_POLL_SECONDS = env.int("DASHBOARD_POLL_SECONDS", default=10)
 
 # whitesky: the hosts an account's API and IAM URLs may name, so the credential goes nowhere
-# else: `host` (https, any port), `https://host:port`, or `http://host:port` (plain http to
+# else: `host` (https on port 443), `https://host:port`, or `http://host:port` (plain http to
 # exactly that origin, e.g. the simulator). `make run` adds its simulator's.
 WHITESKY_ALLOWED_HOSTS = whitesky_allowed_hosts(env.str("WHITESKY_ALLOWED_HOSTS", default=""))
 # Notifications: the hosts a webhook target's URL may name, written as
-# WHITESKY_ALLOWED_HOSTS is ("": no webhook may be sent anywhere).
+# WHITESKY_ALLOWED_HOSTS is ("": no webhook may be sent anywhere). `make run` adds
+# http://127.0.0.1:$NOTIFY_RECEIVER_PORT (8090), for a receiver on that machine.
 NOTIFY_WEBHOOK_HOSTS = notify_webhook_hosts(env.str("NOTIFY_WEBHOOK_HOSTS", default=""))
 # Notifications: the CA bundle webhook receivers' certificates are checked with ("": the
 # one requests ships).
@@ -478,4 +479,7 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
+    # urllib3's debug lines hold each request's path, and a webhook URL's path is a
+    # credential (a Slack incoming webhook's): never logged, whatever LOG_LEVEL says.
+    "loggers": {"urllib3.connectionpool": {"level": "INFO"}},
 }

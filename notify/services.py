@@ -80,11 +80,15 @@ def webhook_target_update(
         permission_require(actor, perm_name(WebhookTarget, "change"), stored)
         changed = copy.copy(stored)
         for name, value in changes.items():
-            setattr(changed, name, value)
+            if name == "secret":
+                changed.secret_replace(value, now=timezone.now())
+            else:
+                setattr(changed, name, value)
         before, after = audit_changes(stored, changed)
         if not after:
             return target
-        changed.full_clean()
+        # A stored secret is not judged again (one saved before the rules were is kept).
+        changed.full_clean(exclude=None if "secret" in changes else ["secret"])
         changed.save()
         audit_record(
             actor=actor, action="webhook_target.update", obj=changed, before=before, after=after
@@ -181,7 +185,12 @@ def webhook_test_post(*, test_id: int, now: datetime | None = None) -> WebhookTe
         summary=f"a test message to {test.target.name}",
         opened_at=test.requested_at,
     )
-    delivery = webhook_post(test.target, notice_body(notice, kind=test.target.kind), now=now)
+    delivery = webhook_post(
+        test.target,
+        notice_body(notice, kind=test.target.kind),
+        now=now,
+        message_id=notice.webhook_id,
+    )
     test.done_at = timezone.now()
     test.error = delivery.error
     test.save(update_fields=["done_at", "error"])
@@ -300,7 +309,9 @@ def notices_send(
             continue
         budget[target.pk] -= 1
         notice.attempts += 1
-        delivery = webhook_post(target, notice_body(notice, kind=target.kind), now=now)
+        delivery = webhook_post(
+            target, notice_body(notice, kind=target.kind), now=now, message_id=notice.webhook_id
+        )
         notice_delivered(notice, delivery, now=now)
         if delivery.error:
             failing.add(target.pk)

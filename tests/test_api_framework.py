@@ -509,7 +509,8 @@ def account_body(**changes: Any) -> dict[str, Any]:
 
 @pytest.mark.parametrize(
     ("url", "taken"),
-    [("https://vco.example/api/1", True), ("https://vco.example:8443/api/1", True),
+    [("https://vco.example/api/1", True), ("https://vco.example:443/api/1", True),
+     ("https://vco.example:8443/api/1", False),  # a bare host in the list: port 443 only
      ("https://vco.example/api/1?x=1", False), ("https://vco.example/api/1#top", False),
      ("HTTPS://vco.example/api/1", False), ("https://vco.example./api/1", False),
      ("https://vco.example:08443/api/1", False), ("https://collector.example/api/1", False)],

@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('notify', '0003_reasons_idle_gpus_and_unexplained_bill'),
+        ('notify', '0005_webhook_url_encrypted'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
