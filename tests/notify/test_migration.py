@@ -1,6 +1,6 @@
 """Targets saved before URLs were credentials and posts Standard Webhooks: a database with
-rows of the old schema is migrated forward, and its URLs, audit records, secrets and
-notices come out as new ones are."""
+rows of the old schema is migrated forward, and its URLs, audit records (receivers' answers
+included), secrets and notices come out as new ones are."""
 
 from __future__ import annotations
 
@@ -51,6 +51,14 @@ def _old_rows(apps: Any, account_id: int) -> dict[str, Any]:
             after={"url": NEW_URL, "name": "chat"},
             **common,
         ),
+        # What a receiver answered, as posts were audited before: readable by every member.
+        "tested": events.create(
+            action="webhook_target.test", after={"result": "HTTP 503"}, **common
+        ),
+        "sent": events.create(
+            action="notice.send", after={"result": "no answer: ConnectTimeout"}, **common
+        ),
+        "taken": events.create(action="notice.send", after={"result": "sent"}, **common),
         "target": target.pk,
     }
 
@@ -86,3 +94,8 @@ def test_old_urls_audit_records_secrets_and_notices_are_brought_forward() -> Non
     assert legacy_signature(target.secret, "17", "{}") == f"sha256={mac}"
     ids = set(Notice.objects.filter(target=target).values_list("message_id", flat=True))
     assert len(ids) == 2 and None not in ids
+    results = {
+        name: AuditEvent.objects.get(pk=old[name].pk).after["result"]
+        for name in ("tested", "sent", "taken")
+    }
+    assert results == {"tested": "failed", "sent": "failed", "taken": "sent"}
