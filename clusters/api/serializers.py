@@ -41,7 +41,9 @@ from clusters.models import (
     replicas_bound,
 )
 from clusters.plan import KINDS, Step, planned_kinds
+from clusters.selectors import HELD_VGPUS, machine_vgpus_held
 from clusters.services import account_update_check
+from gpus.models import VgpuReservation
 
 
 class AccountSerializer(ModelCleanMixin):
@@ -328,8 +330,20 @@ class MachineSpecSerializer(serializers.Serializer[object]):
     disk_gib = serializers.IntegerField(read_only=True)
 
 
+class MachineVgpuSerializer(serializers.ModelSerializer[VgpuReservation]):
+    """One vGPU a machine holds (being reserved, billed, or on its way out)."""
+
+    class Meta:
+        model = VgpuReservation
+        fields = ["id", "name", "vgpu_id", "gpu_id", "state", "vm_id"]
+        read_only_fields = fields
+
+
 class MachineSerializer(serializers.ModelSerializer[Machine]):
     cluster = serializers.CharField(source="pool.cluster.name", read_only=True)
+    vgpus = serializers.SerializerMethodField(
+        help_text="Its vGPU reservations not released, by name"
+    )
     vm_name = serializers.CharField(read_only=True)
     spec = MachineSpecSerializer(
         read_only=True,
@@ -349,7 +363,7 @@ class MachineSerializer(serializers.ModelSerializer[Machine]):
             "id", "cluster", "pool", "name", "vm_name", "vm_id", "phase", "failure_message",
             "delete_requested", "created_at", "updated_at", "vm_started_at", "node_joined_at",
             "node_missing", "node_missing_reason", "failures", "next_try_at", "spec",
-            "spec_changes",
+            "spec_changes", "gpu_driver_version", "vgpus",
         ]  # fmt: skip
         read_only_fields = fields
 
@@ -357,6 +371,14 @@ class MachineSerializer(serializers.ModelSerializer[Machine]):
         data: dict[str, Any] = super().to_representation(instance)
         data["spec"] = data["spec"] if instance.spec else None
         return data
+
+    @extend_schema_field(MachineVgpuSerializer(many=True))
+    def get_vgpus(self, machine: Machine) -> list[dict[str, Any]]:
+        # A list prefetches them (MachineViewSet); one machine alone reads them here.
+        held = getattr(machine, HELD_VGPUS, None)
+        if held is None:
+            held = list(machine_vgpus_held().filter(machine=machine))
+        return list(MachineVgpuSerializer(held, many=True).data)
 
 
 class PlanCallSerializer(serializers.Serializer[object]):

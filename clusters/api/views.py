@@ -63,7 +63,11 @@ from clusters.filtersets import (
 from clusters.models import Cluster, ClusterSite, KubeNode, KubePod, Machine, MachinePool
 from clusters.plan import cluster_plan
 from clusters.releases import location_plan, vm_removal_request
-from clusters.selectors import clusters_with_kube_summary, kube_nodes_with_requests
+from clusters.selectors import (
+    clusters_with_kube_summary,
+    kube_nodes_with_requests,
+    machines_with_vgpus,
+)
 from clusters.services import (
     account_capi_kubeconfig_set,
     account_create,
@@ -446,7 +450,9 @@ class MachineViewSet(
     mixins.DestroyModelMixin,
     viewsets.ReadOnlyModelViewSet[Machine],
 ):
-    queryset = Machine.objects.select_related("pool__cluster").order_by("pool", "index")
+    queryset = machines_with_vgpus(
+        Machine.objects.select_related("pool__cluster").order_by("pool", "index")
+    )
     serializer_class = MachineSerializer
     filterset_class = MachineFilterSet
     pagination_class = CursorPagination  # a big list: keyset pages, in id order
