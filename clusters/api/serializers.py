@@ -30,6 +30,7 @@ from cloud.models import (
     VirtualMachine,
     jwt_shape,
 )
+from clusters.costs import HOURLY_PLACES
 from clusters.models import (
     MAX_GPUS_PER_MACHINE,
     Cluster,
@@ -43,7 +44,8 @@ from clusters.models import (
 from clusters.plan import KINDS, Step, planned_kinds
 from clusters.selectors import HELD_VGPUS, machine_vgpus_held
 from clusters.services import account_update_check
-from gpus.models import VgpuReservation
+from gpus import naming
+from gpus.models import VgpuReservation, hourly_price
 
 
 class AccountSerializer(ModelCleanMixin):
@@ -132,15 +134,33 @@ class VirtualMachineSerializer(serializers.ModelSerializer[VirtualMachine]):
         help_text="Its vCPUs and memory per month at the location's prices (disks not "
         "counted; vGPUs are reservations of their own)",
     )
+    hourly_cost = serializers.SerializerMethodField(
+        help_text="compute_monthly_price per hour (a month is 730 hours), as the money "
+        "figures count it"
+    )
+    named_by_us = serializers.SerializerMethodField(
+        help_text="Its name has our prefix. False, and held by no machine: made outside the "
+        "control plane (`not_ours=true` lists those); only an admin removes one"
+    )
 
     class Meta:
         model = VirtualMachine
         fields = [
             "id", "location", "cloudspace_id", "vm_id", "name", "status", "vcpus",
             "memory_mib", "orphaned_since", "orphan_confirmations", "orphan_reason",
-            "compute_monthly_price",
+            "compute_monthly_price", "hourly_cost", "named_by_us", "first_seen_at",
+            "changed_at",
         ]  # fmt: skip
         read_only_fields = fields
+
+    @extend_schema_field(
+        serializers.DecimalField(max_digits=14, decimal_places=4, coerce_to_string=True)
+    )
+    def get_hourly_cost(self, vm: VirtualMachine) -> str:
+        return str(hourly_price(vm.compute_monthly_price()).quantize(HOURLY_PLACES))
+
+    def get_named_by_us(self, vm: VirtualMachine) -> bool:
+        return vm.name.startswith(naming.PREFIX)
 
 
 class ClusterSiteSerializer(ModelCleanMixin):
