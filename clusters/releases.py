@@ -336,6 +336,12 @@ def vm_removal_request(
             f"VM {vm.name}: {by.get_username() if by else 'someone'} asked for its removal "
             "already; the next sweep carries it out."
         )
+    if removed_since_listed(vm):
+        # The listing that still shows it began before the delete: asked again, nothing more.
+        raise ReleaseRefused(
+            f"VM {vm.name} was removed after the last listing began; the next listing shows "
+            "it gone."
+        )
     request = VmRemovalRequest.objects.create(
         location=vm.location,
         vm_id=vm.vm_id,

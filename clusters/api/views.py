@@ -253,8 +253,9 @@ class LocationViewSet(
 class VirtualMachineViewSet(
     KnownParametersMixin, AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[VirtualMachine]
 ):
-    """The VMs listed in the cloudspaces of the clusters' sites, as last observed; those
-    named by us that no machine owns are flagged orphaned."""
+    """The VMs listed in the cloudspaces of the clusters' sites, as last observed, with
+    what they cost; those named by us that no machine owns are flagged orphaned, those
+    made outside the control plane are `named_by_us: false` (`not_ours=true`)."""
 
     queryset = VirtualMachine.objects.select_related("location").order_by("location", "name")
     serializer_class = VirtualMachineSerializer
@@ -269,7 +270,8 @@ class VirtualMachineViewSet(
             409: OpenApiResponse(
                 ErrorSerializer,
                 description="Refused, saying why (a machine's VM: delete the machine; not "
-                "named by us; asked for already)",
+                "named by us and changed since the last complete listing; asked for or "
+                "removed already)",
             ),
         },
     )
@@ -277,7 +279,10 @@ class VirtualMachineViewSet(
     def remove(self, request: Request, pk: str | None = None) -> Response:
         """Ask for the removal of a VM that no machine owns, with a reason: recorded at
         once and audited; the location's next sweep (sent now) stops and deletes it,
-        without the grace period automatic removal waits for."""
+        without the grace period automatic removal waits for. A VM not named by us (made
+        outside the control plane) needs an admin of its account (403 otherwise), and a
+        complete listing begun after it last changed; it is left alone if it changes
+        before the sweep."""
         vm = self.get_object()
         reason = ReasonSerializer(data=request.data)
         reason.is_valid(raise_exception=True)

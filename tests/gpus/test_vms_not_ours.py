@@ -106,7 +106,10 @@ def test_an_admin_removes_a_vm_not_named_by_us_through_the_api_with_a_reason(
     assert (requested.after or {})["removal_requested"] is True
     assert (done.before or {})["status"] == "HALTED"
     assert (done.after or {})["deleted"] is True
-    # Asked again once done: nothing more happens.
+    # Asked again once done, before a listing shows it gone: refused, nothing more happens.
+    again = api.post(f"/api/v1/vms/{vm.pk}/remove/", {"reason": "again"}, format="json")
+    assert again.status_code == 409 and "was removed" in again.json()["detail"]
+    assert VmRemovalRequest.objects.count() == 1
     plane.observe()
     assert not VirtualMachine.objects.filter(vm_id=vm.vm_id).exists()
     assert AuditEvent.objects.filter(action="vm.delete").count() == 1
@@ -190,3 +193,26 @@ def test_the_admin_lists_vms_not_ours_and_removes_one_with_a_reason(
     ]
     assert sim_vm_status(plane, vm.vm_id) in (None, "DESTROYED")
     assert AuditEvent.objects.get(action="vm.delete").reason == "hand-made"
+
+
+def test_the_dashboard_removes_a_vm_not_named_by_us_for_an_admin_only(
+    plane: Plane, run_tasks: RunTasks
+) -> None:
+    vm = bastion(plane)
+    plane.observe()
+    operator, admin = Client(), Client()
+    operator.force_login(member(plane, "operator"))
+    admin.force_login(member(plane, "admin"))
+
+    assert f'href="/vms/{vm.pk}/remove/"' not in operator.get("/").content.decode()
+    refused = operator.post(f"/vms/{vm.pk}/remove/", {"reason": "x"}, **HTMX)
+    assert refused.status_code == 403
+    form = admin.get(f"/vms/{vm.pk}/remove/", **HTMX).content.decode()
+    assert "Remove VM not named by us" in form and "bastion" in form
+    with run_tasks():
+        done = admin.post(f"/vms/{vm.pk}/remove/", {"reason": "old demo"}, **HTMX)
+
+    assert done.status_code == 200
+    assert "Removal of VM bastion asked for" in done.content.decode()
+    assert sim_vm_status(plane, vm.vm_id) in (None, "DESTROYED")
+    assert AuditEvent.objects.get(action="vm.delete").actor_name == "admin-x"
