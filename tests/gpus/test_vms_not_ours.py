@@ -216,3 +216,19 @@ def test_the_dashboard_removes_a_vm_not_named_by_us_for_an_admin_only(
     assert "Removal of VM bastion asked for" in done.content.decode()
     assert sim_vm_status(plane, vm.vm_id) in (None, "DESTROYED")
     assert AuditEvent.objects.get(action="vm.delete").actor_name == "admin-x"
+
+
+def test_an_admin_of_another_account_neither_sees_nor_removes_it(plane: Plane) -> None:
+    vm = bastion(plane)
+    plane.observe()
+    stranger = User.objects.create_user("stranger", password="pw", is_staff=True)
+    MembershipFactory(user=stranger, role="admin")  # of an account of its own
+    browser = Client()
+    browser.force_login(stranger)
+
+    assert list(browser.get(VMS_ADMIN).context["cl"].result_list) == []
+    assert f"vm-not-ours-{vm.vm_id}" not in browser.get("/").content.decode()
+    answer = api_as(stranger).post(f"/api/v1/vms/{vm.pk}/remove/", {"reason": "x"}, format="json")
+    assert answer.status_code == 404
+    assert browser.post(f"/vms/{vm.pk}/remove/", {"reason": "x"}).status_code == 404
+    assert not VmRemovalRequest.objects.exists()
