@@ -19,6 +19,7 @@ from django.core.validators import (
     RegexValidator,
 )
 from django.db import connection, models, transaction
+from django.utils import timezone
 from django.utils.deconstruct import deconstructible
 
 from capvco_web.encryption import EncryptedTextField
@@ -333,13 +334,24 @@ class VirtualMachine(models.Model):
         help_text="Consecutive complete listings of its cloudspace that showed it orphaned",
     )
     orphan_reason = models.CharField(max_length=300, blank=True, help_text="Why no machine owns it")
+    first_seen_at = models.DateTimeField(
+        default=timezone.now, help_text="When a listing first showed it"
+    )
+    changed_at = models.DateTimeField(
+        default=timezone.now,
+        help_text="When a listing last showed it changed (name, status, size) or first showed "
+        "it: only a complete listing begun after this may decide to remove it.",
+    )
 
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["location", "vm_id"], name="vm_unique_per_location")
         ]
         indexes = [models.Index(fields=["location", "name"])]
-        permissions = [("remove_virtualmachine", "Can remove a VM that no machine owns")]
+        permissions = [
+            ("remove_virtualmachine", "Can remove a VM that no machine owns"),
+            ("remove_foreign_virtualmachine", "Can remove a VM not named by us"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.name} ({self.vm_id})"

@@ -45,6 +45,7 @@ from capvco_web.permissions import (
     allowed_somewhere,
     users_known,
 )
+from capvco_web.tasks import send_on_commit
 from capvco_web.validators import kubeconfig_checked
 from cloud.models import (
     MAX_CREDENTIAL_LENGTH,
@@ -53,9 +54,13 @@ from cloud.models import (
     Image,
     Location,
     Membership,
+    VirtualMachine,
     jwt_shape,
 )
+from clusters.costs import HOURLY_PLACES
 from clusters.models import Cluster, ClusterSite, KubeNode, KubePod, Machine, MachinePool
+from clusters.orphans import vms_not_ours
+from clusters.releases import vm_removal_request
 from clusters.services import (
     InUse,
     account_capi_kubeconfig_set,
@@ -83,8 +88,10 @@ from clusters.services import (
     site_delete_check,
     site_update,
 )
+from clusters.tasks import orphan_sweep_location
 from gpus import naming
-from gpus.models import GpuProfile, VgpuReservation
+from gpus.models import GpuProfile, VgpuReservation, hourly_price
+from gpus.services import ReleaseRefused
 
 M = TypeVar("M", bound=models.Model)
 
@@ -790,3 +797,79 @@ class ImageAdmin(MirroredAdmin[Image]):
     list_filter = ["location"]
     list_select_related = ["location"]
     search_fields = ["name"]
+
+
+class VmOwnerFilter(admin.SimpleListFilter):
+    title = "owner"
+    parameter_name = "owner"
+
+    def lookups(
+        self, request: HttpRequest, model_admin: admin.ModelAdmin[VirtualMachine]
+    ) -> list[tuple[str, str]]:
+        return [
+            ("orphaned", "Named by us, no machine owns it (orphaned)"),
+            ("not_ours", "Not named by us (made outside the control plane)"),
+        ]
+
+    def queryset(
+        self, request: HttpRequest, queryset: QuerySet[VirtualMachine]
+    ) -> QuerySet[VirtualMachine]:
+        if self.value() == "orphaned":
+            return queryset.filter(orphaned_since__isnull=False)
+        if self.value() == "not_ours":
+            return vms_not_ours(queryset)
+        return queryset
+
+
+@admin.register(VirtualMachine)
+class VirtualMachineAdmin(MirroredAdmin[VirtualMachine]):
+    """The VMs listed in the clusters' cloudspaces. Removed only through the audited
+    request the dashboard and the API make too (`vm_removal_request`), with a reason."""
+
+    list_display = [
+        "name", "vm_id", "location", "cloudspace_id", "status", "vcpus", "memory_mib",
+        "hourly_cost", "orphaned_since", "first_seen_at", "changed_at",
+    ]  # fmt: skip
+    list_filter = ["location", "status", VmOwnerFilter]
+    list_select_related = ["location"]
+    search_fields = ["name", "=vm_id", "cloudspace_id"]
+    actions = ["remove_selected"]
+
+    def has_remove_permission(self, request: HttpRequest) -> bool:
+        return allowed_somewhere(request.user, "cloud.remove_virtualmachine")
+
+    @admin.display(description="per hour")
+    def hourly_cost(self, vm: VirtualMachine) -> str:
+        hourly = hourly_price(vm.compute_monthly_price()).quantize(HOURLY_PLACES)
+        return f"{hourly} {vm.location.currency}"
+
+    @admin.action(description="Remove selected VMs (stop and delete)", permissions=["remove"])
+    def remove_selected(
+        self, request: HttpRequest, queryset: QuerySet[VirtualMachine]
+    ) -> TemplateResponse | None:
+        reason = reason_asked(
+            self,
+            request,
+            queryset,
+            action="remove_selected",
+            title="Remove selected VMs",
+            template="admin/cloud/vm_remove_confirm.html",
+        )
+        if isinstance(reason, TemplateResponse):
+            return reason
+        # Views never call whitesky: the request is recorded now and audited, and the
+        # location's sweep carries it out (sent now; the beat sends it again if lost).
+        for vm in queryset.select_related("location__account"):
+            try:
+                vm_removal_request(vm=vm, actor=request.user, reason=reason)
+            except (ReleaseRefused, PermissionDenied, ValueError) as exc:
+                self.message_user(request, f"{vm}: not removed: {exc}", messages.ERROR)
+                continue
+            send_on_commit(orphan_sweep_location, vm.location_id)
+            self.message_user(
+                request,
+                f"{vm}: removal requested; the location's next sweep carries it out and the "
+                "audit log shows the outcome.",
+                messages.SUCCESS,
+            )
+        return None

@@ -30,6 +30,7 @@ from cloud.models import (
     VirtualMachine,
     jwt_shape,
 )
+from clusters.costs import HOURLY_PLACES
 from clusters.models import (
     MAX_GPUS_PER_MACHINE,
     Cluster,
@@ -41,7 +42,10 @@ from clusters.models import (
     replicas_bound,
 )
 from clusters.plan import KINDS, Step, planned_kinds
+from clusters.selectors import HELD_VGPUS, machine_vgpus_held
 from clusters.services import account_update_check
+from gpus import naming
+from gpus.models import VgpuReservation, hourly_price
 
 
 class AccountSerializer(ModelCleanMixin):
@@ -130,15 +134,33 @@ class VirtualMachineSerializer(serializers.ModelSerializer[VirtualMachine]):
         help_text="Its vCPUs and memory per month at the location's prices (disks not "
         "counted; vGPUs are reservations of their own)",
     )
+    hourly_cost = serializers.SerializerMethodField(
+        help_text="compute_monthly_price per hour (a month is 730 hours), as the money "
+        "figures count it"
+    )
+    named_by_us = serializers.SerializerMethodField(
+        help_text="Its name has our prefix. False, and held by no machine: made outside the "
+        "control plane (`not_ours=true` lists those); only an admin removes one"
+    )
 
     class Meta:
         model = VirtualMachine
         fields = [
             "id", "location", "cloudspace_id", "vm_id", "name", "status", "vcpus",
             "memory_mib", "orphaned_since", "orphan_confirmations", "orphan_reason",
-            "compute_monthly_price",
+            "compute_monthly_price", "hourly_cost", "named_by_us", "first_seen_at",
+            "changed_at",
         ]  # fmt: skip
         read_only_fields = fields
+
+    @extend_schema_field(
+        serializers.DecimalField(max_digits=14, decimal_places=4, coerce_to_string=True)
+    )
+    def get_hourly_cost(self, vm: VirtualMachine) -> str:
+        return str(hourly_price(vm.compute_monthly_price()).quantize(HOURLY_PLACES))
+
+    def get_named_by_us(self, vm: VirtualMachine) -> bool:
+        return vm.name.startswith(naming.PREFIX)
 
 
 class ClusterSiteSerializer(ModelCleanMixin):
@@ -328,8 +350,20 @@ class MachineSpecSerializer(serializers.Serializer[object]):
     disk_gib = serializers.IntegerField(read_only=True)
 
 
+class MachineVgpuSerializer(serializers.ModelSerializer[VgpuReservation]):
+    """One vGPU a machine holds (being reserved, billed, or on its way out)."""
+
+    class Meta:
+        model = VgpuReservation
+        fields = ["id", "name", "vgpu_id", "gpu_id", "state", "vm_id"]
+        read_only_fields = fields
+
+
 class MachineSerializer(serializers.ModelSerializer[Machine]):
     cluster = serializers.CharField(source="pool.cluster.name", read_only=True)
+    vgpus = serializers.SerializerMethodField(
+        help_text="Its vGPU reservations not released, by name"
+    )
     vm_name = serializers.CharField(read_only=True)
     spec = MachineSpecSerializer(
         read_only=True,
@@ -349,7 +383,7 @@ class MachineSerializer(serializers.ModelSerializer[Machine]):
             "id", "cluster", "pool", "name", "vm_name", "vm_id", "phase", "failure_message",
             "delete_requested", "created_at", "updated_at", "vm_started_at", "node_joined_at",
             "node_missing", "node_missing_reason", "failures", "next_try_at", "spec",
-            "spec_changes",
+            "spec_changes", "gpu_driver_version", "vgpus",
         ]  # fmt: skip
         read_only_fields = fields
 
@@ -357,6 +391,14 @@ class MachineSerializer(serializers.ModelSerializer[Machine]):
         data: dict[str, Any] = super().to_representation(instance)
         data["spec"] = data["spec"] if instance.spec else None
         return data
+
+    @extend_schema_field(MachineVgpuSerializer(many=True))
+    def get_vgpus(self, machine: Machine) -> list[dict[str, Any]]:
+        # A list prefetches them (MachineViewSet); one machine alone reads them here.
+        held = getattr(machine, HELD_VGPUS, None)
+        if held is None:
+            held = list(machine_vgpus_held().filter(machine=machine))
+        return list(MachineVgpuSerializer(held, many=True).data)
 
 
 class PlanCallSerializer(serializers.Serializer[object]):

@@ -63,7 +63,11 @@ from clusters.filtersets import (
 from clusters.models import Cluster, ClusterSite, KubeNode, KubePod, Machine, MachinePool
 from clusters.plan import cluster_plan
 from clusters.releases import location_plan, vm_removal_request
-from clusters.selectors import clusters_with_kube_summary, kube_nodes_with_requests
+from clusters.selectors import (
+    clusters_with_kube_summary,
+    kube_nodes_with_requests,
+    machines_with_vgpus,
+)
 from clusters.services import (
     account_capi_kubeconfig_set,
     account_create,
@@ -249,8 +253,9 @@ class LocationViewSet(
 class VirtualMachineViewSet(
     KnownParametersMixin, AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[VirtualMachine]
 ):
-    """The VMs listed in the cloudspaces of the clusters' sites, as last observed; those
-    named by us that no machine owns are flagged orphaned."""
+    """The VMs listed in the cloudspaces of the clusters' sites, as last observed, with
+    what they cost; those named by us that no machine owns are flagged orphaned, those
+    made outside the control plane are `named_by_us: false` (`not_ours=true`)."""
 
     queryset = VirtualMachine.objects.select_related("location").order_by("location", "name")
     serializer_class = VirtualMachineSerializer
@@ -265,7 +270,8 @@ class VirtualMachineViewSet(
             409: OpenApiResponse(
                 ErrorSerializer,
                 description="Refused, saying why (a machine's VM: delete the machine; not "
-                "named by us; asked for already)",
+                "named by us and changed since the last complete listing; asked for or "
+                "removed already)",
             ),
         },
     )
@@ -273,7 +279,10 @@ class VirtualMachineViewSet(
     def remove(self, request: Request, pk: str | None = None) -> Response:
         """Ask for the removal of a VM that no machine owns, with a reason: recorded at
         once and audited; the location's next sweep (sent now) stops and deletes it,
-        without the grace period automatic removal waits for."""
+        without the grace period automatic removal waits for. A VM not named by us (made
+        outside the control plane) needs an admin of its account (403 otherwise), and a
+        complete listing begun after it last changed; it is left alone if it changes
+        before the sweep."""
         vm = self.get_object()
         reason = ReasonSerializer(data=request.data)
         reason.is_valid(raise_exception=True)
@@ -446,7 +455,9 @@ class MachineViewSet(
     mixins.DestroyModelMixin,
     viewsets.ReadOnlyModelViewSet[Machine],
 ):
-    queryset = Machine.objects.select_related("pool__cluster").order_by("pool", "index")
+    queryset = machines_with_vgpus(
+        Machine.objects.select_related("pool__cluster").order_by("pool", "index")
+    )
     serializer_class = MachineSerializer
     filterset_class = MachineFilterSet
     pagination_class = CursorPagination  # a big list: keyset pages, in id order

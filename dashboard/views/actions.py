@@ -14,7 +14,7 @@ refusal answers 409 (400 for bad input) with the form and what is wrong.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django.contrib import messages
@@ -41,6 +41,7 @@ from capvco_web.tasks import send_on_commit
 from cloud.models import VirtualMachine
 from clusters import services
 from clusters.models import Cluster, Machine, MachinePool
+from clusters.orphans import vms_not_ours
 from clusters.releases import orphans_release_request, vm_removal_request
 from clusters.tasks import orphan_sweep_location
 from dashboard.forms import ReasonForm, ScaleForm
@@ -233,17 +234,29 @@ def vm_remove(request: HtmxHttpRequest, pk: int) -> HttpResponse:
             "carries it out, and its outcome lands in the audit log."
         )
 
+    # Made outside the control plane: only an admin removes it (the service checks too).
+    foreign = vms_not_ours(VirtualMachine.objects.filter(pk=vm.pk)).exists()
+    confirmation = Confirmation(
+        title="Remove VM that no machine owns",
+        object_label=f"{vm.name} ({vm.vm_id}) in {vm.location.name}",
+        consequence="Stopped and deleted for good, its vGPUs detached (they stay billed "
+        "until released: release them too). Refused if a machine owns it by then.",
+        button="Remove",
+    )
+    if foreign:
+        confirmation = replace(
+            confirmation,
+            title="Remove VM not named by us",
+            consequence="The control plane did not make this VM: it may be someone's "
+            "bastion or workload. Stopped and deleted for good, its vGPUs detached. Refused "
+            "if it changed since the last complete listing, or changes before the removal "
+            "runs.",
+        )
     return _confirm_and_act(
         request,
         obj=vm,
-        perm="cloud.remove_virtualmachine",
-        confirmation=Confirmation(
-            title="Remove VM that no machine owns",
-            object_label=f"{vm.name} ({vm.vm_id}) in {vm.location.name}",
-            consequence="Stopped and deleted for good, its vGPUs detached (they stay billed "
-            "until released: release them too). Refused if a machine owns it by then.",
-            button="Remove",
-        ),
+        perm="cloud.remove_foreign_virtualmachine" if foreign else "cloud.remove_virtualmachine",
+        confirmation=confirmation,
         home=_overview_home(),
         act=act,
     )
