@@ -6,6 +6,7 @@ Python."""
 from __future__ import annotations
 
 import importlib
+import itertools
 import json
 import re
 import shutil
@@ -160,6 +161,41 @@ def test_a_generated_client_reads_every_list_with_its_defaults(
     assert refused == {}
 
 
+def test_a_generator_draws_valid_and_invalid_requests_for_every_operation(
+    served: dict[str, Any],
+) -> None:
+    """schemathesis builds its requests from the schema as served (no rewriting first):
+    every operation gets cases, valid and invalid. A pattern it cannot read (or that it
+    cannot fold a length into) would leave an operation unfuzzed."""
+    import schemathesis
+    from hypothesis import HealthCheck, Phase, given, settings
+    from schemathesis.generation import GenerationMode
+
+    schema = schemathesis.openapi.from_dict(served)
+    unreadable = {}
+    for result in schema.get_all_operations():
+        operation = result.ok()
+        for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
+
+            @given(case=operation.as_strategy(generation_mode=mode))
+            @settings(
+                max_examples=1,
+                phases=[Phase.generate],
+                database=None,
+                deadline=None,
+                derandomize=True,
+                suppress_health_check=list(HealthCheck),
+            )
+            def drawn(case: Any) -> None:
+                pass
+
+            try:
+                drawn()
+            except Exception as exc:  # every operation is reported, not the first
+                unreadable[f"{operation.label} ({mode.value})"] = str(exc)[:200]
+    assert unreadable == {}
+
+
 # Every code point but the surrogates (which no valid text holds).
 _ALL = [cp for cp in range(0x110000) if not 0xD800 <= cp <= 0xDFFF]
 
@@ -182,14 +218,17 @@ def test_the_visible_text_pattern_is_the_rule_in_python_and_in_ecmascript(
         for node in _nodes(served)
         if isinstance(node, dict) and "\U000e0001" in str(node.get("pattern", ""))
     }
-    assert len(patterns) == 1, "one visible-text pattern, naming U+E0001"
-    pattern = patterns.pop()
+    # One character's pattern, naming U+E0001, repeated as each field's length allows.
+    shape = re.compile(r"\^(.*)(?:\*|\{[0-9]+,[0-9]*\})\$", re.DOTALL)
+    characters = {found[1] if (found := shape.fullmatch(p)) else p for p in patterns}
+    assert len(characters) == 1, "one visible-text character"
     refused = _refused()
     assert 0x200B in refused and 0xE0001 in refused and 0x10FFFD in refused
     # Python (schemathesis, openapi-spec-validator) reads code points.
-    compiled = re.compile(pattern)
-    taken_in_python = [cp for cp in _ALL if compiled.fullmatch(f"a{chr(cp)} b")]
-    assert sorted(set(_ALL) - set(taken_in_python)) == refused
+    for pattern in patterns:
+        compiled = re.compile(pattern)
+        taken_in_python = [cp for cp in _ALL if compiled.fullmatch(f"a{chr(cp)} b")]
+        assert sorted(set(_ALL) - set(taken_in_python)) == refused
 
     # ECMAScript reads UTF-16 code units without the `u` flag (a character past U+FFFF
     # is two), code points with it: the same characters are refused either way.
@@ -204,7 +243,7 @@ def test_the_visible_text_pattern_is_the_rule_in_python_and_in_ecmascript(
         }
         console.log(JSON.stringify(refused));
     """
-    for flags in ("", "u"):
+    for pattern, flags in itertools.product(patterns, ("", "u")):
         result = subprocess.run(
             [node, "-e", script],
             input=json.dumps([pattern, flags]),
@@ -214,6 +253,62 @@ def test_the_visible_text_pattern_is_the_rule_in_python_and_in_ecmascript(
             check=True,
         )
         assert json.loads(result.stdout) == refused, f"flags {flags!r}"
+
+
+# Strings each pattern of the schema is held to, in Python and in ECMAScript: names, ids,
+# numbers, durations, URLs, tokens, interface names, blanks, NUL, invisible characters and
+# characters past U+FFFF, and lengths around the bounds the schema has.
+# fmt: off
+PROBES = [
+    "", " ", "\t", "a", " a ", "ab", "prod-1", "Prod_1", "-prod", "prod-", "n1", "pabc", "x y",
+    "0", "12", "-1", "1.5", "-0.25", "1.", ".5", "12345678901234567.1", "1" * 20,
+    "\u0661\u0662", "\u0661.\u0665",  # digits, but not ASCII ones
+    "00:00:00", "23:59:59.123456", "24:00:00", "1 00:00:00", "90 00:00:00", "91 00:00:00",
+    "https://vco.example", "https://vco.example:443/api/1", "https://vco.example:99999",
+    "http://vco.example", "https://evil.example", "https://vco.example/%zz",
+    "a.b.c", "a.b", "a.b.c.d", "1.2.3.4", "1.2.3.4.5", "eth0", ".", "..", "a/b", "a:b",
+    "a\x00b", "a\nb", "a\u200bb", "a\u00a0b", "a\ue000b", "a\U000e0001b", "a\U0010fffdb",
+    "\U0001f600", "a\U0001f600b", "\u00dcn\u00efc\u00f6d\u00e9", "\ua66e",
+    *("a" * n for n in (2, 3, 15, 16, 39, 40, 41, 63, 64, 65, 99, 100, 101, 128, 199, 200, 201)),
+]
+# fmt: on
+
+
+def test_every_pattern_reads_alike_in_python_and_in_ecmascript(served: dict[str, Any]) -> None:
+    """A JSON Schema `pattern` is an ECMAScript regular expression: each of the schema's
+    compiles there, with the `u` flag (JSON Schema's reading) and without it (OpenAPI's
+    older tools), and takes and refuses what Python's `re` does (the validators and
+    generators written in Python)."""
+    patterns = sorted({n["pattern"] for n in _nodes(served) if isinstance(n, dict)
+                       and isinstance(n.get("pattern"), str)})  # fmt: skip
+    assert len(patterns) > 10
+    in_python = [[re.search(p, probe) is not None for probe in PROBES] for p in patterns]
+    node = shutil.which("node")
+    assert node, "node (Debian's nodejs) is needed: bin/test installs it"
+    script = """
+        const [patterns, probes, flags] = JSON.parse(require('fs').readFileSync(0, 'utf8'));
+        console.log(JSON.stringify(patterns.map(p => {
+          try { const re = new RegExp(p, flags); return probes.map(s => re.test(s)); }
+          catch (e) { return String(e); }
+        })));
+    """
+    for flags in ("", "u"):
+        result = subprocess.run(
+            [node, "-e", script],
+            input=json.dumps([patterns, PROBES, flags]),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        in_ecmascript = json.loads(result.stdout)
+        differ = {
+            pattern[:80]: [probe for probe, a, b in zip(PROBES, ours, theirs, strict=False)
+                           if a != b] if isinstance(theirs, list) else theirs
+            for pattern, ours, theirs in zip(patterns, in_python, in_ecmascript, strict=True)
+            if ours != theirs
+        }  # fmt: skip
+        assert differ == {}, f"flags {flags!r}"
 
 
 def _nodes(value: Any) -> list[Any]:
