@@ -9,6 +9,7 @@ from django.db.models import Count
 from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily, Metric
 
+from cloud.models import Account
 from clusters.models import Machine
 from clusters.selectors import kube_observed
 
@@ -19,10 +20,20 @@ def collect() -> Iterator[Metric]:
 
 
 def _machines() -> Iterator[Metric]:
-    family = GaugeMetricFamily("capvco_machines", "Machines per phase", labels=["phase"])
-    per_phase = dict(Machine.objects.values_list("phase").annotate(n=Count("pk")))
-    for phase in Machine.Phase.values:
-        family.add_metric([phase], per_phase.get(phase, 0))
+    """Every phase of every account, 0 included: an alert names the account whose machines
+    failed, and a phase with none is a series that reads 0, not one that vanished."""
+    family = GaugeMetricFamily(
+        "capvco_machines", "Machines per account and phase", labels=["account", "phase"]
+    )
+    rows = (
+        Machine.objects.order_by()
+        .values_list("pool__cluster__account_id", "phase")
+        .annotate(n=Count("pk"))
+    )
+    per_phase = {(account_id, phase): n for account_id, phase, n in rows}
+    for account_id in Account.objects.order_by("pk").values_list("pk", flat=True):
+        for phase in Machine.Phase.values:
+            family.add_metric([str(account_id), phase], per_phase.get((account_id, phase), 0))
     yield family
 
 
