@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from django.db.models import Count
+from django.db.models import Count, Q
 from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily, Metric
 
@@ -20,10 +20,19 @@ def collect() -> Iterator[Metric]:
 
 def _machines() -> Iterator[Metric]:
     family = GaugeMetricFamily("capvco_machines", "Machines per phase", labels=["phase"])
-    per_phase = dict(Machine.objects.values_list("phase").annotate(n=Count("pk")))
+    # The stuck ones counted in the same query: a scrape's queries stay as they were.
+    rows = Machine.objects.values_list("phase").annotate(
+        n=Count("pk"), stuck=Count("pk", filter=Q(capacity_stuck_since__isnull=False))
+    )
+    per_phase = {phase: n for phase, n, _ in rows}
     for phase in Machine.Phase.values:
         family.add_metric([phase], per_phase.get(phase, 0))
     yield family
+    yield GaugeMetricFamily(
+        "capvco_machines_stuck",
+        "Machines waiting for capacity past MACHINE_CAPACITY_STUCK_SECONDS (they keep waiting)",
+        value=sum(stuck for _, _, stuck in rows),
+    )
 
 
 def _kube_observations() -> Iterator[Metric]:
