@@ -401,7 +401,7 @@ def _waiting_set(machine: Machine, message: str, *, offered: str) -> None:
     if stuck is not None:
         message = (
             f"{message}. Stuck: waiting since {since:%Y-%m-%d %H:%M} UTC; "
-            f"{machine.pool.site.location.name} offers: {offered or 'no GPUs at all'}"
+            f"{machine.pool.site.location.name} offers: {offered or '(not known to this step)'}"
         )
     data = {
         "phase": phase,
