@@ -426,6 +426,9 @@ ACCOUNT_BUSY_AGAIN_SECONDS = env.float("ACCOUNT_BUSY_AGAIN_SECONDS", default=1)
 # failure in a row, at most MACHINE_RETRY_MAX_SECONDS; not on every tick.
 MACHINE_RETRY_BASE_SECONDS = env.float("MACHINE_RETRY_BASE_SECONDS", default=30)
 MACHINE_RETRY_MAX_SECONDS = env.float("MACHINE_RETRY_MAX_SECONDS", default=900)
+# A machine waiting for capacity this long is flagged stuck at its next look, with what its
+# location offers of every type, and told (notify reason machine_stuck); it keeps waiting.
+MACHINE_CAPACITY_STUCK_SECONDS = env.float("MACHINE_CAPACITY_STUCK_SECONDS", default=3600)
 
 # /metrics: scraped with `Authorization: Bearer <METRICS_TOKEN>` or from an allowed
 # address; with neither, nobody. Counters live under this key prefix in the broker's Redis.

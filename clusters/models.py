@@ -615,6 +615,17 @@ class Machine(models.Model):
         help_text="A failed machine is tried again from this moment (exponential backoff: "
         "MACHINE_RETRY_BASE_SECONDS doubled per failure, up to MACHINE_RETRY_MAX_SECONDS)",
     )
+    capacity_wait_since = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="Since when it waits for capacity without a break; empty: it does not wait",
+    )
+    capacity_stuck_since = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When a look found it still waiting MACHINE_CAPACITY_STUCK_SECONDS after "
+        "its wait began: flagged stuck, its message naming what the location offers",
+    )
     gpu_card_refused = models.CharField(
         max_length=100,
         blank=True,
@@ -636,6 +647,12 @@ class Machine(models.Model):
             # The few flagged machines of a cluster, counted on every cluster list.
             models.Index(
                 fields=["pool"], name="machine_node_missing", condition=Q(node_missing=True)
+            ),
+            # The few stuck machines, read by every notify pass and /metrics scrape.
+            models.Index(
+                fields=["pool"],
+                name="machine_capacity_stuck",
+                condition=Q(capacity_stuck_since__isnull=False),
             ),
         ]
         permissions = [

@@ -29,6 +29,7 @@ class Reason(models.TextChoices):
     VGPU_ORPHAN_PAST_GRACE = "vgpu_orphan_past_grace", "orphaned vGPU past its grace period"
     VM_ORPHAN_PAST_GRACE = "vm_orphan_past_grace", "orphan VM past its grace period"
     MACHINE_FAILED = "machine_failed", "failed machine"
+    MACHINE_STUCK = "machine_stuck", "machine stuck waiting for capacity"
     LOCATION_STALE = "location_stale", "stale location"
     IDLE_GPUS = "idle_gpus", "GPUs idle past the threshold"
     UNEXPLAINED_BILL = "unexplained_bill", "unexplained bill"

@@ -382,8 +382,9 @@ class MachineSerializer(serializers.ModelSerializer[Machine]):
         fields = [
             "id", "cluster", "pool", "name", "vm_name", "vm_id", "phase", "failure_message",
             "delete_requested", "created_at", "updated_at", "vm_started_at", "node_joined_at",
-            "node_missing", "node_missing_reason", "failures", "next_try_at", "spec",
-            "spec_changes", "gpu_driver_version", "vgpus",
+            "node_missing", "node_missing_reason", "failures", "next_try_at",
+            "capacity_wait_since", "capacity_stuck_since", "spec", "spec_changes",
+            "gpu_driver_version", "vgpus",
         ]  # fmt: skip
         read_only_fields = fields
 
