@@ -499,6 +499,13 @@ def hours_sampled_by_step(step: SeriesStep, start: datetime, end: datetime) -> d
     return counts
 
 
+# What Leak.cost reads: a leak's price, its span, and its location's last complete look.
+LEAK_COST_FIELDS = (
+    "currency", "monthly_price", "leaked_since", "ended_at",
+    "location__last_complete_observation_at",
+)  # fmt: skip
+
+
 @dataclass(frozen=True)
 class LeakTotal:
     account: int
@@ -519,8 +526,8 @@ def leak_totals(*, leaks: QuerySet[Leak], since: datetime, until: datetime) -> l
     totals: dict[tuple[int, str, str], list[Any]] = defaultdict(lambda: [ZERO, 0, 0])
     rows = (
         overlapping.select_related(None)
-        .select_related("account")
-        .only("account__name", "currency", "monthly_price", "leaked_since", "ended_at")
+        .select_related("account", "location")
+        .only(*LEAK_COST_FIELDS, "account__name")
     )
     for leak in rows:
         total = totals[leak.account_id, leak.account.name, leak.currency]
