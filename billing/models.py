@@ -54,15 +54,15 @@ class Rollup(models.Model):
 
 
 class CostRollup(models.Model):
-    """What one pool, one namespace's share of a cluster's GPUs, or one location (its pools
-    and its orphans) cost over a step (an hour: the hourly rate sampled in it; a day: its
-    hours summed)."""
+    """What one pool, one namespace's share of a cluster's GPUs, or one location (its pools summed;
+    its orphans are the leak ledger's) cost over a step (an hour: the hourly rate sampled in
+    it; a day: its hours summed)."""
 
     class Kind(models.TextChoices):
         POOL = "pool"  # compute, vgpu, idle of a pool's machines
         NAMESPACE = "namespace"  # a namespace's share of the GPU nodes' vGPUs; null: idle
-        # A location's pools summed, and its orphaned vGPUs and orphan VMs: what an account
-        # or a location costs, read without its pools.
+        # A location's pools summed: what an account or a location's machines cost, read
+        # without its pools (its orphans are the leak ledger's).
         LOCATION = "location"
 
     step = models.CharField(max_length=8, choices=Step)
@@ -88,8 +88,6 @@ class CostRollup(models.Model):
     vgpu = amount()
     idle = amount("Part of vgpu")
     idle_gpus = models.PositiveIntegerField(default=0, help_text="Idle GPU-hours")
-    orphan_vgpu = amount()
-    orphan_vm = amount()
 
     class Meta:
         indexes = [
@@ -103,7 +101,7 @@ class CostRollup(models.Model):
     @property
     def total(self) -> Decimal:
         # idle is part of vgpu; a namespace row's vgpu is a share of its pools' vgpu.
-        return self.compute + self.vgpu + self.orphan_vgpu + self.orphan_vm
+        return self.compute + self.vgpu
 
 
 class CapacityRollup(models.Model):

@@ -17,6 +17,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
+from django.utils.timezone import now
 from rest_framework.test import APIClient
 
 from billing.leaks import leaks_record
@@ -85,6 +86,13 @@ def _month_figures(plane: Plane, ops: User) -> dict[str, D]:
     figures["overview CSV"] = sum(
         (D(row["leaks"]) for row in csv.DictReader(io.StringIO(chart))), D(0)
     ).quantize(CENT)
+    series = api.get(
+        "/api/v1/costs/",
+        {"group_by": "account", "step": "month", "start": month_of(now()).isoformat()},
+    ).json()["results"]
+    figures["costs API"] = sum(
+        (D(r["orphan_vgpu"]) + D(r["orphan_vm"]) for r in series if r["currency"] == "EUR"), D(0)
+    ).quantize(CENT)
     metric = value(
         scraped(Client()), "capvco_leak_cost_month_to_date", account=account, currency="EUR"
     )
@@ -140,7 +148,7 @@ def test_a_scripted_stretch_of_a_month_costs_the_same_leaks_everywhere(
     assert _month_figures(plane, ops) == dict.fromkeys(
         [
             "leaks page", "overview page", "API summary", "API rows", "ledger CSV",
-            "overview CSV", "metric",
+            "overview CSV", "costs API", "metric",
         ],
         month,
     )  # fmt: skip
