@@ -164,22 +164,16 @@ def cost_series(
                 point.compute += row["compute"]
     if group_by in ("account", "location"):
         # Orphans are the ledger's leaks, counted as the ledger counts them, not sampled.
-        located = {
-            location["pk"]: location
-            for location in locations.values(
-                "pk", "account_id", "account__name", "name", "currency"
-            )
-        }
-        for (moment, location_id), (vgpu, vm) in leak_costs_by_step(
-            leaks=Leak.objects.filter(location_id__in=located), step=step, start=start, end=end
+        leaks = Leak.objects.filter(location__in=locations)
+        for (moment, location), (vgpu, vm) in leak_costs_by_step(
+            leaks=leaks, step=step, start=start, end=end
         ).items():
-            location = located[location_id]
             row = {
-                "account_id": location["account_id"],
-                "account__name": location["account__name"],
-                "location_id": location_id,
-                "location__name": location["name"],
-                "currency": location["currency"],
+                "account_id": location.account_id,
+                "account__name": location.account.name,
+                "location_id": location.pk,
+                "location__name": location.name,
+                "currency": location.currency,
             }
             key = (moment, *(row[k] for k in keys))
             point = points.get(key)
@@ -542,23 +536,26 @@ class LeakTotal:
 
 def leak_costs_by_step(
     *, leaks: QuerySet[Leak], step: SeriesStep, start: datetime, end: datetime
-) -> dict[tuple[datetime, int], tuple[Decimal, Decimal]]:
-    """Per step in [start, end) and location: what its leaks cost in it (vGPUs, VMs), by
-    Leak.cost. One query."""
+) -> dict[tuple[datetime, Location], tuple[Decimal, Decimal]]:
+    """Per step in [start, end) and location (with its account): what its leaks cost in it
+    (vGPUs, VMs), by Leak.cost. One query."""
     rows = (
         leaks.filter(leaked_since__lt=end)
         .exclude(ended_at__lte=start)
         .select_related(None)
-        .select_related("location")
-        .only(*LEAK_COST_FIELDS, "kind", "location_id")
-    )
-    found: dict[tuple[datetime, int], list[Decimal]] = defaultdict(lambda: [ZERO, ZERO])
+        .select_related("location__account")
+        .only(
+            *LEAK_COST_FIELDS, "kind", "location__name", "location__currency",
+            "location__account_id", "location__account__name",
+        )
+    )  # fmt: skip
+    found: dict[tuple[datetime, Location], list[Decimal]] = defaultdict(lambda: [ZERO, ZERO])
     for leak in rows:
         until = min(leak.counted_until(), end)
         moment = step_start(step, max(leak.leaked_since, start))
         while moment < until:
             after = step_after(step, moment)
-            figures = found[moment, leak.location_id]
+            figures = found[moment, leak.location]
             figures[leak.kind == Leak.Kind.VM] += leak.cost(since=moment, until=min(after, end))
             moment = after
     return {key: (vgpu, vm) for key, (vgpu, vm) in found.items()}
