@@ -1,6 +1,7 @@
-"""The money pass: the hour's rollup (once an hour), the leak ledger and the idle GPU
-nodes. It reads our own mirror only, no whitesky or Kubernetes call, so one pass serves
-every account.
+"""The money pass: the hour's rollup (once an hour) and the idle GPU nodes; and the leak
+ledger's pass, as often as observe, so that a leak ended by a release or a listing is told
+ended within one pass. Both read our own mirror only, no whitesky or Kubernetes call, so
+one pass serves every account.
 
 The check of whitesky's bill calls whitesky, so it is fanned out per account, each under
 the account's lock and one of its call slots (as clusters.tasks does)."""
@@ -34,21 +35,28 @@ def billing_pass() -> None:
             return  # another worker's pass is on it
         now = timezone.now()
         taken_rollups = rollups_take(now=now)
-        leaks = leaks_record()
         idle = idle_record(now=now)
-    if taken_rollups.hour or taken_rollups.days or leaks.opened or leaks.ended:
+    if taken_rollups.hour or taken_rollups.days or idle.opened or idle.ended:
         logger.info(
-            "billing pass: hour %s (%d cost rows, %d capacity rows), days %s, leaks "
-            "opened %d, ended %d, idle GPU nodes opened %d, ended %d",
+            "billing pass: hour %s (%d cost rows, %d capacity rows), days %s, idle GPU "
+            "nodes opened %d, ended %d",
             taken_rollups.hour,
             taken_rollups.cost_rows,
             taken_rollups.capacity_rows,
             [day.date().isoformat() for day in taken_rollups.days],
-            leaks.opened,
-            leaks.ended,
             idle.opened,
             idle.ended,
         )
+
+
+@shared_task
+def leak_ledger_pass() -> None:
+    with object_lock("leak-ledger") as taken:
+        if not taken:
+            return  # another worker's pass is on it
+        leaks = leaks_record()
+    if leaks.opened or leaks.ended:
+        logger.info("leak ledger: opened %d, ended %d", leaks.opened, leaks.ended)
 
 
 @shared_task

@@ -334,8 +334,12 @@ NOTIFY_SEND_SECONDS = env.float("NOTIFY_SEND_SECONDS", default=45)
 # Notifications: a GPU node's GPUs idle (attached, asked for by no pod) this long are told.
 NOTIFY_IDLE_GPU_AFTER = timedelta(hours=env.float("NOTIFY_IDLE_GPU_HOURS", default=24))
 # Money: the hour's cost and capacity rollup (taken by the first pass in each hour, so this
-# must be well under an hour) and the leak ledger, this often.
+# must be well under an hour) and the idle GPU nodes, this often.
 BILLING_INTERVAL = timedelta(seconds=env.float("BILLING_INTERVAL_SECONDS", default=300))
+# The leak ledger follows observe's flags and our releases: as often as observe.
+LEAK_LEDGER_INTERVAL = timedelta(
+    seconds=env.float("LEAK_LEDGER_INTERVAL_SECONDS", default=OBSERVE_INTERVAL.total_seconds())
+)
 # whitesky's bill against what we own (billing.bills): each pass checks, per location, the
 # last BILL_CHECK_HOURS_BACK finished hours not checked yet, oldest first, with at most
 # BILL_CHECK_CALLS_PER_PASS consumption calls per account.
@@ -360,6 +364,7 @@ CELERY_BEAT_SCHEDULE = {
     "observe-catalog": _every("clusters.tasks.observe_catalog_all", CATALOG_OBSERVE_INTERVAL),
     "notify": _every("notify.tasks.notify_pass", NOTIFY_INTERVAL),
     "billing": _every("billing.tasks.billing_pass", BILLING_INTERVAL),
+    "leak-ledger": _every("billing.tasks.leak_ledger_pass", LEAK_LEDGER_INTERVAL),
     "bill-check": _every("billing.tasks.bill_check_all", BILL_CHECK_INTERVAL),
 }
 

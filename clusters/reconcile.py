@@ -36,7 +36,14 @@ from capvco_web.models import AuditEvent
 from capvco_web.rows import model_update
 from cloud.models import Location
 from clusters.cloud_init import machine_user_data
-from clusters.models import GPU_SPEC_FIELDS, Cluster, ClusterSite, Machine, MachinePool
+from clusters.models import (
+    GPU_SPEC_FIELDS,
+    Cluster,
+    ClusterSite,
+    Machine,
+    MachinePool,
+    VmRemovalRequest,
+)
 from clusters.plan import (
     VM_GONE,
     Step,
@@ -769,14 +776,18 @@ def cluster_leftovers_reclaim(ctx: PassContext, cluster: Cluster, step: Step) ->
         )
         return False
     blockers: list[str] = []
+    sites = {site.cloudspace_id: site.location for site in cluster.sites.select_related("location")}
     for vm in step.remove_vms:
         vm_remove(ctx.client, cloudspace_id=vm.cloudspace_id, vm_id=vm.vm_id)
-        audit_record(
-            actor=ACTOR,
-            action="vm.delete",
-            obj=cluster,
-            reason=f"cluster deleted: VM {vm.name} ({vm.vm_id}) carried its name",
-        )
+        reason = f"cluster deleted: VM {vm.name} ({vm.vm_id}) carried its name"
+        audit_record(actor=ACTOR, action="vm.delete", obj=cluster, reason=reason)
+        if (location := sites.get(vm.cloudspace_id)) is not None:
+            # Recorded as the sweep records its removals: the leak ledger tells it released.
+            now = timezone.now()
+            VmRemovalRequest.objects.create(
+                location=location, vm_id=vm.vm_id, name=vm.name, cloudspace_id=vm.cloudspace_id,
+                requested_at=now, reason=reason, attempted_at=now, done_at=now,
+            )  # fmt: skip
     for release in step.release:
         row = (
             VgpuReservation.objects.select_related("location")
