@@ -35,7 +35,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.utils.translation import gettext_lazy
 
-from capvco_web.admin import ReasonForm, confirmation_asked, reason_asked
+from capvco_web.admin import NamesForm, ReasonForm, confirmation_asked, reason_asked
 from capvco_web.api import in_use_detail
 from capvco_web.integrations.kube import KubeconfigInvalid
 from capvco_web.integrations.whitesky.auth import jwt_expiry
@@ -517,24 +517,36 @@ class ClusterAdmin(ImportedReadOnlyAdmin[Cluster]):
     def delete_selected_clusters(
         self, request: HttpRequest, queryset: QuerySet[Cluster]
     ) -> TemplateResponse | None:
-        reason = reason_asked(
+        asked = confirmation_asked(
             self,
             request,
             queryset,
             action="delete_selected_clusters",
             title="Delete selected clusters",
             template="admin/clusters/cluster_delete_confirm.html",
+            form_class=NamesForm,
         )
-        if isinstance(reason, TemplateResponse):
-            return reason
+        if isinstance(asked, TemplateResponse):
+            return asked
+        reason, typed = str(asked["reason"]), _names_typed(asked)
         for cluster in queryset:
+            confirm = cluster.name if cluster.name in typed else ""
             try:
-                cluster_delete(cluster=cluster, actor=request.user, reason=reason)
-            except PermissionDenied as exc:
-                self.message_user(request, f"{cluster}: not deleted: {exc}", messages.ERROR)
+                cluster_delete(cluster=cluster, actor=request.user, reason=reason, confirm=confirm)
+            except (ValidationError, PermissionDenied) as exc:
+                self.message_user(request, f"{cluster}: not deleted: {_said(exc)}", messages.ERROR)
             else:
                 self.message_user(request, f"{cluster}: deletion requested.", messages.SUCCESS)
         return None
+
+
+def _names_typed(asked: dict[str, Any]) -> frozenset[str]:
+    """The names typed on a `NamesForm`: each selected object is confirmed by its own."""
+    return frozenset(str(asked["names"]).replace(",", " ").split())
+
+
+def _said(exc: Exception) -> str:
+    return " ".join(exc.messages) if isinstance(exc, ValidationError) else str(exc)
 
 
 def _inline_save(obj: models.Model, actor: User | AnonymousUser) -> None:
@@ -694,22 +706,27 @@ class MachineAdmin(AccountScopedAdmin[Machine]):
     def force_delete_selected(
         self, request: HttpRequest, queryset: QuerySet[Machine]
     ) -> TemplateResponse | None:
-        reason = reason_asked(
+        asked = confirmation_asked(
             self,
             request,
             queryset,
             action="force_delete_selected",
             title="Force delete selected machines",
             template="admin/clusters/machine_force_delete_confirm.html",
+            form_class=NamesForm,
         )
-        if isinstance(reason, TemplateResponse):
-            return reason
+        if isinstance(asked, TemplateResponse):
+            return asked
+        reason, typed = str(asked["reason"]), _names_typed(asked)
         for machine in queryset.select_related("pool__cluster"):
             name = str(machine)
+            confirm = machine.name if machine.name in typed else ""
             try:
-                machine_force_delete(machine=machine, actor=request.user, reason=reason)
-            except (ValueError, PermissionDenied) as exc:
-                self.message_user(request, f"{name}: not deleted: {exc}", messages.ERROR)
+                machine_force_delete(
+                    machine=machine, actor=request.user, reason=reason, confirm=confirm
+                )
+            except (ValueError, ValidationError, PermissionDenied) as exc:
+                self.message_user(request, f"{name}: not deleted: {_said(exc)}", messages.ERROR)
             else:
                 self.message_user(request, f"{name}: deleted with force.", messages.SUCCESS)
         return None

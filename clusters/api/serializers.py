@@ -488,6 +488,18 @@ class DeleteReasonSerializer(StrictInputMixin):
     reason = ReasonField(required=False, allow_blank=True, default="")
 
 
+class ConfirmedDeleteSerializer(StrictInputMixin):
+    """Deleting a cluster, or a machine without teardown: why (it goes into the audit
+    record), and the object's name typed again, so that a call meant for another row is
+    refused (400 on `confirm`) instead of acted on."""
+
+    reason = ReasonField()
+    confirm = serializers.CharField(
+        max_length=200,
+        help_text="The name of the cluster or machine being deleted, typed again.",
+    )
+
+
 class PoolScaleSerializer(StrictInputMixin):
     """Scaling a pool: the replicas wanted, and why (it goes into the audit record)."""
 
