@@ -202,6 +202,21 @@ def _edit(pool: MachinePool, **changes: Any) -> dict[str, Any]:
     return fields | changes
 
 
+def test_a_pool_edit_offers_the_gpu_types_of_the_pools_location(
+    admin_client: Client, world: World
+) -> None:
+    page = admin_client.get(f"/pools/{world.pool.pk}/edit/")
+    field = page.context["form"]["gpu_type"]
+    assert field.field.widget.input_type == "select"
+    offered = [value for value, _ in field.field.widget.choices]
+    assert offered == ["", "NVIDIA A100"]  # the T4 is another location's card
+    assert '<option value="NVIDIA A100" selected>' in page.content.decode()
+
+    asked = admin_client.post(f"/pools/{world.pool.pk}/edit/", _edit(world.pool, gpu_type="H100"))
+    choices = dict(asked.context["form"]["gpu_type"].field.widget.choices)
+    assert choices["H100"] == "H100 (not offered here)"
+
+
 def test_a_pool_edit_is_previewed_as_its_plan_and_saves_nothing(
     admin_client: Client, world: World
 ) -> None:
