@@ -37,7 +37,7 @@ from django.utils.translation import gettext_lazy
 
 from capvco_web.admin import NamesForm, ReasonForm, confirmation_asked, reason_asked
 from capvco_web.api import in_use_detail
-from capvco_web.integrations.kube import KubeconfigInvalid
+from capvco_web.integrations.kube import Kubeconfig, KubeconfigInvalid
 from capvco_web.integrations.whitesky.auth import jwt_expiry
 from capvco_web.permissions import (
     AccountScopedAdmin,
@@ -223,7 +223,13 @@ class AccountForm(forms.ModelForm[Account]):
             "orphan_auto_release",
             "orphan_grace_period",
             "orphan_confirmations",
+            "kube_insecure_tls_allowed",
         ]
+
+    def insecure_tls_allowed(self) -> bool:
+        """As this form sets it (the field comes before the kubeconfig), or as stored."""
+        stored = self.instance.kube_insecure_tls_allowed
+        return bool(self.cleaned_data.get("kube_insecure_tls_allowed", stored))
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -243,7 +249,7 @@ class AccountForm(forms.ModelForm[Account]):
         text = str(self.cleaned_data.get("new_capi_kubeconfig") or "").strip()
         if text:
             try:
-                kubeconfig_checked(text)
+                kubeconfig_checked(text, insecure_allowed=self.insecure_tls_allowed())
             except KubeconfigInvalid as exc:
                 raise ValidationError(str(exc)) from exc
         return text
@@ -300,7 +306,10 @@ class AccountAdmin(DeleteThroughServiceAdmin[Account]):
         if not account.capi_kubeconfig:
             return "none stored: no Cluster API import"
         try:
-            return f"stored, server {kubeconfig_checked(account.capi_kubeconfig).server}"
+            checked = kubeconfig_checked(
+                account.capi_kubeconfig, insecure_allowed=account.kube_insecure_tls_allowed
+            )
+            return f"stored, server {checked.server}{_unverified(checked)}"
         except KubeconfigInvalid as exc:
             return f"stored, unusable: {exc}"
 
@@ -477,7 +486,10 @@ class ClusterAdmin(ImportedReadOnlyAdmin[Cluster]):
         if not cluster.kubeconfig:
             return "none stored: Kubernetes is not observed"
         try:
-            return f"stored, server {kubeconfig_checked(cluster.kubeconfig).server}"
+            checked = kubeconfig_checked(
+                cluster.kubeconfig, insecure_allowed=cluster.account.kube_insecure_tls_allowed
+            )
+            return f"stored, server {checked.server}{_unverified(checked)}"
         except KubeconfigInvalid as exc:
             return f"stored, unusable: {exc}"
 
@@ -538,6 +550,10 @@ class ClusterAdmin(ImportedReadOnlyAdmin[Cluster]):
             else:
                 self.message_user(request, f"{cluster}: deletion requested.", messages.SUCCESS)
         return None
+
+
+def _unverified(kubeconfig: Kubeconfig) -> str:
+    return " (insecure: its TLS certificate is not verified)" if kubeconfig.insecure else ""
 
 
 def _names_typed(asked: dict[str, Any]) -> frozenset[str]:

@@ -276,6 +276,7 @@ _ACCOUNT_CHANGEABLE = frozenset(
         "orphan_auto_release",
         "orphan_grace_period",
         "orphan_confirmations",
+        "kube_insecure_tls_allowed",
     }
 )
 
@@ -600,7 +601,9 @@ def cluster_kubeconfig_set(
     """
     permission_require(actor, "clusters.change_cluster", cluster)
     kubeconfig = kubeconfig.strip()
-    server_after = _kubeconfig_server_checked(kubeconfig, field="kubeconfig")
+    server_after = _kubeconfig_server_checked(
+        kubeconfig, field="kubeconfig", insecure_allowed=_insecure_tls_allowed(cluster.account_id)
+    )
     server_before = _kubeconfig_server(cluster.kubeconfig)
     with transaction.atomic():
         Cluster.objects.filter(pk=cluster.pk).update(
@@ -627,13 +630,22 @@ def cluster_kubeconfig_set(
     cluster.kube_nodes_resource_version = cluster.kube_pods_resource_version = ""
 
 
-def _kubeconfig_server_checked(kubeconfig: str, *, field: str) -> str:
+def _insecure_tls_allowed(account_id: int) -> bool:
+    """Whether the account, as stored, allows kubeconfigs that skip TLS verification."""
+    return bool(
+        Account.objects.filter(pk=account_id)
+        .values_list("kube_insecure_tls_allowed", flat=True)
+        .first()
+    )
+
+
+def _kubeconfig_server_checked(kubeconfig: str, *, field: str, insecure_allowed: bool) -> str:
     """The API server of a kubeconfig about to be stored ("" for none); one that cannot be
     used is refused on `field`."""
     if not kubeconfig:
         return ""
     try:
-        return kubeconfig_checked(kubeconfig).server
+        return kubeconfig_checked(kubeconfig, insecure_allowed=insecure_allowed).server
     except KubeconfigInvalid as exc:
         raise ValidationError({field: str(exc)}) from exc
 
@@ -789,7 +801,9 @@ def account_capi_kubeconfig_set(
     """
     permission_require(actor, "cloud.change_account", account)
     kubeconfig = kubeconfig.strip()
-    server_after = _kubeconfig_server_checked(kubeconfig, field="capi_kubeconfig")
+    server_after = _kubeconfig_server_checked(
+        kubeconfig, field="capi_kubeconfig", insecure_allowed=_insecure_tls_allowed(account.pk)
+    )
     with transaction.atomic():
         stored = Account.objects.select_for_update().get(pk=account.pk)
         server_before = _kubeconfig_server(stored.capi_kubeconfig)

@@ -71,8 +71,8 @@ class AccountSerializer(ModelCleanMixin):
         fields = [
             "id", "name", "api_url", "iam_url", "customer_id", "credential",
             "orphan_auto_release", "orphan_grace_period", "orphan_confirmations",
-            "has_capi_kubeconfig", "capi_import_complete", "capi_import_error",
-            "capi_import_started_at",
+            "kube_insecure_tls_allowed", "has_capi_kubeconfig", "capi_import_complete",
+            "capi_import_error", "capi_import_started_at",
         ]  # fmt: skip
         _plain = (
             "written plainly: https://host[:port]/path (http only to an origin listed so), "
