@@ -252,3 +252,21 @@ def test_only_an_accounts_admin_allows_insecure_tls(site: ClusterSite) -> None:
 
     assert response.status_code == 403
     assert Account.objects.get(pk=account.pk).kube_insecure_tls_allowed is False
+
+
+def test_the_admin_refuses_an_insecure_kubeconfig_until_the_account_allows_it(
+    admin_client: Client, site: ClusterSite
+) -> None:
+    cluster = site.cluster
+    url, data = cluster_page_data(admin_client, cluster)
+    data.update({"name": cluster.name, "account": cluster.account_id})
+
+    refused = admin_client.post(url, {**data, "new_kubeconfig": INSECURE_KUBECONFIG})
+    Account.objects.filter(pk=cluster.account_id).update(kube_insecure_tls_allowed=True)
+    saved = admin_client.post(url, {**data, "new_kubeconfig": INSECURE_KUBECONFIG})
+
+    assert refused.status_code == 200
+    assert "insecure-skip-tls-verify: true" in refused.content.decode()
+    assert saved.status_code == 302
+    page = admin_client.get(url).content.decode()
+    assert "(insecure: its TLS certificate is not verified)" in page

@@ -358,6 +358,23 @@ def test_a_refused_kubeconfig_is_not_echoed_back(
     assert world.cluster.kubeconfig == ""
 
 
+def test_a_kubeconfig_skipping_tls_verification_is_refused_in_the_dashboard(
+    member: Callable[[str], Client], world: World
+) -> None:
+    admin = member("admin")
+    insecure = KUBECONFIG.replace(
+        '{server: "https://api.prod.example:6443"}',
+        '{server: "https://api.prod.example:6443", insecure-skip-tls-verify: true}',
+    )
+    response = admin.post(
+        f"/clusters/{world.cluster.pk}/kubeconfig/", {"kubeconfig": insecure, "reason": "x"}
+    )
+    assert response.status_code == 400
+    assert "insecure-skip-tls-verify: true" in response.content.decode()
+    world.cluster.refresh_from_db()
+    assert world.cluster.kubeconfig == ""
+
+
 def test_only_an_admin_sets_a_kubeconfig(member: Callable[[str], Client], world: World) -> None:
     operator = member("operator")
     url = f"/clusters/{world.cluster.pk}/kubeconfig/"
