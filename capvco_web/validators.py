@@ -154,6 +154,8 @@ def kube_allowed_servers() -> AllowedServers:
     return AllowedServers(settings.KUBE_ALLOWED_HOSTS, source="KUBE_ALLOWED_HOSTS")
 
 
-def kubeconfig_checked(text: str) -> Kubeconfig:
-    """The kubeconfig, read and checked; raises KubeconfigInvalid naming the problem."""
-    return kubeconfig_check(text, kube_allowed_servers())
+def kubeconfig_checked(text: str, *, insecure_allowed: bool = False) -> Kubeconfig:
+    """The kubeconfig, read and checked; raises KubeconfigInvalid naming the problem.
+    `insecure_allowed`: the account's admin allows `insecure-skip-tls-verify`
+    (`Account.kube_insecure_tls_allowed`)."""
+    return kubeconfig_check(text, kube_allowed_servers(), insecure_allowed=insecure_allowed)

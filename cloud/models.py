@@ -152,6 +152,15 @@ class Account(models.Model):
         help_text="Consecutive complete listings that must show a reservation orphaned "
         "before it is released automatically.",
     )
+    # Off: a kubeconfig that skips the check of the API server's certificate is refused,
+    # stored or used (anyone on the way could take its credential).
+    kube_insecure_tls_allowed = models.BooleanField(
+        "allow insecure TLS to Kubernetes",
+        default=False,
+        help_text="Accept kubeconfigs with insecure-skip-tls-verify: true (the API server's "
+        "certificate is then not checked). Off: they are refused, and those stored are no "
+        "longer used.",
+    )
     # Cluster API import: clusters and pools defined in a management cluster.
     capi_kubeconfig = EncryptedTextField(
         blank=True,
@@ -210,7 +219,9 @@ class Account(models.Model):
     def clean(self) -> None:
         if self.capi_kubeconfig:
             try:
-                kubeconfig_checked(self.capi_kubeconfig)
+                kubeconfig_checked(
+                    self.capi_kubeconfig, insecure_allowed=self.kube_insecure_tls_allowed
+                )
             except KubeconfigInvalid as exc:
                 raise ValidationError({"capi_kubeconfig": str(exc)}) from exc
         self._customer_move_check()

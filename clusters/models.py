@@ -17,7 +17,12 @@ from django.utils.deconstruct import deconstructible
 
 from capvco_web.encryption import EncryptedTextField
 from capvco_web.environment import POOL_REPLICAS_CEILING
-from capvco_web.integrations.kube import GPU_COUNT_LABEL, GPU_TYPE_LABEL, KubeconfigInvalid
+from capvco_web.integrations.kube import (
+    GPU_COUNT_LABEL,
+    GPU_TYPE_LABEL,
+    KubeconfigInvalid,
+    kubeconfig_load,
+)
 from capvco_web.validators import kubeconfig_checked, visible_text
 from cloud.models import (
     Account,
@@ -206,6 +211,17 @@ class Cluster(models.Model):
         return bool(self.kubeconfig)
 
     @property
+    def kube_tls_insecure(self) -> bool:
+        """Whether the stored kubeconfig skips the check of the API server's certificate
+        (`insecure-skip-tls-verify: true`, which the account's admin allowed)."""
+        if not self.kubeconfig:
+            return False
+        try:
+            return kubeconfig_load(self.kubeconfig).insecure
+        except KubeconfigInvalid:
+            return False
+
+    @property
     def imported(self) -> bool:
         return bool(self.imported_from)
 
@@ -231,7 +247,8 @@ class Cluster(models.Model):
     def clean(self) -> None:
         if self.kubeconfig:
             try:
-                kubeconfig_checked(self.kubeconfig)
+                allowed = self.account_id is not None and self.account.kube_insecure_tls_allowed
+                kubeconfig_checked(self.kubeconfig, insecure_allowed=allowed)
             except KubeconfigInvalid as exc:
                 raise ValidationError({"kubeconfig": str(exc)}) from exc
         # VM and vGPU names carry the cluster name: they must read as this cluster's only

@@ -349,12 +349,16 @@ def test_every_request_body_refuses_unknown_fields_in_the_schema_too(api: APICli
         assert components[name]["additionalProperties"] is False, name
 
 
-def test_cluster_delete_documents_the_reason_it_requires(api: APIClient) -> None:
-    delete = schema(api)["paths"]["/api/v1/clusters/{id}/"]["delete"]
+def test_cluster_delete_documents_the_reason_and_typed_name_it_requires(api: APIClient) -> None:
+    document = schema(api)
+    delete = document["paths"]["/api/v1/clusters/{id}/"]["delete"]
 
     assert delete["requestBody"]["required"] is True
     body = delete["requestBody"]["content"]["application/json"]["schema"]
-    assert body == {"$ref": "#/components/schemas/ReasonRequest"}
+    assert body == {"$ref": "#/components/schemas/ConfirmedDeleteRequest"}
+    confirmed = document["components"]["schemas"]["ConfirmedDeleteRequest"]
+    assert sorted(confirmed["required"]) == ["confirm", "reason"]
+    assert "409" in delete["responses"]
 
 
 def test_the_plan_is_documented_as_the_list_of_steps_it_is(api: APIClient) -> None:

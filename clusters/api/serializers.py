@@ -75,8 +75,8 @@ class AccountSerializer(ModelCleanMixin):
         fields = [
             "id", "name", "api_url", "iam_url", "customer_id", "credential",
             "orphan_auto_release", "orphan_grace_period", "orphan_confirmations",
-            "has_capi_kubeconfig", "capi_import_complete", "capi_import_error",
-            "capi_import_started_at",
+            "kube_insecure_tls_allowed", "has_capi_kubeconfig", "capi_import_complete",
+            "capi_import_error", "capi_import_started_at",
         ]  # fmt: skip
         _plain = (
             "written plainly: https://host[:port]/path (http only to an origin listed so), "
@@ -529,6 +529,18 @@ class DeleteReasonSerializer(StrictInputMixin):
     welcome (it goes into the audit record) but not required."""
 
     reason = ReasonField(required=False, allow_blank=True, default="")
+
+
+class ConfirmedDeleteSerializer(StrictInputMixin):
+    """Deleting a cluster, or a machine without teardown: why (it goes into the audit
+    record), and the object's name typed again, so that a call meant for another row is
+    refused (400 on `confirm`) instead of acted on."""
+
+    reason = ReasonField()
+    confirm = serializers.CharField(
+        max_length=200,
+        help_text="The name of the cluster or machine being deleted, typed again.",
+    )
 
 
 class PoolScaleSerializer(StrictInputMixin):

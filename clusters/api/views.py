@@ -32,6 +32,7 @@ from clusters.api.serializers import (
     CloudspaceSerializer,
     ClusterSerializer,
     ClusterSiteSerializer,
+    ConfirmedDeleteSerializer,
     DeleteReasonSerializer,
     GpuAddonSerializer,
     ImageSerializer,
@@ -100,6 +101,16 @@ def _reason(
     serializer = serializer_class(data=request.data)
     serializer.is_valid(raise_exception=True)
     return str(serializer.validated_data["reason"])
+
+
+def _confirmed(request: Request) -> dict[str, str]:
+    """The reason and the typed name of a delete that asks for both."""
+    serializer = ConfirmedDeleteSerializer(data=request.data)
+    serializer.is_valid(raise_exception=True)
+    return {
+        "reason": str(serializer.validated_data["reason"]),
+        "confirm": str(serializer.validated_data["confirm"]),
+    }
 
 
 View = TypeVar("View", bound=Callable[..., Response])
@@ -376,12 +387,23 @@ class ClusterViewSet(
         )
         return Response(status=status.HTTP_204_NO_CONTENT)
 
-    @extend_schema(request=ReasonSerializer, responses={202: ClusterSerializer})
+    @extend_schema(
+        request=ConfirmedDeleteSerializer,
+        responses={
+            202: ClusterSerializer,
+            409: OpenApiResponse(
+                ErrorSerializer,
+                description="`confirm` is not the cluster's name (`fields.confirm` says it).",
+            ),
+        },
+    )
     def destroy(self, request: Request, pk: str | None = None) -> Response:
         """Delete the cluster: its machines are torn down and every reservation with its
-        prefix released; it stays `deleting`, with its blockers, until none is listed."""
+        prefix released; it stays `deleting`, with its blockers, until none is listed.
+        `confirm` must be the cluster's name."""
         cluster = self.get_object()
-        cluster_delete(cluster=cluster, actor=request.user, reason=_reason(request))
+        asked = _confirmed(request)
+        cluster_delete(cluster=cluster, actor=request.user, **asked)
         return Response(ClusterSerializer(cluster).data, status=status.HTTP_202_ACCEPTED)
 
 
@@ -472,13 +494,13 @@ class MachineViewSet(
         machine = machine_delete(machine=machine, actor=request.user, reason=_reason(request))
         return Response(MachineSerializer(machine).data, status=status.HTTP_202_ACCEPTED)
 
-    @extend_schema(request=ReasonSerializer, responses={204: None})
+    @extend_schema(request=ConfirmedDeleteSerializer, responses={204: None})
     @action(detail=True, methods=["post"], url_path="force-delete")
     def force_delete(self, request: Request, pk: str | None = None) -> Response:
         """Drop the machine without teardown; its VM and vGPUs become orphans, reclaimed
-        by name."""
+        by name. `confirm` must be the machine's name."""
         machine = self.get_object()
-        machine_force_delete(machine=machine, actor=request.user, reason=_reason(request))
+        machine_force_delete(machine=machine, actor=request.user, **_confirmed(request))
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
