@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('cloud', '0003_vm_sizes_prices_and_removal_permission'),
+        ('cloud', '0004_vms_seen_changed_and_foreign_removal'),
     ]
 
     operations = [
