@@ -9,15 +9,20 @@ count: `vcu`, `mu` and `vgu` (a vGPU on a VM is billed under the VM). Disks and 
 the VM listing carries none of them, so what we own of them is not known. Each billed
 object is then:
 
-* owned: a VM that one of our machines holds at the location (or held in that hour and
-  was removed by its teardown, as the audit records), or a vGPU reservation that a
-  machine holds (or one named by us and released since the hour began);
-* leak: a known orphan named by us (`capvco-…`), as the leak ledger (`Leak` rows open
-  during the hour) or the current orphan flags (gpus.mirror, clusters.orphans) say;
+* leaked, in part or whole: what the leak ledger's leaks named by us (`capvco-…`) cost in
+  that hour, as the ledger itself counts it (`Leak.cost` over the hour: the ledger's rows,
+  and the orphans flagged that it has not opened yet), on the object's line (a vGPU on a
+  VM is billed under the VM), at most what the line was billed;
+* owned, the rest of the line: a VM that one of our machines holds at the location (or
+  held in that hour and was removed by its teardown or deleted with force, as the audit
+  records), or a vGPU reservation that a machine holds (or one named by us and released
+  since the hour began), or the moments of a leak's line before the leak was flagged;
 * unexplained: nothing of ours. A VM or a vGPU made outside the control plane shows up
   here whatever it is called (the mirror also flags a vGPU named otherwise as orphaned,
-  money billed for nothing; the bill tells it apart from our own leaks). Only a name of
-  ours on an object no machine owns makes it a leak rather than unexplained.
+  money billed for nothing; the bill tells it apart from our own leaks).
+
+A bill item keeps the units we price, to the thousandth, and a vGPU's name from our own
+reservation when we made it (a released one is no longer listed).
 
 "Unexplained" is decided only from a complete picture: the consumption answered whole,
 and the location's last observation complete, with every cluster cloudspace listed, and
@@ -38,22 +43,21 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 
-from billing.models import BillCheck, BillItem, Leak
+from billing.leaks import leaks_during
+from billing.models import UNIT_NAMES, BillCheck, BillItem, Leak
 from billing.rollups import HOUR, hour_of
 from capvco_web.integrations import whitesky as ws
 from capvco_web.models import AuditEvent
 from cloud.models import Account, Location
 from clusters.models import ClusterSite, Machine
-from clusters.orphans import vm_orphans_list
-from gpus.models import ListedVgpu, VgpuReservation, hourly_price
+from gpus.models import BILLED_STATES, ListedVgpu, VgpuReservation, hourly_price
 from gpus.naming import PREFIX
-from gpus.selectors import orphans_list
 
 # The units priced: those the mirror knows we own (a VM's vCPUs and memory, vGPUs).
-PRICED_UNITS = ("vcu", "mu", "vgu")
+PRICED_UNITS = tuple(UNIT_NAMES)
 MICRO = Decimal("0.000001")
 # The audit records that name a VM a machine of ours held until it was removed.
-VM_REMOVALS = ("machine.vm_remove", "machine.recreate")
+VM_REMOVALS = ("machine.vm_remove", "machine.recreate", "machine.force_delete")
 Verdict = BillItem.Verdict
 
 
@@ -102,6 +106,12 @@ def units_cost(location: Location, units: Mapping[str, float]) -> Decimal:
     return total.quantize(MICRO)
 
 
+def counted_units(units: Mapping[str, float]) -> dict[str, float]:
+    """The unit-hours a bill item keeps: those priced here, to the thousandth (whitesky
+    answers them to the float's last digit)."""
+    return {unit: round(units[unit], 3) for unit in PRICED_UNITS if units.get(unit)}
+
+
 def billed_objects(location: Location, consumption: ws.Consumption) -> list[BilledObject]:
     """Every VM line and unassigned vGPU that costs something in the counted units."""
     found = []
@@ -146,12 +156,13 @@ def picture_incomplete(location: Location, end: datetime) -> str:
 
 @dataclass(frozen=True)
 class HourOwnership:
-    """What we owned and what we knew leaked at a location during one hour."""
+    """What we owned at a location during one hour, and what the ledger's leaks cost of
+    each billed object in it (Leak.cost: the same figure the ledger shows for the hour)."""
 
     vms: set[str]
     vgpus: set[str]
-    leaked_vms: set[str]
-    leaked_vgpus: set[str]
+    leaks: list[Leak]
+    names: dict[str, str]  # our vGPUs' names, by vGPU id, released ones too
 
     @classmethod
     def during(cls, location: Location, start: datetime, end: datetime) -> HourOwnership:
@@ -167,51 +178,79 @@ class HourOwnership:
         for before in removals:
             if not before or before.get("vm_id") is None:
                 continue
-            # machine.recreate's record names no location: its VM is taken as this one's.
+            # machine.recreate's and machine.force_delete's records name no location: their
+            # VM is taken as this one's.
             if before.get("location_id", location.pk) == location.pk:
                 vms.add(str(before["vm_id"]))
         # A leak is ours: named by us. The mirror flags every vGPU no machine owns, also
         # those named otherwise, which nothing of ours made: those are unexplained.
         ours_by_name = Q(name__startswith=PREFIX)
         released_since = Q(state=VgpuReservation.State.RELEASED, released_at__gte=start)
+        ours = VgpuReservation.objects.filter(location=location, vgpu_id__isnull=False)
         vgpus = {
             str(vgpu_id)
-            for vgpu_id in VgpuReservation.objects.filter(location=location, vgpu_id__isnull=False)
-            .filter(Q(machine__isnull=False) | (released_since & ours_by_name))
-            .values_list("vgpu_id", flat=True)
+            for vgpu_id in ours.filter(
+                Q(machine__isnull=False) | (released_since & ours_by_name)
+            ).values_list("vgpu_id", flat=True)
         }
-        open_then = Leak.objects.filter(
-            ours_by_name, location=location, leaked_since__lt=end
-        ).filter(Q(ended_at__isnull=True) | Q(ended_at__gt=start))
-        leaked_vms = set(open_then.filter(kind=Leak.Kind.VM).values_list("external_id", flat=True))
-        # The orphans flagged now (those the ledger opens rows for): the ledger may not
-        # have caught up with the last observation yet.
-        leaked_vms |= {
-            str(vm_id)
-            for vm_id in vm_orphans_list(location=location)
-            .filter(ours_by_name)
-            .values_list("vm_id", flat=True)
+        leaks = [
+            leak for leak in leaks_during(location, start, end) if leak.name.startswith(PREFIX)
+        ]
+        names = {
+            str(vgpu_id): name
+            for vgpu_id, name in ours.filter(
+                Q(state__in=BILLED_STATES) | released_since
+            ).values_list("vgpu_id", "name")
         }
-        leaked_vgpus = set(
-            open_then.filter(kind=Leak.Kind.VGPU).values_list("external_id", flat=True)
-        )
-        leaked_vgpus |= {
-            str(vgpu_id)
-            for vgpu_id in orphans_list(location=location)
-            .filter(ours_by_name)
-            .values_list("vgpu_id", flat=True)
-        }
-        return cls(vms, vgpus, leaked_vms, leaked_vgpus)
+        return cls(vms, vgpus, leaks, names)
 
-    def verdict(self, item: BilledObject) -> str | None:
-        """Leak, unexplained, or None: owned. A known leak is told as such even where a
-        machine owns the object again within the hour."""
-        is_vm = item.kind == BillItem.Kind.VM
-        if item.external_id in (self.leaked_vms if is_vm else self.leaked_vgpus):
-            return Verdict.LEAK
-        if item.external_id in (self.vms if is_vm else self.vgpus):
-            return None
-        return Verdict.UNEXPLAINED
+    def split(
+        self, items: list[BilledObject], start: datetime, end: datetime
+    ) -> list[tuple[BilledObject, Decimal]]:
+        """Each billed object with its leaked part: the hour's cost of the leaks it bills
+        (a vGPU's on its own line first, the rest under the VM it is on), at most what it
+        was billed."""
+        left = {(item.kind, item.external_id): item.cost for item in items}
+        leaked = dict.fromkeys(left, Decimal(0))
+
+        def take(key: tuple[str, str], cost: Decimal) -> Decimal:
+            part = min(cost, left.get(key, Decimal(0)))
+            if part > 0:
+                left[key] -= part
+                leaked[key] += part
+            return cost - part
+
+        on_vm = self._vgpu_vms()
+        leaked_vms = [
+            (BillItem.Kind.VM, leak.external_id) for leak in self.leaks if leak.kind == Leak.Kind.VM
+        ]
+        for leak in sorted(self.leaks, key=lambda leak: leak.kind != Leak.Kind.VM):
+            cost = leak.cost(since=start, until=end).quantize(MICRO)
+            if leak.kind == Leak.Kind.VM:
+                take((BillItem.Kind.VM, leak.external_id), cost)
+                continue
+            rest = take((BillItem.Kind.VGPU, leak.external_id), cost)
+            # Billed under the VM it was on: known while attached; once we removed that VM
+            # (its reservation detached), one of the leaked VMs.
+            vm_id = on_vm.get(leak.external_id)
+            for key in [(BillItem.Kind.VM, vm_id)] if vm_id else leaked_vms:
+                rest = take(key, rest) if rest else rest
+        return [(item, leaked[item.kind, item.external_id]) for item in items]
+
+    def _vgpu_vms(self) -> dict[str, str]:
+        """The VM each leaked vGPU was last on (billed under that VM while attached)."""
+        ids = [leak.external_id for leak in self.leaks if leak.kind == Leak.Kind.VGPU]
+        if not ids:
+            return {}
+        return {
+            str(vgpu_id): str(vm_id)
+            for vgpu_id, vm_id in VgpuReservation.objects.filter(
+                vgpu_id__in=ids, vm_id__isnull=False
+            ).values_list("vgpu_id", "vm_id")
+        }
+
+    def owned(self, item: BilledObject) -> bool:
+        return item.external_id in (self.vms if item.kind == BillItem.Kind.VM else self.vgpus)
 
 
 def location_bill_check(
@@ -239,19 +278,24 @@ def location_bill_check(
         return result
     ours = HourOwnership.during(location, start, end)
     listed_names = dict(ListedVgpu.objects.filter(location=location).values_list("vgpu_id", "name"))
-    for item in billed_objects(location, consumption):
+    for item, leaked in ours.split(billed_objects(location, consumption), start, end):
         result.billed += item.cost
-        verdict = ours.verdict(item)
-        if verdict is None:
-            result.owned += item.cost
-            continue
         if item.kind == BillItem.Kind.VGPU and not item.name:
-            item = replace(item, name=listed_names.get(item.external_id, ""))
-        result.items.append((verdict, item))
-        if verdict == Verdict.LEAK:
-            result.leaked += item.cost
+            name = ours.names.get(item.external_id) or listed_names.get(item.external_id, "")
+            item = replace(item, name=name)
+        if leaked:
+            result.leaked += leaked
+            result.items.append((Verdict.LEAK, replace(item, cost=leaked)))
+        rest = item.cost - leaked
+        if not rest:
+            continue
+        # The rest of a leak's line is a machine's time, or the moments before it was
+        # flagged: what no leak and no machine explains is told.
+        if ours.owned(item) or leaked:
+            result.owned += rest
         else:
-            result.unexplained += item.cost
+            result.unexplained += rest
+            result.items.append((Verdict.UNEXPLAINED, replace(item, cost=rest)))
     check = BillCheck(
         location=location,
         start=start,
@@ -274,7 +318,7 @@ def location_bill_check(
                     name=item.name[:200],
                     cloudspace_id=item.cloudspace_id,
                     verdict=verdict,
-                    units=dict(item.units),
+                    units=counted_units(item.units),
                     cost=item.cost,
                 )
                 for verdict, item in result.items

@@ -1,12 +1,22 @@
-"""The ledger of leaks: every vGPU and VM that whitesky bills and no machine owns gets a
-`Leak` row when it is first flagged orphaned, and the row is ended when the object is
-released, gone from a complete listing, or owned again; what it cost stays on the record.
+"""The ledger of leaks: every vGPU and VM named by us that whitesky bills and no machine
+owns gets a `Leak` row when it is first flagged orphaned, and the row is ended when the
+object is released, gone from a complete listing, or owned again; what it cost stays on
+the record.
 
 The flags are observe's (gpus.mirror, clusters.orphans), taken from complete listings
-only, so the ledger follows them: it opens and ends rows, and decides nothing itself. A
-leak whose object is gone is ended only once its location's last observation was
-complete, at the moment that listing began (at most one observe interval late). A pass
-that finds the same orphans writes nothing.
+only, so the ledger follows them: it opens and ends rows, and decides nothing itself. When
+a leak starts and ends is said here once, and every figure reads it through `Leak.cost`:
+
+* it starts when a complete listing first flagged it (`orphaned_since`);
+* it ends when we released it (the vGPU's release, the VM's removal: also while a
+  listing still shows it), else at the start of the first complete listing that shows it
+  gone or owned again;
+* while open it counts up to its location's last complete observation, and an end is
+  never put before that: what a leak cost so far never goes down.
+
+The ledger pass runs as often as observe (LEAK_LEDGER_INTERVAL), so a leak ended by a
+release or a listing is told ended, and how, within one pass. A pass that finds the same
+orphans writes nothing.
 """
 
 from __future__ import annotations
@@ -24,6 +34,7 @@ from cloud.models import Location, VirtualMachine
 from clusters.models import VmRemovalRequest
 from clusters.orphans import vm_orphans_list
 from gpus.models import ListedVgpu, VgpuReservation
+from gpus.naming import PREFIX
 from gpus.selectors import orphans_list
 
 logger = logging.getLogger(__name__)
@@ -67,9 +78,12 @@ def _create(new: list[Leak], failures: list[str]) -> int:
         return opened
 
 
-def _orphans() -> dict[Key, Leak]:
+def _orphans(location: Location | None = None) -> dict[Key, Leak]:
+    """A leak, not saved, per orphan named by us flagged now (of `location` if given),
+    less the VMs we removed since. An object named otherwise is none of ours: whitesky's
+    bill tells it "billed, not explained" (billing.bills)."""
     found: dict[Key, Leak] = {}
-    for vgpu in orphans_list():
+    for vgpu in orphans_list(location=location).filter(name__startswith=PREFIX):
         assert vgpu.vgpu_id is not None and vgpu.orphaned_since is not None
         location = vgpu.location
         found[location.pk, Leak.Kind.VGPU, vgpu.vgpu_id] = Leak(
@@ -83,8 +97,12 @@ def _orphans() -> dict[Key, Leak]:
             billed_since=min(vgpu.created_at, vgpu.first_seen_at or vgpu.created_at),
             leaked_since=vgpu.orphaned_since,
         )
-    for vm in vm_orphans_list():
+    vms = list(vm_orphans_list(location=location).filter(name__startswith=PREFIX))
+    removed = _removed_since_flagged(vms)
+    for vm in vms:
         assert vm.orphaned_since is not None
+        if (vm.location_id, vm.vm_id) in removed:
+            continue
         location = vm.location
         found[location.pk, Leak.Kind.VM, str(vm.vm_id)] = Leak(
             account_id=location.account_id,
@@ -98,6 +116,43 @@ def _orphans() -> dict[Key, Leak]:
             leaked_since=vm.orphaned_since,
         )
     return found
+
+
+def _removed_since_flagged(vms: list[VirtualMachine]) -> set[tuple[int, int]]:
+    """(location, VM id) of the flagged VMs we removed since they were flagged (a listing
+    may still show them, or none may list their cloudspace again: their cluster is gone).
+    One query."""
+    if not vms:
+        return set()
+    flagged = {(vm.location_id, vm.vm_id): vm.orphaned_since for vm in vms}
+    done = VmRemovalRequest.objects.filter(
+        location_id__in={vm.location_id for vm in vms},
+        vm_id__in={vm.vm_id for vm in vms},
+        done_at__isnull=False,
+        error="",
+    ).values_list("location_id", "vm_id", "done_at")
+    return {
+        (location_id, vm_id)
+        for location_id, vm_id, done_at in done
+        if done_at is not None
+        and (since := flagged.get((location_id, vm_id))) is not None
+        and done_at >= since
+    }
+
+
+def leaks_during(location: Location, start: datetime, end: datetime) -> list[Leak]:
+    """The location's leaks in [start, end): the ledger's rows, and those flagged now
+    that the ledger has not opened yet (not saved)."""
+    rows = list(
+        Leak.objects.filter(location=location, leaked_since__lt=end)
+        .exclude(ended_at__lte=start)
+        .select_related("location")
+    )
+    recorded = {(leak.kind, leak.external_id) for leak in rows if leak.ended_at is None}
+    for (_, kind, external_id), leak in _orphans(location).items():
+        if (kind, external_id) not in recorded and leak.leaked_since < end:
+            rows.append(leak)
+    return rows
 
 
 def _end(leak: Leak, location: Location) -> tuple[datetime, str] | None:
@@ -155,9 +210,10 @@ def leaks_record() -> LeaksRecorded:
                     if end is None:
                         continue
                     at, how = end
-                    # Compare-and-set: a leak is ended once.
+                    # Never before what was counted of it while open; compare-and-set:
+                    # ended once.
                     ended += Leak.objects.filter(pk=leak.pk, ended_at__isnull=True).update(
-                        ended_at=max(at, leak.leaked_since), end=how
+                        ended_at=max(at, leak.counted_until()), end=how
                     )
             except Exception as exc:  # any fault of one row: reported, not raised
                 failures.append(_failure(leak, exc))

@@ -54,15 +54,15 @@ class Rollup(models.Model):
 
 
 class CostRollup(models.Model):
-    """What one pool, one namespace's share of a cluster's GPUs, or one location (its pools
-    and its orphans) cost over a step (an hour: the hourly rate sampled in it; a day: its
-    hours summed)."""
+    """What one pool, one namespace's share of a cluster's GPUs, or one location (its pools summed;
+    its orphans are the leak ledger's) cost over a step (an hour: the hourly rate sampled in
+    it; a day: its hours summed)."""
 
     class Kind(models.TextChoices):
         POOL = "pool"  # compute, vgpu, idle of a pool's machines
         NAMESPACE = "namespace"  # a namespace's share of the GPU nodes' vGPUs; null: idle
-        # A location's pools summed, and its orphaned vGPUs and orphan VMs: what an account
-        # or a location costs, read without its pools.
+        # A location's pools summed: what an account or a location's machines cost, read
+        # without its pools (its orphans are the leak ledger's).
         LOCATION = "location"
 
     step = models.CharField(max_length=8, choices=Step)
@@ -88,8 +88,6 @@ class CostRollup(models.Model):
     vgpu = amount()
     idle = amount("Part of vgpu")
     idle_gpus = models.PositiveIntegerField(default=0, help_text="Idle GPU-hours")
-    orphan_vgpu = amount()
-    orphan_vm = amount()
 
     class Meta:
         indexes = [
@@ -103,7 +101,7 @@ class CostRollup(models.Model):
     @property
     def total(self) -> Decimal:
         # idle is part of vgpu; a namespace row's vgpu is a share of its pools' vgpu.
-        return self.compute + self.vgpu + self.orphan_vgpu + self.orphan_vm
+        return self.compute + self.vgpu
 
 
 class CapacityRollup(models.Model):
@@ -178,10 +176,22 @@ class Leak(models.Model):
     def is_open(self) -> bool:
         return self.ended_at is None
 
+    def counted_until(self) -> datetime:
+        """Where what it cost stops: its end; while open, the start of its location's
+        last complete observation (as far as it is known to leak), never past now. An
+        ended leak never ends before that (billing.leaks), so its cost never goes down."""
+        if self.ended_at is not None:
+            return self.ended_at
+        now = timezone.now()
+        seen = self.location.last_complete_observation_at
+        return now if seen is None else max(min(seen, now), self.leaked_since)
+
     def cost(self, *, since: datetime | None = None, until: datetime | None = None) -> Decimal:
-        """What it cost while leaked, within [since, until) if given (now by default)."""
+        """What it cost while leaked, within [since, until) if given: the one figure of a
+        leak's cost that the ledger, the bill check, the cost series, the metrics and the
+        CSVs read."""
         start = max(self.leaked_since, since) if since else self.leaked_since
-        end = self.ended_at or timezone.now()
+        end = self.counted_until()
         if until is not None:
             end = min(end, until)
         if end <= start:
@@ -189,10 +199,10 @@ class Leak(models.Model):
         return hours_between(start, end) * hourly_price(self.monthly_price)
 
     def billed_cost(self) -> Decimal:
-        """What it cost from first billed to its end (or now), owned time included."""
-        end = self.ended_at or timezone.now()
-        return max(hours_between(self.billed_since, end), Decimal(0)) * hourly_price(
-            self.monthly_price
+        """What it cost from first billed to its end (or as far as known), owned time
+        included."""
+        return max(hours_between(self.billed_since, self.counted_until()), Decimal(0)) * (
+            hourly_price(self.monthly_price)
         )
 
 
@@ -223,6 +233,10 @@ class BillCheck(models.Model):
         return f"{self.location_id} {self.start:%Y-%m-%d %H:%M}"
 
 
+# The units a bill check prices (billing.bills.PRICED_UNITS), as a person reads them.
+UNIT_NAMES = {"vcu": "vCPU-hours", "mu": "GiB-hours", "vgu": "vGPU-hours"}
+
+
 class BillItem(models.Model):
     """One billed object of a check that no machine of ours explains."""
 
@@ -242,11 +256,22 @@ class BillItem(models.Model):
         max_length=100, blank=True, help_text="Where whitesky billed the VM (a vGPU: empty)"
     )
     verdict = models.CharField(max_length=16, choices=Verdict)
-    units = models.JSONField(default=dict, help_text="Unit-hours as whitesky billed them")
-    cost = amount()
+    units = models.JSONField(
+        default=dict, help_text="The unit-hours we price, as whitesky billed them (billing.bills)"
+    )
+    cost = amount("Its leaked part, or the part not explained")
 
     def __str__(self) -> str:
         return f"{self.kind} {self.external_id} ({self.verdict})"
+
+    @property
+    def units_shown(self) -> list[str]:
+        """The units we price, named and rounded: "4.00 vCPU-hours"."""
+        return [
+            f"{Decimal(str(self.units[unit])).quantize(Decimal('0.01'))} {name}"
+            for unit, name in UNIT_NAMES.items()
+            if self.units.get(unit)
+        ]
 
 
 class IdleSpell(models.Model):

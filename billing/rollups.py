@@ -1,11 +1,12 @@
 """The hourly and daily rollups: what things cost and what GPU capacity there was.
 
 Once an hour, the first pass that finds the hour not taken samples the current rates
-(`clusters.costs`: per pool, per namespace's share, and per location, its pools summed
-with its orphans) and the capacity board (`clusters.capacity`) of every location and
-writes them as that hour's rows, with the hour's `Rollup` marker, in one transaction: a
-pass that finds the marker writes nothing. An hour in which no pass ran (every worker
-down) has no rows: it is a gap, counted as such (`samples`), never made up.
+(`clusters.costs`: per pool, per namespace's share, and per location, its pools summed; what
+orphans cost is the leak ledger's, billing.leaks) and the capacity board
+(`clusters.capacity`) of every location and writes them as that hour's rows, with the hour's
+`Rollup` marker, in one transaction: a pass that finds the marker writes nothing. An hour in
+which no pass ran (every worker down) has no rows: it is a gap, counted as such (`samples`),
+never made up.
 
 Each day before today whose hours were sampled is summed into day rows, once (its own
 marker), and its month's rows are summed again from the month's day rows in the same
@@ -27,7 +28,7 @@ from django.db.models import Count, Max, QuerySet, Sum
 from billing.models import CapacityRollup, CostRollup, Rollup, Step
 from cloud.models import Location
 from clusters.capacity import capacity_board
-from clusters.costs import ZERO, costs_by, gpu_node_costs, orphan_costs
+from clusters.costs import ZERO, costs_by, gpu_node_costs
 from clusters.models import KubeNode
 from clusters.selectors import kube_gpus_by_location_and_type
 from gpus.models import GpuProfile, VgpuReservation
@@ -35,7 +36,7 @@ from gpus.models import GpuProfile, VgpuReservation
 HOUR = timedelta(hours=1)
 DAY = timedelta(days=1)
 # The columns a day row sums; the rest of a row is its key.
-COST_SUMS = ("machines", "compute", "vgpu", "idle", "idle_gpus", "orphan_vgpu", "orphan_vm")
+COST_SUMS = ("machines", "compute", "vgpu", "idle", "idle_gpus")
 COST_KEYS = (
     "kind", "account_id", "location_id", "currency",
     "cluster_id", "cluster_name", "pool_id", "pool_name", "namespace",
@@ -152,18 +153,18 @@ def _cost_rows(hour: datetime, locations: QuerySet[Location]) -> list[CostRollup
                 idle_gpus=int(gpus),
             )
         )
-    # Each location's pools summed, with its orphans: an account's or a location's figures
-    # read from a row per location, not from every pool.
+    # Each location's pools summed: an account's or a location's figures read from a row
+    # per location, not from every pool. Its orphans are the leak ledger's (billing.leaks).
     totals: dict[tuple[int, int, str], CostRollup] = {}
-    for orphans in orphan_costs(locations):
-        totals[orphans.account_id, orphans.location_id, orphans.currency] = CostRollup(
+    for location_id, account_id, currency in locations.order_by("pk").values_list(
+        "pk", "account_id", "currency"
+    ):
+        totals[account_id, location_id, currency] = CostRollup(
             **at,
             kind=CostRollup.Kind.LOCATION,
-            account_id=orphans.account_id,
-            location_id=orphans.location_id,
-            currency=orphans.currency,
-            orphan_vgpu=orphans.vgpu,
-            orphan_vm=orphans.vm,
+            account_id=account_id,
+            location_id=location_id,
+            currency=currency,
         )
     for pool in [row for row in rows if row.kind == CostRollup.Kind.POOL]:
         total = totals[pool.account_id, pool.location_id, pool.currency]

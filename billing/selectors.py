@@ -1,7 +1,9 @@
-"""Reading the money history (reads only): series of what things cost over time, month to
-date, a forecast to the end of the month, GPU capacity over time, the leak ledger's totals,
-and the checks of whitesky's bill. Each is a fixed number of queries, however long the
-history: a day is read from its day rows once summed, and from its hour rows until then.
+"""Reading the money history (reads only): series of what things cost over time, month to date,
+a forecast to the end of the month, GPU capacity over time, the leak ledger's totals, and
+the checks of whitesky's bill. What orphans cost over time is the leak ledger's figure
+(Leak.cost per step), not a sample: the same on every page, answer and metric. Each is a
+fixed number of queries, however long the history: a day is read from its day rows once
+summed, and from its hour rows until then.
 
 Months are calendar months in UTC. An hour's figure is the hourly rate sampled in it
 (billing.rollups); an hour no pass sampled is a gap, not an estimate, and `hours_sampled`
@@ -36,7 +38,7 @@ R = TypeVar("R")
 SeriesStep = Literal["hour", "day", "month"]
 SERIES_STEPS: tuple[SeriesStep, ...] = ("hour", "day", "month")
 Kind = CostRollup.Kind
-SUMS = ("machines", "compute", "vgpu", "idle", "idle_gpus", "orphan_vgpu", "orphan_vm")
+SUMS = ("machines", "compute", "vgpu", "idle", "idle_gpus")
 # What each grouping reads: the rollup rows it sums, and the columns that are its key.
 _GROUPS: dict[GroupBy, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "account": ((Kind.LOCATION,), ("account_id", "account__name", "currency")),
@@ -160,9 +162,25 @@ def cost_series(
             point.idle_gpus += row["idle_gpus"]
             if point.compute is not None:
                 point.compute += row["compute"]
-            if point.orphan_vgpu is not None:
-                point.orphan_vgpu += row["orphan_vgpu"]
-                point.orphan_vm = (point.orphan_vm or ZERO) + row["orphan_vm"]
+    if group_by in ("account", "location"):
+        # Orphans are the ledger's leaks, counted as the ledger counts them, not sampled.
+        leaks = Leak.objects.filter(location__in=locations)
+        for (moment, location), (vgpu, vm) in leak_costs_by_step(
+            leaks=leaks, step=step, start=start, end=end
+        ).items():
+            row = {
+                "account_id": location.account_id,
+                "account__name": location.account.name,
+                "location_id": location.pk,
+                "location__name": location.name,
+                "currency": location.currency,
+            }
+            key = (moment, *(row[k] for k in keys))
+            point = points.get(key)
+            if point is None:
+                point = points[key] = _point(group_by, moment, row)
+            point.orphan_vgpu = (point.orphan_vgpu or ZERO) + vgpu
+            point.orphan_vm = (point.orphan_vm or ZERO) + vm
     ordered = sorted(points.items(), key=lambda item: tuple(str(part) for part in item[0]))
     return [point.finish() for _, point in ordered]  # type: ignore[misc]
 
@@ -499,6 +517,13 @@ def hours_sampled_by_step(step: SeriesStep, start: datetime, end: datetime) -> d
     return counts
 
 
+# What Leak.cost reads: a leak's price, its span, and its location's last complete look.
+LEAK_COST_FIELDS = (
+    "currency", "monthly_price", "leaked_since", "ended_at",
+    "location__last_complete_observation_at",
+)  # fmt: skip
+
+
 @dataclass(frozen=True)
 class LeakTotal:
     account: int
@@ -507,6 +532,33 @@ class LeakTotal:
     cost: Decimal  # within the period
     open: int
     ended: int  # ended within the period
+
+
+def leak_costs_by_step(
+    *, leaks: QuerySet[Leak], step: SeriesStep, start: datetime, end: datetime
+) -> dict[tuple[datetime, Location], tuple[Decimal, Decimal]]:
+    """Per step in [start, end) and location (with its account): what its leaks cost in it
+    (vGPUs, VMs), by Leak.cost. One query."""
+    rows = (
+        leaks.filter(leaked_since__lt=end)
+        .exclude(ended_at__lte=start)
+        .select_related(None)
+        .select_related("location__account")
+        .only(
+            *LEAK_COST_FIELDS, "kind", "location__name", "location__currency",
+            "location__account_id", "location__account__name",
+        )
+    )  # fmt: skip
+    found: dict[tuple[datetime, Location], list[Decimal]] = defaultdict(lambda: [ZERO, ZERO])
+    for leak in rows:
+        until = min(leak.counted_until(), end)
+        moment = step_start(step, max(leak.leaked_since, start))
+        while moment < until:
+            after = step_after(step, moment)
+            figures = found[moment, leak.location]
+            figures[leak.kind == Leak.Kind.VM] += leak.cost(since=moment, until=min(after, end))
+            moment = after
+    return {key: (vgpu, vm) for key, (vgpu, vm) in found.items()}
 
 
 def leak_totals(*, leaks: QuerySet[Leak], since: datetime, until: datetime) -> list[LeakTotal]:
@@ -519,8 +571,8 @@ def leak_totals(*, leaks: QuerySet[Leak], since: datetime, until: datetime) -> l
     totals: dict[tuple[int, str, str], list[Any]] = defaultdict(lambda: [ZERO, 0, 0])
     rows = (
         overlapping.select_related(None)
-        .select_related("account")
-        .only("account__name", "currency", "monthly_price", "leaked_since", "ended_at")
+        .select_related("account", "location")
+        .only(*LEAK_COST_FIELDS, "account__name")
     )
     for leak in rows:
         total = totals[leak.account_id, leak.account.name, leak.currency]

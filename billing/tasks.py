@@ -1,6 +1,7 @@
-"""The money pass: the hour's rollup (once an hour), the leak ledger and the idle GPU
-nodes. It reads our own mirror only, no whitesky or Kubernetes call, so one pass serves
-every account.
+"""The money pass: the hour's rollup (once an hour) and the idle GPU nodes; and the leak
+ledger's pass, as often as observe, so that a leak ended by a release or a listing is told
+ended within one pass. Both read our own mirror only, no whitesky or Kubernetes call, so
+one pass serves every account.
 
 The check of whitesky's bill calls whitesky, so it is fanned out per account, each under
 the account's lock and one of its call slots (as clusters.tasks does)."""
@@ -52,24 +53,38 @@ def billing_pass() -> dict[str, Any] | None:
             return None
         now = timezone.now()
         taken_rollups = _step("rollups", failures, lambda: rollups_take(now=now))
-        leaks = _step("leaks", failures, leaks_record)
         idle = _step("idle GPUs", failures, lambda: idle_record(now=now))
-    if leaks is not None:
-        failures.extend(leaks.failures)  # each row the ledger could not decide
     result: dict[str, Any] = {
         "hour": taken_rollups.hour.isoformat() if taken_rollups and taken_rollups.hour else None,
         "days": [day.date().isoformat() for day in taken_rollups.days] if taken_rollups else [],
         "cost_rows": taken_rollups.cost_rows if taken_rollups else 0,
         "capacity_rows": taken_rollups.capacity_rows if taken_rollups else 0,
-        "leaks": {"opened": leaks.opened, "ended": leaks.ended} if leaks else None,
         "idle": {"opened": idle.opened, "ended": idle.ended} if idle else None,
         "failures": failures,
     }
-    if result["hour"] or result["days"] or (leaks and (leaks.opened or leaks.ended)):
+    if result["hour"] or result["days"] or (idle and (idle.opened or idle.ended)):
         logger.info("billing pass: %s", result)
     if failures:
         logger.warning("billing pass: %d failure(s): %s", len(failures), "; ".join(failures))
     return result
+
+
+@shared_task
+def leak_ledger_pass() -> dict[str, Any] | None:
+    """Open and end the ledger's rows. A row that cannot be written or decided is logged
+    and named in the result (`failures`), and stops no other row, of any account. None:
+    another worker's pass is on it."""
+    with object_lock("leak-ledger") as taken:
+        if not taken:
+            return None
+        leaks = leaks_record()
+    if leaks.opened or leaks.ended:
+        logger.info("leak ledger: opened %d, ended %d", leaks.opened, leaks.ended)
+    if leaks.failures:
+        logger.warning(
+            "leak ledger: %d failure(s): %s", len(leaks.failures), "; ".join(leaks.failures)
+        )
+    return {"opened": leaks.opened, "ended": leaks.ended, "failures": leaks.failures}
 
 
 @shared_task

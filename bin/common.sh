@@ -38,7 +38,8 @@ ensure_venv() {
 # The settings `make run` chooses: DEBUG on, one broker for every process it starts (the
 # private Redis of this var dir, on a unix socket; bin/run starts it) unless the
 # environment says otherwise, and its simulator (unless SIMULATOR=0) among the hosts an
-# account's credential may go to.
+# account's credential may go to, with a webhook receiver on 127.0.0.1:$NOTIFY_RECEIVER_PORT
+# (8090) among those notifications may go to.
 # Exported for the processes started here, and written to $VAR_DIR/run.env, which settings
 # read under the environment: a later manage.py or celery in this checkout, in any shell,
 # gets the same ones.
@@ -56,13 +57,16 @@ print(default_broker_url(Path(sys.argv[1]).resolve()))' "$VAR_DIR")}"
     export WHITESKY_ALLOWED_HOSTS="${WHITESKY_ALLOWED_HOSTS:+$WHITESKY_ALLOWED_HOSTS,}http://127.0.0.1:${SIM_PORT:-8081}"
     # The fake Kubernetes API (https, its own CA): exactly its origin.
     export KUBE_ALLOWED_HOSTS="${KUBE_ALLOWED_HOSTS:+$KUBE_ALLOWED_HOSTS,}https://127.0.0.1:${KUBE_SIM_PORT:-8082}"
+    # A webhook receiver of one's own on this machine (docs/guides/notifications.md).
+    export NOTIFY_WEBHOOK_HOSTS="${NOTIFY_WEBHOOK_HOSTS:+$NOTIFY_WEBHOOK_HOSTS,}http://127.0.0.1:${NOTIFY_RECEIVER_PORT:-8090}"
   fi
   (
     umask 077
     {
       echo "# Written by make run (bin/run): the settings it chose. The environment wins."
       printf '%s=%s\n' DEBUG "$DEBUG" CELERY_BROKER_URL "$CELERY_BROKER_URL" \
-        WHITESKY_ALLOWED_HOSTS "${WHITESKY_ALLOWED_HOSTS:-}" KUBE_ALLOWED_HOSTS "${KUBE_ALLOWED_HOSTS:-}"
+        WHITESKY_ALLOWED_HOSTS "${WHITESKY_ALLOWED_HOSTS:-}" KUBE_ALLOWED_HOSTS "${KUBE_ALLOWED_HOSTS:-}" \
+        NOTIFY_WEBHOOK_HOSTS "${NOTIFY_WEBHOOK_HOSTS:-}"
     } >"$VAR_DIR/run.env.tmp"
   )
   mv "$VAR_DIR/run.env.tmp" "$VAR_DIR/run.env"

@@ -122,6 +122,17 @@ class ReasonForm(forms.Form):
     )
 
 
+class NamesForm(ReasonForm):
+    """A destructive action that also asks for the name of each selected object, typed
+    again; the service compares each (clusters.services.name_confirmed)."""
+
+    names = forms.CharField(
+        label="Names",
+        widget=forms.Textarea(attrs={"rows": 2, "cols": 60, "autocomplete": "off"}),
+        help_text="Type the name of each selected object, separated by spaces or new lines.",
+    )
+
+
 def confirmation_asked(
     modeladmin: admin.ModelAdmin[Any],
     request: HttpRequest,

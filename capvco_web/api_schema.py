@@ -10,6 +10,7 @@ from django.core.validators import ProhibitNullCharactersValidator
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.plumbing import force_instance
 from drf_spectacular.utils import OpenApiResponse
+from rest_framework import serializers
 
 from capvco_web.api import (
     NO_NUL,
@@ -19,6 +20,7 @@ from capvco_web.api import (
     StrictInputMixin,
     stripped_text_pattern,
 )
+from capvco_web.validators import VisibleText
 
 _ERRORS = {
     "400": "Invalid input: `fields` names each problem (or `detail`, for a body that is not "
@@ -122,6 +124,10 @@ class ApiSchema(AutoSchema):
         schema: dict[str, Any] = super()._map_serializer_field(field, direction, *args)
         if isinstance(field, DurationTextField):
             schema["pattern"] = field.pattern
+        if isinstance(field, serializers.DecimalField) and "pattern" in schema:
+            # drf-spectacular writes the digits as `\d`: any decimal digit in Python
+            # (`١٢`), ASCII ones only in ECMAScript. What we send has ASCII ones.
+            schema["pattern"] = schema["pattern"].replace(r"\d", "[0-9]")
         return schema
 
     def _insert_field_validators(self, field: Any, schema: dict[str, Any]) -> None:
@@ -132,6 +138,9 @@ class ApiSchema(AutoSchema):
         for validator in field.validators:
             if hasattr(validator, "json_schema"):
                 string.update(validator.json_schema(self._direction))
+            if isinstance(validator, VisibleText) and {"minLength", "maxLength"} & set(string):
+                least, most = string.get("minLength", 0), string.get("maxLength")
+                string["pattern"] = validator.schema_pattern(least, most)
         refuses_nul = any(isinstance(v, ProhibitNullCharactersValidator) for v in field.validators)
         if self._direction == "request" and refuses_nul and string.get("type") == "string":
             string.setdefault("pattern", NO_NUL)

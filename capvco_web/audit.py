@@ -9,6 +9,7 @@ from typing import Any
 from django.contrib.auth.models import AnonymousUser, User
 from django.db import models
 
+from capvco_web.encryption import SECRET_KEPT as SECRET_KEPT
 from capvco_web.encryption import EncryptedTextField
 from capvco_web.models import AuditEvent
 from capvco_web.ownership import account_id_of, account_path
@@ -70,8 +71,8 @@ def audit_record(
     )
 
 
-# What an audit record says of a secret: never its value.
-SECRET_KEPT = "(secret)"  # noqa: S105
+# What an audit record says of a secret: never its value (SECRET_KEPT, or what its field
+# shows of it: a URL's scheme and host).
 SECRET_CHANGED = "(secret, changed)"  # noqa: S105
 
 
@@ -85,7 +86,8 @@ def text_digest(text: str, what: str) -> str:
 
 def _recorded(obj: models.Model, field: models.Field[Any, Any]) -> Any:
     if isinstance(field, EncryptedTextField):
-        return SECRET_KEPT if getattr(obj, field.attname) else ""
+        value = getattr(obj, field.attname)
+        return field.shown(value) if value else ""
     if field.name in getattr(obj, "audit_digested", ()):
         text = getattr(obj, field.attname)
         return text_digest(text, str(field.verbose_name)) if text else ""
@@ -116,16 +118,18 @@ def audit_changes(
     stored: models.Model, changed: models.Model
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Before and after of the fields that differ between the stored row and the changed
-    one. A secret that changed reads "(secret)" → "(secret, changed)"."""
+    one. A secret that changed reads "(secret)" → "(secret, changed)", a secret URL whose
+    shown part stayed "https://host/…" → "https://host/… (changed)"."""
     before: dict[str, Any] = {}
     after: dict[str, Any] = {}
     for field in _audited_fields(changed):
         if getattr(stored, field.attname) == getattr(changed, field.attname):
             continue
         before[field.name] = _recorded(stored, field)
-        after[field.name] = (
-            SECRET_CHANGED
-            if isinstance(field, EncryptedTextField) and getattr(changed, field.attname)
-            else _recorded(changed, field)
-        )
+        after[field.name] = _recorded(changed, field)
+        if isinstance(field, EncryptedTextField) and getattr(changed, field.attname):
+            if after[field.name] == SECRET_KEPT:
+                after[field.name] = SECRET_CHANGED
+            elif after[field.name] == before[field.name]:
+                after[field.name] += " (changed)"
     return before, after

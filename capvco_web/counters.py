@@ -87,8 +87,8 @@ def count(name: str, *labels: str) -> None:
         logger.warning("metrics: %s not counted: %s", name, exc)
 
 
-def whitesky_call_count(operation: str, status: str) -> None:
-    count("whitesky_calls", operation, status)
+def whitesky_call_count(account: int, operation: str, status: str) -> None:
+    count("whitesky_calls", str(account), operation, status)
 
 
 def reconcile_step_count(action: str, outcome: str) -> None:

@@ -8,11 +8,15 @@ from __future__ import annotations
 
 from functools import cache
 from typing import Any
+from urllib.parse import urlsplit
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import models
+
+# What an audit record or a page says of a secret: never its value.
+SECRET_KEPT = "(secret)"  # noqa: S105
 
 
 @cache
@@ -41,6 +45,14 @@ class EncryptedTextField(models.TextField[str, str]):
         kwargs.setdefault("editable", False)
         super().__init__(*args, **kwargs)
 
+    def deconstruct(self) -> Any:
+        # Not editable unless said: a migration records only the editable one.
+        name, path, args, kwargs = super().deconstruct()
+        kwargs.pop("editable", None)
+        if self.editable:
+            kwargs["editable"] = True
+        return name, path, args, kwargs
+
     def from_db_value(self, value: str | None, expression: Any, connection: Any) -> str | None:
         if value is None or value == "":
             return value
@@ -51,3 +63,28 @@ class EncryptedTextField(models.TextField[str, str]):
         if value is None or value == "":
             return value
         return encrypt(str(value))
+
+    def shown(self, value: str) -> str:
+        """What may be shown of a (non-empty) value, in an audit record or on a page."""
+        return SECRET_KEPT
+
+
+def url_shown(url: str) -> str:
+    """The scheme and host (and port) of `url`, `/…` for whatever follows: where it goes,
+    without the path or query that may be the credential (a Slack incoming webhook's)."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - refuses a port that is not a number
+    except ValueError:
+        return SECRET_KEPT
+    if parts.scheme not in ("http", "https") or not parts.hostname or "@" in parts.netloc:
+        return SECRET_KEPT  # nothing of it is known to be harmless to show
+    rest = "/…" if parts.path not in ("", "/") or parts.query or parts.fragment else "/"
+    return f"{parts.scheme}://{parts.netloc}{rest}"
+
+
+class EncryptedUrlField(EncryptedTextField):
+    """A URL that is a credential: encrypted at rest, shown as its scheme and host only."""
+
+    def shown(self, value: str) -> str:
+        return url_shown(value)

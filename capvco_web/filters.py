@@ -1,6 +1,7 @@
 """Filters shared by the API and the dashboard lists: one convention for related objects
 (RelationFilterSet), strict about their values, and an id that matches nothing answers an
-empty list (not a 400, as a choice of existing rows would)."""
+empty list (not a 400, as a choice of existing rows would): also one past the 64 bits a
+database's integer holds, which never reaches the database (SQLite cannot take it)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,13 @@ from typing import Any, ClassVar
 
 import django_filters
 from django import forms
-from django.db.models import Model
+from django.db.models import Model, QuerySet
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 
 _INTEGER = re.compile(r"-?[0-9]+")
+# The ids a database can hold: 64-bit integers (PostgreSQL's bigint, SQLite's INTEGER).
+ID_MIN, ID_MAX = -(2**63), 2**63 - 1
 # `cluster__name=prod`: a related object by its name.
 NAME_SUFFIX = "__name"
 
@@ -30,8 +33,9 @@ class IdField(forms.Field):
             raise forms.ValidationError(self.error_messages["invalid"], code="invalid")
         sign, digits = (-1, value[1:]) if value.startswith("-") else (1, value)
         digits = digits.lstrip("0") or "0"
-        # Past any id a database holds: matches nothing, however many digits it has.
-        return sign * (10**30 if len(digits) > 30 else int(digits))
+        # Past any id a database holds (StrictFilterSet matches nothing), however many
+        # digits it has: not read whole (Python refuses to read over 4,300).
+        return sign * (ID_MAX + 1 if len(digits) > 19 else int(digits))
 
 
 class TrueFalseField(forms.Field):
@@ -81,6 +85,13 @@ class StrictFilterSet(django_filters.FilterSet):
                 return cleaned
 
         return StrictForm
+
+    def filter_queryset(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        for name, value in self.form.cleaned_data.items():
+            past = isinstance(value, int) and not ID_MIN <= value <= ID_MAX
+            if past and isinstance(self.filters.get(name), IdFilter):
+                return queryset.none()  # no row has that id, however it is filtered
+        return super().filter_queryset(queryset)
 
 
 def _related_model(model: type[Model], path: str) -> type[Model]:

@@ -59,8 +59,9 @@ def _counters() -> Iterator[Metric]:
     for name, help_text, labels in (
         (
             "capvco_whitesky_calls",
-            "whitesky API calls by operation and HTTP status (error: no answer)",
-            ["operation", "status"],
+            "whitesky API calls by account, operation and HTTP status (error: no answer)",
+            # Counts kept before calls were counted per account have two labels: left out.
+            ["account", "operation", "status"],
         ),
         (
             "capvco_reconcile_steps",

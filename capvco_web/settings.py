@@ -322,11 +322,24 @@ CATALOG_OBSERVE_INTERVAL = timedelta(
 # Webhook notifications: leaks, failed machines and stale locations looked for and due
 # messages sent this often.
 NOTIFY_INTERVAL = timedelta(seconds=env.float("NOTIFY_INTERVAL_SECONDS", default=60))
+# Notifications: at most this many webhook targets per account (each is posted to in the
+# account's own pass, which ends after NOTIFY_SEND_SECONDS).
+NOTIFY_TARGETS_PER_ACCOUNT = env.int("NOTIFY_TARGETS_PER_ACCOUNT", default=20)
+# Notifications: at most this many test messages an account may ask for in a minute (and
+# one at a time per target); a worker posts them, never the web request.
+NOTIFY_TESTS_PER_ACCOUNT_MINUTE = env.int("NOTIFY_TESTS_PER_ACCOUNT_MINUTE", default=10)
+# Notifications: an account's pass stops posting after this many seconds (a post waits at
+# most 5 s to connect and 10 s for an answer); what is left goes in its next pass.
+NOTIFY_SEND_SECONDS = env.float("NOTIFY_SEND_SECONDS", default=45)
 # Notifications: a GPU node's GPUs idle (attached, asked for by no pod) this long are told.
 NOTIFY_IDLE_GPU_AFTER = timedelta(hours=env.float("NOTIFY_IDLE_GPU_HOURS", default=24))
 # Money: the hour's cost and capacity rollup (taken by the first pass in each hour, so this
-# must be well under an hour) and the leak ledger, this often.
+# must be well under an hour) and the idle GPU nodes, this often.
 BILLING_INTERVAL = timedelta(seconds=env.float("BILLING_INTERVAL_SECONDS", default=300))
+# The leak ledger follows observe's flags and our releases: as often as observe.
+LEAK_LEDGER_INTERVAL = timedelta(
+    seconds=env.float("LEAK_LEDGER_INTERVAL_SECONDS", default=OBSERVE_INTERVAL.total_seconds())
+)
 # whitesky's bill against what we own (billing.bills): each pass checks, per location, the
 # last BILL_CHECK_HOURS_BACK finished hours not checked yet, oldest first, with at most
 # BILL_CHECK_CALLS_PER_PASS consumption calls per account.
@@ -351,6 +364,7 @@ CELERY_BEAT_SCHEDULE = {
     "observe-catalog": _every("clusters.tasks.observe_catalog_all", CATALOG_OBSERVE_INTERVAL),
     "notify": _every("notify.tasks.notify_pass", NOTIFY_INTERVAL),
     "billing": _every("billing.tasks.billing_pass", BILLING_INTERVAL),
+    "leak-ledger": _every("billing.tasks.leak_ledger_pass", LEAK_LEDGER_INTERVAL),
     "bill-check": _every("billing.tasks.bill_check_all", BILL_CHECK_INTERVAL),
 }
 
@@ -373,11 +387,12 @@ POOL_MAX_REPLICAS = pool_max_replicas(env.int("POOL_MAX_REPLICAS", default=1000)
 DASHBOARD_POLL_SECONDS = env.int("DASHBOARD_POLL_SECONDS", default=10)
 
 # whitesky: the hosts an account's API and IAM URLs may name, so the credential goes nowhere
-# else: `host` (https, any port), `https://host:port`, or `http://host:port` (plain http to
+# else: `host` (https on port 443), `https://host:port`, or `http://host:port` (plain http to
 # exactly that origin, e.g. the simulator). `make run` adds its simulator's.
 WHITESKY_ALLOWED_HOSTS = whitesky_allowed_hosts(env.str("WHITESKY_ALLOWED_HOSTS", default=""))
 # Notifications: the hosts a webhook target's URL may name, written as
-# WHITESKY_ALLOWED_HOSTS is ("": no webhook may be sent anywhere).
+# WHITESKY_ALLOWED_HOSTS is ("": no webhook may be sent anywhere). `make run` adds
+# http://127.0.0.1:$NOTIFY_RECEIVER_PORT (8090), for a receiver on that machine.
 NOTIFY_WEBHOOK_HOSTS = notify_webhook_hosts(env.str("NOTIFY_WEBHOOK_HOSTS", default=""))
 # Notifications: the CA bundle webhook receivers' certificates are checked with ("": the
 # one requests ships).
@@ -416,6 +431,9 @@ ACCOUNT_BUSY_AGAIN_SECONDS = env.float("ACCOUNT_BUSY_AGAIN_SECONDS", default=1)
 # failure in a row, at most MACHINE_RETRY_MAX_SECONDS; not on every tick.
 MACHINE_RETRY_BASE_SECONDS = env.float("MACHINE_RETRY_BASE_SECONDS", default=30)
 MACHINE_RETRY_MAX_SECONDS = env.float("MACHINE_RETRY_MAX_SECONDS", default=900)
+# A machine waiting for capacity this long is flagged stuck at its next look, with what its
+# location offers of every type, and told (notify reason machine_stuck); it keeps waiting.
+MACHINE_CAPACITY_STUCK_SECONDS = env.float("MACHINE_CAPACITY_STUCK_SECONDS", default=3600)
 
 # /metrics: scraped with `Authorization: Bearer <METRICS_TOKEN>` or from an allowed
 # address; with neither, nobody. Counters live under this key prefix in the broker's Redis.
@@ -469,4 +487,7 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
+    # urllib3's debug lines hold each request's path, and a webhook URL's path is a
+    # credential (a Slack incoming webhook's): never logged, whatever LOG_LEVEL says.
+    "loggers": {"urllib3.connectionpool": {"level": "INFO"}},
 }

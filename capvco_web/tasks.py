@@ -1,7 +1,8 @@
+import threading
 from datetime import datetime, timedelta
 from typing import Any
 
-from celery import Task, current_app, shared_task
+from celery import Task, shared_task
 from celery.contrib.django.task import DjangoTask
 from django.conf import settings
 from django.db import transaction
@@ -74,15 +75,25 @@ def send_again_later(task: Task[Any, Any]) -> None:
     )
 
 
+_TASK_IMPORT = threading.Lock()
+
+
 def send_by_name_on_commit(name: str, *args: Any) -> None:
     """Send the task registered as `name` once the current transaction commits. Services
     start tasks so, by name: a tasks module imports the services it calls, never the
     other way round."""
 
     def send() -> None:
-        if name not in current_app.tasks:
-            current_app.loader.import_default_modules()  # as a worker does at start
-        current_app.tasks[name].delay(*args)  # unknown: KeyError, loudly
+        # Our app, not Celery's `current_app`: in a web server's request thread that is a
+        # bare fallback app, with no tasks and no broker of ours.
+        from capvco_web.celery import app
+
+        if name not in app.tasks:
+            # One thread at a time: request threads importing the task modules at once
+            # can each find another's half-imported module, its tasks not registered yet.
+            with _TASK_IMPORT:
+                app.loader.import_default_modules()  # as a worker does at start
+        app.tasks[name].delay(*args)  # unknown: KeyError, loudly
 
     transaction.on_commit(send)
 

@@ -8,12 +8,15 @@ from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.core.validators import RegexValidator
 from django.db.models import QuerySet
+from django.http import QueryDict
 from drf_spectacular.utils import extend_schema
 from rest_framework import exceptions, mixins, serializers, status, viewsets
+from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from capvco_web.api import HAS_TEXT, KnownParametersMixin, StrictInputMixin, api_validation_error
+from capvco_web.api_input import JSONParser
 from capvco_web.auth import ApiTokenAuthentication
 from capvco_web.models import ApiToken
 from capvco_web.tokens import api_token_create, api_token_revoke
@@ -67,19 +70,29 @@ class ApiTokenViewSet(
     revokes a token at once."""
 
     serializer_class = ApiTokenSerializer
+    # The browsable page offers a form (name, expiry) to make one, not only a box of raw
+    # JSON: DRF draws it for a view that parses forms. The API documented stays JSON.
+    parser_classes = [JSONParser, FormParser, MultiPartParser]
 
     def get_queryset(self) -> QuerySet[ApiToken]:
         if getattr(self, "swagger_fake_view", False):  # the schema, made without a user
             return ApiToken.objects.none()
         return ApiToken.objects.filter(user=_user(self.request))
 
-    @extend_schema(responses={201: ApiTokenCreatedSerializer})
+    @extend_schema(
+        request={"application/json": ApiTokenSerializer},
+        responses={201: ApiTokenCreatedSerializer},
+    )
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         if isinstance(request.successful_authenticator, ApiTokenAuthentication):
             raise exceptions.PermissionDenied(
                 "A token cannot make tokens: log in (browser session) to make one."
             )
-        serializer = self.get_serializer(data=request.data)
+        data = request.data
+        if isinstance(data, QueryDict):  # the page's form: its CSRF token is no field
+            data = data.copy()
+            data.pop("csrfmiddlewaretoken", None)
+        serializer = self.get_serializer(data=data)
         serializer.is_valid(raise_exception=True)
         try:
             token, raw = api_token_create(

@@ -57,9 +57,10 @@ def _ranges(char_class: str) -> list[tuple[int, int]]:
 
 
 def _schema_pattern(invisible: list[tuple[int, int]]) -> str:
-    """The rule as a pattern that reads the same as code points (Python, JSON Schema
-    validators) and as UTF-16 code units (JavaScript without the `u` flag), escaping no
-    surrogate (which validators refuse) and naming characters past U+FFFF as themselves.
+    """One character the rule allows, as a pattern that reads the same as code points
+    (Python, JSON Schema validators) and as UTF-16 code units (JavaScript without the `u`
+    flag), escaping no surrogate (which validators refuse) and naming characters past
+    U+FFFF as themselves.
 
     Such a character is a surrogate pair in JavaScript, so no class may hold one as a
     range's end. Instead, before each character: a lookahead of the invisible ones one by
@@ -91,10 +92,11 @@ def _schema_pattern(invisible: list[tuple[int, int]]) -> str:
         f"(?!(?=[\\ud7ff-{chr(last)}])(?![\\ud7ff-{chr(first - 1)}]))" for first, last in blocks
     )
     one = f"(?!{'|'.join(map(chr, singles))}){shown}[^{bmp}]"
-    return f"^(?:{'|'.join(map(chr, sorted(set(allowed))))}|{one})*$"
+    return f"(?:{'|'.join(map(chr, sorted(set(allowed))))}|{one})"
 
 
-_SCHEMA_PATTERN = _schema_pattern(_ranges(_SHOWN_INVISIBLE))
+# One visible character, as a pattern: repeated between `^` and `$` in the schema.
+_SCHEMA_CHARACTER = _schema_pattern(_ranges(_SHOWN_INVISIBLE))
 
 
 @deconstructible
@@ -122,7 +124,20 @@ class VisibleText(RegexValidator):
 
     def json_schema(self, direction: str) -> dict[str, str]:
         """The rule as the API's schema states it (see capvco_web.api_schema)."""
-        return {"pattern": _SCHEMA_PATTERN}
+        return {"pattern": self.schema_pattern()}
+
+    def schema_pattern(self, least: int = 0, most: int | None = None) -> str:
+        """The rule as a pattern, with the length bounds of its field when it has them.
+
+        The bounds stand beside it too (`minLength`, `maxLength`), but generators fold
+        them into a pattern's repeat when they draw from it (schemathesis), and then write
+        the characters past U+FFFF it names as `\\U` escapes, which no ECMAScript reads:
+        no case of the operation could be drawn. A repeat that has the bounds already is
+        left alone. (ECMAScript without the `u` flag counts a character past U+FFFF as two
+        repeats, as it counts a string's length.)"""
+        if not least and most is None:
+            return f"^{_SCHEMA_CHARACTER}*$"
+        return f"^{_SCHEMA_CHARACTER}{{{least},{'' if most is None else most}}}$"
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, VisibleText)
@@ -139,9 +154,11 @@ def kube_allowed_servers() -> AllowedServers:
     return AllowedServers(settings.KUBE_ALLOWED_HOSTS, source="KUBE_ALLOWED_HOSTS")
 
 
-def kubeconfig_checked(text: str) -> Kubeconfig:
-    """The kubeconfig, read and checked; raises KubeconfigInvalid naming the problem."""
-    return kubeconfig_check(text, kube_allowed_servers())
+def kubeconfig_checked(text: str, *, insecure_allowed: bool = False) -> Kubeconfig:
+    """The kubeconfig, read and checked; raises KubeconfigInvalid naming the problem.
+    `insecure_allowed`: the account's admin allows `insecure-skip-tls-verify`
+    (`Account.kube_insecure_tls_allowed`)."""
+    return kubeconfig_check(text, kube_allowed_servers(), insecure_allowed=insecure_allowed)
 
 
 def is_date_text(value: str) -> bool:

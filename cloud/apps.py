@@ -37,6 +37,7 @@ class CloudConfig(AppConfig):
             },
             operate={"cloud.remove_virtualmachine"},
             administer={
+                "cloud.remove_foreign_virtualmachine",
                 "cloud.change_account",
                 "cloud.delete_account",
                 "cloud.add_membership",

@@ -19,6 +19,7 @@ from django.core.validators import (
     RegexValidator,
 )
 from django.db import connection, models, transaction
+from django.utils import timezone
 from django.utils.deconstruct import deconstructible
 
 from capvco_web.encryption import EncryptedTextField
@@ -151,6 +152,15 @@ class Account(models.Model):
         help_text="Consecutive complete listings that must show a reservation orphaned "
         "before it is released automatically.",
     )
+    # Off: a kubeconfig that skips the check of the API server's certificate is refused,
+    # stored or used (anyone on the way could take its credential).
+    kube_insecure_tls_allowed = models.BooleanField(
+        "allow insecure TLS to Kubernetes",
+        default=False,
+        help_text="Accept kubeconfigs with insecure-skip-tls-verify: true (the API server's "
+        "certificate is then not checked). Off: they are refused, and those stored are no "
+        "longer used.",
+    )
     # Cluster API import: clusters and pools defined in a management cluster.
     capi_kubeconfig = EncryptedTextField(
         blank=True,
@@ -209,7 +219,9 @@ class Account(models.Model):
     def clean(self) -> None:
         if self.capi_kubeconfig:
             try:
-                kubeconfig_checked(self.capi_kubeconfig)
+                kubeconfig_checked(
+                    self.capi_kubeconfig, insecure_allowed=self.kube_insecure_tls_allowed
+                )
             except KubeconfigInvalid as exc:
                 raise ValidationError({"capi_kubeconfig": str(exc)}) from exc
         self._customer_move_check()
@@ -333,13 +345,24 @@ class VirtualMachine(models.Model):
         help_text="Consecutive complete listings of its cloudspace that showed it orphaned",
     )
     orphan_reason = models.CharField(max_length=300, blank=True, help_text="Why no machine owns it")
+    first_seen_at = models.DateTimeField(
+        default=timezone.now, help_text="When a listing first showed it"
+    )
+    changed_at = models.DateTimeField(
+        default=timezone.now,
+        help_text="When a listing last showed it changed (name, status, size) or first showed "
+        "it: only a complete listing begun after this may decide to remove it.",
+    )
 
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["location", "vm_id"], name="vm_unique_per_location")
         ]
         indexes = [models.Index(fields=["location", "name"])]
-        permissions = [("remove_virtualmachine", "Can remove a VM that no machine owns")]
+        permissions = [
+            ("remove_virtualmachine", "Can remove a VM that no machine owns"),
+            ("remove_foreign_virtualmachine", "Can remove a VM not named by us"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.name} ({self.vm_id})"

@@ -5,10 +5,12 @@ a whole listing; a pass over unchanged data writes nothing."""
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
 from django.db import transaction
+from django.utils import timezone
 
 from capvco_web.integrations import whitesky as ws
 from capvco_web.rows import fields_assign
@@ -96,8 +98,12 @@ def _catalog_sync(
     return writes
 
 
-def vms_sync(*, location: Location, cloudspace_id: str, vms: list[ws.Vm]) -> int:
-    """Mirror the VMs of one cloudspace from a whole listing of it."""
+def vms_sync(
+    *, location: Location, cloudspace_id: str, vms: list[ws.Vm], now: datetime | None = None
+) -> int:
+    """Mirror the VMs of one cloudspace from a whole listing of it. A VM shown changed
+    gets `changed_at`: no removal is decided on it before a later listing."""
+    now = now or timezone.now()
     existing = {
         vm.vm_id: vm
         for vm in VirtualMachine.objects.filter(location=location, cloudspace_id=cloudspace_id)
@@ -114,14 +120,22 @@ def vms_sync(*, location: Location, cloudspace_id: str, vms: list[ws.Vm]) -> int
         if row is None:
             to_create.append(
                 VirtualMachine(
-                    location=location, cloudspace_id=cloudspace_id, vm_id=vm.vm_id, **data
+                    location=location,
+                    cloudspace_id=cloudspace_id,
+                    vm_id=vm.vm_id,
+                    first_seen_at=now,
+                    changed_at=now,
+                    **data,
                 )
             )
         elif fields_assign(row, data):
+            row.changed_at = now
             to_update.append(row)
     VirtualMachine.objects.bulk_create(to_create)
     if to_update:
-        VirtualMachine.objects.bulk_update(to_update, ["name", "status", "vcpus", "memory_mib"])
+        VirtualMachine.objects.bulk_update(
+            to_update, ["name", "status", "vcpus", "memory_mib", "changed_at"]
+        )
     if existing:
         VirtualMachine.objects.filter(pk__in=[vm.pk for vm in existing.values()]).delete()
     return len(to_create) + len(to_update) + len(existing)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from functools import partial
 
 from django.conf import settings
 
@@ -50,7 +51,7 @@ def account_api_client(
         allowed_hosts=whitesky_allowed_hosts(),
         iam_url=account.iam_url or None,
         on_token_refreshed=token_store,
-        on_answer=whitesky_call_count,
+        on_answer=partial(whitesky_call_count, account.pk),
         proxy_url=settings.WHITESKY_PROXY_URL or None,
         ca_bundle=settings.WHITESKY_CA_BUNDLE or None,
         timeout=(settings.WHITESKY_CONNECT_TIMEOUT, settings.WHITESKY_READ_TIMEOUT),

@@ -35,9 +35,9 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.utils.translation import gettext_lazy
 
-from capvco_web.admin import ReasonForm, confirmation_asked, reason_asked
+from capvco_web.admin import NamesForm, ReasonForm, confirmation_asked, reason_asked
 from capvco_web.api import in_use_detail
-from capvco_web.integrations.kube import KubeconfigInvalid
+from capvco_web.integrations.kube import Kubeconfig, KubeconfigInvalid
 from capvco_web.integrations.whitesky.auth import jwt_expiry
 from capvco_web.permissions import (
     AccountScopedAdmin,
@@ -45,6 +45,7 @@ from capvco_web.permissions import (
     allowed_somewhere,
     users_known,
 )
+from capvco_web.tasks import send_on_commit
 from capvco_web.validators import kubeconfig_checked
 from cloud.models import (
     MAX_CREDENTIAL_LENGTH,
@@ -53,9 +54,13 @@ from cloud.models import (
     Image,
     Location,
     Membership,
+    VirtualMachine,
     jwt_shape,
 )
+from clusters.costs import HOURLY_PLACES
 from clusters.models import Cluster, ClusterSite, KubeNode, KubePod, Machine, MachinePool
+from clusters.orphans import vms_not_ours
+from clusters.releases import vm_removal_request
 from clusters.services import (
     InUse,
     account_capi_kubeconfig_set,
@@ -83,8 +88,10 @@ from clusters.services import (
     site_delete_check,
     site_update,
 )
+from clusters.tasks import orphan_sweep_location
 from gpus import naming
-from gpus.models import GpuProfile, VgpuReservation
+from gpus.models import GpuProfile, VgpuReservation, hourly_price
+from gpus.services import ReleaseRefused
 
 M = TypeVar("M", bound=models.Model)
 
@@ -223,7 +230,13 @@ class AccountForm(forms.ModelForm[Account]):
             "orphan_auto_release",
             "orphan_grace_period",
             "orphan_confirmations",
+            "kube_insecure_tls_allowed",
         ]
+
+    def insecure_tls_allowed(self) -> bool:
+        """As this form sets it (the field comes before the kubeconfig), or as stored."""
+        stored = self.instance.kube_insecure_tls_allowed
+        return bool(self.cleaned_data.get("kube_insecure_tls_allowed", stored))
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -243,7 +256,7 @@ class AccountForm(forms.ModelForm[Account]):
         text = str(self.cleaned_data.get("new_capi_kubeconfig") or "").strip()
         if text:
             try:
-                kubeconfig_checked(text)
+                kubeconfig_checked(text, insecure_allowed=self.insecure_tls_allowed())
             except KubeconfigInvalid as exc:
                 raise ValidationError(str(exc)) from exc
         return text
@@ -300,7 +313,10 @@ class AccountAdmin(DeleteThroughServiceAdmin[Account]):
         if not account.capi_kubeconfig:
             return "none stored: no Cluster API import"
         try:
-            return f"stored, server {kubeconfig_checked(account.capi_kubeconfig).server}"
+            checked = kubeconfig_checked(
+                account.capi_kubeconfig, insecure_allowed=account.kube_insecure_tls_allowed
+            )
+            return f"stored, server {checked.server}{_unverified(checked)}"
         except KubeconfigInvalid as exc:
             return f"stored, unusable: {exc}"
 
@@ -477,7 +493,10 @@ class ClusterAdmin(ImportedReadOnlyAdmin[Cluster]):
         if not cluster.kubeconfig:
             return "none stored: Kubernetes is not observed"
         try:
-            return f"stored, server {kubeconfig_checked(cluster.kubeconfig).server}"
+            checked = kubeconfig_checked(
+                cluster.kubeconfig, insecure_allowed=cluster.account.kube_insecure_tls_allowed
+            )
+            return f"stored, server {checked.server}{_unverified(checked)}"
         except KubeconfigInvalid as exc:
             return f"stored, unusable: {exc}"
 
@@ -517,24 +536,40 @@ class ClusterAdmin(ImportedReadOnlyAdmin[Cluster]):
     def delete_selected_clusters(
         self, request: HttpRequest, queryset: QuerySet[Cluster]
     ) -> TemplateResponse | None:
-        reason = reason_asked(
+        asked = confirmation_asked(
             self,
             request,
             queryset,
             action="delete_selected_clusters",
             title="Delete selected clusters",
             template="admin/clusters/cluster_delete_confirm.html",
+            form_class=NamesForm,
         )
-        if isinstance(reason, TemplateResponse):
-            return reason
+        if isinstance(asked, TemplateResponse):
+            return asked
+        reason, typed = str(asked["reason"]), _names_typed(asked)
         for cluster in queryset:
+            confirm = cluster.name if cluster.name in typed else ""
             try:
-                cluster_delete(cluster=cluster, actor=request.user, reason=reason)
-            except PermissionDenied as exc:
-                self.message_user(request, f"{cluster}: not deleted: {exc}", messages.ERROR)
+                cluster_delete(cluster=cluster, actor=request.user, reason=reason, confirm=confirm)
+            except (ValidationError, PermissionDenied) as exc:
+                self.message_user(request, f"{cluster}: not deleted: {_said(exc)}", messages.ERROR)
             else:
                 self.message_user(request, f"{cluster}: deletion requested.", messages.SUCCESS)
         return None
+
+
+def _unverified(kubeconfig: Kubeconfig) -> str:
+    return " (insecure: its TLS certificate is not verified)" if kubeconfig.insecure else ""
+
+
+def _names_typed(asked: dict[str, Any]) -> frozenset[str]:
+    """The names typed on a `NamesForm`: each selected object is confirmed by its own."""
+    return frozenset(str(asked["names"]).replace(",", " ").split())
+
+
+def _said(exc: Exception) -> str:
+    return " ".join(exc.messages) if isinstance(exc, ValidationError) else str(exc)
 
 
 def _inline_save(obj: models.Model, actor: User | AnonymousUser) -> None:
@@ -694,22 +729,27 @@ class MachineAdmin(AccountScopedAdmin[Machine]):
     def force_delete_selected(
         self, request: HttpRequest, queryset: QuerySet[Machine]
     ) -> TemplateResponse | None:
-        reason = reason_asked(
+        asked = confirmation_asked(
             self,
             request,
             queryset,
             action="force_delete_selected",
             title="Force delete selected machines",
             template="admin/clusters/machine_force_delete_confirm.html",
+            form_class=NamesForm,
         )
-        if isinstance(reason, TemplateResponse):
-            return reason
+        if isinstance(asked, TemplateResponse):
+            return asked
+        reason, typed = str(asked["reason"]), _names_typed(asked)
         for machine in queryset.select_related("pool__cluster"):
             name = str(machine)
+            confirm = machine.name if machine.name in typed else ""
             try:
-                machine_force_delete(machine=machine, actor=request.user, reason=reason)
-            except (ValueError, PermissionDenied) as exc:
-                self.message_user(request, f"{name}: not deleted: {exc}", messages.ERROR)
+                machine_force_delete(
+                    machine=machine, actor=request.user, reason=reason, confirm=confirm
+                )
+            except (ValueError, ValidationError, PermissionDenied) as exc:
+                self.message_user(request, f"{name}: not deleted: {_said(exc)}", messages.ERROR)
             else:
                 self.message_user(request, f"{name}: deleted with force.", messages.SUCCESS)
         return None
@@ -790,3 +830,79 @@ class ImageAdmin(MirroredAdmin[Image]):
     list_filter = ["location"]
     list_select_related = ["location"]
     search_fields = ["name"]
+
+
+class VmOwnerFilter(admin.SimpleListFilter):
+    title = "owner"
+    parameter_name = "owner"
+
+    def lookups(
+        self, request: HttpRequest, model_admin: admin.ModelAdmin[VirtualMachine]
+    ) -> list[tuple[str, str]]:
+        return [
+            ("orphaned", "Named by us, no machine owns it (orphaned)"),
+            ("not_ours", "Not named by us (made outside the control plane)"),
+        ]
+
+    def queryset(
+        self, request: HttpRequest, queryset: QuerySet[VirtualMachine]
+    ) -> QuerySet[VirtualMachine]:
+        if self.value() == "orphaned":
+            return queryset.filter(orphaned_since__isnull=False)
+        if self.value() == "not_ours":
+            return vms_not_ours(queryset)
+        return queryset
+
+
+@admin.register(VirtualMachine)
+class VirtualMachineAdmin(MirroredAdmin[VirtualMachine]):
+    """The VMs listed in the clusters' cloudspaces. Removed only through the audited
+    request the dashboard and the API make too (`vm_removal_request`), with a reason."""
+
+    list_display = [
+        "name", "vm_id", "location", "cloudspace_id", "status", "vcpus", "memory_mib",
+        "hourly_cost", "orphaned_since", "first_seen_at", "changed_at",
+    ]  # fmt: skip
+    list_filter = ["location", "status", VmOwnerFilter]
+    list_select_related = ["location"]
+    search_fields = ["name", "=vm_id", "cloudspace_id"]
+    actions = ["remove_selected"]
+
+    def has_remove_permission(self, request: HttpRequest) -> bool:
+        return allowed_somewhere(request.user, "cloud.remove_virtualmachine")
+
+    @admin.display(description="per hour")
+    def hourly_cost(self, vm: VirtualMachine) -> str:
+        hourly = hourly_price(vm.compute_monthly_price()).quantize(HOURLY_PLACES)
+        return f"{hourly} {vm.location.currency}"
+
+    @admin.action(description="Remove selected VMs (stop and delete)", permissions=["remove"])
+    def remove_selected(
+        self, request: HttpRequest, queryset: QuerySet[VirtualMachine]
+    ) -> TemplateResponse | None:
+        reason = reason_asked(
+            self,
+            request,
+            queryset,
+            action="remove_selected",
+            title="Remove selected VMs",
+            template="admin/cloud/vm_remove_confirm.html",
+        )
+        if isinstance(reason, TemplateResponse):
+            return reason
+        # Views never call whitesky: the request is recorded now and audited, and the
+        # location's sweep carries it out (sent now; the beat sends it again if lost).
+        for vm in queryset.select_related("location__account"):
+            try:
+                vm_removal_request(vm=vm, actor=request.user, reason=reason)
+            except (ReleaseRefused, PermissionDenied, ValueError) as exc:
+                self.message_user(request, f"{vm}: not removed: {exc}", messages.ERROR)
+                continue
+            send_on_commit(orphan_sweep_location, vm.location_id)
+            self.message_user(
+                request,
+                f"{vm}: removal requested; the location's next sweep carries it out and the "
+                "audit log shows the outcome.",
+                messages.SUCCESS,
+            )
+        return None

@@ -11,6 +11,7 @@ from capvco_web.filters import IdFilter, RelationFilterSet, TrueFalseFilter
 from capvco_web.integrations.kube import GPU_TYPE_LABEL
 from cloud.models import Cloudspace, Image, Location, Membership, VirtualMachine
 from clusters.models import Cluster, ClusterSite, KubeNode, KubePod, Machine, MachinePool
+from clusters.orphans import vms_not_ours
 
 
 class MembershipFilterSet(RelationFilterSet):
@@ -32,11 +33,23 @@ class CloudspaceFilterSet(RelationFilterSet):
 class VirtualMachineFilterSet(RelationFilterSet):
     relations = {"location": "location", "account": "location__account"}
     orphaned = TrueFalseFilter(method="filter_orphaned", label="Orphaned (no machine owns it)")
+    not_ours = TrueFalseFilter(
+        method="filter_not_ours",
+        label="Made outside the control plane (not named by us, held by no machine)",
+    )
     vm_id = IdFilter(field_name="vm_id", label="The VM's whitesky id")
 
     class Meta:
         model = VirtualMachine
-        fields = ["cloudspace_id", "orphaned", "vm_id"]
+        fields = ["cloudspace_id", "orphaned", "not_ours", "vm_id"]
+
+    def filter_not_ours(
+        self, queryset: QuerySet[VirtualMachine], name: str, value: bool | None
+    ) -> QuerySet[VirtualMachine]:
+        if value is None:
+            return queryset
+        foreign = vms_not_ours(queryset)
+        return foreign if value else queryset.exclude(pk__in=foreign.values("pk"))
 
     def filter_orphaned(
         self, queryset: QuerySet[VirtualMachine], name: str, value: bool | None

@@ -9,5 +9,5 @@ from clusters.models import Cluster
 
 def kube_client(cluster: Cluster) -> KubeClient:
     """Raises KubeconfigInvalid when the stored kubeconfig cannot be used (its server
-    no longer allowed, too)."""
-    return kubeconfig_client(cluster.kubeconfig)
+    no longer allowed, or insecure TLS the account no longer allows, too)."""
+    return kubeconfig_client(cluster.kubeconfig, account=cluster.account)

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from django.db.models import Count
+from django.db.models import Count, Q
 from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily, Metric
 
+from cloud.models import Account
 from clusters.models import Machine
 from clusters.selectors import kube_observed
 
@@ -19,11 +20,32 @@ def collect() -> Iterator[Metric]:
 
 
 def _machines() -> Iterator[Metric]:
-    family = GaugeMetricFamily("capvco_machines", "Machines per phase", labels=["phase"])
-    per_phase = dict(Machine.objects.values_list("phase").annotate(n=Count("pk")))
-    for phase in Machine.Phase.values:
-        family.add_metric([phase], per_phase.get(phase, 0))
+    """Every phase of every account, 0 included: an alert names the account whose machines
+    failed, and a phase with none is a series that reads 0, not one that vanished."""
+    family = GaugeMetricFamily(
+        "capvco_machines", "Machines per account and phase", labels=["account", "phase"]
+    )
+    stuck_family = GaugeMetricFamily(
+        "capvco_machines_stuck",
+        "Machines waiting for capacity past MACHINE_CAPACITY_STUCK_SECONDS (they keep waiting)",
+        labels=["account"],
+    )
+    # The stuck ones counted in the same query: a scrape's queries stay as they were.
+    rows = (
+        Machine.objects.order_by()
+        .values_list("pool__cluster__account_id", "phase")
+        .annotate(n=Count("pk"), stuck=Count("pk", filter=Q(capacity_stuck_since__isnull=False)))
+    )
+    per_phase = {(account_id, phase): n for account_id, phase, n, _ in rows}
+    stuck: dict[int, int] = {}
+    for account_id, _, _, n in rows:
+        stuck[account_id] = stuck.get(account_id, 0) + n
+    for account_id in Account.objects.order_by("pk").values_list("pk", flat=True):
+        for phase in Machine.Phase.values:
+            family.add_metric([str(account_id), phase], per_phase.get((account_id, phase), 0))
+        stuck_family.add_metric([str(account_id)], stuck.get(account_id, 0))
     yield family
+    yield stuck_family
 
 
 def _kube_observations() -> Iterator[Metric]:

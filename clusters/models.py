@@ -17,7 +17,12 @@ from django.utils.deconstruct import deconstructible
 
 from capvco_web.encryption import EncryptedTextField
 from capvco_web.environment import POOL_REPLICAS_CEILING
-from capvco_web.integrations.kube import GPU_COUNT_LABEL, GPU_TYPE_LABEL, KubeconfigInvalid
+from capvco_web.integrations.kube import (
+    GPU_COUNT_LABEL,
+    GPU_TYPE_LABEL,
+    KubeconfigInvalid,
+    kubeconfig_load,
+)
 from capvco_web.validators import kubeconfig_checked, visible_text
 from cloud.models import (
     Account,
@@ -206,6 +211,17 @@ class Cluster(models.Model):
         return bool(self.kubeconfig)
 
     @property
+    def kube_tls_insecure(self) -> bool:
+        """Whether the stored kubeconfig skips the check of the API server's certificate
+        (`insecure-skip-tls-verify: true`, which the account's admin allowed)."""
+        if not self.kubeconfig:
+            return False
+        try:
+            return kubeconfig_load(self.kubeconfig).insecure
+        except KubeconfigInvalid:
+            return False
+
+    @property
     def imported(self) -> bool:
         return bool(self.imported_from)
 
@@ -231,7 +247,8 @@ class Cluster(models.Model):
     def clean(self) -> None:
         if self.kubeconfig:
             try:
-                kubeconfig_checked(self.kubeconfig)
+                allowed = self.account_id is not None and self.account.kube_insecure_tls_allowed
+                kubeconfig_checked(self.kubeconfig, insecure_allowed=allowed)
             except KubeconfigInvalid as exc:
                 raise ValidationError({"kubeconfig": str(exc)}) from exc
         # VM and vGPU names carry the cluster name: they must read as this cluster's only
@@ -615,6 +632,17 @@ class Machine(models.Model):
         help_text="A failed machine is tried again from this moment (exponential backoff: "
         "MACHINE_RETRY_BASE_SECONDS doubled per failure, up to MACHINE_RETRY_MAX_SECONDS)",
     )
+    capacity_wait_since = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="Since when it waits for capacity without a break; empty: it does not wait",
+    )
+    capacity_stuck_since = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When a look found it still waiting MACHINE_CAPACITY_STUCK_SECONDS after "
+        "its wait began: flagged stuck, its message naming what the location offers",
+    )
     gpu_card_refused = models.CharField(
         max_length=100,
         blank=True,
@@ -636,6 +664,12 @@ class Machine(models.Model):
             # The few flagged machines of a cluster, counted on every cluster list.
             models.Index(
                 fields=["pool"], name="machine_node_missing", condition=Q(node_missing=True)
+            ),
+            # The few stuck machines, read by every notify pass and /metrics scrape.
+            models.Index(
+                fields=["pool"],
+                name="machine_capacity_stuck",
+                condition=Q(capacity_stuck_since__isnull=False),
             ),
         ]
         permissions = [

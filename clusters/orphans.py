@@ -4,7 +4,9 @@ Who owns a VM is decided by exact names and ids, not by parsing: a machine owns 
 whose id it recorded; a VM carrying a machine's VM name while that machine holds another
 VM is a stray duplicate; a machine that has not recorded a VM yet may be creating that VM
 right now, so that VM is not an orphan. A VM not named by us is not ours to judge (a
-bastion in the cluster's cloudspace).
+bastion in the cluster's cloudspace): never an orphan, never removed without a person, but
+shown as soon as a listing has it (`vms_not_ours`), billed like any VM, and removed by an
+admin who gives a reason.
 
 Flags change only from a complete listing of the VM's cloudspace, and only observe writes
 them: a removal we made is recorded in a row of our own (VmRemovalRequest). This module
@@ -127,6 +129,42 @@ def vm_orphans_flag(
         }
         writes += model_update(row, data, expect=seen)
     return writes
+
+
+def vms_not_ours(vms: QuerySet[VirtualMachine] | None = None) -> QuerySet[VirtualMachine]:
+    """The VMs (of `vms`, else all mirrored) made outside the control plane: not named by
+    us, and held by no machine of their location. What `VmOwners.of` calls foreign."""
+    rows = VirtualMachine.objects.all() if vms is None else vms
+    held = Machine.objects.filter(
+        vm_id=OuterRef("vm_id"), pool__site__location=OuterRef("location")
+    )
+    return rows.exclude(name__startswith=naming.PREFIX).exclude(Exists(held))
+
+
+def vm_removal_undecidable(vm: VirtualMachine, *, asked_at: datetime | None = None) -> str | None:
+    """Why no removal of a VM not named by us may be decided now (None: it may): it changed
+    since the person asked (`asked_at`), or no complete listing of its cloudspace has begun
+    since it last changed (what a person saw may not be what whitesky has)."""
+    where = f"VM {vm.name} ({vm.vm_id})"
+    if asked_at is not None and vm.changed_at > asked_at:
+        return (
+            f"{where} changed since its removal was asked for ({vm.status} now): ask again "
+            "if it should still go"
+        )
+    location = vm.location
+    started = location.observation_started_at
+    partial = (
+        ClusterSite.objects.filter(location=location, cloudspace_id=vm.cloudspace_id)
+        .exclude(observation_error="")
+        .exists()
+    )
+    if started is None or started <= vm.changed_at or partial:
+        return (
+            f"{where} was last seen changed at {vm.changed_at:%Y-%m-%d %H:%M:%S} UTC and no "
+            f"complete listing of cloudspace {vm.cloudspace_id} has begun since: try again "
+            "after the next observation"
+        )
+    return None
 
 
 def vm_orphans_list(*, location: Location | None = None) -> QuerySet[VirtualMachine]:

@@ -32,7 +32,7 @@ from clusters.models import Cluster, ClusterSite, Machine, MachinePool
 from clusters.selectors import pools_by_cluster
 from gpus import naming
 from gpus.models import GpuProfile, VgpuReservation
-from gpus.resolve import CardPicker, GpuUnavailable
+from gpus.resolve import CardPicker, GpuBusy, GpuUnavailable
 
 Phase = Machine.Phase
 RState = VgpuReservation.State
@@ -155,6 +155,9 @@ class Step:
     blocked: str = ""
     """Why act cannot do this yet; act records it on the machine and calls nothing."""
     blocked_by: BlockedBy = ""
+    offered: str = ""
+    """capacity: what the location offers of every type, told once a machine has waited
+    MACHINE_CAPACITY_STUCK_SECONDS (`Machine.capacity_stuck_since`)."""
     next_try_at: datetime | None = None
     """backoff: when the failed machine is tried again."""
     location: str = ""
@@ -351,6 +354,7 @@ class GpuDecision:
     reserve: tuple[VgpuSlot, ...] = ()
     blocked: str = ""
     blocked_by: BlockedBy = ""
+    offered: str = ""
 
 
 def machine_gpu_decision(machine: Machine, books: CardBooks) -> GpuDecision:
@@ -373,7 +377,10 @@ def machine_gpu_decision(machine: Machine, books: CardBooks) -> GpuDecision:
     try:
         card_id = book.resolve(pool, len(missing))
     except GpuUnavailable as exc:
-        return GpuDecision(reserve=reserve, blocked=str(exc), blocked_by="capacity")
+        offered = exc.offered if isinstance(exc, GpuBusy) else ""
+        return GpuDecision(
+            reserve=reserve, blocked=str(exc), blocked_by="capacity", offered=offered
+        )
     book.take(card_id, len(missing))
     return GpuDecision(card_id=card_id, reserve=reserve)
 
@@ -525,6 +532,7 @@ def machine_step(
         remove_vms=removals,
         blocked=gpus.blocked,
         blocked_by=gpus.blocked_by,
+        offered=gpus.offered,
     )
 
 
@@ -623,6 +631,7 @@ def cluster_plan(cluster: Cluster, *, now: datetime | None = None) -> ClusterPla
                     reserve=gpus.reserve,
                     blocked=gpus.blocked,
                     blocked_by=gpus.blocked_by,
+                    offered=gpus.offered,
                 )
             )
     return plan

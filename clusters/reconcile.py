@@ -36,7 +36,14 @@ from capvco_web.models import AuditEvent
 from capvco_web.rows import model_update
 from cloud.models import Location
 from clusters.cloud_init import machine_user_data
-from clusters.models import GPU_SPEC_FIELDS, Cluster, ClusterSite, Machine, MachinePool
+from clusters.models import (
+    GPU_SPEC_FIELDS,
+    Cluster,
+    ClusterSite,
+    Machine,
+    MachinePool,
+    VmRemovalRequest,
+)
 from clusters.plan import (
     VM_GONE,
     Step,
@@ -323,11 +330,12 @@ def _blocked_record(machine: Machine, step: Step) -> None:
     make it wait for capacity; no card of its type, or a vGPU on another VM, fails it
     (either is tried again after its backoff); a location not wholly observed only says so."""
     if step.blocked_by == "capacity" and step.blocked.startswith(CAPACITY_WAIT):
-        _waiting_set(machine, step.blocked)
+        _waiting_set(machine, step.blocked, offered=step.offered)
     elif step.blocked_by in ("capacity", "conflict"):
         _failed_set(machine, step.blocked)
     elif step.blocked_by == "observation":
-        _phase_set(machine, machine.phase, step.blocked)
+        # Not knowing neither ends a wait for capacity nor adds to it.
+        _machine_update(machine, {"failure_message": step.blocked})
 
 
 def _machine_apply(ctx: PassContext, machine: Machine, step: Step) -> None:
@@ -353,8 +361,12 @@ def _machine_update(machine: Machine, data: Mapping[str, Any]) -> None:
         )
 
 
+# Anything that becomes of a machine but a wait for capacity ends that wait, and its flag.
+WAIT_ENDED = {"capacity_wait_since": None, "capacity_stuck_since": None}
+
+
 def _phase_set(machine: Machine, phase: str, message: str = "") -> None:
-    _machine_update(machine, {"phase": phase, "failure_message": message})
+    _machine_update(machine, {"phase": phase, "failure_message": message, **WAIT_ENDED})
 
 
 def retry_delay(failures: int) -> timedelta:
@@ -371,22 +383,40 @@ def _failed_set(machine: Machine, message: str) -> None:
         "failure_message": message,
         "failures": failures,
         "next_try_at": timezone.now() + retry_delay(failures),
+        **WAIT_ENDED,
     }
     _machine_update(machine, data)
 
 
-def _waiting_set(machine: Machine, message: str) -> None:
+def _waiting_set(machine: Machine, message: str, *, offered: str) -> None:
     """Waiting for capacity: not failed (pending, or attaching once it has its VM), with
-    what is free in the message; looked at again after the same backoff as a failure."""
+    what is free in the message; looked at again after the same backoff as a failure.
+
+    A look that finds it still waiting MACHINE_CAPACITY_STUCK_SECONDS after its wait began
+    flags it stuck (the alert, the notice, the metric), its message then naming what the
+    location offers of every type: the pool may ask for a type or count the location will
+    not have soon. It keeps waiting, and is made once room returns."""
+    now = timezone.now()
     failures = machine.failures + 1
     phase = machine.phase
     if phase == Phase.FAILED:
         phase = Phase.PENDING if machine.vm_id is None else Phase.ATTACHING
+    since = machine.capacity_wait_since or now
+    stuck = machine.capacity_stuck_since
+    if stuck is None and now - since >= timedelta(seconds=settings.MACHINE_CAPACITY_STUCK_SECONDS):
+        stuck = now
+    if stuck is not None:
+        message = (
+            f"{message}. Stuck: waiting since {since:%Y-%m-%d %H:%M} UTC; "
+            f"{machine.pool.site.location.name} offers: {offered or '(not known to this step)'}"
+        )
     data = {
         "phase": phase,
         "failure_message": message,
         "failures": failures,
-        "next_try_at": timezone.now() + retry_delay(failures),
+        "next_try_at": now + retry_delay(failures),
+        "capacity_wait_since": since,
+        "capacity_stuck_since": stuck,
     }
     _machine_update(machine, data)
 
@@ -579,6 +609,7 @@ def _running_set(machine: Machine) -> None:
             "next_try_at": None,
             "gpu_card_refused": "",
             "gpu_card_refused_at": None,
+            **WAIT_ENDED,
         },
     )
 
@@ -745,14 +776,18 @@ def cluster_leftovers_reclaim(ctx: PassContext, cluster: Cluster, step: Step) ->
         )
         return False
     blockers: list[str] = []
+    sites = {site.cloudspace_id: site.location for site in cluster.sites.select_related("location")}
     for vm in step.remove_vms:
         vm_remove(ctx.client, cloudspace_id=vm.cloudspace_id, vm_id=vm.vm_id)
-        audit_record(
-            actor=ACTOR,
-            action="vm.delete",
-            obj=cluster,
-            reason=f"cluster deleted: VM {vm.name} ({vm.vm_id}) carried its name",
-        )
+        reason = f"cluster deleted: VM {vm.name} ({vm.vm_id}) carried its name"
+        audit_record(actor=ACTOR, action="vm.delete", obj=cluster, reason=reason)
+        if (location := sites.get(vm.cloudspace_id)) is not None:
+            # Recorded as the sweep records its removals: the leak ledger tells it released.
+            now = timezone.now()
+            VmRemovalRequest.objects.create(
+                location=location, vm_id=vm.vm_id, name=vm.name, cloudspace_id=vm.cloudspace_id,
+                requested_at=now, reason=reason, attempted_at=now, done_at=now,
+            )  # fmt: skip
     for release in step.release:
         row = (
             VgpuReservation.objects.select_related("location")

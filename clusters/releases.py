@@ -41,6 +41,7 @@ from clusters.orphans import (
     other_accounts_prefixes,
     removed_since_listed,
     vm_orphans_due,
+    vm_removal_undecidable,
 )
 from clusters.plan import Call, VmRemoval
 from clusters.reconcile import vm_remove
@@ -228,7 +229,9 @@ def orphan_vm_remove(
     Who owns it is read again now, so a VM a machine took over meanwhile is refused. The
     vGPUs it held are unassigned afterwards, still billed until they are released."""
     owner = VmOwners(vm.location).of(vm.name, vm.vm_id)
-    if refusal := _owner_refusal(vm, owner):
+    # Not named by us: only a person's request, and only on the VM they saw.
+    asked_at = request.requested_at if request is not None else None
+    if refusal := _owner_refusal(vm, owner, asked_at=asked_at):
         raise ReleaseRefused(refusal)
     before = {
         "vm_id": vm.vm_id,
@@ -239,8 +242,15 @@ def orphan_vm_remove(
         "why": owner.why,
     }
     vm_remove(client, cloudspace_id=vm.cloudspace_id, vm_id=vm.vm_id)
-    audit_record(actor=actor, action="vm.delete", obj=vm, reason=reason, before=before)
-    reservations_detached(location_id=vm.location_id, vm_id=vm.vm_id)
+    detached = reservations_detached(location_id=vm.location_id, vm_id=vm.vm_id)
+    audit_record(
+        actor=actor,
+        action="vm.delete",
+        obj=vm,
+        reason=reason,
+        before=before,
+        after={"deleted": True, "vgpus_detached": detached},
+    )
     if request is None:
         # Recorded as ours, beside the VM row that only observe writes: not due again
         # before a listing begun after it shows the VM again (a delete that did not happen).
@@ -262,15 +272,20 @@ def _vm_removal(vm: VirtualMachine) -> VmRemoval:
     return VmRemoval(vm.vm_id, vm.cloudspace_id, vm.name, vm.status)
 
 
-def vm_owner_refusal(vm: VirtualMachine, owners: VmOwners | None = None) -> str | None:
-    """Why this VM may not be removed as an orphan (None: it may): it is a machine's, a
-    machine may be taking it over, or it is not named by us. `owners`: those of its
-    location, when already read."""
+def vm_owner_refusal(
+    vm: VirtualMachine, owners: VmOwners | None = None, *, asked_at: datetime | None = None
+) -> str | None:
+    """Why this VM may not be removed (None: it may): it is a machine's, a machine may be
+    taking it over, or it is not named by us and either no person asked for it (`asked_at`:
+    when one did) or it changed since, or no complete listing has shown it since it last
+    changed. `owners`: those of its location, when already read."""
     owners = owners or VmOwners(vm.location)
-    return _owner_refusal(vm, owners.of(vm.name, vm.vm_id))
+    return _owner_refusal(vm, owners.of(vm.name, vm.vm_id), asked_at=asked_at)
 
 
-def _owner_refusal(vm: VirtualMachine, owner: VmOwner) -> str | None:
+def _owner_refusal(
+    vm: VirtualMachine, owner: VmOwner, *, asked_at: datetime | None = None
+) -> str | None:
     if owner.kind == "machine":
         return (
             f"VM {vm.name} ({vm.vm_id}) is machine {owner.machine}'s: delete the machine, "
@@ -282,24 +297,35 @@ def _owner_refusal(vm: VirtualMachine, owner: VmOwner) -> str | None:
             "made right now: try again once that machine runs or is gone"
         )
     if owner.kind == "foreign":
-        return f"VM {vm.name} ({vm.vm_id}) is not named by us: it is not ours to remove"
+        if asked_at is None:
+            return (
+                f"VM {vm.name} ({vm.vm_id}) is not named by us: only a person removes it, "
+                "on request"
+            )
+        return vm_removal_undecidable(vm, asked_at=asked_at)
     return None
 
 
 def vm_removal_request(
     *, vm: VirtualMachine, actor: User | AnonymousUser, reason: str
 ) -> VmRemovalRequest:
-    """A person asks to remove a VM of ours that no machine owns: refused at once when it
-    cannot happen, else recorded (who, why, when) and audited. The location's next sweep
-    carries it out (sent at once by the caller, and by the beat if that message is lost),
-    without the grace period automatic removal waits for."""
+    """A person asks to remove a VM that no machine owns: one of ours, or (admins only:
+    `cloud.remove_foreign_virtualmachine`) one not named by us, made outside the control
+    plane, when a complete listing begun after it last changed has shown it. Refused at
+    once when it cannot happen, else recorded (who, why, when) and audited. The location's
+    next sweep carries it out (sent at once by the caller, and by the beat if that message
+    is lost), without the grace period automatic removal waits for, and only on the VM as
+    it was when asked for."""
     if not isinstance(actor, User):
         raise ValueError("A removal request needs a signed-in person.")
     permission_require(actor, "cloud.remove_virtualmachine", vm)
     reason = reason.strip()
     if not reason:
         raise ValueError("A removal needs a reason.")
-    if refusal := vm_owner_refusal(vm):
+    owner = VmOwners(vm.location).of(vm.name, vm.vm_id)
+    if owner.kind == "foreign":
+        permission_require(actor, "cloud.remove_foreign_virtualmachine", vm)
+    if refusal := _owner_refusal(vm, owner, asked_at=timezone.now()):
         raise ReleaseRefused(refusal)
     open_request = VmRemovalRequest.objects.filter(
         location=vm.location, vm_id=vm.vm_id, done_at__isnull=True
@@ -309,6 +335,12 @@ def vm_removal_request(
         raise ReleaseRefused(
             f"VM {vm.name}: {by.get_username() if by else 'someone'} asked for its removal "
             "already; the next sweep carries it out."
+        )
+    if removed_since_listed(vm):
+        # The listing that still shows it began before the delete: asked again, nothing more.
+        raise ReleaseRefused(
+            f"VM {vm.name} was removed after the last listing began; the next listing shows "
+            "it gone."
         )
     request = VmRemovalRequest.objects.create(
         location=vm.location,
@@ -325,6 +357,7 @@ def vm_removal_request(
         obj=vm,
         reason=reason,
         before=_vm_snapshot(vm),
+        after={"removal_requested": True, "request_id": request.pk},
     )
     return request
 
@@ -336,6 +369,7 @@ def _vm_snapshot(vm: VirtualMachine) -> dict[str, object]:
         "status": vm.status,
         "cloudspace_id": vm.cloudspace_id,
         "orphaned_since": vm.orphaned_since.isoformat() if vm.orphaned_since else None,
+        "changed_at": vm.changed_at.isoformat(),
     }
 
 
@@ -586,7 +620,7 @@ def _removal_request_step(
         request.reason,
         vm_row_id=vm.pk,
         vm=_vm_removal(vm),
-        refusal=vm_owner_refusal(vm, owners) or "",
+        refusal=vm_owner_refusal(vm, owners, asked_at=request.requested_at) or "",
         **common,  # type: ignore[arg-type]
     )
 

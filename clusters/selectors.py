@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Count, IntegerField, OuterRef, Q, QuerySet, Subquery, Sum
+from django.db.models import Count, IntegerField, OuterRef, Prefetch, Q, QuerySet, Subquery, Sum
 from django.db.models.fields.json import KT
 from django.db.models.functions import Coalesce
 
@@ -20,6 +20,24 @@ from gpus.resolve import gpu_type_of
 
 # Pods that hold (or wait for) what they request; finished ones hold nothing.
 ACTIVE_POD_PHASES = (KubePod.Phase.PENDING, KubePod.Phase.RUNNING)
+
+
+# Where `machines_with_vgpus` leaves each machine's vGPUs (`machine_vgpus_held`).
+HELD_VGPUS = "held_vgpus"
+
+
+def machine_vgpus_held() -> QuerySet[VgpuReservation]:
+    """The vGPU reservations machines hold: every state but released, by name."""
+    return VgpuReservation.objects.exclude(state=VgpuReservation.State.RELEASED).order_by(
+        "name", "pk"
+    )
+
+
+def machines_with_vgpus(machines: QuerySet[Machine]) -> QuerySet[Machine]:
+    """The machines, each with its held vGPUs read in one query for the whole page."""
+    return machines.prefetch_related(
+        Prefetch("reservations", queryset=machine_vgpus_held(), to_attr=HELD_VGPUS)
+    )
 
 
 def pools_by_cluster(account_id: int) -> dict[str, set[str]]:

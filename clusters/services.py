@@ -105,14 +105,37 @@ def _them(names: Sequence[str]) -> str:
     return "it" if len(names) == 1 else "them"
 
 
+def name_confirmed(*, name: str, confirm: str, actor: Actor, what: str) -> None:
+    """Refuse a destructive action a person asked for without typing the name of what it
+    ends (`confirm`), on the `confirm` field: a reason alone is typed as easily for the
+    wrong row. The control plane's own actors act by rule and type nothing.
+
+    A name that is not the object's is a conflict with the row (409 in the API), as a
+    well-formed body about another object is; an empty one is missing input (400)."""
+    if isinstance(actor, SystemActor):
+        return
+    typed = confirm.strip()
+    if typed != name:
+        said = f" ({typed!r} was typed)" if typed else ""
+        message = f"Type the {what}'s name, {name}, to confirm{said}."
+        code = "conflict" if typed else "required"
+        raise ValidationError({"confirm": [ValidationError(message, code=code)]})
+
+
 def machine_force_delete(
-    *, machine: Machine, actor: User | AnonymousUser | SystemActor, reason: str
+    *,
+    machine: Machine,
+    actor: User | AnonymousUser | SystemActor,
+    reason: str,
+    confirm: str = "",
 ) -> None:
     """Drop a machine without teardown (like `--force`). Its VM and vGPUs stay behind,
-    become orphans, and are reclaimed by name (orphan sweep or cluster deletion)."""
+    become orphans, and are reclaimed by name (orphan sweep or cluster deletion). A person
+    confirms by typing the machine's name (`name_confirmed`)."""
     permission_require(actor, "clusters.force_delete_machine", machine)
     if not reason.strip():
         raise ValueError("A force delete needs a reason.")
+    name_confirmed(name=machine.name, confirm=confirm, actor=actor, what="machine")
     before = {
         "name": machine.name,
         "pool": machine.pool.name,
@@ -127,14 +150,20 @@ def machine_force_delete(
 
 
 def cluster_delete(
-    *, cluster: Cluster, actor: User | AnonymousUser | SystemActor, reason: str
+    *,
+    cluster: Cluster,
+    actor: User | AnonymousUser | SystemActor,
+    reason: str,
+    confirm: str = "",
 ) -> None:
     """Ask for a cluster's deletion: the reconciler tears it down and releases every
-    reservation carrying its prefix; the cluster stays `deleting` until none is listed."""
+    reservation carrying its prefix; the cluster stays `deleting` until none is listed. A
+    person confirms by typing the cluster's name (`name_confirmed`)."""
     permission_require(actor, "clusters.delete_cluster", cluster)
     imported_check(cluster, actor)
     if not reason.strip():
         raise ValueError("A cluster deletion needs a reason.")
+    name_confirmed(name=cluster.name, confirm=confirm, actor=actor, what="cluster")
     updated = Cluster.objects.filter(pk=cluster.pk, state=Cluster.State.ACTIVE).update(
         state=Cluster.State.DELETING
     )
@@ -247,6 +276,7 @@ _ACCOUNT_CHANGEABLE = frozenset(
         "orphan_auto_release",
         "orphan_grace_period",
         "orphan_confirmations",
+        "kube_insecure_tls_allowed",
     }
 )
 
@@ -571,7 +601,9 @@ def cluster_kubeconfig_set(
     """
     permission_require(actor, "clusters.change_cluster", cluster)
     kubeconfig = kubeconfig.strip()
-    server_after = _kubeconfig_server_checked(kubeconfig, field="kubeconfig")
+    server_after = _kubeconfig_server_checked(
+        kubeconfig, field="kubeconfig", insecure_allowed=_insecure_tls_allowed(cluster.account_id)
+    )
     server_before = _kubeconfig_server(cluster.kubeconfig)
     with transaction.atomic():
         Cluster.objects.filter(pk=cluster.pk).update(
@@ -598,13 +630,22 @@ def cluster_kubeconfig_set(
     cluster.kube_nodes_resource_version = cluster.kube_pods_resource_version = ""
 
 
-def _kubeconfig_server_checked(kubeconfig: str, *, field: str) -> str:
+def _insecure_tls_allowed(account_id: int) -> bool:
+    """Whether the account, as stored, allows kubeconfigs that skip TLS verification."""
+    return bool(
+        Account.objects.filter(pk=account_id)
+        .values_list("kube_insecure_tls_allowed", flat=True)
+        .first()
+    )
+
+
+def _kubeconfig_server_checked(kubeconfig: str, *, field: str, insecure_allowed: bool) -> str:
     """The API server of a kubeconfig about to be stored ("" for none); one that cannot be
     used is refused on `field`."""
     if not kubeconfig:
         return ""
     try:
-        return kubeconfig_checked(kubeconfig).server
+        return kubeconfig_checked(kubeconfig, insecure_allowed=insecure_allowed).server
     except KubeconfigInvalid as exc:
         raise ValidationError({field: str(exc)}) from exc
 
@@ -760,7 +801,9 @@ def account_capi_kubeconfig_set(
     """
     permission_require(actor, "cloud.change_account", account)
     kubeconfig = kubeconfig.strip()
-    server_after = _kubeconfig_server_checked(kubeconfig, field="capi_kubeconfig")
+    server_after = _kubeconfig_server_checked(
+        kubeconfig, field="capi_kubeconfig", insecure_allowed=_insecure_tls_allowed(account.pk)
+    )
     with transaction.atomic():
         stored = Account.objects.select_for_update().get(pk=account.pk)
         server_before = _kubeconfig_server(stored.capi_kubeconfig)

@@ -23,6 +23,31 @@ class ReasonForm(forms.Form):
     next = forms.CharField(required=False, widget=forms.HiddenInput)
 
 
+class ConfirmNameForm(ReasonForm):
+    """A destructive action that also asks for the name of what it ends, typed again (the
+    service compares it: clusters.services.name_confirmed)."""
+
+    confirm = forms.CharField(
+        max_length=200,
+        widget=forms.TextInput(attrs={"autocomplete": "off", "spellcheck": "false"}),
+    )
+    field_order = ["reason", "confirm", "next"]
+    confirm_label = "Type the name to confirm"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["confirm"].label = self.confirm_label
+
+
+def confirm_name_form(name: str) -> type[ConfirmNameForm]:
+    """The form that asks for `name` by name in its label."""
+
+    class Named(ConfirmNameForm):
+        confirm_label = f"Type {name} to confirm"
+
+    return Named
+
+
 class ScaleForm(ReasonForm):
     replicas = forms.IntegerField(
         validators=[MinValueValidator(0), MaxValueValidator(100)],

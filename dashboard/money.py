@@ -21,6 +21,7 @@ from billing.models import Leak
 from billing.rollups import DAY, day_of, month_of, next_month
 from billing.selectors import (
     CAPACITY_FIGURES,
+    LEAK_COST_FIELDS,
     CostPoint,
     LeakTotal,
     MonthFigures,
@@ -148,13 +149,15 @@ def _leak_cost_per_day(
 ) -> dict[str, dict[datetime, Decimal]]:
     """Per currency and day: what leaks cost in it, from the ledger (one query)."""
     start, end = days[0], now
-    overlapping = leaks.filter(
-        Q(ended_at__isnull=True) | Q(ended_at__gt=start), leaked_since__lt=end
-    ).only("currency", "monthly_price", "leaked_since", "ended_at")
+    overlapping = (
+        leaks.filter(Q(ended_at__isnull=True) | Q(ended_at__gt=start), leaked_since__lt=end)
+        .select_related("location")
+        .only(*LEAK_COST_FIELDS)
+    )
     found: dict[str, dict[datetime, Decimal]] = defaultdict(lambda: defaultdict(lambda: ZERO))
     for leak in overlapping:
         first = max(day_of(leak.leaked_since), start)  # the days it was open in
-        last = min(leak.ended_at or now, now)
+        last = min(leak.counted_until(), now)
         for day in days[(first - start).days :]:
             if day >= last:
                 break

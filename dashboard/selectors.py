@@ -29,6 +29,7 @@ from django.db.models.functions import Coalesce
 from cloud.models import Location, VirtualMachine
 from clusters.models import Cluster, KubeNode, KubePod, Machine, MachinePool
 from clusters.nodes import CONTROL_PLANE_LABELS
+from clusters.orphans import vms_not_ours
 from clusters.selectors import ACTIVE_POD_PHASES
 from gpus import naming
 from gpus.models import (
@@ -453,6 +454,63 @@ def orphan_vms(
     for total in totals.values():
         total.hourly_cost = total.hourly_cost.quantize(CENT)
         total.accrued_cost = total.accrued_cost.quantize(CENT)
+    board.totals = sorted(totals.values(), key=lambda t: t.location.name)
+    board.count = sum(t.count for t in board.totals)
+    return board
+
+
+# --- VMs made outside the control plane -----------------------------------------------
+
+
+@dataclass(frozen=True)
+class ForeignVm:
+    vm: VirtualMachine
+    hourly_cost: Decimal  # its vCPUs and memory, as the money figures price a VM
+    since_seen_cost: Decimal  # since a listing first showed it
+
+
+@dataclass
+class ForeignVmTotal:
+    location: Location
+    count: int = 0
+    hourly_cost: Decimal = Decimal(0)
+
+
+@dataclass
+class ForeignVms:
+    shown: list[ForeignVm] = field(default_factory=list)
+    totals: list[ForeignVmTotal] = field(default_factory=list)
+    count: int = 0
+
+
+def foreign_vms(
+    *, vms: QuerySet[VirtualMachine], locations: Iterable[Location], now: datetime, shown: int
+) -> ForeignVms:
+    """VMs not named by us that no machine holds (`clusters.orphans.vms_not_ours`), as soon
+    as a listing shows them: what they cost per hour at the location's prices, per
+    location, and the newest `shown` of them. Never orphans (not ours to judge), but billed
+    to the same account."""
+    by_id = {location.pk: location for location in locations}
+    board = ForeignVms()
+    totals: dict[int, ForeignVmTotal] = {}
+    rows = vms_not_ours(vms.filter(location_id__in=by_id)).order_by("-first_seen_at", "-pk")
+    for vm in rows.only(
+        "location_id", "vm_id", "name", "status", "cloudspace_id", "vcpus", "memory_mib",
+        "first_seen_at", "changed_at",
+    ):  # fmt: skip
+        location = by_id[vm.location_id]
+        vm.location = location  # the prices are on the location already read
+        hourly = hourly_price(vm.compute_monthly_price())
+        total = totals.setdefault(location.pk, ForeignVmTotal(location))
+        total.count += 1
+        total.hourly_cost += hourly
+        if len(board.shown) < shown:
+            hours = hours_between(vm.first_seen_at, now)
+            board.shown.append(
+                ForeignVm(vm, hourly.quantize(CENT), (hours * hourly).quantize(CENT))
+            )
+    for total in totals.values():
+        total.hourly_cost = total.hourly_cost.quantize(CENT)
     board.totals = sorted(totals.values(), key=lambda t: t.location.name)
     board.count = sum(t.count for t in board.totals)
     return board

@@ -5,6 +5,7 @@ from dashboard.views import (
     audit,
     clusters,
     edits,
+    idle,
     locations,
     money,
     nics,
@@ -52,6 +53,7 @@ urlpatterns = [
     path("clusters/<int:pk>/kubeconfig/", edits.cluster_kubeconfig, name="cluster-kubeconfig"),
     path("dismiss/", actions.dismiss, name="dismiss"),
     path("leaks/", money.leak_list, name="leaks"),
+    path("idle-gpus/", idle.idle_gpu_list, name="idle-gpus"),
     path("bills/", money.bill_checks, name="bills"),
     path("money/<slug:chart>.csv", money.overview_chart_csv, name="money-csv"),
     path(

@@ -53,7 +53,12 @@ class GpuUnavailable(Exception):
 
 class GpuBusy(GpuUnavailable):
     """Cards of the type are there, none with room for the count now: the message begins
-    with CAPACITY_WAIT and says what is free."""
+    with CAPACITY_WAIT and says what is free of the type; `offered`, what the location
+    offers of every type (told once a wait lasts, `Machine.capacity_stuck_since`)."""
+
+    def __init__(self, message: str, *, offered: str = "") -> None:
+        super().__init__(message)
+        self.offered = offered
 
 
 def gpu_type_of(card: Card) -> str:
@@ -110,6 +115,11 @@ def offers(cards: Sequence[Card]) -> list[TypeOffer]:
     ]
 
 
+def offers_shown(cards: Sequence[Card]) -> str:
+    """ "NVIDIA A100: 3 free on 4 card(s), at most 1 on one card; ..." of every type."""
+    return "; ".join(str(o) for o in offers(cards)) or "no GPUs at all"
+
+
 def gpu_profile_resolve(
     cards: Sequence[Card], *, location: str, count: int, gpu_type: str = "", profile_id: str = ""
 ) -> Card:
@@ -125,9 +135,10 @@ def gpu_profile_resolve(
         what = f"card {profile_id}" if profile_id else gpu_type_of(matches[0])
         raise GpuBusy(
             f"{CAPACITY_WAIT}: {free} free of {what} at {location}, at most {most} on one "
-            f"card; a machine needs {count} on one card"
+            f"card; a machine needs {count} on one card",
+            offered=offers_shown(cards),
         )
-    offered = "; ".join(str(o) for o in offers(cards)) or "no GPUs at all"
+    offered = offers_shown(cards)
     raise GpuUnavailable(f"{location} has no {asked}. It offers: {offered}.")
 
 
@@ -176,7 +187,9 @@ class CardPicker:
         if refusal is None:
             refusal = self._unavailable(count=count, gpu_type=gpu_type, profile_id=profile_id)
             self._refusals[(*key, count)] = refusal
-        raise type(refusal)(str(refusal))
+        if isinstance(refusal, GpuBusy):
+            raise GpuBusy(str(refusal), offered=refusal.offered)
+        raise GpuUnavailable(str(refusal))
 
     def take(self, profile_id: str, count: int) -> None:
         self._taken[profile_id] = self._taken.get(profile_id, 0) + count

@@ -109,6 +109,28 @@ def alerts_collect(*, now: datetime, account_ids: Iterable[int]) -> Alerts:
                 {"cluster": cluster.name, "machine": machine.name, "why": machine.failure_message},
             )
         )
+    stuck = Machine.objects.filter(
+        capacity_stuck_since__isnull=False, pool__cluster__account_id__in=accounts
+    ).select_related("pool__cluster", "pool__site__location")
+    for machine in stuck:
+        assert machine.capacity_wait_since is not None  # set with the flag
+        cluster = machine.pool.cluster
+        alerts.found.append(
+            Alert(
+                cluster.account_id,
+                Reason.MACHINE_STUCK,
+                str(machine.pk),
+                f"machine {machine.name} of cluster {cluster.name} is stuck: "
+                f"{machine.failure_message}"[:500],
+                {
+                    "cluster": cluster.name,
+                    "machine": machine.name,
+                    "location": machine.pool.site.location.name,
+                    "waiting_since": machine.capacity_wait_since.isoformat(),
+                    "why": machine.failure_message,
+                },
+            )
+        )
     for seen in observations(locations=locations, now=now, interval=settings.OBSERVE_INTERVAL):
         if not seen.stale:
             continue

@@ -1,5 +1,12 @@
 """Webhook targets (changed by account admins, audited) and the notification pass: open a
-notice per new alert, close those that ended, post the ones due."""
+notice per new alert, close those that ended, post the ones due, each account in a pass of
+its own. A test message a person asks for is posted by a worker too, never in the web
+request.
+
+What a receiver answered (an HTTP status, no answer, a TLS failure) tells apart the ports
+and hosts a URL names: it is kept on the notice and the test, which only those who see
+targets (the account's admins) see, and never in the audit log, which every member of the
+account reads: there a post is "sent" or "failed"."""
 
 from __future__ import annotations
 
@@ -10,22 +17,28 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
+from django.contrib.auth.models import User
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
 from capvco_web.audit import SystemActor, audit_changes, audit_record, audit_snapshot
 from capvco_web.permissions import Actor, perm_name, permission_require
+from capvco_web.tasks import send_by_name_on_commit
+from cloud.models import Account
 from notify.alerts import LISTED, alerts_collect
-from notify.models import Notice, WebhookTarget
+from notify.models import Notice, WebhookTarget, WebhookTest, targets_bound_check
 from notify.send import Delivery, notice_body, webhook_post
 
 log = logging.getLogger(__name__)
 
 RETRY_BASE = timedelta(seconds=30)
 RETRY_MAX = timedelta(hours=1)
-# A pass stops posting after this long; a post waits at most its connect and read timeouts.
-SEND_SECONDS = 45.0
+# A test message not taken by a worker within this long is dropped unposted (a person who
+# still wants it asks again); one taken is done within its post's timeouts.
+TEST_EXPIRES = timedelta(seconds=60)
+TEST_STALE = TEST_EXPIRES + timedelta(seconds=30)
 _CHANGEABLE = {"name", "url", "kind", "secret", "enabled", "reasons", "per_minute"}
 
 
@@ -39,9 +52,14 @@ def retry_delay(attempts: int) -> timedelta:
 
 
 def webhook_target_create(*, target: WebhookTarget, actor: Actor) -> WebhookTarget:
+    """Add a target, at most NOTIFY_TARGETS_PER_ACCOUNT to an account: its pass posts to
+    each within a bounded time."""
     permission_require(actor, perm_name(WebhookTarget, "add"), target)
     target.full_clean()
     with transaction.atomic():
+        # The account's row, locked: two admins adding at once cannot both pass the bound.
+        Account.objects.select_for_update().filter(pk=target.account_id).first()
+        targets_bound_check(target.account_id)
         target.save()
         audit_record(
             actor=actor, action="webhook_target.create", obj=target, after=audit_snapshot(target)
@@ -62,11 +80,15 @@ def webhook_target_update(
         permission_require(actor, perm_name(WebhookTarget, "change"), stored)
         changed = copy.copy(stored)
         for name, value in changes.items():
-            setattr(changed, name, value)
+            if name == "secret":
+                changed.secret_replace(value, now=timezone.now())
+            else:
+                setattr(changed, name, value)
         before, after = audit_changes(stored, changed)
         if not after:
             return target
-        changed.full_clean()
+        # A stored secret is not judged again (one saved before the rules were is kept).
+        changed.full_clean(exclude=None if "secret" in changes else ["secret"])
         changed.save()
         audit_record(
             actor=actor, action="webhook_target.update", obj=changed, before=before, after=after
@@ -88,25 +110,99 @@ def webhook_target_delete(*, target: WebhookTarget, actor: Actor) -> None:
         target.delete()
 
 
-def webhook_target_test(*, target: WebhookTarget, actor: Actor) -> Delivery:
-    """Post a test message to the target now (its URL checked again), and audit it."""
+class WebhookTestRefused(Exception):
+    """A test message not taken now: one to the target is under way, or the account asked
+    for its minute's share. Says why, and `retry_after` in seconds."""
+
+    def __init__(self, message: str, *, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+def webhook_target_test(*, target: WebhookTarget, actor: Actor) -> WebhookTest:
+    """Ask a worker to post a test message to the target (its URL checked again there), and
+    audit the asking. One test per target at a time, at most NOTIFY_TESTS_PER_ACCOUNT_MINUTE
+    an account a minute; more is refused with WebhookTestRefused. Its result comes in the test."""
     permission_require(actor, perm_name(WebhookTarget, "change"), target)
     now = timezone.now()
+    with transaction.atomic():
+        # The account's row, locked: two requests at once cannot both pass the bounds.
+        Account.objects.select_for_update().filter(pk=target.account_id).first()
+        pending = WebhookTest.objects.filter(
+            target=target, done_at=None, requested_at__gt=now - TEST_STALE
+        ).first()
+        if pending is not None:
+            wait = pending.requested_at + TEST_STALE - now
+            raise WebhookTestRefused(
+                f"A test message to {target.name} is under way; its result shows when it comes.",
+                retry_after=max(1, int(wait.total_seconds())),
+            )
+        per_minute: int = settings.NOTIFY_TESTS_PER_ACCOUNT_MINUTE
+        recent = list(
+            WebhookTest.objects.filter(
+                target__account_id=target.account_id,
+                requested_at__gt=now - timedelta(minutes=1),
+            )
+            .order_by("-requested_at")
+            .values_list("requested_at", flat=True)[:per_minute]
+        )
+        if len(recent) >= per_minute:
+            wait = recent[-1] + timedelta(minutes=1) - now
+            seconds = max(1, int(wait.total_seconds()) + 1)
+            raise WebhookTestRefused(
+                f"{per_minute} test messages of account {target.account} in the last minute, "
+                f"the most NOTIFY_TESTS_PER_ACCOUNT_MINUTE allows: try again in {seconds} s.",
+                retry_after=seconds,
+            )
+        test = WebhookTest.objects.create(
+            target=target, requested_by=actor if isinstance(actor, User) else None, requested_at=now
+        )
+        audit_record(
+            actor=actor,
+            action="webhook_target.test",
+            obj=target,
+            after={"test": test.pk, "result": "asked"},
+        )
+        send_by_name_on_commit("notify.tasks.webhook_test_post", test.pk)
+    return test
+
+
+def webhook_test_post(*, test_id: int, now: datetime | None = None) -> WebhookTest | None:
+    """Post the test message (what the worker runs): once, however often its task is
+    delivered; not when it waited past TEST_EXPIRES. Answers the test, None when there is
+    nothing to post."""
+    now = now or timezone.now()
+    claimed = WebhookTest.objects.filter(
+        pk=test_id, started_at=None, requested_at__gt=now - TEST_EXPIRES
+    ).update(started_at=now)
+    if claimed != 1:
+        return None
+    test = WebhookTest.objects.select_related("target__account").get(pk=test_id)
     notice = Notice(
-        target=target,
+        target=test.target,
         reason="test",
         key="test",
-        summary=f"a test message to {target.name}",
-        opened_at=now,
+        summary=f"a test message to {test.target.name}",
+        opened_at=test.requested_at,
     )
-    delivery = webhook_post(target, notice_body(notice, kind=target.kind), now=now)
+    delivery = webhook_post(
+        test.target,
+        notice_body(notice, kind=test.target.kind),
+        now=now,
+        message_id=notice.webhook_id,
+    )
+    test.done_at = timezone.now()
+    test.error = delivery.error
+    test.save(update_fields=["done_at", "error"])
+    if delivery.error:
+        log.warning("test %s to target %s: %s", test.pk, test.target_id, delivery.error)
     audit_record(
-        actor=actor,
-        action="webhook_target.test",
-        obj=target,
-        after={"result": delivery.error or "sent"},
+        actor=SystemActor.NOTIFY,
+        action="webhook_target.test_post",
+        obj=test.target,
+        after={"test": test.pk, "result": "failed" if delivery.error else "sent"},
     )
-    return delivery
+    return test
 
 
 # --- the pass ---------------------------------------------------------------------------
@@ -154,27 +250,52 @@ def notices_reconcile(*, now: datetime) -> tuple[int, int]:
     return opened, closed
 
 
-def notices_due(*, now: datetime) -> list[Notice]:
-    return list(
-        Notice.objects.filter(closed_at=None, sent_at=None, given_up_at=None, target__enabled=True)
-        .filter(Q(next_try_at=None) | Q(next_try_at__lte=now))
-        .select_related("target__account")
-        .order_by("opened_at", "pk")
-    )
+def _due(now: datetime) -> QuerySet[Notice]:
+    return Notice.objects.filter(
+        closed_at=None, sent_at=None, given_up_at=None, target__enabled=True
+    ).filter(Q(next_try_at=None) | Q(next_try_at__lte=now))
 
 
-def notices_send(*, now: datetime, seconds: float = SEND_SECONDS) -> int:
-    """Post each due notice once, at most `per_minute` a minute to a target; a failed post
-    that may succeed later is tried again after `retry_delay`, one that cannot (a 4xx, a
-    URL no longer allowed) waits, with its error shown, for a person. Answers how many
-    were taken."""
+def notices_due(*, now: datetime, account_id: int | None = None) -> list[Notice]:
+    """The notices to post now (of one account, or all), oldest first but taking each
+    target in turn: one target's backlog does not hold its account's others back."""
+    due = _due(now).select_related("target__account").order_by("opened_at", "pk")
+    if account_id is not None:
+        due = due.filter(target__account_id=account_id)
+    turns: dict[int, int] = {}
+    ranked = []
+    for notice in due:
+        turn = turns[notice.target_id] = turns.get(notice.target_id, -1) + 1
+        ranked.append((turn, notice))
+    return [notice for _, notice in sorted(ranked, key=lambda pair: pair[0])]
+
+
+def notices_due_accounts(*, now: datetime) -> list[int]:
+    """The accounts that have notices to post now: each gets a pass of its own."""
+    accounts = _due(now).values_list("target__account_id", flat=True).distinct()
+    return sorted(accounts)
+
+
+def notices_send(
+    *, now: datetime, account_id: int | None = None, seconds: float | None = None
+) -> int:
+    """Post each due notice (of one account, or all) once, at most `per_minute` a minute to
+    a target; a failed post that may succeed later is tried again after `retry_delay`, one
+    that cannot (a 4xx, a URL no longer allowed) waits, with its error shown, for a person.
+    A target that failed is not posted to again in this pass: a receiver that does not
+    answer costs the pass one post's timeouts, not one per notice. Stops after `seconds`
+    (NOTIFY_SEND_SECONDS). Answers how many were taken."""
     sent = 0
     budget: dict[int, int] = {}
-    stop_at = time.monotonic() + seconds
-    for notice in notices_due(now=now):
+    failing: set[int] = set()
+    limit = settings.NOTIFY_SEND_SECONDS if seconds is None else seconds
+    stop_at = time.monotonic() + limit
+    for notice in notices_due(now=now, account_id=account_id):
         if time.monotonic() >= stop_at:
             break  # slow receivers: the rest go in the next pass, within the task's time limit
         target = notice.target
+        if target.pk in failing:
+            continue  # the next pass tries it again
         if target.pk not in budget:
             recent = Notice.objects.filter(target=target, tried_at__gt=now - timedelta(minutes=1))
             budget[target.pk] = target.per_minute - recent.count()
@@ -188,8 +309,12 @@ def notices_send(*, now: datetime, seconds: float = SEND_SECONDS) -> int:
             continue
         budget[target.pk] -= 1
         notice.attempts += 1
-        delivery = webhook_post(target, notice_body(notice, kind=target.kind), now=now)
+        delivery = webhook_post(
+            target, notice_body(notice, kind=target.kind), now=now, message_id=notice.webhook_id
+        )
         notice_delivered(notice, delivery, now=now)
+        if delivery.error:
+            failing.add(target.pk)
         sent += not delivery.error
     return sent
 
@@ -212,12 +337,13 @@ def notice_delivered(notice: Notice, delivery: Delivery, *, now: datetime) -> No
         actor=SystemActor.NOTIFY,
         action="notice.send",
         obj=notice,
+        # What the receiver answered stays on the notice, for the account's admins only.
         after={
             "target": notice.target.name,
             "reason": notice.reason,
             "key": notice.key,
             "attempt": notice.attempts,
-            "result": delivery.error or "sent",
+            "result": "failed" if delivery.error else "sent",
         },
     )
 

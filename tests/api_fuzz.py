@@ -3,7 +3,8 @@ long run as a command.
 
     python -m tests.api_fuzz [--examples 300] [--seed 1] [--as viewer] [-- schemathesis options]
 
-starts the API on a throwaway test database (the settings of the test suite, DEBUG off),
+starts the API on a throwaway test database (the settings of the test suite, DEBUG off;
+DATABASE_URL says which: PostgreSQL, or SQLite as the embedded default has it),
 fills it with one of every object, logs a superuser in (`--as viewer`: a viewer of the
 world's account), and runs `schemathesis run` with every
 check and phase (stateful included) against it. The test suite runs a bounded, derandomized
@@ -13,7 +14,6 @@ share of the same (tests/test_api_contract.py).
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import logging
 import os
@@ -34,33 +34,6 @@ def served_schema() -> dict[str, Any]:
     from drf_spectacular.generators import SchemaGenerator
 
     return dict(SchemaGenerator().get_schema(request=None, public=True))
-
-
-def schema_for_schemathesis(schema: dict[str, Any]) -> dict[str, Any]:
-    """The schema, saying the same in a form schemathesis (4.32) reads: it folds a string's
-    length bounds into its pattern's repeat itself, but writes the characters past U+FFFF
-    of the visible-text pattern back as `\\U` escapes, which its own regex check then
-    refuses. Folded here first, for patterns that are one repeat between `^` and `$`
-    (code points, as schemathesis counts)."""
-    import re._constants as sre
-    import re._parser as sre_parse
-
-    schema = copy.deepcopy(schema)
-    stack: list[Any] = [schema]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, dict):
-            pattern = node.get("pattern") or ""
-            lengths = {"minLength", "maxLength"} & set(node)
-            if lengths and max(map(ord, pattern), default=0) > 0xFFFF and pattern.endswith("*$"):
-                parsed = list(sre_parse.parse(pattern))
-                if [op for op, _ in parsed] == [sre.AT, sre.MAX_REPEAT, sre.AT]:
-                    least, most = node.pop("minLength", 0), node.pop("maxLength", "")
-                    node["pattern"] = f"{pattern[:-2]}{{{least},{most}}}$"
-            stack.extend(node.values())
-        elif isinstance(node, list):
-            stack.extend(node)
-    return schema
 
 
 # Rules no OpenAPI schema can state. A request that breaks one is refused (400) though it
@@ -296,10 +269,17 @@ def _run(examples: int, seed: int, username: str, extra: list[str]) -> int:
     from django.test.utils import setup_databases, teardown_databases
 
     django.setup()
+    from django.db import connections
+
     # Refusals are what most cases are about; a server error still shows, with its traceback.
     logging.getLogger("django.request").setLevel(logging.ERROR)
     databases = setup_databases(verbosity=1, interactive=False, keepdb=False)
-    server = LiveServerThread("127.0.0.1", StaticFilesHandler, port=0)
+    # SQLite's test database is in this process's memory: the server's thread shares this
+    # thread's connection to it (as Django's LiveServerTestCase does).
+    shared = {c.alias: c for c in connections.all() if c.vendor == "sqlite" and c.is_in_memory_db()}
+    for connection in shared.values():
+        connection.inc_thread_sharing()
+    server = LiveServerThread("127.0.0.1", StaticFilesHandler, shared or None, port=0)
     try:
         seed_world()
         # The session authenticates; the empty Authorization header makes it ours for
@@ -312,7 +292,7 @@ def _run(examples: int, seed: int, username: str, extra: list[str]) -> int:
             raise server.error
         base = f"http://127.0.0.1:{server.port}"
         document = Path(tempfile.mkdtemp()) / "schema.json"
-        document.write_text(json.dumps(schema_for_schemathesis(served_schema())))
+        document.write_text(json.dumps(served_schema()))
         command = [
             str(Path(sys.executable).with_name("schemathesis")),
             "run",
@@ -331,6 +311,8 @@ def _run(examples: int, seed: int, username: str, extra: list[str]) -> int:
         return subprocess.run(command, check=False, env=hooks).returncode
     finally:
         server.terminate()
+        for connection in shared.values():
+            connection.dec_thread_sharing()
         teardown_databases(databases, verbosity=1)
 
 

@@ -130,6 +130,8 @@ def _side(tag: str, first: bool) -> Side:
         name=f"capvco-gone-{tag}" if first else machine.vm_name,
         orphaned_since=now if first else None,
     )
+    if first:  # made outside the control plane
+        VirtualMachineFactory(location=location, cloudspace_id=f"cs-{tag}", name=f"bastion-{tag}")
     Image.objects.create(location=location, image_id=1 if first else 2, name=tag, status="OK")
     ExternalNetworkFactory(location=location)
     event = AuditEventFactory(
@@ -205,7 +207,8 @@ VALUES: dict[tuple[type[Model], str], Value] = {
     (GpuProfile, "vendor"): lambda w: "NVIDIA",
     (VirtualMachine, "cloudspace_id"): lambda w: "cs-a",
     (VirtualMachine, "orphaned"): lambda w: "true",
-    (VirtualMachine, "vm_id"): lambda w: VirtualMachine.objects.get(cloudspace_id="cs-a").vm_id,
+    (VirtualMachine, "vm_id"): lambda w: VirtualMachine.objects.get(name="bastion-a").vm_id,
+    (VirtualMachine, "not_ours"): lambda w: "true",
     (VgpuReservation, "state"): lambda w: VgpuReservation.State.ATTACHED,
     (VgpuReservation, "orphaned"): lambda w: "false",
     (VgpuReservation, "type"): lambda w: gpu_type_of(w.first.rows["card"]),  # type: ignore[arg-type]

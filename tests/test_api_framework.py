@@ -351,12 +351,16 @@ def test_every_request_body_refuses_unknown_fields_in_the_schema_too(api: APICli
         assert components[name]["additionalProperties"] is False, name
 
 
-def test_cluster_delete_documents_the_reason_it_requires(api: APIClient) -> None:
-    delete = schema(api)["paths"]["/api/v1/clusters/{id}/"]["delete"]
+def test_cluster_delete_documents_the_reason_and_typed_name_it_requires(api: APIClient) -> None:
+    document = schema(api)
+    delete = document["paths"]["/api/v1/clusters/{id}/"]["delete"]
 
     assert delete["requestBody"]["required"] is True
     body = delete["requestBody"]["content"]["application/json"]["schema"]
-    assert body == {"$ref": "#/components/schemas/ReasonRequest"}
+    assert body == {"$ref": "#/components/schemas/ConfirmedDeleteRequest"}
+    confirmed = document["components"]["schemas"]["ConfirmedDeleteRequest"]
+    assert sorted(confirmed["required"]) == ["confirm", "reason"]
+    assert "409" in delete["responses"]
 
 
 def test_the_plan_is_documented_as_the_list_of_steps_it_is(api: APIClient) -> None:
@@ -511,7 +515,8 @@ def account_body(**changes: Any) -> dict[str, Any]:
 
 @pytest.mark.parametrize(
     ("url", "taken"),
-    [("https://vco.example/api/1", True), ("https://vco.example:8443/api/1", True),
+    [("https://vco.example/api/1", True), ("https://vco.example:443/api/1", True),
+     ("https://vco.example:8443/api/1", False),  # a bare host in the list: port 443 only
      ("https://vco.example/api/1?x=1", False), ("https://vco.example/api/1#top", False),
      ("HTTPS://vco.example/api/1", False), ("https://vco.example./api/1", False),
      ("https://vco.example:08443/api/1", False), ("https://collector.example/api/1", False)],

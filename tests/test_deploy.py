@@ -227,7 +227,9 @@ def test_kustomize_builds_valid_resources_in_one_namespace() -> None:
         [kubectl, "kustomize", str(KUBE)], capture_output=True, text=True, check=True, timeout=60
     ).stdout
     resources = [doc for doc in yaml.safe_load_all(built) if doc]
-    assert len(resources) == len(deployed())
+    # The manifests, and the ConfigMaps generated from files (the alert rules).
+    generated = kustomization().get("configMapGenerator", [])
+    assert len(resources) == len(deployed()) + len(generated)
     for resource in resources:
         kubernetes_validate.validate(resource, KUBERNETES_VERSIONS[-1], strict=True)
         if resource["kind"] != "Namespace":

@@ -360,3 +360,17 @@ def test_the_embedded_default_passes_every_system_check_without_a_warning() -> N
         check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.e2e  # commands in a copy of this checkout
+def test_make_run_allows_a_webhook_receiver_on_this_machine(checkout: Path) -> None:
+    make_run_configures(checkout)
+    refusal = (
+        "from notify.hosts import webhook_url_refusal as r; "
+        "print(r('http://127.0.0.1:8090/hook'), r('http://127.0.0.1:8091/hook'))"
+    )
+
+    result = shell(checkout, ".venv/bin/python", "manage.py", "shell", "-c", refusal)
+
+    # The demo's receiver port, and only that one.
+    assert result.stdout.splitlines()[-1].startswith("None use https"), result.stderr

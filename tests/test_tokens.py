@@ -56,6 +56,37 @@ def test_a_logged_in_user_makes_a_token_and_sees_it_once(
     assert raw not in str(listed) + str(shown)
 
 
+def test_the_tokens_page_makes_a_token_with_a_form_not_raw_json(user: User) -> None:
+    browser = Client(enforce_csrf_checks=True)
+    browser.force_login(user)
+    page = browser.get(TOKENS, HTTP_ACCEPT="text/html")
+    html = page.content.decode()
+    form = html[html.index('id="post-object-form"') :]
+    assert 'name="name"' in form and 'name="expires_at"' in form
+    assert 'type="datetime-local"' in form
+    csrf = page.cookies["csrftoken"].value
+
+    made = browser.post(
+        TOKENS,
+        {"name": "nightly backup", "expires_at": "2030-01-31T12:00", "csrfmiddlewaretoken": csrf},
+        HTTP_ACCEPT="text/html",
+    )
+    never = browser.post(
+        TOKENS, {"name": "no expiry", "expires_at": "", "csrfmiddlewaretoken": csrf}
+    )
+    forged = Client(enforce_csrf_checks=True)
+    forged.force_login(user)
+    refused = forged.post(TOKENS, {"name": "forged"})
+
+    assert made.status_code == 201, made.content
+    token = ApiToken.objects.get(name="nightly backup")
+    assert token.expires_at is not None and token.expires_at.year == 2030
+    assert f"{token.key_id}_" in made.content.decode()  # shown this once
+    assert never.status_code == 201 and never.json()["expires_at"] is None
+    assert refused.status_code == 403  # a form post needs the page's CSRF token
+    assert not ApiToken.objects.filter(name="forged").exists()
+
+
 def test_only_a_hash_of_the_token_is_stored(made: tuple[ApiToken, str]) -> None:
     token, raw = made
     row = ApiToken.objects.filter(pk=token.pk).values().get()

@@ -151,9 +151,10 @@ class CostsView(CsvMixin, KnownParametersMixin, generics.GenericAPIView[Location
                 "step",
                 str,
                 enum=list(SERIES_STEPS),
-                default="day",
-                description="The series' step: an hour, a UTC day or a UTC calendar month. "
-                "Only with `start`",
+                # No `default` in the schema: a client sends a parameter's default as given,
+                # and `step` without `start` is refused.
+                description="The series' step: an hour, a UTC day or a UTC calendar month "
+                "(left out: `day`). Only with `start`",
             ),
         ],
         responses={

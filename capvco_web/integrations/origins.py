@@ -1,6 +1,7 @@
 """The origins of an allow-list, as the whitesky hosts and the Kubernetes API servers lists
-both read them: an entry `host` (https to that host, any port), `https://host:port` (that
-port only) or `http://host:port` (plain http to exactly that origin)."""
+both read them: an entry `host` (https to that host: the Kubernetes list reads it as any
+port, the whitesky and webhook lists as port 443 only), `https://host:port` (that port
+only) or `http://host:port` (plain http to exactly that origin)."""
 
 from __future__ import annotations
 

@@ -30,6 +30,7 @@ from cloud.models import (
     VirtualMachine,
     jwt_shape,
 )
+from clusters.costs import HOURLY_PLACES
 from clusters.models import (
     MAX_GPUS_PER_MACHINE,
     Cluster,
@@ -41,7 +42,10 @@ from clusters.models import (
     replicas_bound,
 )
 from clusters.plan import KINDS, Step, planned_kinds
+from clusters.selectors import HELD_VGPUS, machine_vgpus_held
 from clusters.services import account_update_check
+from gpus import naming
+from gpus.models import VgpuReservation, hourly_price
 
 
 class AccountSerializer(ModelCleanMixin):
@@ -71,8 +75,8 @@ class AccountSerializer(ModelCleanMixin):
         fields = [
             "id", "name", "api_url", "iam_url", "customer_id", "credential",
             "orphan_auto_release", "orphan_grace_period", "orphan_confirmations",
-            "has_capi_kubeconfig", "capi_import_complete", "capi_import_error",
-            "capi_import_started_at",
+            "kube_insecure_tls_allowed", "has_capi_kubeconfig", "capi_import_complete",
+            "capi_import_error", "capi_import_started_at",
         ]  # fmt: skip
         _plain = (
             "written plainly: https://host[:port]/path (http only to an origin listed so), "
@@ -130,15 +134,33 @@ class VirtualMachineSerializer(serializers.ModelSerializer[VirtualMachine]):
         help_text="Its vCPUs and memory per month at the location's prices (disks not "
         "counted; vGPUs are reservations of their own)",
     )
+    hourly_cost = serializers.SerializerMethodField(
+        help_text="compute_monthly_price per hour (a month is 730 hours), as the money "
+        "figures count it"
+    )
+    named_by_us = serializers.SerializerMethodField(
+        help_text="Its name has our prefix. False, and held by no machine: made outside the "
+        "control plane (`not_ours=true` lists those); only an admin removes one"
+    )
 
     class Meta:
         model = VirtualMachine
         fields = [
             "id", "location", "cloudspace_id", "vm_id", "name", "status", "vcpus",
             "memory_mib", "orphaned_since", "orphan_confirmations", "orphan_reason",
-            "compute_monthly_price",
+            "compute_monthly_price", "hourly_cost", "named_by_us", "first_seen_at",
+            "changed_at",
         ]  # fmt: skip
         read_only_fields = fields
+
+    @extend_schema_field(
+        serializers.DecimalField(max_digits=14, decimal_places=4, coerce_to_string=True)
+    )
+    def get_hourly_cost(self, vm: VirtualMachine) -> str:
+        return str(hourly_price(vm.compute_monthly_price()).quantize(HOURLY_PLACES))
+
+    def get_named_by_us(self, vm: VirtualMachine) -> bool:
+        return vm.name.startswith(naming.PREFIX)
 
 
 class ClusterSiteSerializer(ModelCleanMixin):
@@ -328,8 +350,20 @@ class MachineSpecSerializer(serializers.Serializer[object]):
     disk_gib = serializers.IntegerField(read_only=True)
 
 
+class MachineVgpuSerializer(serializers.ModelSerializer[VgpuReservation]):
+    """One vGPU a machine holds (being reserved, billed, or on its way out)."""
+
+    class Meta:
+        model = VgpuReservation
+        fields = ["id", "name", "vgpu_id", "gpu_id", "state", "vm_id"]
+        read_only_fields = fields
+
+
 class MachineSerializer(serializers.ModelSerializer[Machine]):
     cluster = serializers.CharField(source="pool.cluster.name", read_only=True)
+    vgpus = serializers.SerializerMethodField(
+        help_text="Its vGPU reservations not released, by name"
+    )
     vm_name = serializers.CharField(read_only=True)
     spec = MachineSpecSerializer(
         read_only=True,
@@ -348,8 +382,9 @@ class MachineSerializer(serializers.ModelSerializer[Machine]):
         fields = [
             "id", "cluster", "pool", "name", "vm_name", "vm_id", "phase", "failure_message",
             "delete_requested", "created_at", "updated_at", "vm_started_at", "node_joined_at",
-            "node_missing", "node_missing_reason", "failures", "next_try_at", "spec",
-            "spec_changes",
+            "node_missing", "node_missing_reason", "failures", "next_try_at",
+            "capacity_wait_since", "capacity_stuck_since", "spec", "spec_changes",
+            "gpu_driver_version", "vgpus",
         ]  # fmt: skip
         read_only_fields = fields
 
@@ -357,6 +392,14 @@ class MachineSerializer(serializers.ModelSerializer[Machine]):
         data: dict[str, Any] = super().to_representation(instance)
         data["spec"] = data["spec"] if instance.spec else None
         return data
+
+    @extend_schema_field(MachineVgpuSerializer(many=True))
+    def get_vgpus(self, machine: Machine) -> list[dict[str, Any]]:
+        # A list prefetches them (MachineViewSet); one machine alone reads them here.
+        held = getattr(machine, HELD_VGPUS, None)
+        if held is None:
+            held = list(machine_vgpus_held().filter(machine=machine))
+        return list(MachineVgpuSerializer(held, many=True).data)
 
 
 class PlanCallSerializer(serializers.Serializer[object]):
@@ -486,6 +529,18 @@ class DeleteReasonSerializer(StrictInputMixin):
     welcome (it goes into the audit record) but not required."""
 
     reason = ReasonField(required=False, allow_blank=True, default="")
+
+
+class ConfirmedDeleteSerializer(StrictInputMixin):
+    """Deleting a cluster, or a machine without teardown: why (it goes into the audit
+    record), and the object's name typed again, so that a call meant for another row is
+    refused (400 on `confirm`) instead of acted on."""
+
+    reason = ReasonField()
+    confirm = serializers.CharField(
+        max_length=200,
+        help_text="The name of the cluster or machine being deleted, typed again.",
+    )
 
 
 class PoolScaleSerializer(StrictInputMixin):

@@ -32,6 +32,7 @@ from clusters.api.serializers import (
     CloudspaceSerializer,
     ClusterSerializer,
     ClusterSiteSerializer,
+    ConfirmedDeleteSerializer,
     DeleteReasonSerializer,
     GpuAddonSerializer,
     ImageSerializer,
@@ -63,7 +64,11 @@ from clusters.filtersets import (
 from clusters.models import Cluster, ClusterSite, KubeNode, KubePod, Machine, MachinePool
 from clusters.plan import cluster_plan
 from clusters.releases import location_plan, vm_removal_request
-from clusters.selectors import clusters_with_kube_summary, kube_nodes_with_requests
+from clusters.selectors import (
+    clusters_with_kube_summary,
+    kube_nodes_with_requests,
+    machines_with_vgpus,
+)
 from clusters.services import (
     account_capi_kubeconfig_set,
     account_create,
@@ -96,6 +101,16 @@ def _reason(
     serializer = serializer_class(data=request.data)
     serializer.is_valid(raise_exception=True)
     return str(serializer.validated_data["reason"])
+
+
+def _confirmed(request: Request) -> dict[str, str]:
+    """The reason and the typed name of a delete that asks for both."""
+    serializer = ConfirmedDeleteSerializer(data=request.data)
+    serializer.is_valid(raise_exception=True)
+    return {
+        "reason": str(serializer.validated_data["reason"]),
+        "confirm": str(serializer.validated_data["confirm"]),
+    }
 
 
 View = TypeVar("View", bound=Callable[..., Response])
@@ -249,8 +264,9 @@ class LocationViewSet(
 class VirtualMachineViewSet(
     KnownParametersMixin, AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[VirtualMachine]
 ):
-    """The VMs listed in the cloudspaces of the clusters' sites, as last observed; those
-    named by us that no machine owns are flagged orphaned."""
+    """The VMs listed in the cloudspaces of the clusters' sites, as last observed, with
+    what they cost; those named by us that no machine owns are flagged orphaned, those
+    made outside the control plane are `named_by_us: false` (`not_ours=true`)."""
 
     queryset = VirtualMachine.objects.select_related("location").order_by("location", "name")
     serializer_class = VirtualMachineSerializer
@@ -265,7 +281,8 @@ class VirtualMachineViewSet(
             409: OpenApiResponse(
                 ErrorSerializer,
                 description="Refused, saying why (a machine's VM: delete the machine; not "
-                "named by us; asked for already)",
+                "named by us and changed since the last complete listing; asked for or "
+                "removed already)",
             ),
         },
     )
@@ -273,7 +290,10 @@ class VirtualMachineViewSet(
     def remove(self, request: Request, pk: str | None = None) -> Response:
         """Ask for the removal of a VM that no machine owns, with a reason: recorded at
         once and audited; the location's next sweep (sent now) stops and deletes it,
-        without the grace period automatic removal waits for."""
+        without the grace period automatic removal waits for. A VM not named by us (made
+        outside the control plane) needs an admin of its account (403 otherwise), and a
+        complete listing begun after it last changed; it is left alone if it changes
+        before the sweep."""
         vm = self.get_object()
         reason = ReasonSerializer(data=request.data)
         reason.is_valid(raise_exception=True)
@@ -367,12 +387,23 @@ class ClusterViewSet(
         )
         return Response(status=status.HTTP_204_NO_CONTENT)
 
-    @extend_schema(request=ReasonSerializer, responses={202: ClusterSerializer})
+    @extend_schema(
+        request=ConfirmedDeleteSerializer,
+        responses={
+            202: ClusterSerializer,
+            409: OpenApiResponse(
+                ErrorSerializer,
+                description="`confirm` is not the cluster's name (`fields.confirm` says it).",
+            ),
+        },
+    )
     def destroy(self, request: Request, pk: str | None = None) -> Response:
         """Delete the cluster: its machines are torn down and every reservation with its
-        prefix released; it stays `deleting`, with its blockers, until none is listed."""
+        prefix released; it stays `deleting`, with its blockers, until none is listed.
+        `confirm` must be the cluster's name."""
         cluster = self.get_object()
-        cluster_delete(cluster=cluster, actor=request.user, reason=_reason(request))
+        asked = _confirmed(request)
+        cluster_delete(cluster=cluster, actor=request.user, **asked)
         return Response(ClusterSerializer(cluster).data, status=status.HTTP_202_ACCEPTED)
 
 
@@ -446,7 +477,9 @@ class MachineViewSet(
     mixins.DestroyModelMixin,
     viewsets.ReadOnlyModelViewSet[Machine],
 ):
-    queryset = Machine.objects.select_related("pool__cluster").order_by("pool", "index")
+    queryset = machines_with_vgpus(
+        Machine.objects.select_related("pool__cluster").order_by("pool", "index")
+    )
     serializer_class = MachineSerializer
     filterset_class = MachineFilterSet
     pagination_class = CursorPagination  # a big list: keyset pages, in id order
@@ -461,13 +494,13 @@ class MachineViewSet(
         machine = machine_delete(machine=machine, actor=request.user, reason=_reason(request))
         return Response(MachineSerializer(machine).data, status=status.HTTP_202_ACCEPTED)
 
-    @extend_schema(request=ReasonSerializer, responses={204: None})
+    @extend_schema(request=ConfirmedDeleteSerializer, responses={204: None})
     @action(detail=True, methods=["post"], url_path="force-delete")
     def force_delete(self, request: Request, pk: str | None = None) -> Response:
         """Drop the machine without teardown; its VM and vGPUs become orphans, reclaimed
-        by name."""
+        by name. `confirm` must be the machine's name."""
         machine = self.get_object()
-        machine_force_delete(machine=machine, actor=request.user, reason=_reason(request))
+        machine_force_delete(machine=machine, actor=request.user, **_confirmed(request))
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 

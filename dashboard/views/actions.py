@@ -2,8 +2,9 @@
 or by force), delete a cluster, release a reservation, detach a leaked NIC. Each through
 the same service as the API, which checks the role in the object's account
 (capvco_web.permissions); each with a confirmation page that asks for the reason the
-audit log keeps. Another account's object is not found (404); one the role may see but
-not act on is refused (403).
+audit log keeps, and, to delete a cluster or force-delete a machine, its name typed
+again. Another account's object is not found (404); one the role may see but not act on
+is refused (403).
 
 Without JavaScript: GET shows the confirmation page, POST acts and redirects back with a
 message. With htmx: the confirmation is drawn into the page's action panel, and POST
@@ -14,7 +15,7 @@ refusal answers 409 (400 for bad input) with the form and what is wrong.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django.contrib import messages
@@ -41,9 +42,10 @@ from capvco_web.tasks import send_on_commit
 from cloud.models import VirtualMachine
 from clusters import services
 from clusters.models import Cluster, Machine, MachinePool
+from clusters.orphans import vms_not_ours
 from clusters.releases import orphans_release_request, vm_removal_request
 from clusters.tasks import orphan_sweep_location
-from dashboard.forms import ReasonForm, ScaleForm
+from dashboard.forms import ReasonForm, ScaleForm, confirm_name_form
 from dashboard.views.clusters import cluster_body, cluster_for_page
 from dashboard.views.common import local_url, query_of
 from dashboard.views.nics import ACTIVITY as NIC_ACTIVITY
@@ -233,17 +235,29 @@ def vm_remove(request: HtmxHttpRequest, pk: int) -> HttpResponse:
             "carries it out, and its outcome lands in the audit log."
         )
 
+    # Made outside the control plane: only an admin removes it (the service checks too).
+    foreign = vms_not_ours(VirtualMachine.objects.filter(pk=vm.pk)).exists()
+    confirmation = Confirmation(
+        title="Remove VM that no machine owns",
+        object_label=f"{vm.name} ({vm.vm_id}) in {vm.location.name}",
+        consequence="Stopped and deleted for good, its vGPUs detached (they stay billed "
+        "until released: release them too). Refused if a machine owns it by then.",
+        button="Remove",
+    )
+    if foreign:
+        confirmation = replace(
+            confirmation,
+            title="Remove VM not named by us",
+            consequence="The control plane did not make this VM: it may be someone's "
+            "bastion or workload. Stopped and deleted for good, its vGPUs detached. Refused "
+            "if it changed since the last complete listing, or changes before the removal "
+            "runs.",
+        )
     return _confirm_and_act(
         request,
         obj=vm,
-        perm="cloud.remove_virtualmachine",
-        confirmation=Confirmation(
-            title="Remove VM that no machine owns",
-            object_label=f"{vm.name} ({vm.vm_id}) in {vm.location.name}",
-            consequence="Stopped and deleted for good, its vGPUs detached (they stay billed "
-            "until released: release them too). Refused if a machine owns it by then.",
-            button="Remove",
-        ),
+        perm="cloud.remove_foreign_virtualmachine" if foreign else "cloud.remove_virtualmachine",
+        confirmation=confirmation,
         home=_overview_home(),
         act=act,
     )
@@ -387,7 +401,9 @@ def machine_force_delete(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 
     def act(data: dict[str, Any]) -> str:
         name = str(machine)
-        services.machine_force_delete(machine=machine, actor=request.user, reason=data["reason"])
+        services.machine_force_delete(
+            machine=machine, actor=request.user, reason=data["reason"], confirm=data["confirm"]
+        )
         return f"Machine {name} dropped without teardown; its VM and vGPUs are now orphans."
 
     return _confirm_and_act(
@@ -404,6 +420,7 @@ def machine_force_delete(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         ),
         home=_cluster_home(cluster),
         act=act,
+        form_class=confirm_name_form(machine.name),
     )
 
 
@@ -412,7 +429,9 @@ def cluster_delete(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     cluster = get_object_or_404(visible(request.user, Cluster.objects.all()), pk=pk)
 
     def act(data: dict[str, Any]) -> str:
-        services.cluster_delete(cluster=cluster, actor=request.user, reason=data["reason"])
+        services.cluster_delete(
+            cluster=cluster, actor=request.user, reason=data["reason"], confirm=data["confirm"]
+        )
         return (
             f"Cluster {cluster.name} is being deleted: its machines are torn down and every "
             "vGPU and VM named for it released."
@@ -432,6 +451,7 @@ def cluster_delete(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         ),
         home=_cluster_home(cluster),
         act=act,
+        form_class=confirm_name_form(cluster.name),
     )
 
 

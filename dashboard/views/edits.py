@@ -42,6 +42,8 @@ from clusters.models import (
 )
 from clusters.plan import ClusterPlan, Step, cluster_plan
 from dashboard.views.audit import FieldChange, audit_diff
+from gpus.models import GpuProfile
+from gpus.resolve import gpu_type_of
 
 # What the pool edit changes: what its machines are made with.
 POOL_FIELDS = ("gpu_type", "gpu_count", "vcpus", "memory_mib", "disk_gib")
@@ -49,11 +51,17 @@ REPLACING = frozenset({"teardown", "replace_vm", "replace"})
 
 
 class PoolEditForm(forms.Form):
+    """A pool's machines' values. Its GPU types are those its location offers (`offered`),
+    as the new-cluster form offers them; the pool's own, or one asked for, that the
+    location does not offer stays shown, marked so, and the service says why it refuses
+    it."""
+
     gpu_type = forms.CharField(
         max_length=100,
         required=False,
         label="GPU type",
-        help_text='As the cards say, e.g. "NVIDIA A100"; empty with 0 GPUs for none.',
+        widget=forms.Select,
+        help_text="The GPU types the pool's location offers; no GPU with 0 GPUs per machine.",
     )
     gpu_count = forms.IntegerField(
         label="GPUs per machine",
@@ -75,6 +83,23 @@ class PoolEditForm(forms.Form):
         widget=forms.Textarea(attrs={"rows": 2}),
         help_text="Recorded in the audit log with your name.",
     )
+
+    def __init__(self, *args: Any, offered: list[str], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        kept = self.data.get("gpu_type") if self.is_bound else self.initial.get("gpu_type")
+        choices = [("", "no GPU"), *((t, t) for t in offered)]
+        if kept and str(kept) not in offered:
+            choices.append((str(kept), f"{kept} (not offered here)"))
+        widget = self.fields["gpu_type"].widget
+        assert isinstance(widget, forms.Select)
+        widget.choices = choices
+
+
+def _gpu_types_offered(user: Any, pool: MachinePool) -> list[str]:
+    """The GPU types of the cards of the pool's location, as the new-cluster form names
+    them."""
+    cards = visible(user, GpuProfile.objects.filter(location=pool.site.location_id))
+    return sorted({gpu_type_of(card) for card in cards})
 
 
 @dataclass
@@ -166,10 +191,12 @@ def pool_edit(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         "refusal": pool.import_refusal() or pool.cluster.deleting_refusal() or "",
     }
     status = 200
+    offered = _gpu_types_offered(request.user, pool)
     if request.method == "GET":
-        form = PoolEditForm(initial={name: getattr(pool, name) for name in POOL_FIELDS})
+        initial = {name: getattr(pool, name) for name in POOL_FIELDS}
+        form = PoolEditForm(initial=initial, offered=offered)
     else:
-        form = PoolEditForm(request.POST)
+        form = PoolEditForm(request.POST, offered=offered)
         if not form.is_valid():
             status = 400
         else:

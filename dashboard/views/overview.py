@@ -25,6 +25,7 @@ from clusters.selectors import (
 )
 from dashboard.money import overview_money
 from dashboard.selectors import (
+    foreign_vms,
     kube_flags,
     money_wasted,
     observations,
@@ -35,6 +36,7 @@ from gpus.models import GpuProfile, VgpuReservation
 
 FAILED_SHOWN = 20
 ORPHAN_VMS_SHOWN = 20
+FOREIGN_VMS_SHOWN = 20
 KUBE_FAILING_SHOWN = 20
 TEMPLATE = "dashboard/overview.html"
 
@@ -77,6 +79,7 @@ def overview_context(request: HtmxHttpRequest) -> dict[str, object]:
     kube_failing = kube_observation_failing(
         visible(request.user, Cluster.objects.all()), now=now, interval=interval
     )
+    vms = visible(request.user, VirtualMachine.objects.all())
     context: dict[str, object] = {
         "now": now,
         "board": capacity_board(
@@ -96,11 +99,10 @@ def overview_context(request: HtmxHttpRequest) -> dict[str, object]:
         ],
         "kube_failing_count": kube_failing.count(),
         "waste": money_wasted(reservations=reservations, locations=locations, now=now),
-        "orphan_vms": orphan_vms(
-            vms=visible(request.user, VirtualMachine.objects.all()),
-            locations=locations,
-            now=now,
-            shown=ORPHAN_VMS_SHOWN,
+        "orphan_vms": orphan_vms(vms=vms, locations=locations, now=now, shown=ORPHAN_VMS_SHOWN),
+        "foreign_vms": foreign_vms(vms=vms, locations=locations, now=now, shown=FOREIGN_VMS_SHOWN),
+        "may_remove_foreign_vms": allowed_somewhere(
+            request.user, "cloud.remove_foreign_virtualmachine"
         ),
         "observations": observations(locations=locations, now=now, interval=interval),
         "failed": list(

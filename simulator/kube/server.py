@@ -26,7 +26,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from simulator.kube import errors, openapi, patches
+from simulator.kube import errors, openapi, patches, tables
 from simulator.kube.errors import StatusError
 from simulator.kube.faults import Fault, FaultPlan, FaultSpecError
 from simulator.kube.resources import PODS, ResourceType, custom_type
@@ -256,6 +256,8 @@ class Simulator:
                     }
         # Encoded outside the lock: stored objects are never changed in place.
         headers = {"Warning": ", ".join(warnings)} if warnings else {}
+        if route.verb in ("list", "get") and _as_table(rt, request):
+            answer = tables.table(rt, answer, request.param("includeObject", "Metadata"))
         return Reply.json(status, answer, headers)
 
     def _watch(
@@ -331,6 +333,9 @@ class Simulator:
                 if now >= deadline:
                     return
 
+        if _as_table(rt, request):
+            include = request.param("includeObject", "Metadata")
+            return Reply(200, stream=tables.watch_events(rt, events(), include))
         return Reply(200, stream=events())
 
     # ---- control API ---------------------------------------------------------------------
@@ -490,6 +495,11 @@ def kubeconfig(name: str, server: str, token: str, ca_pem: bytes) -> dict[str, A
         "contexts": [{"name": name, "context": {"cluster": name, "user": user}}],
         "current-context": name,
     }
+
+
+def _as_table(rt: ResourceType, request: Request) -> bool:
+    """A Table asked for (`kubectl get`) of a kind whose columns the simulator prints."""
+    return tables.served(rt) and tables.wanted(request.headers.get("accept", ""))
 
 
 def _accepts_json(request: Request) -> bool:

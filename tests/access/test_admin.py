@@ -164,7 +164,7 @@ def test_operator_force_deletes_their_machine_and_nothing_of_another_account(
 
     action_post(
         operator, "clusters_machine", "force_delete_selected", [own.pk, other.pk],
-        confirm="yes", reason="VM lost",
+        confirm="yes", reason="VM lost", names=f"{own.name} {other.name}",
     )  # fmt: skip
 
     assert not Machine.objects.filter(pk=own.pk).exists()

@@ -123,7 +123,7 @@ CASES = [
         lambda t: f"/api/v1/clusters/{t.cluster.pk}/",
         level=2,
         allowed=202,
-        body=lambda t: REASON,
+        body=lambda t: {**REASON, "confirm": t.cluster.name},
     ),
     # sites
     _reads("site retrieve", lambda t: f"/api/v1/sites/{t.site.pk}/"),
@@ -208,7 +208,7 @@ CASES = [
         lambda t: f"/api/v1/machines/{t.machine.pk}/force-delete/",
         level=2,
         allowed=204,
-        body=lambda t: REASON,
+        body=lambda t: {**REASON, "confirm": t.machine.name},
     ),
     # GPUs
     _reads("gpu profile retrieve", lambda t: f"/api/v1/gpu-profiles/{t.card.pk}/"),

@@ -75,11 +75,15 @@ CALLS: dict[str, tuple[Callable[[Tenant, Any], object], str]] = {
         "operator",
     ),
     "machine_force_delete": (
-        lambda t, a: services.machine_force_delete(machine=t.machine, actor=a, reason=REASON),
+        lambda t, a: services.machine_force_delete(
+            machine=t.machine, actor=a, reason=REASON, confirm=t.machine.name
+        ),
         "operator",
     ),
     "cluster_delete": (
-        lambda t, a: services.cluster_delete(cluster=t.cluster, actor=a, reason=REASON),
+        lambda t, a: services.cluster_delete(
+            cluster=t.cluster, actor=a, reason=REASON, confirm=t.cluster.name
+        ),
         "operator",
     ),
     "account_update": (

@@ -9,15 +9,12 @@ observation begun after the hour is stamped on the same one.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
-from django.utils import timezone
 
 from billing import tasks
 from billing.bills import account_bills_check, location_bill_check
@@ -28,6 +25,7 @@ from cloud.models import Location
 from cloud.whitesky import whitesky_client
 from clusters.models import Cluster, Machine
 from gpus.models import VgpuReservation
+from tests.billing.conftest import SimClock
 from tests.gpus.conftest import CLOUDSPACES, NL, Plane
 from tests.gpus.support import orphan_made
 from tests.whitesky_sim import WhiteskySimulator
@@ -37,32 +35,6 @@ HOUR = timedelta(hours=1)
 MONTH_HOURS = D(730)
 # The demo world's monthly prices in nl-rmd-dc01-001 (EUR): a vCPU, a GiB, a vGPU.
 NL_PRICES = {"vcu": D(12), "mu": D(4), "vgu": D(300)}
-
-
-@dataclass
-class SimClock:
-    """Django's clock set to the simulator's: `to` moves both forward."""
-
-    sim: WhiteskySimulator
-    offset: timedelta = timedelta(0)
-
-    def now(self) -> datetime:
-        return datetime.now(UTC) + self.offset
-
-    def sync(self, sim_now: float) -> datetime:
-        self.offset = datetime.fromtimestamp(sim_now, UTC) - datetime.now(UTC)
-        return self.now()
-
-    def to(self, moment: datetime) -> datetime:
-        return self.sync(self.sim.advance(max((moment - self.now()).total_seconds(), 0)))
-
-
-@pytest.fixture
-def clock(plane: Plane, monkeypatch: pytest.MonkeyPatch) -> SimClock:
-    clock = SimClock(plane.sim)
-    clock.sync(plane.sim.advance(0))
-    monkeypatch.setattr(timezone, "now", clock.now)
-    return clock
 
 
 def _hour_begins(clock: SimClock) -> datetime:

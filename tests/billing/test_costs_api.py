@@ -20,10 +20,11 @@ from openapi_spec_validator import validate
 from rest_framework.test import APIClient
 
 from billing.models import CostRollup, Leak, Rollup, Step
-from billing.rollups import hour_of, rollups_take
+from billing.rollups import hour_of, month_of, rollups_take
 from billing.selectors import SERIES_ROWS_MAX
 from clusters.models import MachinePool
 from gpus.models import VgpuReservation
+from tests.billing.support import world_leaks
 from tests.clusters.test_costs import World, gpus_make, machine_make, world_make
 from tests.factories import (
     AccountFactory,
@@ -281,6 +282,9 @@ def test_a_day_sums_its_sampled_hours_into_amounts(api: APIClient, world: World)
 @pytest.mark.usefixtures("hours_kept_long")
 def test_a_month_of_accounts_carries_the_orphans(api: APIClient, world: World) -> None:
     _three_hours(world)
+    # The ledger's leaks, over the same three hours: what orphans cost is its figure.
+    hour = T0.replace(minute=0)
+    world_leaks(world, hour, hour + timedelta(hours=3))
 
     body = api.get(
         "/api/v1/costs/",
@@ -402,6 +406,8 @@ def test_the_month_says_what_was_spent_the_rate_and_the_forecast(
 ) -> None:
     now = timezone.now()
     rollups_take(now=now)  # this hour, in this month whatever the day
+    # The ledger's leaks, one hour this month: what orphans cost is its figure.
+    world_leaks(world, month_of(now), month_of(now) + timedelta(hours=1))
     # The cpu pool asks for one machine more, of 2 vCPUs and 4 GiB: 0.04/h at list price.
     world.cpu.replicas, world.cpu.vcpus, world.cpu.memory_mib = 3, 2, 4096
     world.cpu.save(update_fields=["replicas", "vcpus", "memory_mib"])

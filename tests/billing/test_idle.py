@@ -1,7 +1,7 @@
 """Since when GPUs are idle (billing.idle): a spell per GPU node whose attached vGPUs no
 pending or running pod requests, opened only from a complete Kubernetes observation,
 ended when a pod asks for them; and the money pass that runs it with the rollups and the
-leak ledger (billing.tasks.billing_pass)."""
+leak ledger (billing.tasks)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from rest_framework.test import APIClient
 
 from billing.idle import idle_record
 from billing.models import CostRollup, IdleSpell, Leak, Rollup
-from billing.tasks import billing_pass
+from billing.tasks import billing_pass, leak_ledger_pass
 from clusters.models import Cluster, KubePod
 from tests.clusters.test_costs import World, world_make
 from tests.factories import KubePodFactory, LocationFactory, MembershipFactory
@@ -88,10 +88,12 @@ def test_a_finished_pod_leaves_its_gpus_idle_again_a_new_spell(world: World) -> 
     assert IdleSpell.objects.get(node_name="node-4").since == T0 + timedelta(hours=1)
 
 
-def test_the_money_pass_samples_the_hour_and_records_leaks_and_idle_gpus(world: World) -> None:
+def test_the_money_passes_sample_the_hour_and_record_leaks_and_idle_gpus(world: World) -> None:
     billing_pass.apply()
+    leak_ledger_pass.apply()
     with CaptureQueriesContext(connection) as queries:
         billing_pass.apply()
+        leak_ledger_pass.apply()
 
     assert Rollup.objects.count() == 1
     assert CostRollup.objects.filter(kind=CostRollup.Kind.POOL).count() == 3
@@ -157,7 +159,8 @@ def test_a_malformed_leak_row_stops_only_itself_and_the_pass_reports_it(
         billed_since=T0, leaked_since=T0,
     )  # fmt: skip
 
-    result = billing_pass.apply().get()
+    ledger = leak_ledger_pass.apply().get()
+    money = billing_pass.apply().get()
 
     # The other rows and steps went on: world_make's two orphans opened, idle GPUs recorded.
     assert sorted(Leak.objects.exclude(pk=bad.pk).values_list("kind", flat=True)) == ["vgpu", "vm"]
@@ -165,8 +168,8 @@ def test_a_malformed_leak_row_stops_only_itself_and_the_pass_reports_it(
     assert Rollup.objects.count() == 1
     bad.refresh_from_db()
     assert bad.ended_at is None
-    assert result["leaks"]["opened"] == 2
-    [failure] = result["failures"]
+    assert (ledger["opened"], money["failures"]) == (2, [])
+    [failure] = ledger["failures"]
     assert failure.startswith(f"leak {bad.pk} (vm not-a-vm-id, {elsewhere.name}): ")
     assert any(
         record.levelname == "ERROR" and f"leak {bad.pk}" in record.getMessage()

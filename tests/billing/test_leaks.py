@@ -32,6 +32,7 @@ def location() -> Location:
     return LocationFactory(  # type: ignore[no-any-return]
         currency="EUR", vgu_price=D("730"), prices={"vcu": 7.30, "mu": 3.65, "vgu": 730},
         observation_complete=True, observation_started_at=FLAGGED,
+        last_complete_observation_at=FLAGGED,
     )  # fmt: skip
 
 
@@ -101,7 +102,9 @@ def test_a_leak_gone_from_a_partial_listing_stays_open_until_a_complete_one(
     )
 
     partial = leaks_record()
-    Location.objects.filter(pk=location.pk).update(observation_complete=True)
+    Location.objects.filter(pk=location.pk).update(
+        observation_complete=True, last_complete_observation_at=seen
+    )
     complete = leaks_record()
 
     assert partial.ended == 0
@@ -137,8 +140,9 @@ def test_leak_totals_say_this_months_cost_and_how_many_are_still_open(location: 
     Leak.objects.create(**common, external_id="a", billed_since=month - timedelta(days=3),
                         leaked_since=month - timedelta(days=2),
                         ended_at=month + timedelta(hours=10), end=Leak.End.RELEASED)  # fmt: skip
-    # Open since 5 hours before `until`.
+    # Open since 5 hours before `until`, when its location was last observed whole.
     until = month + timedelta(days=1)
+    Location.objects.filter(pk=location.pk).update(last_complete_observation_at=until)
     Leak.objects.create(**common, external_id="b", billed_since=until - timedelta(hours=5),
                         leaked_since=until - timedelta(hours=5))  # fmt: skip
 

@@ -114,7 +114,7 @@ def test_cluster_delete_needs_a_reason_and_is_audited(api: APIClient, site: Clus
     assert api.delete(url, {}, format="json").status_code == 400
     assert Cluster.objects.get().state == Cluster.State.ACTIVE
 
-    response = api.delete(url, {"reason": "project ended"}, format="json")
+    response = api.delete(url, {"reason": "project ended", "confirm": "prod"}, format="json")
 
     assert response.status_code == 202
     assert Cluster.objects.get().state == Cluster.State.DELETING
@@ -130,11 +130,44 @@ def test_machine_force_delete_needs_a_reason_and_is_audited(
     url = f"/api/v1/machines/{machine.pk}/force-delete/"
     assert api.post(url, {"reason": "  "}, format="json").status_code == 400
 
-    assert api.post(url, {"reason": "VM lost"}, format="json").status_code == 204
+    confirmed = {"reason": "VM lost", "confirm": "cpu-0"}
+    assert api.post(url, confirmed, format="json").status_code == 204
 
     assert not Machine.objects.exists()
     event = AuditEvent.objects.get(action="machine.force_delete")
     assert event.before == {"name": "cpu-0", "pool": "cpu", "vm_id": 7, "phase": "pending"}
+
+
+def test_cluster_delete_without_its_name_typed_is_refused_naming_confirm(
+    api: APIClient, site: ClusterSite
+) -> None:
+    url = f"/api/v1/clusters/{site.cluster_id}/"
+    reason_only = api.delete(url, {"reason": "project ended"}, format="json")
+    assert reason_only.status_code == 400
+    assert "confirm" in reason_only.json()["fields"]
+    wrong = api.delete(url, {"reason": "project ended", "confirm": "demo"}, format="json")
+    assert wrong.status_code == 409
+    assert wrong.json()["fields"]["confirm"] == [
+        "Type the cluster's name, prod, to confirm ('demo' was typed)."
+    ]
+    assert Cluster.objects.get().state == Cluster.State.ACTIVE
+    assert not AuditEvent.objects.filter(action="cluster.delete_requested").exists()
+
+
+def test_machine_force_delete_without_its_name_typed_is_refused_and_keeps_it(
+    api: APIClient, site: ClusterSite
+) -> None:
+    pool = MachinePool.objects.create(cluster=site.cluster, site=site, name="cpu")
+    machine = Machine.objects.create(pool=pool, name="cpu-0", index=0, vm_id=7)
+    url = f"/api/v1/machines/{machine.pk}/force-delete/"
+    assert api.post(url, {"reason": "VM lost"}, format="json").status_code == 400
+    wrong = api.post(url, {"reason": "VM lost", "confirm": "cpu-1"}, format="json")
+    assert wrong.status_code == 409
+    assert wrong.json()["fields"]["confirm"] == [
+        "Type the machine's name, cpu-0, to confirm ('cpu-1' was typed)."
+    ]
+    assert Machine.objects.filter(pk=machine.pk).exists()
+    assert not AuditEvent.objects.filter(action="machine.force_delete").exists()
 
 
 def test_api_pool_delete_with_machines_answers_409_and_keeps_them(

@@ -554,7 +554,7 @@ def test_the_services_refuse_people_any_change_to_imported_rows(
     pool.replicas = 5
     for attempt in (
         lambda: pool_update(pool=pool, actor=boss),
-        lambda: cluster_delete(cluster=imported, actor=boss, reason="x"),
+        lambda: cluster_delete(cluster=imported, actor=boss, reason="x", confirm=imported.name),
         lambda: cluster_gpu_addon_set(cluster=imported, enabled=False, actor=boss),
         lambda: site_delete(site=imported.sites.get(), actor=boss),
     ):
@@ -572,7 +572,11 @@ def test_the_api_refuses_changes_to_imported_rows_with_the_reason(
     answers = [
         api.patch(f"/api/v1/pools/{pool.pk}/", {"replicas": 5}, format="json"),
         api.post(f"/api/v1/pools/{pool.pk}/scale/", {"replicas": 5, "reason": "x"}, format="json"),
-        api.delete(f"/api/v1/clusters/{imported.pk}/", {"reason": "x"}, format="json"),
+        api.delete(
+            f"/api/v1/clusters/{imported.pk}/",
+            {"reason": "x", "confirm": imported.name},
+            format="json",
+        ),
         api.put(f"/api/v1/clusters/{imported.pk}/gpu-addon/", {"enabled": False}, format="json"),
         api.post(
             "/api/v1/pools/",

@@ -1,7 +1,10 @@
-"""Kubeconfigs are write-only, stored encrypted, audited without their secret; mirrored
-nodes and pods are read-only in the API and the admin."""
+"""Kubeconfigs are write-only, stored encrypted, audited without their secret, and refused
+when they skip TLS verification unless the account's admin allows it; mirrored nodes and
+pods are read-only in the API and the admin."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -9,11 +12,14 @@ from django.test import Client
 from django.urls import reverse
 from rest_framework.test import APIClient
 
+from capvco_web.integrations.kube import KubeconfigInvalid
 from capvco_web.models import AuditEvent
+from cloud.models import Account
+from clusters.kube import kube_client
 from clusters.models import Cluster, ClusterSite, KubeNode, KubePod, Machine, MachinePool
 from tests.clusters.test_admin import cluster_page_data
 from tests.clusters.test_kube_reach import TOKEN, kubeconfig
-from tests.factories import KubeNodeFactory, KubePodFactory
+from tests.factories import KubeNodeFactory, KubePodFactory, MembershipFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -191,3 +197,76 @@ def test_mirrored_nodes_cannot_be_changed_in_the_admin(
     assert listing.status_code == 200 and node.name in listing.content.decode()
     assert change.status_code == 403
     assert KubeNode.objects.get().name == node.name
+
+
+INSECURE_KUBECONFIG = kubeconfig(
+    "https://api.prod.example:6443", cluster=", insecure-skip-tls-verify: true"
+)
+
+
+def test_a_kubeconfig_that_skips_tls_verification_is_refused_unless_the_account_allows_it(
+    api: APIClient, site: ClusterSite, client: Client, api_user: Any
+) -> None:
+    cluster, account = site.cluster, site.cluster.account
+    url = f"/api/v1/clusters/{cluster.pk}/kubeconfig/"
+
+    refused = api.put(url, {"kubeconfig": INSECURE_KUBECONFIG}, format="json")
+    management = api.put(
+        f"/api/v1/accounts/{account.pk}/capi-kubeconfig/",
+        {"kubeconfig": INSECURE_KUBECONFIG},
+        format="json",
+    )
+
+    assert refused.status_code == 400 and management.status_code == 400
+    assert "insecure-skip-tls-verify" in refused.json()["fields"]["kubeconfig"][0]
+    assert "insecure-skip-tls-verify" in management.json()["fields"]["kubeconfig"][0]
+    assert Cluster.objects.get(pk=cluster.pk).kubeconfig == ""
+
+    allowed = api.patch(
+        f"/api/v1/accounts/{account.pk}/", {"kube_insecure_tls_allowed": True}, format="json"
+    )
+    assert allowed.status_code == 200 and allowed.json()["kube_insecure_tls_allowed"] is True
+    (event,) = audited("account.update")
+    assert event.before == {"kube_insecure_tls_allowed": False}
+    assert event.after == {"kube_insecure_tls_allowed": True}
+
+    assert api.put(url, {"kubeconfig": INSECURE_KUBECONFIG}, format="json").status_code == 204
+    client.force_login(api_user)
+    page = client.get(f"/clusters/{cluster.pk}/").content.decode()
+    assert 'id="kube-tls-insecure"' in page and "TLS not verified" in page
+
+    # Allowed no more: the one stored is not used either.
+    Account.objects.filter(pk=account.pk).update(kube_insecure_tls_allowed=False)
+    with pytest.raises(KubeconfigInvalid, match="insecure-skip-tls-verify"):
+        kube_client(Cluster.objects.get(pk=cluster.pk))
+
+
+def test_only_an_accounts_admin_allows_insecure_tls(site: ClusterSite) -> None:
+    account = site.cluster.account
+    operator = APIClient()
+    operator.force_authenticate(MembershipFactory(account=account, role="operator").user)
+
+    response = operator.patch(
+        f"/api/v1/accounts/{account.pk}/", {"kube_insecure_tls_allowed": True}, format="json"
+    )
+
+    assert response.status_code == 403
+    assert Account.objects.get(pk=account.pk).kube_insecure_tls_allowed is False
+
+
+def test_the_admin_refuses_an_insecure_kubeconfig_until_the_account_allows_it(
+    admin_client: Client, site: ClusterSite
+) -> None:
+    cluster = site.cluster
+    url, data = cluster_page_data(admin_client, cluster)
+    data.update({"name": cluster.name, "account": cluster.account_id})
+
+    refused = admin_client.post(url, {**data, "new_kubeconfig": INSECURE_KUBECONFIG})
+    Account.objects.filter(pk=cluster.account_id).update(kube_insecure_tls_allowed=True)
+    saved = admin_client.post(url, {**data, "new_kubeconfig": INSECURE_KUBECONFIG})
+
+    assert refused.status_code == 200
+    assert "insecure-skip-tls-verify: true" in refused.content.decode()
+    assert saved.status_code == 302
+    page = admin_client.get(url).content.decode()
+    assert "(insecure: its TLS certificate is not verified)" in page

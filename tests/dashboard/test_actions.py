@@ -156,7 +156,9 @@ def test_force_delete_a_machine_drops_it_and_says_what_stays(
 ) -> None:
     machine = world.machines[1]
     response = admin_client.post(
-        f"/machines/{machine.pk}/force-delete/", {"reason": "stuck teardown"}, **HTMX
+        f"/machines/{machine.pk}/force-delete/",
+        {"reason": "stuck teardown", "confirm": machine.name},
+        **HTMX,
     )
     assert response.status_code == 200
     assert "are now orphans" in response.content.decode()
@@ -166,12 +168,34 @@ def test_force_delete_a_machine_drops_it_and_says_what_stays(
 
 def test_delete_a_cluster_marks_it_deleting(admin_client: Client, world: World) -> None:
     response = admin_client.post(
-        f"/clusters/{world.cluster.pk}/delete/", {"reason": "project over"}, **HTMX
+        f"/clusters/{world.cluster.pk}/delete/",
+        {"reason": "project over", "confirm": "prod"},
+        **HTMX,
     )
     assert response.status_code == 200
     assert Cluster.objects.get(pk=world.cluster.pk).state == Cluster.State.DELETING
     assert AuditEvent.objects.get(action="cluster.delete_requested").reason == "project over"
     assert "cluster is being deleted" in response.content.decode()
+
+
+@pytest.mark.parametrize(
+    ("path", "name"),
+    [("/clusters/{cluster}/delete/", "prod"), ("/machines/{machine}/force-delete/", "")],
+)
+def test_deleting_a_cluster_or_forcing_a_machine_asks_for_its_name_typed(
+    admin_client: Client, world: World, path: str, name: str
+) -> None:
+    url = _url(path, world)
+    name = name or world.machines[0].name
+    page = admin_client.get(url).content.decode()
+    assert f"Type {name} to confirm" in page and 'name="confirm"' in page
+
+    reason_only = admin_client.post(url, {"reason": "done"}, **HTMX)
+    assert reason_only.status_code == 400
+    wrong = admin_client.post(url, {"reason": "done", "confirm": "staging"}, **HTMX)
+    assert wrong.status_code == 409
+    assert f"name, {name}, to confirm" in wrong.content.decode()
+    _nothing_changed(world)
 
 
 def test_releasing_a_machines_gpu_is_refused_with_409_saying_what_to_do(
@@ -201,8 +225,8 @@ ACTIONS = [
     ("/reservations/{orphan}/release/", {"reason": "x"}),
     ("/pools/{pool}/scale/", {"replicas": 0, "reason": "x"}),
     ("/machines/{machine}/delete/", {"reason": "x"}),
-    ("/machines/{machine}/force-delete/", {"reason": "x"}),
-    ("/clusters/{cluster}/delete/", {"reason": "x"}),
+    ("/machines/{machine}/force-delete/", {"reason": "x", "confirm": "{machine_name}"}),
+    ("/clusters/{cluster}/delete/", {"reason": "x", "confirm": "{cluster_name}"}),
 ]
 
 
@@ -213,6 +237,12 @@ def _url(path: str, world: World) -> str:
         machine=world.machines[0].pk,
         cluster=world.cluster.pk,
     )
+
+
+def _data(data: dict[str, Any], world: World) -> dict[str, Any]:
+    """The form as sent: a typed name filled in."""
+    names = {"machine_name": world.machines[0].name, "cluster_name": world.cluster.name}
+    return {k: v.format(**names) if isinstance(v, str) else v for k, v in data.items()}
 
 
 def _nothing_changed(world: World) -> None:
@@ -263,7 +293,7 @@ def test_an_operator_does_each_action_audited_in_their_name(
     action: str,
 ) -> None:
     operator = member("operator")
-    response = operator.post(_url(path, world), data, **HTMX)
+    response = operator.post(_url(path, world), _data(data, world), **HTMX)
     assert response.status_code == 200, response.content
     event = AuditEvent.objects.get(action=action)
     assert event.actor is not None and event.account_id == world.cluster.account_id

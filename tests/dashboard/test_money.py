@@ -27,6 +27,7 @@ from cloud.models import Account, Location
 from clusters.models import Machine
 from dashboard.charts import Chart, LineChart, StackedBarChart
 from dashboard.money import cluster_money, overview_money
+from tests.billing.support import world_leaks
 from tests.clusters.test_costs import World, world_make
 from tests.dashboard.test_queries import count_queries
 from tests.factories import (
@@ -83,6 +84,8 @@ def test_the_overview_adds_up_the_month_by_cluster_with_orphans_and_the_forecast
     world: World,
 ) -> None:
     _sampled_two_hours(world)
+    # The ledger's leaks, the two hours up to now: what orphans cost is its figure.
+    world_leaks(world, T0 - timedelta(hours=2), T0)
 
     money = overview_money(locations=Location.objects.all(), leaks=Leak.objects.all(), now=NOW)
 
@@ -123,6 +126,7 @@ def test_the_five_costliest_clusters_are_stacked_and_the_others_as_one_layer(
         MachineFactory(pool=pool, vm_id=300 + n, phase=Machine.Phase.RUNNING)
         VirtualMachineFactory(location=world.ams, vm_id=300 + n, vcpus=n + 1, memory_mib=2048)
     rollups_take(now=T0)
+    world_leaks(world, T0 - timedelta(hours=1), T0)
 
     money = overview_money(locations=Location.objects.all(), leaks=Leak.objects.all(), now=NOW)
 
@@ -296,6 +300,7 @@ def test_each_charts_csv_holds_the_numbers_of_its_table(
     world: World, member: Callable[[Account], Client]
 ) -> None:
     first = _first_hour_sampled(world)
+    world_leaks(world, first, first + timedelta(hours=1))
     client = member(world.account)
 
     cluster = f"/clusters/{world.cluster.pk}/"
@@ -327,7 +332,8 @@ def test_a_user_sees_only_their_accounts_money(
 
     assert figures is not None and "acme" in figures[0] and "globex" not in figures[0]
     # Each currency's cost is acme's alone: one prod per currency.
-    assert chart_tables(overview)["cost-eur"][0] == ["day", "prod", "orphans", "forecast", "total"]
+    # acme leaked nothing this month: no orphans layer, as no leak.
+    assert chart_tables(overview)["cost-eur"][0] == ["day", "prod", "forecast", "total"]
     assert "No leak this month." in overview
     assert client.get(f"/clusters/{theirs.cluster.pk}/").status_code == 404
     assert client.get(f"/clusters/{theirs.cluster.pk}/money/cost-eur.csv").status_code == 404

@@ -18,6 +18,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from billing.models import IdleSpell
 from capvco_web.auth import SESSION_ACTIVITY_KEY
 from capvco_web.models import AuditEvent
 from cloud.models import Account
@@ -34,8 +35,9 @@ State = VgpuReservation.State
 MOST = 20
 # The money section (month to date, forecast, charts: dashboard.money) comes with the whole
 # overview and cluster page, not with their refreshes; its queries do not grow with the
-# history either (tests/dashboard/test_money.py).
-MONEY = 30
+# history either (tests/dashboard/test_money.py); what orphans cost is read from the leak
+# ledger, once per series.
+MONEY = 32
 WITH_MONEY = {"overview", "cluster", "cluster nodes last page"}
 
 
@@ -46,6 +48,7 @@ def populate(world: World, n: int, start: int = 0) -> None:
     now = timezone.now()
     populate_kube(world, n, start)
     populate_sriov(world, n, start)
+    populate_idle(world, n, start)
     rows = []
     for i in range(start, start + n):
         kind = i % 20
@@ -138,6 +141,32 @@ def populate_kube(world: World, n: int, start: int) -> None:
         batch_size=2000,
     )
     Machine.objects.filter(pk=world.failed.pk).update(node_missing=True)
+
+
+def populate_idle(world: World, n: int, start: int) -> None:
+    """An idle spell for every 10, of the world's pool, most of them ended (the idle GPU
+    page); a node's id stands for its machine's."""
+    now = timezone.now()
+    IdleSpell.objects.bulk_create(
+        [
+            IdleSpell(
+                account=world.cluster.account,
+                location=world.fresh,
+                cluster_id=world.cluster.pk,
+                cluster_name=world.cluster.name,
+                pool_id=world.pool.pk,
+                machine_id=100_000 + i,
+                node_name=f"node-{i}",
+                currency="EUR",
+                idle_gpus=1,
+                hourly=1,
+                since=now - timedelta(hours=2),
+                ended_at=now if i % 4 else None,
+            )
+            for i in range(start, start + n, 10)
+        ],
+        batch_size=2000,
+    )
 
 
 def populate_pending(world: World, n: int, start: int) -> None:
@@ -255,6 +284,9 @@ def requests(world: World) -> dict[str, tuple[str, dict[str, str]]]:
         "pending pods": ("/pods/pending/", {}),
         "pending pods of the cluster": (f"/pods/pending/?cluster={world.cluster.pk}", {}),
         "pending pods fragment": ("/pods/pending/", fragment("pod-table")),
+        "idle GPUs": ("/idle-gpus/", {}),
+        "idle GPUs of the pool, still idle": (f"/idle-gpus/?pool_id={world.pool.pk}&open=true", {}),
+        "idle GPUs fragment": ("/idle-gpus/", fragment("idle-table")),
         "location": (f"/locations/{world.fresh.pk}/", {}),
         "location fragment": (f"/locations/{world.fresh.pk}/", fragment("location-body")),
         "stale location": (f"/locations/{world.stale.pk}/", {}),

@@ -202,6 +202,21 @@ def _edit(pool: MachinePool, **changes: Any) -> dict[str, Any]:
     return fields | changes
 
 
+def test_a_pool_edit_offers_the_gpu_types_of_the_pools_location(
+    admin_client: Client, world: World
+) -> None:
+    page = admin_client.get(f"/pools/{world.pool.pk}/edit/")
+    field = page.context["form"]["gpu_type"]
+    assert field.field.widget.input_type == "select"
+    offered = [value for value, _ in field.field.widget.choices]
+    assert offered == ["", "NVIDIA A100"]  # the T4 is another location's card
+    assert '<option value="NVIDIA A100" selected>' in page.content.decode()
+
+    asked = admin_client.post(f"/pools/{world.pool.pk}/edit/", _edit(world.pool, gpu_type="H100"))
+    choices = dict(asked.context["form"]["gpu_type"].field.widget.choices)
+    assert choices["H100"] == "H100 (not offered here)"
+
+
 def test_a_pool_edit_is_previewed_as_its_plan_and_saves_nothing(
     admin_client: Client, world: World
 ) -> None:
@@ -339,6 +354,23 @@ def test_a_refused_kubeconfig_is_not_echoed_back(
     html = response.content.decode()
     assert "evil.example" in html and "refused" in html
     assert TOKEN not in html
+    world.cluster.refresh_from_db()
+    assert world.cluster.kubeconfig == ""
+
+
+def test_a_kubeconfig_skipping_tls_verification_is_refused_in_the_dashboard(
+    member: Callable[[str], Client], world: World
+) -> None:
+    admin = member("admin")
+    insecure = KUBECONFIG.replace(
+        '{server: "https://api.prod.example:6443"}',
+        '{server: "https://api.prod.example:6443", insecure-skip-tls-verify: true}',
+    )
+    response = admin.post(
+        f"/clusters/{world.cluster.pk}/kubeconfig/", {"kubeconfig": insecure, "reason": "x"}
+    )
+    assert response.status_code == 400
+    assert "insecure-skip-tls-verify: true" in response.content.decode()
     world.cluster.refresh_from_db()
     assert world.cluster.kubeconfig == ""
 

@@ -98,3 +98,36 @@ def test_release_all_orphans_with_one_reason(
         "vgpu.release_requested",
         "vm.delete_requested",
     ]
+
+
+def test_a_vm_not_named_by_us_shows_at_once_with_its_cost_and_is_removed_with_a_reason(
+    page: Page, live_server: Any, orphans: dict[str, Any]
+) -> None:
+    location = orphans["vm"].location
+    now = timezone.now()
+    location.observation_started_at = now  # a complete listing begun after it was seen
+    location.save(update_fields=["observation_started_at"])
+    bastion = VirtualMachineFactory(
+        location=location,
+        name="bastion",
+        status="RUNNING",
+        vcpus=2,
+        memory_mib=4096,  # 2 x 12 + 4 x 4 = 40.00 a month
+        first_seen_at=now - timedelta(minutes=5),
+        changed_at=now - timedelta(minutes=5),
+    )
+    log_in(page, live_server)
+    row = page.locator(f"#vm-not-ours-{bastion.vm_id}")
+    expect(row).to_contain_text("bastion")
+    expect(row).to_contain_text("0.05 EUR")  # 40.00 a month is 0.0548 an hour
+    expect(page.locator(f"#orphan-vm-{bastion.vm_id}")).to_have_count(0)  # not an orphan
+
+    row.get_by_role("link", name="Remove").click()
+    panel = page.locator("#action-panel")
+    expect(panel).to_contain_text("Remove VM not named by us")
+    panel.locator("textarea[name=reason]").fill("a demo bastion nobody uses")
+    panel.get_by_role("button", name="Remove").click()
+    expect(page.locator("#messages")).to_contain_text("Removal of VM bastion asked for")
+    assert VmRemovalRequest.objects.get().vm_id == bastion.vm_id
+    asked = AuditEvent.objects.get(action="vm.delete_requested")
+    assert (asked.actor_name, asked.reason) == ("admin", "a demo bastion nobody uses")

@@ -112,7 +112,7 @@ def test_edit_a_pool_see_its_plan_then_save_it_and_read_the_diff(
     log_in(page, live_server, f"/clusters/{cluster.pk}/")
     page.locator(f"#pool-{pool.pk}").get_by_role("link", name="Edit").click()
     expect(page.locator("h1")).to_have_text(f"Edit pool {pool}")
-    page.fill("#id_gpu_type", "NVIDIA A100")
+    page.select_option("#id_gpu_type", "NVIDIA A100")  # a type the location offers
     page.fill("#id_gpu_count", "2")
     page.fill("#id_reason", "the web tier renders on GPUs now")
     page.get_by_role("button", name="Preview the plan").click()

@@ -1,5 +1,6 @@
 """The admin: reservations read-only, released or machines force-deleted only with a
-reason (audited, as the user), the credential never shown, pool rules shown per field."""
+reason (audited, as the user) and, for a force delete or a cluster's deletion, each
+name typed again, the credential never shown, pool rules shown per field."""
 
 from __future__ import annotations
 
@@ -186,15 +187,49 @@ def test_force_delete_needs_a_reason_and_is_audited_as_the_user(
     assert refused.status_code == 200
     assert Machine.objects.filter(pk=machine.pk).exists()
 
+    unnamed = action_post(
+        admin_client, MACHINES, "force_delete_selected", [machine.pk], confirm="yes",
+        reason="stuck", names="",
+    )  # fmt: skip
+    assert unnamed.status_code == 200 and b"Names" in unnamed.content
+    misnamed = action_post(
+        admin_client, MACHINES, "force_delete_selected", [machine.pk], confirm="yes",
+        reason="stuck", names="gpu-9",
+    )  # fmt: skip
+    assert misnamed.status_code == 302
+    assert Machine.objects.filter(pk=machine.pk).exists()
+    assert not AuditEvent.objects.filter(action="machine.force_delete").exists()
+
     done = action_post(
-        admin_client, MACHINES, "force_delete_selected", [machine.pk], confirm="yes", reason="stuck"
-    )
+        admin_client, MACHINES, "force_delete_selected", [machine.pk], confirm="yes",
+        reason="stuck", names=machine.name,
+    )  # fmt: skip
 
     assert done.status_code == 302
     assert not Machine.objects.filter(pk=machine.pk).exists()
     event = AuditEvent.objects.get(action="machine.force_delete")
     assert (event.actor, event.reason) == (admin_user, "stuck")
     assert len(plane.sim_vgpus()) == 1  # force: left behind, for the orphan sweep
+
+
+def test_cluster_delete_in_the_admin_needs_each_name_typed(
+    plane: Plane, admin_client: Client
+) -> None:
+    demo, other = plane.cluster("demo"), plane.cluster("other")
+    clusters = reverse("admin:clusters_cluster_changelist")
+
+    partly = admin_client.post(
+        clusters,
+        {"action": "delete_selected_clusters", "_selected_action": [demo.pk, other.pk],
+         "confirm": "yes", "reason": "project over", "names": "demo othre"},
+        follow=True,
+    )  # fmt: skip
+
+    said = [str(m) for m in get_messages(partly.wsgi_request)]
+    assert "other: not deleted: Type the cluster's name, other, to confirm." in said
+    states = dict(Cluster.objects.values_list("name", "state"))
+    assert states == {"demo": Cluster.State.DELETING, "other": Cluster.State.ACTIVE}
+    assert AuditEvent.objects.filter(action="cluster.delete_requested").count() == 1
 
 
 def test_account_page_never_shows_the_credential(plane: Plane, admin_client: Client) -> None:

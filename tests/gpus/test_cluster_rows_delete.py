@@ -22,7 +22,7 @@ def test_cluster_teardown_ends_with_its_pools_and_sites_gone_and_audited(
     plane.converge(cluster)
     plane.converge(other)
 
-    cluster_delete(cluster=cluster, actor=admin_user, reason="end of project")
+    cluster_delete(cluster=cluster, actor=admin_user, reason="end of project", confirm="demo")
     plane.converge(cluster)
 
     assert not Cluster.objects.filter(name="demo").exists()

@@ -111,8 +111,9 @@ def test_capacity_leaks_and_machines_as_an_operator_reads_them(plane: Plane) -> 
             currency=location.currency,
         )  # fmt: skip
         assert cost == pytest.approx(per_hour)
-    assert value(samples, "capvco_machines", phase="running") == 2
-    assert value(samples, "capvco_machines", phase="failed") == 0
+    account = here["account"]
+    assert value(samples, "capvco_machines", account=account, phase="running") == 2
+    assert value(samples, "capvco_machines", account=account, phase="failed") == 0
     age = value(samples, "capvco_observation_age_seconds", **here)
     assert 0 <= age < 60
 
@@ -122,8 +123,9 @@ def test_capacity_leaks_and_machines_as_an_operator_reads_them(plane: Plane) -> 
         key = (name, tuple(sorted(labels.items())))
         return samples[key] - before.get(key, 0)
 
-    assert rise("capvco_whitesky_calls_total", operation="listCustomerVGPUS", status="200") >= 2
-    assert rise("capvco_whitesky_calls_total", operation="createVirtualMachine", status="200") == 2
+    calls = {"name": "capvco_whitesky_calls_total", "account": account, "status": "200"}
+    assert rise(**calls, operation="listCustomerVGPUS") >= 2
+    assert rise(**calls, operation="createVirtualMachine") == 2
     assert rise("capvco_reconcile_steps_total", action="provision", outcome="applied") == 2
 
 
@@ -155,9 +157,10 @@ def test_a_scrape_costs_the_same_queries_at_10_and_at_2000_reservations(plane: P
     small = queries()
     reservations(2000)
     assert queries() == small
-    # One of them: the clusters' Kubernetes observations; 18 more: the money (billing.metrics:
-    # each month read asks where the summed days end before and after its rows).
-    assert small <= 31
+    # One of them: the clusters' Kubernetes observations; one the accounts whose machines are
+    # counted, one the orphan VMs; 18 more: the money (billing.metrics: each month read asks
+    # where the summed days end before and after its rows).
+    assert small <= 33
 
 
 def test_counts_from_several_processes_add_up_in_the_file_store(tmp_path: Path) -> None:
@@ -177,10 +180,12 @@ def test_counts_from_several_processes_add_up_in_the_file_store(tmp_path: Path) 
 
 @pytest.mark.usefixtures("allowed")
 def test_machines_of_every_phase_are_shown_even_when_none(db: None) -> None:
+    account = str(AccountFactory().pk)
     samples = scraped(Client())
-    assert {p: value(samples, "capvco_machines", phase=p) for p in Machine.Phase.values} == {
-        p: 0 for p in Machine.Phase.values
+    shown = {
+        p: value(samples, "capvco_machines", account=account, phase=p) for p in Machine.Phase.values
     }
+    assert shown == {p: 0 for p in Machine.Phase.values}
 
 
 def promtool() -> str:
@@ -235,17 +240,3 @@ def test_two_accounts_with_the_same_location_names_give_separate_series(db: None
         assert value(samples, "capvco_observation_age_seconds", **here) >= 0
         info = {"account": str(account.pk), "account_name": account.name}
         assert value(samples, "capvco_account_info", **info) == 1
-
-
-def test_the_guides_alert_rules_are_valid(tmp_path: Path) -> None:
-    guide = (Path(settings.BASE_DIR) / "docs/guides/metrics.md").read_text()
-    rules = guide.split("## Alert rules to start from", 1)[1].split("```yaml\n", 1)[1]
-    (tmp_path / "rules.yml").write_text(rules.split("```", 1)[0])
-
-    checked = subprocess.run(
-        [promtool(), "check", "rules", str(tmp_path / "rules.yml")],
-        capture_output=True, text=True, timeout=30,
-    )  # fmt: skip
-
-    assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert "SUCCESS: 5 rules found" in checked.stdout

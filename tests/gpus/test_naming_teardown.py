@@ -18,9 +18,10 @@ def test_cluster_delete_removes_the_vm_a_force_deleted_machine_of_a_gpu_pool_lef
     plane.pool(cluster, "gpu", gpu_type="NVIDIA A100", gpu_count=1)
     plane.converge(cluster)
     assert [vm["name"] for vm in plane.sim_vms()] == ["capvco-c-gpu-0"]
-    machine_force_delete(machine=Machine.objects.get(), actor=admin_user, reason="stuck")
+    machine = Machine.objects.get()
+    machine_force_delete(machine=machine, actor=admin_user, reason="stuck", confirm=machine.name)
 
-    cluster_delete(cluster=cluster, actor=admin_user, reason="end of project")
+    cluster_delete(cluster=cluster, actor=admin_user, reason="end of project", confirm=cluster.name)
     plane.converge(cluster)
 
     assert not Cluster.objects.exists()
@@ -44,7 +45,7 @@ def test_deleting_a_cluster_leaves_alone_the_vm_of_an_older_cluster_named_like_i
     # both names still read as either cluster's.
     assert sorted(vm["name"] for vm in plane.sim_vms()) == ["capvco-x-y-z-0", "capvco-x-y-z-1"]
 
-    cluster_delete(cluster=x_y, actor=admin_user, reason="end of project")
+    cluster_delete(cluster=x_y, actor=admin_user, reason="end of project", confirm=x_y.name)
     plane.converge(x_y)
 
     assert list(Cluster.objects.values_list("name", flat=True)) == ["x"]

@@ -80,7 +80,9 @@ def test_each_vgpu_table_has_one_writer_over_a_whole_life(plane: Plane, admin_us
         foreign = VgpuReservation.objects.get(name="team-x-gpu")
         reservation_release_request(reservation=foreign, actor=admin_user, reason="not ours")
         sweep(plane)
-        cluster_delete(cluster=cluster, actor=admin_user, reason="end of project")
+        cluster_delete(
+            cluster=cluster, actor=admin_user, reason="end of project", confirm=cluster.name
+        )
         plane.converge(cluster)
         plane.observe()
 

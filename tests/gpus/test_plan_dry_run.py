@@ -177,7 +177,7 @@ def mutate(
         elif change == "delete":
             other = Cluster.objects.filter(name="other", state="active").first()
             if other is not None:
-                cluster_delete(cluster=other, actor=admin, reason="done")
+                cluster_delete(cluster=other, actor=admin, reason="done", confirm=other.name)
 
 
 @pytest.mark.parametrize(

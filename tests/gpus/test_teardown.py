@@ -40,9 +40,11 @@ def test_force_delete_then_cluster_delete_leaves_no_reservation_with_the_prefix(
     plane.converge(cluster)
     assert len(plane.sim_vgpus("capvco-demo-")) == 4
 
-    machine_force_delete(machine=Machine.objects.get(name="nl-1"), actor=admin_user, reason="stuck")
+    machine_force_delete(
+        machine=Machine.objects.get(name="nl-1"), actor=admin_user, reason="stuck", confirm="nl-1"
+    )
     assert len(plane.sim_vgpus("capvco-demo-")) == 4  # force: nothing torn down yet
-    cluster_delete(cluster=cluster, actor=admin_user, reason="end of project")
+    cluster_delete(cluster=cluster, actor=admin_user, reason="end of project", confirm=cluster.name)
     plane.converge(cluster)
 
     assert plane.sim_vgpus("capvco-demo-") == []
@@ -68,7 +70,7 @@ def test_cluster_delete_releases_reservations_of_its_prefix_only(plane: Plane, a
     plane.converge(demo)
     plane.converge(other)
 
-    cluster_delete(cluster=demo, actor=admin_user, reason="done")
+    cluster_delete(cluster=demo, actor=admin_user, reason="done", confirm=demo.name)
     plane.converge(demo)
 
     assert [v["vgpu_name"] for v in plane.sim_vgpus()] == ["capvco-demo-a-x-0-gpu-0"]
@@ -80,7 +82,7 @@ def test_cluster_stays_deleting_showing_what_blocks_while_a_listing_is_partial(
     cluster = plane.cluster()
     plane.pool(cluster, "a100", gpu_type="NVIDIA A100", gpu_count=1)
     plane.converge(cluster)
-    cluster_delete(cluster=cluster, actor=admin_user, reason="done")
+    cluster_delete(cluster=cluster, actor=admin_user, reason="done", confirm=cluster.name)
     plane.sim.fault(operation="listCustomerVGPUS", status=400)
 
     plane.converge(cluster, passes=2)

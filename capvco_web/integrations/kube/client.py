@@ -98,11 +98,19 @@ class KubeClient:
         self._custom = CustomObjectsApi(self._api)
 
     @classmethod
-    def from_text(cls, text: str, *, allowed_servers: AllowedServers, **options: Any) -> KubeClient:
+    def from_text(
+        cls,
+        text: str,
+        *,
+        allowed_servers: AllowedServers,
+        insecure_allowed: bool = False,
+        **options: Any,
+    ) -> KubeClient:
         """A client from a kubeconfig as stored (YAML); raises KubeconfigInvalid, also
-        when its server is not one `allowed_servers` allows."""
+        when its server is not one `allowed_servers` allows, or when it skips the check of
+        the server's certificate and that is not `insecure_allowed`."""
         return cls(
-            kubeconfig=kubeconfig_check(text, allowed_servers),
+            kubeconfig=kubeconfig_check(text, allowed_servers, insecure_allowed=insecure_allowed),
             allowed_servers=allowed_servers,
             **options,
         )

@@ -62,6 +62,8 @@ class Kubeconfig:
     config: dict[str, Any]
     context: str
     server: str
+    # `insecure-skip-tls-verify: true`: the server's certificate is not checked.
+    insecure: bool = False
 
 
 class _BoundedLoader(yaml.SafeLoader):
@@ -132,15 +134,27 @@ def kubeconfig_load(text: str) -> Kubeconfig:
         "clusters": [cluster_entry],
         "users": [user_entry],
     }
-    return Kubeconfig(config=config, context=current, server=server)
+    insecure = cluster_entry["cluster"].get("insecure-skip-tls-verify") is True
+    return Kubeconfig(config=config, context=current, server=server, insecure=insecure)
 
 
-def kubeconfig_check(text: str, allowed_servers: AllowedServers) -> Kubeconfig:
-    """A kubeconfig about to be stored or used: readable, and naming a server that the
-    allow-list lets its credential go to."""
+def kubeconfig_check(
+    text: str, allowed_servers: AllowedServers, *, insecure_allowed: bool = False
+) -> Kubeconfig:
+    """A kubeconfig about to be stored or used: readable, naming a server that the
+    allow-list lets its credential go to, and checking that server's certificate unless
+    `insecure_allowed` (the account's admin allowed `insecure-skip-tls-verify`)."""
     loaded = kubeconfig_load(text)
     if refusal := allowed_servers.refusal(loaded.server):
         raise KubeconfigInvalid(f"The kubeconfig's server {loaded.server} is refused: {refusal}.")
+    if loaded.insecure and not insecure_allowed:
+        raise KubeconfigInvalid(
+            "The kubeconfig sets insecure-skip-tls-verify: true, so the API server's "
+            f"certificate ({loaded.server}) would not be checked and anyone on the way could "
+            "take its credential and act on the cluster's machines: give the server's "
+            "certificate-authority-data instead, or have an admin of the account allow "
+            "insecure TLS to Kubernetes."
+        )
     return loaded
 
 

@@ -1,16 +1,18 @@
 """Where the whitesky credential may be sent: the allow-list of hosts.
 
 An entry is a host name or address (`vco.example.com`, `10.0.0.5`, `[::1]`), which allows
-https to that host on any port; `https://host:port`, which allows https on that port only;
-or `http://host:port`, which allows plain http to exactly that origin (the simulator on
-127.0.0.1). Nothing else is allowed: no other scheme, no wildcard, no URL with a user or a
-password in it (`https://vco.example@evil.example` reads as a listed host to a person, and
-is not one).
+https to that host on port 443 only; `https://host:port`, which allows https on that port
+only; or `http://host:port`, which allows plain http to exactly that origin (the simulator
+on 127.0.0.1). Every entry names its ports: a host listed for its https service is not
+thereby listed for whatever else listens on it. Nothing else is allowed: no other scheme,
+no wildcard, no URL with a user or a password in it (`https://vco.example@evil.example`
+reads as a listed host to a person, and is not one).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 
 from capvco_web.integrations.origins import (
     DEFAULT_PORTS,
@@ -21,8 +23,6 @@ from capvco_web.integrations.origins import (
     url_origin,
 )
 
-# A port from 1 to 65535, as written without leading zeros.
-_PORT = r"(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])"
 # Path segments of RFC 3986 characters (pchar): no query, no fragment.
 _PATH = r"(?:/(?:[A-Za-z0-9._~!$&'()*+,;=:@-]|%[0-9A-Fa-f]{2})*)*"
 
@@ -37,8 +37,8 @@ class AllowedHosts:
 
     @property
     def entries(self) -> tuple[str, ...]:
-        """The entries, normalised."""
-        return tuple(str(entry) for entry in self._entries)
+        """The entries, normalised (https on port 443 as the bare host)."""
+        return tuple(_written(entry) for entry in self._entries)
 
     def __repr__(self) -> str:
         return f"AllowedHosts({list(self.entries)!r}, source={self.source!r})"
@@ -64,32 +64,47 @@ class AllowedHosts:
             return str(refused)
         if any(entry.allows(scheme, host, port) for entry in self._entries):
             return None
+        origin = Origin(scheme, host, port)
         if scheme == "http":
             return (
                 f"use https: plain http is allowed only to an origin listed as "
-                f"http://host:port in {self.source}"
+                f"http://host:port in {self.source} (list {origin} there to allow this one)"
             )
+        where = _written(origin)
         if not self._entries:
+            return f"{where} is not in {self.source} ({self.source} is empty)"
+        if port != DEFAULT_PORTS["https"] and Origin("https", host, 443) in self._entries:
             return (
-                f"{host} is not in {self.source} ({self.source} is empty: list the whitesky hosts)"
+                f"{netloc(host, port)} is not in {self.source} (an entry without a port allows "
+                f"port 443 only: list {origin} to allow that port)"
             )
-        return f"{netloc(host, port if port != 443 else None)} is not in {self.source}"
+        return f"{where} is not in {self.source}"
 
 
 def _entry(text: str, source: str) -> Origin:
     entry = text.strip()
-    problem = f"{source}: {entry!r} is not a host name or an http(s)://host:port origin"
+    problem = (
+        f"{source}: {entry!r} is not a host name (https on port 443) or an "
+        "http(s)://host:port origin (that port only)"
+    )
     if "*" in entry or any(c.isspace() for c in entry):
         raise ValueError(f"{problem} (no wildcards: list each host)")
-    return origin_read(entry, problem)
+    origin = origin_read(entry, problem)
+    # A bare host is https's own port; another port is listed as https://host:port.
+    return origin if origin.port is not None else replace(origin, port=DEFAULT_PORTS["https"])
+
+
+def _written(origin: Origin) -> str:
+    """`origin` as an entry is written: https on port 443 as the bare host."""
+    if origin.scheme == "https" and origin.port == DEFAULT_PORTS["https"]:
+        return netloc(origin.host, None)
+    return str(origin)
 
 
 def _url_pattern(origin: Origin) -> str:
     """The origins `origin` allows, as written plainly: scheme and host in lower case, the
     port left out or given without leading zeros."""
     written = f"{origin.scheme}://{_literal(netloc(origin.host, None))}"
-    if origin.port is None:
-        return f"{written}(?::{_PORT})?"
     if origin.port == DEFAULT_PORTS[origin.scheme]:
         return f"{written}(?::{origin.port})?"
     return f"{written}:{origin.port}"
