@@ -57,6 +57,11 @@ class IdleSpellFilterSet(RelationFilterSet):
     open = TrueFalseFilter(
         field_name="ended_at", lookup_expr="isnull", label="Still idle (true) or ended (false)"
     )
+    # Ids kept as numbers, not foreign keys (a spell outlives its machine): declared as ids,
+    # or the generated number filters would take 0.5 and 1e3.
+    cluster_id = IdFilter(field_name="cluster_id", label="The cluster's id")
+    pool_id = IdFilter(field_name="pool_id", label="The pool's id")
+    machine_id = IdFilter(field_name="machine_id", label="The machine's id")
 
     class Meta:
         model = IdleSpell

@@ -21,11 +21,12 @@ orphans writes nothing.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import logging
+from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from django.db.models import Min
 
 from billing.models import Leak
@@ -36,6 +37,7 @@ from gpus.models import ListedVgpu, VgpuReservation
 from gpus.naming import PREFIX
 from gpus.selectors import orphans_list
 
+logger = logging.getLogger(__name__)
 Key = tuple[int, str, str]  # location, kind, external id
 
 
@@ -43,6 +45,37 @@ Key = tuple[int, str, str]  # location, kind, external id
 class LeaksRecorded:
     opened: int
     ended: int
+    # A row that could not be written or decided, each said with what went wrong: the
+    # others are recorded all the same.
+    failures: list[str] = field(default_factory=list)
+
+
+def _failure(leak: Leak, exc: Exception) -> str:
+    which = f"leak {leak.pk}" if leak.pk else "new leak"
+    said = f"{which} ({leak.kind} {leak.external_id}, {leak.location.name}): {exc!r}"
+    logger.error("leak ledger: %s", said, exc_info=exc)
+    return said
+
+
+def _create(new: list[Leak], failures: list[str]) -> int:
+    """Open the new rows at once; if that fails, one by one, so that a row that cannot be
+    written keeps out only itself."""
+    if not new:
+        return 0
+    try:
+        with transaction.atomic():
+            Leak.objects.bulk_create(new)
+        return len(new)
+    except DatabaseError:
+        opened = 0
+        for leak in new:
+            try:
+                with transaction.atomic():
+                    leak.save(force_insert=True)
+                opened += 1
+            except DatabaseError as exc:
+                failures.append(_failure(leak, exc))
+        return opened
 
 
 def _orphans(location: Location | None = None) -> dict[Key, Leak]:
@@ -164,17 +197,24 @@ def leaks_record() -> LeaksRecorded:
     }
     new = [leak for key, leak in current.items() if key not in open_rows]
     ended = 0
+    failures: list[str] = []
     with transaction.atomic():
-        Leak.objects.bulk_create(new)
+        opened = _create(new, failures)
         for key, leak in open_rows.items():
             if key in current:
                 continue
-            end = _end(leak, leak.location)
-            if end is None:
-                continue
-            at, how = end
-            # Never before what was counted of it while open; compare-and-set: ended once.
-            ended += Leak.objects.filter(pk=leak.pk, ended_at__isnull=True).update(
-                ended_at=max(at, leak.counted_until()), end=how
-            )
-    return LeaksRecorded(opened=len(new), ended=ended)
+            try:
+                # A savepoint per row: a row that cannot be decided undoes only itself.
+                with transaction.atomic():
+                    end = _end(leak, leak.location)
+                    if end is None:
+                        continue
+                    at, how = end
+                    # Never before what was counted of it while open; compare-and-set:
+                    # ended once.
+                    ended += Leak.objects.filter(pk=leak.pk, ended_at__isnull=True).update(
+                        ended_at=max(at, leak.counted_until()), end=how
+                    )
+            except Exception as exc:  # any fault of one row: reported, not raised
+                failures.append(_failure(leak, exc))
+    return LeaksRecorded(opened=opened, ended=ended, failures=failures)

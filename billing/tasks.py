@@ -9,6 +9,8 @@ the account's lock and one of its call slots (as clusters.tasks does)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from celery import shared_task
 from django.conf import settings
@@ -26,37 +28,63 @@ from cloud.whitesky import whitesky_client
 from clusters.reconcile import account_slot
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+def _step(name: str, failures: list[str], run: Callable[[], T]) -> T | None:
+    """One step of the pass; its failure is reported and the next steps run all the same
+    (the rollup does not wait for the ledger, nor idle GPUs for either)."""
+    try:
+        return run()
+    except Exception as exc:  # any fault of one step: reported, not raised
+        logger.exception("billing pass: %s failed", name)
+        failures.append(f"{name}: {exc!r}")
+        return None
 
 
 @shared_task
-def billing_pass() -> None:
+def billing_pass() -> dict[str, Any] | None:
+    """The rollup, the leak ledger and the idle GPU nodes, each on its own: a step or a
+    ledger row that fails is logged and named in the result (`failures`), and stops
+    nothing else. None: another worker's pass is on it."""
+    failures: list[str] = []
     with object_lock("billing-pass") as taken:
         if not taken:
-            return  # another worker's pass is on it
+            return None
         now = timezone.now()
-        taken_rollups = rollups_take(now=now)
-        idle = idle_record(now=now)
-    if taken_rollups.hour or taken_rollups.days or idle.opened or idle.ended:
-        logger.info(
-            "billing pass: hour %s (%d cost rows, %d capacity rows), days %s, idle GPU "
-            "nodes opened %d, ended %d",
-            taken_rollups.hour,
-            taken_rollups.cost_rows,
-            taken_rollups.capacity_rows,
-            [day.date().isoformat() for day in taken_rollups.days],
-            idle.opened,
-            idle.ended,
-        )
+        taken_rollups = _step("rollups", failures, lambda: rollups_take(now=now))
+        idle = _step("idle GPUs", failures, lambda: idle_record(now=now))
+    result: dict[str, Any] = {
+        "hour": taken_rollups.hour.isoformat() if taken_rollups and taken_rollups.hour else None,
+        "days": [day.date().isoformat() for day in taken_rollups.days] if taken_rollups else [],
+        "cost_rows": taken_rollups.cost_rows if taken_rollups else 0,
+        "capacity_rows": taken_rollups.capacity_rows if taken_rollups else 0,
+        "idle": {"opened": idle.opened, "ended": idle.ended} if idle else None,
+        "failures": failures,
+    }
+    if result["hour"] or result["days"] or (idle and (idle.opened or idle.ended)):
+        logger.info("billing pass: %s", result)
+    if failures:
+        logger.warning("billing pass: %d failure(s): %s", len(failures), "; ".join(failures))
+    return result
 
 
 @shared_task
-def leak_ledger_pass() -> None:
+def leak_ledger_pass() -> dict[str, Any] | None:
+    """Open and end the ledger's rows. A row that cannot be written or decided is logged
+    and named in the result (`failures`), and stops no other row, of any account. None:
+    another worker's pass is on it."""
     with object_lock("leak-ledger") as taken:
         if not taken:
-            return  # another worker's pass is on it
+            return None
         leaks = leaks_record()
     if leaks.opened or leaks.ended:
         logger.info("leak ledger: opened %d, ended %d", leaks.opened, leaks.ended)
+    if leaks.failures:
+        logger.warning(
+            "leak ledger: %d failure(s): %s", len(leaks.failures), "; ".join(leaks.failures)
+        )
+    return {"opened": leaks.opened, "ended": leaks.ended, "failures": leaks.failures}
 
 
 @shared_task

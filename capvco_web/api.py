@@ -21,14 +21,16 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views import defaults
 from django_filters.rest_framework import DjangoFilterBackend
 from rest_framework import serializers, status
-from rest_framework.exceptions import APIException, ErrorDetail
+from rest_framework.exceptions import APIException, ErrorDetail, MethodNotAllowed
 from rest_framework.exceptions import ValidationError as ApiValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.settings import api_settings
+from rest_framework.utils import humanize_datetime
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from capvco_web.auth import API_PREFIX
+from capvco_web.auth import is_api_path
+from capvco_web.validators import is_date_text
 
 
 class ErrorSerializer(serializers.Serializer):  # type: ignore[type-arg]
@@ -257,6 +259,10 @@ class KnownParametersMixin:
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         super().initial(request, *args, **kwargs)  # type: ignore[misc]
+        method = (request.method or "").lower()
+        if method not in self.http_method_names or not hasattr(self, method):  # type: ignore[attr-defined]
+            # No operation to read parameters: the method is what is wrong (405).
+            raise MethodNotAllowed(request.method or "")
         known = known_parameters(self, request)
         if unknown := sorted(set(request.query_params) - set(known)):
             raise UnknownParameters(unknown, known)
@@ -488,17 +494,28 @@ class DurationTextField(serializers.DurationField):
         return super().to_internal_value(value)
 
 
+class DateTimeText(serializers.DateTimeField):
+    """A date and time in ISO 8601, the whole text of it (is_date_text): a NUL or a line
+    break after a date is refused, not read as that date."""
+
+    def to_internal_value(self, value: Any) -> Any:
+        if isinstance(value, str) and not is_date_text(value):
+            formats = getattr(self, "input_formats", api_settings.DATETIME_INPUT_FORMATS)
+            self.fail("invalid", format=humanize_datetime.datetime_formats(formats))
+        return super().to_internal_value(value)
+
+
 # Django's own answers under /api/ (no such URL; a crash) in the one error shape too.
 
 
 def page_not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
-    if request.path_info.startswith(API_PREFIX):
+    if is_api_path(request.path_info):
         return JsonResponse({"detail": "Not found.", "code": "not_found"}, status=404)
     return defaults.page_not_found(request, exception)
 
 
 def server_error(request: HttpRequest) -> HttpResponse:
-    if request.path_info.startswith(API_PREFIX):
+    if is_api_path(request.path_info):
         body = {"detail": "A server error occurred.", "code": "error"}
         return JsonResponse(body, status=500)
     return defaults.server_error(request)

@@ -27,6 +27,14 @@ from capvco_web.models import ApiToken
 from capvco_web.tokens import TokenRefused, api_token_authenticate
 
 API_PREFIX = "/api/"
+
+
+def is_api_path(path_info: str) -> bool:
+    """Under the API: below /api/, and /api itself (no page lives there: it answers as
+    the API does)."""
+    return path_info.startswith(API_PREFIX) or path_info == API_PREFIX.rstrip("/")
+
+
 # Sent by the dashboard's own timed refreshes: they do not keep an idle session alive.
 BACKGROUND_POLL_HEADER = "X-Capvco-Poll"
 # The session's expiry slides forward on activity at most this often (one write a minute).
@@ -47,7 +55,7 @@ class LoginRequiredMiddleware(DjangoLoginRequired):
         view_kwargs: dict[str, Any],
     ) -> HttpResponseBase | None:
         # DRF enforces IsAuthenticated by default (see REST_FRAMEWORK in settings).
-        if request.path_info.startswith(API_PREFIX):
+        if is_api_path(request.path_info):
             return None
         response = super().process_view(request, view_func, view_args, view_kwargs)
         if response is not None and request.headers.get("HX-Request") and "Location" in response:

@@ -2,10 +2,30 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+from typing import Any
+
 import django_filters
+from django import forms
+from django_filters.fields import IsoDateTimeField
 
 from capvco_web.filters import RelationFilterSet
 from capvco_web.models import AuditEvent
+from capvco_web.validators import is_date_text
+
+
+class DateTimeTextField(IsoDateTimeField):
+    """ISO 8601, the whole text of it (is_date_text): a NUL after a date is refused, not
+    read as that date."""
+
+    def to_python(self, value: Any) -> datetime | None:
+        if isinstance(value, str) and not is_date_text(value):
+            raise forms.ValidationError(self.error_messages["invalid"], code="invalid")
+        return super().to_python(value)
+
+
+class DateTimeTextFilter(django_filters.IsoDateTimeFilter):
+    field_class = DateTimeTextField
 
 
 class AuditEventFilterSet(RelationFilterSet):
@@ -25,12 +45,8 @@ class AuditEventFilterSet(RelationFilterSet):
     object = django_filters.CharFilter(
         field_name="object_repr", lookup_expr="icontains", label="Object name contains"
     )
-    since = django_filters.IsoDateTimeFilter(
-        field_name="created_at", lookup_expr="gte", label="Since"
-    )
-    until = django_filters.IsoDateTimeFilter(
-        field_name="created_at", lookup_expr="lt", label="Until"
-    )
+    since = DateTimeTextFilter(field_name="created_at", lookup_expr="gte", label="Since")
+    until = DateTimeTextFilter(field_name="created_at", lookup_expr="lt", label="Until")
 
     class Meta:
         model = AuditEvent

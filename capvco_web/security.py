@@ -8,7 +8,7 @@ from collections.abc import Callable
 from django.conf import settings
 from django.http import HttpRequest, HttpResponseBase
 
-from capvco_web.auth import API_PREFIX
+from capvco_web.auth import is_api_path
 
 
 class SecurityHeadersMiddleware:
@@ -18,6 +18,6 @@ class SecurityHeadersMiddleware:
     def __call__(self, request: HttpRequest) -> HttpResponseBase:
         response = self.get_response(request)
         response.setdefault("Content-Security-Policy", settings.CONTENT_SECURITY_POLICY)
-        if request.path_info.startswith(API_PREFIX):
+        if is_api_path(request.path_info):
             response["Cache-Control"] = "no-store"
         return response

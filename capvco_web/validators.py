@@ -159,3 +159,10 @@ def kubeconfig_checked(text: str, *, insecure_allowed: bool = False) -> Kubeconf
     `insecure_allowed`: the account's admin allows `insecure-skip-tls-verify`
     (`Account.kube_insecure_tls_allowed`)."""
     return kubeconfig_check(text, kube_allowed_servers(), insecure_allowed=insecure_allowed)
+
+
+def is_date_text(value: str) -> bool:
+    """Whether text can be a date and time at all: printable ASCII. Python's ISO parser
+    stops at a NUL and Django's reads a trailing line break as nothing, so without this
+    `2026-12-01T00:00:00Z<NUL>` would be read as the date before the NUL."""
+    return value.isascii() and value.isprintable()

@@ -7,7 +7,7 @@ from __future__ import annotations
 import django_filters
 from django.db.models import QuerySet
 
-from capvco_web.filters import RelationFilterSet, TrueFalseFilter
+from capvco_web.filters import IdFilter, RelationFilterSet, TrueFalseFilter
 from capvco_web.integrations.kube import GPU_TYPE_LABEL
 from cloud.models import Cloudspace, Image, Location, Membership, VirtualMachine
 from clusters.models import Cluster, ClusterSite, KubeNode, KubePod, Machine, MachinePool
@@ -37,10 +37,11 @@ class VirtualMachineFilterSet(RelationFilterSet):
         method="filter_not_ours",
         label="Made outside the control plane (not named by us, held by no machine)",
     )
+    vm_id = IdFilter(field_name="vm_id", label="The VM's whitesky id")
 
     class Meta:
         model = VirtualMachine
-        fields = ["cloudspace_id", "orphaned", "not_ours"]
+        fields = ["cloudspace_id", "orphaned", "not_ours", "vm_id"]
 
     def filter_not_ours(
         self, queryset: QuerySet[VirtualMachine], name: str, value: bool | None

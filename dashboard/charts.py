@@ -87,6 +87,7 @@ class Chart:
 
     key: str
     title: str
+    # The caption shows the title, then the unit: the currency is said by the unit alone.
     unit: str  # what the y axis counts, with the currency: "EUR per day", "GPUs"
     x_title: str
     x_labels: list[str]

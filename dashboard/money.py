@@ -10,7 +10,7 @@ Every figure is in one currency: a chart per currency, never two added together.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -25,6 +25,7 @@ from billing.selectors import (
     CostPoint,
     LeakTotal,
     MonthFigures,
+    SeriesStep,
     capacity_series,
     cost_series,
     costliest_clusters,
@@ -40,6 +41,7 @@ from dashboard.charts import Chart, LineChart, Series, StackedBarChart
 TOP_CLUSTERS = 5  # stacked one by one; the rest of a currency's clusters as one layer
 TOP_POOLS = 8  # likewise on a cluster page
 CAPACITY_DAYS = 30
+HOURLY_BELOW_DAYS = 3  # capacity sampled on fewer days is charted by the hour
 HOUR = Decimal(3600)
 
 
@@ -53,6 +55,10 @@ def _days(start: datetime, end: datetime) -> list[datetime]:
 
 def _label(day: datetime) -> str:
     return day.strftime("%Y-%m-%d")
+
+
+def _hour_label(hour: datetime) -> str:
+    return hour.strftime("%Y-%m-%d %H:00")
 
 
 def _slug(text: str) -> str:
@@ -191,18 +197,29 @@ def _past_days(now: datetime) -> list[datetime]:
 
 def _capacity_charts(locations: QuerySet[Location], now: datetime) -> list[Chart]:
     """Per GPU type (summed over the locations): each figure's daily mean, the last
-    CAPACITY_DAYS days."""
+    CAPACITY_DAYS days; by the hour when fewer than HOURLY_BELOW_DAYS days were sampled
+    (a day's mean would be a lone dot, two a ramp between means)."""
     start = day_of(now) - timedelta(days=CAPACITY_DAYS - 1)
-    days = _days(start, day_of(now) + DAY)
-    sums: dict[str, dict[datetime, list[Decimal]]] = defaultdict(dict)
-    for point in capacity_series(
+    points = capacity_series(
         locations=locations, start=start, end=now, step="day", per_location=False
-    ):
+    )
+    sampled = sorted({point.start for point in points})
+    step: SeriesStep = "day"
+    label: Callable[[datetime], str] = _label
+    if 0 < len(sampled) < HOURLY_BELOW_DAYS:
+        # Hours are kept for days after they are summed; none left: the days still show.
+        hourly = capacity_series(
+            locations=locations, start=sampled[0], end=now, step="hour", per_location=False
+        )
+        if hourly:
+            points, step, label = hourly, "hour", _hour_label
+    sums: dict[str, dict[datetime, list[Decimal]]] = defaultdict(dict)
+    for point in points:
         sums[point.gpu_type][point.start] = [getattr(point, name) for name in CAPACITY_FIGURES]
     charts: list[Chart] = []
     keys: set[str] = set()
-    for gpu_type, per_day in sorted(sums.items()):
-        shown = [day for day in days if day in per_day]
+    for gpu_type, per_period in sorted(sums.items()):
+        shown = sorted(per_period)  # periods no pass sampled are left out
         key = f"capacity-{_slug(gpu_type)}"
         if key in keys:  # two types that differ only in what a key cannot hold
             key = f"{key}-{len(charts)}"
@@ -210,17 +227,17 @@ def _capacity_charts(locations: QuerySet[Location], now: datetime) -> list[Chart
         charts.append(
             LineChart(
                 key=key,
-                title=f"{gpu_type}: GPUs per day",
-                unit="GPUs (the day's mean)",
-                x_title="day",
-                x_labels=[_label(day) for day in shown],
+                title=f"{gpu_type} capacity",
+                unit=f"GPUs (the {step}'s mean)",
+                x_title=step,
+                x_labels=[label(period) for period in shown],
                 series=[
-                    Series(name, [per_day[day][i] for day in shown])
+                    Series(name, [per_period[period][i] for period in shown])
                     for i, name in enumerate(CAPACITY_FIGURES)
                 ],
                 note="Free as whitesky listed it; reserved: billed on no VM; attached in "
-                "whitesky; allocatable and requested as Kubernetes said. Days no pass "
-                "sampled are left out.",
+                f"whitesky; allocatable and requested as Kubernetes said. {step.title()}s no "
+                "pass sampled are left out.",
             )
         )
     return charts
@@ -270,7 +287,7 @@ def overview_money(*, locations: QuerySet[Location], leaks: QuerySet[Leak], now:
         charts.append(
             _cost_stack(
                 key=f"cost-{_slug(currency)}",
-                title=f"Cost per day by cluster, {currency}",
+                title="Cost by cluster",
                 currency=currency,
                 days=month_days,
                 layers=[(names[cluster], layers[currency][cluster]) for cluster in top[currency]],
@@ -286,7 +303,7 @@ def overview_money(*, locations: QuerySet[Location], leaks: QuerySet[Leak], now:
         charts.append(
             _waste_chart(
                 f"waste-{_slug(currency)}",
-                f"Leak and idle cost per day, {currency}",
+                "Leak and idle cost",
                 currency,
                 past,
                 [
@@ -357,7 +374,7 @@ def cluster_money(*, cluster: Cluster, locations: QuerySet[Location], now: datet
         charts.append(
             _cost_stack(
                 key=f"cost-{_slug(currency)}",
-                title=f"Cost per day by pool, {currency}",
+                title="Cost by pool",
                 currency=currency,
                 days=month_days,
                 layers=shown,
@@ -370,7 +387,7 @@ def cluster_money(*, cluster: Cluster, locations: QuerySet[Location], now: datet
         charts.append(
             _waste_chart(
                 f"idle-{_slug(currency)}",
-                f"Idle GPU cost per day, {currency}",
+                "Idle GPU cost",
                 currency,
                 past,
                 [("idle GPUs", "idle", idle.get(currency, {}))],

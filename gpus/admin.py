@@ -87,9 +87,7 @@ class VgpuReservationAdmin(AccountScopedAdmin[VgpuReservation]):
 
     @admin.display(description="owner")
     def owner(self, row: VgpuReservation) -> str:
-        if row.owner_cluster and row.owner_machine:
-            return f"{row.owner_cluster}/{row.owner_machine}"
-        return "unknown"
+        return row.owner
 
     @admin.display(description="accrued cost")
     def accrued_cost(self, row: VgpuReservation) -> str:

@@ -248,6 +248,16 @@ class VgpuReservation(models.Model):
             seen.orphan_confirmations if self.orphaned_since and (seen := self._observed()) else 0
         )
 
+    @property
+    def owner(self) -> str:
+        """Who holds it, as people read it: the machine its name gives while that machine
+        is there; once the machine is gone (force-deleted) its name says so, never that
+        machine as the owner."""
+        if not (self.owner_cluster and self.owner_machine):
+            return "unknown"  # not named by us
+        named = f"{self.owner_cluster}/{self.owner_machine}"
+        return named if self.machine_id is not None else f"machine {named} does not exist"
+
     def accrued_cost(self, now: datetime | None = None) -> Decimal:
         """What this orphan cost since it was flagged, at the location's vGPU price."""
         if self.orphaned_since is None:

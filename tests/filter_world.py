@@ -207,6 +207,7 @@ VALUES: dict[tuple[type[Model], str], Value] = {
     (GpuProfile, "vendor"): lambda w: "NVIDIA",
     (VirtualMachine, "cloudspace_id"): lambda w: "cs-a",
     (VirtualMachine, "orphaned"): lambda w: "true",
+    (VirtualMachine, "vm_id"): lambda w: VirtualMachine.objects.get(name="bastion-a").vm_id,
     (VirtualMachine, "not_ours"): lambda w: "true",
     (VgpuReservation, "state"): lambda w: VgpuReservation.State.ATTACHED,
     (VgpuReservation, "orphaned"): lambda w: "false",

@@ -13,6 +13,7 @@ from django.urls import resolve
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from cloud.models import VirtualMachine
 from tests.factories import VgpuReservationFactory
 from tests.filter_world import World, two_of_everything, value_for
 
@@ -163,6 +164,33 @@ def test_a_location_by_name_lists_its_reservations(api: APIClient, world: World)
 
     assert response.status_code == 200
     assert [row["id"] for row in response.json()["results"]] == [world.first.rows["reservation"].pk]
+
+
+def test_a_vm_is_found_by_its_whitesky_id(api: APIClient, world: World) -> None:
+    vm = VirtualMachine.objects.get(cloudspace_id="cs-a")
+
+    found = api.get("/api/v1/vms/", {"vm_id": vm.vm_id})
+    none = api.get("/api/v1/vms/", {"vm_id": 10**12})
+    not_an_id = api.get("/api/v1/vms/", {"vm_id": "capvco-gone-a"})
+
+    assert found.status_code == 200, found.content
+    assert [row["vm_id"] for row in found.json()["results"]] == [vm.vm_id]
+    assert none.status_code == 200 and none.json()["results"] == []
+    assert not_an_id.status_code == 400
+    assert not_an_id.json()["fields"] == {"vm_id": ["Give an id (a whole number)."]}
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [("trace", "/api/v1/clusters/"), ("put", "/api/v1/clusters/"), ("post", "/api/v1/vms/")],
+)
+def test_a_method_an_endpoint_does_not_take_is_405_whatever_its_parameters(
+    api: APIClient, method: str, path: str
+) -> None:
+    response = getattr(api, method)(f"{path}?clustr=prod&limit=x")
+
+    assert response.status_code == 405, response.content
+    assert response.json()["code"] == "method_not_allowed"
 
 
 def test_paging_and_format_are_known_parameters(api: APIClient, world: World) -> None:

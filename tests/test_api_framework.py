@@ -144,10 +144,12 @@ def test_a_body_larger_than_the_api_reads_answers_413_in_the_error_shape(
     assert Account.objects.get().name == account.name
 
 
-def test_an_unknown_api_url_answers_404_in_the_error_shape(api: APIClient) -> None:
-    response = api.get("/api/v1/clusters/a.b/")
+@pytest.mark.parametrize("path", ["/api/v1/clusters/a.b/", "/api", "/api/v2/", "/api/v1/nope"])
+def test_an_unknown_api_url_answers_404_in_the_error_shape(api: APIClient, path: str) -> None:
+    response = api.get(path, HTTP_ACCEPT="text/html")
 
     assert response.status_code == 404
+    assert response["Content-Type"] == "application/json"
     assert response.json() == {"detail": "Not found.", "code": "not_found"}
 
 

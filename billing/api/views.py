@@ -34,7 +34,7 @@ from billing.selectors import (
     leak_totals,
     month_figures,
 )
-from capvco_web.api import KnownParametersMixin
+from capvco_web.api import DateTimeText, KnownParametersMixin
 from capvco_web.api_csv import CsvMixin
 from capvco_web.api_input import CursorPagination, query_parameter_once
 from capvco_web.api_schema import ApiSchema
@@ -57,14 +57,14 @@ def _group_by(request: Request, choices: tuple[str, ...]) -> str:
 
 
 class _SeriesQuery(serializers.Serializer[object]):
-    start = serializers.DateTimeField()
-    end = serializers.DateTimeField(required=False)
+    start = DateTimeText()
+    end = DateTimeText(required=False)
     step = serializers.ChoiceField(choices=SERIES_STEPS, default="day")
 
 
 class _PeriodQuery(serializers.Serializer[object]):
-    since = serializers.DateTimeField(required=False)
-    until = serializers.DateTimeField(required=False)
+    since = DateTimeText(required=False)
+    until = DateTimeText(required=False)
 
 
 def _query(request: Request, serializer_class: type[serializers.Serializer[Any]]) -> Any:

@@ -312,6 +312,10 @@ def test_a_month_of_accounts_carries_the_orphans(api: APIClient, world: World) -
         ({"end": NEXT_DAY}, "start"),
         ({"step": "day"}, "start"),
         ({"start": "yesterday"}, "start"),
+        # A NUL or a line break is no part of a date: not read as the date before it.
+        ({"start": f"{DAY_START}\x00"}, "start"),
+        ({"start": "2026-12-01T00:00:00\x00Z"}, "start"),
+        ({"start": DAY_START, "end": f"{NEXT_DAY}\n"}, "end"),
     ],
 )
 @pytest.mark.usefixtures("hours_kept_long")
@@ -525,6 +529,16 @@ def test_a_summary_whose_until_is_not_after_since_is_refused(api: APIClient, wor
     response = api.get("/api/v1/leaks/summary/", {"since": NEXT_DAY, "until": DAY_START})
 
     assert (response.status_code, list(response.json()["fields"])) == (400, ["until"])
+
+
+@pytest.mark.parametrize("name", ["since", "until"])
+def test_a_summary_bound_with_a_nul_is_refused(api: APIClient, world: World, name: str) -> None:
+    query = {"since": DAY_START, "until": NEXT_DAY}
+    query[name] += "\x00"
+
+    response = api.get("/api/v1/leaks/summary/", query)
+
+    assert (response.status_code, list(response.json()["fields"])) == (400, [name])
 
 
 def test_leaks_are_those_of_the_callers_accounts(world: World) -> None:

@@ -18,7 +18,7 @@ from billing.models import CostRollup, IdleSpell, Leak, Rollup
 from billing.tasks import billing_pass, leak_ledger_pass
 from clusters.models import Cluster, KubePod
 from tests.clusters.test_costs import World, world_make
-from tests.factories import KubePodFactory, MembershipFactory
+from tests.factories import KubePodFactory, LocationFactory, MembershipFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -127,3 +127,51 @@ def test_the_api_says_since_when_each_nodes_gpus_are_idle_to_the_accounts_member
     assert csv.splitlines()[0].startswith("id,account,account_name,location")
     assert len(csv.splitlines()) == 3
     assert api.get("/api/v1/idle-gpus/").json()["results"] == []
+
+
+@pytest.mark.parametrize("name", ["cluster_id", "pool_id", "machine_id"])
+def test_the_idle_gpus_are_filtered_by_whole_ids_only(world: World, name: str) -> None:
+    idle_record(now=T0)
+    api = APIClient()
+    api.force_authenticate(MembershipFactory(account=world.account, role="viewer").user)
+    spell = IdleSpell.objects.get(node_name="node-0")
+
+    found = api.get("/api/v1/idle-gpus/", {name: getattr(spell, name)})
+    refused = {value: api.get("/api/v1/idle-gpus/", {name: value}) for value in ("0.5", "1e3")}
+
+    picked = found.json()["results"]
+    assert "node-0" in [s["node_name"] for s in picked]
+    assert {s[name] for s in picked} == {getattr(spell, name)}
+    for value, response in refused.items():
+        assert response.status_code == 400, (value, response.content)
+        assert response.json()["fields"] == {name: ["Give an id (a whole number)."]}
+
+
+def test_a_malformed_leak_row_stops_only_itself_and_the_pass_reports_it(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Another account's open VM leak whose VM id is no number (written by hand, or by an
+    # older version): the ledger cannot decide how it ended.
+    elsewhere = LocationFactory(observation_complete=True, observation_started_at=T0)
+    bad = Leak.objects.create(
+        account=elsewhere.account, location=elsewhere, kind=Leak.Kind.VM,
+        external_id="not-a-vm-id", name="capvco-x", currency="EUR", monthly_price=D("1"),
+        billed_since=T0, leaked_since=T0,
+    )  # fmt: skip
+
+    ledger = leak_ledger_pass.apply().get()
+    money = billing_pass.apply().get()
+
+    # The other rows and steps went on: world_make's two orphans opened, idle GPUs recorded.
+    assert sorted(Leak.objects.exclude(pk=bad.pk).values_list("kind", flat=True)) == ["vgpu", "vm"]
+    assert IdleSpell.objects.count() == 2
+    assert Rollup.objects.count() == 1
+    bad.refresh_from_db()
+    assert bad.ended_at is None
+    assert (ledger["opened"], money["failures"]) == (2, [])
+    [failure] = ledger["failures"]
+    assert failure.startswith(f"leak {bad.pk} (vm not-a-vm-id, {elsewhere.name}): ")
+    assert any(
+        record.levelname == "ERROR" and f"leak {bad.pk}" in record.getMessage()
+        for record in caplog.records
+    )

@@ -149,3 +149,22 @@ def test_leak_totals_say_this_months_cost_and_how_many_are_still_open(location: 
     totals = leak_totals(leaks=Leak.objects.all(), since=month, until=until)
 
     assert [(t.currency, t.cost, t.open, t.ended) for t in totals] == [("EUR", D("15.00"), 1, 1)]
+
+
+def test_an_orphan_whose_leak_cannot_be_written_keeps_out_only_itself(
+    location: Location, caplog: pytest.LogCaptureFixture
+) -> None:
+    _orphan_vgpu(location)
+    # A listing's absurd size: its monthly price overflows the ledger's column.
+    VirtualMachineFactory(
+        location=location, vm_id=901, name="capvco-prod-huge", vcpus=2_000_000_000,
+        memory_mib=2048, orphaned_since=FLAGGED, orphan_confirmations=1,
+    )  # fmt: skip
+
+    recorded = leaks_record()
+
+    assert recorded.opened == 1
+    assert list(Leak.objects.values_list("kind", "external_id")) == [("vgpu", "v-1")]
+    [failure] = recorded.failures
+    assert failure.startswith(f"new leak (vm 901, {location.name}): ")
+    assert any(r.levelname == "ERROR" and "vm 901" in r.getMessage() for r in caplog.records)

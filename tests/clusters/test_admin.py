@@ -173,3 +173,19 @@ def test_admin_delete_of_an_account_with_released_reservations_only_is_audited(
     assert not Account.objects.exists()
     assert not VgpuReservation.objects.exists()
     assert AuditEvent.objects.get(action="account.delete").actor == admin_user
+
+
+def test_an_admin_message_names_a_pool_as_it_is_spelt(
+    admin_client: Client, pool: MachinePool
+) -> None:
+    page = admin_client.post(
+        reverse("admin:clusters_machinepool_changelist"),
+        {
+            "action": "scale_selected", "_selected_action": [pool.pk],
+            "confirm": "yes", "replicas": 3, "reason": "more",
+        },
+        follow=True,
+    )  # fmt: skip
+
+    messages = page.content.decode().split('<ul class="messagelist">')[1].split("</ul>")[0]
+    assert "prod/gpu: scaled to 3." in messages  # not "Prod/gpu"

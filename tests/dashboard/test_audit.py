@@ -44,6 +44,12 @@ def test_a_bad_time_is_a_clear_error(admin_client: Client, world: World) -> None
     assert "Enter a valid date/time" in response.content.decode()
 
 
+def test_a_time_with_a_nul_is_a_clear_error(admin_client: Client, world: World) -> None:
+    response = admin_client.get("/audit/", {"since": "2026-12-01T00:00\x00"})
+    assert response.status_code == 400
+    assert "Enter a valid date/time" in response.content.decode()
+
+
 def test_events_link_the_objects_that_still_exist(admin_client: Client, world: World) -> None:
     AuditEventFactory(
         object_type="gpus.VgpuReservation", object_id=str(world.orphan.pk), object_repr="x"

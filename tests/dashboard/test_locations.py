@@ -4,6 +4,7 @@ overview. And the pending GPU pods list, linked from the cluster page's figure."
 
 from __future__ import annotations
 
+import re
 from html import unescape
 
 import pytest
@@ -44,6 +45,21 @@ def test_the_location_page_maps_each_card_to_its_vgpus_machines_vms_and_pods(
     assert "orphaned" in orphan and "none" in orphan  # no machine, no VM
     assert f"vgpu-{world.released.pk}" not in html  # history holds no instance
     assert "card-card-t4" not in html  # the other location's card
+
+
+def test_a_cards_heading_names_its_model_and_pci_address_once(
+    admin_client: Client, world: World
+) -> None:
+    # As the mirror keeps a card: the model as listed, PCI address included, and the
+    # address read from it.
+    world.a100.pci_address = "0000:3b:00.0"
+    world.a100.save(update_fields=["pci_address"])
+
+    html = unescape(admin_client.get(f"/locations/{world.fresh.pk}/").content.decode())
+
+    card = _section(html, "card-card-a100", "</h3>")
+    heading = " ".join(re.sub(r"<[^>]+>", " ", card[card.index("<h3>") :]).split())
+    assert heading == "NVIDIA A100 · 0000:3b:00.0 · card card-a100"
 
 
 def test_the_location_page_shows_the_sweep_plan_and_carries_out_nothing(

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from html.parser import HTMLParser
+from itertools import pairwise
 
 import pytest
 from django.test import Client
@@ -24,7 +25,7 @@ from billing.models import BillCheck, BillItem, CapacityRollup, CostRollup, Leak
 from billing.rollups import DAY, hour_of, month_of, rollups_take
 from cloud.models import Account, Location
 from clusters.models import Machine
-from dashboard.charts import Chart, StackedBarChart
+from dashboard.charts import Chart, LineChart, StackedBarChart
 from dashboard.money import cluster_money, overview_money
 from tests.billing.support import world_leaks
 from tests.clusters.test_costs import World, world_make
@@ -159,9 +160,55 @@ def test_the_overview_charts_leak_and_idle_cost_per_day_and_capacity_per_type(
     assert waste.rows == [[DEC_1, f"{leaks:.2f}", "2.00"]]
     assert _chart(money.charts, "waste-chf").rows == [[DEC_1, "0.00", "4.00"]]
     a100 = _chart(money.charts, "capacity-nvidia-a100")
-    # Free: 4 in the first hour, 4 + 2 in the second: a mean of 5.
-    assert a100.columns == ["day", "free", "reserved", "attached", "allocatable", "requested"]
-    assert _row(a100, DEC_1)["free"] == "5.00"
+    # Free: 4 in the first hour, 4 + 2 in the second (one day sampled: by the hour).
+    assert a100.columns == ["hour", "free", "reserved", "attached", "allocatable", "requested"]
+    assert [row[:2] for row in a100.rows] == [
+        [f"{DEC_1} 09:00", "4.00"],
+        [f"{DEC_1} 10:00", "6.00"],
+    ]
+
+
+def test_capacity_sampled_on_a_day_or_two_is_charted_by_the_hour_as_lines(world: World) -> None:
+    GpuProfileFactory(location=world.ams, profile_id="p1", vendor="NVIDIA", model="A100",
+                      available_instances=4)  # fmt: skip
+    rollups_take(now=T0)
+
+    one_day = overview_money(locations=Location.objects.all(), leaks=Leak.objects.all(), now=NOW)
+
+    a100 = _chart(one_day.charts, "capacity-nvidia-a100")
+    assert isinstance(a100, LineChart)
+    assert a100.x_labels == [f"{DEC_1} 10:00"]  # the one hour sampled, not a day's mean
+    assert a100.unit == "GPUs (the hour's mean)"
+
+    # The day before: its last hour (4 free), and a card of 2 more this morning.
+    rollups_take(now=T0 - timedelta(hours=11))
+    GpuProfileFactory(location=world.ams, profile_id="p2", vendor="NVIDIA", model="A100",
+                      available_instances=2)  # fmt: skip
+    rollups_take(now=T0 + timedelta(hours=1))
+    two_days = overview_money(
+        locations=Location.objects.all(), leaks=Leak.objects.all(), now=NOW + timedelta(hours=1)
+    )
+
+    a100 = _chart(two_days.charts, "capacity-nvidia-a100")
+    # Each hour sampled, joined as a line: no ramp between a day's mean and the next.
+    assert [row[:2] for row in a100.rows] == [
+        ["2026-11-30 23:00", "4.00"], [f"{DEC_1} 10:00", "4.00"], [f"{DEC_1} 11:00", "6.00"],
+    ]  # fmt: skip
+    free = next(line for line in a100.lines if line.name == "free")
+    assert len(free.points.split()) == 3
+
+
+def test_capacity_sampled_on_three_days_or_more_is_charted_by_the_day(world: World) -> None:
+    GpuProfileFactory(location=world.ams, profile_id="p1", vendor="NVIDIA", model="A100",
+                      available_instances=4)  # fmt: skip
+    for days_back in (2, 1, 0):
+        rollups_take(now=T0 - days_back * DAY)
+
+    money = overview_money(locations=Location.objects.all(), leaks=Leak.objects.all(), now=NOW)
+
+    a100 = _chart(money.charts, "capacity-nvidia-a100")
+    assert a100.x_labels == ["2026-11-29", "2026-11-30", DEC_1]
+    assert a100.unit == "GPUs (the day's mean)"
 
 
 def test_a_cluster_page_stacks_its_pools_and_forecasts_its_own_month(world: World) -> None:
@@ -415,3 +462,26 @@ def test_a_charts_names_and_labels_are_escaped_in_its_bars_and_its_table() -> No
         "<title>&lt;img src=x onerror=&quot;1&quot;&gt;, a&lt;b&gt;&amp;c: 2.50 EUR</title>" in html
     )
     assert '<th scope="row">a&lt;b&gt;&amp;c</th><td class="num">2.50</td>' in html
+
+
+def _captions(html: str) -> dict[str, str]:
+    """Each chart's caption as a reader sees it, by the chart's key."""
+    found = re.findall(r'data-chart="([^"]+)">\s*<figcaption>(.*?)</figcaption>', html, re.S)
+    return {key: " ".join(re.sub(r"<[^>]+>", " ", text).split()) for key, text in found}
+
+
+def test_a_charts_caption_names_its_unit_once(
+    world: World, member: Callable[[Account], Client]
+) -> None:
+    GpuProfileFactory(location=world.ams, profile_id="p1", vendor="NVIDIA", model="A100")
+    _first_hour_sampled(world)
+    client = member(world.account)
+
+    for page in ("/", f"/clusters/{world.cluster.pk}/"):
+        captions = _captions(client.get(page).content.decode())
+        assert {"cost-eur", "cost-chf"} <= set(captions), page
+        for key, caption in captions.items():
+            words = caption.replace(",", "").split()
+            assert all(a != b for a, b in pairwise(words)), caption
+            for unit in ("EUR", "CHF", "GPUs", "per day"):
+                assert caption.count(unit) <= 1, (key, caption)

@@ -34,12 +34,6 @@ from gpus.selectors import orphans_list
 VM_COST_NOTE = "vCPUs and memory only: a VM's disks and IOPS are not listed with it"
 
 
-def _owner(row: VgpuReservation) -> str:
-    if row.owner_cluster and row.owner_machine:
-        return f"{row.owner_cluster}/{row.owner_machine}"
-    return "unknown"
-
-
 def _since(row: VgpuReservation | VirtualMachine) -> str | None:
     return row.orphaned_since.isoformat() if row.orphaned_since else None
 
@@ -86,7 +80,7 @@ class Command(BaseCommand):
                     "kind": "vgpu",
                     "name": row.name,
                     "location": row.location.name,
-                    "owner": _owner(row),
+                    "owner": row.owner,
                     "orphaned_since": _since(row),
                     "accrued_cost": str(cost),
                     "currency": row.location.currency,
@@ -128,7 +122,7 @@ class Command(BaseCommand):
                 row.location.name,
                 f"{row.orphaned_since:%Y-%m-%d %H:%M} UTC",
                 f"{cost} {row.location.currency}",
-                _owner(row),
+                row.owner,
             ]
             for row, cost in vgpus
         ]
