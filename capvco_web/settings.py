@@ -263,6 +263,7 @@ SPECTACULAR_SETTINGS = {
     # Several models have a `state`; each set of choices gets a name of its own.
     "ENUM_NAME_OVERRIDES": {
         "PodNicStateEnum": "sriov.models.PodNic.State",
+        "VgpuReservationStateEnum": "gpus.models.VgpuReservation.State",
         # Named, so that another `kind` (a leak's) leaves the agent token's name alone.
         "KindEnum": ["enrollment", "node"],
         "LeakKindEnum": "billing.models.Leak.Kind",
