@@ -1,5 +1,5 @@
 """Settings, all read in this one place from the environment, over what `make run` chose
-(see README: Configuration)."""
+(see docs/configuration.md)."""
 
 from __future__ import annotations
 

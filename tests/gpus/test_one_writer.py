@@ -1,8 +1,10 @@
 """One writer per row: what whitesky lists (ListedVgpu) is written by the mirror alone;
-the reservations we keep (VgpuReservation) by gpus' services alone. Every statement that
-writes either table is caught over a whole life: provisioning, a force delete and its
-orphan released by the sweep, a reservation made behind our back and released by a
-person, and the cluster's teardown."""
+the reservations we keep (VgpuReservation) by gpus' services and release requests over a
+cluster's life. Every statement that writes either table is caught over that life:
+provisioning, a force delete and its orphan released by the sweep, a reservation made
+behind our back and released by a person, and the cluster's teardown. (A machine's VM
+replaced and an account deleted write reservations too: docs/architecture.md, Who owns
+what.)"""
 
 from __future__ import annotations
 
