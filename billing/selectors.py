@@ -604,20 +604,3 @@ def bill_checks_latest(locations: QuerySet[Location]) -> dict[int, BillCheck]:
         )
     )
     return {check.location_id: check for check in checks}
-
-
-def unexplained_items(
-    *, locations: QuerySet[Location], start: datetime, end: datetime
-) -> QuerySet[BillItem]:
-    """The objects billed and not explained in the checked hours within [start, end),
-    newest hour first, costliest first within an hour."""
-    return (
-        BillItem.objects.filter(
-            verdict=BillItem.Verdict.UNEXPLAINED,
-            bill__location__in=locations,
-            bill__start__gte=start,
-            bill__start__lt=end,
-        )
-        .select_related("bill__location")
-        .order_by("-bill__start", "bill__location_id", "-cost", "external_id")
-    )

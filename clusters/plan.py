@@ -169,10 +169,6 @@ class Step:
     records it on the machine, and is dropped when the pool changed since the plan."""
 
     @property
-    def action(self) -> Kind:
-        return self.kind
-
-    @property
     def reserve_names(self) -> list[str]:
         return [slot.name for slot in self.reserve]
 

@@ -71,7 +71,7 @@ class SweepResult:
     dropped: list[str] = field(default_factory=list)  # changed since the plan: planned again
 
 
-Origin = Literal["request", "stalled", "orphan", "direct"]
+Origin = Literal["request", "stalled", "orphan"]
 
 
 @dataclass(frozen=True)
@@ -537,17 +537,6 @@ def location_plan(location: Location, *, now: datetime | None = None) -> Locatio
             )  # fmt: skip
         plan.steps.append(step)
     return plan
-
-
-def release_carry_out(
-    *, client: ws.WhiteskyClient, reservation: VgpuReservation, actor: Actor, reason: str
-) -> bool:
-    """Release a reservation for a person or the sweep, in one step: once the row is
-    claimed, the orphan VM that holds it goes first; a machine's VM, or a running VM that
-    is not ours, makes it a refusal (recorded on the row and audited). False: another
-    worker had claimed it, or the row changed since it was read."""
-    step = release_step(reservation, origin="direct", actor=actor, reason=reason)
-    return _release_step_apply(client, step, actor)
 
 
 def release_request_carry_out(*, client: ws.WhiteskyClient, reservation: VgpuReservation) -> bool:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -12,11 +11,8 @@ from django.db.models.fields.json import KT
 from django.db.models.functions import Coalesce
 
 from capvco_web.integrations.kube import GPU_TYPE_LABEL
-from cloud.models import Location
-from clusters.gpu_nodes import gpu_label_value
 from clusters.models import Cluster, KubeNode, KubePod, KubeWatch, Machine, MachinePool
-from gpus.models import GpuProfile, VgpuReservation
-from gpus.resolve import gpu_type_of
+from gpus.models import VgpuReservation
 
 # Pods that hold (or wait for) what they request; finished ones hold nothing.
 ACTIVE_POD_PHASES = (KubePod.Phase.PENDING, KubePod.Phase.RUNNING)
@@ -139,70 +135,6 @@ def kube_gpus_by_location_and_type(
         if row["label"] or gpus.allocatable or gpus.requested:
             found[row["machine__pool__site__location_id"], row["label"] or ""] = gpus
     return found
-
-
-@dataclass(frozen=True)
-class GpuCapacityRow:
-    """GPUs of one type in one location, as whitesky and Kubernetes see them."""
-
-    location: str
-    gpu_type: str
-    """As whitesky's cards name it ("NVIDIA A100"); the label value where only Kubernetes
-    knows the type, "" for GPU nodes that carry no type label (yet)."""
-    gpu_type_label: str
-    attached_in_whitesky: int
-    allocatable_in_kubernetes: int
-    requested_in_kubernetes: int
-
-
-def gpu_capacity_by_location_and_type(account_ids: set[int] | None = None) -> list[GpuCapacityRow]:
-    """Per location and GPU type: vGPUs attached to VMs (whitesky), GPUs the nodes of our
-    machines advertise as allocatable and GPUs their pods request (Kubernetes), for the
-    accounts given (None: all; see capvco_web.permissions.accounts_where). A type is
-    matched by its label value, so "NVIDIA A100" in whitesky meets `nvidia-a100` on a node.
-    Nodes no machine owns are left out: their location is not known."""
-    locations = Location.objects.all()
-    if account_ids is not None:
-        locations = locations.filter(account_id__in=account_ids)
-    names = dict(locations.values_list("pk", "name"))
-    types = {
-        (card.location_id, card.profile_id): gpu_type_of(card)
-        for card in GpuProfile.objects.filter(location_id__in=names)
-    }
-    attached: Counter[tuple[str, str]] = Counter()
-    shown: dict[tuple[str, str], str] = {}
-    rows = (
-        VgpuReservation.objects.filter(location_id__in=names, state=VgpuReservation.State.ATTACHED)
-        .values("location_id", "gpu_id")
-        .annotate(n=Count("pk"))
-    )
-    for row in rows:
-        gpu_type = types.get((row["location_id"], row["gpu_id"]), "unknown")
-        key = (names[row["location_id"]], gpu_label_value(gpu_type))
-        attached[key] += row["n"]
-        shown.setdefault(key, gpu_type)
-    nodes = KubeNode.objects.all()
-    if account_ids is not None:
-        nodes = nodes.filter(cluster__account_id__in=account_ids)
-    kube = kube_gpus_by_location_and_type(nodes.filter(machine__pool__site__location_id__in=names))
-    allocatable: Counter[tuple[str, str]] = Counter()
-    asked: Counter[tuple[str, str]] = Counter()
-    for (location_id, label), gpus in kube.items():
-        key = (names[location_id], label)
-        allocatable[key] += gpus.allocatable
-        asked[key] += gpus.requested
-        shown.setdefault(key, label)
-    return [
-        GpuCapacityRow(
-            location=location,
-            gpu_type=shown[(location, label)],
-            gpu_type_label=label,
-            attached_in_whitesky=attached[(location, label)],
-            allocatable_in_kubernetes=allocatable[(location, label)],
-            requested_in_kubernetes=asked[(location, label)],
-        )
-        for location, label in sorted(shown)
-    ]
 
 
 def kube_observed(queryset: QuerySet[Cluster] | None = None) -> QuerySet[Cluster]:

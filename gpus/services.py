@@ -279,14 +279,6 @@ def _release_claimed(
     return True
 
 
-def reservation_confirm_released(*, reservation: VgpuReservation, listed_ids: set[str]) -> bool:
-    """From a complete listing: a releasing reservation that is no longer listed is gone."""
-    if reservation.vgpu_id in listed_ids:
-        return False
-    gone = {"state": State.RELEASED, "released_at": timezone.now()}
-    return model_update(reservation, gone, expect={"state": reservation.state})
-
-
 def reservations_settle(
     *,
     location: Location,

@@ -78,7 +78,7 @@ GPU_TYPE = "NVIDIA A100"
 CLUSTER = "scale"
 POOL = "gpu"
 PREFIX = f"capvco-{CLUSTER}-{POOL}-"
-WHITESKY_LOGGER = "capvco_web.integrations.whitesky.client"
+WHITESKY_LOGGER = "capvco_web.integrations.whitesky.transport"
 # Each call the client makes, as it logs it at DEBUG once the answer came: when, how long.
 CALL_LINE = re.compile(
     r"^\[(?P<at>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}): DEBUG/(?P<process>[^\]]*)\].*?"

@@ -1,6 +1,6 @@
 """What the API and the selectors tell of a cluster's Kubernetes: a summary per cluster
 (nodes, GPUs allocatable and requested, flags), the GPU labels, requests and flag of each
-node, the GPU add-on switch, and GPUs per location and type next to whitesky's."""
+node, the GPU add-on switch, and GPUs per location and type."""
 
 from __future__ import annotations
 
@@ -13,14 +13,12 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from capvco_web.models import AuditEvent
-from clusters.models import Cluster, ClusterSite, KubePod, Machine, MachinePool
-from clusters.selectors import GpuCapacityRow, gpu_capacity_by_location_and_type
+from clusters.models import Cluster, ClusterSite, KubeNode, KubePod, Machine, MachinePool
+from clusters.selectors import KubeGpus, kube_gpus_by_location_and_type
 from tests.factories import (
     ClusterFactory,
-    GpuProfileFactory,
     KubeNodeFactory,
     KubePodFactory,
-    VgpuReservationFactory,
 )
 
 pytestmark = pytest.mark.django_db
@@ -117,27 +115,20 @@ def test_the_gpu_addon_is_switched_through_the_api_and_audited(
     )  # fmt: skip
 
 
-def test_gpus_per_location_and_type_in_kubernetes_next_to_whitesky(observed: Cluster) -> None:
+def test_gpus_per_location_and_type_in_kubernetes(observed: Cluster) -> None:
     location = observed.sites.get().location
-    card = GpuProfileFactory(location=location, profile_id="a100-card", vendor="NVIDIA",
-                             model="A100 (0000:3b:00.0)")  # fmt: skip
-    for machine in Machine.objects.filter(pool__cluster=observed):
-        VgpuReservationFactory(machine=machine, location=location, gpu_id=card.profile_id)
-    other = ClusterFactory(name="elsewhere")
 
-    rows = gpu_capacity_by_location_and_type()
+    found = kube_gpus_by_location_and_type(KubeNode.objects.all())
 
-    assert rows == [
-        GpuCapacityRow(
-            location="nl-1",
-            gpu_type="NVIDIA A100",
-            gpu_type_label="nvidia-a100",
-            attached_in_whitesky=2,
-            allocatable_in_kubernetes=1,  # gpu-1 advertises none: flagged
-            requested_in_kubernetes=1,
+    assert found == {
+        (location.pk, "nvidia-a100"): KubeGpus(
+            allocatable=1,  # gpu-1 advertises none: flagged
+            requested=1,
         )
-    ]  # the unowned node's GPUs are in no location
-    assert gpu_capacity_by_location_and_type({other.account_id}) == []
+    }  # the unowned node's GPUs are in no location
+    assert kube_gpus_by_location_and_type(KubeNode.objects.all(), requested=False) == {
+        (location.pk, "nvidia-a100"): KubeGpus(allocatable=1, requested=0)
+    }
 
 
 def test_the_gpu_addon_field_is_taken_at_create(api: APIClient, site: ClusterSite) -> None:

@@ -18,7 +18,7 @@ from capvco_web.models import AuditEvent
 from cloud.models import Account
 from cloud.whitesky import whitesky_client
 from clusters.models import Machine
-from clusters.releases import SweepResult, release_carry_out
+from clusters.releases import SweepResult
 from clusters.tasks import orphan_sweep_all
 from gpus.models import GpuProfile, ListedVgpu, VgpuReservation
 from gpus.release_requests import reservation_release_request
@@ -145,11 +145,11 @@ def test_of_two_concurrent_releases_of_one_row_only_the_one_that_claims_it_acts(
     mine, theirs = (VgpuReservation.objects.get(pk=row.pk) for _ in range(2))
 
     with whitesky_client(plane.account) as client:
-        assert release_carry_out(
+        assert reservation_release(
             client=client, reservation=mine, actor=SystemActor.RECONCILER, reason="r"
         )
         # `theirs` was read before the claim: it is stale, and its claim fails.
-        assert not release_carry_out(
+        assert not reservation_release(
             client=client, reservation=theirs, actor=SystemActor.ORPHAN_SWEEP, reason="r"
         )
 

@@ -1,12 +1,6 @@
 """Typed client for the whitesky.cloud VCO API. Pure Python: no Django in here."""
 
-from .client import (
-    DEFAULT_LONG_TIMEOUT,
-    DEFAULT_PAGE_SIZE,
-    DEFAULT_TIMEOUT,
-    WhiteskyClient,
-    new_nic,
-)
+from .client import DEFAULT_PAGE_SIZE, WhiteskyClient, new_nic
 from .errors import (
     BadRequest,
     CapacityExhausted,
@@ -25,6 +19,7 @@ from .errors import (
 )
 from .hosts import AllowedHosts
 from .retry import RetryPolicy
+from .transport import DEFAULT_LONG_TIMEOUT, DEFAULT_TIMEOUT
 from .types import (
     Cloudspace,
     CloudspaceConsumption,

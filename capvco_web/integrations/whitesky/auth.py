@@ -104,10 +104,6 @@ class JwtCredential:
     def token(self) -> str:
         return self._token
 
-    @property
-    def expires_at(self) -> float | None:
-        return self._expires_at
-
     def needs_refresh(self) -> bool:
         if self._expires_at is None:
             return False

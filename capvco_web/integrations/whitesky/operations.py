@@ -1,8 +1,9 @@
 """Every whitesky call the client makes, declared once.
 
-The client's request function refuses to send a parameter that is not declared here, and
-`tests/integrations/whitesky/test_contract.py` checks this table against the API description
-(`whitesky-api.json`): same operationId, method, path template, parameter names and places.
+The transport's request function (`Transport._call`) refuses to send a parameter that is
+not declared here, and `tests/integrations/whitesky/test_contract.py` checks this table
+against the API description (`whitesky-api.json`): same operationId, method, path template,
+parameter names and places.
 So this table is what keeps the client honest about what it sends.
 
 `repeatable` marks calls that may be sent again after a failure without changing the outcome:

@@ -1,6 +1,6 @@
 """How often to try a call that is safe to repeat, and how long to wait between tries.
 
-tenacity runs the tries (`WhiteskyClient._call`); this policy is its stop and its wait.
+tenacity runs the tries (`Transport._call`, transport.py); this policy is its stop and its wait.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from capvco_web.integrations.whitesky.auth import (
     jwt_expiry,
     token_from_refresh_body,
 )
-from capvco_web.integrations.whitesky.client import _retry_after
+from capvco_web.integrations.whitesky.transport import _retry_after
 from tests.integrations.whitesky.conftest import allowing
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from capvco_web.integrations.whitesky import UnexpectedResponse
-from capvco_web.integrations.whitesky.types import (
+from capvco_web.integrations.whitesky.payloads import (
     parse_consumption,
     parse_customer_locations,
     parse_external_network,
