@@ -231,6 +231,8 @@ def test_a_day_summed_in_another_connection_while_a_series_is_read_counts_once(
     assert summed == [MONTH + timedelta(days=1)]
     assert month_rows.aggregate(n=Max("samples"))["n"] == 3  # they hold the 2nd now
     assert during == before  # read as it was when the read began: each hour once
+    # The read's transaction is over: the connection writes again.
+    assert rollups_take(now=READ_END + timedelta(hours=1)).hour == READ_END + timedelta(hours=1)
 
 
 def test_a_month_read_counts_each_hour_once(world: World) -> None:
