@@ -3,7 +3,9 @@ a forecast to the end of the month, GPU capacity over time, the leak ledger's to
 the checks of whitesky's bill. What orphans cost over time is the leak ledger's figure
 (Leak.cost per step), not a sample: the same on every page, answer and metric. Each is a
 fixed number of queries, however long the history: a day is read from its day rows once
-summed, and from its hour rows until then.
+summed, and from its hour rows until then. A series is read in one snapshot of the database
+(one read-only transaction, REPEATABLE READ on PostgreSQL): a day summed while it is read is
+in neither its rows nor where its hours begin, so each hour counts once.
 
 Months are calendar months in UTC. An hour's figure is the hourly rate sampled in it
 (billing.rollups); an hour no pass sampled is a gap, not an estimate, and `hours_sampled`
@@ -13,7 +15,8 @@ says how many there were.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -22,9 +25,10 @@ from typing import Any, Literal, ParamSpec, TypeVar
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import Count, F, Max, OuterRef, Prefetch, Q, QuerySet, Subquery, Sum
 from django.db.models.functions import TruncDay, TruncMonth
+from psycopg import IsolationLevel
 
 from billing.models import BillCheck, BillItem, CapacityRollup, CostRollup, Leak, Rollup, Step
 from billing.rollups import DAY, HOUR, day_of, hour_of, month_of, next_month
@@ -73,8 +77,41 @@ class CostPoint(CostRow):
     hours_sampled: int = 0  # of those, sampled by a rollup pass (cost_history fills both)
 
 
-class _DaySummedMeanwhile(Exception):
-    pass
+def _in_one_snapshot(read: Callable[P, R]) -> Callable[P, R]:
+    """`read` in one read-only transaction that sees one snapshot of the database, whoever
+    sums a day meanwhile: where the summed days end, the month's or the days' rows and the
+    hours after them are read as of its first query (a month row holds the days summed
+    with it, its hours are read from the end of those), so each hour counts once. On
+    PostgreSQL, REPEATABLE READ; on SQLite, any transaction's reads see one state (its
+    transactions begin IMMEDIATE here: a pass summing a day waits for the read). Read
+    within a caller's transaction, it reads in that one."""
+
+    @wraps(read)
+    def reading(*args: P.args, **kwargs: P.kwargs) -> R:
+        if connection.in_atomic_block:
+            return read(*args, **kwargs)
+        with _snapshot():
+            return read(*args, **kwargs)
+
+    return reading
+
+
+@contextmanager
+def _snapshot() -> Iterator[None]:
+    if connection.vendor != "postgresql":
+        with transaction.atomic():
+            yield
+        return
+    connection.ensure_connection()
+    driver = connection.connection  # idle, in autocommit: the next transaction takes these
+    before = (driver.isolation_level, driver.read_only)
+    driver.isolation_level, driver.read_only = IsolationLevel.REPEATABLE_READ, True
+    try:
+        with transaction.atomic():
+            yield
+    finally:
+        if not driver.closed:
+            driver.isolation_level, driver.read_only = before
 
 
 def _summed_until() -> datetime:
@@ -93,9 +130,8 @@ def _summed_until() -> datetime:
 
 def _periods(step: SeriesStep, start: datetime, end: datetime) -> Iterable[tuple[str, Q, Any]]:
     """(rollup step, the rows' filter, how rows are bucketed) to read [start, end): the
-    summed days' rows, then the hours after them. Read by month, raises _DaySummedMeanwhile
-    once the rows are read if a day was summed while they were (its month's rows may hold
-    it, and its hours were read too): `_read_again_if_a_day_is_summed` reads them again."""
+    summed days' rows, then the hours after them. Read in one snapshot (`_in_one_snapshot`):
+    a day summed meanwhile is in neither the rows read nor where the hours begin."""
     in_range = Q(start__gte=start, start__lt=end)
     if step == "hour":
         yield Step.HOUR, in_range, None
@@ -108,26 +144,11 @@ def _periods(step: SeriesStep, start: datetime, end: datetime) -> Iterable[tuple
         # of the newest one up to the hours not summed yet.
         yield Step.MONTH, in_range & Q(start__lt=summed_until), None
     else:
-        # A day summed meanwhile has its hours kept, and its day row is not read.
         yield Step.DAY, in_range & Q(start__lt=summed_until), bucket("start", tzinfo=UTC)
     yield Step.HOUR, in_range & Q(start__gte=summed_until), bucket("start", tzinfo=UTC)
-    if by_month and _summed_until() != summed_until:
-        raise _DaySummedMeanwhile
 
 
-def _read_again_if_a_day_is_summed(read: Callable[P, R]) -> Callable[P, R]:
-    @wraps(read)
-    def reading(*args: P.args, **kwargs: P.kwargs) -> R:
-        while True:
-            try:
-                return read(*args, **kwargs)
-            except _DaySummedMeanwhile:
-                continue  # once a day at most: the next read finds it summed
-
-    return reading
-
-
-@_read_again_if_a_day_is_summed
+@_in_one_snapshot
 def cost_series(
     *,
     group_by: GroupBy,
@@ -185,7 +206,7 @@ def cost_series(
     return [point.finish() for _, point in ordered]  # type: ignore[misc]
 
 
-@_read_again_if_a_day_is_summed
+@_in_one_snapshot
 def costliest_clusters(
     *, locations: QuerySet[Location], start: datetime, end: datetime, n: int
 ) -> dict[str, list[int]]:
@@ -247,6 +268,7 @@ class CostSeries:
     points: list[CostPoint]
 
 
+@_in_one_snapshot
 def cost_history(
     *,
     group_by: GroupBy,
@@ -347,6 +369,7 @@ class MonthFigures:
     forecast: Decimal = field(default=ZERO)
 
 
+@_in_one_snapshot
 def month_figures(
     *,
     group_by: Literal["account", "cluster"],
@@ -449,7 +472,7 @@ class CapacityPoint:
 CAPACITY_FIGURES = ("free", "reserved", "attached", "allocatable", "requested")
 
 
-@_read_again_if_a_day_is_summed
+@_in_one_snapshot
 def capacity_series(
     *,
     locations: QuerySet[Location],

@@ -6,17 +6,26 @@ CHF)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from typing import Any
 
 import pytest
 from django.db import connection
+from django.db.models import Max
 from django.test.utils import CaptureQueriesContext, override_settings
 
 from billing.models import CapacityRollup, CostRollup, Rollup, Step
 from billing.rollups import rollups_take
-from billing.selectors import capacity_series, cost_series, hours_sampled, month_figures
+from billing.selectors import (
+    capacity_series,
+    cost_series,
+    costliest_clusters,
+    hours_sampled,
+    month_figures,
+)
 from capvco_web.retention import history_prune
 from cloud.models import Location
 from clusters.models import Machine
@@ -149,34 +158,98 @@ def test_a_month_reads_the_same_from_its_month_rows_as_from_its_days(world: Worl
     assert [p.total for p in again] == [p.total for p in whole]
 
 
-def test_a_day_summed_while_a_month_is_read_is_counted_once(
-    world: World, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import billing.selectors
+MONTH = T0.replace(hour=0, minute=0)
+# Read up to the 3rd: the 1st and 2nd sampled, the 1st summed, the 2nd read from its hours.
+READ_END = MONTH + timedelta(days=2)
+SERIES_READS: dict[str, Callable[[], object]] = {
+    "cost by month": lambda: [
+        (p.start, p.cluster_name, p.currency, p.total)
+        for p in cost_series(
+            group_by="cluster",
+            locations=Location.objects.all(),
+            start=MONTH,
+            end=READ_END,
+            step="month",
+        )
+    ],
+    "cost by day": lambda: [
+        (p.start, p.currency, p.total)
+        for p in cost_series(
+            group_by="account",
+            locations=Location.objects.all(),
+            start=MONTH,
+            end=READ_END,
+            step="day",
+        )
+    ],
+    "capacity by month": lambda: capacity_series(
+        locations=Location.objects.all(), start=MONTH, end=READ_END, step="month"
+    ),
+    "costliest clusters": lambda: costliest_clusters(
+        locations=Location.objects.all(), start=MONTH, end=READ_END, n=5
+    ),
+    "month to date": lambda: [
+        (f.point.currency, f.point.total, f.hours_sampled, f.hours_left, f.forecast)
+        for f in month_figures(group_by="account", locations=Location.objects.all(), now=READ_END)
+    ],
+}
 
-    month = T0.replace(hour=0, minute=0)
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("read", SERIES_READS.values(), ids=SERIES_READS.keys())
+def test_a_day_summed_in_another_connection_while_a_series_is_read_counts_once(
+    world: World, read: Callable[[], object]
+) -> None:
+    """The next pass sums the 2nd (its day rows, the month's rows again, its marker) in a
+    connection of its own, committed after the read's first query: read as of that query,
+    the 2nd is read from its hours and not from the month's rows too."""
     rollups_take(now=T0)
     rollups_take(now=T0 + timedelta(days=1))  # the 1st summed: the 2nd's hours are read
     rollups_take(now=T0 + timedelta(days=1, hours=1))
-    series = {"group_by": "cluster", "locations": Location.objects.all(), "start": month}
-    end = T0 + timedelta(days=2)
-    # The read that a day summed in the middle of would count: taken before it is.
-    expected = [p.total for p in cost_series(**series, end=end, step="month")]  # type: ignore[arg-type]
-    periods = billing.selectors._periods
-    summed_meanwhile: list[bool] = []
+    before = read()  # each of the three hours once: nothing is summed while it is read
+    summed: list[datetime] = []
+    passes: list[threading.Thread] = []
 
-    def day_summed_before_the_month_rows_are_read(*args: object) -> Iterator[object]:
-        for n, period in enumerate(periods(*args)):  # type: ignore[arg-type]
-            if n == 0 and not summed_meanwhile:  # where the hours begin is decided: the 2nd
-                # is summed now, before its month row (which then holds it) is read
-                summed_meanwhile.append(bool(rollups_take(now=end).days))
-            yield period
+    def sum_the_2nd() -> None:
+        try:
+            summed.extend(rollups_take(now=READ_END).days)
+        finally:
+            connection.close()
 
-    monkeypatch.setattr(billing.selectors, "_periods", day_summed_before_the_month_rows_are_read)
-    read = cost_series(**series, end=month + timedelta(days=2), step="month")  # type: ignore[arg-type]
+    def after_the_first_query(execute: Any, *args: Any) -> Any:
+        answer = execute(*args)
+        if not passes:  # the read has begun: the day is summed and committed before it goes on
+            passes.append(threading.Thread(target=sum_the_2nd))
+            passes[0].start()
+            passes[0].join(30)
+        return answer
 
-    assert summed_meanwhile == [True]
-    assert [p.total for p in read] == expected
+    with connection.execute_wrapper(after_the_first_query):
+        during = read()
+
+    month_rows = CostRollup.objects.filter(step=Step.MONTH, start=MONTH)
+    assert summed == [MONTH + timedelta(days=1)]
+    assert month_rows.aggregate(n=Max("samples"))["n"] == 3  # they hold the 2nd now
+    assert during == before  # read as it was when the read began: each hour once
+    # The read's transaction is over: the connection writes again.
+    assert rollups_take(now=READ_END + timedelta(hours=1)).hour == READ_END + timedelta(hours=1)
+
+
+def test_a_month_read_counts_each_hour_once(world: World) -> None:
+    rollups_take(now=T0)
+    rollups_take(now=T0 + timedelta(days=1))
+    rollups_take(now=T0 + timedelta(days=1, hours=1))
+
+    before = SERIES_READS["cost by month"]()
+    rollups_take(now=READ_END)  # the 2nd summed: read from the month's rows
+    after = SERIES_READS["cost by month"]()
+
+    # Three hours: the gpu and cpu pools 4.40 EUR an hour, the remote one 2.16 CHF.
+    assert [(name, currency, total) for _, name, currency, total in before] == [
+        ("prod", "CHF", 3 * D("2.16")),
+        ("prod", "EUR", 3 * D("4.40")),
+    ]
+    assert after == before
 
 
 @override_settings(COST_HOURLY_HISTORY_DAYS=60)
