@@ -167,7 +167,7 @@ def test_a_location_by_name_lists_its_reservations(api: APIClient, world: World)
 
 
 def test_a_vm_is_found_by_its_whitesky_id(api: APIClient, world: World) -> None:
-    vm = VirtualMachine.objects.get(cloudspace_id="cs-a")
+    vm = VirtualMachine.objects.get(name="bastion-a")
 
     found = api.get("/api/v1/vms/", {"vm_id": vm.vm_id})
     none = api.get("/api/v1/vms/", {"vm_id": 10**12})
