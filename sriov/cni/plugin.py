@@ -37,8 +37,9 @@ token goes to that URL only. The network configuration may set, beside `cniVersi
 `name`, `type`:
 
     interfaceWaitSeconds   how long ADD waits for the NIC to appear (default 30)
-    requestTimeoutSeconds  how long ADD waits for the agent API's NIC, its polls
-                           included, and how long any other agent call may take
+    requestTimeoutSeconds  how long ADD waits for the agent API's NIC, and DEL for
+                           its detach, polls included, and how long any other agent
+                           call may take
                            (default 80: with interfaceWaitSeconds, inside the kubelet's
                            2-minute runtime request timeout)
 
