@@ -625,9 +625,9 @@ def vm_queue_lock_name(location_id: int, vm_id: int) -> str:
 
 def vm_queue_run(*, location_id: int, vm_id: int, clients: Clients | None = None) -> QueueResult:
     """Make the VM's queued attaches and detaches one at a time, in order, each under the
-    VM's turn, and record each outcome on its row. One runner per VM: another run already under way
-    makes this one a no-op, and a runner looks at the queue again after letting it go (a
-    request queued while it finished is never left behind)."""
+    VM's turn, and record each outcome on its row. One runner per VM: another run already
+    under way makes this one a no-op, and a runner looks at the queue again after letting
+    it go (a request queued while it finished is never left behind)."""
     clients = clients or Clients()
     result = QueueResult()
     while True:
