@@ -469,9 +469,10 @@ GPU_DEVICE_PLUGIN_IMAGE = env.str(
     "GPU_DEVICE_PLUGIN_IMAGE", default="nvcr.io/nvidia/k8s-device-plugin:v0.17.0"
 )
 
-# SR-IOV NICs per pod (docs/guides/sriov.md). An ADD never waits: it is queued on its VM.
-# A DEL waits at most this long for its turn on the VM (one attach or detach at a time per
-# VM), then answers 503 with its place in the queue.
+# SR-IOV NICs per pod (docs/guides/sriov.md). No agent API request waits for a VM: ADD,
+# DEL and GC are queued on it (one attach or detach at a time per VM, in order). The
+# plugin's DEL polls its queued detach at least this long (its requestTimeoutSeconds is
+# this plus 20 s, or the ADD's timeout if longer), then says "try again later".
 SRIOV_ATTACH_WAIT_SECONDS = env.float("SRIOV_ATTACH_WAIT_SECONDS", default=60)
 # A NIC whose pod is gone or finished (from complete pod listings), or a NIC nobody owns,
 # is detached once this long has passed since it was first seen so.

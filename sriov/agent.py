@@ -14,10 +14,16 @@ the reclaimer finds its pod gone.
   queue. The VM's queue task (`vm_queue_run`, one runner per VM at a time) attaches the
   VM's requests one after the other, in order, and records each outcome on its row
   (`failure_code`, `failure`), which the plugin's poll reads.
+* DEL and GC never wait for a VM either: they record the detach (`detach_queued_at`, on
+  the same queue) and answer at once; the VM's queue task detaches it in its turn, after
+  what was asked for before it. DEL answers 202 while the detach is queued and the
+  plugin polls until the NIC is released (404), as it polls an ADD; a detach that failed
+  leaves the queue with the reason on its row (`failure_code`, `failure`).
 * One attach or detach at a time per VM: the whitesky attach answers only `{success}`, so
   the new NIC is the one the VM's listing gains (`whitesky.new_nic`, the one place that
   decides it), which two attaches at once would make ambiguous. The turn is a lock per VM
-  (`vm_turn`), taken by the queue runner for each attach and by each detach.
+  (`vm_turn`), taken by the queue runner for each attach and each detach, and by the
+  reclaimer's detaches.
 * Recorded before acting: the row is `attaching` with the VM's MACs before the attach
   (`macs_before`) before the attach is sent; two listings per attach, before and after.
   An attach whose answer was lost (or whose runner was killed) stays `attaching`, first
@@ -25,8 +31,8 @@ the reclaimer finds its pod gone.
   since, on the network, that no other row owns, is this pod's; none, in a listing begun
   after the attach's outcome window (`outcome_window`: it may still land until then),
   means it did not happen, and it is sent again.
-* DEL of a request still queued cancels it (nothing was sent); of any other, it detaches
-  under the VM's turn.
+* DEL of a request still queued cancels it (nothing was sent); of any other, it queues
+  its detach.
 * Every whitesky call is made with the cluster's SR-IOV credential, never the account's.
 * A refusal by whitesky (attach or detach on a running VM, where the platform refuses
   that) is said in the answer and on the row; the VM is never stopped.
@@ -45,7 +51,8 @@ from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Case, F, QuerySet, Value, When
+from django.db.models import Case, Q, QuerySet, Value, When
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from capvco_web.audit import SystemActor, audit_record
@@ -75,7 +82,6 @@ logger = logging.getLogger(__name__)
 State = PodNic.State
 AGENT = SystemActor.SRIOV_AGENT  # the actor of what the CNI plugin asks for
 _FAILURE_LIMIT = 1000
-GC_TURN_WAIT = 2.0  # a GC waits only briefly for a VM's turn: the next GC or reclaim goes on
 RETRY_AFTER_MAX = 5  # seconds: the longest a queued ADD's plugin is told to wait between polls
 POLL_AFTER_MIN_MS = 50  # the shortest wait a queued ADD's plugin is told
 ATTACH_SECONDS_GUESS = 1.0  # a VM's attach time before it has one measured
@@ -240,9 +246,13 @@ def pod_nic_add(
             f"its old sandbox ({row.container_id[:64]}) is released first",
         )
         row = None
-    if row is not None and row.state in (State.ATTACHED, State.REQUESTED, State.ATTACHING):
+    if (
+        row is not None
+        and row.detach_queued_at is None
+        and row.state in (State.ATTACHED, State.REQUESTED, State.ATTACHING)
+    ):
         return row
-    if row is not None and row.state == State.DETACHING:
+    if row is not None and (row.state == State.DETACHING or row.detach_queued_at is not None):
         raise Refused(
             f"The NIC of pod {namespace}/{pod_name} is being detached; ADD again once it is "
             "released."
@@ -277,14 +287,27 @@ def pod_nic_add(
 
 
 def vm_queue(*, location_id: int, vm_id: int) -> QuerySet[PodNic]:
-    """The VM's requests in the order they are attached: an attach under way (or whose
-    answer was lost) first, then by when they were queued."""
-    return PodNic.objects.filter(
-        location_id=location_id, vm_id=vm_id, state__in=[State.REQUESTED, State.ATTACHING]
-    ).order_by(
-        Case(When(state=State.ATTACHING, then=Value(0)), default=Value(1)),
-        F("queued_at").asc(nulls_first=True),
-        "pk",
+    """The VM's attaches and detaches in the order they are made: an attach under way (or
+    whose answer was lost) first, then by when they were queued (a detach since its DEL
+    or GC, an attach since its ADD)."""
+    queued = Q(state__in=[State.REQUESTED, State.ATTACHING]) | (
+        Q(detach_queued_at__isnull=False) & ~Q(state=State.RELEASED)
+    )
+    return (
+        PodNic.objects.filter(location_id=location_id, vm_id=vm_id)
+        .filter(queued)
+        .order_by(
+            Case(When(state=State.ATTACHING, then=Value(0)), default=Value(1)),
+            Coalesce("detach_queued_at", "queued_at").asc(nulls_first=True),
+            "pk",
+        )
+    )
+
+
+def is_queued(row: PodNic) -> bool:
+    """Whether the row waits in its VM's queue: an attach not made yet, or a detach."""
+    return row.state in (State.REQUESTED, State.ATTACHING) or (
+        row.detach_queued_at is not None and row.state != State.RELEASED
     )
 
 
@@ -580,11 +603,13 @@ def _may_still_land(row: PodNic, client: ws.WhiteskyClient) -> bool:
 
 @dataclass
 class QueueResult:
-    """What a run of a VM's queue did. `busy`: a detach held the VM's turn; `unresolved`:
-    an attach whose outcome is not known yet holds the queue. Either way the run stopped
-    and is sent again later."""
+    """What a run of a VM's queue did. `busy`: a detach (the reclaimer's) held the VM's
+    turn; `unresolved`: an attach whose outcome is not known yet holds the queue. Either
+    way the run stopped and is sent again later. `failed`: attaches and detaches that
+    failed (each row says why)."""
 
     attached: list[PodNic] = field(default_factory=list)
+    detached: list[PodNic] = field(default_factory=list)
     failed: list[PodNic] = field(default_factory=list)
     busy: bool = False
     unresolved: PodNic | None = None
@@ -599,10 +624,10 @@ def vm_queue_lock_name(location_id: int, vm_id: int) -> str:
 
 
 def vm_queue_run(*, location_id: int, vm_id: int, clients: Clients | None = None) -> QueueResult:
-    """Attach the VM's queued requests one at a time, in order, each under the VM's turn,
-    and record each outcome on its row. One runner per VM: another run already under way
-    makes this one a no-op, and a runner looks at the queue again after letting it go (a
-    request queued while it finished is never left behind)."""
+    """Make the VM's queued attaches and detaches one at a time, in order, each under the
+    VM's turn, and record each outcome on its row. One runner per VM: another run already
+    under way makes this one a no-op, and a runner looks at the queue again after letting
+    it go (a request queued while it finished is never left behind)."""
     clients = clients or Clients()
     result = QueueResult()
     while True:
@@ -616,12 +641,24 @@ def vm_queue_run(*, location_id: int, vm_id: int, clients: Clients | None = None
 
 def _queue_drain(*, location_id: int, vm_id: int, clients: Clients, result: QueueResult) -> None:
     while (row := vm_queue(location_id=location_id, vm_id=vm_id).first()) is not None:
+        detach = row.detach_queued_at is not None
         with object_lock(vm_lock_name(location_id, vm_id)) as taken:
             if not taken:
                 result.busy = True
                 return
-            _queued_attach(row, clients)
-        if row.state == State.ATTACHED:
+            if detach:
+                _queued_detach(row, clients)
+            else:
+                _queued_attach(row, clients)
+        if detach:
+            if row.state == State.RELEASED:
+                result.detached.append(row)
+            elif row.detach_queued_at is None:
+                result.failed.append(row)
+            else:  # still queued (never expected): the next run tries again
+                result.busy = True
+                return
+        elif row.state == State.ATTACHED:
             result.attached.append(row)
         elif row.state == State.FAILED:
             result.failed.append(row)
@@ -683,17 +720,14 @@ def pod_nic_delete(
     pod_uid: str,
     container_id: str,
     ifname: str,
-    clients: Clients | None = None,
-    wait: float | None = None,
     reason: str = "CNI DEL",
 ) -> PodNic | None:
-    """Detach and release the NIC of the attachment (container id, ifname) of the pod
-    (DEL) when the node `node_name` holds it; None when that sandbox holds none (a
-    repeated DEL, or a late DEL of an older sandbox: the NIC of a newer one is left
-    alone). Raises WrongNode (nothing changed) when another node holds the pod's NIC,
-    Refused when it cannot be detached now."""
-    clients = clients or Clients()
-    wait = settings.SRIOV_ATTACH_WAIT_SECONDS if wait is None else wait
+    """DEL of the attachment (container id, ifname) of the pod when the node `node_name`
+    holds it: its detach recorded, on its VM's queue (the row, `is_queued`), or the row
+    released now when nothing was sent for it yet (a request still queued). None when
+    that sandbox holds none (a repeated DEL, or a late DEL of an older sandbox: the NIC of
+    a newer one is left alone). Never waits for the VM's turn. Raises WrongNode (nothing
+    changed) when another node holds the pod's NIC."""
     row = nic_of_node(
         cluster=cluster,
         node_name=node_name,
@@ -703,8 +737,59 @@ def pod_nic_delete(
     )
     if row is None:
         return None
-    nic_release(row=row, clients=clients, wait=wait, actor=AGENT, reason=reason)
+    detach_queue(row, reason=reason)
     return row
+
+
+def detach_queue(row: PodNic, *, reason: str) -> None:
+    """Queue the row's detach on its VM (the VM's queue task makes it, audited as the
+    agent's, with `reason`), or release it now when it is a request nothing was sent for.
+    A detach already queued keeps its place and its reason."""
+    if row.state == State.REQUESTED and _cancelled(row, actor=AGENT, reason=reason):
+        return
+    if row.state == State.RELEASED or row.detach_queued_at is not None:
+        return
+    now = timezone.now()
+    model_update(
+        row,
+        {
+            "detach_queued_at": now,
+            "detach_requested_at": row.detach_requested_at or now,
+            "detach_reason": reason[:300],
+            "failure": "",
+            "failure_code": "",
+        },
+        expect={"detach_queued_at": None, "state__in": (*PodNic.LIVE_STATES, State.FAILED)},
+    )
+    row.refresh_from_db()
+
+
+def _queued_detach(row: PodNic, clients: Clients) -> None:
+    """The queued detach of the row, under its VM's turn. A failure takes it out of the
+    queue, said on the row (`failure_code`, `failure`): the plugin's DEL reports it and
+    the runtime asks again (or the reclaimer detaches it once its pod is gone)."""
+    row.refresh_from_db()
+    if row.state == State.RELEASED or row.detach_queued_at is None:
+        return
+    config = (
+        SriovConfig.objects.select_related("cluster__account")
+        .filter(cluster_id=row.cluster_id)
+        .first()
+    )
+    try:
+        if config is None or not config.credential:
+            raise NotEnabled(f"Cluster {row.cluster_id} has no SR-IOV credential to detach with.")
+        with _whitesky(clients, config) as client:
+            _detach(row, client, actor=AGENT, reason=row.detach_reason or "CNI DEL")
+    except Refused as exc:
+        model_update(
+            row,
+            {
+                "detach_queued_at": None,
+                "failure": exc.message[:_FAILURE_LIMIT],
+                "failure_code": exc.code,
+            },
+        )
 
 
 # --- GC ----------------------------------------------------------------------------------
@@ -712,9 +797,14 @@ def pod_nic_delete(
 
 @dataclass
 class GcResult:
-    released: list[PodNic] = field(default_factory=list)
+    released: list[PodNic] = field(default_factory=list)  # nothing was sent for them
+    detaching: list[PodNic] = field(default_factory=list)  # queued on their VM
     kept: list[PodNic] = field(default_factory=list)  # in flight, or asked for too lately
-    errors: list[str] = field(default_factory=list)
+
+    @property
+    def vms(self) -> list[tuple[int, int]]:
+        """The (location, VM) pairs whose queue has a detach of this GC."""
+        return sorted({(row.location_id, row.vm_id) for row in self.detaching})
 
 
 def node_nics_gc(
@@ -723,17 +813,16 @@ def node_nics_gc(
     node_name: str,
     cni_network: str,
     valid: list[tuple[str, str]],
-    clients: Clients | None = None,
     now: datetime | None = None,
     min_age: timedelta | None = None,
 ) -> GcResult:
-    """CNI GC of the network `cni_network`: release the NICs of this node added with it
-    whose attachment (container id, ifname) the runtime no longer lists as valid. As safe
-    as the reclaimer: never a NIC whose attach is still under way, nor one asked for less
-    than SRIOV_RECLAIM_GRACE_SECONDS ago (the runtime's list may have been taken before
-    its ADD); a NIC recorded without a container id or network name (before they were
-    kept) is the reclaimer's alone. Each release is audited."""
-    clients = clients or Clients()
+    """CNI GC of the network `cni_network`: queue the detach of the NICs of this node added
+    with it whose attachment (container id, ifname) the runtime no longer lists as valid
+    (on their VM's queue, as a DEL does; never waited for). As safe as the reclaimer:
+    never a NIC whose attach is still under way, nor one asked for less than
+    SRIOV_RECLAIM_GRACE_SECONDS ago (the runtime's list may have been taken before its
+    ADD); a NIC recorded without a container id or network name (before they were kept)
+    is the reclaimer's alone. Each release is audited."""
     now = now or timezone.now()
     if min_age is None:
         min_age = timedelta(seconds=settings.SRIOV_RECLAIM_GRACE_SECONDS)
@@ -755,18 +844,8 @@ def node_nics_gc(
         if row.state in (State.REQUESTED, State.ATTACHING) or row.requested_at > now - min_age:
             result.kept.append(row)
             continue
-        try:
-            nic_release(
-                row=row,
-                clients=clients,
-                wait=GC_TURN_WAIT,
-                actor=AGENT,
-                reason="CNI GC: the runtime no longer lists its attachment as valid",
-            )
-        except Refused as exc:
-            result.errors.append(f"{row}: {exc.message}")
-            continue
-        result.released.append(row)
+        detach_queue(row, reason="CNI GC: the runtime no longer lists its attachment as valid")
+        (result.released if row.state == State.RELEASED else result.detaching).append(row)
     return result
 
 
@@ -835,6 +914,7 @@ def _released(row: PodNic, *, actor: SystemActor, reason: str, before: dict[str,
                 "released_at": timezone.now(),
                 "release_reason": reason[:300],
                 "failure": "",
+                "failure_code": "",
             },
         )
         audit_record(
@@ -903,6 +983,8 @@ __all__ = [
     "VmBusy",
     "WhiteskyFailed",
     "WhiteskyRefused",
+    "detach_queue",
+    "is_queued",
     "nic_of_node",
     "nic_release",
     "node_nics_gc",

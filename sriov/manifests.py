@@ -36,7 +36,7 @@ def cni_config() -> dict[str, Any]:
         "type": NAME,
         "interfaceWaitSeconds": 30,
         # The ADD's exchange, polls included: with interfaceWaitSeconds inside the
-        # kubelet's 2-minute runtime timeout; and longer than a DEL's wait for its VM.
+        # kubelet's 2-minute runtime timeout; and a DEL's polls of its queued detach.
         "requestTimeoutSeconds": max(ADD_TIMEOUT, int(settings.SRIOV_ATTACH_WAIT_SECONDS) + 20),
     }
 

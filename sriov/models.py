@@ -211,7 +211,9 @@ class PodNic(models.Model):
     the VM's queue task attaches the VM's requests one at a time, in that order),
     `attaching` (the attach was sent; `macs_before` holds the VM's NICs before it, so a
     lost answer resolves to the one new NIC), `attached`, `detaching`, `released`, or
-    `failed` (`failure` and `failure_code` say why; a repeated ADD queues it again).
+    `failed` (`failure` and `failure_code` say why; a repeated ADD queues it again). A DEL
+    or GC queues its detach on the same VM queue (`detach_queued_at`): attaches and
+    detaches of a VM are made one at a time, in the order they were asked for.
     """
 
     class State(models.TextChoices):
@@ -272,6 +274,15 @@ class PodNic(models.Model):
     attach_started_at = models.DateTimeField(null=True, blank=True)
     attached_at = models.DateTimeField(null=True, blank=True)
     detach_requested_at = models.DateTimeField(null=True, blank=True)
+    detach_queued_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When a DEL or GC put its detach in its VM's queue; cleared when that "
+        "detach failed (`failure` says why)",
+    )
+    detach_reason = models.CharField(
+        max_length=300, blank=True, help_text="Why its queued detach was asked for"
+    )
     released_at = models.DateTimeField(null=True, blank=True)
     # What the pod listings say of its pod: reclaim's observed row, joined on the pod uid.
     gone = models.ForeignObject(

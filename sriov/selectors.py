@@ -47,19 +47,25 @@ class VmQueue:
 
     @property
     def oldest_wait_since(self) -> datetime | None:
-        return self.waiting[0].requested_at if self.waiting else None
+        return min((_waiting_since(row) for row in self.waiting), default=None)
+
+
+def _waiting_since(row: PodNic) -> datetime:
+    """A queued detach waits since its DEL or GC; an attach since it was asked for."""
+    return row.detach_queued_at or row.requested_at
 
 
 def vm_queues(
     user: User, *, cluster_id: int | None = None, nics: QuerySet[PodNic] | None = None
 ) -> list[VmQueue]:
-    """The VMs with NIC requests waiting or under way, busiest first (of the pod NICs
-    `nics`, filtered, if given)."""
+    """The VMs with NIC attaches or detaches waiting or under way, busiest first (of the
+    pod NICs `nics`, filtered, if given)."""
     busy = [State.REQUESTED, State.ATTACHING, State.DETACHING]
     rows = pod_nics(user, cluster_id=cluster_id)
     if nics is not None:
         rows = rows.filter(pk__in=nics.values("pk"))
-    rows = rows.filter(state__in=busy).order_by("requested_at")
+    detach_queued = Q(detach_queued_at__isnull=False) & ~Q(state=State.RELEASED)
+    rows = rows.filter(Q(state__in=busy) | detach_queued).order_by("requested_at")
     queues: dict[tuple[int, int], VmQueue] = {}
     for row in rows:
         key = (row.location_id, row.vm_id)
@@ -71,7 +77,12 @@ def vm_queues(
                 vm_id=row.vm_id,
                 node_name=row.node_name,
             )
-        (queue.waiting if row.state == State.REQUESTED else queue.in_turn).append(row)
+        waiting = row.state == State.REQUESTED or (
+            row.detach_queued_at is not None and row.state in (State.ATTACHED, State.FAILED)
+        )
+        (queue.waiting if waiting else queue.in_turn).append(row)
+    for queue in queues.values():
+        queue.waiting.sort(key=_waiting_since)
     return sorted(queues.values(), key=lambda q: (-q.length, q.location, q.vm_id))
 
 
@@ -127,10 +138,11 @@ def nic_state_counts() -> dict[str, int]:
 
 
 def queue_lengths() -> dict[tuple[int, str, int], int]:
-    """Requests waiting per (account id, location name, VM), over every account (metrics);
-    VMs with none are left out."""
+    """Attaches and detaches waiting per (account id, location name, VM), over every
+    account (metrics); VMs with none are left out."""
+    detach_waits = Q(detach_queued_at__isnull=False, state__in=[State.ATTACHED, State.FAILED])
     rows = (
-        PodNic.objects.filter(state=State.REQUESTED)
+        PodNic.objects.filter(Q(state=State.REQUESTED) | detach_waits)
         .values_list("location__account_id", "location__name", "vm_id")
         .annotate(n=Count("pk"))
     )

@@ -3,9 +3,10 @@
 * The reclaim pass, sent by beat (SRIOV_RECLAIM_INTERVAL_SECONDS): one task per cluster
   whose SR-IOV is enabled or still has NICs, or whose SR-IOV credential is imported (read
   first, then reclaimed).
-* A VM's queue of NIC requests, sent when an ADD queues one, run by one worker per VM at a
-  time; beat (SRIOV_QUEUE_RESUME_INTERVAL_SECONDS) sends it again for every VM whose queue
-  is not empty, so a queue whose runner was killed mid-attach goes on.
+* A VM's queue of NIC attaches and detaches, sent when an ADD, a DEL or a GC queues one,
+  run by one worker per VM at a time; beat (SRIOV_QUEUE_RESUME_INTERVAL_SECONDS) sends it
+  again for every VM whose queue is not empty, so a queue whose runner was killed
+  mid-attach goes on.
 """
 
 from __future__ import annotations
@@ -64,13 +65,18 @@ def sriov_vm_queue_run(self: Task[Any, Any], location_id: int, vm_id: int) -> No
     result = vm_queue_run(location_id=location_id, vm_id=vm_id)
     for row in result.failed:
         logger.info("sriov queue of VM %s: %s failed: %s", vm_id, row, row.failure)
+    for row in result.detached:
+        logger.info("sriov queue of VM %s: released %s", vm_id, row)
     if result.again and self.request.retries < QUEUE_RETRIES:
-        # A detach holds the VM's turn, or an attach's outcome is not known yet.
+        # The reclaimer's detach holds the VM's turn, or an attach's outcome is not known.
         raise self.retry(countdown=2**self.request.retries)
 
 
 @shared_task
 def sriov_vm_queues_resume() -> None:
-    queued = PodNic.objects.filter(state__in=[PodNic.State.REQUESTED, PodNic.State.ATTACHING])
+    queued = PodNic.objects.filter(
+        Q(state__in=[PodNic.State.REQUESTED, PodNic.State.ATTACHING])
+        | (Q(detach_queued_at__isnull=False) & ~Q(state=PodNic.State.RELEASED))
+    )
     for location_id, vm_id in sorted(set(queued.values_list("location_id", "vm_id"))):
         send_on_commit(sriov_vm_queue_run, location_id, vm_id)

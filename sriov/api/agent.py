@@ -57,6 +57,7 @@ from sriov.agent import (
     POLL_AFTER_MIN_MS,
     QueuePlace,
     Refused,
+    is_queued,
     nic_of_node,
     node_nics_gc,
     pod_nic_add,
@@ -222,6 +223,11 @@ class GcAnswerSerializer(serializers.Serializer[Any]):
     failed = serializers.ListField(
         child=serializers.CharField(), help_text="Not released now: tried again later"
     )
+    detaching = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="Their detach queued on their VM: made in its turn, after what was asked "
+        "for before it",
+    )
 
 
 class NicSerializer(serializers.ModelSerializer[PodNic]):
@@ -232,11 +238,13 @@ class NicSerializer(serializers.ModelSerializer[PodNic]):
     network = serializers.CharField(source="network_name")
     failure_code = serializers.CharField(
         read_only=True,
-        help_text="Why the request failed (state `failed`): whitesky_refused, "
-        "whitesky_unavailable (worth an ADD again), sriov_disabled; empty otherwise",
+        help_text="Why the request failed (state `failed`), or why its queued detach did "
+        "(a live state): whitesky_refused, whitesky_unavailable (worth an ADD or DEL "
+        "again), sriov_disabled; empty otherwise",
     )
     queue_position = serializers.SerializerMethodField(
-        help_text="Its place in its VM's queue (1: attached next, or now); null unless queued"
+        help_text="Its place in its VM's queue (1: attached or detached next, or now); null "
+        "unless queued"
     )
     retry_after_ms = serializers.SerializerMethodField(
         help_text="Milliseconds until the plugin asks again, from its place and the VM's "
@@ -268,8 +276,8 @@ QUEUED_STATES = (PodNic.State.REQUESTED, PodNic.State.ATTACHING)
 
 def _nic_answer(nic: PodNic) -> Response:
     """200 with the NIC; 202 with the request, its place and its waits (Retry-After, and
-    `retry_after_ms` finer) while queued."""
-    if nic.state not in QUEUED_STATES:
+    `retry_after_ms` finer) while queued: its attach, or its detach."""
+    if not is_queued(nic):
         return Response(NicSerializer(nic).data)
     # Not in the queue a moment after it was read (attached or cancelled meanwhile): as
     # if first.
@@ -487,23 +495,28 @@ class AgentNicView(AgentView):
         return _nic_answer(nic)
 
     @extend_schema(
-        parameters=_NIC_PARAMETERS,
+        parameters=[*_NIC_PARAMETERS, _RETRY_AFTER],
         responses={
+            202: _queued(
+                "Its detach is queued on the VM (`queue_position`): poll with GET after "
+                "`retry_after_ms` (or Retry-After seconds) until it answers 404 (released); "
+                "a 200 says the detach failed (`failure_code`, `failure`)."
+            ),
             204: None,
             400: _error("No container_id or ifname named."),
             403: _error("Another node's VM holds the pod's NIC: nothing was changed."),
             404: _error("That is no pod uid."),
-            409: _error("Refused: whitesky refused the detach (the answer says why)."),
-            503: _BUSY,
         },
     )
     def delete(self, request: Request, pod_uid: str) -> Response:
-        """DEL: detach and release the attachment's NIC; 204 also when it holds none."""
+        """DEL: queue the detach of the attachment's NIC on its VM (202, never waited for
+        here); 204 when it holds none (also once released) or when its request was still
+        queued (cancelled: nothing was sent)."""
         agent = self.agent(request)
         _pod_uid_checked(pod_uid)
         key = _attachment(request)
         try:
-            pod_nic_delete(
+            nic = pod_nic_delete(
                 cluster=agent.cluster,
                 node_name=agent.node_name,
                 pod_uid=pod_uid,
@@ -512,7 +525,10 @@ class AgentNicView(AgentView):
             )
         except Refused as exc:
             raise AgentRefusal(exc) from exc
-        return Response(status=status.HTTP_204_NO_CONTENT)
+        if nic is None or not is_queued(nic):
+            return Response(status=status.HTTP_204_NO_CONTENT)
+        send_on_commit(sriov_vm_queue_run, nic.location_id, nic.vm_id)
+        return _nic_answer(nic)
 
 
 class AgentGcView(AgentView):
@@ -524,8 +540,9 @@ class AgentGcView(AgentView):
         },
     )
     def post(self, request: Request) -> Response:
-        """GC (CNI 1.1): release the token's node's NICs whose attachment is not among the
-        valid ones, except those still attaching or asked for within the reclaim grace."""
+        """GC (CNI 1.1): queue the detach of the token's node's NICs whose attachment is not
+        among the valid ones (never waited for here), except those still attaching or asked
+        for within the reclaim grace."""
         asked = GcSerializer(data=request.data)
         asked.is_valid(raise_exception=True)
         data = asked.validated_data
@@ -538,10 +555,17 @@ class AgentGcView(AgentView):
             cni_network=data["cni_network"],
             valid=[(a["container_id"], a["ifname"]) for a in data["valid_attachments"]],
         )
+        for location_id, vm_id in result.vms:
+            send_on_commit(sriov_vm_queue_run, location_id, vm_id)
+
+        def named(rows: list[PodNic]) -> list[str]:
+            return [f"{row} ({row.container_id}/{row.ifname})" for row in rows]
+
         return Response(
             {
-                "released": [f"{row} ({row.container_id}/{row.ifname})" for row in result.released],
-                "kept": [f"{row} ({row.container_id}/{row.ifname})" for row in result.kept],
-                "failed": result.errors,
+                "released": named(result.released),
+                "kept": named(result.kept),
+                "failed": [],
+                "detaching": named(result.detaching),
             }
         )

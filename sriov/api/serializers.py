@@ -84,7 +84,7 @@ class VmQueueSerializer(serializers.Serializer[Any]):
     location = serializers.CharField()
     vm_id = serializers.IntegerField()
     node_name = serializers.CharField()
-    length = serializers.IntegerField(help_text="Requests waiting for the VM's turn")
+    length = serializers.IntegerField(help_text="Attaches and detaches waiting for the VM's turn")
     oldest_wait_since = serializers.DateTimeField(allow_null=True)
     in_turn = QueuedNicSerializer(many=True, help_text="Attaching or detaching now")
     waiting = QueuedNicSerializer(many=True, help_text="Oldest first")

@@ -10,13 +10,15 @@ pod's network namespace, names it CNI_IFNAME, sets its address and MTU, and brin
 up. It leaves the default route alone: that is the primary network's. In a chain, the
 result carries the previous result's interfaces, ips, routes and dns, and ours after
 them. An interface of that name already in the container is an error (a repeated ADD):
-nothing is asked for. DEL moves
-the interface back to the host (when the namespace still exists) and asks the agent API
-to detach the attachment's NIC; a sandbox that holds none is a success that changes
-nothing, also when the namespace is gone. CHECK holds the pod's interface to prevResult
-(its MAC and addresses) and asks the agent API whether the attachment still has its NIC.
-GC (1.1.0) asks the agent API to release this node's NICs of attachments that are not in
-`cni.dev/valid-attachments`; STATUS (1.1.0) says whether the plugin can serve an ADD.
+nothing is asked for. DEL moves the interface back to the host (when the namespace still
+exists) and asks the agent API to detach the attachment's NIC: the agent queues the
+detach on the VM (202) and the plugin polls it, as it polls an ADD, until the NIC is
+released; a sandbox that holds none is a success that changes nothing, also when the
+namespace is gone. CHECK holds the pod's interface to prevResult (its MAC and
+addresses) and asks the agent API whether the attachment still has its NIC. GC (1.1.0)
+asks the agent API to release this node's NICs of attachments that are not in
+`cni.dev/valid-attachments` (queued on their VMs, not waited for); STATUS (1.1.0) says
+whether the plugin can serve an ADD.
 VERSION says which versions it speaks.
 
 Where to call, with what, and as which node come only from the plugin's own directory,
@@ -35,8 +37,9 @@ token goes to that URL only. The network configuration may set, beside `cniVersi
 `name`, `type`:
 
     interfaceWaitSeconds   how long ADD waits for the NIC to appear (default 30)
-    requestTimeoutSeconds  how long ADD waits for the agent API's NIC, its polls
-                           included, and how long any other agent call may take
+    requestTimeoutSeconds  how long ADD waits for the agent API's NIC, and DEL for
+                           its detach, polls included, and how long any other agent
+                           call may take
                            (default 80: with interfaceWaitSeconds, inside the kubelet's
                            2-minute runtime request timeout)
 
@@ -558,7 +561,33 @@ def cmd_del(config: dict[str, Any], environ: Mapping[str, str]) -> None:
             print(
                 f"capvco-sriov: moving {key['ifname']} out of {raw_netns}: {exc}", file=sys.stderr
             )
-    Agent(config, node).call("DELETE", f"nics/{urllib.parse.quote(pod['pod_uid'])}/", query=key)
+    nic_release_wait(Agent(config, node), pod["pod_uid"], key)
+
+
+def nic_release_wait(agent: Agent, pod_uid: str, key: Mapping[str, str]) -> None:
+    """DEL at the agent API, then, while its detach is queued on the VM (202), poll it (GET,
+    after the wait each answer asks for) until the attachment holds no NIC (404), all
+    within the request timeout. A 200 is a detach that failed: the error (a runtime asks
+    again; one the agent may get past is `try again later`)."""
+    deadline = time.monotonic() + agent.timeout
+    where = f"nics/{urllib.parse.quote(pod_uid)}/"
+    status, nic, wait = agent.exchange("DELETE", where, query=key, deadline=deadline)
+    while status == 202 and isinstance(nic, dict):
+        wait = _poll_wait(nic, wait)
+        if time.monotonic() + wait >= deadline:
+            raise CniError(
+                TRY_AGAIN_LATER,
+                f"the NIC's detach is still queued on this node's VM (place "
+                f"{nic.get('queue_position')}) after {agent.timeout:.0f} s",
+            )
+        time.sleep(wait)
+        status, nic, wait = agent.exchange("GET", where, query=key, deadline=deadline)
+    if status == 200 and isinstance(nic, dict):
+        retryable = nic.get("failure_code") in RETRYABLE_FAILURES
+        raise CniError(
+            TRY_AGAIN_LATER if retryable else AGENT_REFUSED,
+            f"agent API: {nic.get('failure') or 'the detach failed'}",
+        )
 
 
 def _expected(prev: Mapping[str, Any], ifname: str, netns: str) -> tuple[str, set[str]]:

@@ -25,6 +25,7 @@ from sriov.agent import (
     WhiteskyFailed,
     WhiteskyRefused,
     pod_nic_add,
+    pod_nic_delete,
     vm_queue_run,
 )
 from sriov.models import AgentToken, PodNic
@@ -143,6 +144,31 @@ class World:
             raise WhiteskyFailed(row.failure or "the attach's outcome is not known yet")
         return row
 
+    def delete(
+        self, name: str, *, node: int = 0, container_id: str = "", ifname: str = "net1"
+    ) -> PodNic | None:
+        """DEL for pod `name` (its sandbox `sandbox-<name>` unless told), then its VM's queue
+        run as the worker runs it: the row (None when that sandbox held none), or the
+        failure of its detach raised as the plugin's poll reads it."""
+        row = pod_nic_delete(
+            cluster=Cluster.objects.get(pk=self.cluster.pk),
+            node_name=self.node(node),
+            pod_uid=self.uid(name),
+            container_id=container_id or f"sandbox-{name}",
+            ifname=ifname,
+        )
+        if row is None or row.state == PodNic.State.RELEASED:
+            return row
+        vm_queue_run(location_id=row.location_id, vm_id=row.vm_id)
+        row.refresh_from_db()
+        if row.state != PodNic.State.RELEASED and row.detach_queued_at is None:
+            failure: type[Refused] = {
+                WhiteskyRefused.code: WhiteskyRefused,
+                NotEnabled.code: NotEnabled,
+            }.get(row.failure_code, WhiteskyFailed)
+            raise failure(row.failure)
+        return row
+
     def uid(self, name: str) -> str:
         return str(self.pods[name]["metadata"]["uid"])
 
@@ -257,6 +283,21 @@ def agent_add(client: Any, body: dict[str, Any]) -> Any:
     )
     vm_queue_run(location_id=row.location_id, vm_id=row.vm_id)
     return client.post(AGENT_NICS, body, content_type="application/json")
+
+
+def agent_delete(client: Any, url: str) -> Any:
+    """DEL through the agent API as the plugin and a worker make it: the DELETE, and when
+    it answered 202 (its detach queued), the VM's queue run as the worker runs it and the
+    DELETE again (204 once released). Any other answer is the first one."""
+    answer = client.delete(url)
+    if answer.status_code != 202:
+        return answer
+    nic = answer.json()
+    row = PodNic.objects.exclude(state=PodNic.State.RELEASED).get(
+        pod_uid=nic["pod_uid"], container_id=nic["container_id"], ifname=nic["ifname"]
+    )
+    vm_queue_run(location_id=row.location_id, vm_id=row.vm_id)
+    return client.delete(url)
 
 
 def add_body(world: World, name: str, node: int = 0) -> dict[str, Any]:

@@ -275,6 +275,96 @@ def test_del_of_a_queued_request_cancels_it_without_the_vms_turn(
     assert client.get(f"{URL}{world.uid('web')}/{key('web')}").status_code == 404
 
 
+DETACH = "detachExternalNetworksVirtualMachine"
+
+
+def test_a_del_while_an_add_holds_the_vm_answers_at_once_and_detaches_after_it(
+    world: World, client: Client, no_sleep: list[float]
+) -> None:
+    world.pod("web")
+    world.add("web", container_id="sandbox-web")
+    world.pod("db")
+    agent(client, world.agent_token)
+    # db's ADD is queued first; then, while an attach holds the VM, web's DEL comes.
+    assert client.post(URL, body(world, "db"), content_type="application/json").status_code == 202
+    world.sim.clear_calls()
+    with vm_held(world):
+        started = time.monotonic()
+        gone = client.delete(f"{URL}{world.uid('web')}/{key('web')}")
+        repeated = client.delete(f"{URL}{world.uid('web')}/{key('web')}")
+        took = time.monotonic() - started
+    assert no_sleep == [] and took < 5
+    assert (gone.status_code, repeated.status_code) == (202, 202)
+    assert gone.json()["state"] == "attached" and gone.json()["queue_position"] == 2
+    assert repeated.json()["queue_position"] == 2  # a repeated DEL keeps its place
+    assert world.nic_calls() == []  # nothing asked of whitesky in the request
+    web = PodNic.objects.get(container_id="sandbox-web")
+    assert web.detach_queued_at is not None and web.state == State.ATTACHED
+    # Its ADD again while the detach is queued is refused: the NIC is on its way out.
+    again = client.post(URL, body(world, "web"), content_type="application/json")
+    assert again.status_code == 409 and "being detached" in again.json()["detail"]
+    # The VM's queue: db's attach first, then web's detach, one at a time.
+    result = vm_queue_run(location_id=world.location.pk, vm_id=world.vm(0))
+    assert [row.pod_name for row in result.attached] == ["db"]
+    assert [row.pod_name for row in result.detached] == ["web"]
+    changes = [c["operation"] for c in world.nic_calls() if c["operation"] in (ATTACH, DETACH)]
+    assert changes == [ATTACH, DETACH]
+    web.refresh_from_db()
+    assert web.state == State.RELEASED and web.release_reason == "CNI DEL"
+    assert [n["mac_address"] for n in world.sim_nics(world.vm(0))] == [
+        PodNic.objects.get(pod_name="db").mac
+    ]
+    assert client.get(f"{URL}{world.uid('web')}/{key('web')}").status_code == 404
+    assert client.delete(f"{URL}{world.uid('web')}/{key('web')}").status_code == 204
+
+
+def test_a_gc_while_the_vm_is_held_answers_at_once_with_the_detach_queued(
+    world: World, client: Client, no_sleep: list[float], settings: Any
+) -> None:
+    settings.SRIOV_RECLAIM_GRACE_SECONDS = 0
+    world.pod("web")
+    world.add("web", cni_network="capvco-sriov")
+    agent(client, world.agent_token)
+    world.sim.clear_calls()
+    with vm_held(world):
+        answer = client.post(
+            "/api/v1/sriov/agent/gc/",
+            {"node_name": world.node(0), "cni_network": "capvco-sriov", "valid_attachments": []},
+            content_type="application/json",
+        )
+    assert no_sleep == [] and world.nic_calls() == []
+    assert answer.status_code == 200
+    assert answer.json()["failed"] == [] and len(answer.json()["detaching"]) == 1
+    result = vm_queue_run(location_id=world.location.pk, vm_id=world.vm(0))
+    assert [row.pod_name for row in result.detached] == ["web"]
+    row = PodNic.objects.get()
+    assert row.state == State.RELEASED and row.release_reason.startswith("CNI GC")
+    assert world.sim_nics(world.vm(0)) == []
+
+
+def test_a_detach_that_fails_leaves_the_queue_and_the_poll_says_why(
+    world: World, client: Client
+) -> None:
+    world.pod("web")
+    world.pod("db")
+    world.add("web")
+    agent(client, world.agent_token)
+    assert client.delete(f"{URL}{world.uid('web')}/{key('web')}").status_code == 202
+    assert client.post(URL, body(world, "db"), content_type="application/json").status_code == 202
+    world.sim.fault(operation=DETACH, status=409, times=1)
+    result = vm_queue_run(location_id=world.location.pk, vm_id=world.vm(0))
+    # The failed detach does not hold up the VM's queue: db's attach is made after it.
+    assert [row.pod_name for row in result.failed] == ["web"]
+    assert [row.pod_name for row in result.attached] == ["db"]
+    polled = client.get(f"{URL}{world.uid('web')}/{key('web')}")
+    assert polled.status_code == 200 and polled.json()["failure_code"] == "whitesky_refused"
+    # The runtime's DEL again queues it again; this time it is made.
+    assert client.delete(f"{URL}{world.uid('web')}/{key('web')}").status_code == 202
+    vm_queue_run(location_id=world.location.pk, vm_id=world.vm(0))
+    assert client.get(f"{URL}{world.uid('web')}/{key('web')}").status_code == 404
+    assert len(world.sim_nics(world.vm(0))) == 1
+
+
 class WorkerKilled(BaseException):
     """The worker process dies: nothing after this line of the task runs."""
 

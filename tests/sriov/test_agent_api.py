@@ -12,7 +12,7 @@ from sriov.agent import vm_queue_run
 from sriov.models import PodNic
 from sriov.services import sriov_config_set
 from sriov.tokens import agent_token_rotate
-from tests.sriov.support import KEY, NETWORK, World, add_body, agent_add
+from tests.sriov.support import KEY, NETWORK, World, add_body, agent_add, agent_delete
 
 URL = "/api/v1/sriov/agent/nics/"
 
@@ -54,7 +54,14 @@ def test_del_detaches_and_a_repeated_del_is_fine(world: World, client: Client) -
     world.pod("web")
     agent(client, world.agent_token)
     nic = agent_add(client, add_body(world, "web")).json()
-    assert client.delete(f"{URL}{nic['pod_uid']}/{KEY}").status_code == 204
+    # DEL queues the detach on the VM and answers at once; the poll says where it is.
+    queued = client.delete(f"{URL}{nic['pod_uid']}/{KEY}")
+    assert queued.status_code == 202 and queued.json()["queue_position"] == 1
+    assert queued.headers["Retry-After"] == "1"
+    assert len(world.sim_nics(world.vm(0))) == 1
+    polled = client.get(f"{URL}{nic['pod_uid']}/{KEY}")
+    assert polled.status_code == 202 and polled.json()["queue_position"] == 1
+    assert agent_delete(client, f"{URL}{nic['pod_uid']}/{KEY}").status_code == 204
     assert world.sim_nics(world.vm(0)) == []
     assert PodNic.objects.get(pod_uid=nic["pod_uid"]).state == PodNic.State.RELEASED
     assert client.delete(f"{URL}{nic['pod_uid']}/{KEY}").status_code == 204
@@ -215,4 +222,4 @@ def test_gc_input_is_checked(world: World, client: Client) -> None:
         content_type="application/json",
     )
     assert empty.status_code == 200
-    assert empty.json() == {"released": [], "kept": [], "failed": []}
+    assert empty.json() == {"released": [], "kept": [], "failed": [], "detaching": []}

@@ -21,12 +21,13 @@ from capvco_web.models import AuditEvent
 from clusters.kube import kube_client
 from clusters.kube_observe import cluster_kube_observe
 from clusters.models import Cluster, Machine
+from sriov.agent import vm_queue_run
 from sriov.cni.install import EnrollFailed, enroll, install
 from sriov.models import AgentToken, PodNic
 from sriov.tokens import agent_token_rotate
 from tests.factories import MembershipFactory, UserFactory
 from tests.kube_sim import node_object
-from tests.sriov.support import CLOUDSPACE, KEY, World, add_body, agent_add
+from tests.sriov.support import CLOUDSPACE, KEY, World, add_body, agent_add, agent_delete
 
 NICS = "/api/v1/sriov/agent/nics/"
 ENROLL = "/api/v1/sriov/agent/enroll/"
@@ -72,7 +73,7 @@ def test_node_a_token_cannot_delete_node_b_pods_nic(world: World) -> None:
     assert len(world.sim_nics(world.vm(1))) == 1
     assert not AuditEvent.objects.filter(action="sriov.nic_release").exists()
     # The node that holds it detaches it.
-    assert bearer(world.node_token(1)).delete(f"{NICS}{uid}/{KEY}").status_code == 204
+    assert agent_delete(bearer(world.node_token(1)), f"{NICS}{uid}/{KEY}").status_code == 204
     assert world.sim_nics(world.vm(1)) == []
 
 
@@ -102,14 +103,17 @@ def test_gc_is_of_the_tokens_node_only(
     assert gc(bearer(other[1]), node_name="node-0").json()["released"] == []
     assert PodNic.objects.exclude(state=PodNic.State.ATTACHED).count() == 0
     assert not AuditEvent.objects.filter(action="sriov.nic_release").exists()
-    # Its own node, named or not: only its own NICs go.
+    # Its own node, named or not: only its own NICs go (queued on the VM, then detached).
     answer = gc(node_0)
-    assert answer.status_code == 200 and len(answer.json()["released"]) == 1
+    assert answer.status_code == 200 and len(answer.json()["detaching"]) == 1
+    assert answer.json()["released"] == []
+    vm_queue_run(location_id=web.location_id, vm_id=web.vm_id)
     web.refresh_from_db()
     db.refresh_from_db()
     assert (web.state, db.state) == (PodNic.State.RELEASED, PodNic.State.ATTACHED)
     assert world.sim_nics(world.vm(0)) == [] and len(world.sim_nics(world.vm(1))) == 1
     assert gc(bearer(world.node_token(1)), node_name=world.node(1)).status_code == 200
+    vm_queue_run(location_id=db.location_id, vm_id=db.vm_id)
     db.refresh_from_db()
     assert db.state == PodNic.State.RELEASED
 

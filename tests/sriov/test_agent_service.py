@@ -3,7 +3,6 @@ and the fake Kubernetes API over HTTP."""
 
 from __future__ import annotations
 
-from sriov.agent import pod_nic_delete
 from sriov.models import PodNic
 from tests.sriov.support import NETWORK_ID, SRIOV_SUBJECT, World
 
@@ -22,14 +21,8 @@ def test_add_attaches_a_nic_on_the_pods_vm_and_answers_its_address(world: World)
 def test_nic_calls_are_made_with_the_sriov_credential_only(world: World) -> None:
     world.pod("web")
     world.sim.clear_calls()
-    nic = world.add("web")
-    pod_nic_delete(
-        cluster=world.cluster,
-        node_name=world.node(0),
-        pod_uid=nic.pod_uid,
-        container_id=nic.container_id,
-        ifname="net1",
-    )
+    world.add("web")
+    world.delete("web")
     calls = world.nic_calls()
     assert {c["operation"] for c in calls} >= {
         "attachExternalNetworksVirtualMachine",

@@ -672,12 +672,21 @@ def test_gc_releases_this_nodes_nics_of_attachments_no_longer_valid(
     settings.SRIOV_RECLAIM_GRACE_SECONDS = 0
     done = runtime.driver("gc", gc, pod="", more=only_c2)
     assert done.status == 0, done
+    # GC queued the stale NIC's detach on its VM and answered; the attach under way is
+    # left alone (kept, no detach queued for it).
+    queued = {row.container_id for row in PodNic.objects.filter(detach_queued_at__isnull=False)}
+    assert queued == {"c1"}
+    # The VM's queue (the worker) resolves the attach at its head, then detaches c1.
+    deadline = time.monotonic() + 30
+    while PodNic.objects.get(container_id="c1").state != PodNic.State.RELEASED:
+        assert time.monotonic() < deadline, "the queued detach was not made"
+        time.sleep(0.1)
     states = {row.container_id: row.state for row in PodNic.objects.all()}
     assert states == {
         "c1": PodNic.State.RELEASED,
         "c2": PodNic.State.ATTACHED,
         "c3": PodNic.State.ATTACHED,
-        "c4": PodNic.State.ATTACHING,
+        "c4": PodNic.State.ATTACHED,  # its attach resolved, never released by GC
         "c5": PodNic.State.ATTACHED,
     }
     macs = {n["mac_address"] for n in world.sim_nics(world.vm(0))}

@@ -343,3 +343,64 @@ def test_the_plugin_polls_after_the_answers_retry_after_ms_rather_than_its_heade
         cni.nic_wait(agent, body)
     assert waits and set(waits) == {asked}
     assert [r.method for r in stub.received] == ["POST"] + ["GET"] * len(waits)
+
+
+def _stub_agent(stub: HttpStub, tmp_path: Path) -> Any:
+    from sriov.cni import plugin as cni
+
+    folder = tmp_path / "capvco-sriov.d"
+    folder.mkdir()
+    for name, value in (("agent-url", stub.origin), ("token", "t"), ("node-name", "node-0")):
+        (folder / name).write_text(value + "\n")
+    return cni.Agent(
+        {"requestTimeoutSeconds": 3}, cni.NodeConfig({"CAPVCO_SRIOV_CONF_DIR": str(folder)})
+    )
+
+
+@pytest.mark.parametrize(
+    ("then", "code"),
+    [
+        (Reply(404, b'{"detail": "no NIC"}'), None),
+        (Reply(200, json.dumps({"state": "detaching", "failure_code": "whitesky_refused",
+                                "failure": "whitesky refused to detach"}).encode()), 100),
+        (Reply(200, json.dumps({"state": "attached", "failure_code": "whitesky_unavailable",
+                                "failure": "detach failed"}).encode()), 11),
+        (None, 11),
+    ],
+)  # fmt: skip
+def test_del_polls_its_queued_detach_until_the_nic_is_released(
+    http_stub: Callable[[Reply], HttpStub],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    then: Reply | None,
+    code: int | None,
+) -> None:
+    """The agent API queues the detach (202): the plugin polls (GET) until the attachment
+    holds no NIC (404, a success), a failed detach (200: its error, `try again later` when
+    worth it), or its timeout (still queued: `try again later`)."""
+    from sriov.cni import plugin as cni
+
+    queued = {"state": "attached", "queue_position": 2, "retry_after_ms": 200}
+    stub = http_stub(Reply(202, json.dumps(queued).encode(), {"Retry-After": "1"}))
+    agent = _stub_agent(stub, tmp_path)
+    waits: list[float] = []
+    real = time.monotonic
+
+    def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        if then is not None:
+            stub.reply = then
+
+    monkeypatch.setattr(time, "sleep", sleep)
+    monkeypatch.setattr(time, "monotonic", lambda: real() + sum(waits))
+    key = {"container_id": "c", "ifname": "net1"}
+    if code is None:
+        cni.nic_release_wait(agent, "u", key)
+    else:
+        with pytest.raises(cni.CniError) as error:
+            cni.nic_release_wait(agent, "u", key)
+        assert error.value.code == code
+        if then is None:
+            assert "detach is still queued on this node's VM (place 2)" in error.value.msg
+    assert set(waits) == {0.2}
+    assert [r.method for r in stub.received] == ["DELETE"] + ["GET"] * len(waits)

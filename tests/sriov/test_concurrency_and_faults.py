@@ -126,21 +126,13 @@ def test_an_attach_that_failed_before_acting_is_sent_again_once(world: World) ->
 
 
 def test_a_del_during_a_lost_attach_detaches_what_it_made(world: World) -> None:
-    from sriov.agent import pod_nic_delete
-
     world.pod("web")
     world.sim.fault(operation=ATTACH, lost_response="drop", times=1)
     world.sim.fault(operation=LIST, status=400, skip=2, times=1)
     with pytest.raises(WhiteskyFailed):
         world.add("web")
     world.sim.clear_faults()
-    row = pod_nic_delete(
-        cluster=world.cluster,
-        node_name=world.node(0),
-        pod_uid=world.uid("web"),
-        container_id="sandbox-web",
-        ifname="net1",
-    )
+    row = world.delete("web")
     assert row is not None and row.state == PodNic.State.RELEASED
     assert world.sim_nics(world.vm(0)) == []
 
@@ -167,23 +159,16 @@ def test_a_refused_attach_on_a_running_vm_is_said_and_the_vm_keeps_running(
 
 
 def test_a_refused_detach_keeps_the_nic_detaching_and_says_why(world: World) -> None:
-    from sriov.agent import pod_nic_delete
-
     with whitesky_client(world.account) as client:
         client.start_vm(cloudspace_id=CLOUDSPACE, vm_id=world.vm(0))
     world.pod("web")
     world.add("web")
     world.sim.configure(nic_detach_requires_halted_vm=True)
     with pytest.raises(Refused) as refused:
-        pod_nic_delete(
-            cluster=world.cluster,
-            node_name=world.node(0),
-            pod_uid=world.uid("web"),
-            container_id="sandbox-web",
-            ifname="net1",
-        )
+        world.delete("web")
     assert refused.value.status == 409
     row = PodNic.objects.get()
+    assert row.failure_code == "whitesky_refused" and row.detach_queued_at is None
     assert row.state == PodNic.State.DETACHING
     assert "refused to detach" in row.failure
     assert len(world.sim_nics(world.vm(0))) == 1

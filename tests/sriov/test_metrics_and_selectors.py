@@ -8,6 +8,7 @@ from typing import Any
 from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
+from sriov.agent import pod_nic_delete
 from sriov.selectors import network_address_use, pod_nics, vm_queues
 from tests.factories import UserFactory
 from tests.sriov.support import NETWORK, World
@@ -50,6 +51,28 @@ def test_a_waiting_request_shows_in_its_vms_queue(world: World) -> None:
     assert (queue.vm_id, queue.length, queue.node_name) == (world.vm(0), 1, "node-0")
     assert [row.pod_name for row in queue.waiting] == ["web"]
     assert vm_queues(UserFactory()) == []  # a user of no account sees none
+
+
+def test_a_waiting_detach_shows_in_its_vms_queue_after_the_attach_before_it(
+    world: World, client: Client, settings: Any
+) -> None:
+    settings.METRICS_ALLOWED_IPS = ["127.0.0.1"]
+    world.pod("web")
+    world.pod("db")
+    world.add("web")
+    world.request("db")  # queued first
+    pod_nic_delete(
+        cluster=world.cluster,
+        node_name=world.node(0),
+        pod_uid=world.uid("web"),
+        container_id="sandbox-web",
+        ifname="net1",
+    )  # its detach queued after db's attach; no worker has run the VM's queue
+    (queue,) = vm_queues(UserFactory(is_superuser=True))
+    assert queue.length == 2 and queue.in_turn == []
+    assert [row.pod_name for row in queue.waiting] == ["db", "web"]
+    assert queue.oldest_wait_since == queue.waiting[0].requested_at
+    assert samples(client)[("capvco_sriov_queued", ())] == 2
 
 
 def test_address_use_per_location_counts_the_nics_holding_one(world: World) -> None:
