@@ -12,13 +12,16 @@ from typing import Any, ClassVar
 
 from django.apps import apps
 from django.conf import settings
+from django.contrib.auth.decorators import login_not_required
 from django.core.exceptions import RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.core.validators import RegexValidator
 from django.db import IntegrityError, models
 from django.db.models import ProtectedError, RestrictedError
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, HttpResponsePermanentRedirect, JsonResponse
+from django.urls import Resolver404, resolve
 from django.views import defaults
+from django.views.decorators.csrf import csrf_exempt
 from django_filters.rest_framework import DjangoFilterBackend
 from rest_framework import serializers, status
 from rest_framework.exceptions import APIException, ErrorDetail, MethodNotAllowed
@@ -508,9 +511,29 @@ class DateTimeText(serializers.DateTimeField):
 # Django's own answers under /api/ (no such URL; a crash) in the one error shape too.
 
 
+def _api_not_found() -> JsonResponse:
+    return JsonResponse({"detail": "Not found.", "code": "not_found"}, status=404)
+
+
+@csrf_exempt  # it changes nothing, whatever the method
+@login_not_required
+def api_not_found(request: HttpRequest, rest: str = "") -> HttpResponse:
+    """The last route under /api: a path no endpoint has answers the API's 404 in its error
+    shape, with DEBUG on too (Django's debug 404 page is HTML). A path lacking only its
+    trailing slash is sent to it, as APPEND_SLASH would."""
+    if not request.path_info.endswith("/"):
+        try:
+            match = resolve(request.path_info + "/")
+        except Resolver404:
+            match = None
+        if match is not None and match.func is not api_not_found:
+            return HttpResponsePermanentRedirect(request.get_full_path(force_append_slash=True))
+    return _api_not_found()
+
+
 def page_not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
     if is_api_path(request.path_info):
-        return JsonResponse({"detail": "Not found.", "code": "not_found"}, status=404)
+        return _api_not_found()
     return defaults.page_not_found(request, exception)
 
 

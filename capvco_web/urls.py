@@ -3,9 +3,10 @@ from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_not_required
 from django.http import HttpRequest, HttpResponsePermanentRedirect
 from django.templatetags.static import static
-from django.urls import include, path
+from django.urls import include, path, re_path
 
 from capvco_web import health, metrics
+from capvco_web.api import api_not_found
 
 
 @login_not_required
@@ -25,6 +26,7 @@ urlpatterns = [
     path("favicon.ico", favicon),
     path("admin/", admin.site.urls),
     path("api/v1/", include("capvco_web.api_urls")),
+    re_path(r"^api(?P<rest>/.*)?$", api_not_found),  # last: what no endpoint under /api has
 ]
 
 handler404 = "capvco_web.api.page_not_found"

@@ -144,13 +144,24 @@ def test_a_body_larger_than_the_api_reads_answers_413_in_the_error_shape(
     assert Account.objects.get().name == account.name
 
 
+@pytest.mark.parametrize("debug", [False, True])  # `make run` runs with DEBUG on
 @pytest.mark.parametrize("path", ["/api/v1/clusters/a.b/", "/api", "/api/v2/", "/api/v1/nope"])
-def test_an_unknown_api_url_answers_404_in_the_error_shape(api: APIClient, path: str) -> None:
+def test_an_unknown_api_url_answers_404_in_the_error_shape(
+    api: APIClient, path: str, debug: bool, settings: Any
+) -> None:
+    settings.DEBUG = debug
     response = api.get(path, HTTP_ACCEPT="text/html")
 
     assert response.status_code == 404
     assert response["Content-Type"] == "application/json"
     assert response.json() == {"detail": "Not found.", "code": "not_found"}
+
+
+def test_an_endpoint_without_its_trailing_slash_is_sent_to_it(api: APIClient) -> None:
+    response = api.get("/api/v1/clusters?name=x")
+
+    assert response.status_code == 301
+    assert response["Location"] == "/api/v1/clusters/?name=x"
 
 
 # --- unknown fields and wrong types are refused, naming them ------------------------------
