@@ -9,7 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import re
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -100,10 +100,21 @@ def _month_figures(plane: Plane, ops: User) -> dict[str, D]:
     return figures
 
 
+def _stretch_begins(clock: SimClock) -> datetime:
+    """One minute into a whole hour whose next three hours end on its day: the overview
+    CSV's rows are days, each to the cent, and a stretch across midnight would be the sum of
+    two rounded days, not the month's figure rounded once."""
+    hour = _hour_begins(clock)
+    if (hour + 3 * HOUR).date() != hour.date():
+        hour = (hour + timedelta(days=1)).replace(hour=1)
+        clock.to(hour + MINUTE)
+    return hour
+
+
 def test_a_scripted_stretch_of_a_month_costs_the_same_leaks_everywhere(
     plane: Plane, clock: SimClock, ops: User
 ) -> None:
-    first = _hour_begins(clock)
+    first = _stretch_begins(clock)
     _gpu_cluster(plane)
     shadow_vm, _ = _behind_our_back(plane)  # billed, not explained: never a leak
     clock.to(first + 40 * MINUTE)
