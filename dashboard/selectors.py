@@ -194,28 +194,6 @@ def money_wasted(
     return kinds
 
 
-# --- observation ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Observation:
-    location: Location
-    age: timedelta | None  # since the last complete observation began; None: never
-    stale: bool
-
-
-def observations(
-    *, locations: Sequence[Location], now: datetime, interval: timedelta
-) -> list[Observation]:
-    """Each location's last complete observation, stale past two observe intervals."""
-    found = []
-    for location in locations:
-        last = location.last_complete_observation_at
-        age = now - last if last else None
-        found.append(Observation(location, age, age is None or age > 2 * interval))
-    return found
-
-
 # --- clusters ---------------------------------------------------------------------------
 
 

@@ -14,9 +14,9 @@ from django.conf import settings
 from billing.models import BillCheck, BillItem, IdleSpell
 from billing.selectors import bill_checks_latest
 from cloud.models import Location
+from cloud.selectors import observations
 from clusters.models import ClusterSite, Machine
 from clusters.orphans import vm_orphans_list
-from dashboard.selectors import observations
 from gpus.selectors import orphans_list
 from notify.models import Reason
 

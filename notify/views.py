@@ -18,9 +18,8 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from capvco_web.htmx import HtmxHttpRequest
+from capvco_web.htmx import HtmxHttpRequest, page_or_fragment
 from capvco_web.permissions import allowed, allowed_somewhere, perm_name, visible
-from dashboard.views.common import page_or_fragment
 from notify.models import Notice, WebhookTarget, WebhookTest
 from notify.services import TEST_STALE, WebhookTestRefused, webhook_target_test
 

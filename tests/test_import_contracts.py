@@ -36,8 +36,12 @@ def test_the_contracts_catch_a_service_that_imports_its_tasks(tmp_path: Path) ->
     services.write_text(services.read_text() + "\n\ndef f() -> None:\n    import clusters.tasks\n")
     metrics = copy / "capvco_web" / "metrics.py"
     metrics.write_text(metrics.read_text() + "\nimport gpus.models\n")
+    # notify and dashboard are siblings: the alerts read no page's code.
+    alerts = copy / "notify" / "alerts.py"
+    alerts.write_text(alerts.read_text() + "\nimport dashboard.selectors\n")
     result = _lint(copy)
     assert result.returncode != 0
     assert "No cycles are allowed in clusters" in result.stdout
     assert ".services -> .tasks" in result.stdout
     assert "capvco_web is not allowed to import gpus" in result.stdout
+    assert "notify is not allowed to import dashboard" in result.stdout

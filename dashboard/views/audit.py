@@ -20,13 +20,12 @@ from django.views.decorators.http import require_GET
 
 from capvco_web.audit import SECRET_KEPT
 from capvco_web.filtersets import AuditEventFilterSet
-from capvco_web.htmx import HtmxHttpRequest
+from capvco_web.htmx import HtmxHttpRequest, page_or_fragment
 from capvco_web.keyset import Sort
 from capvco_web.models import AuditEvent
 from capvco_web.permissions import visible
 from clusters.models import Cluster, ClusterSite, Machine, MachinePool
 from dashboard.filtersets import filled, filtered_page, list_page
-from dashboard.views.common import page_or_fragment
 from gpus.models import VgpuReservation
 
 PAGE_SIZE = 50

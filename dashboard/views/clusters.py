@@ -20,7 +20,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from capvco_web.htmx import HtmxHttpRequest
+from capvco_web.htmx import HtmxHttpRequest, page_or_fragment
 from capvco_web.keyset import AFTER, BEFORE, LAST, BadCursor, Sort, keyset_page
 from capvco_web.permissions import allowed, visible
 from cloud.models import Cloudspace, Image, VirtualMachine
@@ -35,7 +35,6 @@ from dashboard.filtersets import ClusterListFilterSet, filled, list_page, unknow
 from dashboard.forms import NodeFilterForm
 from dashboard.money import cluster_money
 from dashboard.selectors import PoolGpus, held_by_machine, kube_observation, node_rows, pool_gpus
-from dashboard.views.common import page_or_fragment
 from dashboard.views.money import cluster_locations
 from dashboard.views.setup import accounts_for_new_clusters
 from gpus.models import BILLED_STATES, GpuProfile, VgpuReservation

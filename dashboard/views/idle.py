@@ -16,14 +16,13 @@ from django.views.decorators.http import require_GET
 
 from billing.filtersets import IdleSpellFilterSet
 from billing.models import IdleSpell
-from capvco_web.htmx import HtmxHttpRequest
+from capvco_web.htmx import HtmxHttpRequest, page_or_fragment
 from capvco_web.keyset import Sort
 from capvco_web.permissions import visible
 from cloud.models import Location
 from clusters.models import Cluster, MachinePool
 from dashboard.filtersets import filled, filtered_page, list_page
 from dashboard.forms import LocationChoiceField
-from dashboard.views.common import page_or_fragment
 
 PAGE_SIZE = 50
 NEWEST_FIRST = Sort("since", True, "newest first")

@@ -15,13 +15,12 @@ from django.shortcuts import get_object_or_404
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from capvco_web.htmx import HtmxHttpRequest
+from capvco_web.htmx import HtmxHttpRequest, page_or_fragment
 from capvco_web.permissions import visible
 from cloud.models import Location, VirtualMachine
 from clusters.models import KubeNode, KubePod, Machine
 from clusters.releases import location_plan
 from clusters.selectors import ACTIVE_POD_PHASES
-from dashboard.views.common import page_or_fragment
 from gpus.models import GpuProfile, VgpuReservation
 from gpus.resolve import gpu_type_of
 

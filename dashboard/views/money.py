@@ -22,7 +22,7 @@ from billing.filtersets import LeakFilterSet
 from billing.models import BillCheck, BillItem, Leak
 from billing.rollups import month_of
 from billing.selectors import leak_totals
-from capvco_web.htmx import HtmxHttpRequest
+from capvco_web.htmx import HtmxHttpRequest, page_or_fragment
 from capvco_web.keyset import Sort
 from capvco_web.permissions import visible
 from cloud.models import Location
@@ -31,7 +31,6 @@ from dashboard.charts import Chart
 from dashboard.filtersets import filled, filtered_page, list_page
 from dashboard.forms import LocationChoiceField
 from dashboard.money import cluster_money, overview_money
-from dashboard.views.common import page_or_fragment
 
 PAGE_SIZE = 50
 NEWEST_FIRST = Sort("leaked_since", True, "newest first")

@@ -14,7 +14,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET
 from django_filters import FilterSet
 
-from capvco_web.htmx import HtmxHttpRequest
+from capvco_web.htmx import HtmxHttpRequest, page_or_fragment
 from capvco_web.keyset import CURSOR_PARAMS, BadCursor, Sort, keyset_page
 from capvco_web.permissions import allowed, visible
 from cloud.models import Location
@@ -28,7 +28,6 @@ from dashboard.filtersets import (
     unknown_parameters,
 )
 from dashboard.forms import LocationChoiceField
-from dashboard.views.common import page_or_fragment
 from sriov.filtersets import LeakedNicFilterSet, VmQueueFilterSet
 from sriov.models import LeakedNic, PodNic
 from sriov.selectors import leaked_nics, network_address_use, pod_nics, vm_queues

@@ -11,7 +11,7 @@ from django.http import HttpResponse, QueryDict
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 
-from capvco_web.htmx import HtmxHttpRequest
+from capvco_web.htmx import HtmxHttpRequest, page_or_fragment
 from capvco_web.keyset import CURSOR_PARAMS, BadCursor, Sort, keyset_page
 from capvco_web.permissions import visible
 from cloud.models import Location
@@ -28,7 +28,6 @@ from dashboard.filtersets import (
 )
 from dashboard.forms import LocationChoiceField, NodeFilterForm
 from dashboard.selectors import node_rows
-from dashboard.views.common import page_or_fragment
 
 TEMPLATE = "dashboard/nodes.html"
 PAGE_SIZE = 50

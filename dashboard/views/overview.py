@@ -13,9 +13,10 @@ from django.views.decorators.http import require_GET
 
 from billing.models import Leak
 from capvco_web.health import readiness
-from capvco_web.htmx import HtmxHttpRequest
+from capvco_web.htmx import HtmxHttpRequest, page_or_fragment
 from capvco_web.permissions import allowed_somewhere, visible
 from cloud.models import Location, VirtualMachine
+from cloud.selectors import observations
 from clusters.capacity import capacity_board
 from clusters.models import Cluster, KubeNode, Machine
 from clusters.selectors import (
@@ -28,10 +29,8 @@ from dashboard.selectors import (
     foreign_vms,
     kube_flags,
     money_wasted,
-    observations,
     orphan_vms,
 )
-from dashboard.views.common import page_or_fragment
 from gpus.models import GpuProfile, VgpuReservation
 
 FAILED_SHOWN = 20

@@ -11,12 +11,11 @@ from django.http import HttpResponse
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 
-from capvco_web.htmx import HtmxHttpRequest
+from capvco_web.htmx import HtmxHttpRequest, page_or_fragment
 from capvco_web.permissions import visible
 from clusters.models import Cluster, KubeNode, KubePod
 from clusters.pending_pods import pending_pods_explained, unscheduled_gpu_pods
 from dashboard.filtersets import PendingPodFilterSet, filled, list_page, unknown_parameters
-from dashboard.views.common import page_or_fragment
 
 TEMPLATE = "dashboard/pending_pods.html"
 PAGE_SIZE = 50

@@ -16,14 +16,13 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from capvco_web.htmx import HtmxHttpRequest
+from capvco_web.htmx import HtmxHttpRequest, page_or_fragment
 from capvco_web.keyset import CURSOR_PARAMS, BadCursor, KeysetPage, Sort, keyset_page
 from capvco_web.permissions import allowed, visible
 from cloud.models import Location, VirtualMachine
 from clusters.models import Cluster
 from dashboard.filtersets import cluster_field, filled, list_page, unknown_parameters
 from dashboard.forms import LocationChoiceField
-from dashboard.views.common import page_or_fragment
 from gpus import naming
 from gpus.filtersets import VgpuReservationFilterSet
 from gpus.models import GpuProfile, VgpuReservation

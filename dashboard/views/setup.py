@@ -18,14 +18,13 @@ from django.shortcuts import redirect
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 
-from capvco_web.htmx import HtmxHttpRequest
+from capvco_web.htmx import HtmxHttpRequest, page_or_fragment
 from capvco_web.permissions import accounts_where, scoped, visible
 from cloud.models import Account, Cloudspace, Image, Location
 from clusters.models import Cluster
 from clusters.services import PoolSpec, SiteSpec, cluster_setup
 from dashboard.forms import ClusterSetupForm, PoolForm, SiteForm
 from dashboard.selectors import Fit, pool_fit
-from dashboard.views.common import page_or_fragment
 from gpus.models import GpuProfile
 from gpus.resolve import card_totals, fit_refusal, gpu_type_of
 
