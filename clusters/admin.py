@@ -57,27 +57,29 @@ from cloud.models import (
     VirtualMachine,
     jwt_shape,
 )
+from cloud.services import (
+    InUse,
+    account_create,
+    account_update,
+    account_update_check,
+    membership_create,
+    membership_delete,
+    membership_update,
+)
 from clusters.costs import HOURLY_PLACES
 from clusters.models import Cluster, ClusterSite, KubeNode, KubePod, Machine, MachinePool
 from clusters.orphans import vms_not_ours
 from clusters.releases import vm_removal_request
 from clusters.services import (
-    InUse,
     account_capi_kubeconfig_set,
-    account_create,
     account_delete,
     account_delete_check,
-    account_update,
-    account_update_check,
     cluster_create,
     cluster_delete,
     cluster_kubeconfig_set,
     cluster_update,
     machine_delete,
     machine_force_delete,
-    membership_create,
-    membership_delete,
-    membership_update,
     pool_create,
     pool_delete,
     pool_delete_check,

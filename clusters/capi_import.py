@@ -49,11 +49,11 @@ from capvco_web.integrations.kube import capi
 from capvco_web.integrations.kube.client import KubeClient
 from capvco_web.rows import model_update
 from cloud.models import Account, Location
+from cloud.services import InUse
 from clusters.gpu_addon import CAPI_GPU_LABEL, CAPI_GPU_LABEL_VALUE
 from clusters.models import Cluster, ClusterSite, Machine, MachinePool
 from clusters.services import (
     IMPORT_ACTOR,
-    InUse,
     cluster_create,
     cluster_delete,
     cluster_update,

@@ -1,4 +1,4 @@
-"""The filters of the lists of accounts' objects, clusters and their Kubernetes: related
+"""The filters of the lists of clusters, their machines, their Kubernetes and the VMs: related
 objects by id (`cluster=3`) or by name (`cluster__name=prod`), as every list takes them
 (capvco_web.filters.RelationFilterSet)."""
 
@@ -9,25 +9,9 @@ from django.db.models import QuerySet
 
 from capvco_web.filters import IdFilter, RelationFilterSet, TrueFalseFilter
 from capvco_web.integrations.kube import GPU_TYPE_LABEL
-from cloud.models import Cloudspace, Image, Location, Membership, VirtualMachine
+from cloud.models import VirtualMachine
 from clusters.models import Cluster, ClusterSite, KubeNode, KubePod, Machine, MachinePool
 from clusters.orphans import vms_not_ours
-
-
-class MembershipFilterSet(RelationFilterSet):
-    relations = {"account": "account"}
-
-    class Meta:
-        model = Membership
-        fields: list[str] = []
-
-
-class CloudspaceFilterSet(RelationFilterSet):
-    relations = {"location": "location", "account": "location__account"}
-
-    class Meta:
-        model = Cloudspace
-        fields: list[str] = []
 
 
 class VirtualMachineFilterSet(RelationFilterSet):
@@ -57,22 +41,6 @@ class VirtualMachineFilterSet(RelationFilterSet):
         if value is None:
             return queryset
         return queryset.filter(orphaned_since__isnull=not value)
-
-
-class ImageFilterSet(RelationFilterSet):
-    relations = {"location": "location", "account": "location__account"}
-
-    class Meta:
-        model = Image
-        fields: list[str] = []
-
-
-class LocationFilterSet(RelationFilterSet):
-    relations = {"account": "account"}
-
-    class Meta:
-        model = Location
-        fields = ["name"]
 
 
 class ClusterFilterSet(RelationFilterSet):

@@ -1,10 +1,11 @@
-"""Changing accounts, clusters and machines on a person's behalf: each change is allowed
-by the person's role in the object's account (capvco_web.permissions), and audited.
+"""Changing clusters and machines, and deleting accounts, on a person's behalf: each
+change is allowed by the person's role in the object's account (capvco_web.permissions),
+and audited.
 
 Creating and changing a row goes through `<noun>_create` and `<noun>_update`, from the API
-and the admin alike: they check the role, run the model's validation (which refuses, for
-one, to move a site or a pool), save, and record the fields set or changed, never the
-value of a secret.
+and the admin alike (over cloud.services.row_create and row_update): they check the role,
+run the model's validation (which refuses, for one, to move a site or a pool), save, and
+record the fields set or changed, never the value of a secret.
 
 Machines, and the rows they hang from (pool, site, cluster, account), are deleted only
 through teardown: the foreign keys PROTECT, and the deletes here refuse with `InUse`,
@@ -18,24 +19,22 @@ machines (a teardown of one) stay ours to change.
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from django.contrib.auth.models import AnonymousUser, Group, User
+from django.contrib.auth.models import AnonymousUser, User
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models, transaction
-from django.db.models import ProtectedError
 
-from capvco_web.audit import SystemActor, audit_changes, audit_record, audit_snapshot
+from capvco_web.audit import SystemActor, audit_record, audit_snapshot
 from capvco_web.integrations.kube import KubeconfigInvalid, kubeconfig_load
-from capvco_web.permissions import perm_name, permission_require, permissions_forget
+from capvco_web.permissions import permission_require
 from capvco_web.rows import model_update
-from capvco_web.tasks import send_by_name_on_commit
 from capvco_web.validators import kubeconfig_checked
-from cloud.models import Account, Location, Membership, VirtualMachine
+from cloud.models import Account, Location, VirtualMachine
+from cloud.services import Actor, InUse, counted, listed, row_create, row_update, them
 from clusters.models import (
     Cluster,
     ClusterSite,
@@ -48,14 +47,10 @@ from clusters.models import (
 from gpus import naming
 from gpus.models import VgpuReservation
 
-Actor = User | AnonymousUser | SystemActor
 M = TypeVar("M", bound=models.Model)
 
 # The one actor that changes imported clusters, sites and pools (clusters.capi_import).
 IMPORT_ACTOR = SystemActor.CAPI_IMPORT
-# Started by name (capvco_web.tasks.send_by_name_on_commit): clusters.tasks imports these
-# services.
-OBSERVE_ACCOUNT = "clusters.tasks.observe_account"
 
 
 class ImportedReadOnly(PermissionDenied):
@@ -72,37 +67,6 @@ def imported_check(obj: models.Model, actor: Actor) -> None:
     refusal = getattr(obj, "import_refusal", None)
     if refusal is not None and (message := refusal()):
         raise ImportedReadOnly(message)
-
-
-class InUse(ProtectedError):
-    """A delete refused because something still hangs from the object. The message names
-    what is in the way and what to do; the API answers 409 with it, the admin shows it.
-
-    A `ProtectedError`, so that every entry point that handles a foreign key's PROTECT
-    handles this refusal the same way.
-    """
-
-    def __init__(self, message: str, in_the_way: Iterable[models.Model] = ()) -> None:
-        super().__init__(message, set(in_the_way))
-        self.message = message
-
-    def __str__(self) -> str:
-        return self.message
-
-
-def _listed(names: Sequence[str], most: int = 5) -> str:
-    shown = ", ".join(names[:most])
-    return f"{shown} and {len(names) - most} more" if len(names) > most else shown
-
-
-def _counted(names: Sequence[str], noun: str) -> str:
-    """`2 machines (gpu-0, gpu-1)`."""
-    plural = noun if len(names) == 1 else f"{noun}s"
-    return f"{len(names)} {plural} ({_listed(names)})"
-
-
-def _them(names: Sequence[str]) -> str:
-    return "it" if len(names) == 1 else "them"
 
 
 def name_confirmed(*, name: str, confirm: str, actor: Actor, what: str) -> None:
@@ -191,7 +155,7 @@ def pool_delete_check(*, pool: MachinePool) -> None:
         if pool.replicas
         else f"wait for {'its' if len(names) == 1 else 'their'} teardown to finish"
     )
-    raise InUse(f"pool {pool.name} still has {_counted(names, 'machine')}: {todo}", machines)
+    raise InUse(f"pool {pool.name} still has {counted(names, 'machine')}: {todo}", machines)
 
 
 def pool_delete(*, pool: MachinePool, actor: Actor, reason: str = "") -> None:
@@ -223,10 +187,10 @@ def site_delete_check(*, site: ClusterSite) -> None:
     pools = list(site.pools.order_by("name"))
     if pools:
         names = [p.name for p in pools]
-        them = _them(names)
+        it = them(names)
         raise InUse(
-            f"site {site} still has {_counted(names, 'pool')}: "
-            f"scale {them} to 0 replicas and delete {them} first",
+            f"site {site} still has {counted(names, 'pool')}: "
+            f"scale {it} to 0 replicas and delete {it} first",
             pools,
         )
     prefix = f"{naming.PREFIX}{site.cluster.name}-"
@@ -237,7 +201,7 @@ def site_delete_check(*, site: ClusterSite) -> None:
     )
     if left:
         raise InUse(
-            f"site {site} still has {_counted([vm.name for vm in left], 'VM')} of the cluster "
+            f"site {site} still has {counted([vm.name for vm in left], 'VM')} of the cluster "
             f"in cloudspace {site.cloudspace_id}: orphans, removed by the orphan sweep or by "
             "deleting the cluster; delete the site after that",
             left,
@@ -265,64 +229,6 @@ def site_delete(*, site: ClusterSite, actor: Actor, reason: str = "") -> None:
         site.delete()
 
 
-ACCOUNT_URLS = ("api_url", "iam_url")
-_ACCOUNT_CHANGEABLE = frozenset(
-    {
-        "name",
-        "api_url",
-        "iam_url",
-        "customer_id",
-        "credential",
-        "orphan_auto_release",
-        "orphan_grace_period",
-        "orphan_confirmations",
-        "kube_insecure_tls_allowed",
-    }
-)
-
-
-def account_update_check(*, account: Account, changes: Mapping[str, Any]) -> None:
-    """Raise `ValidationError` (on `credential`) when a change moves the API or IAM URL and
-    does not give the credential with it: whoever may edit an account must not be able to
-    send the JWT stored in it to an address of their choosing, allowed host or not."""
-    moved = [f for f in ACCOUNT_URLS if f in changes and changes[f] != getattr(account, f)]
-    if moved and not changes.get("credential"):
-        # A conflict with the stored URLs (409): the same change keeping them needs none.
-        raise ValidationError(
-            {
-                "credential": ValidationError(
-                    "Give the credential again to change the API or IAM URL: the stored one "
-                    "is never sent to a new address.",
-                    code="conflict",
-                )
-            }
-        )
-
-
-def account_update(*, account: Account, changes: Mapping[str, Any], actor: Actor) -> Account:
-    """Change an account's fields (`credential` replaces the JWT), validated as the model
-    validates, and audit what changed: before and after of each field, and of the
-    credential only that it changed. `account` is refreshed, and answered."""
-    unknown = set(changes) - _ACCOUNT_CHANGEABLE
-    if unknown:
-        raise ValueError(f"not fields of an account that can be changed: {sorted(unknown)}")
-    with transaction.atomic():
-        stored = Account.objects.select_for_update().get(pk=account.pk)
-        permission_require(actor, perm_name(Account, "change"), stored)
-        account_update_check(account=stored, changes=changes)
-        changed = copy.copy(stored)
-        for field, value in changes.items():
-            setattr(changed, field, value)
-        before, after = audit_changes(stored, changed)
-        if not after:
-            return account
-        changed.full_clean()
-        changed.save()
-        audit_record(actor=actor, action="account.update", obj=changed, before=before, after=after)
-    account.refresh_from_db()
-    return account
-
-
 def account_delete_check(*, account: Account) -> None:
     """Raise `InUse` while the account has clusters, or vGPU reservations not released:
     without the account nobody would watch, or stop, what whitesky still bills."""
@@ -330,8 +236,7 @@ def account_delete_check(*, account: Account) -> None:
     if clusters:
         names = [c.name for c in clusters]
         raise InUse(
-            f"account {account} still has {_counted(names, 'cluster')}: "
-            f"delete {_them(names)} first",
+            f"account {account} still has {counted(names, 'cluster')}: delete {them(names)} first",
             clusters,
         )
     billed = list(
@@ -345,7 +250,7 @@ def account_delete_check(*, account: Account) -> None:
         plural = "reservation" if len(names) == 1 else "reservations"
         raise InUse(
             f"account {account} still has {len(names)} vGPU {plural} not released "
-            f"({_listed(names)}): release {_them(names)} first",
+            f"({listed(names)}): release {them(names)} first",
             billed,
         )
 
@@ -392,8 +297,8 @@ def cluster_rows_delete(*, cluster: Cluster, actor: Actor, reason: str) -> None:
         if machines:
             names = [m.name for m in machines]
             raise InUse(
-                f"cluster {cluster.name} still has {_counted(names, 'machine')}: "
-                f"tear {_them(names)} down first",
+                f"cluster {cluster.name} still has {counted(names, 'machine')}: "
+                f"tear {them(names)} down first",
                 machines,
             )
         pools = MachinePool.objects.filter(cluster=cluster)
@@ -418,58 +323,17 @@ def cluster_rows_delete(*, cluster: Cluster, actor: Actor, reason: str) -> None:
 
 
 def _row_create(obj: M, *, actor: Actor, action: str, reason: str = "") -> M:
-    """Check the role in the account the new row goes into, validate, save, audit."""
-    permission_require(actor, perm_name(type(obj), "add"), obj)
-    imported_check(obj, actor)
-    obj.full_clean()
-    with transaction.atomic():
-        obj.save()
-        audit_record(actor=actor, action=action, obj=obj, reason=reason, after=audit_snapshot(obj))
-    return obj
+    """`row_create`, refusing an imported cluster's rows to anyone but the import."""
+    return row_create(
+        obj, actor=actor, action=action, reason=reason, check=lambda row: imported_check(row, actor)
+    )
 
 
 def _row_update(obj: M, *, actor: Actor, action: str, reason: str = "") -> M:
-    """Save the changes made to `obj` (a saved row, changed in memory): the role must allow
-    the change in the account the row is in, and in the one it would go to. Audited with
-    what changed; nothing changed writes nothing."""
-    perm = perm_name(type(obj), "change")
-    with transaction.atomic():
-        stored = type(obj)._default_manager.select_for_update().get(pk=obj.pk)
-        permission_require(actor, perm, stored)
-        permission_require(actor, perm, obj)
-        obj.full_clean()
-        before, after = audit_changes(stored, obj)
-        if not after:
-            return obj
-        imported_check(stored, actor)  # a save that changes nothing is no change
-        obj.save()
-        audit_record(actor=actor, action=action, obj=obj, reason=reason, before=before, after=after)
-    return obj
-
-
-def account_create(*, account: Account, actor: Actor) -> Account:
-    """Create an account (Django's global permission `cloud.add_account`: no role in
-    an account that does not exist yet grants it). The person who creates it becomes its
-    admin, so that they see it. The account is observed as soon as it is committed."""
-    permission_require(actor, "cloud.add_account")
-    account.full_clean()
-    with transaction.atomic():
-        account.save()
-        audit_record(
-            actor=actor, action="account.create", obj=account, after=audit_snapshot(account)
-        )
-        # Observed at once, not at the next beat tick: its locations, cards, cloudspaces
-        # and images are there to choose from when its first cluster is set up.
-        send_by_name_on_commit(OBSERVE_ACCOUNT, account.pk, True)
-        if isinstance(actor, User) and not actor.is_superuser:
-            membership_create(
-                membership=Membership(
-                    user=actor, account=account, role=Group.objects.get(name="admin")
-                ),
-                actor=SystemActor.ACCOUNT_CREATE,
-            )
-            permissions_forget(actor)  # what they may do next in this request includes it
-    return account
+    """`row_update`, refusing an imported cluster's rows to anyone but the import."""
+    return row_update(
+        obj, actor=actor, action=action, reason=reason, check=lambda row: imported_check(row, actor)
+    )
 
 
 def cluster_create(*, cluster: Cluster, actor: Actor, reason: str = "") -> Cluster:
@@ -558,36 +422,6 @@ def machine_delete(*, machine: Machine, actor: Actor, reason: str) -> Machine:
             after={"delete_requested": True},
         )
     return machine
-
-
-def membership_create(*, membership: Membership, actor: Actor) -> Membership:
-    """Give a user a role in an account."""
-    return _row_create(membership, actor=actor, action="membership.create")
-
-
-def membership_update(*, membership: Membership, actor: Actor) -> Membership:
-    """Change a member's role (or move the membership to another account the actor
-    administers)."""
-    return _row_update(membership, actor=actor, action="membership.update")
-
-
-def membership_delete(*, membership: Membership, actor: Actor, reason: str = "") -> None:
-    """Take a user's role in an account away."""
-    with transaction.atomic():
-        membership = (
-            Membership.objects.select_for_update()
-            .select_related("user", "account", "role")
-            .get(pk=membership.pk)
-        )
-        permission_require(actor, "cloud.delete_membership", membership)
-        audit_record(
-            actor=actor,
-            action="membership.delete",
-            obj=membership,
-            reason=reason,
-            before=audit_snapshot(membership),
-        )
-        membership.delete()
 
 
 def cluster_kubeconfig_set(

@@ -1,13 +1,12 @@
-"""The API of accounts, their sites and clusters, on the one router of capvco_web.api_urls."""
+"""The API of clusters, their sites, pools, machines and Kubernetes, and the VMs, on the one
+router of capvco_web.api_urls; accounts and locations too, extended with what needs the
+clusters (their plain API is cloud.api)."""
 
 from clusters.api import views
 
 routes = [
     ("accounts", views.AccountViewSet, None),
-    ("memberships", views.MembershipViewSet, None),
     ("locations", views.LocationViewSet, None),
-    ("cloudspaces", views.CloudspaceViewSet, None),
-    ("images", views.ImageViewSet, None),
     ("vms", views.VirtualMachineViewSet, None),
     ("clusters", views.ClusterViewSet, None),
     ("sites", views.ClusterSiteViewSet, None),

@@ -5,7 +5,7 @@ decide what they may do (capvco_web.permissions); writes go through the audited 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import models, transaction
@@ -24,41 +24,34 @@ from capvco_web.api import (
     api_validation_error,
 )
 from capvco_web.api_input import CursorPagination
-from capvco_web.permissions import AccountScopedViewSetMixin, users_known
+from capvco_web.permissions import AccountScopedViewSetMixin
 from capvco_web.tasks import send_on_commit
-from cloud.models import Account, Cloudspace, Image, Location, Membership, VirtualMachine
+from cloud.api import views as cloud_views
+from cloud.api.views import changed
+from cloud.models import VirtualMachine
 from clusters.api.serializers import (
-    AccountSerializer,
-    CloudspaceSerializer,
     ClusterSerializer,
     ClusterSiteSerializer,
     ConfirmedDeleteSerializer,
     DeleteReasonSerializer,
     GpuAddonSerializer,
-    ImageSerializer,
     KubeconfigSerializer,
     KubeNodeSerializer,
     KubePodSerializer,
     LocationPlanStepSerializer,
-    LocationSerializer,
     MachinePoolSerializer,
     MachineSerializer,
-    MembershipSerializer,
     PlanStepSerializer,
     PoolScaleSerializer,
     VirtualMachineSerializer,
 )
 from clusters.filtersets import (
-    CloudspaceFilterSet,
     ClusterFilterSet,
     ClusterSiteFilterSet,
-    ImageFilterSet,
     KubeNodeFilterSet,
     KubePodFilterSet,
-    LocationFilterSet,
     MachineFilterSet,
     MachinePoolFilterSet,
-    MembershipFilterSet,
     VirtualMachineFilterSet,
 )
 from clusters.models import Cluster, ClusterSite, KubeNode, KubePod, Machine, MachinePool
@@ -71,18 +64,13 @@ from clusters.selectors import (
 )
 from clusters.services import (
     account_capi_kubeconfig_set,
-    account_create,
     account_delete,
-    account_update,
     cluster_create,
     cluster_delete,
     cluster_gpu_addon_set,
     cluster_kubeconfig_set,
     machine_delete,
     machine_force_delete,
-    membership_create,
-    membership_delete,
-    membership_update,
     pool_create,
     pool_delete,
     pool_scale,
@@ -117,15 +105,6 @@ View = TypeVar("View", bound=Callable[..., Response])
 M = TypeVar("M", bound=models.Model)
 
 
-def _changed(serializer: serializers.BaseSerializer[M]) -> M:
-    """The serializer's object with the validated changes set, not saved: a service saves."""
-    obj = serializer.instance
-    assert obj is not None
-    for field, value in serializer.validated_data.items():
-        setattr(obj, field, value)
-    return obj
-
-
 def _delete_schema(in_use_by: str) -> Callable[[View], View]:
     return extend_schema(
         request=DeleteReasonSerializer,
@@ -140,22 +119,11 @@ def _delete_schema(in_use_by: str) -> Callable[[View], View]:
     )
 
 
-class AccountViewSet(
-    KnownParametersMixin, AccountScopedViewSetMixin, viewsets.ModelViewSet[Account]
-):
-    queryset = Account.objects.order_by("name")
-    serializer_class = AccountSerializer
+class AccountViewSet(cloud_views.AccountViewSet):
+    # What needs the clusters: deleting an account (refused while it has clusters or
+    # reservations still billed) and its management cluster's kubeconfig.
+
     action_verbs = {"capi_kubeconfig": "change", "capi_kubeconfig_remove": "change"}
-
-    def perform_create(self, serializer: serializers.BaseSerializer[Account]) -> None:
-        account = Account(**serializer.validated_data)
-        serializer.instance = account_create(account=account, actor=self.request.user)
-
-    def perform_update(self, serializer: serializers.BaseSerializer[Account]) -> None:
-        account = serializer.instance
-        assert account is not None
-        # A change since it was validated is refused by the service: 400 (see capvco_web.api).
-        account_update(account=account, changes=serializer.validated_data, actor=self.request.user)
 
     @_delete_schema("its clusters, or by vGPU reservations not released")
     def destroy(self, request: Request, pk: str | None = None) -> Response:
@@ -197,59 +165,9 @@ class AccountViewSet(
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
-class MembershipViewSet(
-    KnownParametersMixin, AccountScopedViewSetMixin, viewsets.ModelViewSet[Membership]
-):
-    """Who has which role in the caller's accounts; an account's admins change them."""
+class LocationViewSet(cloud_views.LocationViewSet):
+    # What needs the clusters: the plan of the location's orphan sweep.
 
-    queryset = Membership.objects.select_related("user", "role").order_by("account", "user")
-    serializer_class = MembershipSerializer
-    filterset_class = MembershipFilterSet
-
-    def get_serializer(self, *args: Any, **kwargs: Any) -> Any:
-        # A user the caller may not know is "no such user", as a name nobody has.
-        serializer = super().get_serializer(*args, **kwargs)
-        if isinstance(serializer, MembershipSerializer):  # not a list's: it reads only
-            cast(Any, serializer.fields["user"]).queryset = users_known(self.request.user)
-        return serializer
-
-    def perform_create(self, serializer: serializers.BaseSerializer[Membership]) -> None:
-        membership = Membership(**serializer.validated_data)
-        serializer.instance = membership_create(membership=membership, actor=self.request.user)
-
-    def perform_update(self, serializer: serializers.BaseSerializer[Membership]) -> None:
-        membership_update(membership=_changed(serializer), actor=self.request.user)
-
-    def perform_destroy(self, instance: Membership) -> None:
-        membership_delete(membership=instance, actor=self.request.user)
-
-
-class CloudspaceViewSet(
-    KnownParametersMixin, AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[Cloudspace]
-):
-    """The account's cloudspaces per location, as last observed: choices for a new site."""
-
-    queryset = Cloudspace.objects.order_by("location", "name")
-    serializer_class = CloudspaceSerializer
-    filterset_class = CloudspaceFilterSet
-
-
-class ImageViewSet(
-    KnownParametersMixin, AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[Image]
-):
-    """The images per location, as last observed: choices for a new site."""
-
-    queryset = Image.objects.order_by("location", "name")
-    serializer_class = ImageSerializer
-    filterset_class = ImageFilterSet
-
-
-class LocationViewSet(
-    KnownParametersMixin, AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[Location]
-):
-    queryset = Location.objects.order_by("account", "name")
-    serializer_class = LocationSerializer
-    filterset_class = LocationFilterSet
     action_verbs = {"plan": "view"}
 
     @extend_schema(responses=LocationPlanStepSerializer(many=True))
@@ -419,7 +337,7 @@ class ClusterSiteViewSet(
         serializer.instance = site_create(site=site, actor=self.request.user)
 
     def perform_update(self, serializer: serializers.BaseSerializer[ClusterSite]) -> None:
-        site_update(site=_changed(serializer), actor=self.request.user)
+        site_update(site=changed(serializer), actor=self.request.user)
 
     @_delete_schema("its pools")
     def destroy(self, request: Request, pk: str | None = None) -> Response:
@@ -443,7 +361,7 @@ class MachinePoolViewSet(
         serializer.instance = pool_create(pool=pool, actor=self.request.user)
 
     def perform_update(self, serializer: serializers.BaseSerializer[MachinePool]) -> None:
-        pool_update(pool=_changed(serializer), actor=self.request.user)
+        pool_update(pool=changed(serializer), actor=self.request.user)
 
     @extend_schema(request=PoolScaleSerializer, responses={200: MachinePoolSerializer})
     @action(detail=True, methods=["post"])

@@ -12,6 +12,7 @@ from django.core.exceptions import PermissionDenied
 
 from capvco_web.audit import SystemActor
 from capvco_web.models import AuditEvent
+from cloud import services as cloud_services
 from cloud.models import Membership
 from clusters import services
 from clusters.models import Cluster, ClusterSite, MachinePool
@@ -87,20 +88,20 @@ CALLS: dict[str, tuple[Callable[[Tenant, Any], object], str]] = {
         "operator",
     ),
     "account_update": (
-        lambda t, a: services.account_update(
+        lambda t, a: cloud_services.account_update(
             account=t.account, changes={"customer_id": "x"}, actor=a
         ),
         "admin",
     ),
     "membership_create": (
-        lambda t, a: services.membership_create(
+        lambda t, a: cloud_services.membership_create(
             membership=Membership(user=UserFactory(), account=t.account, role=t.membership.role),
             actor=a,
         ),
         "admin",
     ),
     "membership_delete": (
-        lambda t, a: services.membership_delete(membership=t.membership, actor=a),
+        lambda t, a: cloud_services.membership_delete(membership=t.membership, actor=a),
         "admin",
     ),
     "reservation_release_request": (

@@ -17,9 +17,9 @@ from capvco_web.audit import SystemActor
 from capvco_web.integrations import whitesky as ws
 from capvco_web.models import AuditEvent
 from cloud.models import Account
+from cloud.services import account_update
 from cloud.whitesky import whitesky_client
 from clusters.models import ClusterSite
-from clusters.services import account_update
 from clusters.tasks import observe_account
 from tests.clusters.conftest import JWT
 from tests.http_stub import HttpStub, Reply, html

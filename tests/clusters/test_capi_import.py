@@ -674,7 +674,7 @@ def test_the_creator_of_an_account_may_store_its_management_kubeconfig_at_once(
     from django.contrib.auth.models import Permission
 
     from capvco_web.permissions import accounts_where
-    from clusters.services import account_create
+    from cloud.services import account_create
     from tests.factories import UserFactory
 
     creator = UserFactory()

@@ -14,14 +14,9 @@ from django.db.models import ProtectedError
 from capvco_web.audit import SystemActor
 from capvco_web.models import AuditEvent
 from cloud.models import Account, Location, VirtualMachine
+from cloud.services import InUse
 from clusters.models import Cluster, ClusterSite, MachinePool
-from clusters.services import (
-    InUse,
-    account_delete,
-    cluster_rows_delete,
-    pool_delete,
-    site_delete,
-)
+from clusters.services import account_delete, cluster_rows_delete, pool_delete, site_delete
 from gpus.models import VgpuReservation
 from tests.clusters.conftest import (
     ACCOUNT_IN_USE,

@@ -5,7 +5,7 @@ through it: tests/gpus/test_observe.py.)"""
 from __future__ import annotations
 
 from capvco_web.celery import app
-from clusters.services import OBSERVE_ACCOUNT
+from cloud.services import OBSERVE_ACCOUNT
 
 
 def test_the_task_names_services_send_are_tasks_the_workers_know() -> None:

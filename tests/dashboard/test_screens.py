@@ -15,8 +15,8 @@ from django.test.utils import CaptureQueriesContext
 
 from capvco_web.models import AuditEvent
 from cloud.models import Cloudspace, Image
+from cloud.services import account_update
 from clusters.models import Cluster, Machine, MachinePool
-from clusters.services import account_update
 from dashboard.views.audit import audit_diff
 from tests.dashboard.conftest import Kube, World
 from tests.factories import (

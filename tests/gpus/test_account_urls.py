@@ -8,8 +8,8 @@ from typing import Any
 
 from capvco_web.audit import SystemActor
 from cloud.models import Account
+from cloud.services import account_update
 from clusters.models import Machine
-from clusters.services import account_update
 from tests.gpus.conftest import NL, Plane
 from tests.http_stub import html
 

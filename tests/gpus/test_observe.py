@@ -8,8 +8,8 @@ from django.utils import timezone
 
 from capvco_web.integrations import whitesky as ws
 from cloud.models import Account, Cloudspace, Image, Location, VirtualMachine
+from cloud.services import account_create
 from cloud.whitesky import whitesky_client
-from clusters.services import account_create
 from gpus.mirror import listed_vgpus_sync
 from gpus.models import GpuProfile, ListedVgpu, VgpuReservation
 from gpus.services import reservations_settle
