@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from django.core.exceptions import ValidationError
+from django.db import connection
 from django.test import Client
 from django.urls import reverse
 from rest_framework.test import APIClient
@@ -21,7 +22,7 @@ from cloud.services import account_update
 from cloud.whitesky import whitesky_client
 from clusters.models import ClusterSite
 from clusters.tasks import observe_account
-from tests.clusters.conftest import JWT
+from tests.cloud.conftest import JWT
 from tests.http_stub import HttpStub, Reply, html
 
 pytestmark = pytest.mark.django_db
@@ -301,3 +302,19 @@ def test_admin_refuses_a_credential_that_is_no_jwt(admin_client: Client) -> None
     assert response.status_code == 200
     assert "three base64url parts" in response.content.decode()
     assert not Account.objects.exists()
+
+
+def test_account_credential_is_write_only_and_stored_encrypted(api: APIClient) -> None:
+    response = api.post(
+        "/api/v1/accounts/",
+        {"name": "b", "api_url": "https://vco.example/api/1", "iam_url": "https://iam.example",
+         "customer_id": "c2", "credential": JWT},
+        format="json",
+    )  # fmt: skip
+    assert response.status_code == 201, response.json()
+    assert "credential" not in response.json()
+    assert JWT not in api.get("/api/v1/accounts/").content.decode()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT credential FROM cloud_account WHERE name = 'b'")
+        assert JWT not in cursor.fetchone()[0]
+    assert Account.objects.get(name="b").credential == JWT
