@@ -182,7 +182,7 @@ class AccountAdmin(AccountScopedAdmin[Account]):
     form: type[forms.ModelForm[Account]] = AccountForm
     formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
     list_display = ["name", "api_url", "customer_id", "orphan_auto_release"]
-    readonly_fields: Sequence[str] = ["credential_status"]
+    readonly_fields = ["credential_status"]
 
     def account_save(self, request: HttpRequest, obj: Account, form: Any, change: bool) -> bool:
         """Create or change the account as the API does; False when the change was refused
