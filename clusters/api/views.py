@@ -1,4 +1,5 @@
-"""Accounts, clusters, their sites and pools, machines and memberships. Reads and writes the
+"""Clusters, their sites, pools, machines and Kubernetes, the VMs, and what accounts and
+locations need of the clusters (cloud.api.views has the rest of them). Reads and writes the
 database only. Each viewset shows the objects of the caller's accounts and lets their role
 decide what they may do (capvco_web.permissions); writes go through the audited services."""
 
