@@ -51,7 +51,7 @@ ROOT = Path(__file__).resolve().parents[1]
 WRITE = re.compile(r'^\s*(?:INSERT INTO|UPDATE|DELETE FROM)\s+"(\w+)"')
 PROJECT_APPS = ("capvco_web", "cloud", "clusters", "gpus", "sriov", "billing", "notify")
 # Writing machinery any writer calls: the writer is the module that called it (a model's
-# save() included).
+# save() in any models.py included).
 MACHINERY = {"capvco_web/rows.py"}
 TESTS = "(tests)"
 COLLECTOR = str(Path("django", "db", "models", "deletion.py"))
@@ -63,7 +63,6 @@ def _writer(table: str) -> str | None:
     Django's collector runs for whoever deletes a row of another table): the rows that
     point at a deleted row go with it, and are that deletion's, not a writer's."""
     frame = sys._getframe(1)
-    module = TESTS
     while frame is not None:
         path = Path(frame.f_code.co_filename)
         if str(path).endswith(COLLECTOR) and (collector := frame.f_locals.get("self")):
@@ -79,7 +78,7 @@ def _writer(table: str) -> str | None:
         name = str(path.relative_to(ROOT))
         if name not in MACHINERY and not name.endswith("/models.py"):
             return name
-    return module
+    return TESTS
 
 
 def _stack() -> Iterator[str]:
