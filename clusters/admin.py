@@ -523,8 +523,13 @@ class MachineAdmin(AccountScopedAdmin[Machine]):
         "__str__", "pool", "phase", "vm_id", "node_missing", "delete_requested", "updated_at",
     ]  # fmt: skip
     list_filter = ["phase", "node_missing", "pool__cluster"]
-    list_select_related = ["pool__cluster"]
+    list_select_related = ["pool__cluster", "deletion"]
     actions = ["delete_selected_machines", "force_delete_selected"]
+
+    @admin.display(boolean=True, description="delete requested")
+    def delete_requested(self, machine: Machine) -> bool:
+        # Asked by a person (MachineDeletion) or taken up by act.
+        return machine.deletion_asked
 
     # Machines are made and removed by the reconciler from the pool's replicas.
     def get_readonly_fields(self, request: HttpRequest, obj: Machine | None = None) -> list[str]:

@@ -387,7 +387,7 @@ def _generations_drain(
         return
     if current is not None:
         running = current.machines.filter(
-            phase=Machine.Phase.RUNNING, delete_requested=False
+            phase=Machine.Phase.RUNNING, delete_requested=False, deletion=None
         ).count()
         if running < current.replicas:
             return  # the new generation is not up yet: the old one keeps serving

@@ -109,9 +109,6 @@ class Cluster(models.Model):
     name = models.CharField(max_length=40, validators=[dns_label])
     account = models.ForeignKey(Account, on_delete=models.PROTECT, related_name="clusters")
     state = models.CharField(max_length=16, choices=State, default=State.ACTIVE)
-    deletion_blockers = models.JSONField(
-        default=list, blank=True, help_text="While deleting: what still exists."
-    )
     created_at = models.DateTimeField(auto_now_add=True)
     # Kubernetes: the workload cluster's API, and how well its nodes and pods were observed.
     kubeconfig = EncryptedTextField(
@@ -207,6 +204,15 @@ class Cluster(models.Model):
             super().save(*args, **kwargs)
 
     @property
+    def deletion_blockers(self) -> list[str]:
+        """While deleting: what still exists, as act's last pass found it (ClusterStatus)."""
+        try:
+            status = self.status
+        except ClusterStatus.DoesNotExist:
+            return []
+        return list(status.deletion_blockers)
+
+    @property
     def has_kubeconfig(self) -> bool:
         return bool(self.kubeconfig)
 
@@ -266,6 +272,26 @@ class Cluster(models.Model):
             taken := cluster_name_refusal(self.name, self.account_id, exclude=self.pk)
         ):
             raise ValidationError({"name": conflict(taken)})
+
+
+class ClusterStatus(models.Model):
+    """What act found of a cluster: written by act alone (clusters.reconcile), beside the
+    cluster's row, which holds what people (and the CAPI import) asked for. Made when act
+    first has something to say; no row: nothing yet."""
+
+    cluster = models.OneToOneField(
+        Cluster, on_delete=models.CASCADE, primary_key=True, related_name="status"
+    )
+    deletion_blockers = models.JSONField(
+        default=list, blank=True, help_text="While deleting: what still exists."
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name_plural = "cluster statuses"
+
+    def __str__(self) -> str:
+        return f"status of {self.cluster_id}"
 
 
 def _moves(obj: models.Model, fields: list[str], message: str) -> dict[str, str | ValidationError]:
@@ -622,7 +648,11 @@ class Machine(models.Model):
     node_missing_reason = models.CharField(max_length=300, blank=True)
     phase = models.CharField(max_length=16, choices=Phase, default=Phase.PENDING)
     failure_message = models.TextField(blank=True)
-    delete_requested = models.BooleanField(default=False)
+    delete_requested = models.BooleanField(
+        default=False,
+        help_text="Its teardown is taken up: set by act when it carries out the plan's "
+        "teardown or replacement (a person's request is a MachineDeletion)",
+    )
     failures = models.PositiveIntegerField(
         default=0, help_text="Failed tries in a row; reset when the machine runs"
     )
@@ -684,6 +714,17 @@ class Machine(models.Model):
         return naming.vm_name(self.pool.cluster.name, self.name)
 
     @property
+    def deletion_asked(self) -> bool:
+        """A person asked for its deletion (MachineDeletion), or act took its teardown up.
+        A list reads it with select_related("deletion")."""
+        if self.delete_requested:
+            return True
+        try:
+            return self.deletion is not None
+        except MachineDeletion.DoesNotExist:
+            return False
+
+    @property
     def waiting_for_capacity(self) -> bool:
         """No card of its type has room for its GPUs now; it is tried again after its
         backoff (`failure_message` says what is free)."""
@@ -703,6 +744,26 @@ class Machine(models.Model):
             for name in SPEC_FIELDS
             if self.spec.get(name) != now[name]
         ]
+
+
+class MachineDeletion(models.Model):
+    """A person's request that a machine be torn down: what they asked, written by
+    clusters.services alone. The machine's row is act's (act makes it at the index the plan
+    chose, writes how far it got, and drops it once torn down); the plan reads this request
+    and act takes it up (Machine.delete_requested), so a request never races act's writes
+    to the machine's row."""
+
+    machine = models.OneToOneField(
+        Machine, on_delete=models.CASCADE, primary_key=True, related_name="deletion"
+    )
+    requested_by = models.ForeignKey(
+        "auth.User", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    requested_at = models.DateTimeField()
+    reason = models.TextField(blank=True)
+
+    def __str__(self) -> str:
+        return f"deletion of machine {self.machine_id}"
 
 
 def _spec_shown(value: object) -> str:

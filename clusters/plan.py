@@ -466,7 +466,7 @@ def machine_step(
 ) -> Step | None:
     """The step one existing machine needs, or None when it is as asked."""
     pool = machine.pool
-    if machine.delete_requested or machine.phase == Phase.DELETING:
+    if machine.deletion_asked or machine.phase == Phase.DELETING:
         return machine_teardown_step(machine, "deletion requested", vms, now=now)
     site = pool.site
     kind: Kind = "provision"
@@ -544,7 +544,7 @@ def rollout_step(
     while the pool has its replicas and every other machine runs with nothing to do.
     `steps` holds each member's step otherwise (None: none). The step tears the machine
     down; the pool then makes a new one with its spec, as for any missing replica."""
-    live = [m for m in members if not (m.delete_requested or m.phase == Phase.DELETING)]
+    live = [m for m in members if not (m.deletion_asked or m.phase == Phase.DELETING)]
     if len(live) != pool.replicas or len(live) != len(members):
         return None  # a replica missing, or one going: the rollout waits for it
     outdated = [m for m in live if m.spec_changes()]
@@ -587,7 +587,7 @@ def cluster_plan(cluster: Cluster, *, now: datetime | None = None) -> ClusterPla
     leftovers: dict[int, int] | None = None
     for pool in pools:
         members = by_pool.get(pool.pk, [])
-        live = [m for m in members if not (m.delete_requested or m.phase == Phase.DELETING)]
+        live = [m for m in members if not (m.deletion_asked or m.phase == Phase.DELETING)]
         surplus = {
             m.pk for m in sorted(live, key=_scale_down_order)[: max(0, len(live) - pool.replicas)]
         }
@@ -730,6 +730,7 @@ def _machines(where: Q, pools: list[MachinePool]) -> list[Machine]:
     held = VgpuReservation.objects.filter(state__in=LIVE_RESERVATION).order_by("owner_index", "pk")
     machines = list(
         Machine.objects.filter(where)
+        .select_related("deletion")
         .prefetch_related(Prefetch("reservations", queryset=held, to_attr=HELD))
         .order_by("pool__name", "index")
     )

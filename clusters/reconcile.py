@@ -40,6 +40,7 @@ from clusters.models import (
     GPU_SPEC_FIELDS,
     Cluster,
     ClusterSite,
+    ClusterStatus,
     Machine,
     MachinePool,
     VmRemovalRequest,
@@ -291,13 +292,19 @@ def machine_reconcile(ctx: PassContext, step: Step) -> MachineResult:
         if not taken:
             return MachineResult()
         machine = (
-            Machine.objects.select_related("pool__site__location__account", "pool__cluster")
+            Machine.objects.select_related(
+                "pool__site__location__account", "pool__cluster", "deletion"
+            )
             .filter(pk=step.machine_id)
             .first()
         )
         if machine is None:
             return MachineResult()
-        if machine.updated_at != step.seen:
+        # Act's own row as the plan saw it, and no deletion asked since (a person's request
+        # is a row of its own, which no write to the machine's row can hide).
+        if machine.updated_at != step.seen or (
+            step.kind not in ("teardown", "replace") and machine.deletion_asked
+        ):
             reconcile_step_count(step.kind, "dropped")
             logger.info("%s dropped: the machine changed since the plan", what)
             return MachineResult(error=f"{what}: the machine changed since the plan; dropped")
@@ -833,4 +840,9 @@ def cluster_leftovers_reclaim(ctx: PassContext, cluster: Cluster, step: Step) ->
 
 
 def _blockers_set(cluster: Cluster, blockers: list[str]) -> None:
-    model_update(cluster, {"deletion_blockers": blockers})
+    # Act's own row beside the cluster's: people's writes to the cluster never meet it.
+    status, made = ClusterStatus.objects.get_or_create(
+        cluster=cluster, defaults={"deletion_blockers": blockers}
+    )
+    if not made:
+        model_update(status, {"deletion_blockers": blockers})

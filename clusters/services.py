@@ -27,6 +27,7 @@ from django.contrib.auth.models import AnonymousUser, User
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models, transaction
+from django.utils import timezone
 
 from capvco_web.audit import SystemActor, audit_record, audit_snapshot
 from capvco_web.integrations.kube import KubeconfigInvalid, kubeconfig_load
@@ -41,6 +42,7 @@ from clusters.models import (
     KubeNode,
     KubePod,
     Machine,
+    MachineDeletion,
     MachinePool,
     replicas_bound,
 )
@@ -412,7 +414,19 @@ def machine_delete(*, machine: Machine, actor: Actor, reason: str) -> Machine:
     if not reason.strip():
         raise ValueError("Deleting a machine needs a reason.")
     phase = machine.phase
-    if model_update(machine, {"delete_requested": True}, expect={"delete_requested": False}):
+    if machine.delete_requested:
+        return machine  # act has taken its teardown up already
+    # The request is a row of its own: the machine's row is act's (the plan reads this
+    # and act takes it up), so asking never writes under act's compare-and-set.
+    _, asked = MachineDeletion.objects.get_or_create(
+        machine=machine,
+        defaults={
+            "requested_by": actor if isinstance(actor, User) else None,
+            "requested_at": timezone.now(),
+            "reason": reason,
+        },
+    )
+    if asked:
         audit_record(
             actor=actor,
             action="machine.delete_requested",

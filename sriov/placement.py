@@ -124,7 +124,9 @@ def node_placement(
     if machine_id is None and row is None:
         machine_id = _live_node_machine(cluster, node_name, kube_client)
     machine = (
-        Machine.objects.select_related("pool__site__location").filter(pk=machine_id).first()
+        Machine.objects.select_related("pool__site__location", "deletion")
+        .filter(pk=machine_id)
+        .first()
         if machine_id is not None
         else None
     )
@@ -133,7 +135,7 @@ def node_placement(
             f"Node {node_name} is no machine of cluster {cluster.name}: only the VMs of its "
             "pools get NICs."
         )
-    if machine.vm_id is None or machine.delete_requested:
+    if machine.vm_id is None or machine.deletion_asked:
         raise Refused(f"Node {node_name}'s machine {machine.name} has no VM to attach to now.")
     site = machine.pool.site
     return Placement(

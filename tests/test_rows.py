@@ -38,10 +38,10 @@ def test_only_one_of_two_claims_from_the_same_state_wins(cluster: Cluster) -> No
 
 
 def test_update_writes_only_the_changed_fields(cluster: Cluster) -> None:
-    Cluster.objects.filter(pk=cluster.pk).update(deletion_blockers=["written elsewhere"])
+    Cluster.objects.filter(pk=cluster.pk).update(imported_from="capi/written-elsewhere")
     assert model_update(cluster, {"state": Cluster.State.DELETING, "name": cluster.name}) is True
     row = Cluster.objects.get(pk=cluster.pk)
-    assert (row.state, row.deletion_blockers) == (Cluster.State.DELETING, ["written elsewhere"])
+    assert (row.state, row.imported_from) == (Cluster.State.DELETING, "capi/written-elsewhere")
 
 
 def test_many_rows_are_written_except_one_changed_meanwhile() -> None:

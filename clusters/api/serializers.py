@@ -118,6 +118,10 @@ class ClusterSerializer(ModelCleanMixin):
         "with it. Stored encrypted, never returned.",
     )
     has_kubeconfig = serializers.BooleanField(read_only=True)
+    # Act's, from its own row (ClusterStatus).
+    deletion_blockers = serializers.JSONField(
+        read_only=True, help_text="While deleting: what still exists."
+    )
     kubernetes = KubeSummarySerializer(source="*", read_only=True)
 
     class Meta:
@@ -278,6 +282,8 @@ class MachineSerializer(serializers.ModelSerializer[Machine]):
         allow_null=True,
         help_text="What its VM was made with; null: no VM made yet",
     )
+    # A person asked (MachineDeletion), or act took the teardown up (the machine's row).
+    delete_requested = serializers.BooleanField(source="deletion_asked", read_only=True)
     spec_changes = serializers.ListField(
         child=serializers.CharField(),
         read_only=True,

@@ -232,7 +232,7 @@ class ClusterViewSet(
     mixins.RetrieveModelMixin,
     viewsets.GenericViewSet[Cluster],
 ):
-    queryset = Cluster.objects.prefetch_related("sites").order_by("name")
+    queryset = Cluster.objects.select_related("status").prefetch_related("sites").order_by("name")
     serializer_class = ClusterSerializer
     filterset_class = ClusterFilterSet
     action_verbs = {
@@ -397,7 +397,7 @@ class MachineViewSet(
     viewsets.ReadOnlyModelViewSet[Machine],
 ):
     queryset = machines_with_vgpus(
-        Machine.objects.select_related("pool__cluster").order_by("pool", "index")
+        Machine.objects.select_related("pool__cluster", "deletion").order_by("pool", "index")
     )
     serializer_class = MachineSerializer
     filterset_class = MachineFilterSet

@@ -188,7 +188,7 @@ def cluster_body(request: HtmxHttpRequest, cluster: Cluster, params: QueryDict) 
         "pool__name", "index"
     )
     phases = {p: n for p in Phase.values if (n := getattr(cluster, f"{PHASE_IN}{p}"))}
-    paginator = Paginator(machines.select_related("pool"), MACHINES_PER_PAGE)
+    paginator = Paginator(machines.select_related("pool", "deletion"), MACHINES_PER_PAGE)
     paginator.count = sum(phases.values())  # known from the phases: no count query
     page = paginator.get_page(params.get("page"))
     on_page = list(page)
@@ -240,7 +240,7 @@ def cluster_body(request: HtmxHttpRequest, cluster: Cluster, params: QueryDict) 
                 vm=vms.get((m.pool.site.location_id, m.vm_id)) if m.vm_id is not None else None,
                 gpus=held.get(m.pk, []),
                 delete_url=offered(
-                    not m.delete_requested and allowed(request.user, "clusters.delete_machine", m),
+                    not m.deletion_asked and allowed(request.user, "clusters.delete_machine", m),
                     "dashboard:machine-delete",
                     m.pk,
                 ),
@@ -359,7 +359,7 @@ def cluster_for_page(request: HtmxHttpRequest, pk: int) -> Cluster:
     nics = PodNic.objects.filter(cluster=OuterRef("pk"))
     return get_object_or_404(
         clusters_with_kube_summary(
-            visible(request.user, Cluster.objects.select_related("account", "sriov"))
+            visible(request.user, Cluster.objects.select_related("account", "sriov", "status"))
         ).annotate(
             **_counts(machines, "pool__cluster", "phase", PHASE_IN, Phase.values),
             **_counts(nics, "cluster", "state", NICS_IN, PodNic.State.values),

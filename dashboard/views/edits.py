@@ -129,7 +129,9 @@ def _plan_with(pool: MachinePool, values: dict[str, Any]) -> tuple[ClusterPlan, 
         plan = cluster_plan(Cluster.objects.get(pk=pool.cluster_id))
         changed = MachinePool.objects.select_related("cluster").get(pk=pool.pk)
         outdated = []
-        for machine in changed.machines.filter(delete_requested=False).order_by("index"):
+        for machine in changed.machines.filter(delete_requested=False, deletion=None).order_by(
+            "index"
+        ):
             machine.pool = changed
             if machine.phase != Machine.Phase.DELETING and machine.spec_changes():
                 outdated.append(machine.name)

@@ -103,7 +103,6 @@ def test_site_pool_and_cluster_changes_are_audited_with_before_and_after(world: 
             "name": "fresh",
             "account": str(own.account),
             "state": "active",
-            "deletion_blockers": [],
             "kubeconfig": "",
             "gpu_addon": False,
         }

@@ -144,7 +144,7 @@ def test_delete_a_machine_asks_for_its_teardown(admin_client: Client, world: Wor
     response = admin_client.post(f"/machines/{machine.pk}/delete/", {"reason": "bad GPU"}, **HTMX)
     assert response.status_code == 200
     machine.refresh_from_db()
-    assert machine.delete_requested
+    assert machine.deletion_asked  # a request of its own (MachineDeletion), for act
     assert AuditEvent.objects.get(action="machine.delete_requested").reason == "bad GPU"
     # The plan: this one torn down, a new one in its place.
     html = response.content.decode()
@@ -248,7 +248,7 @@ def _data(data: dict[str, Any], world: World) -> dict[str, Any]:
 def _nothing_changed(world: World) -> None:
     assert not AuditEvent.objects.exists()
     assert MachinePool.objects.get(pk=world.pool.pk).replicas == 2
-    assert Machine.objects.filter(pk=world.machines[0].pk, delete_requested=False).exists()
+    assert not Machine.objects.get(pk=world.machines[0].pk).deletion_asked
     assert Cluster.objects.get(pk=world.cluster.pk).state == Cluster.State.ACTIVE
     assert VgpuReservation.objects.get(pk=world.orphan.pk).release_requested_at is None
 
@@ -304,7 +304,7 @@ def test_an_operator_does_each_action_audited_in_their_name(
         ),
         "pool.scale": lambda: MachinePool.objects.get(pk=world.pool.pk).replicas == 0,
         "machine.delete_requested": lambda: (
-            Machine.objects.get(pk=world.machines[0].pk).delete_requested
+            Machine.objects.get(pk=world.machines[0].pk).deletion_asked
         ),
         "machine.force_delete": lambda: (
             not Machine.objects.filter(pk=world.machines[0].pk).exists()
