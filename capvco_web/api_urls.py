@@ -16,7 +16,13 @@ from rest_framework.routers import APIRootView, DefaultRouter
 
 from capvco_web.tokens_api import ApiTokenViewSet
 
-API_MODULES = ["clusters.api.urls", "gpus.api.urls", "sriov.api.urls", "billing.api.urls"]
+API_MODULES = [
+    "clusters.api.urls",
+    "kube.api.urls",
+    "gpus.api.urls",
+    "sriov.api.urls",
+    "billing.api.urls",
+]
 _apis = [import_module(name) for name in API_MODULES]
 
 # Endpoints outside the router, listed at the API root with the router's own.

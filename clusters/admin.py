@@ -58,7 +58,7 @@ from cloud.models import (
     jwt_shape,
 )
 from clusters.costs import HOURLY_PLACES
-from clusters.models import Cluster, ClusterSite, KubeNode, KubePod, Machine, MachinePool
+from clusters.models import Cluster, ClusterSite, Machine, MachinePool
 from clusters.orphans import vms_not_ours
 from clusters.releases import vm_removal_request
 from clusters.services import (
@@ -795,25 +795,6 @@ class MirroredAdmin(AccountScopedAdmin[M]):
 
     def has_delete_permission(self, request: HttpRequest, obj: M | None = None) -> bool:
         return False
-
-
-@admin.register(KubeNode)
-class KubeNodeAdmin(MirroredAdmin[KubeNode]):
-    list_display = [
-        "name", "cluster", "ready", "gpu_type_label", "gpu_allocatable", "gpu_capacity",
-        "machine", "unowned_since", "gpus_missing", "kubelet_version",
-    ]  # fmt: skip
-    list_filter = ["cluster", "ready", "gpus_missing"]
-    list_select_related = ["cluster", "machine"]
-    search_fields = ["name", "provider_id"]
-
-
-@admin.register(KubePod)
-class KubePodAdmin(MirroredAdmin[KubePod]):
-    list_display = ["name", "namespace", "cluster", "node_name", "phase", "gpu_requests"]
-    list_filter = ["cluster", "phase"]
-    list_select_related = ["cluster"]
-    search_fields = ["name", "namespace", "node_name", "uid"]
 
 
 @admin.register(Cloudspace)

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -17,12 +16,7 @@ from django.utils.deconstruct import deconstructible
 
 from capvco_web.encryption import EncryptedTextField
 from capvco_web.environment import POOL_REPLICAS_CEILING
-from capvco_web.integrations.kube import (
-    GPU_COUNT_LABEL,
-    GPU_TYPE_LABEL,
-    KubeconfigInvalid,
-    kubeconfig_load,
-)
+from capvco_web.integrations.kube import KubeconfigInvalid, kubeconfig_load
 from capvco_web.validators import kubeconfig_checked, visible_text
 from cloud.models import (
     Account,
@@ -707,159 +701,6 @@ class Machine(models.Model):
 
 def _spec_shown(value: object) -> str:
     return "(none)" if value in ("", None) else str(value)
-
-
-class KubeNode(models.Model):
-    """A Kubernetes Node of a cluster (mirrored), and the machine whose VM it runs on."""
-
-    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="kube_nodes")
-    name = models.CharField(max_length=253)
-    uid = models.CharField(max_length=64)
-    provider_id = models.CharField(max_length=300, blank=True)
-    labels = models.JSONField(default=dict, blank=True)
-    gpu_capacity = models.PositiveIntegerField(default=0, help_text="nvidia.com/gpu capacity")
-    gpu_allocatable = models.PositiveIntegerField(
-        default=0, help_text="nvidia.com/gpu allocatable, as the device plugin reports it"
-    )
-    ready = models.BooleanField(default=False)
-    kubelet_version = models.CharField(max_length=64, blank=True)
-    machine = models.ForeignKey(
-        Machine, on_delete=models.SET_NULL, null=True, blank=True, related_name="kube_nodes"
-    )
-    unowned_since = models.DateTimeField(
-        null=True,
-        blank=True,
-        help_text="Since when complete listings show it with no machine of the cluster "
-        "owning it (control-plane nodes excepted).",
-    )
-    gpus_missing = models.BooleanField(
-        default=False,
-        help_text="Its machine has GPUs, yet it advertises no nvidia.com/gpu "
-        "GPU_ADVERTISE_TIMEOUT_SECONDS after it joined or the add-on was applied (from a "
-        "complete node listing).",
-    )
-    gpus_missing_reason = models.CharField(max_length=300, blank=True)
-    first_seen_at = models.DateTimeField()
-    updated_at = models.DateTimeField(help_text="When the mirror last wrote the row")
-
-    class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["cluster", "name"], name="kube_node_unique_per_cluster")
-        ]
-        indexes = [
-            # The node list's order: a page of it reads 50 nodes, not all of them sorted.
-            models.Index(fields=["name", "id"], name="kube_node_by_name"),
-            # The few flagged nodes of a cluster, counted on every cluster list.
-            models.Index(
-                fields=["cluster"],
-                name="kube_node_unowned",
-                condition=Q(unowned_since__isnull=False),
-            ),
-            models.Index(
-                fields=["cluster"], name="kube_node_gpus_missing", condition=Q(gpus_missing=True)
-            ),
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.cluster.name}/{self.name}"
-
-    @property
-    def gpu_type_label(self) -> str:
-        """Its `capvco.io/gpu-type` label as last observed ("": none)."""
-        return str(self.labels.get(GPU_TYPE_LABEL, ""))
-
-    @property
-    def gpu_count_label(self) -> str:
-        return str(self.labels.get(GPU_COUNT_LABEL, ""))
-
-
-class KubePod(models.Model):
-    """A Kubernetes Pod of a cluster (mirrored): where it runs, and what it asks for."""
-
-    class Phase(models.TextChoices):
-        PENDING = "Pending"
-        RUNNING = "Running"
-        SUCCEEDED = "Succeeded"
-        FAILED = "Failed"
-        UNKNOWN = "Unknown"
-
-    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="kube_pods")
-    uid = models.CharField(max_length=64)
-    namespace = models.CharField(max_length=63)
-    name = models.CharField(max_length=253)
-    node_name = models.CharField(max_length=253, blank=True, help_text="Empty: not scheduled")
-    phase = models.CharField(max_length=16, choices=Phase)
-    gpu_requests = models.PositiveIntegerField(default=0, help_text="nvidia.com/gpu it holds")
-    sriov_network = models.CharField(
-        max_length=253,
-        blank=True,
-        help_text="The external network its capvco.io/sriov-network annotation asks a NIC on",
-    )
-    gpu_type = models.CharField(
-        max_length=63,
-        blank=True,
-        verbose_name="GPU type",
-        help_text="The capvco.io/gpu-type label its nodeSelector asks for (empty: any GPU node)",
-    )
-    first_seen_at = models.DateTimeField()
-    updated_at = models.DateTimeField(help_text="When the mirror last wrote the row")
-
-    class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["cluster", "uid"], name="kube_pod_unique_per_cluster")
-        ]
-        indexes = [
-            models.Index(fields=["cluster", "node_name"]),
-            # The pods that hold GPUs, summed per cluster and node (clusters.selectors): most
-            # pods ask for none, and these few are read without their rows.
-            models.Index(
-                # The sums' column is a key column, not INCLUDE: SQLite has no INCLUDE.
-                fields=["cluster", "node_name", "gpu_requests"],
-                name="kube_pod_gpu_requests",
-                condition=Q(phase__in=["Pending", "Running"], gpu_requests__gt=0),
-            ),
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.cluster.name}/{self.namespace}/{self.name}"
-
-
-class KubeWatch(models.Model):
-    """A cluster's nodes or pods kept current by the watch process (`manage.py kube_watch`,
-    clusters.kube_watch): while its stamp is fresh, the beat pass does not list that kind.
-
-    `watched_at` is when the watch last showed it was whole and current: a complete listing
-    mirrored, then every event since applied. Written at most every STAMP_EVERY, and at
-    least at the end of every watch request (WATCH_TIMEOUT), so fresh means younger than
-    two of those; None once its watch stopped.
-    """
-
-    class Kind(models.TextChoices):
-        NODES = "nodes"
-        PODS = "pods"
-
-    # How long one watch request lasts (the server ends it), and how often a healthy watch
-    # writes its stamp at most: a quiet cluster writes one row per half minute, not one per
-    # bookmark.
-    WATCH_TIMEOUT_SECONDS = 120
-    STAMP_EVERY_SECONDS = 30
-
-    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="kube_watches")
-    kind = models.CharField(max_length=8, choices=Kind)
-    watched_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["cluster", "kind"], name="kube_watch_unique_per_kind")
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.cluster.name}/{self.kind}"
-
-    @classmethod
-    def fresh_after(cls, now: datetime) -> datetime:
-        """A stamp at or after this is fresh: its watch is running and healthy."""
-        return now - timedelta(seconds=2 * cls.WATCH_TIMEOUT_SECONDS)
 
 
 class VmRemovalRequest(models.Model):

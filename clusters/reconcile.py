@@ -598,7 +598,7 @@ def _vm_start(ctx: PassContext, machine: Machine, step: Step) -> None:
 
 
 def _running_set(machine: Machine) -> None:
-    # Its node has NODE_JOIN_TIMEOUT_SECONDS from now to join (clusters.nodes).
+    # Its node has NODE_JOIN_TIMEOUT_SECONDS from now to join (kube.nodes).
     _machine_update(
         machine,
         {

@@ -36,15 +36,7 @@ from capvco_web.rows import model_update
 from capvco_web.tasks import send_by_name_on_commit
 from capvco_web.validators import kubeconfig_checked
 from cloud.models import Account, Location, Membership, VirtualMachine
-from clusters.models import (
-    Cluster,
-    ClusterSite,
-    KubeNode,
-    KubePod,
-    Machine,
-    MachinePool,
-    replicas_bound,
-)
+from clusters.models import Cluster, ClusterSite, Machine, MachinePool, replicas_bound
 from gpus import naming
 from gpus.models import VgpuReservation
 
@@ -597,7 +589,8 @@ def cluster_kubeconfig_set(
 
     The audit record names the API server before and after, never the credential. A new
     kubeconfig may reach another cluster: what was mirrored is compared afresh. Without
-    one, nothing is observed, so the mirror and the flags it raised are dropped.
+    one, nothing is observed: the next Kubernetes observe tick (kube.tasks) drops the
+    mirror and the flags it raised.
     """
     permission_require(actor, "clusters.change_cluster", cluster)
     kubeconfig = kubeconfig.strip()
@@ -609,15 +602,6 @@ def cluster_kubeconfig_set(
         Cluster.objects.filter(pk=cluster.pk).update(
             kubeconfig=kubeconfig, kube_nodes_resource_version="", kube_pods_resource_version=""
         )
-        if not kubeconfig:
-            KubeNode.objects.filter(cluster=cluster).delete()
-            KubePod.objects.filter(cluster=cluster).delete()
-            Machine.objects.filter(pool__cluster=cluster).update(
-                node_missing=False, node_missing_reason=""
-            )
-            Cluster.objects.filter(pk=cluster.pk).update(
-                kube_observation_complete=False, kube_observation_error=""
-            )
         audit_record(
             actor=actor,
             action="cluster.kubeconfig_set" if kubeconfig else "cluster.kubeconfig_remove",
@@ -767,7 +751,7 @@ def cluster_gpu_addon_set(
     *, cluster: Cluster, enabled: bool, actor: Actor, reason: str = ""
 ) -> Cluster:
     """Turn the cluster's GPU add-on on or off: the next observe pass applies the NVIDIA
-    device plugin to its Kubernetes, or removes ours (clusters.gpu_addon). Audited; an
+    device plugin to its Kubernetes, or removes ours (kube.gpu_addon). Audited; an
     imported cluster's follows its Cluster API label instead."""
     with transaction.atomic():
         cluster = Cluster.objects.select_for_update().get(pk=cluster.pk)

@@ -27,10 +27,8 @@ from django.db.models import (
 from django.db.models.functions import Coalesce
 
 from cloud.models import Location, VirtualMachine
-from clusters.models import Cluster, KubeNode, KubePod, Machine, MachinePool
-from clusters.nodes import CONTROL_PLANE_LABELS
+from clusters.models import Cluster, Machine, MachinePool
 from clusters.orphans import vms_not_ours
-from clusters.selectors import ACTIVE_POD_PHASES
 from gpus import naming
 from gpus.models import (
     BILLED_STATES,
@@ -42,6 +40,9 @@ from gpus.models import (
     hours_between,
 )
 from gpus.resolve import GpuUnavailable, gpu_profile_resolve, gpu_type_of, matching_cards, offers
+from kube.models import KubeNode, KubePod
+from kube.nodes import CONTROL_PLANE_LABELS
+from kube.selectors import ACTIVE_POD_PHASES
 
 State = VgpuReservation.State
 HOUR = Decimal(3600)
@@ -362,7 +363,7 @@ PODS_SHOWN_PER_NODE = 8
 
 @dataclass
 class NodeRow:
-    """A node (with `gpu_requested`, see `clusters.selectors.kube_nodes_with_requests`) and
+    """A node (with `gpu_requested`, see `kube.selectors.kube_nodes_with_requests`) and
     the pods that hold or wait for its GPUs, the first few of them."""
 
     node: KubeNode

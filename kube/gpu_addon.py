@@ -3,13 +3,13 @@
 On (`Cluster.gpu_addon`), the workload cluster gets one DaemonSet,
 `kube-system/capvco-nvidia-device-plugin`, made here: the image
 `GPU_DEVICE_PLUGIN_IMAGE` (pinned), on the nodes that carry a `capvco.io/gpu-type` label
-(`clusters.gpu_nodes`), tolerating GPU taints. The device plugin makes the node advertise
+(`kube.gpu_nodes`), tolerating GPU taints. The device plugin makes the node advertise
 its GPUs as `nvidia.com/gpu`; it installs no driver: the VM image, or its first boot with
 the pool's `driverVersion` (`clusters.cloud_init`), does.
 
 Idempotent: the DaemonSet carries the hash of the manifest it was made from
 (`capvco.io/manifest-sha256`); observe reads it (one GET) and mirrors that hash on the
-cluster, and the cluster's plan (`clusters.kube_plan`) writes only when it differs from
+cluster, and the cluster's plan (`kube.plan`) writes only when it differs from
 the manifest's (a new image, a DaemonSet someone changed) or ours is missing (created
 again). A replace carries the resourceVersion observe read (optimistic concurrency): when
 the DaemonSet changed since, the API server refuses it (409 Conflict), the step is
@@ -37,8 +37,8 @@ from capvco_web.audit import SystemActor, audit_record
 from capvco_web.counters import count
 from capvco_web.integrations import kube
 from capvco_web.rows import model_update
-from clusters.gpu_nodes import GPU_TYPE_LABEL
 from clusters.models import Cluster
+from kube.gpu_nodes import GPU_TYPE_LABEL
 
 if TYPE_CHECKING:
     from capvco_web.integrations.kube.client import KubeClient
@@ -52,9 +52,6 @@ MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "capvco-web"
 ACTOR = SystemActor.GPU_ADDON
 DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
-# The label that turns the add-on on for an imported cluster (on its Cluster API Cluster).
-CAPI_GPU_LABEL = "capvco.infrastructure.cluster.x-k8s.io/gpu"
-CAPI_GPU_LABEL_VALUE = "nvidia"
 # The hash mirrored for a DaemonSet of ours that carries none: never the manifest's.
 UNHASHED = "none"
 
@@ -160,7 +157,7 @@ def cluster_gpu_addon_observe(*, client: KubeClient, cluster: Cluster) -> None:
     """Mirror what the cluster holds under the add-on's name (one GET) onto the cluster:
     the hash of ours (`gpu_addon_hash`, empty: none of ours), or why it cannot be judged
     (`gpu_addon_error`: a DaemonSet not ours, or the read failed: `addon_unjudged`). The
-    plan reads only this (`clusters.kube_plan`). A cluster that never had ours and does
+    plan reads only this (`kube.plan`). A cluster that never had ours and does
     not want it costs no call."""
     if not cluster.gpu_addon and not cluster.gpu_addon_hash:
         return

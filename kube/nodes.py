@@ -16,8 +16,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from clusters.models import Cluster, KubeNode, Machine
+from clusters.models import Cluster, Machine
 from gpus import naming
+from kube.models import KubeNode
 
 PROVIDER_ID_PREFIX = "vco://"
 _PROVIDER_ID = re.compile(r"^vco://([^/]+)/([0-9]{1,18})$")

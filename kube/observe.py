@@ -11,7 +11,7 @@ listing whose resourceVersion is the one last mirrored is not compared at all, a
 otherwise a row is written only when a mirrored field differs (a node's heartbeat moves
 its resourceVersion, not what we keep).
 
-A kind whose watch stamp is fresh (clusters.kube_watch: the watch process lists it once
+A kind whose watch stamp is fresh (kube.watch: the watch process lists it once
 and keeps it current from its watch) is not listed here: its rows are the watch's, and
 the flags are raised from them as from a complete listing begun at the stamp. When the
 watch process is not running, its stamps go stale and this pass lists as it always did.
@@ -31,10 +31,11 @@ from django.utils import timezone
 
 from capvco_web.integrations import kube
 from capvco_web.rows import fields_assign
-from clusters.gpu_nodes import node_gpu_flags
-from clusters.models import Cluster, KubeNode, KubePod
-from clusters.nodes import node_owners_flag
-from clusters.selectors import kube_watched
+from clusters.models import Cluster
+from kube.gpu_nodes import node_gpu_flags
+from kube.models import KubeNode, KubePod
+from kube.nodes import node_owners_flag
+from kube.selectors import kube_watched
 
 if TYPE_CHECKING:
     from capvco_web.integrations.kube.client import KubeClient
@@ -65,7 +66,7 @@ class KubeObservationResult:
     """The listings (`nodes`, `pods`) skipped because their resourceVersion was mirrored."""
     nodes_complete: bool = False
     watched: list[str] = field(default_factory=list)
-    """The kinds not listed: the watch process keeps their mirror current (clusters.kube_watch)."""
+    """The kinds not listed: the watch process keeps their mirror current (kube.watch)."""
 
 
 def cluster_kube_observe(*, client: KubeClient, cluster: Cluster) -> KubeObservationResult:

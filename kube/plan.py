@@ -1,5 +1,5 @@
 """What the control plane writes in a workload cluster, as steps of the cluster's plan: the
-GPU labels of its nodes (`clusters.gpu_nodes`) and the GPU add-on (`clusters.gpu_addon`).
+GPU labels of its nodes (`kube.gpu_nodes`) and the GPU add-on (`kube.gpu_addon`).
 
 `kube_plan` reads the database only, what observe mirrored: the nodes' labels from the
 last node listing (only when the cluster's last observation was complete: a partial one
@@ -22,7 +22,10 @@ from django.utils import timezone
 
 from capvco_web.counters import count
 from capvco_web.integrations import kube
-from clusters.gpu_addon import (
+from clusters.models import Cluster
+from clusters.plan import Call
+from gpus.models import VgpuReservation
+from kube.gpu_addon import (
     ADDON_NAME,
     ADDON_NAMESPACE,
     addon_applied_record,
@@ -31,10 +34,8 @@ from clusters.gpu_addon import (
     addon_removed_record,
     addon_unjudged,
 )
-from clusters.gpu_nodes import GPU_COUNT_LABEL, GPU_TYPE_LABEL, attached_gpus, gpus_by
-from clusters.models import Cluster, KubeNode
-from clusters.plan import Call
-from gpus.models import VgpuReservation
+from kube.gpu_nodes import GPU_COUNT_LABEL, GPU_TYPE_LABEL, attached_gpus, gpus_by
+from kube.models import KubeNode
 
 if TYPE_CHECKING:
     from capvco_web.integrations.kube.client import KubeClient

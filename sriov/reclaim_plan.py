@@ -27,8 +27,9 @@ from django.db.models import Exists, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from capvco_web.integrations.whitesky import operations as ops
-from clusters.models import Cluster, KubePod
+from clusters.models import Cluster
 from clusters.plan import Call
+from kube.models import KubePod
 from sriov.models import LeakedNic, PodNic, SriovConfig
 from sriov.placement import FINISHED_PHASES
 

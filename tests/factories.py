@@ -22,8 +22,9 @@ from capvco_web.models import AuditEvent, Heartbeat
 from capvco_web.permissions import ROLE_PERMISSIONS
 from capvco_web.tasks import BEAT
 from cloud.models import Account, Location, Membership, VirtualMachine
-from clusters.models import Cluster, ClusterSite, KubeNode, KubePod, Machine, MachinePool
+from clusters.models import Cluster, ClusterSite, Machine, MachinePool
 from gpus.models import GpuProfile, ListedVgpu, VgpuReservation
+from kube.models import KubeNode, KubePod
 from sriov.models import ExternalNetwork, LeakedNic, PodNic
 
 # The shape of a whitesky JWT; no service sees it.

@@ -1,4 +1,5 @@
-"""The API of accounts, their sites and clusters, on the one router of capvco_web.api_urls."""
+"""The API of accounts, their sites and clusters, on the one router of capvco_web.api_urls.
+The clusters' own route is kube's (kube.api.urls): it lists them with their Kubernetes."""
 
 from clusters.api import views
 
@@ -9,10 +10,7 @@ routes = [
     ("cloudspaces", views.CloudspaceViewSet, None),
     ("images", views.ImageViewSet, None),
     ("vms", views.VirtualMachineViewSet, None),
-    ("clusters", views.ClusterViewSet, None),
     ("sites", views.ClusterSiteViewSet, None),
     ("pools", views.MachinePoolViewSet, None),
     ("machines", views.MachineViewSet, None),
-    ("nodes", views.KubeNodeViewSet, None),
-    ("pods", views.KubePodViewSet, None),
 ]

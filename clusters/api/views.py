@@ -9,7 +9,6 @@ from typing import Any, TypeVar, cast
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import models, transaction
-from django.db.models import QuerySet
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
@@ -37,8 +36,6 @@ from clusters.api.serializers import (
     GpuAddonSerializer,
     ImageSerializer,
     KubeconfigSerializer,
-    KubeNodeSerializer,
-    KubePodSerializer,
     LocationPlanStepSerializer,
     LocationSerializer,
     MachinePoolSerializer,
@@ -53,22 +50,16 @@ from clusters.filtersets import (
     ClusterFilterSet,
     ClusterSiteFilterSet,
     ImageFilterSet,
-    KubeNodeFilterSet,
-    KubePodFilterSet,
     LocationFilterSet,
     MachineFilterSet,
     MachinePoolFilterSet,
     MembershipFilterSet,
     VirtualMachineFilterSet,
 )
-from clusters.models import Cluster, ClusterSite, KubeNode, KubePod, Machine, MachinePool
+from clusters.models import Cluster, ClusterSite, Machine, MachinePool
 from clusters.plan import cluster_plan
 from clusters.releases import location_plan, vm_removal_request
-from clusters.selectors import (
-    clusters_with_kube_summary,
-    kube_nodes_with_requests,
-    machines_with_vgpus,
-)
+from clusters.selectors import machines_with_vgpus
 from clusters.services import (
     account_capi_kubeconfig_set,
     account_create,
@@ -323,9 +314,6 @@ class ClusterViewSet(
         "gpu_addon": "change",
     }
 
-    def get_queryset(self) -> QuerySet[Cluster]:
-        return clusters_with_kube_summary(super().get_queryset())
-
     def perform_create(self, serializer: serializers.BaseSerializer[Cluster]) -> None:
         fields = dict(serializer.validated_data)
         kubeconfig = fields.pop("kubeconfig", "")
@@ -380,7 +368,7 @@ class ClusterViewSet(
     @kubeconfig.mapping.delete
     def kubeconfig_remove(self, request: Request, pk: str | None = None) -> Response:
         """Remove the kubeconfig: nodes and pods are no longer observed, and what was
-        mirrored from them is dropped. Audited."""
+        mirrored from them is dropped by the next observe tick. Audited."""
         reason = _reason(request, DeleteReasonSerializer)
         cluster_kubeconfig_set(
             cluster=self.get_object(), kubeconfig="", actor=request.user, reason=reason
@@ -502,30 +490,3 @@ class MachineViewSet(
         machine = self.get_object()
         machine_force_delete(machine=machine, actor=request.user, **_confirmed(request))
         return Response(status=status.HTTP_204_NO_CONTENT)
-
-
-class KubeNodeViewSet(
-    KnownParametersMixin, AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[KubeNode]
-):
-    """Kubernetes nodes of the clusters with a kubeconfig, as last observed."""
-
-    queryset = KubeNode.objects.select_related("cluster").order_by("cluster__name", "name")
-    serializer_class = KubeNodeSerializer
-    filterset_class = KubeNodeFilterSet
-    pagination_class = CursorPagination  # a big list: keyset pages, in id order
-
-    def get_queryset(self) -> QuerySet[KubeNode]:
-        return kube_nodes_with_requests(super().get_queryset())
-
-
-class KubePodViewSet(
-    KnownParametersMixin, AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[KubePod]
-):
-    """Kubernetes pods of the clusters with a kubeconfig, as last observed."""
-
-    queryset = KubePod.objects.select_related("cluster").order_by(
-        "cluster__name", "namespace", "name"
-    )
-    serializer_class = KubePodSerializer
-    filterset_class = KubePodFilterSet
-    pagination_class = CursorPagination  # a big list: keyset pages, in id order

@@ -24,13 +24,9 @@ from capvco_web.htmx import HtmxHttpRequest
 from capvco_web.keyset import AFTER, BEFORE, LAST, BadCursor, Sort, keyset_page
 from capvco_web.permissions import allowed, visible
 from cloud.models import Cloudspace, Image, VirtualMachine
-from clusters.models import Cluster, ClusterSite, KubeNode, KubePod, Machine, MachinePool
+from clusters.models import Cluster, ClusterSite, Machine, MachinePool
 from clusters.plan import cluster_plan
-from clusters.selectors import (
-    clusters_with_kube_summary,
-    kube_nodes_with_requests,
-    kube_observation_problem,
-)
+from clusters.selectors import kube_observation_problem
 from dashboard.filtersets import ClusterListFilterSet, filled, list_page, unknown_parameters
 from dashboard.forms import NodeFilterForm
 from dashboard.money import cluster_money
@@ -39,6 +35,8 @@ from dashboard.views.common import page_or_fragment
 from dashboard.views.money import cluster_locations
 from dashboard.views.setup import accounts_for_new_clusters
 from gpus.models import BILLED_STATES, GpuProfile, VgpuReservation
+from kube.models import KubeNode, KubePod
+from kube.selectors import clusters_with_kube_summary, kube_nodes_with_requests
 from sriov.models import PodNic, SriovConfig
 
 CLUSTERS_PER_PAGE = 50

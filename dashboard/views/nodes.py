@@ -16,8 +16,7 @@ from capvco_web.keyset import CURSOR_PARAMS, BadCursor, Sort, keyset_page
 from capvco_web.permissions import visible
 from cloud.models import Location
 from clusters.filtersets import MachineFilterSet
-from clusters.models import Cluster, KubeNode, KubePod, Machine
-from clusters.selectors import kube_nodes_with_requests
+from clusters.models import Cluster, Machine
 from dashboard.filtersets import (
     NodeListFilterSet,
     cluster_field,
@@ -29,6 +28,8 @@ from dashboard.filtersets import (
 from dashboard.forms import LocationChoiceField, NodeFilterForm
 from dashboard.selectors import node_rows
 from dashboard.views.common import page_or_fragment
+from kube.models import KubeNode, KubePod
+from kube.selectors import kube_nodes_with_requests
 
 TEMPLATE = "dashboard/nodes.html"
 PAGE_SIZE = 50

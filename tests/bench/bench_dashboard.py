@@ -50,15 +50,9 @@ from django.utils import timezone  # noqa: E402
 
 from capvco_web.models import AuditEvent  # noqa: E402
 from cloud.models import Account, Location, Membership, VirtualMachine  # noqa: E402
-from clusters.models import (  # noqa: E402
-    Cluster,
-    ClusterSite,
-    KubeNode,
-    KubePod,
-    Machine,
-    MachinePool,
-)
+from clusters.models import Cluster, ClusterSite, Machine, MachinePool  # noqa: E402
 from gpus.models import GpuProfile, ListedVgpu, VgpuReservation  # noqa: E402
+from kube.models import KubeNode, KubePod  # noqa: E402
 
 LOCATIONS = 10
 CLUSTERS = 50

@@ -50,19 +50,12 @@ from django.test.utils import setup_test_environment, teardown_test_environment 
 from django.utils import timezone  # noqa: E402
 
 from cloud.models import Account, Location  # noqa: E402
-from clusters.kube import kube_client  # noqa: E402
-from clusters.kube_observe import cluster_kube_observe  # noqa: E402
-from clusters.models import (  # noqa: E402
-    MAX_REPLICAS,
-    Cluster,
-    ClusterSite,
-    KubeNode,
-    KubePod,
-    Machine,
-    MachinePool,
-)
-from clusters.nodes import provider_id  # noqa: E402
+from clusters.models import MAX_REPLICAS, Cluster, ClusterSite, Machine, MachinePool  # noqa: E402
 from gpus import naming  # noqa: E402
+from kube.client import kube_client  # noqa: E402
+from kube.models import KubeNode, KubePod  # noqa: E402
+from kube.nodes import provider_id  # noqa: E402
+from kube.observe import cluster_kube_observe  # noqa: E402
 from tests.kube_sim import KubeSimulator, node_object, pod_object  # noqa: E402
 
 LOCATION = "bench-dc01-001"

@@ -59,8 +59,9 @@ from billing.models import (  # noqa: E402
     Step,
 )
 from billing.rollups import day_of, hour_of, rollups_take  # noqa: E402
-from clusters.models import Cluster, KubeNode, KubePod, Machine  # noqa: E402
+from clusters.models import Cluster, Machine  # noqa: E402
 from gpus.models import VgpuReservation  # noqa: E402
+from kube.models import KubeNode, KubePod  # noqa: E402
 from tests.bench.bench_dashboard import seed  # noqa: E402
 from tests.bench.support import (  # noqa: E402
     is_sql_write,

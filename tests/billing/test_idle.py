@@ -16,7 +16,8 @@ from rest_framework.test import APIClient
 from billing.idle import idle_record
 from billing.models import CostRollup, IdleSpell, Leak, Rollup
 from billing.tasks import billing_pass, leak_ledger_pass
-from clusters.models import Cluster, KubePod
+from clusters.models import Cluster
+from kube.models import KubePod
 from tests.clusters.test_costs import World, world_make
 from tests.factories import KubePodFactory, LocationFactory, MembershipFactory
 

@@ -16,8 +16,9 @@ from django.test import Client
 from django.utils import timezone
 
 from cloud.models import Location
-from clusters.models import Cluster, KubeNode, KubePod, Machine, MachinePool
+from clusters.models import Cluster, Machine, MachinePool
 from gpus.models import GpuProfile, VgpuReservation
+from kube.models import KubeNode, KubePod
 from tests.factories import (
     AccountFactory,
     ClusterFactory,

@@ -13,7 +13,8 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from clusters.models import Cluster, KubeNode, Machine
+from clusters.models import Cluster, Machine
+from kube.models import KubeNode
 from tests.dashboard.conftest import Kube, World
 from tests.factories import (
     AccountFactory,

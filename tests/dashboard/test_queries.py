@@ -22,9 +22,10 @@ from billing.models import IdleSpell
 from capvco_web.auth import SESSION_ACTIVITY_KEY
 from capvco_web.models import AuditEvent
 from cloud.models import Account
-from clusters.kube_plan import NODE_LABELS
-from clusters.models import KubeNode, KubePod, Machine
+from clusters.models import Machine
 from gpus.models import ListedVgpu, VgpuReservation
+from kube.models import KubeNode, KubePod
+from kube.plan import NODE_LABELS
 from sriov.models import GonePod, LeakedNic, PodNic, SriovConfig
 from sriov.reclaim_plan import LEAKED_NIC_DETACH, POD_NIC_DETACH
 from tests.dashboard.conftest import Kube, World

@@ -14,7 +14,8 @@ from django.utils import timezone
 from playwright.sync_api import Page, expect
 
 from cloud.models import Account
-from clusters.models import Cluster, KubePod
+from clusters.models import Cluster
+from kube.models import KubePod
 from tests.e2e.test_dashboard_browser import PASSWORD, log_in
 from tests.factories import (
     ClusterFactory,

@@ -6,11 +6,12 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from clusters.kube import kube_client
-from clusters.kube_observe import cluster_kube_observe
-from clusters.models import Cluster, KubeNode, Machine
-from clusters.nodes import provider_id
-from clusters.tasks import observe_all
+from clusters.models import Cluster, Machine
+from kube.client import kube_client
+from kube.models import KubeNode
+from kube.nodes import provider_id
+from kube.observe import cluster_kube_observe
+from kube.tasks import observe_kube_all
 from tests.gpus.conftest import NL, Plane
 from tests.kube_sim import KubeSimulator, node_object
 
@@ -49,7 +50,7 @@ def test_a_started_machine_whose_node_never_joins_is_flagged_until_it_joins(
     assert joined.kube_nodes.get().name == "worker-1"
 
 
-def test_the_observe_tick_observes_each_cluster_kubernetes_too(
+def test_the_kubernetes_observe_tick_observes_each_cluster_with_a_kubeconfig(
     plane: Plane, kube_sim: KubeSimulator, run_tasks: Any
 ) -> None:
     cluster = plane.cluster("prod", sites=(NL,))
@@ -60,7 +61,7 @@ def test_the_observe_tick_observes_each_cluster_kubernetes_too(
     kube_sim.put("prod", node_object("worker-1"))
 
     with run_tasks():
-        observe_all.delay()
+        observe_kube_all.delay()
 
     assert list(KubeNode.objects.values_list("cluster__name", "name")) == [("prod", "worker-1")]
     assert Cluster.objects.get(pk=cluster.pk).kube_observation_complete

@@ -17,20 +17,21 @@ from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from capvco_web.models import AuditEvent
-from clusters.gpu_addon import (
+from clusters.models import Cluster, Machine, MachinePool
+from gpus.models import VgpuReservation
+from kube.client import kube_client
+from kube.gpu_addon import (
     ADDON_NAME,
     ADDON_NAMESPACE,
     HASH_ANNOTATION,
     addon_manifest,
     cluster_gpu_addon_observe,
 )
-from clusters.gpu_nodes import GPU_COUNT_LABEL, GPU_TYPE_LABEL, gpu_label_value
-from clusters.kube import kube_client
-from clusters.kube_observe import cluster_kube_observe
-from clusters.kube_plan import kube_plan, kube_steps_act
-from clusters.models import Cluster, KubeNode, Machine, MachinePool
-from clusters.tasks import observe_cluster_kube
-from gpus.models import VgpuReservation
+from kube.gpu_nodes import GPU_COUNT_LABEL, GPU_TYPE_LABEL, gpu_label_value
+from kube.models import KubeNode
+from kube.observe import cluster_kube_observe
+from kube.plan import kube_plan, kube_steps_act
+from kube.tasks import observe_cluster_kube
 from tests.factories import GpuProfileFactory, VgpuReservationFactory
 from tests.kube_sim import KubeSimulator, SimCluster, node_object
 

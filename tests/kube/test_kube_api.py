@@ -15,11 +15,13 @@ from rest_framework.test import APIClient
 from capvco_web.integrations.kube import KubeconfigInvalid
 from capvco_web.models import AuditEvent
 from cloud.models import Account
-from clusters.kube import kube_client
-from clusters.models import Cluster, ClusterSite, KubeNode, KubePod, Machine, MachinePool
+from clusters.models import Cluster, ClusterSite, Machine, MachinePool
+from kube.client import kube_client
+from kube.models import KubeNode, KubePod
+from kube.tasks import observe_kube_all
 from tests.clusters.test_admin import cluster_page_data
-from tests.clusters.test_kube_reach import TOKEN, kubeconfig
 from tests.factories import KubeNodeFactory, KubePodFactory, MembershipFactory
+from tests.kube.test_kube_reach import TOKEN, kubeconfig
 
 pytestmark = pytest.mark.django_db
 
@@ -112,7 +114,7 @@ def test_replacing_a_kubeconfig_is_audited_and_compares_the_mirror_afresh(
     )
 
 
-def test_removing_the_kubeconfig_drops_the_mirror_and_its_flags(
+def test_removing_the_kubeconfig_drops_the_mirror_and_its_flags_at_the_next_tick(
     api: APIClient, pool: MachinePool
 ) -> None:
     cluster = pool.cluster
@@ -121,9 +123,11 @@ def test_removing_the_kubeconfig_drops_the_mirror_and_its_flags(
     Machine.objects.filter(name="gpu-1").update(node_missing=True, node_missing_reason="x")
 
     response = api.delete(f"/api/v1/clusters/{cluster.pk}/kubeconfig/", {}, format="json")
-
     assert response.status_code == 204
     assert Cluster.objects.get(pk=cluster.pk).kubeconfig == ""
+    observe_kube_all()  # the next tick: the mirror's own writer drops it
+    observe_kube_all()  # and a second one finds nothing more to drop
+
     assert not KubeNode.objects.exists() and not KubePod.objects.exists()
     assert not Machine.objects.filter(node_missing=True).exists()
     assert len(audited("cluster.kubeconfig_remove")) == 1
@@ -189,9 +193,9 @@ def test_mirrored_nodes_cannot_be_changed_in_the_admin(
 ) -> None:
     mirror(pool.cluster)
     node = KubeNode.objects.get()
-    listing = admin_client.get(reverse("admin:clusters_kubenode_changelist"))
+    listing = admin_client.get(reverse("admin:kube_kubenode_changelist"))
     change = admin_client.post(
-        reverse("admin:clusters_kubenode_change", args=[node.pk]), {"name": "renamed"}
+        reverse("admin:kube_kubenode_change", args=[node.pk]), {"name": "renamed"}
     )
 
     assert listing.status_code == 200 and node.name in listing.content.decode()

@@ -13,11 +13,11 @@ from django.test import Client
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
-from clusters.kube import kube_client
-from clusters.kube_observe import cluster_kube_observe
 from clusters.models import Cluster, MachinePool
 from clusters.selectors import kube_observation_failing
-from clusters.tasks import observe_cluster_kube
+from kube.client import kube_client
+from kube.observe import cluster_kube_observe
+from kube.tasks import observe_cluster_kube
 from tests.factories import ClusterFactory
 from tests.gpus.test_metrics import promtool
 from tests.kube_sim import KubeSimulator, node_object

@@ -14,10 +14,12 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from clusters.kube import kube_client
-from clusters.kube_observe import KubeObservationResult, cluster_kube_observe
-from clusters.models import Cluster, KubeNode, KubePod, Machine, MachinePool
-from clusters.tasks import kube_observed_clusters, observe_cluster_kube
+from clusters.models import Cluster, Machine, MachinePool
+from clusters.selectors import kube_observed
+from kube.client import kube_client
+from kube.models import KubeNode, KubePod
+from kube.observe import KubeObservationResult, cluster_kube_observe
+from kube.tasks import observe_cluster_kube
 from tests.kube_sim import KubeSimulator, SimCluster, node_object, pod_object
 
 GPU_0, GPU_1 = "capvco-prod-gpu-0", "capvco-prod-gpu-1"  # the VM names of the pool's machines
@@ -328,14 +330,14 @@ def test_the_task_observes_active_clusters_with_a_kubeconfig_only(
 ) -> None:
     seed(kube_sim)
     other = Cluster.objects.create(name="other", account=pool.cluster.account)
-    assert list(kube_observed_clusters()) == [pool.cluster]
+    assert list(kube_observed()) == [pool.cluster]
 
     observe_cluster_kube(pool.cluster_id)
     observe_cluster_kube(other.pk)  # no kubeconfig: nothing to do
 
     assert KubeNode.objects.filter(cluster=pool.cluster).count() == 2
     Cluster.objects.filter(pk=pool.cluster_id).update(state=Cluster.State.DELETING)
-    assert list(kube_observed_clusters()) == []
+    assert list(kube_observed()) == []
 
 
 def test_the_task_records_a_kubeconfig_that_cannot_be_used(pool: MachinePool) -> None:

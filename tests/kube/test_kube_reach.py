@@ -15,7 +15,7 @@ from rest_framework.test import APIClient
 
 from cloud.models import Account
 from clusters.models import Cluster, ClusterSite
-from clusters.tasks import observe_cluster_kube
+from kube.tasks import observe_cluster_kube
 from tests.factories import MembershipFactory
 from tests.http_stub import HttpStub, Reply
 

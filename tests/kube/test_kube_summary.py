@@ -13,8 +13,10 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from capvco_web.models import AuditEvent
-from clusters.models import Cluster, ClusterSite, KubeNode, KubePod, Machine, MachinePool
-from clusters.selectors import KubeGpus, kube_gpus_by_location_and_type
+from clusters.capacity import KubeGpus
+from clusters.models import Cluster, ClusterSite, Machine, MachinePool
+from kube.models import KubeNode, KubePod
+from kube.selectors import kube_gpus_by_location_and_type
 from tests.factories import (
     ClusterFactory,
     KubeNodeFactory,

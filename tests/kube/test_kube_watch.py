@@ -22,11 +22,12 @@ import pytest
 import yaml
 from django.utils import timezone
 
-from clusters import kube_watch
-from clusters.kube import kube_client
-from clusters.kube_observe import cluster_kube_observe
-from clusters.kube_watch import KubeWatcher, KubeWatchProcess
-from clusters.models import Cluster, KubeNode, KubePod, KubeWatch, MachinePool
+from clusters.models import Cluster, MachinePool
+from kube import watch as kube_watch
+from kube.client import kube_client
+from kube.models import KubeNode, KubePod, KubeWatch
+from kube.observe import cluster_kube_observe
+from kube.watch import KubeWatcher, KubeWatchProcess
 from tests.e2e.processes import ROOT, environment_for_subprocess
 from tests.kube_sim import KubeSimulator, SimCluster, node_object, pod_object
 
@@ -154,7 +155,7 @@ def test_a_410_lists_again_and_ends_consistent(
     watching("pods")
     # Two writes at once where the history keeps one: the watch's resourceVersion is gone.
     kube_sim.configure(watch_history=1)
-    caplog.set_level(logging.INFO, logger="clusters.kube_watch")
+    caplog.set_level(logging.INFO, logger="kube.watch")
 
     kube_sim.put("prod", pod_object("burst-0"), pod_object("burst-1"))
 
@@ -264,7 +265,7 @@ def test_the_process_follows_new_changed_and_removed_clusters_and_logs_a_failure
         failing = process.watchers[(pool.cluster_id, "pods")]
         eventually(lambda: failing.failures >= 3, what="several failures in a row")
         assert failing.backoff() >= 0.4  # doubled per failure
-        warnings = [r.getMessage() for r in caplog.records if r.name == "clusters.kube_watch"]
+        warnings = [r.getMessage() for r in caplog.records if r.name == "kube.watch"]
         assert [m for m in warnings if m.startswith("watch pods of prod")] == [
             "watch pods of prod: list pods: HTTP 401: Unauthorized"
         ]

@@ -24,14 +24,15 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from cloud.models import Account
-from clusters.gpu_addon import HASH_ANNOTATION, MANAGED_BY_LABEL, addon_manifest
-from clusters.gpu_nodes import GPU_COUNT_LABEL, GPU_TYPE_LABEL, gpu_label_value
-from clusters.kube import kube_client
-from clusters.kube_observe import cluster_kube_observe
-from clusters.models import Cluster, KubePod
+from clusters.models import Cluster
 from clusters.plan import KINDS
-from clusters.tasks import observe_cluster_kube
 from gpus.resolve import gpu_type_of
+from kube.client import kube_client
+from kube.gpu_addon import HASH_ANNOTATION, MANAGED_BY_LABEL, addon_manifest
+from kube.gpu_nodes import GPU_COUNT_LABEL, GPU_TYPE_LABEL, gpu_label_value
+from kube.models import KubePod
+from kube.observe import cluster_kube_observe
+from kube.tasks import observe_cluster_kube
 from sriov.agent import Clients
 from sriov.models import GonePod, LeakedNic, PodNic
 from sriov.reclaim import ReclaimResult, cluster_nics_reclaim, nic_steps_act

@@ -1,0 +1,74 @@
+"""A database from before the kube app: its Kubernetes mirror, and what roles were granted
+on it, come out as kube's, the same rows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Group, Permission
+from django.contrib.contenttypes.models import ContentType
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
+
+from kube.models import KubeNode, KubePod
+from tests.factories import ClusterFactory, UserFactory
+
+CLUSTERS_BEFORE = ("clusters", "0023_machine_capacity_wait_and_stuck")
+BEFORE: list[tuple[str, str | None]] = [CLUSTERS_BEFORE, ("kube", None)]
+
+
+def _migrate_back() -> Any:
+    """The database as it was before the kube app; the models of then."""
+    MigrationExecutor(connection).migrate(BEFORE)
+    return MigrationExecutor(connection).loader.project_state([CLUSTERS_BEFORE]).apps
+
+
+def _migrate_forward() -> None:
+    executor = MigrationExecutor(connection)
+    executor.migrate(executor.loader.graph.leaf_nodes())
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_mirror_and_the_permissions_granted_on_it_move_to_kube() -> None:
+    cluster = ClusterFactory(name="prod")
+    old = _migrate_back()
+    node = old.get_model("clusters", "KubeNode").objects.create(
+        cluster_id=cluster.pk, name="node-0", uid="u-0", first_seen_at="2026-01-01T00:00Z",
+        updated_at="2026-01-01T00:00Z",
+    )  # fmt: skip
+    old.get_model("clusters", "KubePod").objects.create(
+        cluster_id=cluster.pk, uid="p-0", namespace="ml", name="train", node_name="node-0",
+        phase="Running", gpu_requests=1, first_seen_at="2026-01-01T00:00Z",
+        updated_at="2026-01-01T00:00Z",
+    )  # fmt: skip
+    # A role granted the view of nodes while they were clusters'.
+    granted = Permission.objects.get(content_type__app_label="clusters", codename="view_kubenode")
+    role = Group.objects.create(name="node-readers")
+    role.permissions.add(granted)
+    user = UserFactory()
+    user.groups.add(role)
+
+    _migrate_forward()
+
+    assert KubeNode.objects.get().pk == node.pk
+    assert list(KubePod.objects.values_list("cluster__name", "namespace", "name")) == [
+        ("prod", "ml", "train")
+    ]
+    assert Permission.objects.get(pk=granted.pk).content_type.app_label == "kube"
+    assert set(role.permissions.values_list("content_type__app_label", "codename")) == {
+        ("kube", "view_kubenode")
+    }
+    assert UserFactory._meta.model.objects.get(pk=user.pk).has_perm("kube.view_kubenode")
+    assert not ContentType.objects.filter(app_label="clusters", model__startswith="kube").exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_move_is_undone_by_migrating_back() -> None:
+    _migrate_back()
+
+    moved_back = ContentType.objects.filter(app_label="clusters", model="kubenode")
+    assert moved_back.exists()
+    assert not ContentType.objects.filter(app_label="kube").exists()
+    _migrate_forward()
+    assert ContentType.objects.filter(app_label="kube", model="kubenode").exists()
