@@ -675,10 +675,11 @@ class MachinePoolAdmin(DeleteThroughServiceAdmin[MachinePool]):
 @admin.register(Machine)
 class MachineAdmin(AccountScopedAdmin[Machine]):
     list_display = [
-        "__str__", "pool", "phase", "vm_id", "node_missing", "delete_requested", "updated_at",
+        "__str__", "pool", "phase", "vm_id", "node_state__missing", "delete_requested",
+        "updated_at",
     ]  # fmt: skip
-    list_filter = ["phase", "node_missing", "pool__cluster"]
-    list_select_related = ["pool__cluster"]
+    list_filter = ["phase", "node_state__missing", "pool__cluster"]
+    list_select_related = ["pool__cluster", "node_state"]
     actions = ["delete_selected_machines", "force_delete_selected"]
 
     # Machines are made and removed by the reconciler from the pool's replicas.

@@ -605,15 +605,6 @@ class Machine(models.Model):
     vm_started_at = models.DateTimeField(
         null=True, blank=True, help_text="When its VM was last started (running since)"
     )
-    node_joined_at = models.DateTimeField(
-        null=True, blank=True, help_text="When a listing first showed its Kubernetes node"
-    )
-    node_missing = models.BooleanField(
-        default=False,
-        help_text="No node of the cluster is this machine's, NODE_JOIN_TIMEOUT_SECONDS after "
-        "its VM started (from a complete node listing).",
-    )
-    node_missing_reason = models.CharField(max_length=300, blank=True)
     phase = models.CharField(max_length=16, choices=Phase, default=Phase.PENDING)
     failure_message = models.TextField(blank=True)
     delete_requested = models.BooleanField(default=False)
@@ -655,10 +646,6 @@ class Machine(models.Model):
             models.UniqueConstraint(fields=["pool", "index"], name="machine_index_unique_per_pool"),
         ]
         indexes = [
-            # The few flagged machines of a cluster, counted on every cluster list.
-            models.Index(
-                fields=["pool"], name="machine_node_missing", condition=Q(node_missing=True)
-            ),
             # The few stuck machines, read by every notify pass and /metrics scrape.
             models.Index(
                 fields=["pool"],

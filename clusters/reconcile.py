@@ -636,10 +636,7 @@ def machine_vm_replace(ctx: PassContext, machine: Machine, step: Step) -> None:
             "vm_created_at": None,
             "vm_started_at": None,
             "phase": Phase.PENDING,
-            # The new VM's node joins anew.
-            "node_joined_at": None,
-            "node_missing": False,
-            "node_missing_reason": "",
+            # The new VM's node joins anew: the observer's flags are of the old VM's id.
         },
     )
     for row in VgpuReservation.objects.filter(machine=machine, vm_id=old_vm):

@@ -337,7 +337,7 @@ def kube_flags(*, nodes: QuerySet[KubeNode], machines: QuerySet[Machine]) -> Kub
         unowned=Count("pk", filter=Q(unowned_since__isnull=False)),
     )
     return KubeFlags(
-        machines_node_missing=machines.filter(node_missing=True).count(),
+        machines_node_missing=machines.filter(node_state__missing=True).count(),
         nodes_gpus_missing=counts["gpus_missing"],
         nodes_unowned=counts["unowned"],
     )

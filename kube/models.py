@@ -167,3 +167,39 @@ class KubeWatch(models.Model):
     def fresh_after(cls, now: datetime) -> datetime:
         """A stamp at or after this is fresh: its watch is running and healthy."""
         return now - timedelta(seconds=2 * cls.WATCH_TIMEOUT_SECONDS)
+
+
+class MachineNode(models.Model):
+    """Whether a machine's VM became a node of its cluster, as node listings show it
+    (kube.nodes). Written only by the Kubernetes observer, beside the machine rather than
+    on it: act's compare-and-set token on the machine (`Machine.updated_at`) moves only
+    with act's own writes. No row: its node was never seen and it is not flagged."""
+
+    machine = models.OneToOneField(
+        Machine, on_delete=models.CASCADE, primary_key=True, related_name="node_state"
+    )
+    vm_id = models.BigIntegerField(
+        null=True,
+        blank=True,
+        help_text="The VM these are about: a machine given a new VM joins anew.",
+    )
+    joined_at = models.DateTimeField(
+        null=True, blank=True, help_text="When a listing first showed its Kubernetes node"
+    )
+    missing = models.BooleanField(
+        default=False,
+        help_text="No node of the cluster is this machine's, NODE_JOIN_TIMEOUT_SECONDS after "
+        "its VM started (from a complete node listing).",
+    )
+    missing_reason = models.CharField(max_length=300, blank=True)
+
+    class Meta:
+        indexes = [
+            # The few flagged machines of a cluster, counted on every cluster list.
+            models.Index(
+                fields=["machine"], name="kube_machine_node_missing", condition=Q(missing=True)
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return str(self.machine)

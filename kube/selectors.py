@@ -12,8 +12,8 @@ from django.db.models.functions import Coalesce
 
 from capvco_web.integrations.kube import GPU_TYPE_LABEL
 from clusters.capacity import KubeGpus
-from clusters.models import Cluster, Machine
-from kube.models import KubeNode, KubePod, KubeWatch
+from clusters.models import Cluster
+from kube.models import KubeNode, KubePod, KubeWatch, MachineNode
 
 # Pods that hold (or wait for) what they request; finished ones hold nothing.
 ACTIVE_POD_PHASES = (KubePod.Phase.PENDING, KubePod.Phase.RUNNING)
@@ -35,7 +35,7 @@ def clusters_with_kube_summary(queryset: QuerySet[Cluster]) -> QuerySet[Cluster]
     pods = KubePod.objects.filter(
         cluster=OuterRef("pk"), phase__in=ACTIVE_POD_PHASES, gpu_requests__gt=0
     )
-    missing = Machine.objects.filter(pool__cluster=OuterRef("pk"), node_missing=True)
+    missing = MachineNode.objects.filter(machine__pool__cluster=OuterRef("pk"), missing=True)
     return queryset.annotate(
         summary_nodes=_per_cluster(nodes, Count("pk")),
         summary_nodes_ready=_per_cluster(nodes.filter(ready=True), Count("pk")),
@@ -48,7 +48,7 @@ def clusters_with_kube_summary(queryset: QuerySet[Cluster]) -> QuerySet[Cluster]
         summary_machines_node_missing=Coalesce(
             Subquery(
                 missing.order_by()
-                .values("pool__cluster")
+                .values("machine__pool__cluster")
                 .annotate(figure=Count("pk"))
                 .values("figure"),
                 output_field=IntegerField(),

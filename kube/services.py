@@ -6,8 +6,8 @@ from __future__ import annotations
 from django.db import transaction
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
-from clusters.models import Cluster, Machine
-from kube.models import KubeNode, KubePod, KubeWatch
+from clusters.models import Cluster
+from kube.models import KubeNode, KubePod, KubeWatch, MachineNode
 
 
 def kube_unobserved_with_mirror() -> QuerySet[Cluster]:
@@ -16,6 +16,7 @@ def kube_unobserved_with_mirror() -> QuerySet[Cluster]:
     held = (
         Exists(KubeNode.objects.filter(cluster=OuterRef("pk")))
         | Exists(KubePod.objects.filter(cluster=OuterRef("pk")))
+        | Exists(MachineNode.objects.filter(machine__pool__cluster=OuterRef("pk")))
         | Q(kube_observation_started_at__isnull=False)
         | ~Q(kube_observation_error="")
     )
@@ -29,9 +30,7 @@ def cluster_mirror_forget(*, cluster: Cluster) -> None:
         KubeNode.objects.filter(cluster=cluster).delete()
         KubePod.objects.filter(cluster=cluster).delete()
         KubeWatch.objects.filter(cluster=cluster).delete()
-        Machine.objects.filter(pool__cluster=cluster).update(
-            node_missing=False, node_missing_reason=""
-        )
+        MachineNode.objects.filter(machine__pool__cluster=cluster).delete()
         Cluster.objects.filter(pk=cluster.pk).update(
             kube_observation_complete=False,
             kube_observation_error="",

@@ -24,7 +24,7 @@ from capvco_web.tasks import BEAT
 from cloud.models import Account, Location, Membership, VirtualMachine
 from clusters.models import Cluster, ClusterSite, Machine, MachinePool
 from gpus.models import GpuProfile, ListedVgpu, VgpuReservation
-from kube.models import KubeNode, KubePod
+from kube.models import KubeNode, KubePod, MachineNode
 from sriov.models import ExternalNetwork, LeakedNic, PodNic
 
 # The shape of a whitesky JWT; no service sees it.
@@ -258,6 +258,17 @@ class KubeNodeFactory(DjangoModelFactory):
     kubelet_version = "v1.33.1"
     first_seen_at = factory.LazyFunction(timezone.now)
     updated_at = factory.LazyFunction(timezone.now)
+
+
+class MachineNodeFactory(DjangoModelFactory):
+    """A machine flagged by the Kubernetes observer: its node is missing."""
+
+    class Meta:
+        model = MachineNode
+
+    machine = factory.SubFactory(MachineFactory)
+    vm_id = factory.LazyAttribute(lambda row: row.machine.vm_id)
+    missing = True
 
 
 class KubePodFactory(DjangoModelFactory):

@@ -374,6 +374,20 @@ class MachineSerializer(serializers.ModelSerializer[Machine]):
         help_text='How its pool differs now ("vcpus 4 -> 8"): a machine with changes is '
         "replaced, one machine of the pool at a time",
     )
+    # Its node, as the Kubernetes observer flags it (kube's MachineNode beside the machine).
+    node_joined_at = serializers.DateTimeField(
+        source="node_state.joined_at",
+        read_only=True,
+        allow_null=True,
+        help_text="When a listing first showed its Kubernetes node",
+    )
+    node_missing = serializers.BooleanField(
+        source="node_state.missing",
+        read_only=True,
+        help_text="No node of the cluster is this machine's, NODE_JOIN_TIMEOUT_SECONDS after "
+        "its VM started (from a complete node listing).",
+    )
+    node_missing_reason = serializers.CharField(source="node_state.missing_reason", read_only=True)
 
     class Meta:
         model = Machine
@@ -389,6 +403,9 @@ class MachineSerializer(serializers.ModelSerializer[Machine]):
     def to_representation(self, instance: Machine) -> dict[str, Any]:
         data: dict[str, Any] = super().to_representation(instance)
         data["spec"] = data["spec"] if instance.spec else None
+        # No node flags yet: never seen, not flagged.
+        data["node_missing"] = bool(data["node_missing"])
+        data["node_missing_reason"] = data["node_missing_reason"] or ""
         return data
 
     @extend_schema_field(MachineVgpuSerializer(many=True))

@@ -466,7 +466,7 @@ class MachineViewSet(
     viewsets.ReadOnlyModelViewSet[Machine],
 ):
     queryset = machines_with_vgpus(
-        Machine.objects.select_related("pool__cluster").order_by("pool", "index")
+        Machine.objects.select_related("pool__cluster", "node_state").order_by("pool", "index")
     )
     serializer_class = MachineSerializer
     filterset_class = MachineFilterSet

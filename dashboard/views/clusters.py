@@ -187,7 +187,7 @@ def cluster_body(request: HtmxHttpRequest, cluster: Cluster, params: QueryDict) 
         "pool__name", "index"
     )
     phases = {p: n for p in Phase.values if (n := getattr(cluster, f"{PHASE_IN}{p}"))}
-    paginator = Paginator(machines.select_related("pool"), MACHINES_PER_PAGE)
+    paginator = Paginator(machines.select_related("pool", "node_state"), MACHINES_PER_PAGE)
     paginator.count = sum(phases.values())  # known from the phases: no count query
     page = paginator.get_page(params.get("page"))
     on_page = list(page)

@@ -56,8 +56,8 @@ def _machines_without_node(request: HtmxHttpRequest, params: QueryDict) -> Query
     cluster, pool, location, account: the same names on both)."""
     machines = visible(
         request.user,
-        Machine.objects.filter(node_missing=True).select_related(
-            "pool__cluster", "pool__site__location"
+        Machine.objects.filter(node_state__missing=True).select_related(
+            "pool__cluster", "pool__site__location", "node_state"
         ),
     )
     shared = set(MachineFilterSet.base_filters) & set(NodeListFilterSet.base_filters)

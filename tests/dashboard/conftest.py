@@ -28,6 +28,7 @@ from tests.factories import (
     KubePodFactory,
     LocationFactory,
     MachineFactory,
+    MachineNodeFactory,
     MachinePoolFactory,
     MembershipFactory,
     VgpuReservationFactory,
@@ -202,8 +203,10 @@ def kube(world: World) -> Kube:
         index=0,
         phase=Machine.Phase.RUNNING,
         vm_id=7100,
-        node_missing=True,
-        node_missing_reason="Never joined: no node named capvco-prod-edge-0, 15 minutes after "
+    )
+    MachineNodeFactory(
+        machine=never_joined,
+        missing_reason="Never joined: no node named capvco-prod-edge-0, 15 minutes after "
         "its VM started.",
     )
     world.cluster.refresh_from_db()

@@ -24,6 +24,7 @@ from tests.factories import (
     KubePodFactory,
     LocationFactory,
     MachineFactory,
+    MachineNodeFactory,
     MachinePoolFactory,
     MembershipFactory,
 )
@@ -224,11 +225,12 @@ def test_the_node_list_by_a_cluster_name_that_two_accounts_use_lists_both(
 ) -> None:
     twin = ClusterFactory(account=AccountFactory(name="other-account"), name="prod")
     KubeNodeFactory(cluster=twin, name="twin-node")
-    MachineFactory(
-        pool=MachinePoolFactory(site=ClusterSiteFactory(cluster=twin), name="edge"),
-        index=0,
-        name="twin-edge-0",
-        node_missing=True,
+    MachineNodeFactory(
+        machine=MachineFactory(
+            pool=MachinePoolFactory(site=ClusterSiteFactory(cluster=twin), name="edge"),
+            index=0,
+            name="twin-edge-0",
+        )
     )
 
     assert _listed(admin_client, "?cluster__name=prod") == [
@@ -306,7 +308,7 @@ def theirs(world: World) -> Cluster:
         site=ClusterSiteFactory(cluster=cluster, location=location), name="gpu", gpus=True
     )
     machine = MachineFactory(pool=pool, index=0, phase=Machine.Phase.RUNNING, vm_id=9000)
-    MachineFactory(pool=pool, index=1, phase=Machine.Phase.RUNNING, node_missing=True)
+    MachineNodeFactory(machine=MachineFactory(pool=pool, index=1, phase=Machine.Phase.RUNNING))
     node = KubeNodeFactory(
         cluster=cluster,
         name="their-gpu-node",

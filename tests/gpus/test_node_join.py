@@ -8,7 +8,7 @@ from typing import Any
 
 from clusters.models import Cluster, Machine
 from kube.client import kube_client
-from kube.models import KubeNode
+from kube.models import KubeNode, MachineNode
 from kube.nodes import provider_id
 from kube.observe import cluster_kube_observe
 from kube.tasks import observe_kube_all
@@ -29,25 +29,25 @@ def test_a_started_machine_whose_node_never_joins_is_flagged_until_it_joins(
         kubeconfig=kube_sim.cluster("prod").kubeconfig_yaml
     )
 
-    def observe() -> Machine:
+    def observe() -> MachineNode:
         found = Cluster.objects.get(pk=cluster.pk)
         with kube_client(found) as client:
             cluster_kube_observe(client=client, cluster=found)
-        return Machine.objects.get(pk=machine.pk)
+        return MachineNode.objects.filter(machine=machine).first() or MachineNode()
 
-    assert not observe().node_missing  # just started: its node has time to join
+    assert not observe().missing  # just started: its node has time to join
     Machine.objects.filter(pk=machine.pk).update(
         vm_started_at=machine.vm_started_at - timedelta(minutes=16)
     )
-    assert observe().node_missing
+    assert observe().missing
 
     # The cloud provider sets the providerID from the VM's id: that names the machine.
     assert machine.vm_id is not None
     node = node_object("worker-1", provider_id=provider_id(NL, machine.vm_id), gpus=1)
     kube_sim.put("prod", node)
     joined = observe()
-    assert (joined.node_missing, joined.node_missing_reason) == (False, "")
-    assert joined.kube_nodes.get().name == "worker-1"
+    assert (joined.missing, joined.missing_reason) == (False, "")
+    assert machine.kube_nodes.get().name == "worker-1"
 
 
 def test_the_kubernetes_observe_tick_observes_each_cluster_with_a_kubeconfig(

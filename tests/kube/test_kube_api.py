@@ -17,10 +17,15 @@ from capvco_web.models import AuditEvent
 from cloud.models import Account
 from clusters.models import Cluster, ClusterSite, Machine, MachinePool
 from kube.client import kube_client
-from kube.models import KubeNode, KubePod
+from kube.models import KubeNode, KubePod, MachineNode
 from kube.tasks import observe_kube_all
 from tests.clusters.test_admin import cluster_page_data
-from tests.factories import KubeNodeFactory, KubePodFactory, MembershipFactory
+from tests.factories import (
+    KubeNodeFactory,
+    KubePodFactory,
+    MachineNodeFactory,
+    MembershipFactory,
+)
 from tests.kube.test_kube_reach import TOKEN, kubeconfig
 
 pytestmark = pytest.mark.django_db
@@ -120,7 +125,7 @@ def test_removing_the_kubeconfig_drops_the_mirror_and_its_flags_at_the_next_tick
     cluster = pool.cluster
     Cluster.objects.filter(pk=cluster.pk).update(kubeconfig=KUBECONFIG)
     mirror(cluster)
-    Machine.objects.filter(name="gpu-1").update(node_missing=True, node_missing_reason="x")
+    MachineNodeFactory(machine=Machine.objects.get(name="gpu-1"), missing_reason="x")
 
     response = api.delete(f"/api/v1/clusters/{cluster.pk}/kubeconfig/", {}, format="json")
     assert response.status_code == 204
@@ -129,7 +134,7 @@ def test_removing_the_kubeconfig_drops_the_mirror_and_its_flags_at_the_next_tick
     observe_kube_all()  # and a second one finds nothing more to drop
 
     assert not KubeNode.objects.exists() and not KubePod.objects.exists()
-    assert not Machine.objects.filter(node_missing=True).exists()
+    assert not MachineNode.objects.exists()
     assert len(audited("cluster.kubeconfig_remove")) == 1
 
 
@@ -155,12 +160,17 @@ def test_nodes_and_pods_are_read_only_and_filtered_by_cluster(
 
 
 def test_machines_show_whether_their_node_is_missing(api: APIClient, pool: MachinePool) -> None:
-    Machine.objects.filter(name="gpu-1").update(node_missing=True, node_missing_reason="Never")
+    MachineNodeFactory(machine=Machine.objects.get(name="gpu-1"), missing_reason="Never")
 
     machines = {m["name"]: m for m in api.get("/api/v1/machines/").json()["results"]}
 
     assert (machines["gpu-1"]["node_missing"], machines["gpu-1"]["node_missing_reason"]) == (
         True, "Never",
+    )  # fmt: skip
+    # Never seen by the observer: not flagged, as before the flags had their own row.
+    never = machines["gpu-0"]
+    assert (never["node_missing"], never["node_missing_reason"], never["node_joined_at"]) == (
+        False, "", None,
     )  # fmt: skip
 
 

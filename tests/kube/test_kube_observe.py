@@ -17,7 +17,7 @@ from django.utils import timezone
 from clusters.models import Cluster, Machine, MachinePool
 from clusters.selectors import kube_observed
 from kube.client import kube_client
-from kube.models import KubeNode, KubePod
+from kube.models import KubeNode, KubePod, MachineNode
 from kube.observe import KubeObservationResult, cluster_kube_observe
 from kube.tasks import observe_cluster_kube
 from tests.kube_sim import KubeSimulator, SimCluster, node_object, pod_object
@@ -75,6 +75,12 @@ def sql_writes(queries: CaptureQueriesContext) -> list[str]:
         for q in queries.captured_queries
         if q["sql"].startswith(("INSERT", "UPDATE", "DELETE"))
     ]
+
+
+def node_flags(machine: str) -> MachineNode:
+    """The machine's node flags as the observer left them (unsaved defaults: no row)."""
+    row = MachineNode.objects.filter(machine__name=machine).first()
+    return row or MachineNode(machine=Machine.objects.get(name=machine))
 
 
 def started(machine: str, minutes_ago: float) -> None:
@@ -227,7 +233,7 @@ def test_a_node_listing_that_fails_midway_removes_no_node_and_raises_no_flag(
 
     assert not result.complete
     assert KubeNode.objects.filter(name=GPU_1).exists()
-    assert not Machine.objects.get(name="gpu-1").node_missing
+    assert not node_flags("gpu-1").missing
     assert KubeNode.objects.get(name="a-stray").unowned_since is None
 
 
@@ -249,7 +255,7 @@ def test_nodes_are_matched_to_machines_by_provider_id_else_by_name(
 
     owners = dict(KubeNode.objects.values_list("name", "machine__name"))
     assert owners == {"worker-7": "gpu-1", GPU_0: "gpu-0", "capvco-prod-gpu-9": None}
-    assert Machine.objects.get(name="gpu-0").node_joined_at is not None
+    assert node_flags("gpu-0").joined_at is not None
 
 
 def test_a_machine_whose_node_never_joined_is_flagged_after_the_timeout_and_not_before(
@@ -261,24 +267,24 @@ def test_a_machine_whose_node_never_joined_is_flagged_after_the_timeout_and_not_
     started("gpu-1", minutes_ago=14)
 
     observe()
-    late = Machine.objects.get(name="gpu-1")
-    assert (late.node_missing, late.node_missing_reason) == (False, "")
+    late = node_flags("gpu-1")
+    assert (late.missing, late.missing_reason) == (False, "")
 
     started("gpu-1", minutes_ago=16)
     observe()
-    late.refresh_from_db()
-    assert late.node_missing
-    assert late.node_missing_reason == (
+    late = node_flags("gpu-1")
+    assert late.missing
+    assert late.missing_reason == (
         f"Never joined: no node named {GPU_1} or with providerID vco://nl-1/101, "
         "15 minutes after its VM started."
     )
-    assert not Machine.objects.get(name="gpu-0").node_missing
+    assert not node_flags("gpu-0").missing
 
     kube_sim.put("prod", node_object(GPU_1, provider_id="vco://nl-1/101"))
     observe()
-    late.refresh_from_db()
-    assert (late.node_missing, late.node_missing_reason) == (False, "")
-    assert late.node_joined_at is not None
+    late = node_flags("gpu-1")
+    assert (late.missing, late.missing_reason) == (False, "")
+    assert late.joined_at is not None
 
 
 def test_a_machine_not_running_is_never_flagged(kube_sim: KubeSimulator, observe: Observe) -> None:
@@ -287,7 +293,7 @@ def test_a_machine_not_running_is_never_flagged(kube_sim: KubeSimulator, observe
 
     observe()
 
-    assert not Machine.objects.get(name="gpu-1").node_missing
+    assert not node_flags("gpu-1").missing
 
 
 def test_a_node_that_no_machine_owns_is_flagged_from_a_complete_listing_only(
@@ -348,3 +354,43 @@ def test_the_task_records_a_kubeconfig_that_cannot_be_used(pool: MachinePool) ->
     cluster = Cluster.objects.get(pk=pool.cluster_id)
     assert not cluster.kube_observation_complete
     assert "contexts" in cluster.kube_observation_error
+
+
+def test_flagging_a_node_joined_or_missing_leaves_the_machine_row_to_act(
+    kube_sim: KubeSimulator, observe: Observe, settings: Any
+) -> None:
+    # Act claims a machine by compare-and-set on its row (`updated_at`): the observer writes
+    # its flags beside it, whichever way it writes them, never on it.
+    settings.NODE_JOIN_TIMEOUT_SECONDS = 900
+    kube_sim.put("prod", node_object(GPU_0))
+    started("gpu-0", minutes_ago=60)
+    started("gpu-1", minutes_ago=60)
+    Machine.objects.update(phase=Machine.Phase.RUNNING)
+    before = list(Machine.objects.order_by("pk").values())
+
+    observe()
+
+    assert node_flags("gpu-0").joined_at is not None
+    assert node_flags("gpu-1").missing
+    assert list(Machine.objects.order_by("pk").values()) == before
+
+
+def test_a_machine_given_a_new_vm_joins_anew(
+    kube_sim: KubeSimulator, observe: Observe, settings: Any
+) -> None:
+    settings.NODE_JOIN_TIMEOUT_SECONDS = 900
+    kube_sim.put("prod", node_object(GPU_1, provider_id="vco://nl-1/101"))
+    started("gpu-1", minutes_ago=60)
+    Machine.objects.filter(name="gpu-1").update(phase=Machine.Phase.RUNNING)
+    observe()
+    assert node_flags("gpu-1").joined_at is not None
+
+    # Act replaced its VM (a new id): the node still listed is the old VM's, and the new
+    # VM's has not joined yet.
+    Machine.objects.filter(name="gpu-1").update(vm_id=202)
+    started("gpu-1", minutes_ago=60)
+    observe()
+
+    flags = node_flags("gpu-1")
+    assert (flags.vm_id, flags.joined_at, flags.missing) == (202, None, True)
+    assert flags.missing_reason.startswith("Never joined:")

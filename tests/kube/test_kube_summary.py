@@ -21,6 +21,7 @@ from tests.factories import (
     ClusterFactory,
     KubeNodeFactory,
     KubePodFactory,
+    MachineNodeFactory,
 )
 
 pytestmark = pytest.mark.django_db
@@ -51,7 +52,7 @@ def observed(pool: MachinePool) -> Cluster:
         phase=KubePod.Phase.SUCCEEDED,
         gpu_requests=1,
     )
-    Machine.objects.filter(pk=gpu_1.pk).update(node_missing=True)
+    MachineNodeFactory(machine=gpu_1)
     return cluster
 
 

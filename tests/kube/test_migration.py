@@ -1,18 +1,20 @@
-"""A database from before the kube app: its Kubernetes mirror, and what roles were granted
-on it, come out as kube's, the same rows."""
+"""A database from before the kube app: its Kubernetes mirror, what roles were granted on
+it, and the machines' node flags come out as kube's, the same rows and values."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
+import factory
 import pytest
 from django.contrib.auth.models import Group, Permission
 from django.contrib.contenttypes.models import ContentType
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
-from kube.models import KubeNode, KubePod
-from tests.factories import ClusterFactory, UserFactory
+from kube.models import KubeNode, KubePod, MachineNode
+from tests.factories import MachineFactory, MachinePoolFactory, UserFactory
 
 CLUSTERS_BEFORE = ("clusters", "0023_machine_capacity_wait_and_stuck")
 BEFORE: list[tuple[str, str | None]] = [CLUSTERS_BEFORE, ("kube", None)]
@@ -31,8 +33,13 @@ def _migrate_forward() -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_the_mirror_and_the_permissions_granted_on_it_move_to_kube() -> None:
-    cluster = ClusterFactory(name="prod")
+    pool = MachinePoolFactory(site__cluster__name="prod")
+    joined, flagged, _quiet = MachineFactory.create_batch(3, pool=pool, vm_id=factory.Sequence(int))
+    cluster = pool.cluster
     old = _migrate_back()
+    machines = old.get_model("clusters", "Machine").objects
+    machines.filter(pk=joined.pk).update(node_joined_at="2026-01-02T03:04Z")
+    machines.filter(pk=flagged.pk).update(node_missing=True, node_missing_reason="Never joined")
     node = old.get_model("clusters", "KubeNode").objects.create(
         cluster_id=cluster.pk, name="node-0", uid="u-0", first_seen_at="2026-01-01T00:00Z",
         updated_at="2026-01-01T00:00Z",
@@ -55,6 +62,11 @@ def test_the_mirror_and_the_permissions_granted_on_it_move_to_kube() -> None:
     assert list(KubePod.objects.values_list("cluster__name", "namespace", "name")) == [
         ("prod", "ml", "train")
     ]
+    flags = MachineNode.objects.values_list("machine", "vm_id", "joined_at", "missing_reason")
+    assert sorted(flags) == [
+        (joined.pk, joined.vm_id, datetime(2026, 1, 2, 3, 4, tzinfo=UTC), ""),
+        (flagged.pk, flagged.vm_id, None, "Never joined"),
+    ]  # the quiet machine needs no row: never seen, not flagged
     assert Permission.objects.get(pk=granted.pk).content_type.app_label == "kube"
     assert set(role.permissions.values_list("content_type__app_label", "codename")) == {
         ("kube", "view_kubenode")
@@ -69,6 +81,6 @@ def test_the_move_is_undone_by_migrating_back() -> None:
 
     moved_back = ContentType.objects.filter(app_label="clusters", model="kubenode")
     assert moved_back.exists()
-    assert not ContentType.objects.filter(app_label="kube").exists()
+    assert not ContentType.objects.filter(app_label="kube", model__startswith="kube").exists()
     _migrate_forward()
     assert ContentType.objects.filter(app_label="kube", model="kubenode").exists()
