@@ -26,7 +26,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.actions import delete_selected as django_delete_selected
 from django.contrib.auth.models import AnonymousUser, User
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import ObjectDoesNotExist, PermissionDenied, ValidationError
 from django.db import models, transaction
 from django.db.models import ProtectedError, QuerySet
 from django.forms.formsets import DELETION_FIELD_NAME
@@ -458,6 +458,15 @@ class ClusterForm(forms.ModelForm[Cluster]):
         super()._update_errors(errors)  # type: ignore[misc]
 
 
+def _beside(cluster: Cluster, row: str, name: str) -> object:
+    """A field of a row another app keeps beside the cluster, by its relation's name (None:
+    no row)."""
+    try:
+        return getattr(getattr(cluster, row), name)
+    except ObjectDoesNotExist:
+        return None
+
+
 @admin.register(Cluster)
 class ClusterAdmin(ImportedReadOnlyAdmin[Cluster]):
     form = ClusterForm
@@ -466,6 +475,7 @@ class ClusterAdmin(ImportedReadOnlyAdmin[Cluster]):
         "created_at",
     ]  # fmt: skip
     list_filter = ["state", "account", "gpu_addon"]
+    list_select_related = ["account", "kube_observation"]
     inlines = [ClusterSiteInline, MachinePoolInline]
     actions = ["delete_selected_clusters"]
 
@@ -487,6 +497,32 @@ class ClusterAdmin(ImportedReadOnlyAdmin[Cluster]):
             "gpu_addon_applied_at", "gpu_addon_error", "import_note",
         ]  # fmt: skip
         return ["name", "account", *fixed] if obj else fixed
+
+    # How its Kubernetes and GPU add-on were observed: the kube app's rows beside the
+    # cluster (none yet: not observed, nothing recorded).
+    @admin.display(description="Kube observation complete", boolean=True)
+    def kube_observation_complete(self, cluster: Cluster) -> bool:
+        return bool(_beside(cluster, "kube_observation", "complete"))
+
+    @admin.display(description="Kube observation error")
+    def kube_observation_error(self, cluster: Cluster) -> str:
+        return str(_beside(cluster, "kube_observation", "error") or "")
+
+    @admin.display(description="Kube observation started at")
+    def kube_observation_started_at(self, cluster: Cluster) -> object:
+        return _beside(cluster, "kube_observation", "started_at")
+
+    @admin.display(description="Kube last complete observation at")
+    def kube_last_complete_observation_at(self, cluster: Cluster) -> object:
+        return _beside(cluster, "kube_observation", "last_complete_at")
+
+    @admin.display(description="GPU add-on applied at")
+    def gpu_addon_applied_at(self, cluster: Cluster) -> object:
+        return _beside(cluster, "gpu_addon_state", "applied_at")
+
+    @admin.display(description="GPU add-on error")
+    def gpu_addon_error(self, cluster: Cluster) -> str:
+        return str(_beside(cluster, "gpu_addon_state", "error") or "")
 
     @admin.display(description="kubeconfig")
     def kubeconfig_status(self, cluster: Cluster) -> str:

@@ -107,40 +107,11 @@ class Cluster(models.Model):
         default=list, blank=True, help_text="While deleting: what still exists."
     )
     created_at = models.DateTimeField(auto_now_add=True)
-    # Kubernetes: the workload cluster's API, and how well its nodes and pods were observed.
+    # Kubernetes: the workload cluster's API (how it was observed: kube.ClusterObservation).
     kubeconfig = EncryptedTextField(
         blank=True,
         help_text="The workload cluster's kubeconfig (its current context is used); stored "
         "encrypted, never shown. Empty: its nodes and pods are not observed.",
-    )
-    kube_observation_complete = models.BooleanField(
-        default=False,
-        editable=False,
-        help_text="Whether the last observation listed every node and pod. Nothing is "
-        "judged gone, and no node or machine is flagged, from a partial one.",
-    )
-    kube_observation_error = models.TextField(blank=True, editable=False)
-    kube_observation_started_at = models.DateTimeField(
-        null=True,
-        blank=True,
-        editable=False,
-        help_text="When the listings of the last observation began.",
-    )
-    kube_last_complete_observation_at = models.DateTimeField(
-        null=True,
-        blank=True,
-        editable=False,
-        help_text="When the listings of the last complete one began.",
-    )
-    kube_nodes_resource_version = models.CharField(
-        max_length=64,
-        blank=True,
-        editable=False,
-        help_text="The resourceVersion of the last complete node listing mirrored: a listing "
-        "with the same one changed nothing.",
-    )
-    kube_pods_resource_version = models.CharField(
-        max_length=64, blank=True, editable=False, help_text="The same, for pods."
     )
     # The GPU add-on: the NVIDIA device plugin, applied to the workload cluster.
     gpu_addon = models.BooleanField(
@@ -151,27 +122,6 @@ class Cluster(models.Model):
         "Needs a kubeconfig. Imported clusters: their Cluster API label "
         "capvco.infrastructure.cluster.x-k8s.io/gpu: nvidia decides.",
     )
-    gpu_addon_hash = models.CharField(
-        max_length=64,
-        blank=True,
-        editable=False,
-        help_text="The hash of the add-on's manifest as last applied; empty: none of ours "
-        "is known to be in the cluster.",
-    )
-    gpu_addon_applied_at = models.DateTimeField(
-        null=True,
-        blank=True,
-        editable=False,
-        help_text="Since when the add-on, as it is now, is in the cluster.",
-    )
-    gpu_addon_resource_version = models.CharField(
-        max_length=64,
-        blank=True,
-        editable=False,
-        help_text="The resourceVersion of our add-on's DaemonSet as last read or written: "
-        "a replace names it, so that one made from a stale read is refused (409).",
-    )
-    gpu_addon_error = models.TextField(blank=True, editable=False)
     imported_from = models.CharField(
         max_length=300,
         blank=True,

@@ -588,7 +588,8 @@ def cluster_kubeconfig_set(
     """Store (or, empty, remove) the kubeconfig the cluster's nodes and pods are read with.
 
     The audit record names the API server before and after, never the credential. A new
-    kubeconfig may reach another cluster: what was mirrored is compared afresh. Without
+    kubeconfig may reach another cluster: the observer compares what was mirrored afresh
+    (it knows the kubeconfig its resourceVersions are of). Without
     one, nothing is observed: the next Kubernetes observe tick (kube.tasks) drops the
     mirror and the flags it raised.
     """
@@ -599,9 +600,7 @@ def cluster_kubeconfig_set(
     )
     server_before = _kubeconfig_server(cluster.kubeconfig)
     with transaction.atomic():
-        Cluster.objects.filter(pk=cluster.pk).update(
-            kubeconfig=kubeconfig, kube_nodes_resource_version="", kube_pods_resource_version=""
-        )
+        Cluster.objects.filter(pk=cluster.pk).update(kubeconfig=kubeconfig)
         audit_record(
             actor=actor,
             action="cluster.kubeconfig_set" if kubeconfig else "cluster.kubeconfig_remove",
@@ -611,7 +610,6 @@ def cluster_kubeconfig_set(
             after={"server": server_after},
         )
     cluster.kubeconfig = kubeconfig
-    cluster.kube_nodes_resource_version = cluster.kube_pods_resource_version = ""
 
 
 def _insecure_tls_allowed(account_id: int) -> bool:

@@ -42,7 +42,7 @@ from gpus.models import (
 from gpus.resolve import GpuUnavailable, gpu_profile_resolve, gpu_type_of, matching_cards, offers
 from kube.models import KubeNode, KubePod
 from kube.nodes import CONTROL_PLANE_LABELS
-from kube.selectors import ACTIVE_POD_PHASES
+from kube.selectors import ACTIVE_POD_PHASES, cluster_observation
 
 State = VgpuReservation.State
 HOUR = Decimal(3600)
@@ -353,7 +353,7 @@ class KubeObservation:
 
 def kube_observation(cluster: Cluster, *, now: datetime, interval: timedelta) -> KubeObservation:
     """The cluster's last complete node and pod listing, stale past two observe intervals."""
-    last = cluster.kube_last_complete_observation_at
+    last = cluster_observation(cluster).last_complete_at
     age = now - last if last else None
     return KubeObservation(age, age is None or age > 2 * interval)
 

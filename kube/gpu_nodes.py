@@ -34,7 +34,7 @@ from capvco_web.integrations import kube
 from clusters.models import Cluster, Machine
 from gpus.models import GpuProfile, VgpuReservation
 from gpus.resolve import gpu_type_of
-from kube.models import KubeNode
+from kube.models import GpuAddonState, KubeNode
 
 GPU_TYPE_LABEL, GPU_COUNT_LABEL = kube.GPU_TYPE_LABEL, kube.GPU_COUNT_LABEL
 # A GPU type's label value lives beside the label: clusters' capacity board reads it too.
@@ -107,7 +107,8 @@ def node_gpu_flags(
     due_before = listed_at - timeout
     # The add-on on: its device plugin is given the time too, from when it was applied
     # (not yet: nothing is due; an add-on that cannot be applied shows its own error).
-    addon_since = (cluster.gpu_addon_applied_at or listed_at) if cluster.gpu_addon else None
+    addon_applied_at = _addon_applied_at(cluster)
+    addon_since = (addon_applied_at or listed_at) if cluster.gpu_addon else None
     changed: list[KubeNode] = []
     for node in KubeNode.objects.filter(cluster=cluster).select_related("machine__pool"):
         machine = node.machine
@@ -151,3 +152,11 @@ def _missing_reason(
         else "the GPU add-on is off for this cluster: nothing here installs the device plugin."
     )
     return f"No nvidia.com/gpu advertised {minutes} minutes after it joined ({has}): {why}"[:300]
+
+
+def _addon_applied_at(cluster: Cluster) -> datetime | None:
+    """Since when the add-on, as it is now, is in the cluster (kube.gpu_addon's record)."""
+    try:
+        return cluster.gpu_addon_state.applied_at
+    except GpuAddonState.DoesNotExist:
+        return None

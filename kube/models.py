@@ -203,3 +203,72 @@ class MachineNode(models.Model):
 
     def __str__(self) -> str:
         return str(self.machine)
+
+
+class ClusterObservation(models.Model):
+    """How a cluster's Kubernetes was last observed, and the resourceVersions its mirror
+    is of. Written only by the observers (kube.observe, kube.tasks, kube.services); no
+    row: not observed yet."""
+
+    cluster = models.OneToOneField(
+        Cluster, on_delete=models.CASCADE, primary_key=True, related_name="kube_observation"
+    )
+    complete = models.BooleanField(
+        default=False,
+        help_text="Whether the last observation listed every node and pod. Nothing is "
+        "judged gone, and no node or machine is flagged, from a partial one.",
+    )
+    error = models.TextField(blank=True)
+    started_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the listings of the last observation began."
+    )
+    last_complete_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the listings of the last complete one began."
+    )
+    nodes_resource_version = models.CharField(
+        max_length=64,
+        blank=True,
+        help_text="The resourceVersion of the last complete node listing mirrored: a listing "
+        "with the same one changed nothing.",
+    )
+    pods_resource_version = models.CharField(
+        max_length=64, blank=True, help_text="The same, for pods."
+    )
+    kubeconfig_sha256 = models.CharField(
+        max_length=64,
+        blank=True,
+        help_text="The kubeconfig the resourceVersions were listed with: another kubeconfig "
+        "may reach another cluster, whose listings are compared afresh.",
+    )
+
+    def __str__(self) -> str:
+        return str(self.cluster)
+
+
+class GpuAddonState(models.Model):
+    """What the cluster holds of the GPU add-on (the NVIDIA device plugin's DaemonSet), as
+    kube.gpu_addon last read or wrote it; the cluster's `gpu_addon` is what people want.
+    No row: none of ours is known to be there."""
+
+    cluster = models.OneToOneField(
+        Cluster, on_delete=models.CASCADE, primary_key=True, related_name="gpu_addon_state"
+    )
+    hash = models.CharField(
+        max_length=64,
+        blank=True,
+        help_text="The hash of the add-on's manifest as last applied; empty: none of ours "
+        "is known to be in the cluster.",
+    )
+    applied_at = models.DateTimeField(
+        null=True, blank=True, help_text="Since when the add-on, as it is now, is in the cluster."
+    )
+    resource_version = models.CharField(
+        max_length=64,
+        blank=True,
+        help_text="The resourceVersion of our add-on's DaemonSet as last read or written: "
+        "a replace names it, so that one made from a stale read is refused (409).",
+    )
+    error = models.TextField(blank=True)
+
+    def __str__(self) -> str:
+        return str(self.cluster)

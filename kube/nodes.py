@@ -15,6 +15,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from capvco_web.rows import model_update
 from clusters.models import Cluster, Machine
@@ -159,8 +160,8 @@ def node_owners_flag(
                 and started <= due_before
             )
             reason = _missing_reason(cluster, machine, join_timeout, joined_at) if due else ""
-        state = {"vm_id": machine.vm_id, "joined_at": joined_at, "missing": due}
-        state["missing_reason"] = reason
+        state: dict[str, Any] = {"vm_id": machine.vm_id, "joined_at": joined_at}
+        state |= {"missing": due, "missing_reason": reason}
         if row is None:
             if joined_at is not None or due:
                 MachineNode.objects.create(machine=machine, **state)
@@ -174,7 +175,7 @@ def machine_node(machine: Machine) -> MachineNode | None:
     """The machine's node flags as read with it (`select_related("node_state")`); None:
     its node was never seen and it is not flagged."""
     try:
-        return machine.node_state  # type: ignore[no-any-return]
+        return machine.node_state
     except MachineNode.DoesNotExist:
         return None
 

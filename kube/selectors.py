@@ -3,17 +3,18 @@ request, the GPUs Kubernetes sees per location and type, and which kinds are wat
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery, Sum
+from django.db.models import Count, IntegerField, OuterRef, Q, QuerySet, Subquery, Sum
 from django.db.models.fields.json import KT
 from django.db.models.functions import Coalesce
 
 from capvco_web.integrations.kube import GPU_TYPE_LABEL
 from clusters.capacity import KubeGpus
 from clusters.models import Cluster
-from kube.models import KubeNode, KubePod, KubeWatch, MachineNode
+from clusters.selectors import kube_observed
+from kube.models import ClusterObservation, KubeNode, KubePod, KubeWatch, MachineNode
 
 # Pods that hold (or wait for) what they request; finished ones hold nothing.
 ACTIVE_POD_PHASES = (KubePod.Phase.PENDING, KubePod.Phase.RUNNING)
@@ -104,3 +105,45 @@ def kube_watched(cluster: Cluster, *, now: datetime) -> dict[str, datetime]:
     stamp: their mirror is whole and current as of then (KubeWatch)."""
     fresh = KubeWatch.objects.filter(cluster=cluster, watched_at__gte=KubeWatch.fresh_after(now))
     return {kind: at for kind, at in fresh.values_list("kind", "watched_at") if at is not None}
+
+
+def cluster_observation(cluster: Cluster) -> ClusterObservation:
+    """How the cluster's Kubernetes was last observed (unsaved and empty: not yet)."""
+    try:
+        return cluster.kube_observation
+    except ClusterObservation.DoesNotExist:
+        return ClusterObservation(cluster=cluster)
+
+
+def kube_observation_failing(
+    queryset: QuerySet[Cluster], *, now: datetime, interval: timedelta
+) -> QuerySet[Cluster]:
+    """The observed clusters whose last Kubernetes observation failed (an error, or a
+    partial listing), or whose last complete one is older than two observe intervals.
+    A cluster not observed yet is not failing: its first pass is due."""
+    # No observation row: not observed yet, so not failing.
+    tried = Q(kube_observation__started_at__isnull=False) | ~Q(kube_observation__error="")
+    stale = Q(kube_observation__last_complete_at__isnull=True) | Q(
+        kube_observation__last_complete_at__lt=now - 2 * interval
+    )
+    failed = ~Q(kube_observation__error="") | Q(kube_observation__complete=False) | stale
+    observed = kube_observed(queryset).filter(kube_observation__isnull=False)
+    return observed.filter(tried & failed).select_related("kube_observation")
+
+
+def kube_observation_problem(cluster: Cluster, *, now: datetime, interval: timedelta) -> str:
+    """What is wrong with the cluster's Kubernetes observation, in a few words ("": nothing,
+    or it is not observed, or not yet)."""
+    if cluster.state != Cluster.State.ACTIVE or not cluster.kubeconfig:
+        return ""
+    observation = cluster_observation(cluster)
+    if observation.error:
+        return f"failing: {observation.error}"
+    if observation.started_at is None:
+        return ""
+    if not observation.complete:
+        return "partial: the last listing of its nodes and pods did not complete"
+    last = observation.last_complete_at
+    if last is None or last < now - 2 * interval:
+        return "stale: no complete observation for two observe intervals"
+    return ""

@@ -4,10 +4,10 @@ once its kubeconfig is gone. The mirror's rows are written only here and by obse
 from __future__ import annotations
 
 from django.db import transaction
-from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.db.models import Exists, OuterRef, QuerySet
 
 from clusters.models import Cluster
-from kube.models import KubeNode, KubePod, KubeWatch, MachineNode
+from kube.models import ClusterObservation, KubeNode, KubePod, KubeWatch, MachineNode
 
 
 def kube_unobserved_with_mirror() -> QuerySet[Cluster]:
@@ -17,8 +17,7 @@ def kube_unobserved_with_mirror() -> QuerySet[Cluster]:
         Exists(KubeNode.objects.filter(cluster=OuterRef("pk")))
         | Exists(KubePod.objects.filter(cluster=OuterRef("pk")))
         | Exists(MachineNode.objects.filter(machine__pool__cluster=OuterRef("pk")))
-        | Q(kube_observation_started_at__isnull=False)
-        | ~Q(kube_observation_error="")
+        | Exists(ClusterObservation.objects.filter(cluster=OuterRef("pk")))
     )
     return Cluster.objects.filter(held, kubeconfig="")
 
@@ -31,8 +30,4 @@ def cluster_mirror_forget(*, cluster: Cluster) -> None:
         KubePod.objects.filter(cluster=cluster).delete()
         KubeWatch.objects.filter(cluster=cluster).delete()
         MachineNode.objects.filter(machine__pool__cluster=cluster).delete()
-        Cluster.objects.filter(pk=cluster.pk).update(
-            kube_observation_complete=False,
-            kube_observation_error="",
-            kube_observation_started_at=None,
-        )
+        ClusterObservation.objects.filter(cluster=cluster).delete()

@@ -14,11 +14,10 @@ from django.conf import settings
 from capvco_web.integrations.kube import KubeconfigInvalid
 from capvco_web.locks import object_lock
 from capvco_web.tasks import send_on_commit
-from clusters.models import Cluster
 from clusters.selectors import kube_observed
 from kube.client import kube_client
 from kube.gpu_addon import cluster_gpu_addon_observe
-from kube.observe import cluster_kube_observe
+from kube.observe import cluster_kube_observe, observation_record
 from kube.plan import kube_plan, kube_steps_act
 from kube.services import cluster_mirror_forget, kube_unobserved_with_mirror
 
@@ -54,9 +53,7 @@ def observe_cluster_kube(cluster_id: int) -> None:
         try:
             client = kube_client(cluster)
         except KubeconfigInvalid as exc:
-            Cluster.objects.filter(pk=cluster_id).update(
-                kube_observation_complete=False, kube_observation_error=str(exc)
-            )
+            observation_record(cluster, {"complete": False, "error": str(exc)})
             logger.warning("observe kubernetes of %s: %s", cluster.name, exc)
             return
         with client:

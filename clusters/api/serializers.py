@@ -208,7 +208,28 @@ class ClusterSerializer(ModelCleanMixin):
         "with it. Stored encrypted, never returned.",
     )
     has_kubeconfig = serializers.BooleanField(read_only=True)
+    # How its Kubernetes and GPU add-on were observed: the kube app's rows beside it.
+    kube_observation_complete = serializers.BooleanField(
+        source="kube_observation.complete",
+        read_only=True,
+        help_text="Whether the last observation listed every node and pod. Nothing is "
+        "judged gone, and no node or machine is flagged, from a partial one.",
+    )
+    kube_observation_error = serializers.CharField(source="kube_observation.error", read_only=True)
+    kube_observation_started_at = serializers.DateTimeField(
+        source="kube_observation.started_at",
+        read_only=True,
+        allow_null=True,
+        help_text="When the listings of the last observation began.",
+    )
     kubernetes = KubeSummarySerializer(source="*", read_only=True)
+    gpu_addon_applied_at = serializers.DateTimeField(
+        source="gpu_addon_state.applied_at",
+        read_only=True,
+        allow_null=True,
+        help_text="Since when the add-on, as it is now, is in the cluster.",
+    )
+    gpu_addon_error = serializers.CharField(source="gpu_addon_state.error", read_only=True)
 
     class Meta:
         model = Cluster
@@ -221,11 +242,15 @@ class ClusterSerializer(ModelCleanMixin):
         # The name rule is the model's (clean): one name per account is only the part the
         # database holds, and its generic "must make a unique set" would say less.
         validators: list[Any] = []
-        read_only_fields = [
-            "state", "deletion_blockers", "created_at", "kube_observation_complete",
-            "kube_observation_error", "kube_observation_started_at", "gpu_addon_applied_at",
-            "gpu_addon_error", "imported_from",
-        ]  # fmt: skip
+        read_only_fields = ["state", "deletion_blockers", "created_at", "imported_from"]
+
+    def to_representation(self, instance: Cluster) -> dict[str, Any]:
+        data: dict[str, Any] = super().to_representation(instance)
+        # Not observed yet, nothing of the add-on recorded: as before they had rows.
+        data["kube_observation_complete"] = bool(data["kube_observation_complete"])
+        data["kube_observation_error"] = data["kube_observation_error"] or ""
+        data["gpu_addon_error"] = data["gpu_addon_error"] or ""
+        return data
 
 
 class GpuAddonSerializer(StrictInputMixin, serializers.Serializer[Cluster]):

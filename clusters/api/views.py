@@ -304,7 +304,11 @@ class ClusterViewSet(
     mixins.RetrieveModelMixin,
     viewsets.GenericViewSet[Cluster],
 ):
-    queryset = Cluster.objects.prefetch_related("sites").order_by("name")
+    queryset = (
+        Cluster.objects.select_related("kube_observation", "gpu_addon_state")
+        .prefetch_related("sites")
+        .order_by("name")
+    )
     serializer_class = ClusterSerializer
     filterset_class = ClusterFilterSet
     action_verbs = {

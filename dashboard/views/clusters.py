@@ -26,7 +26,6 @@ from capvco_web.permissions import allowed, visible
 from cloud.models import Cloudspace, Image, VirtualMachine
 from clusters.models import Cluster, ClusterSite, Machine, MachinePool
 from clusters.plan import cluster_plan
-from clusters.selectors import kube_observation_problem
 from dashboard.filtersets import ClusterListFilterSet, filled, list_page, unknown_parameters
 from dashboard.forms import NodeFilterForm
 from dashboard.money import cluster_money
@@ -36,7 +35,11 @@ from dashboard.views.money import cluster_locations
 from dashboard.views.setup import accounts_for_new_clusters
 from gpus.models import BILLED_STATES, GpuProfile, VgpuReservation
 from kube.models import KubeNode, KubePod
-from kube.selectors import clusters_with_kube_summary, kube_nodes_with_requests
+from kube.selectors import (
+    clusters_with_kube_summary,
+    kube_nodes_with_requests,
+    kube_observation_problem,
+)
 from sriov.models import PodNic, SriovConfig
 
 CLUSTERS_PER_PAGE = 50
@@ -78,7 +81,10 @@ class ClusterSummary:
 @list_page(ClusterListFilterSet)
 def cluster_list(request: HtmxHttpRequest) -> HttpResponse:
     clusters = clusters_with_kube_summary(
-        visible(request.user, Cluster.objects.select_related("account").order_by("name"))
+        visible(
+            request.user,
+            Cluster.objects.select_related("account", "kube_observation").order_by("name"),
+        )
     )
     filterset = ClusterListFilterSet(filled(request.GET), queryset=clusters, request=request)
     errors = unknown_parameters(request.GET, [*filterset.filters, "page"])
@@ -358,7 +364,12 @@ def cluster_for_page(request: HtmxHttpRequest, pk: int) -> Cluster:
     nics = PodNic.objects.filter(cluster=OuterRef("pk"))
     return get_object_or_404(
         clusters_with_kube_summary(
-            visible(request.user, Cluster.objects.select_related("account", "sriov"))
+            visible(
+                request.user,
+                Cluster.objects.select_related(
+                    "account", "sriov", "kube_observation", "gpu_addon_state"
+                ),
+            )
         ).annotate(
             **_counts(machines, "pool__cluster", "phase", PHASE_IN, Phase.values),
             **_counts(nics, "cluster", "state", NICS_IN, PodNic.State.values),

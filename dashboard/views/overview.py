@@ -18,7 +18,6 @@ from capvco_web.permissions import allowed_somewhere, visible
 from cloud.models import Location, VirtualMachine
 from clusters.capacity import capacity_board
 from clusters.models import Cluster, Machine
-from clusters.selectors import kube_observation_failing, kube_observation_problem
 from dashboard.money import overview_money
 from dashboard.selectors import (
     foreign_vms,
@@ -30,7 +29,11 @@ from dashboard.selectors import (
 from dashboard.views.common import page_or_fragment
 from gpus.models import GpuProfile, VgpuReservation
 from kube.models import KubeNode
-from kube.selectors import kube_gpus_by_location_and_type
+from kube.selectors import (
+    kube_gpus_by_location_and_type,
+    kube_observation_failing,
+    kube_observation_problem,
+)
 
 FAILED_SHOWN = 20
 ORPHAN_VMS_SHOWN = 20

@@ -60,7 +60,7 @@ from tests.kube_sim import KubeSimulator, node_object, pod_object  # noqa: E402
 
 LOCATION = "bench-dc01-001"
 SQL_WRITES = ("INSERT", "UPDATE", "DELETE")
-CLUSTER_STAMP = 'UPDATE "clusters_cluster"'
+CLUSTER_STAMP = 'UPDATE "kube_clusterobservation"'
 SEED_CHUNK = 2000
 
 

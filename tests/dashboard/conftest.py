@@ -33,6 +33,8 @@ from tests.factories import (
     MembershipFactory,
     VgpuReservationFactory,
     VirtualMachineFactory,
+    gpu_addon_held,
+    kube_observed_as,
 )
 from tests.gpus.conftest import plane  # noqa: F401 (the control plane on the simulator)
 
@@ -150,14 +152,11 @@ A100_LABELS = {"capvco.io/gpu-type": "nvidia-a100", "capvco.io/gpu-count": "1"}
 def kube(world: World) -> Kube:
     now = timezone.now()
     Cluster.objects.filter(pk=world.cluster.pk).update(
-        kubeconfig="apiVersion: v1\nkind: Config\n",
-        kube_observation_complete=True,
-        kube_observation_started_at=now - timedelta(seconds=15),
-        kube_last_complete_observation_at=now - timedelta(seconds=15),
-        gpu_addon=True,
-        gpu_addon_hash="0" * 64,
-        gpu_addon_applied_at=now - timedelta(hours=1),
+        kubeconfig="apiVersion: v1\nkind: Config\n", gpu_addon=True
     )
+    listed_at = now - timedelta(seconds=15)
+    kube_observed_as(world.cluster, complete=True, started_at=listed_at, last_complete_at=listed_at)
+    gpu_addon_held(world.cluster, hash="0" * 64, applied_at=now - timedelta(hours=1))
     gpu_0, gpu_1 = world.machines
     advertising = KubeNodeFactory(
         cluster=world.cluster, name=gpu_0.vm_name, machine=gpu_0, labels=A100_LABELS

@@ -27,6 +27,8 @@ from tests.factories import (
     MachineNodeFactory,
     MachinePoolFactory,
     MembershipFactory,
+    gpu_addon_held,
+    kube_observed_as,
 )
 
 pytestmark = pytest.mark.django_db
@@ -98,13 +100,16 @@ def test_the_cluster_page_shows_its_kubernetes_observation_and_gpu_addon(
     for flag in ("node-missing", "gpus-missing", "unowned"):
         assert f"/nodes/?cluster={world.cluster.pk}&flag={flag}" in flags
 
-    Cluster.objects.filter(pk=world.cluster.pk).update(
-        kube_observation_complete=False,
-        kube_observation_error="node listing failed: 503 Service Unavailable",
-        kube_last_complete_observation_at=timezone.now() - timedelta(hours=1),
-        gpu_addon_applied_at=None,
-        gpu_addon_error="A DaemonSet kube-system/capvco-nvidia-device-plugin exists that we did "
-        "not make",
+    kube_observed_as(
+        world.cluster,
+        complete=False,
+        error="node listing failed: 503 Service Unavailable",
+        last_complete_at=timezone.now() - timedelta(hours=1),
+    )
+    gpu_addon_held(
+        world.cluster,
+        applied_at=None,
+        error="A DaemonSet kube-system/capvco-nvidia-device-plugin exists that we did not make",
     )
     section = _cluster_page(admin_client, world, htmx).split('id="kubernetes"')[1]
     assert "node listing failed: 503 Service Unavailable" in section

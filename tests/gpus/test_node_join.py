@@ -8,7 +8,7 @@ from typing import Any
 
 from clusters.models import Cluster, Machine
 from kube.client import kube_client
-from kube.models import KubeNode, MachineNode
+from kube.models import ClusterObservation, KubeNode, MachineNode
 from kube.nodes import provider_id
 from kube.observe import cluster_kube_observe
 from kube.tasks import observe_kube_all
@@ -64,5 +64,5 @@ def test_the_kubernetes_observe_tick_observes_each_cluster_with_a_kubeconfig(
         observe_kube_all.delay()
 
     assert list(KubeNode.objects.values_list("cluster__name", "name")) == [("prod", "worker-1")]
-    assert Cluster.objects.get(pk=cluster.pk).kube_observation_complete
+    assert ClusterObservation.objects.get(cluster=cluster).complete
     assert {c["cluster"] for c in kube_sim.calls()} == {"prod"}

@@ -18,6 +18,7 @@ from cloud.models import Account
 from clusters.models import Cluster, ClusterSite, Machine, MachinePool
 from kube.client import kube_client
 from kube.models import KubeNode, KubePod, MachineNode
+from kube.observe import kubeconfig_sha256
 from kube.tasks import observe_kube_all
 from tests.clusters.test_admin import cluster_page_data
 from tests.factories import (
@@ -25,6 +26,7 @@ from tests.factories import (
     KubePodFactory,
     MachineNodeFactory,
     MembershipFactory,
+    kube_observed_as,
 )
 from tests.kube.test_kube_reach import TOKEN, kubeconfig
 
@@ -97,8 +99,12 @@ def test_replacing_a_kubeconfig_is_audited_and_compares_the_mirror_afresh(
     api: APIClient, site: ClusterSite
 ) -> None:
     cluster = site.cluster
-    Cluster.objects.filter(pk=cluster.pk).update(
-        kubeconfig=KUBECONFIG, kube_nodes_resource_version="41", kube_pods_resource_version="41"
+    Cluster.objects.filter(pk=cluster.pk).update(kubeconfig=KUBECONFIG)
+    listed = kube_observed_as(
+        cluster,
+        nodes_resource_version="41",
+        pods_resource_version="41",
+        kubeconfig_sha256=kubeconfig_sha256(KUBECONFIG),
     )
     other = KUBECONFIG.replace("api.prod.example", "api.other.example")
     url = f"/api/v1/clusters/{cluster.pk}/kubeconfig/"
@@ -110,7 +116,9 @@ def test_replacing_a_kubeconfig_is_audited_and_compares_the_mirror_afresh(
     assert replaced.status_code == 204
     cluster.refresh_from_db()
     assert "api.other.example" in cluster.kubeconfig
-    assert (cluster.kube_nodes_resource_version, cluster.kube_pods_resource_version) == ("", "")
+    # The versions mirrored are of the old kubeconfig's listings: the observer lists and
+    # compares afresh (tests/kube/test_kube_observe.py).
+    assert listed.kubeconfig_sha256 != kubeconfig_sha256(cluster.kubeconfig)
     (event,) = audited("cluster.kubeconfig_set")
     assert (event.before, event.after, event.reason) == (
         {"server": "https://api.prod.example:6443"},

@@ -17,7 +17,7 @@ from django.utils import timezone
 from clusters.models import Cluster, Machine, MachinePool
 from clusters.selectors import kube_observed
 from kube.client import kube_client
-from kube.models import KubeNode, KubePod, MachineNode
+from kube.models import ClusterObservation, KubeNode, KubePod, MachineNode
 from kube.observe import KubeObservationResult, cluster_kube_observe
 from kube.tasks import observe_cluster_kube
 from tests.kube_sim import KubeSimulator, SimCluster, node_object, pod_object
@@ -118,9 +118,9 @@ def test_nodes_and_pods_are_mirrored_with_their_gpus_and_sriov_network(
     assert pods[("team-a", "nic")].sriov_network == "ext-101"
     waiting = pods[("team-a", "waiting")]
     assert (waiting.node_name, waiting.phase, waiting.gpu_requests) == ("", "Pending", 2)
-    cluster = Cluster.objects.get(name="prod")
-    assert cluster.kube_observation_complete
-    assert cluster.kube_last_complete_observation_at == cluster.kube_observation_started_at
+    observation = ClusterObservation.objects.get(cluster__name="prod")
+    assert observation.complete
+    assert observation.last_complete_at == observation.started_at
 
 
 def test_a_second_observe_of_an_unchanged_cluster_writes_nothing_but_its_stamp(
@@ -135,10 +135,25 @@ def test_a_second_observe_of_an_unchanged_cluster_writes_nothing_but_its_stamp(
         result = observe()
 
     assert (result.complete, result.writes, result.unchanged) == (True, 0, ["nodes", "pods"])
-    assert sql_writes(queries) == ['UPDATE "clusters_cluster"']
+    assert sql_writes(queries) == ['UPDATE "kube_clusterobservation"']
     # One node listing (2 nodes: one page of 2) and one pod listing (6 pods: 3 pages).
     operations = [c["operation"] for c in kube_sim.calls("prod")]
     assert operations == ["list nodes"] + ["list pods"] * 3
+
+
+def test_a_new_kubeconfig_compares_the_listings_afresh(
+    kube_sim: KubeSimulator, observe: Observe, sim_cluster: SimCluster, pool: MachinePool
+) -> None:
+    seed(kube_sim)
+    observe()
+    # Another kubeconfig may reach another cluster: nothing says that the resourceVersions
+    # mirrored are of the cluster it reaches.
+    Cluster.objects.filter(pk=pool.cluster_id).update(
+        kubeconfig=sim_cluster.kubeconfig_yaml + "\n# another user's\n"
+    )
+
+    assert observe().unchanged == []
+    assert observe().unchanged == ["nodes", "pods"]
 
 
 def test_a_change_to_fields_not_mirrored_writes_no_row(
@@ -154,7 +169,7 @@ def test_a_change_to_fields_not_mirrored_writes_no_row(
 
     assert result.unchanged == []  # the listings were compared
     assert result.writes == 0
-    assert sql_writes(queries) == ['UPDATE "clusters_cluster"']
+    assert sql_writes(queries) == ['UPDATE "kube_clusterobservation"']
 
 
 def test_changes_are_mirrored_and_a_vanished_node_and_pod_are_removed(
@@ -207,10 +222,10 @@ def test_a_pod_listing_that_fails_midway_removes_nothing(
     # What the first page showed is mirrored; nothing absent from it is judged gone.
     names = set(KubePod.objects.values_list("name", flat=True))
     assert names == {"new", "job-0-0", "job-0-1", "job-0-2", "job-1-0", "job-1-1", "job-1-2"}
-    cluster = Cluster.objects.get(name="prod")
-    assert not cluster.kube_observation_complete
-    assert "pods" in cluster.kube_observation_error
-    assert cluster.kube_pods_resource_version != ""  # still the last complete listing's
+    observation = ClusterObservation.objects.get(cluster__name="prod")
+    assert not observation.complete
+    assert "pods" in observation.error
+    assert observation.pods_resource_version != ""  # still the last complete listing's
 
     kube_sim.clear_faults()
     assert observe().complete
@@ -351,9 +366,9 @@ def test_the_task_records_a_kubeconfig_that_cannot_be_used(pool: MachinePool) ->
 
     observe_cluster_kube(pool.cluster_id)
 
-    cluster = Cluster.objects.get(pk=pool.cluster_id)
-    assert not cluster.kube_observation_complete
-    assert "contexts" in cluster.kube_observation_error
+    observation = ClusterObservation.objects.get(cluster_id=pool.cluster_id)
+    assert not observation.complete
+    assert "contexts" in observation.error
 
 
 def test_flagging_a_node_joined_or_missing_leaves_the_machine_row_to_act(

@@ -29,6 +29,7 @@ from kube.models import KubeNode, KubePod, KubeWatch
 from kube.observe import cluster_kube_observe
 from kube.watch import KubeWatcher, KubeWatchProcess
 from tests.e2e.processes import ROOT, environment_for_subprocess
+from tests.factories import kube_observation_of
 from tests.kube_sim import KubeSimulator, SimCluster, node_object, pod_object
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -229,9 +230,8 @@ def test_the_beat_pass_skips_a_kind_while_its_watch_stamp_is_fresh_and_lists_it_
     assert skipped.watched == ["pods"] and skipped.complete
     assert {c["operation"] for c in kube_sim.calls("prod")} == {"list nodes"}
     assert pod_names() == {"job-0", "job-1"}  # the watch's rows, none dropped nor added
-    cluster = Cluster.objects.get(pk=pool.cluster_id)
     # Complete as of the watch's stamp, which stands for when the pods' listing began.
-    assert cluster.kube_last_complete_observation_at == watched_at
+    assert kube_observation_of(pool.cluster_id).last_complete_at == watched_at
 
     stale = timezone.now() - timedelta(seconds=2 * KubeWatch.WATCH_TIMEOUT_SECONDS + 1)
     KubeWatch.objects.filter(kind="pods").update(watched_at=stale)

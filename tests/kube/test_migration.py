@@ -1,5 +1,6 @@
 """A database from before the kube app: its Kubernetes mirror, what roles were granted on
-it, and the machines' node flags come out as kube's, the same rows and values."""
+it, the machines' node flags and the clusters' observed state come out as kube's, the same
+rows and values."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from django.contrib.contenttypes.models import ContentType
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
-from kube.models import KubeNode, KubePod, MachineNode
+from kube.models import ClusterObservation, GpuAddonState, KubeNode, KubePod, MachineNode
+from kube.observe import kubeconfig_sha256
 from tests.factories import MachineFactory, MachinePoolFactory, UserFactory
 
 CLUSTERS_BEFORE = ("clusters", "0023_machine_capacity_wait_and_stuck")
@@ -40,6 +42,17 @@ def test_the_mirror_and_the_permissions_granted_on_it_move_to_kube() -> None:
     machines = old.get_model("clusters", "Machine").objects
     machines.filter(pk=joined.pk).update(node_joined_at="2026-01-02T03:04Z")
     machines.filter(pk=flagged.pk).update(node_missing=True, node_missing_reason="Never joined")
+    listed_at = datetime(2026, 1, 2, 3, 0, tzinfo=UTC)
+    old.get_model("clusters", "Cluster").objects.filter(pk=cluster.pk).update(
+        kubeconfig="apiVersion: v1\n",
+        kube_observation_complete=True,
+        kube_observation_started_at=listed_at,
+        kube_last_complete_observation_at=listed_at,
+        kube_nodes_resource_version="41",
+        gpu_addon=True,
+        gpu_addon_hash="f" * 64,
+        gpu_addon_applied_at=listed_at,
+    )
     node = old.get_model("clusters", "KubeNode").objects.create(
         cluster_id=cluster.pk, name="node-0", uid="u-0", first_seen_at="2026-01-01T00:00Z",
         updated_at="2026-01-01T00:00Z",
@@ -67,6 +80,16 @@ def test_the_mirror_and_the_permissions_granted_on_it_move_to_kube() -> None:
         (joined.pk, joined.vm_id, datetime(2026, 1, 2, 3, 4, tzinfo=UTC), ""),
         (flagged.pk, flagged.vm_id, None, "Never joined"),
     ]  # the quiet machine needs no row: never seen, not flagged
+    observation = ClusterObservation.objects.get(cluster=cluster)
+    assert (observation.complete, observation.started_at, observation.last_complete_at) == (
+        True, listed_at, listed_at,
+    )  # fmt: skip
+    # Its resourceVersions stay of use: they were listed with the kubeconfig it holds.
+    assert observation.nodes_resource_version == "41"
+    assert observation.kubeconfig_sha256 == kubeconfig_sha256("apiVersion: v1\n")
+    addon = GpuAddonState.objects.get(cluster=cluster)
+    assert (addon.hash, addon.applied_at, addon.error) == ("f" * 64, listed_at, "")
+    assert GpuAddonState.objects.count() == ClusterObservation.objects.count() == 1
     assert Permission.objects.get(pk=granted.pk).content_type.app_label == "kube"
     assert set(role.permissions.values_list("content_type__app_label", "codename")) == {
         ("kube", "view_kubenode")
