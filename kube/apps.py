@@ -12,8 +12,3 @@ class KubeConfig(AppConfig):
 
         account_paths_register({KubeNode: "cluster__account", KubePod: "cluster__account"})
         roles_grant(view={"kube.view_kubenode", "kube.view_kubepod"})
-
-        from clusters.plan import planner_register
-        from kube.plan import KINDS, kube_plan
-
-        planner_register(kube_plan, kinds=KINDS)

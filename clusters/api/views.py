@@ -41,7 +41,6 @@ from clusters.api.serializers import (
     MachinePoolSerializer,
     MachineSerializer,
     MembershipSerializer,
-    PlanStepSerializer,
     PoolScaleSerializer,
     VirtualMachineSerializer,
 )
@@ -57,7 +56,6 @@ from clusters.filtersets import (
     VirtualMachineFilterSet,
 )
 from clusters.models import Cluster, ClusterSite, Machine, MachinePool
-from clusters.plan import cluster_plan
 from clusters.releases import location_plan, vm_removal_request
 from clusters.selectors import machines_with_vgpus
 from clusters.services import (
@@ -328,13 +326,6 @@ class ClusterViewSet(
                     cluster=cluster, kubeconfig=kubeconfig, actor=self.request.user
                 )
         serializer.instance = cluster
-
-    @extend_schema(responses=PlanStepSerializer(many=True))
-    @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
-    def plan(self, request: Request, pk: str | None = None) -> Response:
-        """What the next reconcile pass would do (a dry run, from the database only)."""
-        plan = cluster_plan(self.get_object())
-        return Response(PlanStepSerializer(plan.shown, many=True).data)
 
     @extend_schema(request=KubeconfigSerializer, responses={204: None})
     @action(detail=True, methods=["put"], url_path="kubeconfig")

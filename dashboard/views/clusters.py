@@ -35,6 +35,7 @@ from dashboard.views.money import cluster_locations
 from dashboard.views.setup import accounts_for_new_clusters
 from gpus.models import BILLED_STATES, GpuProfile, VgpuReservation
 from kube.models import KubeNode, KubePod
+from kube.plan import kube_plan
 from kube.selectors import (
     clusters_with_kube_summary,
     kube_nodes_with_requests,
@@ -214,7 +215,7 @@ def cluster_body(request: HtmxHttpRequest, cluster: Cluster, params: QueryDict) 
             ),
         )
     }
-    plan = cluster_plan(cluster)
+    plan = cluster_plan(cluster, planners=(kube_plan,))
     cluster_url = reverse("dashboard:cluster", args=[cluster.pk])
     page_url = f"{cluster_url}?{params.urlencode()}" if params else cluster_url
     back = "?" + urlencode({"next": page_url})

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from drf_spectacular.utils import extend_schema_serializer
 from rest_framework import serializers
 
+from clusters.api.serializers import PlanStepSerializer
+from clusters.plan import planned_kinds
 from kube.models import KubeNode, KubePod
+from kube.plan import KINDS
 
 
 class KubeNodeSerializer(serializers.ModelSerializer[KubeNode]):
@@ -44,3 +50,16 @@ class KubePodSerializer(serializers.ModelSerializer[KubePod]):
             "gpu_type", "sriov_network", "first_seen_at", "updated_at",
         ]  # fmt: skip
         read_only_fields = fields
+
+
+# A step of the whole plan of a cluster: its machines', its Kubernetes' (node labels, the
+# GPU add-on: kube.plan), and those of the planners registered. The API's component and
+# its description stay those of PlanStep.
+@extend_schema_serializer(component_name="PlanStep")
+class ClusterPlanStepSerializer(PlanStepSerializer):
+    __doc__ = PlanStepSerializer.__doc__
+
+    def get_fields(self) -> dict[str, serializers.Field[Any, Any, Any, Any]]:
+        fields = super().get_fields()
+        fields["action"] = serializers.ChoiceField(source="kind", choices=planned_kinds(*KINDS))
+        return fields
