@@ -36,7 +36,7 @@ def idle_record(*, now: datetime) -> IdleRecorded:
     }
     whole = set(
         Cluster.objects.filter(
-            pk__in={cluster for cluster, _ in nodes}, kube_observation_complete=True
+            pk__in={cluster for cluster, _ in nodes}, kube_observation__complete=True
         ).values_list("pk", flat=True)
     )
     names = dict(Cluster.objects.filter(pk__in=whole).values_list("pk", "name"))

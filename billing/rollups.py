@@ -29,9 +29,9 @@ from billing.models import CapacityRollup, CostRollup, Rollup, Step
 from cloud.models import Location
 from clusters.capacity import capacity_board
 from clusters.costs import ZERO, costs_by, gpu_node_costs
-from clusters.models import KubeNode
-from clusters.selectors import kube_gpus_by_location_and_type
 from gpus.models import GpuProfile, VgpuReservation
+from kube.models import KubeNode
+from kube.selectors import kube_gpus_by_location_and_type
 
 HOUR = timedelta(hours=1)
 DAY = timedelta(days=1)

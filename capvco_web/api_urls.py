@@ -19,6 +19,7 @@ from capvco_web.tokens_api import ApiTokenViewSet
 API_MODULES = [
     "cloud.api.urls",
     "clusters.api.urls",
+    "kube.api.urls",
     "gpus.api.urls",
     "sriov.api.urls",
     "billing.api.urls",

@@ -82,6 +82,7 @@ INSTALLED_APPS = [
     "capvco_web",
     "cloud",
     "clusters",
+    "kube",
     "gpus",
     "sriov",
     "billing",
@@ -357,6 +358,7 @@ def _every(task: str, interval: timedelta) -> dict[str, object]:
 CELERY_BEAT_SCHEDULE = {
     "heartbeat": _every("capvco_web.tasks.heartbeat", HEARTBEAT_INTERVAL),
     "observe": _every("clusters.tasks.observe_all", OBSERVE_INTERVAL),
+    "observe-kube": _every("kube.tasks.observe_kube_all", OBSERVE_INTERVAL),
     "reconcile": _every("clusters.tasks.reconcile_all", RECONCILE_INTERVAL),
     "orphan-sweep": _every("clusters.tasks.orphan_sweep_all", ORPHAN_SWEEP_INTERVAL),
     "sriov-reclaim": _every("sriov.tasks.sriov_reclaim_all", SRIOV_RECLAIM_INTERVAL),
@@ -456,7 +458,7 @@ KUBE_CONNECT_TIMEOUT = env.float("KUBE_CONNECT_TIMEOUT_SECONDS", default=5)
 KUBE_READ_TIMEOUT = env.float("KUBE_READ_TIMEOUT_SECONDS", default=30)
 KUBE_LIST_PAGE_SIZE = env.int("KUBE_LIST_PAGE_SIZE", default=500)
 # The watch process (`manage.py kube_watch`) lists each cluster's nodes and pods again this
-# often, whatever its watches showed; between, changes come by watch (clusters.kube_watch).
+# often, whatever its watches showed; between, changes come by watch (kube.watch).
 KUBE_RESYNC_SECONDS = kube_resync_seconds(env.float("KUBE_RESYNC_SECONDS", default=600))
 # A running machine with no node this long after its VM started is flagged ("never joined").
 NODE_JOIN_TIMEOUT_SECONDS = env.float("NODE_JOIN_TIMEOUT_SECONDS", default=900)

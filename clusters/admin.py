@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.auth.models import AnonymousUser, User
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import ObjectDoesNotExist, PermissionDenied, ValidationError
 from django.db import models
 from django.db.models import ProtectedError, QuerySet
 from django.forms.formsets import DELETION_FIELD_NAME
@@ -54,7 +54,7 @@ from cloud.services import (
     InUse,
 )
 from clusters.costs import HOURLY_PLACES
-from clusters.models import Cluster, ClusterSite, KubeNode, KubePod, Machine, MachinePool
+from clusters.models import Cluster, ClusterSite, Machine, MachinePool
 from clusters.orphans import vms_not_ours
 from clusters.releases import vm_removal_request
 from clusters.services import (
@@ -303,6 +303,15 @@ class ClusterForm(forms.ModelForm[Cluster]):
         super()._update_errors(errors)  # type: ignore[misc]
 
 
+def _beside(cluster: Cluster, row: str, name: str) -> object:
+    """A field of a row another app keeps beside the cluster, by its relation's name (None:
+    no row)."""
+    try:
+        return getattr(getattr(cluster, row), name)
+    except ObjectDoesNotExist:
+        return None
+
+
 @admin.register(Cluster)
 class ClusterAdmin(ImportedReadOnlyAdmin[Cluster]):
     form = ClusterForm
@@ -311,6 +320,7 @@ class ClusterAdmin(ImportedReadOnlyAdmin[Cluster]):
         "created_at",
     ]  # fmt: skip
     list_filter = ["state", "account", "gpu_addon"]
+    list_select_related = ["account", "kube_observation"]
     inlines = [ClusterSiteInline, MachinePoolInline]
     actions = ["delete_selected_clusters"]
 
@@ -332,6 +342,32 @@ class ClusterAdmin(ImportedReadOnlyAdmin[Cluster]):
             "gpu_addon_applied_at", "gpu_addon_error", "import_note",
         ]  # fmt: skip
         return ["name", "account", *fixed] if obj else fixed
+
+    # How its Kubernetes and GPU add-on were observed: the kube app's rows beside the
+    # cluster (none yet: not observed, nothing recorded).
+    @admin.display(description="Kube observation complete", boolean=True)
+    def kube_observation_complete(self, cluster: Cluster) -> bool:
+        return bool(_beside(cluster, "kube_observation", "complete"))
+
+    @admin.display(description="Kube observation error")
+    def kube_observation_error(self, cluster: Cluster) -> str:
+        return str(_beside(cluster, "kube_observation", "error") or "")
+
+    @admin.display(description="Kube observation started at")
+    def kube_observation_started_at(self, cluster: Cluster) -> object:
+        return _beside(cluster, "kube_observation", "started_at")
+
+    @admin.display(description="Kube last complete observation at")
+    def kube_last_complete_observation_at(self, cluster: Cluster) -> object:
+        return _beside(cluster, "kube_observation", "last_complete_at")
+
+    @admin.display(description="GPU add-on applied at")
+    def gpu_addon_applied_at(self, cluster: Cluster) -> object:
+        return _beside(cluster, "gpu_addon_state", "applied_at")
+
+    @admin.display(description="GPU add-on error")
+    def gpu_addon_error(self, cluster: Cluster) -> str:
+        return str(_beside(cluster, "gpu_addon_state", "error") or "")
 
     @admin.display(description="kubeconfig")
     def kubeconfig_status(self, cluster: Cluster) -> str:
@@ -520,10 +556,11 @@ class MachinePoolAdmin(DeleteThroughServiceAdmin[MachinePool]):
 @admin.register(Machine)
 class MachineAdmin(AccountScopedAdmin[Machine]):
     list_display = [
-        "__str__", "pool", "phase", "vm_id", "node_missing", "delete_requested", "updated_at",
+        "__str__", "pool", "phase", "vm_id", "node_state__missing", "delete_requested",
+        "updated_at",
     ]  # fmt: skip
-    list_filter = ["phase", "node_missing", "pool__cluster"]
-    list_select_related = ["pool__cluster", "deletion"]
+    list_filter = ["phase", "node_state__missing", "pool__cluster"]
+    list_select_related = ["pool__cluster", "deletion", "node_state"]
     actions = ["delete_selected_machines", "force_delete_selected"]
 
     @admin.display(boolean=True, description="delete requested")
@@ -603,25 +640,6 @@ class MachineAdmin(AccountScopedAdmin[Machine]):
             else:
                 self.message_user(request, f"{name}: deleted with force.", messages.SUCCESS)
         return None
-
-
-@admin.register(KubeNode)
-class KubeNodeAdmin(cloud_admin.MirroredAdmin[KubeNode]):
-    list_display = [
-        "name", "cluster", "ready", "gpu_type_label", "gpu_allocatable", "gpu_capacity",
-        "machine", "unowned_since", "gpus_missing", "kubelet_version",
-    ]  # fmt: skip
-    list_filter = ["cluster", "ready", "gpus_missing"]
-    list_select_related = ["cluster", "machine"]
-    search_fields = ["name", "provider_id"]
-
-
-@admin.register(KubePod)
-class KubePodAdmin(cloud_admin.MirroredAdmin[KubePod]):
-    list_display = ["name", "namespace", "cluster", "node_name", "phase", "gpu_requests"]
-    list_filter = ["cluster", "phase"]
-    list_select_related = ["cluster"]
-    search_fields = ["name", "namespace", "node_name", "uid"]
 
 
 class VmOwnerFilter(admin.SimpleListFilter):

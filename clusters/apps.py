@@ -14,8 +14,6 @@ class ClustersConfig(AppConfig):
         from clusters.models import (
             Cluster,
             ClusterSite,
-            KubeNode,
-            KubePod,
             Machine,
             MachinePool,
             VmRemovalRequest,
@@ -30,8 +28,6 @@ class ClustersConfig(AppConfig):
                 ClusterSite: "cluster__account",
                 MachinePool: "cluster__account",
                 Machine: "pool__cluster__account",
-                KubeNode: "cluster__account",
-                KubePod: "cluster__account",
                 VmRemovalRequest: "location__account",
             }
         )
@@ -41,8 +37,6 @@ class ClustersConfig(AppConfig):
                 "clusters.view_clustersite",
                 "clusters.view_machinepool",
                 "clusters.view_machine",
-                "clusters.view_kubenode",
-                "clusters.view_kubepod",
             },
             operate={
                 "clusters.scale_machinepool",
@@ -74,8 +68,3 @@ class ClustersConfig(AppConfig):
                 ),
             )
         )
-
-        from clusters.kube_plan import KINDS, kube_plan
-        from clusters.plan import planner_register
-
-        planner_register(kube_plan, kinds=KINDS)

@@ -11,13 +11,21 @@ from urllib.parse import urlencode
 
 from django.db.models import Count, QuerySet
 
+from capvco_web.integrations.kube import gpu_label_value
 from cloud.models import Location
-from clusters.gpu_nodes import gpu_label_value
-from clusters.selectors import KubeGpus
 from gpus.models import BILLED_STATES, GpuProfile, VgpuReservation
 from gpus.resolve import gpu_type_of, offers
 
 State = VgpuReservation.State
+
+
+@dataclass(frozen=True)
+class KubeGpus:
+    """GPUs of one type in one location as Kubernetes sees them (summed by
+    `kube.selectors.kube_gpus_by_location_and_type`)."""
+
+    allocatable: int  # what the nodes advertise (nvidia.com/gpu)
+    requested: int  # what pending and running pods placed on them ask for
 
 
 @dataclass(frozen=True)
@@ -61,7 +69,7 @@ def capacity_board(
 ) -> list[CapacityRow]:
     """Location by GPU type: cards, free instances as last listed, the most that still fit
     on one card, and our mirror's reservations on those cards; with `kube`
-    (`clusters.selectors.kube_gpus_by_location_and_type`), the GPUs Kubernetes sees of
+    (`kube.selectors.kube_gpus_by_location_and_type`), the GPUs Kubernetes sees of
     each type, matched by label value ("NVIDIA A100" meets `nvidia-a100`). A type only
     Kubernetes knows here (no card listed, or nodes without a type label) gets a row of its
     own, in one of `locations`."""

@@ -50,7 +50,6 @@ from capvco_web.integrations.kube.client import KubeClient
 from capvco_web.rows import model_update
 from cloud.models import Account, Location
 from cloud.services import InUse
-from clusters.gpu_addon import CAPI_GPU_LABEL, CAPI_GPU_LABEL_VALUE
 from clusters.models import Cluster, ClusterSite, Machine, MachinePool
 from clusters.services import (
     IMPORT_ACTOR,
@@ -68,6 +67,10 @@ from gpus.resolve import location_fit_refusal
 logger = logging.getLogger(__name__)
 
 MAX_POOL_NAME = MachinePool._meta.get_field("name").max_length or 20
+# The label that turns the GPU add-on on for an imported cluster (on its Cluster API
+# Cluster): the import sets the desired `gpu_addon`, and kube applies it.
+CAPI_GPU_LABEL = "capvco.infrastructure.cluster.x-k8s.io/gpu"
+CAPI_GPU_LABEL_VALUE = "nvidia"
 _TEMPLATE_FIELDS = (
     "vcpus", "memory_mib", "disk_gib", "gpu_type", "gpu_profile_id", "gpu_count",
     "gpu_driver_version",

@@ -39,11 +39,12 @@ from typing import Any, Literal
 from django.db.models import Count, Exists, OuterRef, QuerySet, Subquery, Sum
 
 from cloud.models import Location, VirtualMachine
-from clusters.models import KubeNode, KubePod, Machine, MachinePool
+from clusters.models import Machine, MachinePool
 from clusters.orphans import vm_orphans_list
-from clusters.selectors import ACTIVE_POD_PHASES
 from gpus.models import BILLED_STATES, VgpuReservation, hourly_price
 from gpus.selectors import orphans_list
+from kube.models import KubeNode, KubePod
+from kube.selectors import ACTIVE_POD_PHASES
 
 GroupBy = Literal["account", "location", "cluster", "pool", "namespace"]
 GROUP_BY: tuple[GroupBy, ...] = ("account", "location", "cluster", "pool", "namespace")

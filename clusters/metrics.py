@@ -69,9 +69,10 @@ def _kube_observations() -> Iterator[Metric]:
         .values_list(
             "account_id",
             "name",
-            "kube_observation_complete",
-            "kube_observation_error",
-            "kube_last_complete_observation_at",
+            # kube's row of the cluster's observation: none (None here) until its first
+            "kube_observation__complete",
+            "kube_observation__error",
+            "kube_observation__last_complete_at",
         )
     )
     for account_id, name, complete, error, last in rows:

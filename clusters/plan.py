@@ -301,15 +301,19 @@ def planner_register(planner: Planner, *, kinds: tuple[str, ...]) -> None:
         PLANNERS.append((planner, kinds))
 
 
-def planned_kinds() -> tuple[str, ...]:
-    """Every kind of step a plan may show: the machines' actions, then the planners'."""
-    return KINDS + tuple(kind for _, kinds in PLANNERS for kind in kinds)
+def planned_kinds(*given: str) -> tuple[str, ...]:
+    """Every kind of step a plan may show: the machines' actions, then those of the
+    planners a caller gives (`given`), then the registered planners'."""
+    return KINDS + given + tuple(kind for _, kinds in PLANNERS for kind in kinds)
 
 
 @dataclass
 class ClusterPlan:
     cluster: Cluster
     steps: list[Step] = field(default_factory=list)
+    # Planners of apps above, given by the caller that shows the whole plan (kube's node
+    # labels and add-on): listed before the registered ones.
+    planners: tuple[Planner, ...] = ()
 
     def __bool__(self) -> bool:
         return bool(self.steps)
@@ -318,7 +322,8 @@ class ClusterPlan:
     def planned(self) -> list[PlanStep]:
         """The registered planners' steps, planned when asked for (the dry run): their own
         tasks act on them, not the machines' pass."""
-        return [step for planner, _ in PLANNERS for step in planner(self.cluster)]
+        planners = [*self.planners, *(planner for planner, _ in PLANNERS)]
+        return [step for planner in planners for step in planner(self.cluster)]
 
     @property
     def shown(self) -> list[PlanStep]:
@@ -564,9 +569,12 @@ def _scale_down_order(machine: Machine) -> tuple[bool, int]:
     return (machine.phase == Phase.RUNNING, -machine.index)
 
 
-def cluster_plan(cluster: Cluster, *, now: datetime | None = None) -> ClusterPlan:
-    """Everything the next pass would do for the cluster, from the database only."""
-    plan = ClusterPlan(cluster)
+def cluster_plan(
+    cluster: Cluster, *, now: datetime | None = None, planners: Sequence[Planner] = ()
+) -> ClusterPlan:
+    """Everything the next pass would do for the cluster, from the database only; with
+    `planners`, their steps too (planned when asked for)."""
+    plan = ClusterPlan(cluster, planners=tuple(planners))
     books = CardBooks()
     # Each pool once, with its site and location: the machines share these objects.
     pools = list(cluster.pools.select_related("site__location").order_by("name"))

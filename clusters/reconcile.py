@@ -605,7 +605,7 @@ def _vm_start(ctx: PassContext, machine: Machine, step: Step) -> None:
 
 
 def _running_set(machine: Machine) -> None:
-    # Its node has NODE_JOIN_TIMEOUT_SECONDS from now to join (clusters.nodes).
+    # Its node has NODE_JOIN_TIMEOUT_SECONDS from now to join (kube.nodes).
     _machine_update(
         machine,
         {
@@ -643,10 +643,7 @@ def machine_vm_replace(ctx: PassContext, machine: Machine, step: Step) -> None:
             "vm_created_at": None,
             "vm_started_at": None,
             "phase": Phase.PENDING,
-            # The new VM's node joins anew.
-            "node_joined_at": None,
-            "node_missing": False,
-            "node_missing_reason": "",
+            # The new VM's node joins anew: the observer's flags are of the old VM's id.
         },
     )
     for row in VgpuReservation.objects.filter(machine=machine, vm_id=old_vm):

@@ -39,8 +39,6 @@ from cloud.services import Actor, InUse, counted, listed, row_create, row_update
 from clusters.models import (
     Cluster,
     ClusterSite,
-    KubeNode,
-    KubePod,
     Machine,
     MachineDeletion,
     MachinePool,
@@ -444,8 +442,10 @@ def cluster_kubeconfig_set(
     """Store (or, empty, remove) the kubeconfig the cluster's nodes and pods are read with.
 
     The audit record names the API server before and after, never the credential. A new
-    kubeconfig may reach another cluster: what was mirrored is compared afresh. Without
-    one, nothing is observed, so the mirror and the flags it raised are dropped.
+    kubeconfig may reach another cluster: the observer compares what was mirrored afresh
+    (it knows the kubeconfig its resourceVersions are of). Without
+    one, nothing is observed: the next Kubernetes observe tick (kube.tasks) drops the
+    mirror and the flags it raised.
     """
     permission_require(actor, "clusters.change_cluster", cluster)
     kubeconfig = kubeconfig.strip()
@@ -454,18 +454,7 @@ def cluster_kubeconfig_set(
     )
     server_before = _kubeconfig_server(cluster.kubeconfig)
     with transaction.atomic():
-        Cluster.objects.filter(pk=cluster.pk).update(
-            kubeconfig=kubeconfig, kube_nodes_resource_version="", kube_pods_resource_version=""
-        )
-        if not kubeconfig:
-            KubeNode.objects.filter(cluster=cluster).delete()
-            KubePod.objects.filter(cluster=cluster).delete()
-            Machine.objects.filter(pool__cluster=cluster).update(
-                node_missing=False, node_missing_reason=""
-            )
-            Cluster.objects.filter(pk=cluster.pk).update(
-                kube_observation_complete=False, kube_observation_error=""
-            )
+        Cluster.objects.filter(pk=cluster.pk).update(kubeconfig=kubeconfig)
         audit_record(
             actor=actor,
             action="cluster.kubeconfig_set" if kubeconfig else "cluster.kubeconfig_remove",
@@ -475,7 +464,6 @@ def cluster_kubeconfig_set(
             after={"server": server_after},
         )
     cluster.kubeconfig = kubeconfig
-    cluster.kube_nodes_resource_version = cluster.kube_pods_resource_version = ""
 
 
 def _insecure_tls_allowed(account_id: int) -> bool:
@@ -615,7 +603,7 @@ def cluster_gpu_addon_set(
     *, cluster: Cluster, enabled: bool, actor: Actor, reason: str = ""
 ) -> Cluster:
     """Turn the cluster's GPU add-on on or off: the next observe pass applies the NVIDIA
-    device plugin to its Kubernetes, or removes ours (clusters.gpu_addon). Audited; an
+    device plugin to its Kubernetes, or removes ours (kube.gpu_addon). Audited; an
     imported cluster's follows its Cluster API label instead."""
     with transaction.atomic():
         cluster = Cluster.objects.select_for_update().get(pk=cluster.pk)

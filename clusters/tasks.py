@@ -1,6 +1,6 @@
 """Periodic, idempotent tasks: observe every location (and, on a slower beat, each
 account's locations and prices, cloudspaces and images), reconcile every cluster, sweep
-orphans.
+orphans. Each cluster's Kubernetes is observed on its own beat (kube.tasks).
 
 Tasks take ids and call one reconciler; beat sends the fan-out ones (see settings). Each
 task that calls an account's whitesky first takes one of the account's share of the
@@ -28,16 +28,11 @@ from cloud.models import Account, Location
 from cloud.observe import account_catalog_observe, account_locations_observe
 from cloud.whitesky import whitesky_client
 from clusters.capi_import import account_capi_import
-from clusters.gpu_addon import cluster_gpu_addon_observe
-from clusters.kube import kube_client
-from clusters.kube_observe import cluster_kube_observe
-from clusters.kube_plan import kube_plan, kube_steps_act
 from clusters.models import Cluster
 from clusters.observe import location_observe
 from clusters.plan import Step
 from clusters.reconcile import PassContext, cluster_reconcile, machine_reconcile
 from clusters.releases import locations_to_sweep, orphan_sweep
-from clusters.selectors import kube_observed
 
 logger = logging.getLogger(__name__)
 
@@ -53,8 +48,6 @@ def observe_all() -> None:
     locations = Location.objects.order_by(F("observation_started_at").asc(nulls_first=True), "pk")
     for location_id in locations.values_list("pk", flat=True):
         send_on_commit(observe_location, location_id, expires=expires)
-    for cluster_id in kube_observed_clusters().values_list("pk", flat=True):
-        send_on_commit(observe_cluster_kube, cluster_id)
     for account_id in capi_imported_accounts().values_list("pk", flat=True):
         send_on_commit(import_capi_account, account_id)
 
@@ -131,37 +124,6 @@ def observe_location(self: Task[Any, Any], location_id: int) -> None:
                 return
             with observe_client(location.account) as client:
                 location_observe(client=client, location=location)
-
-
-def kube_observed_clusters() -> QuerySet[Cluster]:
-    """Clusters whose Kubernetes is observed: active ones with a kubeconfig."""
-    return kube_observed()
-
-
-@shared_task
-def observe_cluster_kube(cluster_id: int) -> None:
-    """Mirror the cluster's nodes and pods; flag machines and nodes without each other and
-    GPU nodes that advertise no GPU, and read the GPU add-on's DaemonSet; then carry out
-    the plan of what the control plane writes there (clusters.kube_plan): the GPU labels
-    of its nodes and the GPU add-on."""
-    cluster = kube_observed_clusters().filter(pk=cluster_id).first()
-    if cluster is None:
-        return  # deleted, deleting, or its kubeconfig removed since the fan-out
-    with object_lock(f"observe-kube:{cluster_id}") as taken:
-        if not taken:
-            return
-        try:
-            client = kube_client(cluster)
-        except KubeconfigInvalid as exc:
-            Cluster.objects.filter(pk=cluster_id).update(
-                kube_observation_complete=False, kube_observation_error=str(exc)
-            )
-            logger.warning("observe kubernetes of %s: %s", cluster.name, exc)
-            return
-        with client:
-            cluster_kube_observe(client=client, cluster=cluster)
-            cluster_gpu_addon_observe(client=client, cluster=cluster)
-            kube_steps_act(client=client, steps=kube_plan(cluster))
 
 
 def capi_imported_accounts() -> QuerySet[Account]:

@@ -16,9 +16,11 @@ from django.http import QueryDict
 
 from capvco_web.filters import RelationFilterSet, TrueFalseFilter
 from capvco_web.keyset import CURSOR_PARAMS, BadCursor, KeysetPage, Sort, keyset_page
-from clusters.filtersets import ClusterFilterSet, KubeNodeFilterSet
-from clusters.models import Cluster, KubeNode, KubePod, Machine
+from clusters.filtersets import ClusterFilterSet
+from clusters.models import Cluster, Machine
 from dashboard.forms import NodeFilterForm
+from kube.filtersets import KubeNodeFilterSet
+from kube.models import KubeNode, KubePod
 from sriov.filtersets import PodNicFilterSet
 from sriov.models import PodNic
 

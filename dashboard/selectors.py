@@ -27,10 +27,8 @@ from django.db.models import (
 from django.db.models.functions import Coalesce
 
 from cloud.models import Location, VirtualMachine
-from clusters.models import Cluster, KubeNode, KubePod, Machine, MachinePool
-from clusters.nodes import CONTROL_PLANE_LABELS
+from clusters.models import Cluster, Machine, MachinePool
 from clusters.orphans import vms_not_ours
-from clusters.selectors import ACTIVE_POD_PHASES
 from gpus import naming
 from gpus.models import (
     BILLED_STATES,
@@ -42,6 +40,9 @@ from gpus.models import (
     hours_between,
 )
 from gpus.resolve import GpuUnavailable, gpu_profile_resolve, gpu_type_of, matching_cards, offers
+from kube.models import KubeNode, KubePod
+from kube.nodes import CONTROL_PLANE_LABELS
+from kube.selectors import ACTIVE_POD_PHASES, cluster_observation
 
 State = VgpuReservation.State
 HOUR = Decimal(3600)
@@ -314,7 +315,7 @@ def kube_flags(*, nodes: QuerySet[KubeNode], machines: QuerySet[Machine]) -> Kub
         unowned=Count("pk", filter=Q(unowned_since__isnull=False)),
     )
     return KubeFlags(
-        machines_node_missing=machines.filter(node_missing=True).count(),
+        machines_node_missing=machines.filter(node_state__missing=True).count(),
         nodes_gpus_missing=counts["gpus_missing"],
         nodes_unowned=counts["unowned"],
     )
@@ -330,7 +331,7 @@ class KubeObservation:
 
 def kube_observation(cluster: Cluster, *, now: datetime, interval: timedelta) -> KubeObservation:
     """The cluster's last complete node and pod listing, stale past two observe intervals."""
-    last = cluster.kube_last_complete_observation_at
+    last = cluster_observation(cluster).last_complete_at
     age = now - last if last else None
     return KubeObservation(age, age is None or age > 2 * interval)
 
@@ -340,7 +341,7 @@ PODS_SHOWN_PER_NODE = 8
 
 @dataclass
 class NodeRow:
-    """A node (with `gpu_requested`, see `clusters.selectors.kube_nodes_with_requests`) and
+    """A node (with `gpu_requested`, see `kube.selectors.kube_nodes_with_requests`) and
     the pods that hold or wait for its GPUs, the first few of them."""
 
     node: KubeNode

@@ -124,7 +124,7 @@ class Clients:
 
 def _default_kube(cluster: Cluster) -> KubeClientFactory:
     def make() -> KubeClient:
-        from clusters.kube import kube_client  # imports the kubernetes package: only now
+        from kube.client import kube_client  # imports the kubernetes package: only now
 
         return kube_client(cluster)
 

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 
 def _cluster_client(cluster: Cluster) -> KubeClient:
-    from clusters.kube import kube_client
+    from kube.client import kube_client
 
     return kube_client(cluster)
 

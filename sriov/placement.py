@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING
 
 from capvco_web.integrations import kube
 from cloud.models import Location
-from clusters.models import Cluster, KubeNode, KubePod, Machine
-from clusters.nodes import NodeOwners
+from clusters.models import Cluster, Machine
+from kube.models import KubeNode, KubePod
+from kube.nodes import NodeOwners
 
 if TYPE_CHECKING:
     from capvco_web.integrations.kube.client import KubeClient

@@ -34,6 +34,7 @@ from capvco_web.integrations import whitesky as ws
 from capvco_web.locks import object_lock
 from cloud.models import Location
 from clusters.models import Cluster, Machine
+from kube.selectors import cluster_observation
 from sriov.agent import Clients, Refused, nic_release, vm_lock_name
 from sriov.models import ExternalNetwork, GonePod, LeakedNic, PodNic, SriovConfig
 from sriov.networks import external_networks_mirror, network_match
@@ -79,7 +80,8 @@ def cluster_nics_reclaim(
     now = now or timezone.now()
     grace = reclaim_grace() if grace is None else grace
     cluster.refresh_from_db()
-    result = ReclaimResult(cluster=cluster.name, pods_complete=cluster.kube_observation_complete)
+    pods_complete = cluster_observation(cluster).complete
+    result = ReclaimResult(cluster=cluster.name, pods_complete=pods_complete)
     config = SriovConfig.objects.select_related("cluster__account").filter(cluster=cluster).first()
     if config is None or not config.credential:
         return result

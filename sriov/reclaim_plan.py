@@ -27,8 +27,10 @@ from django.db.models import Exists, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from capvco_web.integrations.whitesky import operations as ops
-from clusters.models import Cluster, KubePod
+from clusters.models import Cluster
 from clusters.plan import Call
+from kube.models import KubePod
+from kube.selectors import cluster_observation
 from sriov.models import LeakedNic, PodNic, SriovConfig
 from sriov.placement import FINISHED_PHASES
 
@@ -140,8 +142,9 @@ def pod_gone_reasons(cluster: Cluster, rows: list[PodNic]) -> dict[int, str]:
     """Why each row's pod counts as gone ("" when it is alive), judged only from the
     cluster's last pod observation when it was complete and began after the row was
     asked for; rows it cannot judge are left out. The rows come from `live_pod_nics`."""
-    listed_at = cluster.kube_last_complete_observation_at
-    if not cluster.kube_observation_complete or listed_at is None:
+    observation = cluster_observation(cluster)
+    listed_at = observation.last_complete_at
+    if not observation.complete or listed_at is None:
         return {}
     reasons: dict[int, str] = {}
     for row in rows:

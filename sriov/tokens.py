@@ -110,7 +110,7 @@ def agent_token_rotate(
 
 def _default_kube(cluster: Cluster) -> Callable[[], KubeClient]:
     def make() -> KubeClient:
-        from clusters.kube import kube_client  # imports the kubernetes package: only now
+        from kube.client import kube_client  # imports the kubernetes package: only now
 
         return kube_client(cluster)
 

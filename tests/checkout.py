@@ -10,7 +10,17 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 # The code a checkout runs: capvco_web and every app.
-APPS = ("capvco_web", "cloud", "gpus", "clusters", "sriov", "billing", "dashboard", "notify")
+APPS = (
+    "capvco_web",
+    "cloud",
+    "gpus",
+    "clusters",
+    "kube",
+    "sriov",
+    "billing",
+    "dashboard",
+    "notify",
+)
 
 
 def checkout_copy(where: Path, parts: Iterable[str]) -> Path:

@@ -22,8 +22,9 @@ from capvco_web.models import AuditEvent, Heartbeat
 from capvco_web.permissions import ROLE_PERMISSIONS
 from capvco_web.tasks import BEAT
 from cloud.models import Account, Location, Membership, VirtualMachine
-from clusters.models import Cluster, ClusterSite, KubeNode, KubePod, Machine, MachinePool
+from clusters.models import Cluster, ClusterSite, Machine, MachinePool
 from gpus.models import GpuProfile, ListedVgpu, VgpuReservation
+from kube.models import ClusterObservation, GpuAddonState, KubeNode, KubePod, MachineNode
 from sriov.models import ExternalNetwork, LeakedNic, PodNic
 
 # The shape of a whitesky JWT; no service sees it.
@@ -259,6 +260,17 @@ class KubeNodeFactory(DjangoModelFactory):
     updated_at = factory.LazyFunction(timezone.now)
 
 
+class MachineNodeFactory(DjangoModelFactory):
+    """A machine flagged by the Kubernetes observer: its node is missing."""
+
+    class Meta:
+        model = MachineNode
+
+    machine = factory.SubFactory(MachineFactory)
+    vm_id = factory.LazyAttribute(lambda row: row.machine.vm_id)
+    missing = True
+
+
 class KubePodFactory(DjangoModelFactory):
     """A running pod holding one GPU on a node of its cluster."""
 
@@ -361,3 +373,29 @@ class LeakedNicFactory(DjangoModelFactory):
     )
     ip = factory.Sequence(lambda n: f"10.50.200.{n % 250 + 2}")
     leaked_since = factory.LazyFunction(lambda: timezone.now() - timedelta(hours=1))
+
+
+def kube_observed_as(cluster: Cluster | int, **fields: Any) -> ClusterObservation:
+    """The cluster's Kubernetes observation as the observer would have recorded it."""
+    pk = cluster if isinstance(cluster, int) else cluster.pk
+    row, _ = ClusterObservation.objects.update_or_create(cluster_id=pk, defaults=fields)
+    return row
+
+
+def kube_observation_of(cluster: Cluster | int) -> ClusterObservation:
+    """The cluster's observation as recorded (unsaved and empty: none yet)."""
+    pk = cluster if isinstance(cluster, int) else cluster.pk
+    return ClusterObservation.objects.filter(cluster_id=pk).first() or ClusterObservation()
+
+
+def gpu_addon_held(cluster: Cluster | int, **fields: Any) -> GpuAddonState:
+    """What the cluster holds of the GPU add-on, as kube.gpu_addon would have recorded it."""
+    pk = cluster if isinstance(cluster, int) else cluster.pk
+    row, _ = GpuAddonState.objects.update_or_create(cluster_id=pk, defaults=fields)
+    return row
+
+
+def gpu_addon_state_of(cluster: Cluster | int) -> GpuAddonState:
+    """What the cluster holds of the GPU add-on as recorded (unsaved and empty: nothing)."""
+    pk = cluster if isinstance(cluster, int) else cluster.pk
+    return GpuAddonState.objects.filter(cluster_id=pk).first() or GpuAddonState()

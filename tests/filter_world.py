@@ -18,9 +18,10 @@ from capvco_web.filters import NAME_SUFFIX
 from capvco_web.integrations.kube import GPU_TYPE_LABEL
 from capvco_web.models import AuditEvent
 from cloud.models import Cloudspace, Image, Location, VirtualMachine
-from clusters.models import Cluster, KubeNode, KubePod, Machine
+from clusters.models import Cluster, Machine
 from gpus.models import GpuProfile, VgpuReservation
 from gpus.resolve import gpu_type_of
+from kube.models import KubeNode, KubePod
 from sriov.models import LeakedNic, PodNic
 from tests.factories import (
     AccountFactory,

@@ -27,10 +27,7 @@ from django.db import connection
 from billing.tasks import bill_check_account, billing_pass, leak_ledger_pass
 from capvco_web.audit import SystemActor
 from cloud.whitesky import whitesky_client
-from clusters.kube import kube_client
-from clusters.kube_observe import cluster_kube_observe
 from clusters.models import Cluster, Machine, MachinePool
-from clusters.nodes import provider_id
 from clusters.services import (
     cluster_delete,
     cluster_kubeconfig_set,
@@ -40,6 +37,9 @@ from clusters.services import (
 )
 from gpus.models import GpuProfile, VgpuReservation
 from gpus.release_requests import reservation_release_request
+from kube.client import kube_client
+from kube.nodes import provider_id
+from kube.observe import cluster_kube_observe
 from notify.models import WebhookTarget
 from notify.services import notify_pass, webhook_target_create
 from tests.gpus.conftest import NL, Plane, plane  # noqa: F401 (the fixture)
@@ -49,7 +49,7 @@ from tests.notify.test_webhooks import Receiver, receiver  # noqa: F401 (the fix
 
 ROOT = Path(__file__).resolve().parents[1]
 WRITE = re.compile(r'^\s*(?:INSERT INTO|UPDATE|DELETE FROM)\s+"(\w+)"')
-PROJECT_APPS = ("capvco_web", "cloud", "clusters", "gpus", "sriov", "billing", "notify")
+PROJECT_APPS = ("capvco_web", "cloud", "clusters", "gpus", "kube", "sriov", "billing", "notify")
 # Writing machinery any writer calls: the writer is the module that called it (a model's
 # save() in any models.py included).
 MACHINERY = {"capvco_web/rows.py"}
@@ -193,14 +193,10 @@ def test_each_table_has_one_writer_over_a_whole_life(
 WRITERS = {
     # Act: machines it makes (the plan's index), how far each got, and its teardown mark;
     # a person's force delete drops the row without teardown (services, DELETE only).
-    # Observe's node flags (nodes.py) are the Kubernetes mirror's, and leave the row with
-    # the observed state.
-    "clusters_machine": {"clusters/reconcile.py", "clusters/services.py", "clusters/nodes.py"},
+    "clusters_machine": {"clusters/reconcile.py", "clusters/services.py"},
     "clusters_machinedeletion": {"clusters/services.py"},  # a person's request
     "clusters_clusterstatus": {"clusters/reconcile.py"},  # act's deletion blockers
-    # What people ask for; kube_observe's stamps are the Kubernetes mirror's, and leave the
-    # row with the observed state.
-    "clusters_cluster": {"clusters/services.py", "clusters/kube_observe.py"},
+    "clusters_cluster": {"clusters/services.py"},  # what people ask for
     "clusters_clustersite": {"clusters/services.py"},
     # The replicas are people's (services); next_index is act's count of the indexes it
     # used (never reused): act state on a desired row, still to move.
@@ -208,8 +204,12 @@ WRITERS = {
     "clusters_vmremovalrequest": {"clusters/releases.py"},
     # The Kubernetes mirror: the listing (kube_observe) and the machine it is matched to,
     # with its flags (nodes).
-    "clusters_kubenode": {"clusters/kube_observe.py", "clusters/nodes.py"},
-    "clusters_kubepod": {"clusters/kube_observe.py"},
+    "clusters_kubenode": {"kube/observe.py", "kube/nodes.py"},
+    "clusters_kubepod": {"kube/observe.py"},
+    # Observed state off the cluster and the machine rows: the listing's stamps, and the
+    # machines' node flags, each with its one writer.
+    "kube_clusterobservation": {"kube/observe.py"},
+    "kube_machinenode": {"kube/nodes.py"},
     # The location's listing stamps, written by clusters' observe pass.
     "cloud_location": {"clusters/observe.py"},
     # What whitesky lists (cloud's mirror) and the orphan flags judged from the same
@@ -229,11 +229,12 @@ WRITERS = {
 }
 # Tables this life does not write (set up by the test, or written by a life of their own:
 # SR-IOV's NICs, tokens and networks, the watch process, API tokens, a leak billed over
-# hours, idle GPU spells). A new table lands here or in WRITERS.
+# hours, idle GPU spells, the GPU add-on applied). A new table lands here or in WRITERS.
 NOT_WRITTEN_BY_THIS_LIFE = {
     "billing_billitem", "billing_idlespell", "billing_leak", "capvco_web_apitoken",
     "capvco_web_heartbeat", "cloud_account", "cloud_cloudspace", "cloud_image",
-    "cloud_membership", "clusters_kubewatch", "notify_webhooktest", "sriov_agenttoken",
+    "cloud_membership", "clusters_kubewatch", "kube_gpuaddonstate", "notify_webhooktest",
+    "sriov_agenttoken",
     "sriov_externalnetwork", "sriov_gonepod", "sriov_leakednic", "sriov_podnic",
     "sriov_sriovconfig",
 }  # fmt: skip

@@ -9,8 +9,8 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from capvco_web.rows import model_update, rows_update
-from clusters.models import Cluster
-from tests.factories import ClusterFactory
+from clusters.models import Cluster, Machine
+from tests.factories import ClusterFactory, MachineFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -47,17 +47,17 @@ def test_update_writes_only_the_changed_fields(cluster: Cluster) -> None:
 def test_many_rows_are_written_except_one_changed_meanwhile() -> None:
     """rows_update: compare-and-set for many rows. Each copy was read before the change;
     the row changed meanwhile keeps what the other writer made of it."""
-    rows = [ClusterFactory(kube_observation_error="old") for _ in range(3)]
+    rows = [ClusterFactory(imported_from="old") for _ in range(3)]
     Cluster.objects.filter(pk=rows[1].pk).update(
-        kube_observation_error="theirs", state=Cluster.State.DELETING
+        imported_from="theirs", state=Cluster.State.DELETING
     )
     for row in rows:
-        row.kube_observation_error = "ours"
+        row.imported_from = "ours"
 
-    written = rows_update(rows, {"kube_observation_error"}, where=Q(state=Cluster.State.ACTIVE))
+    written = rows_update(rows, {"imported_from"}, where=Q(state=Cluster.State.ACTIVE))
 
     assert written == 2
-    assert dict(Cluster.objects.values_list("pk", "kube_observation_error")) == {
+    assert dict(Cluster.objects.values_list("pk", "imported_from")) == {
         rows[0].pk: "ours",
         rows[1].pk: "theirs",
         rows[2].pk: "ours",
@@ -66,9 +66,9 @@ def test_many_rows_are_written_except_one_changed_meanwhile() -> None:
 
 def test_a_column_set_to_null_in_every_row_is_written_as_its_own_type() -> None:
     """A CASE of NULLs alone is typed text on PostgreSQL: the update casts it."""
-    rows = [ClusterFactory(kube_observation_started_at=timezone.now()) for _ in range(2)]
+    rows = [MachineFactory(vm_started_at=timezone.now()) for _ in range(2)]
     for row in rows:
-        row.kube_observation_started_at = None
+        row.vm_started_at = None
 
-    assert rows_update(rows, {"kube_observation_started_at"}, where=Q()) == 2
-    assert not Cluster.objects.filter(kube_observation_started_at__isnull=False).exists()
+    assert rows_update(rows, {"vm_started_at"}, where=Q()) == 2
+    assert not Machine.objects.filter(vm_started_at__isnull=False).exists()

@@ -22,8 +22,6 @@ from clusters.models import (
     MAX_GPUS_PER_MACHINE,
     Cluster,
     ClusterSite,
-    KubeNode,
-    KubePod,
     Machine,
     MachinePool,
     replicas_bound,
@@ -122,7 +120,28 @@ class ClusterSerializer(ModelCleanMixin):
     deletion_blockers = serializers.JSONField(
         read_only=True, help_text="While deleting: what still exists."
     )
+    # How its Kubernetes and GPU add-on were observed: the kube app's rows beside it.
+    kube_observation_complete = serializers.BooleanField(
+        source="kube_observation.complete",
+        read_only=True,
+        help_text="Whether the last observation listed every node and pod. Nothing is "
+        "judged gone, and no node or machine is flagged, from a partial one.",
+    )
+    kube_observation_error = serializers.CharField(source="kube_observation.error", read_only=True)
+    kube_observation_started_at = serializers.DateTimeField(
+        source="kube_observation.started_at",
+        read_only=True,
+        allow_null=True,
+        help_text="When the listings of the last observation began.",
+    )
     kubernetes = KubeSummarySerializer(source="*", read_only=True)
+    gpu_addon_applied_at = serializers.DateTimeField(
+        source="gpu_addon_state.applied_at",
+        read_only=True,
+        allow_null=True,
+        help_text="Since when the add-on, as it is now, is in the cluster.",
+    )
+    gpu_addon_error = serializers.CharField(source="gpu_addon_state.error", read_only=True)
 
     class Meta:
         model = Cluster
@@ -135,11 +154,15 @@ class ClusterSerializer(ModelCleanMixin):
         # The name rule is the model's (clean): one name per account is only the part the
         # database holds, and its generic "must make a unique set" would say less.
         validators: list[Any] = []
-        read_only_fields = [
-            "state", "deletion_blockers", "created_at", "kube_observation_complete",
-            "kube_observation_error", "kube_observation_started_at", "gpu_addon_applied_at",
-            "gpu_addon_error", "imported_from",
-        ]  # fmt: skip
+        read_only_fields = ["state", "deletion_blockers", "created_at", "imported_from"]
+
+    def to_representation(self, instance: Cluster) -> dict[str, Any]:
+        data: dict[str, Any] = super().to_representation(instance)
+        # Not observed yet, nothing of the add-on recorded: as before they had rows.
+        data["kube_observation_complete"] = bool(data["kube_observation_complete"])
+        data["kube_observation_error"] = data["kube_observation_error"] or ""
+        data["gpu_addon_error"] = data["gpu_addon_error"] or ""
+        return data
 
 
 class GpuAddonSerializer(StrictInputMixin, serializers.Serializer[Cluster]):
@@ -290,6 +313,20 @@ class MachineSerializer(serializers.ModelSerializer[Machine]):
         help_text='How its pool differs now ("vcpus 4 -> 8"): a machine with changes is '
         "replaced, one machine of the pool at a time",
     )
+    # Its node, as the Kubernetes observer flags it (kube's MachineNode beside the machine).
+    node_joined_at = serializers.DateTimeField(
+        source="node_state.joined_at",
+        read_only=True,
+        allow_null=True,
+        help_text="When a listing first showed its Kubernetes node",
+    )
+    node_missing = serializers.BooleanField(
+        source="node_state.missing",
+        read_only=True,
+        help_text="No node of the cluster is this machine's, NODE_JOIN_TIMEOUT_SECONDS after "
+        "its VM started (from a complete node listing).",
+    )
+    node_missing_reason = serializers.CharField(source="node_state.missing_reason", read_only=True)
 
     class Meta:
         model = Machine
@@ -305,6 +342,9 @@ class MachineSerializer(serializers.ModelSerializer[Machine]):
     def to_representation(self, instance: Machine) -> dict[str, Any]:
         data: dict[str, Any] = super().to_representation(instance)
         data["spec"] = data["spec"] if instance.spec else None
+        # No node flags yet: never seen, not flagged.
+        data["node_missing"] = bool(data["node_missing"])
+        data["node_missing_reason"] = data["node_missing_reason"] or ""
         return data
 
     @extend_schema_field(MachineVgpuSerializer(many=True))
@@ -462,42 +502,3 @@ class PoolScaleSerializer(StrictInputMixin):
 
     replicas = serializers.IntegerField(min_value=0, validators=[replicas_bound])
     reason = ReasonField()
-
-
-class KubeNodeSerializer(serializers.ModelSerializer[KubeNode]):
-    """A Kubernetes node as last observed, and the machine whose VM it runs on."""
-
-    cluster = serializers.CharField(source="cluster.name", read_only=True)
-    gpu_type_label = serializers.CharField(
-        read_only=True, help_text="Its capvco.io/gpu-type label (e.g. nvidia-a100); empty: none"
-    )
-    gpu_count_label = serializers.CharField(
-        read_only=True, help_text="Its capvco.io/gpu-count label; empty: none"
-    )
-    gpu_requested = serializers.IntegerField(
-        read_only=True, default=0, help_text="nvidia.com/gpu requested by the pods placed on it"
-    )
-
-    class Meta:
-        model = KubeNode
-        fields = [
-            "id", "cluster", "name", "uid", "provider_id", "labels", "gpu_type_label",
-            "gpu_count_label", "gpu_capacity", "gpu_allocatable", "gpu_requested", "ready",
-            "kubelet_version", "machine", "unowned_since", "gpus_missing",
-            "gpus_missing_reason", "first_seen_at", "updated_at",
-        ]  # fmt: skip
-        read_only_fields = fields
-
-
-class KubePodSerializer(serializers.ModelSerializer[KubePod]):
-    """A Kubernetes pod as last observed: where it runs and what it asks for."""
-
-    cluster = serializers.CharField(source="cluster.name", read_only=True)
-
-    class Meta:
-        model = KubePod
-        fields = [
-            "id", "cluster", "namespace", "name", "uid", "node_name", "phase", "gpu_requests",
-            "gpu_type", "sriov_network", "first_seen_at", "updated_at",
-        ]  # fmt: skip
-        read_only_fields = fields

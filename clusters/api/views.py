@@ -10,7 +10,6 @@ from typing import Any, TypeVar
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import models, transaction
-from django.db.models import QuerySet
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
@@ -37,32 +36,22 @@ from clusters.api.serializers import (
     DeleteReasonSerializer,
     GpuAddonSerializer,
     KubeconfigSerializer,
-    KubeNodeSerializer,
-    KubePodSerializer,
     LocationPlanStepSerializer,
     MachinePoolSerializer,
     MachineSerializer,
-    PlanStepSerializer,
     PoolScaleSerializer,
     VirtualMachineSerializer,
 )
 from clusters.filtersets import (
     ClusterFilterSet,
     ClusterSiteFilterSet,
-    KubeNodeFilterSet,
-    KubePodFilterSet,
     MachineFilterSet,
     MachinePoolFilterSet,
     VirtualMachineFilterSet,
 )
-from clusters.models import Cluster, ClusterSite, KubeNode, KubePod, Machine, MachinePool
-from clusters.plan import cluster_plan
+from clusters.models import Cluster, ClusterSite, Machine, MachinePool
 from clusters.releases import location_plan, vm_removal_request
-from clusters.selectors import (
-    clusters_with_kube_summary,
-    kube_nodes_with_requests,
-    machines_with_vgpus,
-)
+from clusters.selectors import machines_with_vgpus
 from clusters.services import (
     account_capi_kubeconfig_set,
     account_delete,
@@ -232,7 +221,11 @@ class ClusterViewSet(
     mixins.RetrieveModelMixin,
     viewsets.GenericViewSet[Cluster],
 ):
-    queryset = Cluster.objects.select_related("status").prefetch_related("sites").order_by("name")
+    queryset = (
+        Cluster.objects.select_related("status", "kube_observation", "gpu_addon_state")
+        .prefetch_related("sites")
+        .order_by("name")
+    )
     serializer_class = ClusterSerializer
     filterset_class = ClusterFilterSet
     action_verbs = {
@@ -241,9 +234,6 @@ class ClusterViewSet(
         "kubeconfig_remove": "change",
         "gpu_addon": "change",
     }
-
-    def get_queryset(self) -> QuerySet[Cluster]:
-        return clusters_with_kube_summary(super().get_queryset())
 
     def perform_create(self, serializer: serializers.BaseSerializer[Cluster]) -> None:
         fields = dict(serializer.validated_data)
@@ -255,13 +245,6 @@ class ClusterViewSet(
                     cluster=cluster, kubeconfig=kubeconfig, actor=self.request.user
                 )
         serializer.instance = cluster
-
-    @extend_schema(responses=PlanStepSerializer(many=True))
-    @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
-    def plan(self, request: Request, pk: str | None = None) -> Response:
-        """What the next reconcile pass would do (a dry run, from the database only)."""
-        plan = cluster_plan(self.get_object())
-        return Response(PlanStepSerializer(plan.shown, many=True).data)
 
     @extend_schema(request=KubeconfigSerializer, responses={204: None})
     @action(detail=True, methods=["put"], url_path="kubeconfig")
@@ -299,7 +282,7 @@ class ClusterViewSet(
     @kubeconfig.mapping.delete
     def kubeconfig_remove(self, request: Request, pk: str | None = None) -> Response:
         """Remove the kubeconfig: nodes and pods are no longer observed, and what was
-        mirrored from them is dropped. Audited."""
+        mirrored from them is dropped by the next observe tick. Audited."""
         reason = _reason(request, DeleteReasonSerializer)
         cluster_kubeconfig_set(
             cluster=self.get_object(), kubeconfig="", actor=request.user, reason=reason
@@ -397,7 +380,9 @@ class MachineViewSet(
     viewsets.ReadOnlyModelViewSet[Machine],
 ):
     queryset = machines_with_vgpus(
-        Machine.objects.select_related("pool__cluster", "deletion").order_by("pool", "index")
+        Machine.objects.select_related("pool__cluster", "deletion", "node_state").order_by(
+            "pool", "index"
+        )
     )
     serializer_class = MachineSerializer
     filterset_class = MachineFilterSet
@@ -421,30 +406,3 @@ class MachineViewSet(
         machine = self.get_object()
         machine_force_delete(machine=machine, actor=request.user, **_confirmed(request))
         return Response(status=status.HTTP_204_NO_CONTENT)
-
-
-class KubeNodeViewSet(
-    KnownParametersMixin, AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[KubeNode]
-):
-    """Kubernetes nodes of the clusters with a kubeconfig, as last observed."""
-
-    queryset = KubeNode.objects.select_related("cluster").order_by("cluster__name", "name")
-    serializer_class = KubeNodeSerializer
-    filterset_class = KubeNodeFilterSet
-    pagination_class = CursorPagination  # a big list: keyset pages, in id order
-
-    def get_queryset(self) -> QuerySet[KubeNode]:
-        return kube_nodes_with_requests(super().get_queryset())
-
-
-class KubePodViewSet(
-    KnownParametersMixin, AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[KubePod]
-):
-    """Kubernetes pods of the clusters with a kubeconfig, as last observed."""
-
-    queryset = KubePod.objects.select_related("cluster").order_by(
-        "cluster__name", "namespace", "name"
-    )
-    serializer_class = KubePodSerializer
-    filterset_class = KubePodFilterSet
-    pagination_class = CursorPagination  # a big list: keyset pages, in id order

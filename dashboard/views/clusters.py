@@ -24,13 +24,8 @@ from capvco_web.htmx import HtmxHttpRequest, page_or_fragment
 from capvco_web.keyset import AFTER, BEFORE, LAST, BadCursor, Sort, keyset_page
 from capvco_web.permissions import allowed, visible
 from cloud.models import Cloudspace, Image, VirtualMachine
-from clusters.models import Cluster, ClusterSite, KubeNode, KubePod, Machine, MachinePool
+from clusters.models import Cluster, ClusterSite, Machine, MachinePool
 from clusters.plan import cluster_plan
-from clusters.selectors import (
-    clusters_with_kube_summary,
-    kube_nodes_with_requests,
-    kube_observation_problem,
-)
 from dashboard.filtersets import ClusterListFilterSet, filled, list_page, unknown_parameters
 from dashboard.forms import NodeFilterForm
 from dashboard.money import cluster_money
@@ -38,6 +33,13 @@ from dashboard.selectors import PoolGpus, held_by_machine, kube_observation, nod
 from dashboard.views.money import cluster_locations
 from dashboard.views.setup import accounts_for_new_clusters
 from gpus.models import BILLED_STATES, GpuProfile, VgpuReservation
+from kube.models import KubeNode, KubePod
+from kube.plan import kube_plan
+from kube.selectors import (
+    clusters_with_kube_summary,
+    kube_nodes_with_requests,
+    kube_observation_problem,
+)
 from sriov.models import PodNic, SriovConfig
 
 CLUSTERS_PER_PAGE = 50
@@ -79,7 +81,10 @@ class ClusterSummary:
 @list_page(ClusterListFilterSet)
 def cluster_list(request: HtmxHttpRequest) -> HttpResponse:
     clusters = clusters_with_kube_summary(
-        visible(request.user, Cluster.objects.select_related("account").order_by("name"))
+        visible(
+            request.user,
+            Cluster.objects.select_related("account", "kube_observation").order_by("name"),
+        )
     )
     filterset = ClusterListFilterSet(filled(request.GET), queryset=clusters, request=request)
     errors = unknown_parameters(request.GET, [*filterset.filters, "page"])
@@ -188,7 +193,9 @@ def cluster_body(request: HtmxHttpRequest, cluster: Cluster, params: QueryDict) 
         "pool__name", "index"
     )
     phases = {p: n for p in Phase.values if (n := getattr(cluster, f"{PHASE_IN}{p}"))}
-    paginator = Paginator(machines.select_related("pool", "deletion"), MACHINES_PER_PAGE)
+    paginator = Paginator(
+        machines.select_related("pool", "deletion", "node_state"), MACHINES_PER_PAGE
+    )
     paginator.count = sum(phases.values())  # known from the phases: no count query
     page = paginator.get_page(params.get("page"))
     on_page = list(page)
@@ -209,7 +216,7 @@ def cluster_body(request: HtmxHttpRequest, cluster: Cluster, params: QueryDict) 
             ),
         )
     }
-    plan = cluster_plan(cluster)
+    plan = cluster_plan(cluster, planners=(kube_plan,))
     cluster_url = reverse("dashboard:cluster", args=[cluster.pk])
     page_url = f"{cluster_url}?{params.urlencode()}" if params else cluster_url
     back = "?" + urlencode({"next": page_url})
@@ -359,7 +366,12 @@ def cluster_for_page(request: HtmxHttpRequest, pk: int) -> Cluster:
     nics = PodNic.objects.filter(cluster=OuterRef("pk"))
     return get_object_or_404(
         clusters_with_kube_summary(
-            visible(request.user, Cluster.objects.select_related("account", "sriov", "status"))
+            visible(
+                request.user,
+                Cluster.objects.select_related(
+                    "account", "sriov", "status", "kube_observation", "gpu_addon_state"
+                ),
+            )
         ).annotate(
             **_counts(machines, "pool__cluster", "phase", PHASE_IN, Phase.values),
             **_counts(nics, "cluster", "state", NICS_IN, PodNic.State.values),

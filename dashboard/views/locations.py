@@ -18,11 +18,12 @@ from django.views.decorators.http import require_GET
 from capvco_web.htmx import HtmxHttpRequest, page_or_fragment
 from capvco_web.permissions import visible
 from cloud.models import Location, VirtualMachine
-from clusters.models import KubeNode, KubePod, Machine
+from clusters.models import Machine
 from clusters.releases import location_plan
-from clusters.selectors import ACTIVE_POD_PHASES
 from gpus.models import GpuProfile, VgpuReservation
 from gpus.resolve import gpu_type_of
+from kube.models import KubeNode, KubePod
+from kube.selectors import ACTIVE_POD_PHASES
 
 TEMPLATE = "dashboard/location.html"
 # What holds an instance of a card: being reserved, billed, or on its way out.

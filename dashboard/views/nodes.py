@@ -16,8 +16,7 @@ from capvco_web.keyset import CURSOR_PARAMS, BadCursor, Sort, keyset_page
 from capvco_web.permissions import visible
 from cloud.models import Location
 from clusters.filtersets import MachineFilterSet
-from clusters.models import Cluster, KubeNode, KubePod, Machine
-from clusters.selectors import kube_nodes_with_requests
+from clusters.models import Cluster, Machine
 from dashboard.filtersets import (
     NodeListFilterSet,
     cluster_field,
@@ -28,6 +27,8 @@ from dashboard.filtersets import (
 )
 from dashboard.forms import LocationChoiceField, NodeFilterForm
 from dashboard.selectors import node_rows
+from kube.models import KubeNode, KubePod
+from kube.selectors import kube_nodes_with_requests
 
 TEMPLATE = "dashboard/nodes.html"
 PAGE_SIZE = 50
@@ -54,8 +55,8 @@ def _machines_without_node(request: HtmxHttpRequest, params: QueryDict) -> Query
     cluster, pool, location, account: the same names on both)."""
     machines = visible(
         request.user,
-        Machine.objects.filter(node_missing=True).select_related(
-            "pool__cluster", "pool__site__location"
+        Machine.objects.filter(node_state__missing=True).select_related(
+            "pool__cluster", "pool__site__location", "node_state"
         ),
     )
     shared = set(MachineFilterSet.base_filters) & set(NodeListFilterSet.base_filters)

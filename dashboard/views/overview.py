@@ -18,12 +18,7 @@ from capvco_web.permissions import allowed_somewhere, visible
 from cloud.models import Location, VirtualMachine
 from cloud.selectors import observations
 from clusters.capacity import capacity_board
-from clusters.models import Cluster, KubeNode, Machine
-from clusters.selectors import (
-    kube_gpus_by_location_and_type,
-    kube_observation_failing,
-    kube_observation_problem,
-)
+from clusters.models import Cluster, Machine
 from dashboard.money import overview_money
 from dashboard.selectors import (
     foreign_vms,
@@ -32,6 +27,12 @@ from dashboard.selectors import (
     orphan_vms,
 )
 from gpus.models import GpuProfile, VgpuReservation
+from kube.models import KubeNode
+from kube.selectors import (
+    kube_gpus_by_location_and_type,
+    kube_observation_failing,
+    kube_observation_problem,
+)
 
 FAILED_SHOWN = 20
 ORPHAN_VMS_SHOWN = 20

@@ -1,4 +1,4 @@
-"""Pods that ask for GPUs and are not scheduled, with why (`clusters.pending_pods`), from
+"""Pods that ask for GPUs and are not scheduled, with why (`kube.pending_pods`), from
 the Kubernetes mirror; `?cluster=<id>` (or `cluster__name=`) for one cluster's (the link on
 its page), as every list filters."""
 
@@ -13,9 +13,10 @@ from django.views.decorators.http import require_GET
 
 from capvco_web.htmx import HtmxHttpRequest, page_or_fragment
 from capvco_web.permissions import visible
-from clusters.models import Cluster, KubeNode, KubePod
-from clusters.pending_pods import pending_pods_explained, unscheduled_gpu_pods
+from clusters.models import Cluster
 from dashboard.filtersets import PendingPodFilterSet, filled, list_page, unknown_parameters
+from kube.models import KubeNode, KubePod
+from kube.pending_pods import pending_pods_explained, unscheduled_gpu_pods
 
 TEMPLATE = "dashboard/pending_pods.html"
 PAGE_SIZE = 50

@@ -32,9 +32,10 @@ from django.views.decorators.http import require_GET
 from capvco_web.htmx import HtmxHttpRequest
 from capvco_web.permissions import visible
 from cloud.models import VirtualMachine
-from clusters.models import Cluster, KubeNode, KubePod, Machine, MachinePool
+from clusters.models import Cluster, Machine, MachinePool
 from gpus.filtersets import SEARCH_MIN_LENGTH
 from gpus.models import VgpuReservation
+from kube.models import KubeNode, KubePod
 from sriov.models import LeakedNic, PodNic
 
 PER_KIND = 10

@@ -50,15 +50,9 @@ from django.utils import timezone  # noqa: E402
 
 from capvco_web.models import AuditEvent  # noqa: E402
 from cloud.models import Account, Location, Membership, VirtualMachine  # noqa: E402
-from clusters.models import (  # noqa: E402
-    Cluster,
-    ClusterSite,
-    KubeNode,
-    KubePod,
-    Machine,
-    MachinePool,
-)
+from clusters.models import Cluster, ClusterSite, Machine, MachinePool  # noqa: E402
 from gpus.models import GpuProfile, ListedVgpu, VgpuReservation  # noqa: E402
+from kube.models import KubeNode, KubePod, MachineNode  # noqa: E402
 
 LOCATIONS = 10
 CLUSTERS = 50
@@ -272,7 +266,9 @@ def seed_kube(machines: list[Machine], pools: list[MachinePool], now: Any) -> No
         ),
         batch_size=BATCH,
     )  # fmt: skip
-    Machine.objects.filter(pk__in=[m.pk for m in machines[::100]]).update(node_missing=True)
+    MachineNode.objects.bulk_create(
+        [MachineNode(machine=m, vm_id=m.vm_id, missing=True) for m in machines[::100]]
+    )
 
 
 def pages(ids: dict[str, Any], client: Client) -> dict[str, str]:

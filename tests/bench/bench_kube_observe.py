@@ -50,24 +50,17 @@ from django.test.utils import setup_test_environment, teardown_test_environment 
 from django.utils import timezone  # noqa: E402
 
 from cloud.models import Account, Location  # noqa: E402
-from clusters.kube import kube_client  # noqa: E402
-from clusters.kube_observe import cluster_kube_observe  # noqa: E402
-from clusters.models import (  # noqa: E402
-    MAX_REPLICAS,
-    Cluster,
-    ClusterSite,
-    KubeNode,
-    KubePod,
-    Machine,
-    MachinePool,
-)
-from clusters.nodes import provider_id  # noqa: E402
+from clusters.models import MAX_REPLICAS, Cluster, ClusterSite, Machine, MachinePool  # noqa: E402
 from gpus import naming  # noqa: E402
+from kube.client import kube_client  # noqa: E402
+from kube.models import KubeNode, KubePod, MachineNode  # noqa: E402
+from kube.nodes import provider_id  # noqa: E402
+from kube.observe import cluster_kube_observe  # noqa: E402
 from tests.kube_sim import KubeSimulator, node_object, pod_object  # noqa: E402
 
 LOCATION = "bench-dc01-001"
 SQL_WRITES = ("INSERT", "UPDATE", "DELETE")
-CLUSTER_STAMP = 'UPDATE "clusters_cluster"'
+CLUSTER_STAMP = 'UPDATE "kube_clusterobservation"'
 SEED_CHUNK = 2000
 
 
@@ -215,7 +208,7 @@ def run(sim: KubeSimulator, clusters: int, nodes: int, pods_per_node: int) -> di
         "nodes": KubeNode.objects.count(),
         "pods": KubePod.objects.count(),
         "owned_nodes": KubeNode.objects.filter(machine__isnull=False).count(),
-        "machines_flagged": Machine.objects.filter(node_missing=True).count(),
+        "machines_flagged": MachineNode.objects.filter(missing=True).count(),
     }
     checks = {
         "first_complete": first.complete and counts["owned_nodes"] == counts["nodes"],

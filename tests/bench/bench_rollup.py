@@ -59,14 +59,16 @@ from billing.models import (  # noqa: E402
     Step,
 )
 from billing.rollups import day_of, hour_of, rollups_take  # noqa: E402
-from clusters.models import Cluster, KubeNode, KubePod, Machine  # noqa: E402
+from clusters.models import Cluster, Machine  # noqa: E402
 from gpus.models import VgpuReservation  # noqa: E402
+from kube.models import KubeNode, KubePod  # noqa: E402
 from tests.bench.bench_dashboard import seed  # noqa: E402
 from tests.bench.support import (  # noqa: E402
     is_sql_write,
     postgresql_missing,
     throwaway_database,
 )
+from tests.factories import kube_observed_as  # noqa: E402
 
 
 def measure(name: str, step: Callable[[], Any]) -> dict[str, Any]:
@@ -103,7 +105,8 @@ def run(reservations: int) -> dict[str, Any]:
     seed(reservations)
     # The kube observation was complete: idle spells may open. One GPU node in ten has
     # pods that ask for no GPU: its GPU is idle.
-    Cluster.objects.update(kube_observation_complete=True)
+    for cluster in Cluster.objects.all():
+        kube_observed_as(cluster, complete=True)
     tenth = list(Machine.objects.order_by("pk").values_list("pk", flat=True))[::10]
     idle = KubeNode.objects.filter(machine_id__in=tenth).values_list("name", flat=True)
     KubePod.objects.filter(node_name__in=list(idle)).update(gpu_requests=0)

@@ -56,8 +56,8 @@ import requests  # noqa: E402
 from django.db import connection  # noqa: E402
 from django.test.utils import setup_test_environment, teardown_test_environment  # noqa: E402
 
-from clusters.kube import kube_client  # noqa: E402
-from clusters.kube_observe import cluster_kube_observe  # noqa: E402
+from kube.client import kube_client  # noqa: E402
+from kube.observe import cluster_kube_observe  # noqa: E402
 from simulator.whitesky.worldfile import DEMO_WORLD  # noqa: E402
 from sriov.models import PodNic  # noqa: E402
 from tests.kube_sim import KubeSimulator  # noqa: E402

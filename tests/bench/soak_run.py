@@ -44,7 +44,7 @@ from sriov.models import PodNic
 machines = Machine.objects.filter(pool__cluster__name="demo")
 print(json.dumps({
     "running": machines.filter(phase="running").count(),
-    "joined": machines.filter(phase="running", node_joined_at__isnull=False).count(),
+    "joined": machines.filter(phase="running", node_state__joined_at__isnull=False).count(),
     "machines": machines.count(),
     "nics_attached": PodNic.objects.filter(state="attached").count(),
 }))

@@ -16,9 +16,9 @@ from rest_framework.test import APIClient
 from billing.idle import idle_record
 from billing.models import CostRollup, IdleSpell, Leak, Rollup
 from billing.tasks import billing_pass, leak_ledger_pass
-from clusters.models import Cluster, KubePod
+from kube.models import KubePod
 from tests.clusters.test_costs import World, world_make
-from tests.factories import KubePodFactory, LocationFactory, MembershipFactory
+from tests.factories import KubePodFactory, LocationFactory, MembershipFactory, kube_observed_as
 
 pytestmark = pytest.mark.django_db
 
@@ -29,7 +29,7 @@ T0 = datetime(2026, 12, 1, 10, 5, tzinfo=UTC)
 @pytest.fixture
 def world() -> World:
     world = world_make()
-    Cluster.objects.filter(pk=world.cluster.pk).update(kube_observation_complete=True)
+    kube_observed_as(world.cluster, complete=True)
     return world
 
 
@@ -72,7 +72,7 @@ def test_a_pod_asking_for_the_gpus_ends_the_spell_and_keeps_since_when(world: Wo
 
 
 def test_a_partial_kubernetes_observation_opens_no_spell(world: World) -> None:
-    Cluster.objects.filter(pk=world.cluster.pk).update(kube_observation_complete=False)
+    kube_observed_as(world.cluster, complete=False)
     # A pod the partial listing missed might ask for node-0's idle GPU.
     assert idle_record(now=T0).opened == 0
     assert not IdleSpell.objects.exists()

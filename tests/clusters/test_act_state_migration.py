@@ -15,8 +15,8 @@ from django.db.migrations.executor import MigrationExecutor
 from clusters.models import Cluster, ClusterStatus, Machine, MachineDeletion
 from tests.factories import AccountFactory
 
-BEFORE = [("clusters", "0023_machine_capacity_wait_and_stuck")]
-AFTER = [("clusters", "0024_act_state_rows")]
+BEFORE = [("clusters", "0026_observed_cluster_state_to_kube")]
+AFTER = [("clusters", "0027_act_state_rows")]
 
 
 def _old_rows(apps: Any, account_id: int, user_id: int) -> dict[str, int]:

@@ -8,9 +8,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from clusters.kube_plan import AddonApply, AddonRemove, NodeLabelsPatch
 from clusters.plan import Call, Step, VgpuRelease, VgpuSlot, VmRemoval
 from clusters.releases import SweepStep
+from kube.plan import AddonApply, AddonRemove, NodeLabelsPatch
 from sriov.reclaim_plan import LeakedNicDetach, PodNicDetach
 from tests.integrations.whitesky.test_contract import spec_operations
 

@@ -18,8 +18,9 @@ import pytest
 
 from cloud.models import Account, Location
 from clusters.costs import costs_by, gpu_node_costs, machine_costs
-from clusters.models import Cluster, KubePod, Machine, MachinePool
+from clusters.models import Cluster, Machine, MachinePool
 from gpus.models import VgpuReservation
+from kube.models import KubePod
 from tests.factories import (
     AccountFactory,
     ClusterFactory,

@@ -13,7 +13,8 @@ import yaml
 
 from cloud.models import Account
 from clusters.models import Cluster, MachinePool
-from clusters.tasks import import_capi_account, observe_cluster_kube
+from clusters.tasks import import_capi_account
+from kube.tasks import observe_cluster_kube
 from tests.factories import AccountFactory, GpuProfileFactory, VgpuReservationFactory
 from tests.kube_sim import KubeSimulator, node_object
 

@@ -16,8 +16,9 @@ from django.test import Client
 from django.utils import timezone
 
 from cloud.models import Location
-from clusters.models import Cluster, KubeNode, KubePod, Machine, MachinePool
+from clusters.models import Cluster, Machine, MachinePool
 from gpus.models import GpuProfile, VgpuReservation
+from kube.models import KubeNode, KubePod
 from tests.factories import (
     AccountFactory,
     ClusterFactory,
@@ -27,10 +28,13 @@ from tests.factories import (
     KubePodFactory,
     LocationFactory,
     MachineFactory,
+    MachineNodeFactory,
     MachinePoolFactory,
     MembershipFactory,
     VgpuReservationFactory,
     VirtualMachineFactory,
+    gpu_addon_held,
+    kube_observed_as,
 )
 from tests.gpus.conftest import plane  # noqa: F401 (the control plane on the simulator)
 
@@ -148,14 +152,11 @@ A100_LABELS = {"capvco.io/gpu-type": "nvidia-a100", "capvco.io/gpu-count": "1"}
 def kube(world: World) -> Kube:
     now = timezone.now()
     Cluster.objects.filter(pk=world.cluster.pk).update(
-        kubeconfig="apiVersion: v1\nkind: Config\n",
-        kube_observation_complete=True,
-        kube_observation_started_at=now - timedelta(seconds=15),
-        kube_last_complete_observation_at=now - timedelta(seconds=15),
-        gpu_addon=True,
-        gpu_addon_hash="0" * 64,
-        gpu_addon_applied_at=now - timedelta(hours=1),
+        kubeconfig="apiVersion: v1\nkind: Config\n", gpu_addon=True
     )
+    listed_at = now - timedelta(seconds=15)
+    kube_observed_as(world.cluster, complete=True, started_at=listed_at, last_complete_at=listed_at)
+    gpu_addon_held(world.cluster, hash="0" * 64, applied_at=now - timedelta(hours=1))
     gpu_0, gpu_1 = world.machines
     advertising = KubeNodeFactory(
         cluster=world.cluster, name=gpu_0.vm_name, machine=gpu_0, labels=A100_LABELS
@@ -201,8 +202,10 @@ def kube(world: World) -> Kube:
         index=0,
         phase=Machine.Phase.RUNNING,
         vm_id=7100,
-        node_missing=True,
-        node_missing_reason="Never joined: no node named capvco-prod-edge-0, 15 minutes after "
+    )
+    MachineNodeFactory(
+        machine=never_joined,
+        missing_reason="Never joined: no node named capvco-prod-edge-0, 15 minutes after "
         "its VM started.",
     )
     world.cluster.refresh_from_db()

@@ -13,7 +13,8 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from clusters.models import Cluster, KubeNode, Machine
+from clusters.models import Cluster, Machine
+from kube.models import KubeNode
 from tests.dashboard.conftest import Kube, World
 from tests.factories import (
     AccountFactory,
@@ -23,8 +24,11 @@ from tests.factories import (
     KubePodFactory,
     LocationFactory,
     MachineFactory,
+    MachineNodeFactory,
     MachinePoolFactory,
     MembershipFactory,
+    gpu_addon_held,
+    kube_observed_as,
 )
 
 pytestmark = pytest.mark.django_db
@@ -96,13 +100,16 @@ def test_the_cluster_page_shows_its_kubernetes_observation_and_gpu_addon(
     for flag in ("node-missing", "gpus-missing", "unowned"):
         assert f"/nodes/?cluster={world.cluster.pk}&flag={flag}" in flags
 
-    Cluster.objects.filter(pk=world.cluster.pk).update(
-        kube_observation_complete=False,
-        kube_observation_error="node listing failed: 503 Service Unavailable",
-        kube_last_complete_observation_at=timezone.now() - timedelta(hours=1),
-        gpu_addon_applied_at=None,
-        gpu_addon_error="A DaemonSet kube-system/capvco-nvidia-device-plugin exists that we did "
-        "not make",
+    kube_observed_as(
+        world.cluster,
+        complete=False,
+        error="node listing failed: 503 Service Unavailable",
+        last_complete_at=timezone.now() - timedelta(hours=1),
+    )
+    gpu_addon_held(
+        world.cluster,
+        applied_at=None,
+        error="A DaemonSet kube-system/capvco-nvidia-device-plugin exists that we did not make",
     )
     section = _cluster_page(admin_client, world, htmx).split('id="kubernetes"')[1]
     assert "node listing failed: 503 Service Unavailable" in section
@@ -223,11 +230,12 @@ def test_the_node_list_by_a_cluster_name_that_two_accounts_use_lists_both(
 ) -> None:
     twin = ClusterFactory(account=AccountFactory(name="other-account"), name="prod")
     KubeNodeFactory(cluster=twin, name="twin-node")
-    MachineFactory(
-        pool=MachinePoolFactory(site=ClusterSiteFactory(cluster=twin), name="edge"),
-        index=0,
-        name="twin-edge-0",
-        node_missing=True,
+    MachineNodeFactory(
+        machine=MachineFactory(
+            pool=MachinePoolFactory(site=ClusterSiteFactory(cluster=twin), name="edge"),
+            index=0,
+            name="twin-edge-0",
+        )
     )
 
     assert _listed(admin_client, "?cluster__name=prod") == [
@@ -305,7 +313,7 @@ def theirs(world: World) -> Cluster:
         site=ClusterSiteFactory(cluster=cluster, location=location), name="gpu", gpus=True
     )
     machine = MachineFactory(pool=pool, index=0, phase=Machine.Phase.RUNNING, vm_id=9000)
-    MachineFactory(pool=pool, index=1, phase=Machine.Phase.RUNNING, node_missing=True)
+    MachineNodeFactory(machine=MachineFactory(pool=pool, index=1, phase=Machine.Phase.RUNNING))
     node = KubeNodeFactory(
         cluster=cluster,
         name="their-gpu-node",

@@ -12,9 +12,9 @@ from django.test import Client
 
 from capvco_web.models import AuditEvent
 from cloud.models import Account
-from clusters.models import KubePod
 from clusters.releases import location_plan
 from gpus.models import VgpuReservation
+from kube.models import KubePod
 from tests.dashboard.conftest import Kube, World
 from tests.factories import KubePodFactory, LocationFactory, MembershipFactory
 

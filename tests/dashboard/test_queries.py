@@ -22,9 +22,9 @@ from billing.models import IdleSpell
 from capvco_web.auth import SESSION_ACTIVITY_KEY
 from capvco_web.models import AuditEvent
 from cloud.models import Account
-from clusters.kube_plan import NODE_LABELS
-from clusters.models import KubeNode, KubePod, Machine
 from gpus.models import ListedVgpu, VgpuReservation
+from kube.models import KubeNode, KubePod, MachineNode
+from kube.plan import NODE_LABELS
 from sriov.models import GonePod, LeakedNic, PodNic, SriovConfig
 from sriov.reclaim_plan import LEAKED_NIC_DETACH, POD_NIC_DETACH
 from tests.dashboard.conftest import Kube, World
@@ -140,7 +140,7 @@ def populate_kube(world: World, n: int, start: int) -> None:
         ],
         batch_size=2000,
     )
-    Machine.objects.filter(pk=world.failed.pk).update(node_missing=True)
+    MachineNode.objects.update_or_create(machine=world.failed, defaults={"missing": True})
 
 
 def populate_idle(world: World, n: int, start: int) -> None:

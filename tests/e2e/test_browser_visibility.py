@@ -14,7 +14,8 @@ from django.utils import timezone
 from playwright.sync_api import Page, expect
 
 from cloud.models import Account
-from clusters.models import Cluster, KubePod
+from clusters.models import Cluster
+from kube.models import KubePod
 from tests.e2e.test_dashboard_browser import PASSWORD, log_in
 from tests.factories import (
     ClusterFactory,
@@ -26,6 +27,7 @@ from tests.factories import (
     MachinePoolFactory,
     VgpuReservationFactory,
     VirtualMachineFactory,
+    kube_observed_as,
 )
 
 pytestmark = pytest.mark.usefixtures("django_allow_async_unsafe", "screenshot_on_failure")
@@ -50,12 +52,8 @@ def seeded(transactional_db: None, settings: Any) -> dict[str, Any]:
         gpus=True,
     )
     cluster = pool.cluster
-    Cluster.objects.filter(pk=cluster.pk).update(
-        kubeconfig="apiVersion: v1\nkind: Config\n",
-        kube_observation_complete=True,
-        kube_observation_started_at=now,
-        kube_last_complete_observation_at=now,
-    )
+    Cluster.objects.filter(pk=cluster.pk).update(kubeconfig="apiVersion: v1\nkind: Config\n")
+    kube_observed_as(cluster, complete=True, started_at=now, last_complete_at=now)
     machine = MachineFactory(pool=pool, phase="running", vm_id=4343)
     VirtualMachineFactory(location=location, vm_id=4343, name=machine.vm_name)
     VgpuReservationFactory(machine=machine, location=location, gpu_id="card-v")
@@ -81,11 +79,9 @@ def seeded(transactional_db: None, settings: Any) -> dict[str, Any]:
         orphan_confirmations=3,
     )
     broken = ClusterFactory(account=location.account, name="broken")
-    Cluster.objects.filter(pk=broken.pk).update(
-        kubeconfig="apiVersion: v1\nkind: Config\n",
-        kube_observation_complete=False,
-        kube_observation_started_at=now,
-        kube_observation_error="pods: HTTP 503 from the API server",
+    Cluster.objects.filter(pk=broken.pk).update(kubeconfig="apiVersion: v1\nkind: Config\n")
+    kube_observed_as(
+        broken, complete=False, started_at=now, error="pods: HTTP 503 from the API server"
     )
     return {
         "location": location,

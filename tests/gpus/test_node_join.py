@@ -6,11 +6,12 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from clusters.kube import kube_client
-from clusters.kube_observe import cluster_kube_observe
-from clusters.models import Cluster, KubeNode, Machine
-from clusters.nodes import provider_id
-from clusters.tasks import observe_all
+from clusters.models import Cluster, Machine
+from kube.client import kube_client
+from kube.models import ClusterObservation, KubeNode, MachineNode
+from kube.nodes import provider_id
+from kube.observe import cluster_kube_observe
+from kube.tasks import observe_kube_all
 from tests.gpus.conftest import NL, Plane
 from tests.kube_sim import KubeSimulator, node_object
 
@@ -28,28 +29,28 @@ def test_a_started_machine_whose_node_never_joins_is_flagged_until_it_joins(
         kubeconfig=kube_sim.cluster("prod").kubeconfig_yaml
     )
 
-    def observe() -> Machine:
+    def observe() -> MachineNode:
         found = Cluster.objects.get(pk=cluster.pk)
         with kube_client(found) as client:
             cluster_kube_observe(client=client, cluster=found)
-        return Machine.objects.get(pk=machine.pk)
+        return MachineNode.objects.filter(machine=machine).first() or MachineNode()
 
-    assert not observe().node_missing  # just started: its node has time to join
+    assert not observe().missing  # just started: its node has time to join
     Machine.objects.filter(pk=machine.pk).update(
         vm_started_at=machine.vm_started_at - timedelta(minutes=16)
     )
-    assert observe().node_missing
+    assert observe().missing
 
     # The cloud provider sets the providerID from the VM's id: that names the machine.
     assert machine.vm_id is not None
     node = node_object("worker-1", provider_id=provider_id(NL, machine.vm_id), gpus=1)
     kube_sim.put("prod", node)
     joined = observe()
-    assert (joined.node_missing, joined.node_missing_reason) == (False, "")
-    assert joined.kube_nodes.get().name == "worker-1"
+    assert (joined.missing, joined.missing_reason) == (False, "")
+    assert machine.kube_nodes.get().name == "worker-1"
 
 
-def test_the_observe_tick_observes_each_cluster_kubernetes_too(
+def test_the_kubernetes_observe_tick_observes_each_cluster_with_a_kubeconfig(
     plane: Plane, kube_sim: KubeSimulator, run_tasks: Any
 ) -> None:
     cluster = plane.cluster("prod", sites=(NL,))
@@ -60,8 +61,8 @@ def test_the_observe_tick_observes_each_cluster_kubernetes_too(
     kube_sim.put("prod", node_object("worker-1"))
 
     with run_tasks():
-        observe_all.delay()
+        observe_kube_all.delay()
 
     assert list(KubeNode.objects.values_list("cluster__name", "name")) == [("prod", "worker-1")]
-    assert Cluster.objects.get(pk=cluster.pk).kube_observation_complete
+    assert ClusterObservation.objects.get(cluster=cluster).complete
     assert {c["cluster"] for c in kube_sim.calls()} == {"prod"}

@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from clusters.gpu_addon import ADDON_NAME, addon_manifest
 from clusters.models import Cluster
+from kube.gpu_addon import ADDON_NAME, addon_manifest
 from sriov.manifests import TOKEN_PLACEHOLDER, manifests_yaml, sriov_manifests
 from tests.kube_sim import PROJECT_ROOT, KubeSimulator, node_object
 

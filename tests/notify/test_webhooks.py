@@ -25,7 +25,7 @@ from standardwebhooks import Webhook
 from billing.idle import idle_record
 from billing.models import BillCheck, BillItem, IdleSpell
 from capvco_web.models import AuditEvent
-from clusters.models import Cluster, Machine
+from clusters.models import Machine
 from gpus.models import VgpuReservation
 from notify import tasks
 from notify.models import Notice, Reason, WebhookTarget
@@ -45,6 +45,7 @@ from tests.factories import (
     MembershipFactory,
     VgpuReservationFactory,
     VirtualMachineFactory,
+    kube_observed_as,
 )
 
 pytestmark = pytest.mark.django_db
@@ -432,7 +433,7 @@ def test_gpus_idle_past_the_threshold_are_told_once_and_closed_when_a_pod_asks(
 ) -> None:
     settings.NOTIFY_IDLE_GPU_AFTER = timedelta(hours=6)
     world = world_make()
-    Cluster.objects.filter(pk=world.cluster.pk).update(kube_observation_complete=True)
+    kube_observed_as(world.cluster, complete=True)
     _target(receiver, world.account, reasons=[Reason.IDLE_GPUS])
     start = timezone.now() - timedelta(hours=5)
     idle_record(now=start)  # node-0 and node-4 have an idle GPU each

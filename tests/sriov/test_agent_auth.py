@@ -18,9 +18,9 @@ from django.utils import timezone
 
 from capvco_web.audit import SystemActor
 from capvco_web.models import AuditEvent
-from clusters.kube import kube_client
-from clusters.kube_observe import cluster_kube_observe
 from clusters.models import Cluster, Machine
+from kube.client import kube_client
+from kube.observe import cluster_kube_observe
 from sriov.agent import vm_queue_run
 from sriov.cni.install import EnrollFailed, enroll, install
 from sriov.models import AgentToken, PodNic

@@ -34,8 +34,8 @@ def test_nic_calls_are_made_with_the_sriov_credential_only(world: World) -> None
 def test_the_mirror_answers_for_known_pods_and_kubernetes_for_new_ones(world: World) -> None:
     import pytest
 
-    from clusters.kube import kube_client
-    from clusters.kube_observe import cluster_kube_observe
+    from kube.client import kube_client
+    from kube.observe import cluster_kube_observe
     from sriov.placement import CannotConfirm, WrongNode
 
     world.pod("known")

@@ -14,9 +14,9 @@ from django.utils import timezone
 
 from capvco_web.models import AuditEvent
 from cloud.models import Account
-from clusters.kube import kube_client
-from clusters.kube_observe import cluster_kube_observe
 from clusters.models import Cluster
+from kube.client import kube_client
+from kube.observe import cluster_kube_observe
 from sriov.models import GonePod, LeakedNic, PodNic
 from sriov.reclaim import cluster_nics_reclaim
 from sriov.reclaim_plan import nic_reclaim_plan

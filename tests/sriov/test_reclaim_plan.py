@@ -24,14 +24,15 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from cloud.models import Account
-from clusters.gpu_addon import HASH_ANNOTATION, MANAGED_BY_LABEL, addon_manifest
-from clusters.gpu_nodes import GPU_COUNT_LABEL, GPU_TYPE_LABEL, gpu_label_value
-from clusters.kube import kube_client
-from clusters.kube_observe import cluster_kube_observe
-from clusters.models import Cluster, KubePod
+from clusters.models import Cluster
 from clusters.plan import KINDS
-from clusters.tasks import observe_cluster_kube
 from gpus.resolve import gpu_type_of
+from kube.client import kube_client
+from kube.gpu_addon import HASH_ANNOTATION, MANAGED_BY_LABEL, addon_manifest
+from kube.gpu_nodes import GPU_COUNT_LABEL, GPU_TYPE_LABEL, gpu_label_value
+from kube.models import KubePod
+from kube.observe import cluster_kube_observe
+from kube.tasks import observe_cluster_kube
 from sriov.agent import Clients
 from sriov.models import GonePod, LeakedNic, PodNic
 from sriov.reclaim import ReclaimResult, cluster_nics_reclaim, nic_steps_act
@@ -39,7 +40,12 @@ from sriov.reclaim_plan import nic_reclaim_plan
 from sriov.services import leaked_nic_detach_request
 from sriov.tasks import sriov_reclaim_cluster
 from sriov.whitesky import sriov_whitesky_client
-from tests.factories import GpuProfileFactory, VgpuReservationFactory
+from tests.factories import (
+    GpuProfileFactory,
+    VgpuReservationFactory,
+    gpu_addon_held,
+    kube_observation_of,
+)
 from tests.integrations.whitesky.world import nic_attached
 from tests.kube_sim import node_object
 from tests.sriov.support import CLOUDSPACE, NETWORK_ID, World, world_build
@@ -140,10 +146,9 @@ def seed_state(world: World, seed: int, person: User) -> None:
 
     manifest, digest = addon_manifest()
     addon = ADDON_STATES[seed % len(ADDON_STATES)]  # each seen by some seed
-    Cluster.objects.filter(pk=world.cluster.pk).update(
-        gpu_addon=not addon.startswith("off"),
-        gpu_addon_hash="0" * 64 if addon == "off-ours" else "",
-    )
+    Cluster.objects.filter(pk=world.cluster.pk).update(gpu_addon=not addon.startswith("off"))
+    if addon == "off-ours":
+        gpu_addon_held(world.cluster, hash="0" * 64)
     if addon in ("off-ours", "drifted", "right", "foreign"):
         manifest["metadata"]["annotations"][HASH_ANNOTATION] = (
             digest if addon == "right" else "0" * 64
@@ -203,13 +208,13 @@ def test_one_pass_makes_exactly_the_calls_the_dry_run_showed(
     # and began after every NIC was asked for, so a pod it lacks was there and is gone;
     # each leak comes from a VM's NIC listing (one call, no pages) made while no attach
     # on the VM was in flight.
-    cluster = Cluster.objects.get(pk=world.cluster.pk)
-    assert cluster.kube_observation_complete
-    listed_at = cluster.kube_last_complete_observation_at
+    observation = kube_observation_of(world.cluster)
+    assert observation.complete
+    listed_at = observation.last_complete_at
     assert listed_at is not None
     assert all(nic.requested_at < listed_at for nic in PodNic.objects.all())
     assert not PodNic.objects.filter(state=PodNic.State.ATTACHING).exists()
-    assert set(KubePod.objects.filter(cluster=cluster).values_list("uid", flat=True)) == {
+    assert set(KubePod.objects.filter(cluster=world.cluster).values_list("uid", flat=True)) == {
         pod["metadata"]["uid"] for pod in kube_pods(world)
     }
 
@@ -235,7 +240,7 @@ def test_one_pass_makes_exactly_the_calls_the_dry_run_showed(
         for q in queries.captured_queries
         if q["sql"].startswith(("INSERT", "UPDATE", "DELETE"))
     }
-    assert writes <= {'UPDATE "clusters_cluster"'}  # the observation's stamp
+    assert writes <= {'UPDATE "kube_clusterobservation"'}  # the observation's stamp
 
 
 def test_a_detach_whose_rows_changed_since_the_plan_is_dropped_and_planned_again(

@@ -8,6 +8,7 @@ mirror, nor judge gone.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -22,6 +23,17 @@ GPU_RESOURCE = "nvidia.com/gpu"
 # `nvidia-a100`) and how many it has (docs/guides/gpu.md).
 GPU_TYPE_LABEL = "capvco.io/gpu-type"
 GPU_COUNT_LABEL = "capvco.io/gpu-count"
+MAX_LABEL_VALUE = 63
+_NOT_IN_LABEL = re.compile(r"[^a-z0-9]+")
+
+
+def gpu_label_value(gpu_type: str) -> str:
+    """A GPU type as a label value: lowercase letters and digits, runs of anything else a
+    single dash, at most 63 characters ("NVIDIA A100-SXM4 80GB" → `nvidia-a100-sxm4-80gb`)."""
+    value = _NOT_IN_LABEL.sub("-", gpu_type.lower()).strip("-")
+    return value[:MAX_LABEL_VALUE].rstrip("-")
+
+
 # The annotation a pod asks for an SR-IOV NIC with: the external network, as
 # docs/guides/kubernetes.md says.
 SRIOV_NETWORK_ANNOTATION = "capvco.io/sriov-network"

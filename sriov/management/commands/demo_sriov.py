@@ -17,10 +17,10 @@ import requests
 from django.core.management.base import BaseCommand, CommandError
 
 from capvco_web.audit import SystemActor
-from clusters.kube import kube_client
-from clusters.kube_observe import cluster_kube_observe
 from clusters.models import Cluster, Machine
 from gpus import naming
+from kube.client import kube_client
+from kube.observe import cluster_kube_observe
 from sriov.models import AgentToken
 from sriov.services import sriov_config_set
 from sriov.tokens import agent_token_rotate, node_token_revoke

@@ -14,10 +14,12 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from clusters.kube import kube_client
-from clusters.kube_observe import KubeObservationResult, cluster_kube_observe
-from clusters.models import Cluster, KubeNode, KubePod, Machine, MachinePool
-from clusters.tasks import kube_observed_clusters, observe_cluster_kube
+from clusters.models import Cluster, Machine, MachinePool
+from clusters.selectors import kube_observed
+from kube.client import kube_client
+from kube.models import ClusterObservation, KubeNode, KubePod, MachineNode
+from kube.observe import KubeObservationResult, cluster_kube_observe
+from kube.tasks import observe_cluster_kube
 from tests.kube_sim import KubeSimulator, SimCluster, node_object, pod_object
 
 GPU_0, GPU_1 = "capvco-prod-gpu-0", "capvco-prod-gpu-1"  # the VM names of the pool's machines
@@ -75,6 +77,12 @@ def sql_writes(queries: CaptureQueriesContext) -> list[str]:
     ]
 
 
+def node_flags(machine: str) -> MachineNode:
+    """The machine's node flags as the observer left them (unsaved defaults: no row)."""
+    row = MachineNode.objects.filter(machine__name=machine).first()
+    return row or MachineNode(machine=Machine.objects.get(name=machine))
+
+
 def started(machine: str, minutes_ago: float) -> None:
     Machine.objects.filter(name=machine).update(
         vm_started_at=timezone.now() - timedelta(minutes=minutes_ago)
@@ -110,9 +118,9 @@ def test_nodes_and_pods_are_mirrored_with_their_gpus_and_sriov_network(
     assert pods[("team-a", "nic")].sriov_network == "ext-101"
     waiting = pods[("team-a", "waiting")]
     assert (waiting.node_name, waiting.phase, waiting.gpu_requests) == ("", "Pending", 2)
-    cluster = Cluster.objects.get(name="prod")
-    assert cluster.kube_observation_complete
-    assert cluster.kube_last_complete_observation_at == cluster.kube_observation_started_at
+    observation = ClusterObservation.objects.get(cluster__name="prod")
+    assert observation.complete
+    assert observation.last_complete_at == observation.started_at
 
 
 def test_a_second_observe_of_an_unchanged_cluster_writes_nothing_but_its_stamp(
@@ -127,10 +135,25 @@ def test_a_second_observe_of_an_unchanged_cluster_writes_nothing_but_its_stamp(
         result = observe()
 
     assert (result.complete, result.writes, result.unchanged) == (True, 0, ["nodes", "pods"])
-    assert sql_writes(queries) == ['UPDATE "clusters_cluster"']
+    assert sql_writes(queries) == ['UPDATE "kube_clusterobservation"']
     # One node listing (2 nodes: one page of 2) and one pod listing (6 pods: 3 pages).
     operations = [c["operation"] for c in kube_sim.calls("prod")]
     assert operations == ["list nodes"] + ["list pods"] * 3
+
+
+def test_a_new_kubeconfig_compares_the_listings_afresh(
+    kube_sim: KubeSimulator, observe: Observe, sim_cluster: SimCluster, pool: MachinePool
+) -> None:
+    seed(kube_sim)
+    observe()
+    # Another kubeconfig may reach another cluster: nothing says that the resourceVersions
+    # mirrored are of the cluster it reaches.
+    Cluster.objects.filter(pk=pool.cluster_id).update(
+        kubeconfig=sim_cluster.kubeconfig_yaml + "\n# another user's\n"
+    )
+
+    assert observe().unchanged == []
+    assert observe().unchanged == ["nodes", "pods"]
 
 
 def test_a_change_to_fields_not_mirrored_writes_no_row(
@@ -146,7 +169,7 @@ def test_a_change_to_fields_not_mirrored_writes_no_row(
 
     assert result.unchanged == []  # the listings were compared
     assert result.writes == 0
-    assert sql_writes(queries) == ['UPDATE "clusters_cluster"']
+    assert sql_writes(queries) == ['UPDATE "kube_clusterobservation"']
 
 
 def test_changes_are_mirrored_and_a_vanished_node_and_pod_are_removed(
@@ -199,10 +222,10 @@ def test_a_pod_listing_that_fails_midway_removes_nothing(
     # What the first page showed is mirrored; nothing absent from it is judged gone.
     names = set(KubePod.objects.values_list("name", flat=True))
     assert names == {"new", "job-0-0", "job-0-1", "job-0-2", "job-1-0", "job-1-1", "job-1-2"}
-    cluster = Cluster.objects.get(name="prod")
-    assert not cluster.kube_observation_complete
-    assert "pods" in cluster.kube_observation_error
-    assert cluster.kube_pods_resource_version != ""  # still the last complete listing's
+    observation = ClusterObservation.objects.get(cluster__name="prod")
+    assert not observation.complete
+    assert "pods" in observation.error
+    assert observation.pods_resource_version != ""  # still the last complete listing's
 
     kube_sim.clear_faults()
     assert observe().complete
@@ -225,7 +248,7 @@ def test_a_node_listing_that_fails_midway_removes_no_node_and_raises_no_flag(
 
     assert not result.complete
     assert KubeNode.objects.filter(name=GPU_1).exists()
-    assert not Machine.objects.get(name="gpu-1").node_missing
+    assert not node_flags("gpu-1").missing
     assert KubeNode.objects.get(name="a-stray").unowned_since is None
 
 
@@ -247,7 +270,7 @@ def test_nodes_are_matched_to_machines_by_provider_id_else_by_name(
 
     owners = dict(KubeNode.objects.values_list("name", "machine__name"))
     assert owners == {"worker-7": "gpu-1", GPU_0: "gpu-0", "capvco-prod-gpu-9": None}
-    assert Machine.objects.get(name="gpu-0").node_joined_at is not None
+    assert node_flags("gpu-0").joined_at is not None
 
 
 def test_a_machine_whose_node_never_joined_is_flagged_after_the_timeout_and_not_before(
@@ -259,24 +282,24 @@ def test_a_machine_whose_node_never_joined_is_flagged_after_the_timeout_and_not_
     started("gpu-1", minutes_ago=14)
 
     observe()
-    late = Machine.objects.get(name="gpu-1")
-    assert (late.node_missing, late.node_missing_reason) == (False, "")
+    late = node_flags("gpu-1")
+    assert (late.missing, late.missing_reason) == (False, "")
 
     started("gpu-1", minutes_ago=16)
     observe()
-    late.refresh_from_db()
-    assert late.node_missing
-    assert late.node_missing_reason == (
+    late = node_flags("gpu-1")
+    assert late.missing
+    assert late.missing_reason == (
         f"Never joined: no node named {GPU_1} or with providerID vco://nl-1/101, "
         "15 minutes after its VM started."
     )
-    assert not Machine.objects.get(name="gpu-0").node_missing
+    assert not node_flags("gpu-0").missing
 
     kube_sim.put("prod", node_object(GPU_1, provider_id="vco://nl-1/101"))
     observe()
-    late.refresh_from_db()
-    assert (late.node_missing, late.node_missing_reason) == (False, "")
-    assert late.node_joined_at is not None
+    late = node_flags("gpu-1")
+    assert (late.missing, late.missing_reason) == (False, "")
+    assert late.joined_at is not None
 
 
 def test_a_machine_not_running_is_never_flagged(kube_sim: KubeSimulator, observe: Observe) -> None:
@@ -285,7 +308,7 @@ def test_a_machine_not_running_is_never_flagged(kube_sim: KubeSimulator, observe
 
     observe()
 
-    assert not Machine.objects.get(name="gpu-1").node_missing
+    assert not node_flags("gpu-1").missing
 
 
 def test_a_node_that_no_machine_owns_is_flagged_from_a_complete_listing_only(
@@ -328,14 +351,14 @@ def test_the_task_observes_active_clusters_with_a_kubeconfig_only(
 ) -> None:
     seed(kube_sim)
     other = Cluster.objects.create(name="other", account=pool.cluster.account)
-    assert list(kube_observed_clusters()) == [pool.cluster]
+    assert list(kube_observed()) == [pool.cluster]
 
     observe_cluster_kube(pool.cluster_id)
     observe_cluster_kube(other.pk)  # no kubeconfig: nothing to do
 
     assert KubeNode.objects.filter(cluster=pool.cluster).count() == 2
     Cluster.objects.filter(pk=pool.cluster_id).update(state=Cluster.State.DELETING)
-    assert list(kube_observed_clusters()) == []
+    assert list(kube_observed()) == []
 
 
 def test_the_task_records_a_kubeconfig_that_cannot_be_used(pool: MachinePool) -> None:
@@ -343,6 +366,46 @@ def test_the_task_records_a_kubeconfig_that_cannot_be_used(pool: MachinePool) ->
 
     observe_cluster_kube(pool.cluster_id)
 
-    cluster = Cluster.objects.get(pk=pool.cluster_id)
-    assert not cluster.kube_observation_complete
-    assert "contexts" in cluster.kube_observation_error
+    observation = ClusterObservation.objects.get(cluster_id=pool.cluster_id)
+    assert not observation.complete
+    assert "contexts" in observation.error
+
+
+def test_flagging_a_node_joined_or_missing_leaves_the_machine_row_to_act(
+    kube_sim: KubeSimulator, observe: Observe, settings: Any
+) -> None:
+    # Act claims a machine by compare-and-set on its row (`updated_at`): the observer writes
+    # its flags beside it, whichever way it writes them, never on it.
+    settings.NODE_JOIN_TIMEOUT_SECONDS = 900
+    kube_sim.put("prod", node_object(GPU_0))
+    started("gpu-0", minutes_ago=60)
+    started("gpu-1", minutes_ago=60)
+    Machine.objects.update(phase=Machine.Phase.RUNNING)
+    before = list(Machine.objects.order_by("pk").values())
+
+    observe()
+
+    assert node_flags("gpu-0").joined_at is not None
+    assert node_flags("gpu-1").missing
+    assert list(Machine.objects.order_by("pk").values()) == before
+
+
+def test_a_machine_given_a_new_vm_joins_anew(
+    kube_sim: KubeSimulator, observe: Observe, settings: Any
+) -> None:
+    settings.NODE_JOIN_TIMEOUT_SECONDS = 900
+    kube_sim.put("prod", node_object(GPU_1, provider_id="vco://nl-1/101"))
+    started("gpu-1", minutes_ago=60)
+    Machine.objects.filter(name="gpu-1").update(phase=Machine.Phase.RUNNING)
+    observe()
+    assert node_flags("gpu-1").joined_at is not None
+
+    # Act replaced its VM (a new id): the node still listed is the old VM's, and the new
+    # VM's has not joined yet.
+    Machine.objects.filter(name="gpu-1").update(vm_id=202)
+    started("gpu-1", minutes_ago=60)
+    observe()
+
+    flags = node_flags("gpu-1")
+    assert (flags.vm_id, flags.joined_at, flags.missing) == (202, None, True)
+    assert flags.missing_reason.startswith("Never joined:")

@@ -15,9 +15,12 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
-from clusters.models import Cluster, KubeNode, Machine
+from capvco_web.rows import model_update
+from clusters.models import Cluster, Machine
 from gpus import naming
+from kube.models import KubeNode, MachineNode
 
 PROVIDER_ID_PREFIX = "vco://"
 _PROVIDER_ID = re.compile(r"^vco://([^/]+)/([0-9]{1,18})$")
@@ -100,7 +103,7 @@ def node_owners_flag(
     flag once its node shows. Only from a complete node listing (begun at `listed_at`):
     a node nobody owns is flagged (`unowned_since`), and a running machine whose VM
     started `join_timeout` before the listing began, with no node, is flagged
-    (`node_missing`): by then its node had its time to join.
+    (`MachineNode.missing`): by then its node had its time to join.
     """
     owners = NodeOwners.load(cluster)
     counts = FlagCounts()
@@ -127,51 +130,69 @@ def node_owners_flag(
 
     fields = (
         "pk", "name", "vm_id", "phase", "delete_requested", "vm_started_at", "vm_created_at",
-        "node_joined_at", "node_missing", "node_missing_reason", "pool__site__location__name",
+        "pool__site__location__name", "node_state__vm_id", "node_state__joined_at",
+        "node_state__missing", "node_state__missing_reason", "deletion__machine",
     )  # fmt: skip
     machines = list(
         Machine.objects.filter(pool__cluster=cluster)
-        .select_related("pool__site__location")
+        .select_related("pool__site__location", "node_state", "deletion")
         .only(*fields)
     )
-    joined = [m.pk for m in machines if m.pk in owned and m.node_joined_at is None]
-    if joined:
-        counts.machines += Machine.objects.filter(pk__in=joined).update(node_joined_at=now)
+    # The flags of the machines' present VMs: those of a VM the machine no longer has (it
+    # was given a new one) start again, unjoined.
     due_before = listed_at - join_timeout
     for machine in machines:
+        row = machine_node(machine)
+        now_vm = row if row is not None and row.vm_id == machine.vm_id else None
+        joined_at = now_vm.joined_at if now_vm is not None else None
         if machine.pk in owned:
-            due = False
+            joined_at, due, reason = joined_at or now, False, ""
         elif not complete:
-            continue  # only a whole listing says a node is missing
+            # Only a whole listing says a node is missing, or no longer missing.
+            due = now_vm.missing if now_vm is not None else False
+            reason = now_vm.missing_reason if now_vm is not None else ""
         else:
             started = machine.vm_started_at or machine.vm_created_at
             due = (
                 machine.phase == Machine.Phase.RUNNING
-                and not machine.delete_requested
+                and not machine.deletion_asked
                 and started is not None
                 and started <= due_before
             )
-        reason = _missing_reason(cluster, machine, join_timeout) if due else ""
-        if (machine.node_missing, machine.node_missing_reason) != (due, reason):
-            counts.machines += Machine.objects.filter(pk=machine.pk).update(
-                node_missing=due, node_missing_reason=reason
-            )
+            reason = _missing_reason(cluster, machine, join_timeout, joined_at) if due else ""
+        state: dict[str, Any] = {"vm_id": machine.vm_id, "joined_at": joined_at}
+        state |= {"missing": due, "missing_reason": reason}
+        if row is None:
+            if joined_at is not None or due:
+                MachineNode.objects.create(machine=machine, **state)
+                counts.machines += 1
+        elif model_update(row, state):
+            counts.machines += 1
     return counts
+
+
+def machine_node(machine: Machine) -> MachineNode | None:
+    """The machine's node flags as read with it (`select_related("node_state")`); None:
+    its node was never seen and it is not flagged."""
+    try:
+        return machine.node_state
+    except MachineNode.DoesNotExist:
+        return None
 
 
 def _control_plane(labels: Mapping[str, str]) -> bool:
     return any(label in labels for label in CONTROL_PLANE_LABELS)
 
 
-def _missing_reason(cluster: Cluster, machine: Machine, join_timeout: timedelta) -> str:
+def _missing_reason(
+    cluster: Cluster, machine: Machine, join_timeout: timedelta, joined_at: datetime | None
+) -> str:
     vm_name = naming.vm_name(cluster.name, machine.name)
     expected = f"no node named {vm_name}"
     if machine.vm_id is not None:
         location = machine.pool.site.location.name
         expected += f" or with providerID {provider_id(location, machine.vm_id)}"
     minutes = int(join_timeout.total_seconds() // 60)
-    if machine.node_joined_at is None:
+    if joined_at is None:
         return f"Never joined: {expected}, {minutes} minutes after its VM started."[:300]
-    return (f"Its node left: {expected} (it joined {machine.node_joined_at:%Y-%m-%d %H:%M} UTC).")[
-        :300
-    ]
+    return (f"Its node left: {expected} (it joined {joined_at:%Y-%m-%d %H:%M} UTC).")[:300]

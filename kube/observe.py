@@ -11,7 +11,7 @@ listing whose resourceVersion is the one last mirrored is not compared at all, a
 otherwise a row is written only when a mirrored field differs (a node's heartbeat moves
 its resourceVersion, not what we keep).
 
-A kind whose watch stamp is fresh (clusters.kube_watch: the watch process lists it once
+A kind whose watch stamp is fresh (kube.watch: the watch process lists it once
 and keeps it current from its watch) is not listed here: its rows are the watch's, and
 the flags are raised from them as from a complete listing begun at the stamp. When the
 watch process is not running, its stamps go stale and this pass lists as it always did.
@@ -19,8 +19,9 @@ watch process is not running, its stamps go stale and this pass lists as it alwa
 
 from __future__ import annotations
 
+import hashlib
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -31,10 +32,11 @@ from django.utils import timezone
 
 from capvco_web.integrations import kube
 from capvco_web.rows import fields_assign
-from clusters.gpu_nodes import node_gpu_flags
-from clusters.models import Cluster, KubeNode, KubePod
-from clusters.nodes import node_owners_flag
-from clusters.selectors import kube_watched
+from clusters.models import Cluster
+from kube.gpu_nodes import node_gpu_flags
+from kube.models import ClusterObservation, KubeNode, KubePod
+from kube.nodes import node_owners_flag
+from kube.selectors import cluster_observation, kube_watched
 
 if TYPE_CHECKING:
     from capvco_web.integrations.kube.client import KubeClient
@@ -65,19 +67,28 @@ class KubeObservationResult:
     """The listings (`nodes`, `pods`) skipped because their resourceVersion was mirrored."""
     nodes_complete: bool = False
     watched: list[str] = field(default_factory=list)
-    """The kinds not listed: the watch process keeps their mirror current (clusters.kube_watch)."""
+    """The kinds not listed: the watch process keeps their mirror current (kube.watch)."""
+
+
+def kubeconfig_sha256(kubeconfig: str) -> str:
+    return hashlib.sha256(kubeconfig.encode()).hexdigest()
 
 
 def cluster_kube_observe(*, client: KubeClient, cluster: Cluster) -> KubeObservationResult:
+    # The resourceVersions mirrored, if listed with this kubeconfig: another kubeconfig may
+    # reach another cluster, whose listings are compared afresh.
+    observation = cluster_observation(cluster)
+    digest = kubeconfig_sha256(cluster.kubeconfig)
+    same = observation.kubeconfig_sha256 == digest
+    nodes_version = observation.nodes_resource_version if same else ""
+    pods_version = observation.pods_resource_version if same else ""
     # A kind the watch process keeps current is not listed: its mirror is whole as of the
     # watch's stamp, which stands for when its listing began.
     watched = kube_watched(cluster, now=timezone.now())
     nodes_started = watched.get("nodes") or timezone.now()
-    nodes = (
-        _watched(cluster.kube_nodes_resource_version) if "nodes" in watched else client.list_nodes()
-    )
+    nodes = _watched(nodes_version) if "nodes" in watched else client.list_nodes()
     pods_started = watched.get("pods") or timezone.now()
-    pods = _watched(cluster.kube_pods_resource_version) if "pods" in watched else client.list_pods()
+    pods = _watched(pods_version) if "pods" in watched else client.list_pods()
     result = KubeObservationResult(
         cluster=cluster.name,
         complete=nodes.complete and pods.complete,
@@ -89,15 +100,18 @@ def cluster_kube_observe(*, client: KubeClient, cluster: Cluster) -> KubeObserva
         if listing.error is not None:
             result.errors.append(f"{what}: {listing.error}")
     stamp: dict[str, Any] = {
-        "kube_observation_complete": result.complete,
-        "kube_observation_error": "; ".join(result.errors),
-        "kube_observation_started_at": min(nodes_started, pods_started),
+        "complete": result.complete,
+        "error": "; ".join(result.errors),
+        "started_at": min(nodes_started, pods_started),
+        "nodes_resource_version": nodes_version,
+        "pods_resource_version": pods_version,
+        "kubeconfig_sha256": digest,
     }
     with transaction.atomic():
         now = timezone.now()
         if "nodes" in watched:
             pass  # the watch wrote its rows
-        elif _unchanged(nodes, cluster.kube_nodes_resource_version):
+        elif _unchanged(nodes, nodes_version):
             result.unchanged.append("nodes")
         else:
             result.writes += nodes_sync(
@@ -105,7 +119,7 @@ def cluster_kube_observe(*, client: KubeClient, cluster: Cluster) -> KubeObserva
             )
         if "pods" in watched:
             pass
-        elif _unchanged(pods, cluster.kube_pods_resource_version):
+        elif _unchanged(pods, pods_version):
             result.unchanged.append("pods")
         else:
             result.writes += pods_sync(
@@ -127,17 +141,27 @@ def cluster_kube_observe(*, client: KubeClient, cluster: Cluster) -> KubeObserva
         )
         # One write per cluster and pass: when its listings began, and whether whole.
         if nodes.complete:
-            stamp["kube_nodes_resource_version"] = nodes.resource_version
+            stamp["nodes_resource_version"] = nodes.resource_version
         if pods.complete:
-            stamp["kube_pods_resource_version"] = pods.resource_version
+            stamp["pods_resource_version"] = pods.resource_version
         if result.complete:
-            stamp["kube_last_complete_observation_at"] = min(nodes_started, pods_started)
-        Cluster.objects.filter(pk=cluster.pk).update(**stamp)
-        for name, value in stamp.items():
-            setattr(cluster, name, value)
+            stamp["last_complete_at"] = min(nodes_started, pods_started)
+        observation_record(cluster, stamp)
     for problem in result.errors:
         logger.warning("observe kubernetes of %s: %s", cluster.name, problem)
     return result
+
+
+def observation_record(cluster: Cluster, stamp: Mapping[str, Any]) -> None:
+    """Stamp the cluster's observation (its row made at the first): one write."""
+    observation = cluster_observation(cluster)
+    for name, value in stamp.items():
+        setattr(observation, name, value)
+    if observation._state.adding:
+        observation.save()
+        cluster.kube_observation = observation
+    else:
+        ClusterObservation.objects.filter(pk=cluster.pk).update(**stamp)
 
 
 def _watched(mirrored: str) -> kube.Listing[Any]:

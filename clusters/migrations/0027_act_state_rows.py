@@ -60,7 +60,7 @@ def backward(apps, schema_editor):
 class Migration(migrations.Migration):
     dependencies = [
         ("capvco_web", "0008_accounts_in_cloud"),
-        ("clusters", "0023_machine_capacity_wait_and_stuck"),
+        ("clusters", "0026_observed_cluster_state_to_kube"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

@@ -22,12 +22,14 @@ import pytest
 import yaml
 from django.utils import timezone
 
-from clusters import kube_watch
-from clusters.kube import kube_client
-from clusters.kube_observe import cluster_kube_observe
-from clusters.kube_watch import KubeWatcher, KubeWatchProcess
-from clusters.models import Cluster, KubeNode, KubePod, KubeWatch, MachinePool
+from clusters.models import Cluster, MachinePool
+from kube import watch as kube_watch
+from kube.client import kube_client
+from kube.models import KubeNode, KubePod, KubeWatch
+from kube.observe import cluster_kube_observe
+from kube.watch import KubeWatcher, KubeWatchProcess
 from tests.e2e.processes import ROOT, environment_for_subprocess
+from tests.factories import kube_observation_of
 from tests.kube_sim import KubeSimulator, SimCluster, node_object, pod_object
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -154,7 +156,7 @@ def test_a_410_lists_again_and_ends_consistent(
     watching("pods")
     # Two writes at once where the history keeps one: the watch's resourceVersion is gone.
     kube_sim.configure(watch_history=1)
-    caplog.set_level(logging.INFO, logger="clusters.kube_watch")
+    caplog.set_level(logging.INFO, logger="kube.watch")
 
     kube_sim.put("prod", pod_object("burst-0"), pod_object("burst-1"))
 
@@ -228,9 +230,8 @@ def test_the_beat_pass_skips_a_kind_while_its_watch_stamp_is_fresh_and_lists_it_
     assert skipped.watched == ["pods"] and skipped.complete
     assert {c["operation"] for c in kube_sim.calls("prod")} == {"list nodes"}
     assert pod_names() == {"job-0", "job-1"}  # the watch's rows, none dropped nor added
-    cluster = Cluster.objects.get(pk=pool.cluster_id)
     # Complete as of the watch's stamp, which stands for when the pods' listing began.
-    assert cluster.kube_last_complete_observation_at == watched_at
+    assert kube_observation_of(pool.cluster_id).last_complete_at == watched_at
 
     stale = timezone.now() - timedelta(seconds=2 * KubeWatch.WATCH_TIMEOUT_SECONDS + 1)
     KubeWatch.objects.filter(kind="pods").update(watched_at=stale)
@@ -264,7 +265,7 @@ def test_the_process_follows_new_changed_and_removed_clusters_and_logs_a_failure
         failing = process.watchers[(pool.cluster_id, "pods")]
         eventually(lambda: failing.failures >= 3, what="several failures in a row")
         assert failing.backoff() >= 0.4  # doubled per failure
-        warnings = [r.getMessage() for r in caplog.records if r.name == "clusters.kube_watch"]
+        warnings = [r.getMessage() for r in caplog.records if r.name == "kube.watch"]
         assert [m for m in warnings if m.startswith("watch pods of prod")] == [
             "watch pods of prod: list pods: HTTP 401: Unauthorized"
         ]

@@ -17,21 +17,27 @@ from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from capvco_web.models import AuditEvent
-from clusters.gpu_addon import (
+from clusters.models import Cluster, Machine, MachinePool
+from gpus.models import VgpuReservation
+from kube.client import kube_client
+from kube.gpu_addon import (
     ADDON_NAME,
     ADDON_NAMESPACE,
     HASH_ANNOTATION,
     addon_manifest,
     cluster_gpu_addon_observe,
 )
-from clusters.gpu_nodes import GPU_COUNT_LABEL, GPU_TYPE_LABEL, gpu_label_value
-from clusters.kube import kube_client
-from clusters.kube_observe import cluster_kube_observe
-from clusters.kube_plan import kube_plan, kube_steps_act
-from clusters.models import Cluster, KubeNode, Machine, MachinePool
-from clusters.tasks import observe_cluster_kube
-from gpus.models import VgpuReservation
-from tests.factories import GpuProfileFactory, VgpuReservationFactory
+from kube.gpu_nodes import GPU_COUNT_LABEL, GPU_TYPE_LABEL, gpu_label_value
+from kube.models import KubeNode
+from kube.observe import cluster_kube_observe
+from kube.plan import kube_plan, kube_steps_act
+from kube.tasks import observe_cluster_kube
+from tests.factories import (
+    GpuProfileFactory,
+    VgpuReservationFactory,
+    gpu_addon_held,
+    gpu_addon_state_of,
+)
 from tests.kube_sim import KubeSimulator, SimCluster, node_object
 
 GPU_0, GPU_1 = "capvco-prod-gpu-0", "capvco-prod-gpu-1"
@@ -130,7 +136,7 @@ def test_gpu_nodes_are_labelled_once_and_a_second_pass_writes_nothing(
         run(pool)
 
     assert writes(kube_sim) == []
-    assert sql_writes(queries) == ['UPDATE "clusters_cluster"']  # the observation stamp
+    assert sql_writes(queries) == ['UPDATE "kube_clusterobservation"']  # the observation stamp
 
 
 def test_label_writes_are_counted_in_the_metrics(
@@ -251,9 +257,9 @@ def test_the_addon_is_applied_once_updated_on_a_new_image_and_removed_when_off(
     assert writes(kube_sim) == []  # read, found as it should be, left alone
     created = daemonset(apps)
     assert created.metadata.name == ADDON_NAME
-    cluster = Cluster.objects.get(pk=pool.cluster_id)
-    assert created.metadata.annotations[HASH_ANNOTATION] == cluster.gpu_addon_hash
-    assert cluster.gpu_addon_applied_at is not None and cluster.gpu_addon_error == ""
+    held = gpu_addon_state_of(pool.cluster_id)
+    assert created.metadata.annotations[HASH_ANNOTATION] == held.hash
+    assert held.applied_at is not None and held.error == ""
 
     settings.GPU_DEVICE_PLUGIN_IMAGE = "nvcr.io/nvidia/k8s-device-plugin:v0.17.1"
     run(pool)
@@ -271,8 +277,8 @@ def test_the_addon_is_applied_once_updated_on_a_new_image_and_removed_when_off(
 
     assert [c["operation"] for c in kube_sim.calls("prod")] == ["list nodes", "list pods"]
     assert daemonset(apps) is None
-    cluster.refresh_from_db()
-    assert (cluster.gpu_addon_hash, cluster.gpu_addon_applied_at) == ("", None)
+    held = gpu_addon_state_of(pool.cluster_id)
+    assert (held.hash, held.applied_at) == ("", None)
     assert list(
         AuditEvent.objects.filter(actor_name="gpu-addon")
         .order_by("pk")
@@ -310,10 +316,10 @@ def test_a_daemonset_of_that_name_that_is_not_ours_is_never_replaced_nor_deleted
 
     run(pool)
 
-    cluster = Cluster.objects.get(pk=pool.cluster_id)
-    assert "capvco-web did not make" in cluster.gpu_addon_error
+    assert "capvco-web did not make" in gpu_addon_state_of(pool.cluster_id).error
     assert daemonset(apps).spec.template.spec.containers[0].image == "theirs:1"
-    Cluster.objects.filter(pk=pool.cluster_id).update(gpu_addon=False, gpu_addon_hash="x")
+    Cluster.objects.filter(pk=pool.cluster_id).update(gpu_addon=False)
+    gpu_addon_held(pool.cluster_id, hash="x")
     run(pool)
     assert daemonset(apps) is not None
 
@@ -377,9 +383,7 @@ def test_the_timeout_counts_from_the_addon_applied_when_that_is_later(
     run(pool)  # the add-on is applied now: the device plugin has its time to start
     assert not KubeNode.objects.get(name=GPU_1).gpus_missing
 
-    Cluster.objects.filter(pk=pool.cluster_id).update(
-        gpu_addon_applied_at=timezone.now() - timedelta(minutes=30)
-    )
+    gpu_addon_held(pool.cluster_id, applied_at=timezone.now() - timedelta(minutes=30))
     run(pool)
     node = KubeNode.objects.get(name=GPU_1)
     assert node.gpus_missing
@@ -514,7 +518,7 @@ def test_an_addon_replace_from_a_stale_read_is_refused_dropped_and_planned_again
     with kube_client(cluster) as client:
         cluster_gpu_addon_observe(client=client, cluster=cluster)
     read = daemonset(apps).metadata.resource_version
-    assert Cluster.objects.get(pk=pool.cluster_id).gpu_addon_resource_version == read
+    assert gpu_addon_state_of(pool.cluster_id).resource_version == read
     (step,) = [
         s for s in kube_plan(Cluster.objects.get(pk=pool.cluster_id)) if s.kind != "node_labels"
     ]
@@ -534,7 +538,7 @@ def test_an_addon_replace_from_a_stale_read_is_refused_dropped_and_planned_again
     kept = daemonset(apps)
     assert kept.metadata.annotations["team"] == "ml"  # theirs, not overwritten unseen
     assert kept.spec.template.spec.containers[0].image.endswith(":v0.17.0")
-    assert Cluster.objects.get(pk=pool.cluster_id).gpu_addon_error == ""
+    assert gpu_addon_state_of(pool.cluster_id).error == ""
 
     run(pool)  # reads it again, and replaces it from what is there now
 
@@ -542,5 +546,5 @@ def test_an_addon_replace_from_a_stale_read_is_refused_dropped_and_planned_again
     kube_sim.clear_calls()
     run(pool)
     assert writes(kube_sim) == []
-    cluster.refresh_from_db()
-    assert cluster.gpu_addon_resource_version == daemonset(apps).metadata.resource_version
+    held = gpu_addon_state_of(pool.cluster_id)
+    assert held.resource_version == daemonset(apps).metadata.resource_version

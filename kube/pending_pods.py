@@ -31,12 +31,13 @@ from typing import Any
 from django.db.models import Count, QuerySet
 
 from capvco_web.integrations.kube import GPU_TYPE_LABEL
-from clusters.gpu_nodes import gpu_label_value
-from clusters.models import Cluster, KubeNode, KubePod, Machine, MachinePool
-from clusters.selectors import ACTIVE_POD_PHASES, kube_nodes_with_requests
+from clusters.models import Cluster, Machine, MachinePool
 from gpus.models import GpuProfile, VgpuReservation
 from gpus.resolve import CAPACITY_WAIT, gpu_type_of, matching_cards
 from gpus.selectors import ORPHANED
+from kube.gpu_nodes import gpu_label_value
+from kube.models import KubeNode, KubePod
+from kube.selectors import ACTIVE_POD_PHASES, kube_nodes_with_requests
 
 NO_NODE = "no-node"
 NO_NODE_OF_TYPE = "no-node-of-type"

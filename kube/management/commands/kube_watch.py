@@ -1,4 +1,4 @@
-"""Keep every observed cluster's nodes and pods current by list + watch (clusters.kube_watch).
+"""Keep every observed cluster's nodes and pods current by list + watch (kube.watch).
 
     manage.py kube_watch    runs until SIGTERM or SIGINT, then stops its watches, clears
                             their stamps (the beat pass lists those clusters again at its
@@ -15,7 +15,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from clusters.kube_watch import KubeWatchProcess
+from kube.watch import KubeWatchProcess
 
 
 class Command(BaseCommand):

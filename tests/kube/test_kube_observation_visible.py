@@ -13,12 +13,12 @@ from django.test import Client
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
-from clusters.kube import kube_client
-from clusters.kube_observe import cluster_kube_observe
 from clusters.models import Cluster, MachinePool
-from clusters.selectors import kube_observation_failing
-from clusters.tasks import observe_cluster_kube
-from tests.factories import ClusterFactory
+from kube.client import kube_client
+from kube.observe import cluster_kube_observe
+from kube.selectors import kube_observation_failing
+from kube.tasks import observe_cluster_kube
+from tests.factories import ClusterFactory, kube_observed_as
 from tests.gpus.test_metrics import promtool
 from tests.kube_sim import KubeSimulator, node_object
 
@@ -108,9 +108,7 @@ def test_a_cluster_without_a_complete_observation_for_two_intervals_is_failing(
     assert list(kube_observation_failing(Cluster.objects.all(), now=later, interval=INTERVAL)) == [
         prod
     ]
-    Cluster.objects.filter(pk=prod.pk).update(
-        kube_last_complete_observation_at=now - timedelta(hours=1)
-    )
+    kube_observed_as(prod, last_complete_at=now - timedelta(hours=1))
     assert "stale" in admin_client.get("/clusters/").content.decode()
 
 

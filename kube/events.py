@@ -1,11 +1,11 @@
 """One watch event on the mirror: the one node or pod row it names, created, updated or
-deleted, by the rules of clusters.kube_observe (what a row mirrors: `node_row_data`,
+deleted, by the rules of kube.observe (what a row mirrors: `node_row_data`,
 `pod_row_values`; a node of the same name with another uid is a replacement).
 
 An event is newer than anything mirrored of its object by its stream (events come in
 order, after the listing the stream started from), so it is written as it is; a row is
 written only when a mirrored field differs. A DELETED event deletes the row: the caller
-(clusters.kube_watch) applies events only from a watch unbroken since a complete listing.
+(kube.watch) applies events only from a watch unbroken since a complete listing.
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ from django.db import IntegrityError, transaction
 
 from capvco_web.integrations import kube
 from capvco_web.rows import fields_assign
-from clusters.kube_observe import POD_FIELDS, node_row_data, pod_row_values
-from clusters.models import Cluster, KubeNode, KubePod, KubeWatch
+from clusters.models import Cluster
+from kube.models import KubeNode, KubePod, KubeWatch
+from kube.observe import POD_FIELDS, node_row_data, pod_row_values
 
 ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
 

@@ -13,12 +13,15 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from capvco_web.models import AuditEvent
-from clusters.models import Cluster, ClusterSite, KubeNode, KubePod, Machine, MachinePool
-from clusters.selectors import KubeGpus, kube_gpus_by_location_and_type
+from clusters.capacity import KubeGpus
+from clusters.models import Cluster, ClusterSite, Machine, MachinePool
+from kube.models import KubeNode, KubePod
+from kube.selectors import kube_gpus_by_location_and_type
 from tests.factories import (
     ClusterFactory,
     KubeNodeFactory,
     KubePodFactory,
+    MachineNodeFactory,
 )
 
 pytestmark = pytest.mark.django_db
@@ -49,7 +52,7 @@ def observed(pool: MachinePool) -> Cluster:
         phase=KubePod.Phase.SUCCEEDED,
         gpu_requests=1,
     )
-    Machine.objects.filter(pk=gpu_1.pk).update(node_missing=True)
+    MachineNodeFactory(machine=gpu_1)
     return cluster
 
 

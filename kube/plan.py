@@ -1,5 +1,5 @@
 """What the control plane writes in a workload cluster, as steps of the cluster's plan: the
-GPU labels of its nodes (`clusters.gpu_nodes`) and the GPU add-on (`clusters.gpu_addon`).
+GPU labels of its nodes (`kube.gpu_nodes`) and the GPU add-on (`kube.gpu_addon`).
 
 `kube_plan` reads the database only, what observe mirrored: the nodes' labels from the
 last node listing (only when the cluster's last observation was complete: a partial one
@@ -17,24 +17,27 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal
 
-from django.db.models import Exists, OuterRef, QuerySet
+from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from capvco_web.counters import count
 from capvco_web.integrations import kube
-from clusters.gpu_addon import (
+from clusters.models import Cluster
+from clusters.plan import Call
+from gpus.models import VgpuReservation
+from kube.gpu_addon import (
     ADDON_NAME,
     ADDON_NAMESPACE,
     addon_applied_record,
     addon_failed_record,
     addon_manifest,
     addon_removed_record,
+    addon_state,
     addon_unjudged,
 )
-from clusters.gpu_nodes import GPU_COUNT_LABEL, GPU_TYPE_LABEL, attached_gpus, gpus_by
-from clusters.models import Cluster, KubeNode
-from clusters.plan import Call
-from gpus.models import VgpuReservation
+from kube.gpu_nodes import GPU_COUNT_LABEL, GPU_TYPE_LABEL, attached_gpus, gpus_by
+from kube.models import KubeNode
+from kube.selectors import cluster_observation
 
 if TYPE_CHECKING:
     from capvco_web.integrations.kube.client import KubeClient
@@ -150,12 +153,12 @@ KubeStep = NodeLabelsPatch | AddonApply | AddonRemove
 def kube_plan(cluster: Cluster) -> list[KubeStep]:
     """The Kubernetes writes the next pass makes for the cluster, from the database only."""
     if cluster.state != Cluster.State.ACTIVE or not cluster.kubeconfig:
-        return []  # its Kubernetes is not observed (clusters.tasks.kube_observed_clusters)
+        return []  # its Kubernetes is not observed (clusters.selectors.kube_observed)
     return [*node_labels_plan(cluster), *addon_plan(cluster)]
 
 
 def node_labels_plan(cluster: Cluster) -> list[NodeLabelsPatch]:
-    if not cluster.kube_observation_complete:
+    if not cluster_observation(cluster).complete:
         return []
     # The cluster's nodes whose machine has vGPUs attached, a row per node and vGPU, with
     # the vGPU's card: one query.
@@ -222,11 +225,12 @@ def stale_gpu_label_nodes(cluster: Cluster) -> QuerySet[KubeNode]:
 
 def addon_plan(cluster: Cluster) -> list[AddonApply | AddonRemove]:
     """From what observe read of the DaemonSet. Nothing while that read failed or found a
-    DaemonSet that is not ours (`gpu_addon_error` says which); a write that failed is
+    DaemonSet that is not ours (its state's `error` says which); a write that failed is
     planned again."""
     if addon_unjudged(cluster):
         return []
-    held = cluster.gpu_addon_hash
+    state = addon_state(cluster)
+    held = state.hash
     if not cluster.gpu_addon:
         if not held:
             return []
@@ -237,7 +241,7 @@ def addon_plan(cluster: Cluster) -> list[AddonApply | AddonRemove]:
     image = str(manifest["spec"]["template"]["spec"]["containers"][0]["image"])
     reason = "none of ours is in the cluster" if not held else "ours is of another manifest"
     verb: Literal["create", "replace"] = "replace" if held else "create"
-    version = cluster.gpu_addon_resource_version if held else ""
+    version = state.resource_version if held else ""
     return [AddonApply(cluster.pk, verb, digest, image, held, version, reason)]
 
 
@@ -267,12 +271,16 @@ def kube_steps_act(*, client: KubeClient, steps: list[KubeStep]) -> KubeActResul
 def _act(client: KubeClient, step: KubeStep) -> bool:
     if isinstance(step, NodeLabelsPatch):
         return _labels_patch(client, step)
-    held = Cluster.objects.filter(
-        pk=step.cluster_id, gpu_addon=isinstance(step, AddonApply), gpu_addon_hash=step.seen_hash
-    )
+    # The add-on as the plan saw it: wanted (or not), and the state it was planned from
+    # (no row: none of ours recorded).
+    held = Cluster.objects.filter(pk=step.cluster_id, gpu_addon=isinstance(step, AddonApply))
+    seen = {"hash": step.seen_hash}
     if isinstance(step, AddonApply):
-        held = held.filter(gpu_addon_resource_version=step.resource_version)
-    cluster = held.first()
+        seen["resource_version"] = step.resource_version
+    recorded = Q(**{f"gpu_addon_state__{name}": value for name, value in seen.items()})
+    if not any(seen.values()):
+        recorded |= Q(gpu_addon_state__isnull=True)
+    cluster = held.filter(recorded).select_related("gpu_addon_state").first()
     if cluster is None or addon_unjudged(cluster):
         return False
     if isinstance(step, AddonRemove):

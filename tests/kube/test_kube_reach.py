@@ -15,8 +15,8 @@ from rest_framework.test import APIClient
 
 from cloud.models import Account
 from clusters.models import Cluster, ClusterSite
-from clusters.tasks import observe_cluster_kube
-from tests.factories import MembershipFactory
+from kube.tasks import observe_cluster_kube
+from tests.factories import MembershipFactory, kube_observation_of
 from tests.http_stub import HttpStub, Reply
 
 pytestmark = pytest.mark.django_db
@@ -141,7 +141,7 @@ def test_an_error_answer_reaches_viewers_only_as_its_status_phrase(
     observe_cluster_kube(site.cluster_id)
 
     cluster = Cluster.objects.get(pk=site.cluster_id)
-    assert "HTTP 500: Internal Server Error" in cluster.kube_observation_error
+    assert "HTTP 500: Internal Server Error" in kube_observation_of(cluster).error
     assert stub.received  # it was asked, and answered
     viewer = viewer_of(cluster.account)
     shown = viewer.get(f"/api/v1/clusters/{cluster.pk}/")
@@ -160,7 +160,7 @@ def test_a_stored_kubeconfig_whose_server_is_no_longer_allowed_is_not_used(
 
     observe_cluster_kube(site.cluster_id)
 
-    error = Cluster.objects.get(pk=site.cluster_id).kube_observation_error
+    error = kube_observation_of(site.cluster_id).error
     assert f"{origin(listener)} is not in KUBE_ALLOWED_HOSTS" in error
     assert not contacted(listener)
 
@@ -193,9 +193,9 @@ def test_a_stored_kubeconfig_with_a_value_of_the_wrong_type_gets_a_clear_observa
 
     observe_cluster_kube(site.cluster_id)  # no exception
 
-    cluster = Cluster.objects.get(pk=site.cluster_id)
-    assert problem in cluster.kube_observation_error
-    assert not cluster.kube_observation_complete
+    observation = kube_observation_of(site.cluster_id)
+    assert problem in observation.error
+    assert not observation.complete
     assert not contacted(listener)
 
 

@@ -2,11 +2,11 @@
 current by list + watch, instead of a full listing on every beat tick.
 
 One thread per cluster and kind (nodes, pods). Each lists (paged) and mirrors the listing
-with the beat pass's own rules (clusters.kube_observe: `nodes_sync`, `pods_sync`), then
+with the beat pass's own rules (kube.observe: `nodes_sync`, `pods_sync`), then
 watches from the listing's resourceVersion with bookmarks: one request of
 WATCH_TIMEOUT_SECONDS after another, each from the resourceVersion the last event or
 bookmark carried (kept here: bookmarks move it). Every event writes its one row
-(clusters.kube_events).
+(kube.events).
 
 Gone is decided only from a complete, current view. A DELETED event deletes its row: that
 is valid because the chain of watch requests is unbroken since a complete listing (each
@@ -50,16 +50,17 @@ from django.utils import timezone
 
 from capvco_web.integrations import kube
 from capvco_web.integrations.kube.client import KubeClient, WatchStream
-from clusters.kube import kube_client
-from clusters.kube_events import (
+from clusters.models import Cluster
+from clusters.selectors import kube_observed
+from kube.client import kube_client
+from kube.events import (
     kube_watch_stamp,
     kube_watch_unstamp,
     node_event_apply,
     pod_event_apply,
 )
-from clusters.kube_observe import nodes_sync, pods_sync
-from clusters.models import Cluster, KubeWatch
-from clusters.selectors import kube_observed
+from kube.models import KubeWatch
+from kube.observe import nodes_sync, pods_sync
 
 logger = logging.getLogger(__name__)
 

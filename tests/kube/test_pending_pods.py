@@ -9,8 +9,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from capvco_web.integrations.kube import parse_pod
-from clusters.models import Cluster, KubeNode, KubePod
-from clusters.pending_pods import (
+from clusters.models import Cluster
+from kube.models import KubeNode, KubePod
+from kube.pending_pods import (
     ALL_REQUESTED,
     GPUS_FREE,
     NO_NODE,

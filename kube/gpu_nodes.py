@@ -14,7 +14,7 @@ labels someone removed); none when they are right. A node whose machine has no v
 attached any more loses both labels (the same patch, a null per label); one whose vGPUs
 sit on a card the location no longer lists keeps them, so a label never flips while a
 card is briefly not listed. Other labels are left alone. The patches are steps of the
-cluster's plan (`clusters.kube_plan`), from complete listings only.
+cluster's plan (`kube.plan`), from complete listings only.
 
 A node of a running machine of a GPU pool that advertises no allocatable `nvidia.com/gpu`
 `GPU_ADVERTISE_TIMEOUT_SECONDS` after it joined (or after the GPU add-on was applied, if
@@ -23,7 +23,6 @@ later) is flagged (`KubeNode.gpus_missing`), from complete node listings only.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -32,21 +31,15 @@ from typing import Any, TypeVar
 from django.db.models import OuterRef, QuerySet, Subquery
 
 from capvco_web.integrations import kube
-from clusters.models import Cluster, KubeNode, Machine
+from clusters.models import Cluster, Machine
 from gpus.models import GpuProfile, VgpuReservation
 from gpus.resolve import gpu_type_of
+from kube.models import GpuAddonState, KubeNode
 
 GPU_TYPE_LABEL, GPU_COUNT_LABEL = kube.GPU_TYPE_LABEL, kube.GPU_COUNT_LABEL
-MAX_LABEL_VALUE = 63
-_NOT_IN_LABEL = re.compile(r"[^a-z0-9]+")
+# A GPU type's label value lives beside the label: clusters' capacity board reads it too.
+gpu_label_value = kube.gpu_label_value
 K = TypeVar("K", bound=Hashable)
-
-
-def gpu_label_value(gpu_type: str) -> str:
-    """A GPU type as a label value: lowercase letters and digits, runs of anything else a
-    single dash, at most 63 characters ("NVIDIA A100-SXM4 80GB" → `nvidia-a100-sxm4-80gb`)."""
-    value = _NOT_IN_LABEL.sub("-", gpu_type.lower()).strip("-")
-    return value[:MAX_LABEL_VALUE].rstrip("-")
 
 
 @dataclass(frozen=True)
@@ -114,15 +107,18 @@ def node_gpu_flags(
     due_before = listed_at - timeout
     # The add-on on: its device plugin is given the time too, from when it was applied
     # (not yet: nothing is due; an add-on that cannot be applied shows its own error).
-    addon_since = (cluster.gpu_addon_applied_at or listed_at) if cluster.gpu_addon else None
+    addon_applied_at = _addon_applied_at(cluster)
+    addon_since = (addon_applied_at or listed_at) if cluster.gpu_addon else None
     changed: list[KubeNode] = []
-    for node in KubeNode.objects.filter(cluster=cluster).select_related("machine__pool"):
+    for node in KubeNode.objects.filter(cluster=cluster).select_related(
+        "machine__pool", "machine__deletion"
+    ):
         machine = node.machine
         expected = (
             machine is not None
             and machine.pool.wants_gpus
             and machine.phase == Machine.Phase.RUNNING
-            and not machine.delete_requested
+            and not machine.deletion_asked
         )
         if not expected or node.gpu_allocatable > 0:
             missing, reason = False, ""
@@ -158,3 +154,11 @@ def _missing_reason(
         else "the GPU add-on is off for this cluster: nothing here installs the device plugin."
     )
     return f"No nvidia.com/gpu advertised {minutes} minutes after it joined ({has}): {why}"[:300]
+
+
+def _addon_applied_at(cluster: Cluster) -> datetime | None:
+    """Since when the add-on, as it is now, is in the cluster (kube.gpu_addon's record)."""
+    try:
+        return cluster.gpu_addon_state.applied_at
+    except GpuAddonState.DoesNotExist:
+        return None

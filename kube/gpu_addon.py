@@ -3,20 +3,20 @@
 On (`Cluster.gpu_addon`), the workload cluster gets one DaemonSet,
 `kube-system/capvco-nvidia-device-plugin`, made here: the image
 `GPU_DEVICE_PLUGIN_IMAGE` (pinned), on the nodes that carry a `capvco.io/gpu-type` label
-(`clusters.gpu_nodes`), tolerating GPU taints. The device plugin makes the node advertise
+(`kube.gpu_nodes`), tolerating GPU taints. The device plugin makes the node advertise
 its GPUs as `nvidia.com/gpu`; it installs no driver: the VM image, or its first boot with
 the pool's `driverVersion` (`clusters.cloud_init`), does.
 
 Idempotent: the DaemonSet carries the hash of the manifest it was made from
 (`capvco.io/manifest-sha256`); observe reads it (one GET) and mirrors that hash on the
-cluster, and the cluster's plan (`clusters.kube_plan`) writes only when it differs from
+cluster, and the cluster's plan (`kube.plan`) writes only when it differs from
 the manifest's (a new image, a DaemonSet someone changed) or ours is missing (created
 again). A replace carries the resourceVersion observe read (optimistic concurrency): when
 the DaemonSet changed since, the API server refuses it (409 Conflict), the step is
 dropped and the next pass reads and plans again. Off: our DaemonSet is deleted, once, and
 nothing more is asked of the cluster. A DaemonSet of that name that we did not make (no
 `app.kubernetes.io/managed-by: capvco-web`) is never replaced nor deleted: the cluster
-shows why (`gpu_addon_error`).
+shows why (`GpuAddonState.error`).
 
 Applying and removing it are audited (actor `gpu-addon`): they change software that runs
 on every GPU node of someone's cluster.
@@ -37,8 +37,9 @@ from capvco_web.audit import SystemActor, audit_record
 from capvco_web.counters import count
 from capvco_web.integrations import kube
 from capvco_web.rows import model_update
-from clusters.gpu_nodes import GPU_TYPE_LABEL
 from clusters.models import Cluster
+from kube.gpu_nodes import GPU_TYPE_LABEL
+from kube.models import GpuAddonState
 
 if TYPE_CHECKING:
     from capvco_web.integrations.kube.client import KubeClient
@@ -52,9 +53,6 @@ MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "capvco-web"
 ACTOR = SystemActor.GPU_ADDON
 DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
-# The label that turns the add-on on for an imported cluster (on its Cluster API Cluster).
-CAPI_GPU_LABEL = "capvco.infrastructure.cluster.x-k8s.io/gpu"
-CAPI_GPU_LABEL_VALUE = "nvidia"
 # The hash mirrored for a DaemonSet of ours that carries none: never the manifest's.
 UNHASHED = "none"
 
@@ -149,51 +147,71 @@ def foreign_message() -> str:
 READ_FAILED = "GPU add-on: cannot read the DaemonSet: "
 
 
+def addon_state(cluster: Cluster) -> GpuAddonState:
+    """What the cluster holds of the add-on as last recorded (unsaved and empty: nothing)."""
+    try:
+        return cluster.gpu_addon_state
+    except GpuAddonState.DoesNotExist:
+        return GpuAddonState(cluster=cluster)
+
+
+def _addon_state_write(cluster: Cluster, fields: Mapping[str, Any]) -> None:
+    """Record what the add-on's read or write found; only what changed is written, and a
+    first row only when there is something to record."""
+    state = addon_state(cluster)
+    if not state._state.adding:
+        model_update(state, fields)
+    elif any(getattr(state, name) != value for name, value in fields.items()):
+        for name, value in fields.items():
+            setattr(state, name, value)
+        state.save()
+        cluster.gpu_addon_state = state
+
+
 def addon_unjudged(cluster: Cluster) -> bool:
     """Whether observe could not judge what the cluster holds: the read failed, or found a
     DaemonSet that is not ours. A write that failed does not count: it is planned again."""
-    error = cluster.gpu_addon_error
+    error = addon_state(cluster).error
     return error == foreign_message() or error.startswith(READ_FAILED)
 
 
 def cluster_gpu_addon_observe(*, client: KubeClient, cluster: Cluster) -> None:
-    """Mirror what the cluster holds under the add-on's name (one GET) onto the cluster:
-    the hash of ours (`gpu_addon_hash`, empty: none of ours), or why it cannot be judged
-    (`gpu_addon_error`: a DaemonSet not ours, or the read failed: `addon_unjudged`). The
-    plan reads only this (`clusters.kube_plan`). A cluster that never had ours and does
+    """Mirror what the cluster holds under the add-on's name (one GET) into its
+    GpuAddonState: the hash of ours (`hash`, empty: none of ours), or why it cannot be
+    judged (`error`: a DaemonSet not ours, or the read failed: `addon_unjudged`). The
+    plan reads only this (`kube.plan`). A cluster that never had ours and does
     not want it costs no call."""
-    if not cluster.gpu_addon and not cluster.gpu_addon_hash:
+    state = addon_state(cluster)
+    if not cluster.gpu_addon and not state.hash:
         return
     fields: dict[str, Any]
     try:
         found = client.read_daemonset(ADDON_NAMESPACE, ADDON_NAME)
     except kube.KubeError as exc:
-        fields = {"gpu_addon_error": f"{READ_FAILED}{exc}"[:1000]}
+        fields = {"error": f"{READ_FAILED}{exc}"[:1000]}
     else:
         if found is None:
-            fields = {"gpu_addon_hash": "", "gpu_addon_applied_at": None, "gpu_addon_error": ""}
-            fields["gpu_addon_resource_version"] = ""
+            fields = {"hash": "", "applied_at": None, "error": "", "resource_version": ""}
         elif not _ours(found):
             # Theirs: never ours to replace, nor (the add-on off) to remove.
             refused = foreign_message() if cluster.gpu_addon else ""
-            fields = {"gpu_addon_hash": "", "gpu_addon_error": refused}
-            fields["gpu_addon_resource_version"] = ""
+            fields = {"hash": "", "error": refused, "resource_version": ""}
         else:
             held = (found["metadata"].get("annotations") or {}).get(HASH_ANNOTATION) or UNHASHED
             _, digest = addon_manifest()
-            applied_at = cluster.gpu_addon_applied_at
+            applied_at = state.applied_at
             if held == digest:
                 # As it should be: applied (by an earlier pass whose answer was lost, say).
                 applied_at = applied_at or timezone.now()
             fields = {
-                "gpu_addon_hash": held,
-                "gpu_addon_resource_version": _resource_version(found),
-                "gpu_addon_applied_at": applied_at,
-                "gpu_addon_error": "",
+                "hash": held,
+                "resource_version": _resource_version(found),
+                "applied_at": applied_at,
+                "error": "",
             }
-    model_update(cluster, fields)
-    if cluster.gpu_addon_error:
-        logger.warning("kubernetes of %s: %s", cluster.name, cluster.gpu_addon_error)
+    _addon_state_write(cluster, fields)
+    if error := addon_state(cluster).error:
+        logger.warning("kubernetes of %s: %s", cluster.name, error)
 
 
 def _resource_version(found: Mapping[str, Any]) -> str:
@@ -204,13 +222,13 @@ def addon_applied_record(
     *, cluster: Cluster, digest: str, created: bool, answer: Mapping[str, Any]
 ) -> None:
     """The add-on written: `answer` is the DaemonSet as the API server stored it."""
-    model_update(
+    _addon_state_write(
         cluster,
         {
-            "gpu_addon_hash": digest,
-            "gpu_addon_resource_version": _resource_version(answer),
-            "gpu_addon_applied_at": timezone.now(),
-            "gpu_addon_error": "",
+            "hash": digest,
+            "resource_version": _resource_version(answer),
+            "applied_at": timezone.now(),
+            "error": "",
         },
     )
     action = "created" if created else "replaced"
@@ -228,14 +246,8 @@ def addon_applied_record(
 
 
 def addon_removed_record(*, cluster: Cluster) -> None:
-    model_update(
-        cluster,
-        {
-            "gpu_addon_hash": "",
-            "gpu_addon_resource_version": "",
-            "gpu_addon_applied_at": None,
-            "gpu_addon_error": "",
-        },
+    _addon_state_write(
+        cluster, {"hash": "", "resource_version": "", "applied_at": None, "error": ""}
     )
     count("kube_writes", "gpu_addon", "removed")
     logger.info("GPU add-on of %s: removed", cluster.name)
@@ -249,6 +261,6 @@ def addon_removed_record(*, cluster: Cluster) -> None:
 
 
 def addon_failed_record(*, cluster: Cluster, error: str) -> None:
-    model_update(cluster, {"gpu_addon_error": error[:1000]})
+    _addon_state_write(cluster, {"error": error[:1000]})
     count("kube_writes", "gpu_addon", "error")
     logger.warning("kubernetes of %s: %s", cluster.name, error)

@@ -1,0 +1,65 @@
+"""The Kubernetes mirror in the API: nodes and pods as last observed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import extend_schema_serializer
+from rest_framework import serializers
+
+from clusters.api.serializers import PlanStepSerializer
+from clusters.plan import planned_kinds
+from kube.models import KubeNode, KubePod
+from kube.plan import KINDS
+
+
+class KubeNodeSerializer(serializers.ModelSerializer[KubeNode]):
+    """A Kubernetes node as last observed, and the machine whose VM it runs on."""
+
+    cluster = serializers.CharField(source="cluster.name", read_only=True)
+    gpu_type_label = serializers.CharField(
+        read_only=True, help_text="Its capvco.io/gpu-type label (e.g. nvidia-a100); empty: none"
+    )
+    gpu_count_label = serializers.CharField(
+        read_only=True, help_text="Its capvco.io/gpu-count label; empty: none"
+    )
+    gpu_requested = serializers.IntegerField(
+        read_only=True, default=0, help_text="nvidia.com/gpu requested by the pods placed on it"
+    )
+
+    class Meta:
+        model = KubeNode
+        fields = [
+            "id", "cluster", "name", "uid", "provider_id", "labels", "gpu_type_label",
+            "gpu_count_label", "gpu_capacity", "gpu_allocatable", "gpu_requested", "ready",
+            "kubelet_version", "machine", "unowned_since", "gpus_missing",
+            "gpus_missing_reason", "first_seen_at", "updated_at",
+        ]  # fmt: skip
+        read_only_fields = fields
+
+
+class KubePodSerializer(serializers.ModelSerializer[KubePod]):
+    """A Kubernetes pod as last observed: where it runs and what it asks for."""
+
+    cluster = serializers.CharField(source="cluster.name", read_only=True)
+
+    class Meta:
+        model = KubePod
+        fields = [
+            "id", "cluster", "namespace", "name", "uid", "node_name", "phase", "gpu_requests",
+            "gpu_type", "sriov_network", "first_seen_at", "updated_at",
+        ]  # fmt: skip
+        read_only_fields = fields
+
+
+# A step of the whole plan of a cluster: its machines', its Kubernetes' (node labels, the
+# GPU add-on: kube.plan), and those of the planners registered. The API's component and
+# its description stay those of PlanStep.
+@extend_schema_serializer(component_name="PlanStep")
+class ClusterPlanStepSerializer(PlanStepSerializer):
+    __doc__ = PlanStepSerializer.__doc__
+
+    def get_fields(self) -> dict[str, serializers.Field[Any, Any, Any, Any]]:
+        fields = super().get_fields()
+        fields["action"] = serializers.ChoiceField(source="kind", choices=planned_kinds(*KINDS))
+        return fields

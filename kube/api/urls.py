@@ -1,0 +1,9 @@
+"""The API of the Kubernetes mirror, on the one router of capvco_web.api_urls."""
+
+from kube.api import views
+
+routes = [
+    ("clusters", views.ClusterViewSet, None),
+    ("nodes", views.KubeNodeViewSet, None),
+    ("pods", views.KubePodViewSet, None),
+]

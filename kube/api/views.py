@@ -1,0 +1,64 @@
+"""The Kubernetes mirror in the API: nodes and pods, and the clusters with the summary
+of their Kubernetes."""
+
+from __future__ import annotations
+
+from django.db.models import QuerySet
+from drf_spectacular.utils import extend_schema
+from rest_framework import viewsets
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from capvco_web.api import KnownParametersMixin
+from capvco_web.api_input import CursorPagination
+from capvco_web.permissions import AccountScopedViewSetMixin
+from clusters.api import views as clusters_views
+from clusters.models import Cluster
+from clusters.plan import cluster_plan
+from kube.api.serializers import ClusterPlanStepSerializer, KubeNodeSerializer, KubePodSerializer
+from kube.filtersets import KubeNodeFilterSet, KubePodFilterSet
+from kube.models import KubeNode, KubePod
+from kube.plan import kube_plan
+from kube.selectors import clusters_with_kube_summary, kube_nodes_with_requests
+
+
+# Clusters, each with its Kubernetes as last observed (`kubernetes`), and the whole plan.
+# (No docstring: the API's description of the list stays the one it had.)
+class ClusterViewSet(clusters_views.ClusterViewSet):
+    def get_queryset(self) -> QuerySet[Cluster]:
+        return clusters_with_kube_summary(super().get_queryset())
+
+    @extend_schema(responses=ClusterPlanStepSerializer(many=True))
+    @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
+    def plan(self, request: Request, pk: str | None = None) -> Response:
+        """What the next reconcile pass would do (a dry run, from the database only)."""
+        plan = cluster_plan(self.get_object(), planners=(kube_plan,))
+        return Response(ClusterPlanStepSerializer(plan.shown, many=True).data)
+
+
+class KubeNodeViewSet(
+    KnownParametersMixin, AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[KubeNode]
+):
+    """Kubernetes nodes of the clusters with a kubeconfig, as last observed."""
+
+    queryset = KubeNode.objects.select_related("cluster").order_by("cluster__name", "name")
+    serializer_class = KubeNodeSerializer
+    filterset_class = KubeNodeFilterSet
+    pagination_class = CursorPagination  # a big list: keyset pages, in id order
+
+    def get_queryset(self) -> QuerySet[KubeNode]:
+        return kube_nodes_with_requests(super().get_queryset())
+
+
+class KubePodViewSet(
+    KnownParametersMixin, AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[KubePod]
+):
+    """Kubernetes pods of the clusters with a kubeconfig, as last observed."""
+
+    queryset = KubePod.objects.select_related("cluster").order_by(
+        "cluster__name", "namespace", "name"
+    )
+    serializer_class = KubePodSerializer
+    filterset_class = KubePodFilterSet
+    pagination_class = CursorPagination  # a big list: keyset pages, in id order
