@@ -27,8 +27,8 @@ from django.db.models import Exists, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from capvco_web.integrations.whitesky import operations as ops
+from capvco_web.plans import Call
 from clusters.models import Cluster, KubePod
-from clusters.plan import Call
 from sriov.models import LeakedNic, PodNic, SriovConfig
 from sriov.placement import FINISHED_PHASES
 

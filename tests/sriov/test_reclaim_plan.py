@@ -34,7 +34,7 @@ from clusters.tasks import observe_cluster_kube
 from gpus.resolve import gpu_type_of
 from sriov.agent import Clients
 from sriov.models import GonePod, LeakedNic, PodNic
-from sriov.reclaim import ReclaimResult, cluster_nics_reclaim, nic_steps_act
+from sriov.reclaim import ReclaimResult, cluster_nics_reclaim, nic_plan_apply
 from sriov.reclaim_plan import nic_reclaim_plan
 from sriov.services import leaked_nic_detach_request
 from sriov.tasks import sriov_reclaim_cluster
@@ -262,7 +262,9 @@ def test_a_detach_whose_rows_changed_since_the_plan_is_dropped_and_planned_again
     world.sim.clear_calls()
     result = ReclaimResult(cluster=cluster.name, pods_complete=True)
     with sriov_whitesky_client(world.cluster.sriov) as client:
-        nic_steps_act(steps=steps, clients=Clients(), client=client, result=result)
+        nic_plan_apply(
+            cluster=cluster, steps=steps, clients=Clients(), client=client, result=result
+        )
 
     assert len(result.dropped) == 2 and result.released == result.leaks_detached == []
     assert world.sim.calls()["writes"] == 0
