@@ -44,6 +44,7 @@ from clusters.api.serializers import (
     MachinePoolSerializer,
     MachineSerializer,
     MembershipSerializer,
+    PlanPassSerializer,
     PlanStepSerializer,
     PoolScaleSerializer,
     VirtualMachineSerializer,
@@ -65,6 +66,7 @@ from clusters.models import Cluster, ClusterSite, KubeNode, KubePod, Machine, Ma
 from clusters.plan import cluster_plan
 from clusters.releases import location_plan, vm_removal_request
 from clusters.selectors import (
+    cluster_passes,
     clusters_with_kube_summary,
     kube_nodes_with_requests,
     machines_with_vgpus,
@@ -318,6 +320,7 @@ class ClusterViewSet(
     filterset_class = ClusterFilterSet
     action_verbs = {
         "plan": "view",
+        "passes": "view",
         "kubeconfig": "change",
         "kubeconfig_remove": "change",
         "gpu_addon": "change",
@@ -343,6 +346,14 @@ class ClusterViewSet(
         """What the next reconcile pass would do (a dry run, from the database only)."""
         plan = cluster_plan(self.get_object())
         return Response(PlanStepSerializer(plan.shown, many=True).data)
+
+    @extend_schema(responses=PlanPassSerializer(many=True))
+    @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
+    def passes(self, request: Request, pk: str | None = None) -> Response:
+        """The last reconcile passes of the cluster and of its NICs, newest first: what each
+        planned, what came of each step and why, how long planning and acting took
+        (PLAN_PASSES_KEPT of each)."""
+        return Response(PlanPassSerializer(cluster_passes(self.get_object()), many=True).data)
 
     @extend_schema(request=KubeconfigSerializer, responses={204: None})
     @action(detail=True, methods=["put"], url_path="kubeconfig")
