@@ -151,9 +151,11 @@ def cluster_reconcile(
     made or marked here; without, it runs here. A dry run calls nothing."""
     started, watch = timezone.now(), Stopwatch()
     if dry_run:
+        # Every plan of the cluster: its machines' and the registered planners' (its
+        # Kubernetes objects, its NICs), each step's calls listed and none made.
         plan = cluster_plan(cluster)
         record = plan_apply(
-            plan.steps, _nothing, scope="cluster", scope_id=cluster.pk, dry_run=True,
+            plan.shown, _nothing, scope="cluster", scope_id=cluster.pk, dry_run=True,
             started_at=started, plan_ms=watch.lap(),
         )  # fmt: skip
         return ReconcileResult(cluster=cluster.name, plan=plan.steps, record=record)

@@ -32,7 +32,7 @@ from django.utils import timezone
 from capvco_web.audit import SystemActor, audit_record
 from capvco_web.integrations import whitesky as ws
 from capvco_web.permissions import permission_require
-from capvco_web.plans import Call, PlanStep, StepDropped, Stopwatch, plan_apply
+from capvco_web.plans import Call, PassRecord, PlanStep, StepDropped, Stopwatch, plan_apply
 from capvco_web.rows import model_update
 from cloud.models import Location, VirtualMachine
 from clusters.models import Cluster, Machine, VmRemovalRequest
@@ -70,6 +70,7 @@ class SweepResult:
     removed: list[str] = field(default_factory=list)  # VMs
     errors: list[str] = field(default_factory=list)
     dropped: list[str] = field(default_factory=list)  # changed since the plan: planned again
+    record: PassRecord | None = None
 
 
 Origin = Literal["request", "stalled", "orphan"]
@@ -554,10 +555,14 @@ def release_request_carry_out(*, client: ws.WhiteskyClient, reservation: VgpuRes
 
 
 def orphan_sweep(
-    *, client: ws.WhiteskyClient, location: Location, now: datetime | None = None
+    *,
+    client: ws.WhiteskyClient,
+    location: Location,
+    now: datetime | None = None,
+    dry_run: bool = False,
 ) -> SweepResult:
     """One sweep of a location: its plan, carried out step by step through the dispatcher,
-    the pass recorded."""
+    the pass recorded. A dry run lists the plan's calls and makes none."""
     started, watch = timezone.now(), Stopwatch()
     plan = location_plan(location, now=now)
 
@@ -568,16 +573,17 @@ def orphan_sweep(
     record = plan_apply(
         plan.steps, act, scope="location", scope_id=location.pk, started_at=started,
         plan_ms=watch.lap(), failures=(ws.WhiteskyError, ReleaseRefused, ValueError),
+        dry_run=dry_run,
     )  # fmt: skip
     if plan.steps:
         record.save()
-    result = SweepResult()
+    result = SweepResult(record=record)
     for step, outcome in zip(plan.steps, record.outcomes, strict=True):
         if outcome.outcome == "ran":
             (result.removed if step.kind == "remove_vm" else result.released).append(step.target)
         elif outcome.outcome == "dropped":
             result.dropped.append(step.target)
-        else:
+        elif outcome.outcome != "planned":
             result.errors.append(f"{step.target}: {outcome.message}")
     return result
 
