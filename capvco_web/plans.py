@@ -195,6 +195,8 @@ def _step_apply(
         return outcome("dropped", exc)
     except StepWaiting as exc:
         return outcome("waiting", exc)
-    except (StepFailed, *failures) as exc:
+    except StepFailed as exc:
+        return outcome("failed", exc)
+    except failures as exc:  # the caller's kinds of failure (a refused call)
         return outcome("failed", exc)
     return outcome(done or "ran")

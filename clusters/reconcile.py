@@ -216,7 +216,7 @@ def _machine_row_apply(step: Step) -> Step:
         # The machine's own step provisions the machine made here, as planned.
         return replace(step, kind="provision", machine_id=machine.pk, seen=machine.updated_at)
     if step.blocked_by != "backoff" and step.kind in ("teardown", "replace"):
-        assert step.seen is not None
+        assert step.seen is not None and step.machine_id is not None
         now = timezone.now()
         marked = Machine.objects.filter(
             pk=step.machine_id, delete_requested=False, updated_at=step.seen

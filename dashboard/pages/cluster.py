@@ -10,7 +10,6 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.conf import settings
-from django.contrib.auth.models import User
 from django.core.paginator import Page, Paginator
 from django.db.models import OuterRef, QuerySet, Subquery
 from django.http import QueryDict
@@ -18,7 +17,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from capvco_web.keyset import AFTER, BEFORE, LAST, BadCursor, Sort, keyset_page
-from capvco_web.permissions import allowed, visible
+from capvco_web.permissions import User, allowed, visible
 from cloud.models import Cloudspace, Image, VirtualMachine
 from clusters.models import Cluster, ClusterSite, KubeNode, KubePod, Machine, MachinePool
 from clusters.selectors import kube_nodes_with_requests
