@@ -178,6 +178,8 @@ def cluster_reconcile(
                 deleted = cluster_leftovers_reclaim(PassContext(client), cluster, planned)
                 result.cluster_deleted = deleted
                 return None
+            if planned.blocked_by == "backoff":
+                return None  # a machine waiting for its next try has nothing to do yet
             step = _machine_row_apply(planned)
             if fan_out is None:
                 machine_reconcile(ctx, step)
@@ -206,7 +208,7 @@ def _nothing(step: PlanStep) -> None:
 def _machine_row_apply(step: Step) -> Step:
     """The cluster's own part of a machine's step, under the cluster's lock: a new
     machine's row (at the planned index), a teardown's mark on its row; the machine's
-    step as its row now is. A machine waiting for its next try has nothing marked yet."""
+    step as its row now is."""
     if step.kind == "create":
         assert step.pool_id is not None and step.index is not None
         machine = machine_create(pool_id=step.pool_id, index=step.index)
@@ -215,7 +217,7 @@ def _machine_row_apply(step: Step) -> Step:
             raise StepDropped("index taken meanwhile; planned again")
         # The machine's own step provisions the machine made here, as planned.
         return replace(step, kind="provision", machine_id=machine.pk, seen=machine.updated_at)
-    if step.blocked_by != "backoff" and step.kind in ("teardown", "replace"):
+    if step.kind in ("teardown", "replace"):
         assert step.seen is not None and step.machine_id is not None
         now = timezone.now()
         marked = Machine.objects.filter(
