@@ -90,7 +90,7 @@ class ReconcileResult:
     errors: list[str] = field(default_factory=list)
     skipped: str = ""
     cluster_deleted: bool = False
-    record: PassRecord | None = None
+    record: PassRecord | None = field(default=None, compare=False, repr=False)
     """The pass as `plan_apply` recorded it (None: skipped)."""
 
 

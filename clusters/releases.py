@@ -70,7 +70,7 @@ class SweepResult:
     removed: list[str] = field(default_factory=list)  # VMs
     errors: list[str] = field(default_factory=list)
     dropped: list[str] = field(default_factory=list)  # changed since the plan: planned again
-    record: PassRecord | None = None
+    record: PassRecord | None = field(default=None, compare=False, repr=False)
 
 
 Origin = Literal["request", "stalled", "orphan"]
