@@ -211,7 +211,7 @@ def _machine_row_apply(step: Step) -> Step:
     step as its row now is."""
     if step.kind == "create":
         assert step.pool_id is not None and step.index is not None
-        machine = machine_create(pool_id=step.pool_id, index=step.index)
+        machine = machine_create(pool_id=step.pool_id, index=step.index, name=step.target)
         if machine is None:
             reconcile_step_count(step.kind, "dropped")
             raise StepDropped("index taken meanwhile; planned again")
@@ -255,16 +255,17 @@ def _replacement_audit(step: Step) -> None:
     )
 
 
-def machine_create(*, pool_id: int, index: int) -> Machine | None:
-    """A new machine at `index` (the plan's choice), or None when that index is taken
-    meanwhile. Indexes are never reused, so a new machine never adopts what an earlier one
-    left (the plan starts after the leftovers' names: `indexes_after_leftovers`)."""
+def machine_create(*, pool_id: int, index: int, name: str) -> Machine | None:
+    """A new machine at `index`, named `name` (the plan's choices), or None when that index
+    is taken meanwhile. Indexes are never reused, so a new machine never adopts what an
+    earlier one left (the plan starts after the leftovers' names: `indexes_after_leftovers`)."""
     with transaction.atomic():
-        pool = MachinePool.objects.select_for_update().get(pk=pool_id)
-        if index < pool.next_index:
+        # One conditional update claims the index: a second claim of it waits on the row
+        # and then finds next_index past it.
+        pools = MachinePool.objects.filter(pk=pool_id, next_index__lte=index)
+        if not pools.update(next_index=index + 1):
             return None
-        MachinePool.objects.filter(pk=pool.pk).update(next_index=index + 1)
-        return Machine.objects.create(pool=pool, index=index, name=f"{pool.name}-{index}")
+        return Machine.objects.create(pool_id=pool_id, index=index, name=name)
 
 
 # --- one machine -----------------------------------------------------------------------
