@@ -90,3 +90,48 @@ class ApiToken(models.Model):
     def prefix(self) -> str:
         """The start of the token, enough to recognise it."""
         return f"{API_TOKEN_PREFIX}{self.key_id}"
+
+
+class PlanPass(models.Model):
+    """One pass of a plan (`capvco_web.plans.PassRecord`): its scope (a cluster, its NICs, or
+    a location), what was planned, what came of each step, and how long planning and acting
+    took. Only the last PLAN_PASSES_KEPT of a scope are kept."""
+
+    class Scope(models.TextChoices):
+        CLUSTER = "cluster"
+        LOCATION = "location"
+        NICS = "nics"
+
+    scope = models.CharField(max_length=16, choices=Scope.choices)
+    # No constraint: a deleted cluster's last passes stay readable until pruned.
+    scope_id = models.IntegerField()
+    started_at = models.DateTimeField()
+    planned = models.JSONField(default=list, help_text="Each step: kind, target, reason.")
+    outcomes = models.JSONField(
+        default=list, help_text="Each step acted on: kind, target, outcome, message."
+    )
+    plan_ms = models.PositiveIntegerField(default=0)
+    act_ms = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-started_at", "-id"]
+        indexes = [models.Index(fields=["scope", "scope_id", "-id"])]
+
+    def __str__(self) -> str:
+        return f"{self.scope} {self.scope_id} pass at {self.started_at:%Y-%m-%d %H:%M:%S}"
+
+    def of(self, *outcomes: str) -> list[dict[str, str]]:
+        return [o for o in self.outcomes if o["outcome"] in outcomes]
+
+    @property
+    def ran(self) -> list[dict[str, str]]:
+        return self.of("ran", "sent")
+
+    @property
+    def not_ran(self) -> list[dict[str, str]]:
+        """Dropped, blocked, waiting or failed, each with why."""
+        return self.of("dropped", "blocked", "waiting", "failed")
+
+    @property
+    def duration_ms(self) -> int:
+        return self.plan_ms + self.act_ms

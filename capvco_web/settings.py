@@ -310,6 +310,8 @@ HEARTBEAT_INTERVAL = timedelta(seconds=env.float("HEARTBEAT_INTERVAL_SECONDS", d
 OBSERVE_INTERVAL = timedelta(seconds=env.float("OBSERVE_INTERVAL_SECONDS", default=30))
 RECONCILE_INTERVAL = timedelta(seconds=env.float("RECONCILE_INTERVAL_SECONDS", default=30))
 ORPHAN_SWEEP_INTERVAL = timedelta(seconds=env.float("ORPHAN_SWEEP_INTERVAL_SECONDS", default=60))
+# The record of each plan pass (capvco_web.PlanPass): the last this many per cluster/location.
+PLAN_PASSES_KEPT = max(1, env.int("PLAN_PASSES_KEPT", default=50))
 SRIOV_RECLAIM_INTERVAL = timedelta(seconds=env.float("SRIOV_RECLAIM_INTERVAL_SECONDS", default=60))
 # A VM's queue of NIC requests whose runner died goes on within this.
 SRIOV_QUEUE_RESUME_INTERVAL = timedelta(

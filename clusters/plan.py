@@ -21,12 +21,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
-from typing import Any, Literal, Protocol, get_args
+from typing import Any, Literal, get_args
 
 from django.db.models import Count, Exists, OuterRef, Prefetch, Q
 from django.utils import timezone
 
 from capvco_web.integrations.whitesky import operations as ops
+from capvco_web.plans import Call as Call  # kube_plan reads it here
+from capvco_web.plans import PlanStep
 from cloud.models import Location, VirtualMachine
 from clusters.models import Cluster, ClusterSite, Machine, MachinePool
 from clusters.selectors import pools_by_cluster
@@ -42,43 +44,9 @@ HELD = "billed_reservations"  # a machine's vGPUs, when read with it (_machines)
 
 Kind = Literal["create", "provision", "replace_vm", "replace", "teardown", "reclaim"]
 KINDS: tuple[Kind, ...] = get_args(Kind)
-WHITESKY_OPERATIONS = frozenset(op.operation_id for op in ops.ALL_OPERATIONS)
+MADE: frozenset[str] = frozenset({"create", "provision", "replace_vm"})
+"""The kinds that make or start a machine's VM: each carries the spec it is made with."""
 BlockedBy = Literal["", "observation", "capacity", "conflict", "backoff", "machines"]
-
-
-@dataclass(frozen=True, order=True)
-class Call:
-    """One mutating call a step makes: the service, its verb and the object it names. A VM is named
-    by its id, or by its name when the same step makes it; a reserve by "<VM>/<card>".
-
-    One vocabulary: a whitesky verb is the call's operationId in whitesky's API description
-    (`createVirtualMachine`), a Kubernetes verb the HTTP method on the resource's path."""
-
-    verb: str
-    object: str
-    maybe: bool = field(default=False, compare=False)
-    """Made only if what the last listing could not show holds (a VM in the recycle bin)."""
-    service: Literal["whitesky", "kubernetes"] = "whitesky"
-
-    def __post_init__(self) -> None:
-        if self.service == "whitesky" and self.verb not in WHITESKY_OPERATIONS:
-            raise ValueError(f"{self.verb}: not an operationId of the whitesky client")
-
-    def __str__(self) -> str:
-        return f"{self.service} {self.verb} {self.object}{' (if needed)' if self.maybe else ''}"
-
-
-class PlanStep(Protocol):
-    """What every plan's step offers, whatever it changes (whitesky or Kubernetes)."""
-
-    @property
-    def kind(self) -> str: ...
-    @property
-    def target(self) -> str: ...
-    @property
-    def reason(self) -> str: ...
-    def describe(self) -> str: ...
-    def calls(self) -> tuple[Call, ...]: ...
 
 
 @dataclass(frozen=True)
@@ -167,6 +135,13 @@ class Step:
     spec: tuple[tuple[str, str | int], ...] = ()
     """What the machine's VM is made with (its pool's SPEC_FIELDS, as planned): a create
     records it on the machine, and is dropped when the pool changed since the plan."""
+
+    def __post_init__(self) -> None:
+        # Act never chooses: what a machine is made with, and at which index, is the plan's.
+        if self.kind == "create" and self.index is None:
+            raise ValueError(f"create {self.target}: the plan names no index")
+        if self.kind in MADE and not self.spec:
+            raise ValueError(f"{self.kind} {self.target}: the plan names no spec")
 
     @property
     def reserve_names(self) -> list[str]:

@@ -18,7 +18,7 @@ call could no longer land.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -33,6 +33,16 @@ from capvco_web.counters import reconcile_step_count
 from capvco_web.integrations import whitesky as ws
 from capvco_web.locks import object_lock
 from capvco_web.models import AuditEvent
+from capvco_web.plans import (
+    Outcome,
+    PassRecord,
+    PlanStep,
+    StepDropped,
+    StepFailed,
+    StepWaiting,
+    Stopwatch,
+    plan_apply,
+)
 from capvco_web.rows import model_update
 from cloud.models import Location
 from clusters.cloud_init import machine_user_data
@@ -47,10 +57,10 @@ from clusters.models import (
 )
 from clusters.plan import (
     VM_GONE,
+    Planner,
     Step,
     cluster_plan,
     gpus_held,
-    indexes_after_leftovers,
     missing_gpus,
     owned_by,
 )
@@ -82,18 +92,8 @@ class ReconcileResult:
     errors: list[str] = field(default_factory=list)
     skipped: str = ""
     cluster_deleted: bool = False
-
-
-class StepFailed(Exception):
-    """A step cannot go on until something changes; the machine fails with this message."""
-
-
-class StepWaiting(Exception):
-    """A step must wait (a listing, an outcome still in flight); the machine keeps its phase."""
-
-
-class StepDropped(Exception):
-    """What the step was planned on changed: nothing is done, the next pass plans again."""
+    record: PassRecord | None = field(default=None, compare=False, repr=False)
+    """The pass as `plan_apply` recorded it (None: skipped)."""
 
 
 class PassContext:
@@ -146,12 +146,23 @@ def cluster_reconcile(
     client: ws.WhiteskyClient,
     cluster: Cluster,
     dry_run: bool = False,
-    fan_out: Callable[[list[Step]], None] | None = None,
+    fan_out: Callable[[Step], None] | None = None,
+    planners: Sequence[Planner] = (),
 ) -> ReconcileResult:
-    """Apply the cluster's plan. With `fan_out`, machines' steps are handed to it (the
-    worker pool); without, they run here, one after another."""
+    """Plan the cluster and apply the plan through the one dispatcher, recording the pass.
+    With `fan_out`, each machine's step is handed to it (the worker pool) once its row is
+    made or marked here; without, it runs here. A dry run calls nothing; it lists the
+    steps of `planners` too (apps above give theirs: kube's node labels and add-on)."""
+    started, watch = timezone.now(), Stopwatch()
     if dry_run:
-        return ReconcileResult(cluster=cluster.name, plan=cluster_plan(cluster).steps)
+        # Every plan of the cluster: its machines', the given and the registered planners'
+        # (its Kubernetes objects, its NICs), each step's calls listed and none made.
+        plan = cluster_plan(cluster, planners=planners)
+        record = plan_apply(
+            plan.shown, _nothing, scope="cluster", scope_id=cluster.pk, dry_run=True,
+            started_at=started, plan_ms=watch.lap(),
+        )  # fmt: skip
+        return ReconcileResult(cluster=cluster.name, plan=plan.steps, record=record)
     # The lock before the plan: two passes that both planned would waste one plan.
     with object_lock(f"cluster:{cluster.pk}") as taken:
         if not taken:
@@ -162,65 +173,65 @@ def cluster_reconcile(
         result = ReconcileResult(cluster=cluster.name, plan=plan.steps)
         if not plan:
             return result
-        steps = _cluster_rows_apply(cluster, plan.steps, result)
-        if fan_out is not None:
-            fan_out(steps)
-            result.applied += [f"sent machine {step.machine_id}" for step in steps]
-        else:
-            ctx = PassContext(client)
-            for step in steps:
-                _merge(result, machine_reconcile(ctx, step))
-        for step in plan.steps:
-            if step.kind != "reclaim":
-                continue
-            try:
-                result.cluster_deleted = cluster_leftovers_reclaim(
-                    PassContext(client), cluster, step
-                )
-                result.applied.append(f"reclaim {cluster.name}")
-            except ws.WhiteskyError as exc:
-                result.errors.append(f"reclaim {cluster.name}: {exc}")
+        plan_ms = watch.lap()
+        ctx = PassContext(client)
+
+        def act(planned: PlanStep) -> Outcome | None:
+            assert isinstance(planned, Step)
+            if planned.kind == "reclaim":
+                deleted = cluster_leftovers_reclaim(PassContext(client), cluster, planned)
+                result.cluster_deleted = deleted
+                return None
+            if planned.blocked_by == "backoff":
+                return None  # a machine waiting for its next try has nothing to do yet
+            step = _machine_row_apply(planned)
+            if fan_out is None:
+                machine_reconcile(ctx, step)
+                return None
+            fan_out(step)
+            return "sent"
+
+        result.record = record = plan_apply(
+            plan.steps, act, scope="cluster", scope_id=cluster.pk, started_at=started,
+            plan_ms=plan_ms, on_blocked=act, failures=(ws.WhiteskyError,),
+        )  # fmt: skip
+        record.save()
+    result.applied = [
+        str(o) if o.outcome == "ran" else f"sent {o.target}" for o in record.of("ran", "sent")
+    ]
+    result.errors = [str(o) for o in record.of("blocked", "dropped", "waiting", "failed")]
     for error in result.errors:
         logger.warning("cluster %s: %s", cluster.name, error)
     return result
 
 
-def _merge(result: ReconcileResult, machine: MachineResult) -> None:
-    if machine.applied:
-        result.applied.append(machine.applied)
-    if machine.error:
-        result.errors.append(machine.error)
+def _nothing(step: PlanStep) -> None:
+    raise AssertionError("a dry run acts on nothing")
 
 
-def _cluster_rows_apply(cluster: Cluster, steps: list[Step], result: ReconcileResult) -> list[Step]:
-    """Make the rows of new machines (at the planned index) and mark a scaled-down pool's
-    surplus for teardown; answer the machines' steps to carry out, each with the row's
-    stamp as it now is. A machine waiting for its next try has nothing to do yet."""
-    ready: list[Step] = []
-    for step in steps:
-        if step.kind == "create":
-            assert step.pool_id is not None and step.index is not None
-            machine = machine_create(pool_id=step.pool_id, index=step.index)
-            if machine is None:
-                reconcile_step_count(step.kind, "dropped")
-                result.errors.append(f"create {step.target}: index taken meanwhile; planned again")
-                continue
-            # The machine task provisions the machine made here, as planned.
-            ready.append(
-                replace(step, kind="provision", machine_id=machine.pk, seen=machine.updated_at)
-            )
-        elif step.machine_id is not None and step.blocked_by != "backoff":
-            if step.kind in ("teardown", "replace") and step.seen is not None:
-                now = timezone.now()
-                marked = Machine.objects.filter(
-                    pk=step.machine_id, delete_requested=False, updated_at=step.seen
-                ).update(delete_requested=True, updated_at=now)
-                if marked:
-                    step = replace(step, seen=now)
-                    if step.kind == "replace":
-                        _replacement_audit(step)
-            ready.append(step)
-    return ready
+def _machine_row_apply(step: Step) -> Step:
+    """The cluster's own part of a machine's step, under the cluster's lock: a new
+    machine's row (at the planned index), a teardown's mark on its row; the machine's
+    step as its row now is."""
+    if step.kind == "create":
+        assert step.pool_id is not None and step.index is not None
+        machine = machine_create(pool_id=step.pool_id, index=step.index, name=step.target)
+        if machine is None:
+            reconcile_step_count(step.kind, "dropped")
+            raise StepDropped("index taken meanwhile; planned again")
+        # The machine's own step provisions the machine made here, as planned.
+        return replace(step, kind="provision", machine_id=machine.pk, seen=machine.updated_at)
+    if step.kind in ("teardown", "replace"):
+        assert step.seen is not None and step.machine_id is not None
+        now = timezone.now()
+        marked = Machine.objects.filter(
+            pk=step.machine_id, delete_requested=False, updated_at=step.seen
+        ).update(delete_requested=True, updated_at=now)
+        if marked:
+            step = replace(step, seen=now)
+            if step.kind == "replace":
+                _replacement_audit(step)
+    return step
 
 
 def _replacement_audit(step: Step) -> None:
@@ -248,27 +259,20 @@ def _replacement_audit(step: Step) -> None:
     )
 
 
-def machine_create(*, pool_id: int, index: int | None = None) -> Machine | None:
-    """A new machine at `index` (the plan's choice), or None when that index is taken
-    meanwhile. Without `index`, the pool's next one that no listed name still carries.
-    Indexes are never reused, so a new machine never adopts what an earlier one left."""
+def machine_create(*, pool_id: int, index: int, name: str) -> Machine | None:
+    """A new machine at `index`, named `name` (the plan's choices), or None when that index
+    is taken meanwhile. Indexes are never reused, so a new machine never adopts what an
+    earlier one left (the plan starts after the leftovers' names: `indexes_after_leftovers`)."""
     with transaction.atomic():
-        pool = MachinePool.objects.select_for_update().select_related("cluster").get(pk=pool_id)
-        if index is None:
-            index = max(pool.next_index, indexes_after_leftovers(pool.cluster, [pool])[pool.pk])
-        elif index < pool.next_index:
+        # One conditional update claims the index: a second claim of it waits on the row
+        # and then finds next_index past it.
+        pools = MachinePool.objects.filter(pk=pool_id, next_index__lte=index)
+        if not pools.update(next_index=index + 1):
             return None
-        MachinePool.objects.filter(pk=pool.pk).update(next_index=index + 1)
-        return Machine.objects.create(pool=pool, index=index, name=f"{pool.name}-{index}")
+        return Machine.objects.create(pool_id=pool_id, index=index, name=name)
 
 
 # --- one machine -----------------------------------------------------------------------
-
-
-@dataclass
-class MachineResult:
-    applied: str = ""
-    error: str = ""
 
 
 @contextmanager
@@ -283,14 +287,15 @@ def account_slot(account_id: int) -> Iterator[bool]:
     yield False
 
 
-def machine_reconcile(ctx: PassContext, step: Step) -> MachineResult:
+def machine_reconcile(ctx: PassContext, step: Step) -> None:
     """Carry out one machine's planned step, under the machine's lock, if the machine is
-    still as the plan saw it."""
+    still as the plan saw it; a blocked step records why on the machine. Raises the
+    dispatcher's outcomes (`StepDropped`, `StepWaiting`, `StepFailed`)."""
     assert step.machine_id is not None
     what = f"{step.kind} {step.target}"
     with object_lock(f"machine:{step.machine_id}") as taken:
         if not taken:
-            return MachineResult()
+            raise StepWaiting("another worker holds the machine")
         machine = (
             Machine.objects.select_related(
                 "pool__site__location__account", "pool__cluster", "deletion"
@@ -299,7 +304,7 @@ def machine_reconcile(ctx: PassContext, step: Step) -> MachineResult:
             .first()
         )
         if machine is None:
-            return MachineResult()
+            raise StepDropped("the machine is gone")
         # Act's own row as the plan saw it, and no deletion asked since (a person's request
         # is a row of its own, which no write to the machine's row can hide).
         if machine.updated_at != step.seen or (
@@ -307,29 +312,28 @@ def machine_reconcile(ctx: PassContext, step: Step) -> MachineResult:
         ):
             reconcile_step_count(step.kind, "dropped")
             logger.info("%s dropped: the machine changed since the plan", what)
-            return MachineResult(error=f"{what}: the machine changed since the plan; dropped")
+            raise StepDropped("the machine changed since the plan; dropped")
         if step.blocked:
             _blocked_record(machine, step)
             reconcile_step_count(step.kind, "blocked")
-            return MachineResult(error=f"{what}: {step.blocked}")
+            return
         with account_slot(machine.pool.cluster.account_id) as slot:
             if not slot:
                 reconcile_step_count(step.kind, "busy")
-                return MachineResult(error=f"{what}: account busy")
+                raise StepWaiting("account busy")
             try:
-                _machine_apply(ctx, machine, step)
+                machine_step_act(ctx, machine, step)
             except StepDropped as exc:
                 reconcile_step_count(step.kind, "dropped")
                 logger.info("%s dropped: %s", what, exc)
-                return MachineResult(error=f"{what}: {exc}")
+                raise
             except (StepWaiting, OutcomePending) as exc:
                 reconcile_step_count(step.kind, "waiting")
-                return MachineResult(error=f"{what}: {exc}")
+                raise StepWaiting(str(exc)) from exc
             except (StepFailed, Machine.DoesNotExist, ws.WhiteskyError) as exc:
                 reconcile_step_count(step.kind, "error")
-                return MachineResult(error=f"{what}: {exc}")
+                raise StepFailed(str(exc)) from exc
     reconcile_step_count(step.kind, "applied")
-    return MachineResult(applied=what)
 
 
 def _blocked_record(machine: Machine, step: Step) -> None:
@@ -345,11 +349,12 @@ def _blocked_record(machine: Machine, step: Step) -> None:
         _machine_update(machine, {"failure_message": step.blocked})
 
 
-def _machine_apply(ctx: PassContext, machine: Machine, step: Step) -> None:
+def machine_step_act(ctx: PassContext, machine: Machine, step: Step) -> None:
+    """What a machine's step does, by its kind (the machine locked and as planned)."""
     if step.kind in ("teardown", "replace"):
         machine_teardown(ctx, machine, step)
         return
-    if step.spec and dict(step.spec) != machine.pool.machine_spec():
+    if dict(step.spec) != machine.pool.machine_spec():
         raise StepDropped("its pool's GPUs or size changed since the plan")
     if step.kind == "replace_vm":
         machine_vm_replace(ctx, machine, step)
@@ -491,7 +496,7 @@ def _vm_ensure(ctx: PassContext, machine: Machine, step: Step) -> None:
                 f"a create of {machine.vm_name} sent earlier may still land until "
                 f"{machine.vm_create_deadline:%H:%M:%S} UTC; no second one before"
             )
-    spec = dict(step.spec) or pool.machine_spec()
+    spec = dict(step.spec)  # the plan's: act never chooses
     if machine.spec and gpus_held(machine):
         # vGPUs kept from its earlier VM (it vanished) go onto this one: as they were made.
         spec |= {name: machine.spec[name] for name in GPU_SPEC_FIELDS if name in machine.spec}

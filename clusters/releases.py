@@ -32,6 +32,7 @@ from django.utils import timezone
 from capvco_web.audit import SystemActor, audit_record
 from capvco_web.integrations import whitesky as ws
 from capvco_web.permissions import permission_require
+from capvco_web.plans import Call, PassRecord, PlanStep, StepDropped, Stopwatch, plan_apply
 from capvco_web.rows import model_update
 from cloud.models import Location, VirtualMachine
 from clusters.models import Cluster, Machine, VmRemovalRequest
@@ -43,7 +44,7 @@ from clusters.orphans import (
     vm_orphans_due,
     vm_removal_undecidable,
 )
-from clusters.plan import Call, VmRemoval
+from clusters.plan import VmRemoval
 from clusters.reconcile import vm_remove
 from gpus import naming
 from gpus.models import VgpuReservation
@@ -69,6 +70,7 @@ class SweepResult:
     removed: list[str] = field(default_factory=list)  # VMs
     errors: list[str] = field(default_factory=list)
     dropped: list[str] = field(default_factory=list)  # changed since the plan: planned again
+    record: PassRecord | None = field(default=None, compare=False, repr=False)
 
 
 Origin = Literal["request", "stalled", "orphan"]
@@ -553,32 +555,48 @@ def release_request_carry_out(*, client: ws.WhiteskyClient, reservation: VgpuRes
 
 
 def orphan_sweep(
-    *, client: ws.WhiteskyClient, location: Location, now: datetime | None = None
+    *,
+    client: ws.WhiteskyClient,
+    location: Location,
+    now: datetime | None = None,
+    dry_run: bool = False,
 ) -> SweepResult:
-    """One sweep of a location: its plan, carried out step by step."""
-    result = SweepResult()
-    for step in location_plan(location, now=now).steps:
-        step_apply(client=client, step=step, result=result)
+    """One sweep of a location: its plan, carried out step by step through the dispatcher,
+    the pass recorded. A dry run lists the plan's calls and makes none."""
+    started, watch = timezone.now(), Stopwatch()
+    plan = location_plan(location, now=now)
+
+    def act(planned: PlanStep) -> None:
+        assert isinstance(planned, SweepStep)
+        sweep_step_act(client, planned)
+
+    record = plan_apply(
+        plan.steps, act, scope="location", scope_id=location.pk, started_at=started,
+        plan_ms=watch.lap(), failures=(ws.WhiteskyError, ReleaseRefused, ValueError),
+        dry_run=dry_run,
+    )  # fmt: skip
+    if plan.steps:
+        record.save()
+    result = SweepResult(record=record)
+    for step, outcome in zip(plan.steps, record.outcomes, strict=True):
+        if outcome.outcome == "ran":
+            (result.removed if step.kind == "remove_vm" else result.released).append(step.target)
+        elif outcome.outcome == "dropped":
+            result.dropped.append(step.target)
+        elif outcome.outcome != "planned":
+            result.errors.append(f"{step.target}: {outcome.message}")
     return result
 
 
-def step_apply(*, client: ws.WhiteskyClient, step: SweepStep, result: SweepResult) -> None:
+def sweep_step_act(client: ws.WhiteskyClient, step: SweepStep) -> None:
     """Carry out one step of a location's plan, if the rows are still as planned."""
-    if step.blocked:
-        result.errors.append(f"{step.target}: {step.blocked}")
-        return
-    try:
-        if step.kind == "remove_vm":
-            if _vm_step_apply(client, step):
-                result.removed.append(step.target)
-            else:
-                result.dropped.append(step.target)
-            return
-        done = _release_step_apply(client, step, None)
-    except (ws.WhiteskyError, ReleaseRefused, ValueError) as exc:
-        result.errors.append(f"{step.target}: {exc}")
-        return
-    (result.released if done else result.dropped).append(step.target)
+    done = (
+        _vm_step_apply(client, step)
+        if step.kind == "remove_vm"
+        else _release_step_apply(client, step, None)
+    )
+    if not done:
+        raise StepDropped("its rows changed since the plan")
 
 
 def _removal_request_step(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.db.models import Prefetch, QuerySet
 
+from capvco_web.models import PlanPass
 from clusters.models import Cluster, Machine, MachinePool
 from gpus.models import VgpuReservation
 
@@ -22,6 +23,14 @@ def machines_with_vgpus(machines: QuerySet[Machine]) -> QuerySet[Machine]:
     """The machines, each with its held vGPUs read in one query for the whole page."""
     return machines.prefetch_related(
         Prefetch("reservations", queryset=machine_vgpus_held(), to_attr=HELD_VGPUS)
+    )
+
+
+def cluster_passes(cluster: Cluster) -> QuerySet[PlanPass]:
+    """The cluster's last reconcile passes and those of its NICs, newest first."""
+    scopes = [PlanPass.Scope.CLUSTER, PlanPass.Scope.NICS]
+    return PlanPass.objects.filter(scope__in=scopes, scope_id=cluster.pk).order_by(
+        "-started_at", "-id"
     )
 
 

@@ -21,6 +21,7 @@ from django.utils import timezone
 from capvco_web.integrations import whitesky as ws
 from capvco_web.integrations.kube import KubeconfigInvalid
 from capvco_web.locks import object_lock
+from capvco_web.plans import plan_apply
 from capvco_web.tasks import retry_if_transient, send_again_later, send_on_commit
 from capvco_web.worker_slots import account_worker_slot
 from cloud.kube import management_client
@@ -167,14 +168,13 @@ def reconcile_cluster(cluster_id: int) -> None:
     if cluster is None:
         return  # deleted since the fan-out
 
-    def fan_out(steps: list[Step]) -> None:
-        for step in steps:
-            # Dropped when it waited two ticks: those sent it again (the machine's lock
-            # and the step's precondition make a duplicate cheap); one tick would leave
-            # slots idle between ticks.
-            reconcile_machine.apply_async(
-                (step.as_data(),), expires=2 * settings.RECONCILE_INTERVAL.total_seconds()
-            )
+    def fan_out(step: Step) -> None:
+        # Dropped when it waited two ticks: those sent it again (the machine's lock and
+        # the step's precondition make a duplicate cheap); one tick would leave slots idle
+        # between ticks.
+        reconcile_machine.apply_async(
+            (step.as_data(),), expires=2 * settings.RECONCILE_INTERVAL.total_seconds()
+        )
 
     with whitesky_client(cluster.account) as client:
         cluster_reconcile(client=client, cluster=cluster, fan_out=fan_out)
@@ -192,9 +192,17 @@ def reconcile_machine(self: Task[Any, Any], step: dict[str, Any]) -> None:
             send_again_later(self)
             return
         with whitesky_client(account) as client:
-            result = machine_reconcile(PassContext(client), planned)
-    if result.error:
-        logger.warning("reconcile machine %s: %s", planned.machine_id, result.error)
+            ctx = PassContext(client)
+            # The cluster's pass recorded this step as sent; its outcome is logged here.
+            record = plan_apply(
+                [planned],
+                lambda step: machine_reconcile(ctx, planned),
+                scope="cluster",
+                scope_id=planned.cluster_id,
+                on_blocked=lambda step: machine_reconcile(ctx, planned),
+            )
+    for outcome in record.of("dropped", "waiting", "failed"):
+        logger.warning("reconcile machine %s: %s", planned.machine_id, outcome)
 
 
 @shared_task

@@ -34,6 +34,7 @@ urlpatterns = [
     path("clusters/", clusters.cluster_list, name="clusters"),
     path("clusters/new/", setup.cluster_new, name="cluster-new"),
     path("clusters/<int:pk>/", clusters.cluster_detail, name="cluster"),
+    path("clusters/<int:pk>/plan/", clusters.cluster_plan_fragment, name="cluster-plan"),
     path("clusters/<int:pk>/delete/", actions.cluster_delete, name="cluster-delete"),
     path("pools/<int:pk>/scale/", actions.pool_scale, name="pool-scale"),
     path("machines/<int:pk>/delete/", actions.machine_delete, name="machine-delete"),

@@ -22,8 +22,8 @@ from django.utils import timezone
 
 from capvco_web.counters import count
 from capvco_web.integrations import kube
+from capvco_web.plans import Call, PlanStep, StepDropped, plan_apply
 from clusters.models import Cluster
-from clusters.plan import Call
 from gpus.models import VgpuReservation
 from kube.gpu_addon import (
     ADDON_NAME,
@@ -253,16 +253,28 @@ class KubeActResult:
     errors: list[str] = field(default_factory=list)
 
 
-def kube_steps_act(*, client: KubeClient, steps: list[KubeStep]) -> KubeActResult:
-    """Carry out exactly these steps, each only while the row it was planned from holds."""
+def kube_steps_act(
+    *, client: KubeClient, steps: list[KubeStep], cluster_id: int | None = None
+) -> KubeActResult:
+    """Carry out exactly these steps through the one dispatcher, each only while the row
+    it was planned from holds; with `cluster_id`, the pass is kept on the cluster's page."""
+
+    def act(step: PlanStep) -> None:
+        assert isinstance(step, NodeLabelsPatch | AddonApply | AddonRemove)
+        if not _act(client, step):
+            raise StepDropped("its row changed since the plan")
+
+    record = plan_apply(
+        steps, act, scope="cluster", scope_id=cluster_id or 0, failures=(kube.KubeError,)
+    )
+    if steps and cluster_id is not None:
+        record.save()
     result = KubeActResult()
-    for step in steps:
-        try:
-            done = _act(client, step)
-        except kube.KubeError as exc:
-            result.errors.append(f"{step.describe()}: {exc}")
-            continue
-        (result.applied if done else result.dropped).append(step.describe())
+    for step, outcome in zip(steps, record.outcomes, strict=True):
+        if outcome.outcome == "failed":
+            result.errors.append(f"{step.describe()}: {outcome.message}")
+        else:
+            (result.applied if outcome.outcome == "ran" else result.dropped).append(step.describe())
     for problem in result.errors:
         logger.warning("kubernetes: %s", problem)
     return result

@@ -59,4 +59,4 @@ def observe_cluster_kube(cluster_id: int) -> None:
         with client:
             cluster_kube_observe(client=client, cluster=cluster)
             cluster_gpu_addon_observe(client=client, cluster=cluster)
-            kube_steps_act(client=client, steps=kube_plan(cluster))
+            kube_steps_act(client=client, steps=kube_plan(cluster), cluster_id=cluster.pk)

@@ -32,6 +32,14 @@ from django.utils import timezone
 from capvco_web.audit import SystemActor, audit_record
 from capvco_web.integrations import whitesky as ws
 from capvco_web.locks import object_lock
+from capvco_web.plans import (
+    PassRecord,
+    PlanStep,
+    StepDropped,
+    StepFailed,
+    Stopwatch,
+    plan_apply,
+)
 from cloud.models import Location
 from clusters.models import Cluster, Machine
 from kube.selectors import cluster_observation
@@ -90,8 +98,12 @@ def cluster_nics_reclaim(
         with clients.whitesky(config) as client:
             _networks_observe(cluster, config, client, result)
             _leaks_observe(cluster, config, client, now, result)
+            watch = Stopwatch()
             steps = nic_reclaim_plan(cluster, now=now, grace=grace)
-            nic_steps_act(steps=steps, clients=clients, client=client, result=result)
+            nic_plan_apply(
+                cluster=cluster, steps=steps, clients=clients, client=client, result=result,
+                plan_ms=watch.lap(),
+            )  # fmt: skip
     except ws.WhiteskyError as exc:
         result.errors.append(str(exc))
     for problem in result.errors:
@@ -99,19 +111,34 @@ def cluster_nics_reclaim(
     return result
 
 
-def nic_steps_act(
+def nic_plan_apply(
     *,
+    cluster: Cluster,
     steps: list[NicStep],
     clients: Clients,
     client: ws.WhiteskyClient,
     result: ReclaimResult,
-) -> None:
-    """Carry out exactly these steps, each only while its rows are as planned."""
-    for step in steps:
+    plan_ms: int = 0,
+) -> PassRecord:
+    """Carry out exactly these steps through the dispatcher, each only while its rows are
+    as planned; the pass is recorded when it planned anything."""
+
+    def act(step: PlanStep) -> None:
         if isinstance(step, PodNicDetach):
             _pod_nic_detach(step, clients, result)
         else:
+            assert isinstance(step, LeakedNicDetach)
             _leaked_nic_detach(step, client, result)
+
+    record = plan_apply(steps, act, scope="nics", scope_id=cluster.pk, plan_ms=plan_ms)
+    if steps:
+        record.save()
+    for step, outcome in zip(steps, record.outcomes, strict=True):
+        if outcome.outcome == "dropped":
+            result.dropped.append(step.describe())
+        elif outcome.outcome != "ran":
+            result.errors.append(outcome.message)
+    return record
 
 
 def _pod_nics_flag(cluster: Cluster, now: datetime, result: ReclaimResult) -> None:
@@ -145,13 +172,11 @@ def _pod_nic_detach(step: PodNicDetach, clients: Clients, result: ReclaimResult)
         pk=step.pod_nic_id, state=step.state, mac=step.mac, updated_at=step.seen_at
     ).first()
     if row is None:
-        result.dropped.append(step.describe())
-        return
+        raise StepDropped("its row changed since the plan")
     try:
         nic_release(row=row, clients=clients, wait=TURN_WAIT, actor=RECLAIMER, reason=step.reason)
     except Refused as exc:
-        result.errors.append(f"{row}: {exc.message}")
-        return
+        raise StepFailed(f"{row}: {exc.message}") from exc
     result.released.append(str(row))
 
 
@@ -277,8 +302,7 @@ def _leaked_nic_detach(
             .exists()
         )
         if row is None or claimed:
-            result.dropped.append(step.describe())
-            return
+            raise StepDropped("its row changed or a pod NIC claims it since the plan")
         try:
             client.detach_external_nic(
                 cloudspace_id=step.cloudspace_id,
@@ -290,8 +314,7 @@ def _leaked_nic_detach(
             pass  # gone already
         except ws.WhiteskyError as exc:
             LeakedNic.objects.filter(pk=row.pk).update(failure=str(exc)[:1000])
-            result.errors.append(f"leaked NIC {row}: {exc}")
-            return
+            raise StepFailed(f"leaked NIC {row}: {exc}") from exc
         by_person = row.detach_requested_at is not None
         with transaction.atomic():
             audit_record(

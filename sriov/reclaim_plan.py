@@ -27,8 +27,8 @@ from django.db.models import Exists, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from capvco_web.integrations.whitesky import operations as ops
+from capvco_web.plans import Call
 from clusters.models import Cluster
-from clusters.plan import Call
 from kube.models import KubePod
 from kube.selectors import cluster_observation
 from sriov.models import LeakedNic, PodNic, SriovConfig

@@ -14,6 +14,7 @@ from capvco_web.api import (
     ReasonField,
     StrictInputMixin,
 )
+from capvco_web.models import PlanPass
 from cloud.models import (
     VirtualMachine,
 )
@@ -354,6 +355,34 @@ class MachineSerializer(serializers.ModelSerializer[Machine]):
         if held is None:
             held = list(machine_vgpus_held().filter(machine=machine))
         return list(MachineVgpuSerializer(held, many=True).data)
+
+
+class PassStepSerializer(serializers.Serializer[object]):
+    kind = serializers.CharField()
+    target = serializers.CharField()
+    reason = serializers.CharField()
+
+
+class PassOutcomeSerializer(serializers.Serializer[object]):
+    kind = serializers.CharField()
+    target = serializers.CharField()
+    outcome = serializers.ChoiceField(
+        choices=["ran", "sent", "blocked", "dropped", "waiting", "failed"],
+        help_text="sent: handed to a worker, whose outcome its log tells",
+    )
+    message = serializers.CharField(help_text="Why it did not run (blocked, dropped, ...)")
+
+
+class PlanPassSerializer(serializers.ModelSerializer[PlanPass]):
+    """One reconcile pass of the cluster (scope `cluster`) or of its SR-IOV NICs (`nics`)."""
+
+    planned = PassStepSerializer(many=True, read_only=True)
+    outcomes = PassOutcomeSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = PlanPass
+        fields = ["id", "scope", "started_at", "planned", "outcomes", "plan_ms", "act_ms"]
+        read_only_fields = fields
 
 
 class PlanCallSerializer(serializers.Serializer[object]):

@@ -39,6 +39,7 @@ from clusters.api.serializers import (
     LocationPlanStepSerializer,
     MachinePoolSerializer,
     MachineSerializer,
+    PlanPassSerializer,
     PoolScaleSerializer,
     VirtualMachineSerializer,
 )
@@ -51,7 +52,7 @@ from clusters.filtersets import (
 )
 from clusters.models import Cluster, ClusterSite, Machine, MachinePool
 from clusters.releases import location_plan, vm_removal_request
-from clusters.selectors import machines_with_vgpus
+from clusters.selectors import cluster_passes, machines_with_vgpus
 from clusters.services import (
     account_capi_kubeconfig_set,
     account_delete,
@@ -230,6 +231,7 @@ class ClusterViewSet(
     filterset_class = ClusterFilterSet
     action_verbs = {
         "plan": "view",
+        "passes": "view",
         "kubeconfig": "change",
         "kubeconfig_remove": "change",
         "gpu_addon": "change",
@@ -245,6 +247,14 @@ class ClusterViewSet(
                     cluster=cluster, kubeconfig=kubeconfig, actor=self.request.user
                 )
         serializer.instance = cluster
+
+    @extend_schema(responses=PlanPassSerializer(many=True))
+    @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
+    def passes(self, request: Request, pk: str | None = None) -> Response:
+        """The last reconcile passes of the cluster and of its NICs, newest first: what each
+        planned, what came of each step and why, how long planning and acting took
+        (PLAN_PASSES_KEPT of each)."""
+        return Response(PlanPassSerializer(cluster_passes(self.get_object()), many=True).data)
 
     @extend_schema(request=KubeconfigSerializer, responses={204: None})
     @action(detail=True, methods=["put"], url_path="kubeconfig")

@@ -46,7 +46,8 @@ from clusters.orphans import vms_not_ours
 from clusters.releases import orphans_release_request, vm_removal_request
 from clusters.tasks import orphan_sweep_location
 from dashboard.forms import ReasonForm, ScaleForm, confirm_name_form
-from dashboard.views.clusters import cluster_body, cluster_for_page
+from dashboard.pages.cluster import cluster_body
+from dashboard.views.clusters import cluster_for_page
 from dashboard.views.common import local_url, query_of
 from dashboard.views.nics import ACTIVITY as NIC_ACTIVITY
 from dashboard.views.nics import TEMPLATE as NICS_TEMPLATE
@@ -96,8 +97,11 @@ def _reservations_home() -> Home:
 
 def _cluster_home(cluster: Cluster) -> Home:
     def draw(request: HtmxHttpRequest, params: QueryDict) -> str:
-        context = cluster_body(request, cluster_for_page(request, cluster.pk), params)
-        return render_to_string("dashboard/cluster.html#cluster-body", context, request=request)
+        body = cluster_body(request.user, cluster_for_page(request, cluster.pk), params)
+        # The body only: its plan loads apart (dashboard:cluster-plan), so a scale plans nothing.
+        return render_to_string(
+            "dashboard/cluster.html#cluster-body", body.context(), request=request
+        )
 
     return Home(reverse("dashboard:cluster", args=[cluster.pk]), "cluster-body", draw)
 

@@ -8,49 +8,35 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlencode
 
 from django.conf import settings
 from django.core.paginator import Paginator
 from django.db.models import Count, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce
-from django.http import HttpResponse, QueryDict
-from django.shortcuts import get_object_or_404
+from django.http import HttpResponse
+from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from capvco_web.htmx import HtmxHttpRequest, page_or_fragment
-from capvco_web.keyset import AFTER, BEFORE, LAST, BadCursor, Sort, keyset_page
-from capvco_web.permissions import allowed, visible
-from cloud.models import Cloudspace, Image, VirtualMachine
+from capvco_web.permissions import visible
 from clusters.models import Cluster, ClusterSite, Machine, MachinePool
 from clusters.plan import cluster_plan
+from clusters.selectors import cluster_passes
 from dashboard.filtersets import ClusterListFilterSet, filled, list_page, unknown_parameters
-from dashboard.forms import NodeFilterForm
 from dashboard.money import cluster_money
-from dashboard.selectors import PoolGpus, held_by_machine, kube_observation, node_rows, pool_gpus
+from dashboard.pages.cluster import NICS_IN, PHASE_IN, cluster_body
 from dashboard.views.money import cluster_locations
 from dashboard.views.setup import accounts_for_new_clusters
-from gpus.models import BILLED_STATES, GpuProfile, VgpuReservation
-from kube.models import KubeNode, KubePod
+from gpus.models import BILLED_STATES, VgpuReservation
 from kube.plan import kube_plan
-from kube.selectors import (
-    clusters_with_kube_summary,
-    kube_nodes_with_requests,
-    kube_observation_problem,
-)
-from sriov.models import PodNic, SriovConfig
+from kube.selectors import clusters_with_kube_summary, kube_observation_problem
+from sriov.models import PodNic
 
 CLUSTERS_PER_PAGE = 50
-MACHINES_PER_PAGE = 50
-NODES_PER_PAGE = 50
-NODES_BY_NAME = Sort("name", False, "name")
-# The node table pages by keyset with params of its own, beside the machines' page number.
-NODE_CURSOR_PARAMS = {"nodes_after": AFTER, "nodes_before": BEFORE, "nodes_last": LAST}
+PASSES_SHOWN = 20
 Phase = Machine.Phase
-# The cluster's machines in a phase and pod NICs in a state, read with it (cluster_for_page).
-PHASE_IN, NICS_IN = "machines_in_", "nics_in_"
 
 
 @dataclass
@@ -155,209 +141,6 @@ def cluster_list(request: HtmxHttpRequest) -> HttpResponse:
     )
 
 
-@dataclass
-class PoolRow:
-    pool: MachinePool
-    gpus: PoolGpus | None
-    can_scale: bool
-    can_edit: bool = False
-
-
-@dataclass
-class MachineRow:
-    machine: Machine
-    vm: VirtualMachine | None
-    gpus: list[VgpuReservation]
-    delete_url: str  # empty: not offered
-    force_delete_url: str
-
-
-def cluster_body(request: HtmxHttpRequest, cluster: Cluster, params: QueryDict) -> dict[str, Any]:
-    """What the cluster page shows below its title, as `params` (its query) asks."""
-    sites = list(
-        sites_with_names(visible(request.user, ClusterSite.objects.filter(cluster=cluster)))
-        .select_related("location")
-        .order_by("location__name")
-    )
-    cards = list(
-        visible(
-            request.user, GpuProfile.objects.filter(location__in=[s.location_id for s in sites])
-        )
-    )
-    pools = list(
-        visible(request.user, MachinePool.objects.filter(cluster=cluster))
-        .select_related("site__location")
-        .order_by("name")
-    )
-    machines = visible(request.user, Machine.objects.filter(pool__cluster=cluster)).order_by(
-        "pool__name", "index"
-    )
-    phases = {p: n for p in Phase.values if (n := getattr(cluster, f"{PHASE_IN}{p}"))}
-    paginator = Paginator(
-        machines.select_related("pool", "deletion", "node_state"), MACHINES_PER_PAGE
-    )
-    paginator.count = sum(phases.values())  # known from the phases: no count query
-    page = paginator.get_page(params.get("page"))
-    on_page = list(page)
-    pools_by_id = {p.pk: p for p in pools}
-    for machine in on_page:
-        # The page's pools are the machines' pools: no query per machine for its names.
-        pool = pools_by_id.get(machine.pool_id, machine.pool)
-        pool.cluster = cluster
-        machine.pool = pool
-    held = held_by_machine(visible(request.user, VgpuReservation.objects.all()), on_page)
-    vms = {
-        (vm.location_id, vm.vm_id): vm
-        for vm in visible(
-            request.user,
-            VirtualMachine.objects.filter(
-                location__in=[s.location_id for s in sites],
-                vm_id__in=[m.vm_id for m in on_page if m.vm_id is not None],
-            ),
-        )
-    }
-    plan = cluster_plan(cluster, planners=(kube_plan,))
-    cluster_url = reverse("dashboard:cluster", args=[cluster.pk])
-    page_url = f"{cluster_url}?{params.urlencode()}" if params else cluster_url
-    back = "?" + urlencode({"next": page_url})
-    nodes_url = reverse("dashboard:nodes") + "?" + urlencode({"cluster": cluster.pk})
-
-    def offered(may_do: bool, name: str, pk: int) -> str:
-        return reverse(name, args=[pk]) + back if may_do else ""
-
-    return {
-        "cluster": cluster,
-        "sites": sites,
-        "pools": [
-            PoolRow(
-                pool,
-                pool_gpus(pool, cards),
-                # Not while the cluster is deleted: pool_scale would refuse it (409).
-                cluster.deleting_refusal() is None
-                and allowed(request.user, "clusters.scale_machinepool", pool),
-                can_edit=not pool.imported_from
-                and cluster.deleting_refusal() is None
-                and allowed(request.user, "clusters.change_machinepool", pool),
-            )
-            for pool in pools
-        ],
-        "machines": [
-            MachineRow(
-                machine=m,
-                vm=vms.get((m.pool.site.location_id, m.vm_id)) if m.vm_id is not None else None,
-                gpus=held.get(m.pk, []),
-                delete_url=offered(
-                    not m.deletion_asked and allowed(request.user, "clusters.delete_machine", m),
-                    "dashboard:machine-delete",
-                    m.pk,
-                ),
-                force_delete_url=offered(
-                    allowed(request.user, "clusters.force_delete_machine", m),
-                    "dashboard:machine-force-delete",
-                    m.pk,
-                ),
-            )
-            for m in on_page
-        ],
-        "machine_page": page,
-        "phases": phases,
-        "plan": plan,
-        "can_set_kubeconfig": allowed(request.user, "clusters.change_cluster", cluster),
-        "can_delete_cluster": cluster.state == Cluster.State.ACTIVE
-        and allowed(request.user, "clusters.delete_cluster", cluster),
-        "page_url": page_url,
-        "back": back,
-        "reservations_url": reverse("dashboard:reservations"),
-        "kube": kube_observation(cluster, now=timezone.now(), interval=settings.OBSERVE_INTERVAL),
-        "nodes_url": nodes_url,
-        "flag_urls": {  # by names a template can look up
-            flag.replace("-", "_"): f"{nodes_url}&{urlencode({'flag': flag})}"
-            for flag in NodeFilterForm.FLAGS
-        },
-        **_node_section(request, cluster, params, cluster_url),
-        **_sriov_section(cluster),
-    }
-
-
-def sites_with_names(sites: QuerySet[ClusterSite]) -> QuerySet[ClusterSite]:
-    """The sites with the names of their cloudspace and image as last mirrored ("" when
-    not mirrored), read with them: no query apart."""
-    same_location = {"location": OuterRef("location")}
-    return sites.annotate(
-        cloudspace_name=Subquery(
-            Cloudspace.objects.filter(
-                **same_location, cloudspace_id=OuterRef("cloudspace_id")
-            ).values("name")[:1]
-        ),
-        image_name=Subquery(
-            Image.objects.filter(**same_location, image_id=OuterRef("image_id")).values("name")[:1]
-        ),
-    )
-
-
-def _sriov_section(cluster: Cluster) -> dict[str, Any]:
-    """Whether the cluster's pods get NICs, and its pod NICs per state (all states, in
-    their order, so a zero shows)."""
-    # Read with the cluster (cluster_for_page): its account's roles see all or none.
-    config: SriovConfig | None = getattr(cluster, "sriov", None)
-    found = {state: getattr(cluster, f"{NICS_IN}{state}") for state in PodNic.State.values}
-    nics_url = reverse("dashboard:nics") + "?" + urlencode({"cluster": cluster.pk})
-    return {
-        "sriov": config,
-        "sriov_states": [
-            (state, found.get(state, 0), f"{nics_url}&{urlencode({'state': state})}")
-            for state in PodNic.State.values
-        ],
-        "nics_url": nics_url,
-    }
-
-
-def _node_section(
-    request: HtmxHttpRequest, cluster: Cluster, params: QueryDict, cluster_url: str
-) -> dict[str, Any]:
-    """A page of the cluster's nodes, by name, and the links to the pages beside it. The
-    count is the cluster's summary when it has one: no query for it, none at all for a
-    cluster without nodes."""
-    known = getattr(cluster, "summary_nodes", None)
-    asked = QueryDict(mutable=True)
-    for ours, cursor in NODE_CURSOR_PARAMS.items():
-        if value := params.get(ours):
-            asked[cursor] = value
-    found: dict[str, Any] = {"node_rows": [], "node_page": None, "node_error": "", "node_links": {}}
-    if known == 0:
-        return found
-    nodes = kube_nodes_with_requests(
-        visible(request.user, KubeNode.objects.filter(cluster=cluster).select_related("machine"))
-    )
-    try:
-        page = keyset_page(
-            nodes, sort=NODES_BY_NAME, params=asked, size=NODES_PER_PAGE, count=known
-        )
-    except BadCursor as exc:
-        found["node_error"] = str(exc)
-        page = keyset_page(
-            nodes, sort=NODES_BY_NAME, params=QueryDict(), size=NODES_PER_PAGE, count=known
-        )
-    pods = visible(request.user, KubePod.objects.filter(cluster=cluster))
-
-    def link(**cursor: str) -> str:
-        query = params.copy()
-        for name in NODE_CURSOR_PARAMS:
-            query.pop(name, None)
-        query.update(cursor)
-        return f"{cluster_url}?{query.urlencode()}#nodes" if query else f"{cluster_url}#nodes"
-
-    found["node_page"] = page
-    found["node_rows"] = node_rows(page.rows, pods)
-    if page.has_previous:
-        found["node_links"]["first"] = link()
-        found["node_links"]["previous"] = link(nodes_before=page.previous_cursor)
-    if page.has_next:
-        found["node_links"]["next"] = link(nodes_after=page.next_cursor)
-        found["node_links"]["last"] = link(nodes_last="1")
-    return found
-
-
 def cluster_for_page(request: HtmxHttpRequest, pk: int) -> Cluster:
     """The cluster as its page shows it, with its Kubernetes summary, its machines per
     phase and its pod NICs per state; 404 when the user does not see it."""
@@ -397,8 +180,10 @@ def _counts(
 @require_GET
 def cluster_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     cluster = cluster_for_page(request, pk)
-    context = cluster_body(request, cluster, request.GET)
+    context = cluster_body(request.user, cluster, request.GET).context()
     if not request.htmx:
+        # The whole page draws its plan in place; a redraw of the body loads it apart.
+        context.update(cluster_plan_section(cluster))
         # Money moves by the hour: drawn with the page, not with each refresh of its body.
         money = cluster_money(
             cluster=cluster, locations=cluster_locations(request, cluster), now=timezone.now()
@@ -407,3 +192,20 @@ def cluster_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
             chart.csv_url = reverse("dashboard:cluster-money-csv", args=[cluster.pk, chart.key])
         context["money"] = money
     return page_or_fragment(request, "dashboard/cluster.html", context, fragments=["cluster-body"])
+
+
+def cluster_plan_section(cluster: Cluster) -> dict[str, Any]:
+    """The cluster's plan (the next pass, a dry run) and its last passes, as recorded."""
+    return {
+        "cluster": cluster,
+        "plan": cluster_plan(cluster, planners=(kube_plan,)),
+        "passes": list(cluster_passes(cluster)[:PASSES_SHOWN]),
+    }
+
+
+@require_GET
+def cluster_plan_fragment(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """The plan on its own: loaded after each redraw of the cluster's body, so that a scale
+    click or the body's poll does not plan the whole cluster."""
+    cluster = get_object_or_404(visible(request.user, Cluster.objects.all()), pk=pk)
+    return render(request, "dashboard/cluster.html#cluster-plan", cluster_plan_section(cluster))

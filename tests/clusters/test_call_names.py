@@ -25,7 +25,7 @@ def every_step() -> list[object]:
     machine = Step(
         "provision", "a100-0", "phase NEW", cluster_id=1, machine_id=1, vm_name="vm",
         create_vm=True, start_vm=True, card_id="card", reserve=(VgpuSlot(0, "g0"),),
-        attach=("vgpu-1",), release=(release,), remove_vms=tuple(removals),
+        attach=("vgpu-1",), release=(release,), remove_vms=tuple(removals), spec=(("vcpus", 4),),
     )  # fmt: skip
     sweeps = [
         SweepStep("release_vgpu", "g", "orphan", 1, vgpu_id="vgpu-2", vm=removals[0]),

@@ -10,7 +10,9 @@ from typing import Any
 
 import pytest
 from django.core.exceptions import ValidationError
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
 from capvco_web.audit import SystemActor
 from capvco_web.models import AuditEvent
@@ -23,6 +25,15 @@ from tests.gpus.test_release import unassigned_made
 
 pytestmark = pytest.mark.django_db
 HTMX = {"HTTP_HX_REQUEST": "true"}
+# A scale reads its pool, the user's roles and the savepoints around its write.
+SCALE_READS = 8
+
+
+def plan_loaded(client: Client, html: str, cluster: Cluster) -> str:
+    """The plan the redrawn body asks for on its own (it plans nothing itself)."""
+    url = f"/clusters/{cluster.pk}/plan/"
+    assert f'hx-get="{url}"' in html
+    return client.get(url, **HTMX).content.decode()
 
 
 def test_the_confirmation_asks_for_a_reason_and_goes_back_where_it_came_from(
@@ -117,8 +128,9 @@ def test_scale_a_pool_through_the_service_audited(admin_client: Client, world: W
     assert (event.before, event.after, event.reason) == (
         {"replicas": 2}, {"replicas": 1}, "less needed",
     )  # fmt: skip
-    # The plan shows what the next reconcile does about it.
-    assert "pool gpu scaled to 1" in response.content.decode()
+    # The plan, loaded apart, shows what the next reconcile does about it.
+    html = response.content.decode()
+    assert "pool gpu scaled to 1" in plan_loaded(admin_client, html, world.cluster)
 
 
 def test_scale_beyond_the_pool_limit_is_refused(admin_client: Client, world: World) -> None:
@@ -147,7 +159,7 @@ def test_delete_a_machine_asks_for_its_teardown(admin_client: Client, world: Wor
     assert machine.deletion_asked  # a request of its own (MachineDeletion), for act
     assert AuditEvent.objects.get(action="machine.delete_requested").reason == "bad GPU"
     # The plan: this one torn down, a new one in its place.
-    html = response.content.decode()
+    html = plan_loaded(admin_client, response.content.decode(), world.cluster)
     assert "teardown" in html and "deletion requested" in html
 
 
@@ -175,7 +187,8 @@ def test_delete_a_cluster_marks_it_deleting(admin_client: Client, world: World) 
     assert response.status_code == 200
     assert Cluster.objects.get(pk=world.cluster.pk).state == Cluster.State.DELETING
     assert AuditEvent.objects.get(action="cluster.delete_requested").reason == "project over"
-    assert "cluster is being deleted" in response.content.decode()
+    html = response.content.decode()
+    assert "cluster is being deleted" in plan_loaded(admin_client, html, world.cluster)
 
 
 @pytest.mark.parametrize(
@@ -325,3 +338,35 @@ def test_cancel_empties_the_panel_or_goes_back(admin_client: Client, world: Worl
     assert admin_client.get("/dismiss/", **HTMX).content == b""
     response = admin_client.get("/dismiss/?next=/clusters/")
     assert response["Location"] == "/clusters/"
+
+
+def test_a_scale_click_redraws_the_pools_without_planning_the_cluster(
+    admin_client: Client, world: World
+) -> None:
+    """The scale's answer is the body (the write, then the body's own reads): the plan,
+    which reads every machine, vGPU and listed VM of the cluster, is a request of its own."""
+    body = {"HTTP_HX_TARGET": "cluster-body", **HTMX}
+    with CaptureQueriesContext(connection) as redraw:
+        admin_client.get(f"/clusters/{world.cluster.pk}/", **body)
+    with CaptureQueriesContext(connection) as planned:
+        admin_client.get(f"/clusters/{world.cluster.pk}/plan/", **HTMX)
+    with CaptureQueriesContext(connection) as scale:
+        response = admin_client.post(
+            f"/pools/{world.pool.pk}/scale/", {"replicas": 3, "reason": "more"}, **HTMX
+        )
+    assert response.status_code == 200
+    assert f'hx-get="/clusters/{world.cluster.pk}/plan/"' in response.content.decode()
+    writes = [q for q in scale.captured_queries if not q["sql"].startswith("SELECT")]
+    assert len(scale) <= len(redraw) + len(writes) + SCALE_READS, [
+        q["sql"] for q in scale.captured_queries
+    ]
+
+    # The planner's read of every VM listed in the cluster's cloudspaces: not the scale's.
+    def vms_listed(queries: CaptureQueriesContext) -> list[str]:
+        return [
+            q["sql"]
+            for q in queries.captured_queries
+            if 'FROM "cloud_virtualmachine"' in q["sql"] and "EXISTS" in q["sql"]
+        ]
+
+    assert vms_listed(planned) and not vms_listed(scale) and not vms_listed(redraw)

@@ -446,7 +446,7 @@ def test_a_pool_edit_saved_while_a_machine_was_made_does_not_wind_its_next_index
     cluster = plane.cluster()
     pool = plane.pool(cluster, "cpu", replicas=1)
     edited = MachinePool.objects.get(pk=pool.pk)  # an edit (API, admin) reads the pool,
-    machine_create(pool_id=pool.pk)  # a worker makes its machine meanwhile,
+    machine_create(pool_id=pool.pk, index=0, name="cpu-0")  # a worker makes its machine,
     edited.replicas = 2
     edited.save()  # and the edit is saved, as the serializer and the admin save it
 

@@ -122,9 +122,9 @@ def one_pass(plane: Plane, rng: random.Random, outsider: Outsider) -> set[str]:
         vms_before = {vm["vm_id"] for vm in plane.sim.state()["vms"]}
         plane.sim.clear_calls()
 
-        def fan_out(steps: list[Any]) -> None:
-            for step in steps:  # as the worker pool gets them: JSON
-                reconcile_machine(json.loads(json.dumps(step.as_data())))
+        def fan_out(step: Any) -> None:
+            # As the worker pool gets it: JSON.
+            reconcile_machine(json.loads(json.dumps(step.as_data())))
 
         with whitesky_client(plane.account) as client:
             cluster_reconcile(client=client, cluster=cluster, fan_out=fan_out)

@@ -17,26 +17,32 @@ import pytest
 import requests
 from django.contrib.auth.models import User
 from django.db import connection
+from django.db.models import F
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from capvco_web.models import PlanPass
 from cloud.models import Account
-from clusters.models import Cluster
-from clusters.plan import KINDS
+from cloud.whitesky import whitesky_client
+from clusters.models import Cluster, MachinePool, VmRemovalRequest
+from clusters.plan import KINDS, cluster_plan
+from clusters.reconcile import cluster_reconcile
+from clusters.releases import orphan_sweep
 from gpus.resolve import gpu_type_of
 from kube.client import kube_client
 from kube.gpu_addon import HASH_ANNOTATION, MANAGED_BY_LABEL, addon_manifest
 from kube.gpu_nodes import GPU_COUNT_LABEL, GPU_TYPE_LABEL, gpu_label_value
 from kube.models import KubePod
 from kube.observe import cluster_kube_observe
+from kube.plan import NODE_LABELS, kube_plan
 from kube.tasks import observe_cluster_kube
 from sriov.agent import Clients
 from sriov.models import GonePod, LeakedNic, PodNic
-from sriov.reclaim import ReclaimResult, cluster_nics_reclaim, nic_steps_act
-from sriov.reclaim_plan import nic_reclaim_plan
+from sriov.reclaim import ReclaimResult, cluster_nics_reclaim, nic_plan_apply
+from sriov.reclaim_plan import LEAKED_NIC_DETACH, POD_NIC_DETACH, nic_reclaim_plan
 from sriov.services import leaked_nic_detach_request
 from sriov.tasks import sriov_reclaim_cluster
 from sriov.whitesky import sriov_whitesky_client
@@ -57,6 +63,7 @@ GRACE = timedelta(minutes=5)
 DUE, NOT_DUE = GRACE + timedelta(minutes=2), GRACE - timedelta(minutes=2)
 KUBE_WRITES = ("patch nodes", "create daemonsets", "update daemonsets", "delete daemonsets")
 SEEDS = range(12)
+NIC_SEED = 3  # one whose state has pod NICs to detach and leaked NICs
 ADDON_STATES = ("off", "off-ours", "missing", "drifted", "right", "foreign")
 
 
@@ -267,10 +274,67 @@ def test_a_detach_whose_rows_changed_since_the_plan_is_dropped_and_planned_again
     world.sim.clear_calls()
     result = ReclaimResult(cluster=cluster.name, pods_complete=True)
     with sriov_whitesky_client(world.cluster.sriov) as client:
-        nic_steps_act(steps=steps, clients=Clients(), client=client, result=result)
+        nic_plan_apply(
+            cluster=cluster, steps=steps, clients=Clients(), client=client, result=result
+        )
 
     assert len(result.dropped) == 2 and result.released == result.leaks_detached == []
     assert world.sim.calls()["writes"] == 0
     PodNic.objects.filter(pk=busy.pk).update(state=PodNic.State.ATTACHED)
     done = cluster_nics_reclaim(cluster=cluster, now=later, grace=GRACE)
     assert (done.released, done.leaks_detached) == ([str(gone)], [mac])
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_the_dry_run_of_every_plan_goes_through_the_one_dispatcher_and_calls_nothing(
+    world: World, django_user_model: Any, seed: int
+) -> None:
+    """Machines, Kubernetes objects, NICs (the cluster's pass) and a location's sweep:
+    each step is dispatched as planned, its calls listed, and no server sees a call."""
+    person = django_user_model.objects.create_superuser("root", password="x")
+    seed_state(world, seed, person)
+    MachinePool.objects.filter(cluster=world.cluster).update(replicas=F("replicas") + 1)
+    VmRemovalRequest.objects.create(
+        location=world.location, vm_id=9999, name="by-hand", cloudspace_id=CLOUDSPACE,
+        requested_at=timezone.now(), reason="a person's", requested_by=person,
+    )  # fmt: skip
+    cluster = Cluster.objects.get(pk=world.cluster.pk)
+    plan = cluster_plan(cluster, planners=(kube_plan,))
+    clear_calls(world)
+    writes = PlanPass.objects.count()
+
+    with whitesky_client(world.account) as client:
+        record = cluster_reconcile(
+            client=client, cluster=cluster, dry_run=True, planners=(kube_plan,)
+        ).record
+        sweep = orphan_sweep(client=client, location=world.location, dry_run=True).record
+
+    assert record is not None and sweep is not None
+    kinds = {step.kind for step in record.steps}
+    assert "create" in kinds and NODE_LABELS in kinds  # machines and Kubernetes objects
+    assert [s.describe() for s in record.steps] == [s.describe() for s in plan.shown]
+    assert record.calls == [call for step in plan.shown for call in step.calls()]
+    nics = nic_reclaim_plan(cluster, now=timezone.now(), grace=GRACE)
+    assert {s.describe() for s in nics} <= {s.describe() for s in record.steps}
+    assert [s.kind for s in sweep.steps] == ["remove_vm"]  # the location's plan
+    assert {o.outcome for o in [*record.outcomes, *sweep.outcomes]} == {"planned"}
+    # Nothing called, nothing written: the servers' logs and the passes are as they were.
+    assert world.kube.calls("demo") == [] and world.sim.calls()["calls"] == []
+    assert PlanPass.objects.count() == writes
+
+
+def test_some_seed_plans_every_kind_of_nic_step(world: World, django_user_model: Any) -> None:
+    """The dry run above lists NIC steps of both kinds (not only empty plans)."""
+    person = django_user_model.objects.create_superuser("root", password="x")
+    seed_state(world, NIC_SEED, person)
+    # Its leaks due, in an account that releases orphans by itself.
+    LeakedNic.objects.update(leaked_since=timezone.now() - DUE)
+    Account.objects.filter(pk=world.account.pk).update(orphan_auto_release=True)
+    cluster = Cluster.objects.get(pk=world.cluster.pk)
+    with whitesky_client(world.account) as client:
+        record = cluster_reconcile(
+            client=client, cluster=cluster, dry_run=True, planners=(kube_plan,)
+        ).record
+    assert record is not None
+    kinds = {step.kind for step in record.steps}
+    assert {POD_NIC_DETACH, LEAKED_NIC_DETACH} <= kinds, kinds

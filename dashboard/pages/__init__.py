@@ -1,0 +1,1 @@
+"""Pages of the dashboard assembled as plain values, apart from the views that draw them."""
