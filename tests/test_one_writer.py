@@ -220,6 +220,7 @@ WRITERS = {
     # The reservations we keep: gpus' services, and the release a person asks for.
     "gpus_vgpureservation": {"gpus/services.py", "gpus/release_requests.py"},
     "capvco_web_auditevent": {"capvco_web/audit.py"},
+    "capvco_web_planpass": {"capvco_web/plans.py"},  # the dispatcher's record of each pass
     "billing_billcheck": {"billing/bills.py"},
     "billing_capacityrollup": {"billing/rollups.py"},
     "billing_costrollup": {"billing/rollups.py"},

@@ -202,7 +202,7 @@ def test_a_stored_kubeconfig_with_a_value_of_the_wrong_type_gets_a_clear_observa
 def test_the_account_admin_refuses_a_management_cluster_outside_the_allow_list(
     admin_client: Client, site: ClusterSite
 ) -> None:
-    from tests.clusters.test_accounts import admin_form
+    from tests.cloud.test_accounts import admin_form
 
     account = site.cluster.account
     url = reverse("admin:cloud_account_change", args=[account.pk])
