@@ -57,7 +57,6 @@ from cloud.models import (
     VirtualMachine,
     jwt_shape,
 )
-from clusters.costs import HOURLY_PLACES
 from clusters.models import Cluster, ClusterSite, KubeNode, KubePod, Machine, MachinePool
 from clusters.orphans import vms_not_ours
 from clusters.releases import vm_removal_request
@@ -90,7 +89,7 @@ from clusters.services import (
 )
 from clusters.tasks import orphan_sweep_location
 from gpus import naming
-from gpus.models import GpuProfile, VgpuReservation, hourly_price
+from gpus.models import HOURLY_PLACES, GpuProfile, VgpuReservation, hourly_price
 from gpus.services import ReleaseRefused
 
 M = TypeVar("M", bound=models.Model)

@@ -30,7 +30,6 @@ from cloud.models import (
     VirtualMachine,
     jwt_shape,
 )
-from clusters.costs import HOURLY_PLACES
 from clusters.models import (
     MAX_GPUS_PER_MACHINE,
     Cluster,
@@ -45,7 +44,7 @@ from clusters.plan import KINDS, Step, planned_kinds
 from clusters.selectors import HELD_VGPUS, machine_vgpus_held
 from clusters.services import account_update_check
 from gpus import naming
-from gpus.models import VgpuReservation, hourly_price
+from gpus.models import HOURLY_PLACES, VgpuReservation, hourly_price
 
 
 class AccountSerializer(ModelCleanMixin):

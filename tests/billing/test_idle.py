@@ -17,7 +17,7 @@ from billing.idle import idle_record
 from billing.models import CostRollup, IdleSpell, Leak, Rollup
 from billing.tasks import billing_pass, leak_ledger_pass
 from clusters.models import Cluster, KubePod
-from tests.clusters.test_costs import World, world_make
+from tests.billing.test_costs import World, world_make
 from tests.factories import KubePodFactory, LocationFactory, MembershipFactory
 
 pytestmark = pytest.mark.django_db
