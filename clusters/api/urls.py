@@ -1,4 +1,5 @@
-"""The API of accounts, their sites and clusters, on the one router of capvco_web.api_urls."""
+"""The API of accounts, their sites and clusters, and vGPU reservations (released here), on
+the one router of capvco_web.api_urls."""
 
 from clusters.api import views
 
@@ -15,4 +16,5 @@ routes = [
     ("machines", views.MachineViewSet, None),
     ("nodes", views.KubeNodeViewSet, None),
     ("pods", views.KubePodViewSet, None),
+    ("reservations", views.VgpuReservationViewSet, None),
 ]

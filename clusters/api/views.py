@@ -1,6 +1,7 @@
-"""Accounts, clusters, their sites and pools, machines and memberships. Reads and writes the
-database only. Each viewset shows the objects of the caller's accounts and lets their role
-decide what they may do (capvco_web.permissions); writes go through the audited services."""
+"""Accounts, clusters, their sites and pools, machines and memberships, and vGPU
+reservations (whose release is the machines' to decide). Reads and writes the database
+only. Each viewset shows the objects of the caller's accounts and lets their role decide
+what they may do (capvco_web.permissions); writes go through the audited services."""
 
 from __future__ import annotations
 
@@ -63,7 +64,7 @@ from clusters.filtersets import (
 )
 from clusters.models import Cluster, ClusterSite, KubeNode, KubePod, Machine, MachinePool
 from clusters.plan import cluster_plan
-from clusters.releases import location_plan, vm_removal_request
+from clusters.releases import location_plan, reservation_release_request, vm_removal_request
 from clusters.selectors import (
     clusters_with_kube_summary,
     kube_nodes_with_requests,
@@ -91,7 +92,10 @@ from clusters.services import (
     site_delete,
     site_update,
 )
-from clusters.tasks import orphan_sweep_location
+from clusters.tasks import orphan_sweep_location, reservation_release_task
+from gpus.api.serializers import VgpuReservationSerializer
+from gpus.filtersets import VgpuReservationFilterSet
+from gpus.models import VgpuReservation
 from gpus.services import ReleaseRefused
 
 
@@ -529,3 +533,45 @@ class KubePodViewSet(
     serializer_class = KubePodSerializer
     filterset_class = KubePodFilterSet
     pagination_class = CursorPagination  # a big list: keyset pages, in id order
+
+
+class VgpuReservationViewSet(
+    KnownParametersMixin, AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[VgpuReservation]
+):
+    queryset = VgpuReservation.objects.select_related("location", "listed").order_by(
+        "location", "name"
+    )
+    serializer_class = VgpuReservationSerializer
+    filterset_class = VgpuReservationFilterSet
+    pagination_class = CursorPagination  # a big list: keyset pages, in id order
+    action_verbs = {"release": "release"}
+
+    @extend_schema(
+        request=ReasonSerializer,
+        responses={
+            202: VgpuReservationSerializer,
+            409: OpenApiResponse(
+                ErrorSerializer,
+                description="Refused, saying why and what to do instead (e.g. the GPU of a "
+                "machine: scale its pool down or delete the machine)",
+            ),
+        },
+    )
+    @action(detail=True, methods=["post"])
+    def release(self, request: Request, pk: str | None = None) -> Response:
+        """Ask for the reservation's release (detach, permanently), with a reason. The
+        request is recorded on the row at once; a worker carries it out. One attached to a
+        VM that no machine owns goes with that VM."""
+        reservation = self.get_object()
+        reason = ReasonSerializer(data=request.data)
+        reason.is_valid(raise_exception=True)
+        try:
+            reservation_release_request(
+                reservation=reservation, actor=request.user, reason=reason.validated_data["reason"]
+            )
+        except ReleaseRefused as exc:
+            raise Refused(str(exc), code="release_refused") from exc
+        send_on_commit(reservation_release_task, reservation.pk)
+        return Response(
+            VgpuReservationSerializer(reservation).data, status=status.HTTP_202_ACCEPTED
+        )

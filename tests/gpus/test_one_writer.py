@@ -1,10 +1,11 @@
 """One writer per row: what whitesky lists (ListedVgpu) is written by the mirror alone;
 the reservations we keep (VgpuReservation) by gpus' services and release requests over a
-cluster's life. Every statement that writes either table is caught over that life:
-provisioning, a force delete and its orphan released by the sweep, a reservation made
-behind our back and released by a person, and the cluster's teardown. (A machine's VM
-replaced and an account deleted write reservations too: docs/architecture.md, Who owns
-what.)"""
+cluster's life (a person's release is asked for through clusters, which knows what holds
+the vGPU; the row is still written by gpus alone). Every statement that writes either
+table is caught over that life: provisioning, a force delete and its orphan released by
+the sweep, a reservation made behind our back and released by a person, and the
+cluster's teardown. (A machine's VM replaced and an account deleted write reservations
+too: docs/architecture.md, Who owns what.)"""
 
 from __future__ import annotations
 
@@ -21,9 +22,9 @@ from django.db import connection
 from capvco_web.audit import SystemActor
 from cloud.whitesky import whitesky_client
 from clusters.models import Machine
+from clusters.releases import reservation_release_request
 from clusters.services import cluster_delete, machine_force_delete
 from gpus.models import GpuProfile, VgpuReservation
-from gpus.release_requests import reservation_release_request
 from tests.gpus.conftest import NL, Plane
 from tests.gpus.support import auto_release_set, sweep
 
