@@ -1,5 +1,5 @@
 """Since when GPUs are idle: one `IdleSpell` per GPU node whose attached vGPUs no pending
-or running pod requests (clusters.costs.gpu_node_costs), opened when the money pass first
+or running pod requests (billing.costs.gpu_node_costs), opened when the money pass first
 sees it so, ended when it is not. The pods mirror can miss pods only in a partial listing,
 so a spell opens only from a complete Kubernetes observation of its cluster; a pod seen
 asking for the GPUs ends it whatever the listing. A pass with nothing changed writes
@@ -13,9 +13,9 @@ from decimal import Decimal
 
 from django.db import transaction
 
+from billing.costs import gpu_node_costs
 from billing.models import IdleSpell
 from cloud.models import Location
-from clusters.costs import gpu_node_costs
 from clusters.models import Cluster
 
 STORED = Decimal("0.000001")  # IdleSpell.hourly's places: compared as stored

@@ -1,5 +1,5 @@
 """The money gauges on /metrics (capvco_web.metrics): what each location and cluster costs
-per hour now (clusters.costs), what each account and cluster cost this month so far (the
+per hour now (billing.costs), what each account and cluster cost this month so far (the
 hourly rollups), and the leak ledger's open leaks and what leaks cost this month.
 
 The labels are bounded by what operators made, never by what runs: accounts (by id, as
@@ -19,11 +19,11 @@ from django.db.models import QuerySet
 from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily, Metric
 
+from billing.costs import ZERO, machine_costs, orphan_costs
 from billing.models import Leak
 from billing.rollups import month_of
 from billing.selectors import cost_series, leak_totals
 from cloud.models import Location
-from clusters.costs import ZERO, machine_costs, orphan_costs
 from clusters.models import Cluster
 
 Labels = tuple[str, ...]

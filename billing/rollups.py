@@ -1,7 +1,7 @@
 """The hourly and daily rollups: what things cost and what GPU capacity there was.
 
 Once an hour, the first pass that finds the hour not taken samples the current rates
-(`clusters.costs`: per pool, per namespace's share, and per location, its pools summed; what
+(`billing.costs`: per pool, per namespace's share, and per location, its pools summed; what
 orphans cost is the leak ledger's, billing.leaks) and the capacity board
 (`clusters.capacity`) of every location and writes them as that hour's rows, with the hour's
 `Rollup` marker, in one transaction: a pass that finds the marker writes nothing. An hour in
@@ -25,10 +25,10 @@ from decimal import Decimal
 from django.db import IntegrityError, transaction
 from django.db.models import Count, Max, QuerySet, Sum
 
+from billing.costs import ZERO, costs_by, gpu_node_costs
 from billing.models import CapacityRollup, CostRollup, Rollup, Step
 from cloud.models import Location
 from clusters.capacity import capacity_board
-from clusters.costs import ZERO, costs_by, gpu_node_costs
 from gpus.models import GpuProfile, VgpuReservation
 from kube.models import KubeNode
 from kube.selectors import kube_gpus_by_location_and_type

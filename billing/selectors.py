@@ -30,10 +30,10 @@ from django.db.models import Count, F, Max, OuterRef, Prefetch, Q, QuerySet, Sub
 from django.db.models.functions import TruncDay, TruncMonth
 from psycopg import IsolationLevel
 
+from billing.costs import ZERO, CostRow, GroupBy, costs_by
 from billing.models import BillCheck, BillItem, CapacityRollup, CostRollup, Leak, Rollup, Step
 from billing.rollups import DAY, HOUR, day_of, hour_of, month_of, next_month
 from cloud.models import Location
-from clusters.costs import ZERO, CostRow, GroupBy, costs_by
 from clusters.models import MachinePool
 from gpus.models import hourly_price
 

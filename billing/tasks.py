@@ -22,10 +22,9 @@ from billing.leaks import leaks_record
 from billing.rollups import rollups_take
 from capvco_web.locks import object_lock
 from capvco_web.tasks import send_on_commit
-from capvco_web.worker_slots import account_worker_slot
+from capvco_web.worker_slots import account_calls_slot, account_worker_slot
 from cloud.models import Account
 from cloud.whitesky import whitesky_client
-from clusters.reconcile import account_slot
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -111,7 +110,7 @@ def bill_check_account(account_id: int) -> None:
     ):
         if not (share and taken):
             return
-        with account_slot(account_id) as slot:
+        with account_calls_slot(account_id) as slot:
             if not slot:
                 return  # the account's calls are all in flight: the next tick
             seconds = settings.WHITESKY_OBSERVE_PASS_SECONDS

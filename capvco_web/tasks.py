@@ -8,6 +8,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from capvco_web.backoff import backoff_seconds
 from capvco_web.integrations.whitesky import WhiteskyError
 from capvco_web.models import Heartbeat
 from capvco_web.retention import history_prune as retention_prune
@@ -26,7 +27,7 @@ def retry_if_transient(
 ) -> None:
     """Retry the task with exponential backoff when trying again can help, and before the
     task expires (a later tick sends it again)."""
-    countdown = base_delay * 2**task.request.retries
+    countdown = backoff_seconds(task.request.retries, base=base_delay)
     if (
         exc.retryable
         and task.request.retries < (task.max_retries or 0)

@@ -1,4 +1,7 @@
-"""A worker's slots shared among accounts.
+"""The one limiter (`slot`: one of `size` slots called `name`), and its two uses: a
+worker's slots shared among accounts, and an account's whitesky calls in flight.
+
+A worker's slots shared among accounts.
 
 A task that calls an account's whitesky holds its worker slot (a prefork process) for as
 long as whitesky takes to answer. Without a share, one account whose whitesky answers
@@ -11,6 +14,10 @@ holds no slot meanwhile.
 
 The share is counted per worker (its node name) with the same non-waiting locks as every
 other object; outside a worker (a shell, the tests' in-process runs) there is no share.
+
+An account's calls in flight: at most `WHITESKY_CALLS_IN_FLIGHT_PER_ACCOUNT` of its machine
+steps and bill checks run at once over every worker, so a large scale-up does not flood
+whitesky; one that finds them all taken is the next tick's.
 """
 
 from __future__ import annotations
@@ -73,15 +80,33 @@ def account_share() -> int:
 
 
 @contextmanager
+def slot(name: str, size: int) -> Iterator[bool]:
+    """One of the `size` slots called `name`, if one is free, held until the block ends;
+    yields whether one was taken. Never waits. Counted by every process that shares the
+    locks (capvco_web.locks): the name says over what (a worker, every worker)."""
+    for index in range(size):
+        with object_lock(f"{name}:{index}") as taken:
+            if taken:
+                yield True
+                return
+    yield False
+
+
+@contextmanager
 def account_worker_slot(account_id: int) -> Iterator[bool]:
     """One of the account's share of this worker's slots, if one is free; always, outside
     a worker."""
     if not _Worker.slots:
         yield True
         return
-    for index in range(account_share()):
-        with object_lock(f"worker-slot:{_Worker.node}:{account_id}:{index}") as taken:
-            if taken:
-                yield True
-                return
-    yield False
+    with slot(f"worker-slot:{_Worker.node}:{account_id}", account_share()) as taken:
+        yield taken
+
+
+@contextmanager
+def account_calls_slot(account_id: int) -> Iterator[bool]:
+    """One of the account's call slots over every worker, if one is free."""
+    with slot(
+        f"account-calls:{account_id}", settings.WHITESKY_CALLS_IN_FLIGHT_PER_ACCOUNT
+    ) as taken:
+        yield taken

@@ -18,8 +18,8 @@ call could no longer land.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
@@ -29,6 +29,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from capvco_web.audit import SystemActor, audit_record
+from capvco_web.backoff import backoff_seconds
 from capvco_web.counters import reconcile_step_count
 from capvco_web.integrations import whitesky as ws
 from capvco_web.locks import object_lock
@@ -44,6 +45,7 @@ from capvco_web.plans import (
     plan_apply,
 )
 from capvco_web.rows import model_update
+from capvco_web.worker_slots import account_calls_slot
 from cloud.models import Location
 from clusters.cloud_init import machine_user_data
 from clusters.models import (
@@ -275,18 +277,6 @@ def machine_create(*, pool_id: int, index: int, name: str) -> Machine | None:
 # --- one machine -----------------------------------------------------------------------
 
 
-@contextmanager
-def account_slot(account_id: int) -> Iterator[bool]:
-    """One of the account's call slots, if one is free: a cap on its calls in flight over
-    every worker, so a large scale-up does not flood whitesky."""
-    for slot in range(settings.WHITESKY_CALLS_IN_FLIGHT_PER_ACCOUNT):
-        with object_lock(f"account-calls:{account_id}:{slot}") as taken:
-            if taken:
-                yield True
-                return
-    yield False
-
-
 def machine_reconcile(ctx: PassContext, step: Step) -> None:
     """Carry out one machine's planned step, under the machine's lock, if the machine is
     still as the plan saw it; a blocked step records why on the machine. Raises the
@@ -317,7 +307,7 @@ def machine_reconcile(ctx: PassContext, step: Step) -> None:
             _blocked_record(machine, step)
             reconcile_step_count(step.kind, "blocked")
             return
-        with account_slot(machine.pool.cluster.account_id) as slot:
+        with account_calls_slot(machine.pool.cluster.account_id) as slot:
             if not slot:
                 reconcile_step_count(step.kind, "busy")
                 raise StepWaiting("account busy")
@@ -384,8 +374,13 @@ def _phase_set(machine: Machine, phase: str, message: str = "") -> None:
 def retry_delay(failures: int) -> timedelta:
     """How long a machine that failed `failures` times in a row waits before its next try:
     the base, doubled per failure, up to the cap."""
-    base = settings.MACHINE_RETRY_BASE_SECONDS
-    return timedelta(seconds=min(settings.MACHINE_RETRY_MAX_SECONDS, base * 2 ** (failures - 1)))
+    return timedelta(
+        seconds=backoff_seconds(
+            failures - 1,
+            base=settings.MACHINE_RETRY_BASE_SECONDS,
+            cap=settings.MACHINE_RETRY_MAX_SECONDS,
+        )
+    )
 
 
 def _failed_set(machine: Machine, message: str) -> None:

@@ -48,7 +48,7 @@ from clusters.plan import VmRemoval
 from clusters.reconcile import vm_remove
 from gpus import naming
 from gpus.models import VgpuReservation
-from gpus.release_requests import reservation_release_request
+from gpus.release_requests import release_request_check, release_request_record
 from gpus.selectors import ORPHANED, orphans_list, releases_stalled, stalled_releases
 from gpus.services import (
     PENDING_REQUESTS,
@@ -175,6 +175,18 @@ def release_blocker(reservation: VgpuReservation) -> VirtualMachine | None:
             "stop that VM, or detach the vGPU from it, first"
         )
     return None
+
+
+def reservation_release_request(
+    *, reservation: VgpuReservation, actor: User | AnonymousUser, reason: str
+) -> VgpuReservation:
+    """A person asks to release a reservation: refused at once when it cannot happen (the
+    reservation's own refusals first, then what holds it), else recorded on the row (who,
+    why, when) and audited. A worker carries it out: `reservation_release_task`, or the
+    orphan sweep when that task never runs."""
+    ask = release_request_check(reservation=reservation, actor=actor, reason=reason)
+    release_blocker(reservation)  # a machine's GPU, or a VM we cannot remove, refuses it
+    return release_request_record(reservation=reservation, ask=ask)
 
 
 def locations_to_sweep(now: datetime) -> QuerySet[Location]:

@@ -33,7 +33,9 @@ from clusters.models import Cluster
 from clusters.observe import location_observe
 from clusters.plan import Step
 from clusters.reconcile import PassContext, cluster_reconcile, machine_reconcile
-from clusters.releases import locations_to_sweep, orphan_sweep
+from clusters.releases import locations_to_sweep, orphan_sweep, release_request_carry_out
+from gpus.models import VgpuReservation
+from gpus.services import ReleaseRefused, release_request_pending
 
 logger = logging.getLogger(__name__)
 
@@ -232,3 +234,28 @@ def orphan_sweep_location(self: Task[Any, Any], location_id: int) -> None:
         logger.info("orphan sweep %s: released %s", location.name, name)
     for error in result.errors:
         logger.warning("orphan sweep %s: %s", location.name, error)
+
+
+@shared_task(bind=True)
+def reservation_release_task(self: Task[Any, Any], reservation_id: int) -> None:
+    """Carry out the release a person asked for (clusters.releases.reservation_release_request),
+    as recorded on the row (who, why), audited with that person as actor. If this message is
+    lost, the orphan sweep does it."""
+    row = (
+        VgpuReservation.objects.select_related("location__account", "release_requested_by")
+        .filter(pk=reservation_id)
+        .first()
+    )
+    if row is None or not release_request_pending(row):
+        return  # done already (by the sweep), or refused since
+    with account_worker_slot(row.location.account_id) as slot:
+        if not slot:
+            send_again_later(self)
+            return
+        with whitesky_client(row.location.account) as client:
+            try:
+                release_request_carry_out(client=client, reservation=row)
+            except (ws.WhiteskyError, ReleaseRefused) as exc:
+                # Refusals are on the row and in the audit log; a lost outcome is sent
+                # again by the sweep: a task retry would add nothing.
+                logger.warning("release of %s refused or unknown: %s", row.name, exc)

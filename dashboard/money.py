@@ -17,6 +17,7 @@ from decimal import Decimal
 
 from django.db.models import Q, QuerySet
 
+from billing.costs import ZERO
 from billing.models import Leak
 from billing.rollups import DAY, day_of, month_of, next_month
 from billing.selectors import (
@@ -34,7 +35,6 @@ from billing.selectors import (
     month_figures,
 )
 from cloud.models import Location
-from clusters.costs import ZERO
 from clusters.models import Cluster
 from dashboard.charts import Chart, LineChart, Series, StackedBarChart
 

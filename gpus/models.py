@@ -13,6 +13,8 @@ from gpus import naming
 
 HOURS_PER_MONTH = Decimal(730)  # whitesky prices are per month; 365 * 24 / 12
 CENT = Decimal("0.01")
+# What an hourly figure is shown to: a cent a month is 0.0000137 per hour.
+HOURLY_PLACES = Decimal("0.0001")
 # Every state but released: whitesky bills the reservation (VgpuReservation.State).
 BILLED_STATES = ("reserving", "reserved", "attached", "releasing")
 

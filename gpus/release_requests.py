@@ -1,22 +1,19 @@
-"""A person's request to release a vGPU reservation, and the worker that carries it out.
+"""A person's request to release a vGPU reservation: what this app alone refuses it for,
+and the request recorded on the row (who, why, when) and audited.
 
-The request is refused up front when it cannot happen, else recorded on the row (who,
-why, when) and audited; `reservation_release_task` carries it out, or the orphan sweep
-when that task never runs. What holds a vGPU decides whether and how it can go (a
-machine's VM refuses it, an orphan VM goes first), and that is known above this app: the
-app that places vGPUs on VMs says it once, from its AppConfig.ready()
-(`release_orchestration_set`)."""
+What holds a vGPU decides whether and how it can go (a machine's VM refuses it, an orphan
+VM goes first), and that is known to the app that places vGPUs on VMs: the request, its
+task and its carrying out are `clusters.releases`' (`reservation_release_request`), which
+calls these two around its own check. This app calls nothing above it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.contrib.auth.models import AnonymousUser, User
 from django.utils import timezone
 
 from capvco_web.audit import audit_record
-from capvco_web.integrations import whitesky as ws
 from capvco_web.permissions import permission_require
 from capvco_web.rows import model_update
 from gpus.models import VgpuReservation
@@ -31,33 +28,18 @@ State = VgpuReservation.State
 
 
 @dataclass(frozen=True)
-class ReleaseOrchestration:
-    # Raises ReleaseRefused when the reservation cannot go now (from the database alone).
-    refusal_check: Callable[[VgpuReservation], object]
-    # Carries out a pending request with a client of the reservation's account: False when
-    # another worker had claimed it.
-    carry_out: Callable[[ws.WhiteskyClient, VgpuReservation], bool]
+class ReleaseAsk:
+    """A release request this app does not refuse: by whom, and why."""
+
+    person: User
+    reason: str
 
 
-_orchestration: list[ReleaseOrchestration] = []
-
-
-def release_orchestration_set(orchestration: ReleaseOrchestration) -> None:
-    _orchestration[:] = [orchestration]
-
-
-def release_orchestration() -> ReleaseOrchestration:
-    if not _orchestration:
-        raise LookupError("No app placed vGPUs on VMs: nobody says how a release goes.")
-    return _orchestration[0]
-
-
-def reservation_release_request(
+def release_request_check(
     *, reservation: VgpuReservation, actor: User | AnonymousUser, reason: str
-) -> VgpuReservation:
-    """A person asks to release a reservation: refused at once when it cannot happen,
-    else recorded on the row (who, why, when) and audited. A worker carries it out: the
-    task sent after this, or the orphan sweep when that task never runs."""
+) -> ReleaseAsk:
+    """What refuses a person's release request from the reservation alone (raises): no
+    permission, no reason, nothing to release, asked already."""
     if not isinstance(actor, User):
         raise ValueError("A release request needs a signed-in person.")
     permission_require(actor, "gpus.release_vgpureservation", reservation)
@@ -77,7 +59,12 @@ def reservation_release_request(
             f"{name}: {by.get_username() if by else 'someone'} asked for its release already; "
             "a worker carries it out."
         )
-    release_orchestration().refusal_check(reservation)
+    return ReleaseAsk(person=actor, reason=reason)
+
+
+def release_request_record(*, reservation: VgpuReservation, ask: ReleaseAsk) -> VgpuReservation:
+    """Record the request on the row (if it did not change meanwhile) and audit it."""
+    name, actor, reason = reservation.name, ask.person, ask.reason
     before = reservation_snapshot(reservation)
     seen = {
         "state": reservation.state,

@@ -48,6 +48,7 @@ from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
+from capvco_web.backoff import backoff_seconds
 from capvco_web.integrations import kube
 from capvco_web.integrations.kube.client import KubeClient, WatchStream
 from clusters.models import Cluster
@@ -125,7 +126,7 @@ class KubeWatcher(threading.Thread):
             connection.close()  # this thread's own
 
     def backoff(self) -> float:
-        return float(min(BACKOFF_SECONDS * 2 ** max(self.failures - 1, 0), BACKOFF_MAX_SECONDS))
+        return backoff_seconds(self.failures - 1, base=BACKOFF_SECONDS, cap=BACKOFF_MAX_SECONDS)
 
     # --- one list, then watches until a break, a resync or a stop -------------------------
 

@@ -24,6 +24,7 @@ from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
 from capvco_web.audit import SystemActor, audit_changes, audit_record, audit_snapshot
+from capvco_web.backoff import backoff_seconds
 from capvco_web.permissions import Actor, perm_name, permission_require
 from capvco_web.tasks import send_by_name_on_commit
 from cloud.models import Account
@@ -44,8 +45,10 @@ _CHANGEABLE = {"name", "url", "kind", "secret", "enabled", "reasons", "per_minut
 
 def retry_delay(attempts: int) -> timedelta:
     """30 s after the first failed post, doubled after each, never more than an hour."""
-    delay: timedelta = RETRY_BASE * 2 ** max(attempts - 1, 0)
-    return min(delay, RETRY_MAX)
+    seconds = backoff_seconds(
+        attempts - 1, base=RETRY_BASE.total_seconds(), cap=RETRY_MAX.total_seconds()
+    )
+    return timedelta(seconds=seconds)
 
 
 # --- targets ----------------------------------------------------------------------------

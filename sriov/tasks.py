@@ -17,6 +17,7 @@ from typing import Any
 from celery import Task, shared_task
 from django.db.models import Q
 
+from capvco_web.backoff import backoff_seconds
 from capvco_web.locks import object_lock
 from capvco_web.tasks import send_on_commit
 from clusters.models import Cluster
@@ -69,7 +70,7 @@ def sriov_vm_queue_run(self: Task[Any, Any], location_id: int, vm_id: int) -> No
         logger.info("sriov queue of VM %s: released %s", vm_id, row)
     if result.again and self.request.retries < QUEUE_RETRIES:
         # The reclaimer's detach holds the VM's turn, or an attach's outcome is not known.
-        raise self.retry(countdown=2**self.request.retries)
+        raise self.retry(countdown=backoff_seconds(self.request.retries, base=1.0))
 
 
 @shared_task

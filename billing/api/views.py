@@ -1,6 +1,6 @@
 """The money endpoints: what the caller's accounts cost now and over time, the month to
 date with its forecast, and the leak ledger. Read-only, each scoped to the caller's
-accounts; JSON or CSV. The figures are billing.selectors' and clusters.costs'."""
+accounts; JSON or CSV. The figures are billing.selectors' and billing.costs'."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from billing.api.serializers import (
     LeakSummarySerializer,
     MonthFigureSerializer,
 )
+from billing.costs import GROUP_BY, costs_by
 from billing.filtersets import CostFilterSet, IdleSpellFilterSet, LeakFilterSet
 from billing.models import IdleSpell, Leak
 from billing.rollups import month_of
@@ -40,7 +41,6 @@ from capvco_web.api_input import CursorPagination, query_parameter_once
 from capvco_web.api_schema import ApiSchema
 from capvco_web.permissions import AccountScopedViewSetMixin, visible
 from cloud.models import Location
-from clusters.costs import GROUP_BY, costs_by
 
 HISTORY_PARAMETERS = ("start", "end", "step")
 Row = TypeVar("Row")

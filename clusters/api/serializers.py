@@ -18,7 +18,6 @@ from capvco_web.models import PlanPass
 from cloud.models import (
     VirtualMachine,
 )
-from clusters.costs import HOURLY_PLACES
 from clusters.models import (
     MAX_GPUS_PER_MACHINE,
     Cluster,
@@ -30,7 +29,7 @@ from clusters.models import (
 from clusters.plan import KINDS, Step, planned_kinds
 from clusters.selectors import HELD_VGPUS, machine_vgpus_held
 from gpus import naming
-from gpus.models import VgpuReservation, hourly_price
+from gpus.models import HOURLY_PLACES, VgpuReservation, hourly_price
 
 
 class VirtualMachineSerializer(serializers.ModelSerializer[VirtualMachine]):

@@ -1,7 +1,7 @@
-"""The API of clusters' sites, pools and machines, and the VMs, on the one router of
-capvco_web.api_urls; accounts and locations too, extended with what needs the clusters
-(their plain API is cloud.api). The clusters' own route is kube's (kube.api.urls): it lists
-them with their Kubernetes."""
+"""The API of clusters' sites, pools and machines, the VMs, and vGPU reservations (released
+here, where machines are known), on the one router of capvco_web.api_urls; accounts and
+locations too, extended with what needs the clusters (their plain API is cloud.api). The
+clusters' own route is kube's (kube.api.urls): it lists them with their Kubernetes."""
 
 from clusters.api import views
 
@@ -12,4 +12,5 @@ routes = [
     ("sites", views.ClusterSiteViewSet, None),
     ("pools", views.MachinePoolViewSet, None),
     ("machines", views.MachineViewSet, None),
+    ("reservations", views.VgpuReservationViewSet, None),
 ]

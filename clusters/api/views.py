@@ -1,7 +1,8 @@
-"""Clusters, their sites, pools, machines and Kubernetes, the VMs, and what accounts and
-locations need of the clusters (cloud.api.views has the rest of them). Reads and writes the
-database only. Each viewset shows the objects of the caller's accounts and lets their role
-decide what they may do (capvco_web.permissions); writes go through the audited services."""
+"""Clusters, their sites, pools and machines, the VMs, vGPU reservations (whose release is
+the machines' to decide), and what accounts and locations need of the clusters
+(cloud.api.views has the rest of them). Reads and writes the database only. Each viewset
+shows the objects of the caller's accounts and lets their role decide what they may do
+(capvco_web.permissions); writes go through the audited services."""
 
 from __future__ import annotations
 
@@ -51,7 +52,7 @@ from clusters.filtersets import (
     VirtualMachineFilterSet,
 )
 from clusters.models import Cluster, ClusterSite, Machine, MachinePool
-from clusters.releases import location_plan, vm_removal_request
+from clusters.releases import location_plan, reservation_release_request, vm_removal_request
 from clusters.selectors import cluster_passes, machines_with_vgpus
 from clusters.services import (
     account_capi_kubeconfig_set,
@@ -70,7 +71,10 @@ from clusters.services import (
     site_delete,
     site_update,
 )
-from clusters.tasks import orphan_sweep_location
+from clusters.tasks import orphan_sweep_location, reservation_release_task
+from gpus.api.serializers import VgpuReservationSerializer
+from gpus.filtersets import VgpuReservationFilterSet
+from gpus.models import VgpuReservation
 from gpus.services import ReleaseRefused
 
 
@@ -416,3 +420,45 @@ class MachineViewSet(
         machine = self.get_object()
         machine_force_delete(machine=machine, actor=request.user, **_confirmed(request))
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class VgpuReservationViewSet(
+    KnownParametersMixin, AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[VgpuReservation]
+):
+    queryset = VgpuReservation.objects.select_related("location", "listed").order_by(
+        "location", "name"
+    )
+    serializer_class = VgpuReservationSerializer
+    filterset_class = VgpuReservationFilterSet
+    pagination_class = CursorPagination  # a big list: keyset pages, in id order
+    action_verbs = {"release": "release"}
+
+    @extend_schema(
+        request=ReasonSerializer,
+        responses={
+            202: VgpuReservationSerializer,
+            409: OpenApiResponse(
+                ErrorSerializer,
+                description="Refused, saying why and what to do instead (e.g. the GPU of a "
+                "machine: scale its pool down or delete the machine)",
+            ),
+        },
+    )
+    @action(detail=True, methods=["post"])
+    def release(self, request: Request, pk: str | None = None) -> Response:
+        """Ask for the reservation's release (detach, permanently), with a reason. The
+        request is recorded on the row at once; a worker carries it out. One attached to a
+        VM that no machine owns goes with that VM."""
+        reservation = self.get_object()
+        reason = ReasonSerializer(data=request.data)
+        reason.is_valid(raise_exception=True)
+        try:
+            reservation_release_request(
+                reservation=reservation, actor=request.user, reason=reason.validated_data["reason"]
+            )
+        except ReleaseRefused as exc:
+            raise Refused(str(exc), code="release_refused") from exc
+        send_on_commit(reservation_release_task, reservation.pk)
+        return Response(
+            VgpuReservationSerializer(reservation).data, status=status.HTTP_202_ACCEPTED
+        )

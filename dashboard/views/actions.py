@@ -43,8 +43,12 @@ from cloud.models import VirtualMachine
 from clusters import services
 from clusters.models import Cluster, Machine, MachinePool
 from clusters.orphans import vms_not_ours
-from clusters.releases import orphans_release_request, vm_removal_request
-from clusters.tasks import orphan_sweep_location
+from clusters.releases import (
+    orphans_release_request,
+    reservation_release_request,
+    vm_removal_request,
+)
+from clusters.tasks import orphan_sweep_location, reservation_release_task
 from dashboard.forms import ReasonForm, ScaleForm, confirm_name_form
 from dashboard.pages.cluster import cluster_body
 from dashboard.views.clusters import cluster_for_page
@@ -56,10 +60,8 @@ from dashboard.views.overview import overview_context
 from dashboard.views.reservations import TEMPLATE as RESERVATIONS_TEMPLATE
 from dashboard.views.reservations import reservation_table
 from gpus.models import VgpuReservation
-from gpus.release_requests import reservation_release_request
 from gpus.selectors import orphans_list
 from gpus.services import ReleaseRefused
-from gpus.tasks import reservation_release_task
 from sriov.models import LeakedNic
 from sriov.services import leaked_nic_detach_request
 

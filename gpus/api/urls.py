@@ -1,4 +1,5 @@
-"""The API of GPU cards and vGPU reservations, on the one router of capvco_web.api_urls."""
+"""The API of GPU cards, on the one router of capvco_web.api_urls (vGPU reservations:
+clusters.api)."""
 
 from django.urls import path
 
@@ -6,7 +7,6 @@ from gpus.api import views
 
 routes = [
     ("gpu-profiles", views.GpuProfileViewSet, None),
-    ("reservations", views.VgpuReservationViewSet, None),
 ]
 urlpatterns = [path("gpu-types/", views.GpuTypesView.as_view(), name="gpu-types")]
 # Endpoints outside the router that the API root lists, by URL name.

@@ -1,29 +1,22 @@
-"""GPU cards, the types they make up, and vGPU reservations. Database reads only; a
-release is recorded here and carried out by a worker."""
+"""GPU cards and the types they make up. Database reads only. (vGPU reservations and their
+release: clusters.api.views, beside the machines that hold them.)"""
 
 from __future__ import annotations
 
-from drf_spectacular.utils import OpenApiResponse, extend_schema
-from rest_framework import generics, status, viewsets
-from rest_framework.decorators import action
+from drf_spectacular.utils import extend_schema
+from rest_framework import generics, viewsets
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from capvco_web.api import ErrorSerializer, KnownParametersMixin, ReasonSerializer, Refused
-from capvco_web.api_input import CursorPagination
+from capvco_web.api import KnownParametersMixin
 from capvco_web.permissions import AccountScopedViewSetMixin, visible
-from capvco_web.tasks import send_on_commit
 from gpus.api.serializers import (
     GpuProfileSerializer,
     GpuTypeOfferSerializer,
-    VgpuReservationSerializer,
 )
-from gpus.filtersets import GpuProfileFilterSet, VgpuReservationFilterSet
-from gpus.models import GpuProfile, VgpuReservation
-from gpus.release_requests import reservation_release_request
+from gpus.filtersets import GpuProfileFilterSet
+from gpus.models import GpuProfile
 from gpus.resolve import offers
-from gpus.services import ReleaseRefused
-from gpus.tasks import reservation_release_task
 
 
 class GpuProfileViewSet(
@@ -54,45 +47,3 @@ class GpuTypesView(KnownParametersMixin, generics.GenericAPIView[GpuProfile]):
             for offer in offers(group)
         ]
         return Response(GpuTypeOfferSerializer(rows, many=True).data)
-
-
-class VgpuReservationViewSet(
-    KnownParametersMixin, AccountScopedViewSetMixin, viewsets.ReadOnlyModelViewSet[VgpuReservation]
-):
-    queryset = VgpuReservation.objects.select_related("location", "listed").order_by(
-        "location", "name"
-    )
-    serializer_class = VgpuReservationSerializer
-    filterset_class = VgpuReservationFilterSet
-    pagination_class = CursorPagination  # a big list: keyset pages, in id order
-    action_verbs = {"release": "release"}
-
-    @extend_schema(
-        request=ReasonSerializer,
-        responses={
-            202: VgpuReservationSerializer,
-            409: OpenApiResponse(
-                ErrorSerializer,
-                description="Refused, saying why and what to do instead (e.g. the GPU of a "
-                "machine: scale its pool down or delete the machine)",
-            ),
-        },
-    )
-    @action(detail=True, methods=["post"])
-    def release(self, request: Request, pk: str | None = None) -> Response:
-        """Ask for the reservation's release (detach, permanently), with a reason. The
-        request is recorded on the row at once; a worker carries it out. One attached to a
-        VM that no machine owns goes with that VM."""
-        reservation = self.get_object()
-        reason = ReasonSerializer(data=request.data)
-        reason.is_valid(raise_exception=True)
-        try:
-            reservation_release_request(
-                reservation=reservation, actor=request.user, reason=reason.validated_data["reason"]
-            )
-        except ReleaseRefused as exc:
-            raise Refused(str(exc), code="release_refused") from exc
-        send_on_commit(reservation_release_task, reservation.pk)
-        return Response(
-            VgpuReservationSerializer(reservation).data, status=status.HTTP_202_ACCEPTED
-        )

@@ -16,7 +16,7 @@ from cloud import services as cloud_services
 from cloud.models import Membership
 from clusters import services
 from clusters.models import Cluster, ClusterSite, MachinePool
-from gpus.release_requests import reservation_release_request
+from clusters.releases import reservation_release_request
 from tests.access.conftest import Tenant, World, caller_make
 from tests.factories import UserFactory
 

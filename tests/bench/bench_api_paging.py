@@ -48,7 +48,7 @@ from rest_framework.test import APIClient  # noqa: E402
 
 from capvco_web.api_input import CursorPagination, Pagination  # noqa: E402
 from cloud.models import Account, Location  # noqa: E402
-from gpus.api.views import VgpuReservationViewSet  # noqa: E402
+from clusters.api.views import VgpuReservationViewSet  # noqa: E402
 from gpus.models import VgpuReservation  # noqa: E402
 
 LOCATIONS = 10

@@ -1,4 +1,4 @@
-"""The leak ledger's rows for tests/clusters/test_costs.py's world."""
+"""The leak ledger's rows for tests/billing/test_costs.py's world."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from datetime import datetime
 from decimal import Decimal
 
 from billing.models import Leak
-from tests.clusters.test_costs import World
+from tests.billing.test_costs import World
 
 
 def world_leaks(world: World, since: datetime, until: datetime) -> None:

@@ -1,6 +1,6 @@
 """The money endpoints (billing.api): /api/v1/costs/ now and over time, the month to date
 and its forecast, the leak ledger and its summary, as JSON and as CSV, against figures
-computed by hand on the world of tests/clusters/test_costs.py (an hour of nl-ams: pool gpu
+computed by hand on the world of tests/billing/test_costs.py (an hour of nl-ams: pool gpu
 0.36 compute + 4 vGPU, pool cpu 0.04, orphans 1 + 0.03 EUR; ch-zrh: pool remote 0.16 + 2
 CHF), sampled by billing.rollups.rollups_take at fixed moments."""
 
@@ -25,7 +25,7 @@ from billing.selectors import SERIES_ROWS_MAX
 from clusters.models import MachinePool
 from gpus.models import VgpuReservation
 from tests.billing.support import world_leaks
-from tests.clusters.test_costs import World, gpus_make, machine_make, world_make
+from tests.billing.test_costs import World, gpus_make, machine_make, world_make
 from tests.factories import (
     AccountFactory,
     KubeNodeFactory,

@@ -1,6 +1,6 @@
 """The money history (billing.rollups, billing.selectors, billing.history): hourly samples
 taken once, days summed once, series, month to date and the forecast, against figures
-computed by hand on the world of tests/clusters/test_costs.py (an hour of nl-ams: pool gpu
+computed by hand on the world of tests/billing/test_costs.py (an hour of nl-ams: pool gpu
 0.36 compute + 4 vGPU, pool cpu 0.04, orphans 1 + 0.03 EUR; ch-zrh: pool remote 0.16 + 2
 CHF)."""
 
@@ -31,7 +31,7 @@ from cloud.models import Location
 from clusters.models import Machine
 from gpus.models import VgpuReservation
 from tests.billing.support import world_leaks
-from tests.clusters.test_costs import World, world_make
+from tests.billing.test_costs import World, world_make
 from tests.factories import GpuProfileFactory
 
 pytestmark = pytest.mark.django_db

@@ -17,7 +17,7 @@ from billing.idle import idle_record
 from billing.models import CostRollup, IdleSpell, Leak, Rollup
 from billing.tasks import billing_pass, leak_ledger_pass
 from kube.models import KubePod
-from tests.clusters.test_costs import World, world_make
+from tests.billing.test_costs import World, world_make
 from tests.factories import KubePodFactory, LocationFactory, MembershipFactory, kube_observed_as
 
 pytestmark = pytest.mark.django_db

@@ -1,7 +1,7 @@
 """The money on /metrics (billing.metrics): the rates now per location and cluster, the
 month to date per account and cluster, open leaks and what leaks cost this month, as an
 operator's Prometheus reads them, checked by promtool, against the hand-computed world of
-tests/clusters/test_costs.py (nl-ams: 5.43 EUR an hour with its orphans, of which the
+tests/billing/test_costs.py (nl-ams: 5.43 EUR an hour with its orphans, of which the
 cluster's machines 4.40; ch-zrh: 2.16 CHF)."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from django.utils import timezone
 from billing.models import Leak
 from billing.rollups import month_of, rollups_take
 from gpus.models import VgpuReservation
-from tests.clusters.test_costs import World, gpus_make, machine_make, world_make
+from tests.billing.test_costs import World, gpus_make, machine_make, world_make
 from tests.factories import AccountFactory, LocationFactory
 from tests.gpus.test_metrics import scraped, series_checked, value
 

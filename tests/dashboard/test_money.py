@@ -1,6 +1,6 @@
 """Money over time on the dashboard (dashboard.money, the overview's and a cluster page's
 money section, the leak ledger and the bill checks), against figures computed by hand on
-the world of tests/clusters/test_costs.py, sampled by billing.rollups.rollups_take.
+the world of tests/billing/test_costs.py, sampled by billing.rollups.rollups_take.
 
 An hour of that world costs, in nl-ams (EUR): cluster prod 4.40 (pool gpu 0.36 compute +
 4 vGPU, 1 of them idle; pool cpu 0.04) and orphans 1.03; in ch-zrh (CHF): prod 2.16 (pool
@@ -28,7 +28,7 @@ from clusters.models import Machine
 from dashboard.charts import Chart, LineChart, StackedBarChart
 from dashboard.money import cluster_money, overview_money
 from tests.billing.support import world_leaks
-from tests.clusters.test_costs import World, world_make
+from tests.billing.test_costs import World, world_make
 from tests.dashboard.test_queries import count_queries
 from tests.factories import (
     AccountFactory,

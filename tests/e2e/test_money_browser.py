@@ -19,7 +19,7 @@ from playwright.sync_api import Browser, Page, expect
 
 from billing.rollups import DAY, HOUR, month_of, rollups_take
 from tests.billing.support import world_leaks
-from tests.clusters.test_costs import World, world_make
+from tests.billing.test_costs import World, world_make
 from tests.e2e.test_dashboard_browser import PASSWORD, log_in
 
 pytestmark = pytest.mark.usefixtures("django_allow_async_unsafe", "screenshot_on_failure")

@@ -18,10 +18,9 @@ from capvco_web.models import AuditEvent
 from cloud.models import Account
 from cloud.whitesky import whitesky_client
 from clusters.models import Machine
-from clusters.releases import SweepResult
+from clusters.releases import SweepResult, reservation_release_request
 from clusters.tasks import orphan_sweep_all
 from gpus.models import GpuProfile, ListedVgpu, VgpuReservation
-from gpus.release_requests import reservation_release_request
 from gpus.services import ReleaseRefused, reservation_release
 from tests.factories import MembershipFactory
 from tests.gpus.conftest import BE, NL, Plane

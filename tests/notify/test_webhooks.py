@@ -36,7 +36,7 @@ from notify.services import (
     webhook_target_create,
     webhook_target_update,
 )
-from tests.clusters.test_costs import world_make
+from tests.billing.test_costs import world_make
 from tests.factories import (
     AccountFactory,
     KubePodFactory,

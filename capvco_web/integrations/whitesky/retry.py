@@ -8,6 +8,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from capvco_web.backoff import backoff_seconds
+
 
 @dataclass(frozen=True)
 class RetryPolicy:
@@ -29,6 +31,4 @@ class RetryPolicy:
         """Seconds to wait before retry number `retry` (0 for the first retry)."""
         if retry_after is not None and retry_after >= 0:
             return min(retry_after, self.max_retry_after)
-        ceiling = min(self.max_delay, self.base_delay * (2.0**retry))
-        # "Equal jitter": at least half the backoff, so retries never bunch up at zero.
-        return ceiling / 2 + rng.uniform(0, ceiling / 2)
+        return backoff_seconds(retry, base=self.base_delay, cap=self.max_delay, rng=rng)

@@ -1,4 +1,4 @@
-"""What things cost per hour now, at whitesky's own prices (clusters.costs; the API's
+"""What things cost per hour now, at whitesky's own prices (billing.costs; the API's
 answers are in tests/billing/test_costs_api.py), against prices computed by hand.
 
 The prices are chosen so that an hour is a round figure (a month is 730 h):
@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
+from billing.costs import costs_by, gpu_node_costs, machine_costs
 from cloud.models import Account, Location
-from clusters.costs import costs_by, gpu_node_costs, machine_costs
 from clusters.models import Cluster, Machine, MachinePool
 from gpus.models import VgpuReservation
 from kube.models import KubePod

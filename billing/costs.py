@@ -41,15 +41,13 @@ from django.db.models import Count, Exists, OuterRef, QuerySet, Subquery, Sum
 from cloud.models import Location, VirtualMachine
 from clusters.models import Machine, MachinePool
 from clusters.orphans import vm_orphans_list
-from gpus.models import BILLED_STATES, VgpuReservation, hourly_price
+from gpus.models import BILLED_STATES, HOURLY_PLACES, VgpuReservation, hourly_price
 from gpus.selectors import orphans_list
 from kube.models import KubeNode, KubePod
 from kube.selectors import ACTIVE_POD_PHASES
 
 GroupBy = Literal["account", "location", "cluster", "pool", "namespace"]
 GROUP_BY: tuple[GroupBy, ...] = ("account", "location", "cluster", "pool", "namespace")
-# What an hourly figure is shown to: a cent a month is 0.0000137 per hour.
-HOURLY_PLACES = Decimal("0.0001")
 ZERO = Decimal(0)
 
 
