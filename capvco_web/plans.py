@@ -21,7 +21,7 @@ from datetime import datetime
 from typing import Literal, Protocol
 
 from django.conf import settings
-from django.db.models import Subquery
+from django.db import connection
 from django.utils import timezone
 
 from capvco_web.integrations.whitesky import operations as ops
@@ -130,10 +130,16 @@ class PassRecord:
             plan_ms=self.plan_ms,
             act_ms=self.act_ms,
         )
-        # One DELETE: every row of the scope older than the last kept.
-        same = PlanPass.objects.filter(scope=self.scope, scope_id=self.scope_id)
-        oldest_kept = same.order_by("-pk").values("pk")[settings.PLAN_PASSES_KEPT - 1 :][:1]
-        same.filter(pk__lt=Subquery(oldest_kept)).delete()
+        # One statement, outside a transaction of its own: every row of the scope older
+        # than the last kept. (QuerySet.delete() would wrap it in BEGIN and COMMIT.)
+        table = connection.ops.quote_name(PlanPass._meta.db_table)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"DELETE FROM {table} WHERE scope = %s AND scope_id = %s AND id < ("  # noqa: S608
+                f"SELECT id FROM {table} WHERE scope = %s AND scope_id = %s"
+                " ORDER BY id DESC LIMIT 1 OFFSET %s)",
+                [self.scope, self.scope_id] * 2 + [settings.PLAN_PASSES_KEPT - 1],
+            )
 
 
 class Stopwatch:
