@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from capvco_web.rows import model_update
 from clusters.models import Cluster, Machine
 from gpus import naming
 from kube.models import KubeNode, MachineNode
@@ -26,6 +25,9 @@ PROVIDER_ID_PREFIX = "vco://"
 _PROVIDER_ID = re.compile(r"^vco://([^/]+)/([0-9]{1,18})$")
 # Nodes of a control plane that no pool of ours made are not flagged as unowned.
 CONTROL_PLANE_LABELS = ("node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master")
+# What the observer writes of a machine's node (MachineNode), and how many rows a statement takes.
+NODE_STATE = ("vm_id", "joined_at", "missing", "missing_reason")
+BATCH = 1000
 
 
 def provider_id(location: str, vm_id: int) -> str:
@@ -141,6 +143,8 @@ def node_owners_flag(
     # The flags of the machines' present VMs: those of a VM the machine no longer has (it
     # was given a new one) start again, unjoined.
     due_before = listed_at - join_timeout
+    to_make: list[MachineNode] = []
+    to_change: list[MachineNode] = []
     for machine in machines:
         row = machine_node(machine)
         now_vm = row if row is not None and row.vm_id == machine.vm_id else None
@@ -164,10 +168,15 @@ def node_owners_flag(
         state |= {"missing": due, "missing_reason": reason}
         if row is None:
             if joined_at is not None or due:
-                MachineNode.objects.create(machine=machine, **state)
-                counts.machines += 1
-        elif model_update(row, state):
-            counts.machines += 1
+                to_make.append(MachineNode(machine=machine, **state))
+        elif any(getattr(row, name) != value for name, value in state.items()):
+            for name, value in state.items():
+                setattr(row, name, value)
+            to_change.append(row)
+    # A few statements for the whole cluster, however many machines joined or left.
+    MachineNode.objects.bulk_create(to_make, batch_size=BATCH)
+    MachineNode.objects.bulk_update(to_change, list(NODE_STATE), batch_size=BATCH)
+    counts.machines += len(to_make) + len(to_change)
     return counts
 
 

@@ -153,15 +153,15 @@ def cluster_kube_observe(*, client: KubeClient, cluster: Cluster) -> KubeObserva
 
 
 def observation_record(cluster: Cluster, stamp: Mapping[str, Any]) -> None:
-    """Stamp the cluster's observation (its row made at the first): one write."""
-    observation = cluster_observation(cluster)
-    for name, value in stamp.items():
-        setattr(observation, name, value)
-    if observation._state.adding:
-        observation.save()
-        cluster.kube_observation = observation
+    """Stamp the cluster's observation: one write (its row made at the first)."""
+    if not ClusterObservation.objects.filter(pk=cluster.pk).update(**stamp):
+        ClusterObservation.objects.create(cluster=cluster, **stamp)
+    # The row read with the cluster, if it was, says what was written.
+    if (held := cluster._state.fields_cache.get("kube_observation")) is not None:
+        for name, value in stamp.items():
+            setattr(held, name, value)
     else:
-        ClusterObservation.objects.filter(pk=cluster.pk).update(**stamp)
+        cluster._state.fields_cache.pop("kube_observation", None)
 
 
 def _watched(mirrored: str) -> kube.Listing[Any]:

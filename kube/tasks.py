@@ -44,7 +44,12 @@ def observe_cluster_kube(cluster_id: int) -> None:
     GPU nodes that advertise no GPU, and read the GPU add-on's DaemonSet; then carry out
     the plan of what the control plane writes there (kube.plan): the GPU labels of its
     nodes and the GPU add-on."""
-    cluster = kube_observed().filter(pk=cluster_id).first()
+    cluster = (
+        kube_observed()
+        .select_related("kube_observation", "gpu_addon_state")
+        .filter(pk=cluster_id)
+        .first()
+    )
     if cluster is None:
         return  # deleted, deleting, or its kubeconfig removed since the fan-out
     with object_lock(f"observe-kube:{cluster_id}") as taken:

@@ -28,6 +28,7 @@ from billing.tasks import bill_check_account, billing_pass, leak_ledger_pass
 from capvco_web.audit import SystemActor
 from cloud.whitesky import whitesky_client
 from clusters.models import Cluster, Machine, MachinePool
+from clusters.releases import reservation_release_request
 from clusters.services import (
     cluster_delete,
     cluster_kubeconfig_set,
@@ -36,7 +37,6 @@ from clusters.services import (
     pool_scale,
 )
 from gpus.models import GpuProfile, VgpuReservation
-from gpus.release_requests import reservation_release_request
 from kube.client import kube_client
 from kube.nodes import provider_id
 from kube.observe import cluster_kube_observe

@@ -109,7 +109,11 @@ def measured(sim: KubeSimulator) -> Iterator[Measurement]:
 
 def observe_all(sim: KubeSimulator) -> Measurement:
     with measured(sim) as m:
-        for cluster in Cluster.objects.exclude(kubeconfig="").order_by("name"):
+        for cluster in (
+            Cluster.objects.exclude(kubeconfig="")
+            .select_related("kube_observation", "gpu_addon_state")  # as kube.tasks reads it
+            .order_by("name")
+        ):
             with kube_client(cluster) as client:
                 result = cluster_kube_observe(client=client, cluster=cluster)
             m.row_writes += result.writes
