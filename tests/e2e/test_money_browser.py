@@ -31,16 +31,18 @@ SCREENSHOTS = Path(
 
 @pytest.fixture
 def sampled(transactional_db: None, settings: Any) -> tuple[World, list[datetime]]:
-    """The costs world, sampled at midnight of each day of this month so far: each day
-    has one hour of history (prod 4.40 EUR; prod 2.16 CHF) and the ledger's leaks of that
-    hour (orphans 1.03 EUR)."""
+    """The costs world, sampled at midnight of each day of this month whose first hour is
+    over: each such day has one hour of history (prod 4.40 EUR; prod 2.16 CHF) and the
+    ledger's leaks of that hour (orphans 1.03 EUR)."""
     settings.DASHBOARD_POLL_SECONDS = 60
     User.objects.create_superuser("admin", password=PASSWORD)
     world = world_make()
     now = timezone.now()
     days = []
     day = month_of(now)
-    while day <= now:
+    # Only days whose first hour is over: a leak of an hour still running costs only its
+    # part so far (at 00:20 UTC, today's orphans are 0.22, not 1.03).
+    while day + HOUR <= now:
         rollups_take(now=day)
         world_leaks(world, day, day + HOUR)
         days.append(day)
@@ -82,6 +84,8 @@ def test_the_overview_and_a_cluster_page_draw_their_money_charts(
     page: Page, browser: Browser, live_server: Any, sampled: tuple[World, list[datetime]]
 ) -> None:
     world, days = sampled
+    if not days:
+        pytest.skip("the month's first hour: no day of it has a whole hour to chart yet")
     refused: list[str] = []
     page.on("console", lambda message: refused.append(message.text))
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
@@ -99,7 +103,8 @@ def test_the_overview_and_a_cluster_page_draw_their_money_charts(
     _drawn(page, "cost-eur")
     _bars_match_table(page, "cost-eur", eur)
     waste = _table(page, "waste-chf")
-    assert [row["idle GPUs"] for row in waste] == ["2.00"] * len(days)  # node-4, 2 CHF/h
+    idle = [row["idle GPUs"] for row in waste if row["day"] in sampled_days]
+    assert idle == ["2.00"] * len(days)  # node-4, 2 CHF/h
     _drawn(page, "waste-chf")
     assert page.locator("#chart-waste-chf svg polyline.line").count() == 2
     page.screenshot(path=str(SCREENSHOTS / "overview.png"), full_page=True)

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
+from capvco_web.plans import StepDropped
 from cloud.whitesky import whitesky_client
 from clusters.models import Machine, MachineDeletion
 from clusters.plan import cluster_plan
@@ -21,7 +24,7 @@ def test_a_deletion_asked_after_the_plan_stops_its_step_without_touching_acts_ro
     cluster = plane.cluster("prod", sites=(NL,))
     pool = plane.pool(cluster, "cpu")
     plane.observe()
-    made = machine_create(pool_id=pool.pk, index=0)
+    made = machine_create(pool_id=pool.pk, index=0, name=f"{pool.name}-0")
     assert made is not None
     (step,) = [s for s in cluster_plan(cluster).steps if s.machine_id == made.pk]
     assert step.kind == "provision"
@@ -33,9 +36,11 @@ def test_a_deletion_asked_after_the_plan_stops_its_step_without_touching_acts_ro
     assert (asked.requested_by, asked.reason) == (admin_user, "not needed")
     row = Machine.objects.get(pk=made.pk)
     assert (row.updated_at, row.delete_requested) == (step.seen, False)
-    with whitesky_client(plane.account) as client:
-        result = machine_reconcile(PassContext(client), step)
-    assert "changed since the plan; dropped" in result.error
+    with (
+        whitesky_client(plane.account) as client,
+        pytest.raises(StepDropped, match="changed since the plan; dropped"),
+    ):
+        machine_reconcile(PassContext(client), step)
     assert plane.sim_vms() == []  # no VM made for a machine asked away
 
     # The next plan tears it down, and act takes the request up on its own row.
