@@ -16,7 +16,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
-from capvco_web.models import AuditEvent
+from capvco_web.models import AuditEvent, PlanPass
 from clusters.models import Cluster, Machine, MachinePool
 from gpus.models import VgpuReservation
 from kube.client import kube_client
@@ -30,7 +30,7 @@ from kube.gpu_addon import (
 from kube.gpu_nodes import GPU_COUNT_LABEL, GPU_TYPE_LABEL, gpu_label_value
 from kube.models import KubeNode
 from kube.observe import cluster_kube_observe
-from kube.plan import kube_plan, kube_steps_act
+from kube.plan import ADDON_APPLY, NODE_LABELS, kube_plan, kube_steps_act
 from kube.tasks import observe_cluster_kube
 from tests.factories import (
     GpuProfileFactory,
@@ -548,3 +548,21 @@ def test_an_addon_replace_from_a_stale_read_is_refused_dropped_and_planned_again
     assert writes(kube_sim) == []
     held = gpu_addon_state_of(pool.cluster_id)
     assert held.resource_version == daemonset(apps).metadata.resource_version
+
+
+def test_the_kubernetes_steps_go_through_the_dispatcher_and_their_pass_is_kept(
+    kube_sim: KubeSimulator, sim_cluster: SimCluster, pool: MachinePool
+) -> None:
+    """Node labels and the add-on's apply are steps like a machine's: carried out by the
+    one dispatcher, and the pass (what was planned, what came of each step) is on the
+    cluster's record; a pass with nothing left to do keeps nothing."""
+    Cluster.objects.filter(pk=pool.cluster_id).update(gpu_addon=True)
+
+    run(pool)  # labels missing, the add-on not there: both written
+    run(pool)  # found as they should be: nothing planned
+
+    (kept,) = PlanPass.objects.filter(scope=PlanPass.Scope.CLUSTER, scope_id=pool.cluster_id)
+    kinds = [step["kind"] for step in kept.planned]
+    assert ADDON_APPLY in kinds and NODE_LABELS in kinds
+    assert [(o["kind"], o["outcome"]) for o in kept.outcomes] == [(k, "ran") for k in kinds]
+    assert any(w.startswith("create daemonsets") for w in writes(kube_sim))
