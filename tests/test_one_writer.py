@@ -72,6 +72,8 @@ def _writer(table: str) -> str | None:
                 return None
         frame = frame.f_back  # type: ignore[assignment]
     for frame_summary in _stack():
+        if frame_summary.startswith("<"):
+            continue  # code made at run time (a dataclass's __init__, "<string>"): no module
         path = Path(frame_summary).resolve()
         if not path.is_relative_to(ROOT) or {".venv", "tests"} & set(path.parts):
             continue
