@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from capvco_web.rows import fields_assign
 from clusters.models import Cluster, Machine
 from gpus import naming
 from kube.models import KubeNode, MachineNode
@@ -169,9 +170,7 @@ def node_owners_flag(
         if row is None:
             if joined_at is not None or due:
                 to_make.append(MachineNode(machine=machine, **state))
-        elif any(getattr(row, name) != value for name, value in state.items()):
-            for name, value in state.items():
-                setattr(row, name, value)
+        elif fields_assign(row, state):
             to_change.append(row)
     # A few statements for the whole cluster, however many machines joined or left.
     MachineNode.objects.bulk_create(to_make, batch_size=BATCH)

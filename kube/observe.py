@@ -156,12 +156,14 @@ def observation_record(cluster: Cluster, stamp: Mapping[str, Any]) -> None:
     """Stamp the cluster's observation: one write (its row made at the first)."""
     if not ClusterObservation.objects.filter(pk=cluster.pk).update(**stamp):
         ClusterObservation.objects.create(cluster=cluster, **stamp)
-    # The row read with the cluster, if it was, says what was written.
-    if (held := cluster._state.fields_cache.get("kube_observation")) is not None:
-        for name, value in stamp.items():
-            setattr(held, name, value)
-    else:
-        cluster._state.fields_cache.pop("kube_observation", None)
+    # The row read with the cluster says what was written; "no row", read before the
+    # first stamp made it, is forgotten so that the next read finds it.
+    cached = Cluster.kube_observation.related
+    if cached.is_cached(cluster):
+        if (held := cached.get_cached_value(cluster)) is not None:
+            fields_assign(held, stamp)
+        else:
+            cached.delete_cached_value(cluster)
 
 
 def _watched(mirrored: str) -> kube.Listing[Any]:
