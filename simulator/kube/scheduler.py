@@ -45,6 +45,7 @@ logger = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 GPU = "nvidia.com/gpu"
+DEFAULT_SCHEDULER = "default-scheduler"  # pods naming another scheduler are left to it
 RUN_SECONDS = "sim.capvco.io/run-seconds"
 START_DELAY = 1.0  # seconds from binding to Running: the image pulled, the containers started
 STOP_DELAY = 1.0  # seconds a pod being deleted takes to stop
@@ -57,9 +58,10 @@ UNSCHEDULABLE_TAINT = {"key": "node.kubernetes.io/unschedulable", "effect": "NoS
 NO_VICTIMS = "No preemption victims found for incoming pod"
 NOT_HELPFUL = "Preemption is not helpful for scheduling"
 _SUFFIXES = {
-    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
-    "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"),
-    "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
+    "Ki": Decimal(2**10), "Mi": Decimal(2**20), "Gi": Decimal(2**30), "Ti": Decimal(2**40),
+    "Pi": Decimal(2**50), "Ei": Decimal(2**60), "n": Decimal("1e-9"), "u": Decimal("1e-6"),
+    "m": Decimal("1e-3"), "k": Decimal(10**3), "M": Decimal(10**6), "G": Decimal(10**9),
+    "T": Decimal(10**12), "P": Decimal(10**15), "E": Decimal(10**18),
 }  # fmt: skip
 
 
@@ -73,7 +75,7 @@ def quantity(text: Any) -> Decimal:
     text = str(text).strip()
     for suffix in sorted(_SUFFIXES, key=len, reverse=True):
         if text.endswith(suffix):
-            text, scale = text[: -len(suffix)], Decimal(_SUFFIXES[suffix])
+            text, scale = text[: -len(suffix)], _SUFFIXES[suffix]
             break
     else:
         scale = Decimal(1)
@@ -210,7 +212,7 @@ def schedule(state: ClusterState) -> None:
         if on in free and not _finished(pod):
             for name, value in requests_of(pod).items():
                 free[on][name] = free[on].get(name, Decimal(0)) - value
-        elif not on and not _finished(pod) and not pod["metadata"].get("deletionTimestamp"):
+        elif not on and _waits(pod):
             waiting.append(pod)
     waiting.sort(
         key=lambda p: (
@@ -242,6 +244,15 @@ def schedule(state: ClusterState) -> None:
             free[best][resource] = free[best].get(resource, Decimal(0)) - value
         binding = {"target": {"kind": "Node", "name": best}}
         pods.bind(state, meta["namespace"], meta["name"], binding, dry_run=False)
+
+
+def _waits(pod: Obj) -> bool:
+    """A pod for this scheduler to place (one on no node yet)."""
+    return (
+        not _finished(pod)
+        and not pod["metadata"].get("deletionTimestamp")
+        and pod["spec"].get("schedulerName", DEFAULT_SCHEDULER) == DEFAULT_SCHEDULER
+    )
 
 
 def collect_orphans(state: ClusterState) -> None:
@@ -295,15 +306,21 @@ class Scheduler:
         self.interval = interval
         self._monotonic = monotonic
         self._since: dict[str, float] = {}  # pod uid: when its current state was first seen
+        # A cluster's resourceVersion at its last pass: unchanged, scheduling again would
+        # decide the same.
+        self._passed: dict[ClusterState, int] = {}
         simulator.kubelets = True
 
     def step(self) -> None:
         with self.simulator.lock:
             seen: set[str] = set()
+            passed, self._passed = self._passed, {}
             for state in list(self.simulator.clusters.values()):
                 collect_orphans(state)
-                schedule(state)
+                if passed.get(state) != state.resource_version:
+                    schedule(state)
                 self._kubelets(state, seen)
+                self._passed[state] = state.resource_version
             self._since = {uid: t for uid, t in self._since.items() if uid in seen}
 
     def run(self, stop: threading.Event) -> None:
