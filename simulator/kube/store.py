@@ -20,7 +20,8 @@ Rules kept from the real server:
 * `dry_run`: a write checked and answered in full, and nothing stored.
 * The workload controllers' part, in a blink: once a DaemonSet or Deployment changed,
   its status says it is rolled out (every matching node, every replica ready), so
-  `kubectl rollout status` ends.
+  `kubectl rollout status` ends. A PodDisruptionBudget's status follows its pods the same
+  way (simulator/kube/pods.py).
 """
 
 from __future__ import annotations
