@@ -207,3 +207,24 @@ def test_a_job_pod_is_bound_but_started_by_the_job_simulation(
     assert wait_for(lambda: node_of(core, "job-pod")) == "n1"
     time.sleep(0.5)  # five times the start delay at this time scale
     assert core.read_namespaced_pod("job-pod", "default").status.phase == "Pending"
+
+
+def test_taints_keep_pods_off_unless_tolerated_and_a_not_ready_node_takes_none(
+    scheduling: KubeSimulator, cluster: SimCluster, core: kubernetes.client.CoreV1Api
+) -> None:
+    tainted = node_object("gpu-0", gpus=1)
+    tainted["spec"]["taints"] = [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]
+    scheduling.put("prod", tainted, node_object("gpu-1", gpus=1, ready=False))
+    core.create_namespaced_pod("default", gpu_pod("plain", 1))
+
+    told = wait_for(lambda: scheduled(core, "plain"))
+
+    assert told.message == (
+        "0/2 nodes are available: 1 node(s) had untolerated taint {node.kubernetes.io/not-ready: "
+        "}, 1 node(s) had untolerated taint {nvidia.com/gpu: true}. preemption: 0/2 nodes are "
+        "available: 2 Preemption is not helpful for scheduling."
+    )
+    tolerating = gpu_pod("tolerating", 1)
+    tolerating["spec"]["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists"}]
+    core.create_namespaced_pod("default", tolerating)
+    assert wait_for(lambda: node_of(core, "tolerating")) == "gpu-0"
