@@ -27,7 +27,7 @@ Job controller's kubelet's (simulator/kube/jobs.py), not these kubelets'.
 
 from __future__ import annotations
 
-import logging
+import json
 import threading
 import time
 from collections.abc import Callable
@@ -41,7 +41,6 @@ if TYPE_CHECKING:
     from simulator.kube.server import Simulator
     from simulator.kube.store import ClusterState
 
-logger = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 GPU = "nvidia.com/gpu"
@@ -222,8 +221,14 @@ def schedule(state: ClusterState) -> None:
             p["metadata"]["name"],
         )
     )
+    # Free resources only shrink during a pass: a pod like one that fit nowhere fits nowhere.
+    unfit: dict[str, str] = {}
     for pod in waiting:
         asked = requests_of(pod)
+        shape = _shape(pod, asked)
+        if shape in unfit:
+            _tell_unschedulable(state, pod, unfit[shape])
+            continue
         misfits, fitting = [], []
         for node in nodes:
             name = node["metadata"]["name"]
@@ -234,8 +239,8 @@ def schedule(state: ClusterState) -> None:
                 fitting.append(name)
         meta = pod["metadata"]
         if not fitting:
-            message = unschedulable_message(len(nodes), misfits)
-            _tell_unschedulable(state, pod, message)
+            unfit[shape] = unschedulable_message(len(nodes), misfits)
+            _tell_unschedulable(state, pod, unfit[shape])
             continue
         best = min(
             fitting, key=lambda name: (-_allocated(allocatable[name], free[name], asked), name)
@@ -244,6 +249,13 @@ def schedule(state: ClusterState) -> None:
             free[best][resource] = free[best].get(resource, Decimal(0)) - value
         binding = {"target": {"kind": "Node", "name": best}}
         pods.bind(state, meta["namespace"], meta["name"], binding, dry_run=False)
+
+
+def _shape(pod: Obj, asked: dict[str, Decimal]) -> str:
+    """What the filters read of a pod: two pods of one shape fit the same nodes."""
+    spec = pod["spec"]
+    wanted = [spec.get(f) for f in ("nodeSelector", "affinity", "tolerations")]
+    return json.dumps([sorted((k, str(v)) for k, v in asked.items()), wanted], sort_keys=True)
 
 
 def _waits(pod: Obj) -> bool:
