@@ -13,8 +13,9 @@ from typing import Any
 
 import kubernetes
 import pytest
+import requests
 
-from tests.kube_sim import KubeSimulator, SimCluster, node_object
+from tests.kube_sim import KubeSimulator, SimCluster, node_object, pod_object
 
 KUBECTL = "/usr/bin/kubectl"
 GPU_TYPE = "capvco.io/gpu-type"
@@ -228,3 +229,34 @@ def test_taints_keep_pods_off_unless_tolerated_and_a_not_ready_node_takes_none(
     tolerating["spec"]["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists"}]
     core.create_namespaced_pod("default", tolerating)
     assert wait_for(lambda: node_of(core, "tolerating")) == "gpu-0"
+
+
+def test_the_binding_subresource_binds_once_and_without_kubelets_an_eviction_deletes_at_once(
+    kube_sim: KubeSimulator,
+) -> None:
+    other = kube_sim.cluster("manual")
+    kube_sim.put("manual", pod_object("waiting", phase="Pending"))
+
+    def post(path: str, body: dict[str, Any]) -> requests.Response:
+        return requests.post(
+            f"{other.server}/api/v1/namespaces/default/pods/waiting/{path}",
+            json=body,
+            headers={"Authorization": f"Bearer {other.token}"},
+            verify=other.ca_file,
+            timeout=10,
+        )
+
+    binding = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "waiting"},
+               "target": {"apiVersion": "v1", "kind": "Node", "name": "n1"}}  # fmt: skip
+    bound = post("binding", binding)
+    again = post("binding", binding)
+
+    assert bound.status_code == 201
+    assert (again.status_code, again.json()["message"]) == (
+        409,
+        'Operation cannot be fulfilled on pods/binding "waiting": pod waiting is already '
+        'assigned to node "n1"',
+    )
+    evicted = post("eviction", {"apiVersion": "policy/v1", "kind": "Eviction"})
+    assert evicted.status_code == 201
+    assert kube_sim.state("manual")["counts"]["pods"] == 0
