@@ -131,16 +131,12 @@ def _seen_shown(seen: Sequence[GpuSeen]) -> str:
     return ", ".join(f"{n} x {name}" for name, n in counts.items()) or "no GPU"
 
 
-def judge(
-    seen: Sequence[GpuSeen], billed_type: str, billed_count: int, driver_min: str
-) -> Verdict:
+def judge(seen: Sequence[GpuSeen], billed_type: str, billed_count: int, driver_min: str) -> Verdict:
     """Whether the node's pods see what is billed: the count, each GPU of the billed type
     (gpus.type_names), and each driver at least `driver_min` when it is set."""
     reasons = []
     if len(seen) != billed_count or not all(is_of_type(gpu.name, billed_type) for gpu in seen):
-        reasons.append(
-            f"billed {billed_type} x {billed_count}, the node sees {_seen_shown(seen)}"
-        )
+        reasons.append(f"billed {billed_type} x {billed_count}, the node sees {_seen_shown(seen)}")
     if driver_min:
         for driver in sorted({gpu.driver_version or "" for gpu in seen}):
             if not driver:
