@@ -41,9 +41,9 @@ def name_words(name: str) -> tuple[str, ...]:
         for w in re.split(r"[\s\-]+", without_pci_address(name).lower())
         if w and w not in VENDOR_WORDS
     ]
-    if len(words) >= 2 and _VGPU_SIZE.fullmatch(words[1]):
-        if board := _VGPU_BOARD.fullmatch(words[0]):
-            words[0] = board.group(1)
+    vgpu = len(words) >= 2 and _VGPU_SIZE.fullmatch(words[1])
+    if vgpu and (board := _VGPU_BOARD.fullmatch(words[0])):
+        words[0] = board.group(1)
     return tuple(words)
 
 

@@ -104,7 +104,8 @@ def test_no_output_is_no_gpu() -> None:
         ),
         ("No devices were found", "line 1 has 1 values, not 8: 'No devices were found'"),
         (
-            "0, NVIDIA H200, u, b, 580.1, 1, Disabled, 9.0\nx, NVIDIA H200, u, b, 580.1, 1, Disabled, 9.0",
+            "0, NVIDIA H200, u, b, 580.1, 1, Disabled, 9.0\n"
+            "x, NVIDIA H200, u, b, 580.1, 1, Disabled, 9.0",
             "line 2: the index is not a number: 'x, NVIDIA H200",
         ),
         (
