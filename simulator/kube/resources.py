@@ -155,6 +155,12 @@ PDBS = ResourceType(
     status_on_create=STATUS_ON_CREATE_DROP, short_names=("pdb",),
 )  # fmt: skip
 
+# Their controller and their pods' kubelet are in simulator/kube/jobs.py (``--schedule``).
+JOBS = ResourceType(
+    "batch", "v1", "jobs", "Job", namespaced=True, status_on_create=STATUS_ON_CREATE_DROP,
+    categories=("all",),
+)  # fmt: skip
+
 SERVICE_ACCOUNTS = ResourceType(
     "", "v1", "serviceaccounts", "ServiceAccount", namespaced=True, status_subresource=False,
     short_names=("sa",),
@@ -172,7 +178,7 @@ RBAC = tuple(
 
 BUILTIN: tuple[ResourceType, ...] = (
     NODES, PODS, NAMESPACES, CONFIGMAPS, SECRETS, SERVICE_ACCOUNTS, DAEMONSETS, DEPLOYMENTS,
-    CRDS, *RBAC, PDBS,
+    CRDS, *RBAC, PDBS, JOBS,
 )  # fmt: skip
 
 

@@ -34,7 +34,7 @@ from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any
 
-from simulator.kube import pods
+from simulator.kube import jobs, pods
 from simulator.kube.resources import NODES, PODS
 
 if TYPE_CHECKING:
@@ -331,8 +331,11 @@ class Scheduler:
                 collect_orphans(state)
                 if passed.get(state) != state.resource_version:
                     schedule(state)
-                self._kubelets(state, seen)
+                # What the Jobs and kubelets change next (a pod made, one that ended and
+                # freed its GPUs) is scheduled on the next pass.
                 self._passed[state] = state.resource_version
+                jobs.step(state, self._due, seen)
+                self._kubelets(state, seen)
             self._since = {uid: t for uid, t in self._since.items() if uid in seen}
 
     def run(self, stop: threading.Event) -> None:

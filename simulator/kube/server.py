@@ -26,7 +26,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from simulator.kube import errors, openapi, patches, pods, tables
+from simulator.kube import errors, jobs, openapi, patches, pods, tables
 from simulator.kube.errors import StatusError
 from simulator.kube.faults import Fault, FaultPlan, FaultSpecError
 from simulator.kube.resources import PODS, ResourceType, custom_type
@@ -235,6 +235,10 @@ class Simulator:
                     graceful=self.kubelets,
                 )  # fmt: skip
                 status = 201
+            elif route.subresource == "log":
+                pod = state.get(rt, route.namespace, route.name)
+                text = jobs.log(state, pod, request.param("container") or "")
+                return Reply(200, _log_limited(text, request).encode(), content_type="text/plain")
             elif route.verb == "get":
                 answer, status = state.get(rt, route.namespace, route.name), 200
             elif route.verb == "create":
@@ -644,6 +648,8 @@ def _route(state: ClusterState, method: str, path: str, request: Request) -> Rou
         if verb is None:
             raise errors.method_not_allowed(method, rt)
         return Route(verb, rt, namespace, rest[1])
+    if len(rest) == 3 and method == "GET" and rest[2] == "log" and rt == PODS:
+        return Route("get", rt, namespace, rest[1], "log")
     if len(rest) == 3 and method == "POST" and rest[2] in {a[0] for a in rt.actions}:
         return Route("create", rt, namespace, rest[1], rest[2])
     if len(rest) == 3 and (
@@ -654,6 +660,18 @@ def _route(state: ClusterState, method: str, path: str, request: Request) -> Rou
             raise errors.method_not_allowed(method, rt)
         return Route(verb, rt, namespace, rest[1], rest[2])
     raise StatusError(404, "the server could not find the requested resource")
+
+
+def _log_limited(text: str, request: Request) -> str:
+    """A log as `tailLines` and `limitBytes` ask for it."""
+    tail = request.param("tailLines")
+    if tail and tail.isdigit():
+        lines = text.splitlines(keepends=True)
+        text = "".join(lines[-int(tail) :]) if int(tail) else ""
+    limit = request.param("limitBytes")
+    if limit and limit.isdigit():
+        text = text.encode()[: int(limit)].decode(errors="ignore")
+    return text
 
 
 def _discovery(state: ClusterState, parts: list[str], request: Request) -> Any:

@@ -111,6 +111,7 @@ class ClusterState:
         self.history_floor = 0  # a watch from an older resourceVersion is 410 Expired
         self.changed: threading.Condition | None = None  # notified on every write
         self.removed = False  # watches of a removed cluster end
+        self.pod_logs: dict[str, dict[str, str]] = {}  # pod uid: container: output
         for rt in BUILTIN:
             self.register(rt)
         for namespace in DEFAULT_NAMESPACES:
@@ -178,6 +179,7 @@ class ClusterState:
         """Delete a stored object: the next resourceVersion, and a DELETED event whose
         object carries it, as the real server's does."""
         old = self.objects[rt_key].pop(key)
+        self.pod_logs.pop(old["metadata"].get("uid", ""), None)  # a pod's logs go with it
         self.resource_version += 1
         gone = {
             **old,

@@ -195,19 +195,25 @@ def test_a_pod_with_run_seconds_runs_then_succeeds(
     assert wait_for(lambda: node_of(core, "next")) == "a100-0"
 
 
-def test_a_job_pod_is_bound_but_started_by_the_job_simulation(
-    scheduling: KubeSimulator, cluster: SimCluster, core: kubernetes.client.CoreV1Api
+def test_a_jobs_pod_without_a_node_is_bound_here_and_run_by_the_jobs_kubelet(
+    scheduling: KubeSimulator,
+    cluster: SimCluster,
+    api_client: kubernetes.client.ApiClient,
+    core: kubernetes.client.CoreV1Api,
 ) -> None:
     scheduling.put("prod", node_object("n1", gpus=1))
-    pod = gpu_pod("job-pod", 1)
-    pod["metadata"]["ownerReferences"] = [
-        {"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "u-1", "controller": True}
-    ]
-    core.create_namespaced_pod("default", pod)
+    template = {
+        "spec": {"restartPolicy": "Never", "containers": gpu_pod("x", 1)["spec"]["containers"]}
+    }
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"},
+           "spec": {"backoffLimit": 0, "template": template}}  # fmt: skip
+    kubernetes.client.BatchV1Api(api_client).create_namespaced_job("default", job)
 
-    assert wait_for(lambda: node_of(core, "job-pod")) == "n1"
-    time.sleep(0.5)  # five times the start delay at this time scale
-    assert core.read_namespaced_pod("job-pod", "default").status.phase == "Pending"
+    def pod() -> Any:
+        found = core.list_namespaced_pod("default", label_selector="job-name=j").items
+        return found[0] if found and found[0].status.phase == "Succeeded" else None
+
+    assert wait_for(pod).spec.node_name == "n1"
 
 
 def test_taints_keep_pods_off_unless_tolerated_and_a_not_ready_node_takes_none(
@@ -260,3 +266,19 @@ def test_the_binding_subresource_binds_once_and_without_kubelets_an_eviction_del
     evicted = post("eviction", {"apiVersion": "policy/v1", "kind": "Eviction"})
     assert evicted.status_code == 201
     assert kube_sim.state("manual")["counts"]["pods"] == 0
+
+
+def test_a_pod_that_ended_frees_its_gpus_for_one_that_waits(
+    scheduling: KubeSimulator, cluster: SimCluster, core: kubernetes.client.CoreV1Api
+) -> None:
+    scheduling.put("prod", node_object("n1", gpus=1))
+    core.create_namespaced_pod(
+        "default", gpu_pod("first", 1, annotations={"sim.capvco.io/run-seconds": "20"})
+    )
+    assert wait_for(lambda: node_of(core, "first")) == "n1"
+    core.create_namespaced_pod("default", gpu_pod("second", 1))
+    assert wait_for(lambda: scheduled(core, "second"))  # told why it waits
+
+    # Nothing else changes in the cluster: the first pod's end alone lets the second in.
+    assert wait_for(lambda: node_of(core, "second")) == "n1"
+    assert core.read_namespaced_pod("first", "default").status.phase == "Succeeded"

@@ -233,7 +233,8 @@ def test_openapi_v2_and_v3_describe_the_kinds_served(cluster: SimCluster) -> Non
     assert v2["swagger"] == "2.0"
     assert containers["x-kubernetes-patch-merge-key"] == "name"
     assert containers["items"] == {"$ref": "#/definitions/io.k8s.api.core.v1.Container"}
-    assert "io.k8s.api.batch.v1.Job" not in v2["definitions"]  # not served
+    assert "io.k8s.api.batch.v1.Job" in v2["definitions"]
+    assert "io.k8s.api.batch.v1.CronJob" not in v2["definitions"]  # not served
     assert as_protobuf.status_code == 406  # JSON only, as a server without protobuf says
     assert apps_url.startswith("/clusters/prod/openapi/v3/apis/apps/v1?hash=")
     assert apps_v3["openapi"] == "3.0.0"
