@@ -374,7 +374,6 @@ class GpuVerifyJob(models.Model):
     pod_phase = models.CharField(max_length=16, blank=True)
     pod_reason = models.CharField(max_length=200, blank=True)
     pod_message = models.TextField(blank=True)
-    container = models.CharField(max_length=63, blank=True)
     updated_at = models.DateTimeField()
 
     class Meta:

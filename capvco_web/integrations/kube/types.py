@@ -184,8 +184,6 @@ class PodRun:
     phase: str = "Unknown"
     reason: str = ""
     message: str = ""
-    container: str = ""
-    """The first container's name: the one whose log is read."""
 
 
 def _labels(obj: Json) -> dict[str, str]:
@@ -209,7 +207,6 @@ def parse_job(obj: Json) -> Job:
 def parse_pod_run(obj: Json) -> PodRun:
     (name,) = _identity(obj, "name")
     spec, status = _mapping(obj.get("spec")), _mapping(obj.get("status"))
-    containers = [_mapping(c) for c in spec.get("containers") or []]
     reason, message = str(status.get("reason") or ""), str(status.get("message") or "")
     if not reason:
         reason, message = _stopped_container(status)
@@ -226,7 +223,6 @@ def parse_pod_run(obj: Json) -> PodRun:
         phase=str(status.get("phase") or "Unknown"),
         reason=reason,
         message=message,
-        container=str(containers[0].get("name") or "") if containers else "",
     )
 
 

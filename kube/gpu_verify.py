@@ -1,0 +1,263 @@
+"""Each GPU node verified by a pod that uses its GPUs: what the node's pods can use, held
+against what whitesky bills for its machine (docs/guides/gpu.md, "What is verified and
+how").
+
+When a node of a GPU pool first advertises `nvidia.com/gpu` (per incarnation: its uid),
+and again when a person asks (`GpuVerifyRequest`), the cluster's plan (`kube.plan`) makes
+a Job in GPU_VERIFY_NAMESPACE, pinned to the node by `nodeName`, holding all its GPUs,
+running NVIDIA's `nvidia-smi` query (`gpus.probe.PROBE`). The verification row is recorded
+before its Job is made, the Job's name its key. Observe lists the namespace's Jobs and their
+pods (this module's mirror, `GpuVerifyJob`); once the pod finished, act reads its log
+(`pods/log`), judges it (`gpus.probe.judge`: the count against the machine's attached
+vGPUs, each model against the pool's type, the driver against the pool's
+`driverVersion`) and records `verified` or `mismatch`; a pod that did not run (no
+driver, image not pulled, never scheduled in time, no GPU free) is `failed` with its own
+reason. Then the Job goes. A Job of ours that no unfinished verification names is deleted:
+a worker killed between making a Job and reading it ends with one verdict and no Job
+left, whichever pass finds it. All from complete listings begun after the verification
+was recorded.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from django.conf import settings
+from django.db.models import OuterRef, QuerySet, Subquery
+from django.utils import timezone
+
+from capvco_web.counters import count
+from capvco_web.integrations import kube
+from capvco_web.rows import fields_assign, model_update
+from clusters.models import Cluster
+from gpus.probe import PROBE, ProbeError, judge, parse_query
+from kube.models import GpuVerification, GpuVerifyJob, KubeNode
+
+if TYPE_CHECKING:
+    from capvco_web.integrations.kube.client import KubeClient
+
+logger = logging.getLogger(__name__)
+
+MANAGED_BY_LABEL, MANAGED_BY = "app.kubernetes.io/managed-by", "capvco-web"
+COMPONENT_LABEL, COMPONENT = "app.kubernetes.io/component", "gpu-verify"
+SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY},{COMPONENT_LABEL}={COMPONENT}"
+NODE_UID_LABEL = "capvco.io/gpu-verify-node-uid"
+JOB_LABEL = "capvco.io/gpu-verify-job"
+VERIFIED_LABEL = "capvco.io/gpu-verified"
+PROBE_CONTAINER = "probe"
+# nvidia-smi prints a line per GPU: 8 GPUs are well under this; more is not its output.
+LOG_LIMIT_BYTES = 64 * 1024
+Status = GpuVerification.Status
+
+
+def job_name(node_uid: str, attempt: int) -> str:
+    """The Job of a node incarnation's `attempt`th verification: a DNS label (63 at most)."""
+    return f"gpu-verify-{kube.gpu_label_value(node_uid)[:40]}-{attempt}"
+
+
+def job_manifest(*, name: str, node: str, node_uid: str, gpus: int) -> dict[str, Any]:
+    """The Job: one pod on `node` (nodeName: no scheduler, so no node selector or affinity
+    can keep it off), holding all the node's `gpus`, never retried (a retry would only
+    hide what failed), ended by the API server after GPU_VERIFY_TIMEOUT_SECONDS."""
+    labels = {
+        MANAGED_BY_LABEL: MANAGED_BY,
+        COMPONENT_LABEL: COMPONENT,
+        NODE_UID_LABEL: node_uid,
+        JOB_LABEL: name,
+    }
+    limits = {"limits": {kube.GPU_RESOURCE: str(gpus)}}
+    probe = {
+        "name": PROBE_CONTAINER,
+        "image": settings.GPU_VERIFY_IMAGE,
+        "command": list(PROBE),
+        "resources": limits,
+    }
+    # The CUDA sample runs after nvidia-smi, on the same GPUs (an init container's GPUs are
+    # the pod's): nvidia-smi's log is read whatever the sample does.
+    if settings.GPU_VERIFY_CUDA_IMAGE:
+        spec: dict[str, Any] = {
+            "initContainers": [probe],
+            "containers": [
+                {"name": "cuda", "image": settings.GPU_VERIFY_CUDA_IMAGE, "resources": limits}
+            ],
+        }
+    else:
+        spec = {"containers": [probe]}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": settings.GPU_VERIFY_NAMESPACE, "labels": labels},
+        "spec": {
+            "backoffLimit": 0,
+            "activeDeadlineSeconds": settings.GPU_VERIFY_TIMEOUT_SECONDS,
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "nodeName": node,
+                    "restartPolicy": "Never",
+                    # Whatever the node is tainted with (GPU nodes often are): it is the
+                    # node that is verified, so its pods' view is what counts.
+                    "tolerations": [{"operator": "Exists"}],
+                    **spec,
+                },
+            },
+        },
+    }
+
+
+def gpu_verify_wanted(cluster: Cluster) -> bool:
+    """Whether the cluster's verification Jobs are listed and planned: the setting on, and
+    a GPU pool in the cluster (or Jobs of ours still mirrored, to be cleaned up)."""
+    if not settings.GPU_VERIFY:
+        return False
+    return (
+        cluster.pools.filter(gpu_count__gt=0).exists()
+        or GpuVerifyJob.objects.filter(cluster=cluster).exists()
+    )
+
+
+def verify_jobs_observe(*, client: KubeClient, cluster: Cluster, now: datetime) -> tuple[bool, int]:
+    """List the verification namespace's Jobs and pods of ours and mirror them; answers
+    whether both listings were whole, and the rows written."""
+    namespace = settings.GPU_VERIFY_NAMESPACE
+    jobs = client.list_jobs(namespace=namespace, label_selector=SELECTOR)
+    pods = client.list_pod_runs(namespace=namespace, label_selector=SELECTOR)
+    complete = jobs.complete and pods.complete
+    runs: dict[str, kube.PodRun] = {}
+    for pod in pods.items:
+        name = pod.labels.get(JOB_LABEL, "")
+        held = runs.get(name)
+        # backoffLimit 0 makes one pod; should there be two, the one that ended says more.
+        if held is None or (held.phase not in FINISHED and pod.phase in FINISHED):
+            runs[name] = pod
+    existing = {row.name: row for row in GpuVerifyJob.objects.filter(cluster=cluster)}
+    writes = 0
+    for job in jobs.items:
+        pod = runs.get(job.name)
+        data = {
+            "node_uid": job.labels.get(NODE_UID_LABEL, ""),
+            "finished": job.finished,
+            "reason": job.reason[:200],
+            "message": job.message,
+            "pod_name": pod.name if pod else "",
+            "pod_phase": pod.phase if pod else "",
+            "pod_reason": pod.reason[:200] if pod else "",
+            "pod_message": pod.message if pod else "",
+        }
+        row = existing.pop(job.name, None)
+        if row is None:
+            GpuVerifyJob.objects.create(cluster=cluster, name=job.name, updated_at=now, **data)
+            writes += 1
+        elif fields_assign(row, data):
+            row.updated_at = now
+            row.save()
+            writes += 1
+    if complete and existing:
+        GpuVerifyJob.objects.filter(pk__in=[row.pk for row in existing.values()]).delete()
+        writes += len(existing)
+    return complete, writes
+
+
+FINISHED = ("Succeeded", "Failed")
+
+
+def verifications_latest(nodes: QuerySet[KubeNode]) -> QuerySet[KubeNode]:
+    """The nodes with their incarnation's latest verification: `verify_status` ("": none),
+    `verify_reasons`, `verify_finished_at`."""
+    latest = GpuVerification.objects.filter(
+        cluster=OuterRef("cluster"), node_uid=OuterRef("uid")
+    ).order_by("-started_at", "-pk")
+    return nodes.annotate(
+        verify_status=Subquery(latest.values("status")[:1]),
+        verify_reasons=Subquery(latest.values("reasons")[:1]),
+        verify_finished_at=Subquery(latest.values("finished_at")[:1]),
+    )
+
+
+def verified_uids(cluster: Cluster, uids: Iterable[str]) -> set[str]:
+    """The node incarnations among `uids` whose latest verification is `verified`."""
+    latest: dict[str, str] = {}
+    for uid, status in (
+        GpuVerification.objects.filter(cluster=cluster, node_uid__in=list(uids))
+        .order_by("started_at", "pk")
+        .values_list("node_uid", "status")
+    ):
+        latest[uid] = status
+    return {uid for uid, status in latest.items() if status == Status.VERIFIED}
+
+
+def gpus_seen(seen: Iterable[Any]) -> list[dict[str, Any]]:
+    """What is kept of each GPU a verification saw (`gpus.probe.GpuSeen`)."""
+    return [_seen_row(gpu) for gpu in seen]
+
+
+def _seen_row(gpu: Any) -> dict[str, Any]:
+    fields: Mapping[str, str] = {
+        "index": "index",
+        "model": "name",
+        "uuid": "uuid",
+        "pci_bus_id": "pci_bus_id",
+        "driver": "driver_version",
+        "memory_mib": "memory_mib",
+        "mig_mode": "mig_mode",
+        "compute_cap": "compute_cap",
+    }
+    return {key: getattr(gpu, name, None) for key, name in fields.items()}
+
+
+@dataclass(frozen=True)
+class VerifyVerdict:
+    status: GpuVerification.Status
+    reasons: list[str] = field(default_factory=list)
+    gpus: list[dict[str, Any]] = field(default_factory=list)
+
+
+def verdict_of_log(log: str, *, count: int, gpu_type: str, driver: str) -> VerifyVerdict:
+    """The verdict on what nvidia-smi printed in a pod holding all the node's GPUs, against
+    what the machine is billed for: `count` x `gpu_type`, with at least `driver`."""
+    try:
+        seen = parse_query(log)
+    except ProbeError as exc:
+        return VerifyVerdict(Status.FAILED, [f"nvidia-smi's output cannot be read: {exc}"])
+    verdict = judge(seen, count=count, gpu_type=gpu_type, driver=driver)
+    status = Status.VERIFIED if verdict.ok else Status.MISMATCH
+    return VerifyVerdict(status, list(verdict.reasons), gpus_seen(seen))
+
+
+def verdict_failed(outcome: str, reason: str, message: str) -> VerifyVerdict:
+    """The pod did not run to the end: its own reason and message (the kubelet's, the
+    scheduler's, a container's), or that it did not finish in time."""
+    said = ": ".join(part for part in (reason, message) if part) or "no reason given"
+    if outcome == "timeout":
+        seconds = settings.GPU_VERIFY_TIMEOUT_SECONDS
+        return VerifyVerdict(Status.FAILED, [f"the pod did not finish within {seconds} s ({said})"])
+    return VerifyVerdict(Status.FAILED, [f"the pod did not run: {said}"[:1000]])
+
+
+def verdict_record(verification: GpuVerification, verdict: VerifyVerdict) -> bool:
+    """Record the verdict, while the verification is still unfinished (compare-and-set)."""
+    written = model_update(
+        verification,
+        {
+            "status": verdict.status,
+            "reasons": verdict.reasons,
+            "gpus": verdict.gpus,
+            "finished_at": timezone.now(),
+        },
+        expect={"status__in": GpuVerification.UNFINISHED},
+    )
+    if written:
+        count("gpu_verifications", verdict.status)
+        log = logger.info if verdict.status == Status.VERIFIED else logger.warning
+        log(
+            "GPU verification of node %s of %s: %s %s",
+            verification.node_name,
+            verification.cluster_id,
+            verdict.status,
+            "; ".join(verdict.reasons),
+        )
+    return written
