@@ -476,7 +476,9 @@ GPU_DEVICE_PLUGIN_IMAGE = env.str(
 # (kube.gpu_verify): what its pods can use, held against what whitesky bills for it.
 GPU_VERIFY = env.bool("GPU_VERIFY", default=True)
 # NVIDIA's CUDA base image: the container toolkit mounts nvidia-smi and the driver into it.
-GPU_VERIFY_IMAGE = env.str("GPU_VERIFY_IMAGE", default="nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04")
+GPU_VERIFY_IMAGE = env.str(
+    "GPU_VERIFY_IMAGE", default="nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"
+)
 # An image that runs a small CUDA kernel after nvidia-smi (NVIDIA's vectorAdd sample, e.g.
 # nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0); empty: nvidia-smi only.
 GPU_VERIFY_CUDA_IMAGE = env.str("GPU_VERIFY_CUDA_IMAGE", default="")

@@ -120,15 +120,30 @@ def gpu_verify_wanted(cluster: Cluster) -> bool:
     )
 
 
-def verify_jobs_observe(*, client: KubeClient, cluster: Cluster, now: datetime) -> tuple[bool, int]:
-    """List the verification namespace's Jobs and pods of ours and mirror them; answers
-    whether both listings were whole, and the rows written."""
+@dataclass(frozen=True)
+class VerifyJobsListing:
+    jobs: kube.Listing[kube.Job]
+    pods: kube.Listing[kube.PodRun]
+
+    @property
+    def complete(self) -> bool:
+        return self.jobs.complete and self.pods.complete
+
+
+def verify_jobs_list(client: KubeClient) -> VerifyJobsListing:
+    """The verification namespace's Jobs of ours, and their pods."""
     namespace = settings.GPU_VERIFY_NAMESPACE
-    jobs = client.list_jobs(namespace=namespace, label_selector=SELECTOR)
-    pods = client.list_pod_runs(namespace=namespace, label_selector=SELECTOR)
-    complete = jobs.complete and pods.complete
+    return VerifyJobsListing(
+        client.list_jobs(namespace=namespace, label_selector=SELECTOR),
+        client.list_pod_runs(namespace=namespace, label_selector=SELECTOR),
+    )
+
+
+def verify_jobs_sync(*, cluster: Cluster, listing: VerifyJobsListing, now: datetime) -> int:
+    """Mirror the listed Jobs, each with its pod; from a complete listing, drop the rows it
+    no longer shows. Answers the rows written."""
     runs: dict[str, kube.PodRun] = {}
-    for pod in pods.items:
+    for pod in listing.pods.items:
         name = pod.labels.get(JOB_LABEL, "")
         held = runs.get(name)
         # backoffLimit 0 makes one pod; should there be two, the one that ended says more.
@@ -136,7 +151,7 @@ def verify_jobs_observe(*, client: KubeClient, cluster: Cluster, now: datetime) 
             runs[name] = pod
     existing = {row.name: row for row in GpuVerifyJob.objects.filter(cluster=cluster)}
     writes = 0
-    for job in jobs.items:
+    for job in listing.jobs.items:
         pod = runs.get(job.name)
         data = {
             "node_uid": job.labels.get(NODE_UID_LABEL, ""),
@@ -156,10 +171,10 @@ def verify_jobs_observe(*, client: KubeClient, cluster: Cluster, now: datetime) 
             row.updated_at = now
             row.save()
             writes += 1
-    if complete and existing:
+    if listing.complete and existing:
         GpuVerifyJob.objects.filter(pk__in=[row.pk for row in existing.values()]).delete()
         writes += len(existing)
-    return complete, writes
+    return writes
 
 
 FINISHED = ("Succeeded", "Failed")

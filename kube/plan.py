@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal
@@ -235,7 +236,9 @@ class GpuVerifyRead:
         return f"node {self.node}"
 
     def describe(self) -> str:
-        billed = f"{self.count} x {self.gpu_type}" + (f", driver {self.driver}+" if self.driver else "")
+        billed = f"{self.count} x {self.gpu_type}" + (
+            f", driver {self.driver}+" if self.driver else ""
+        )
         return f"judge job {self.job_name} of {self.target} against {billed}: {self.reason}"
 
     def calls(self) -> tuple[Call, ...]:
@@ -616,16 +619,14 @@ def _verify_start(client: KubeClient, step: GpuVerifyStart) -> bool:
             verification, {"started_at": now}, expect={"status": verification.status}
         ):
             return False
-    manifest = job_manifest(name=step.job_name, node=step.node, node_uid=step.node_uid, gpus=step.gpus)
+    manifest = job_manifest(
+        name=step.job_name, node=step.node, node_uid=step.node_uid, gpus=step.gpus
+    )
     namespace = settings.GPU_VERIFY_NAMESPACE
-    try:
+    with suppress(kube.Conflict):  # there already
         client.create_namespace(namespace, {"app.kubernetes.io/managed-by": "capvco-web"})
-    except kube.Conflict:
-        pass  # there already
-    try:
+    with suppress(kube.Conflict):  # made by a pass whose worker did not live to record it
         client.create_job(namespace, manifest)
-    except kube.Conflict:
-        pass  # made by a pass whose worker did not live to record it
     count("kube_writes", "gpu_verify", "started")
     model_update(
         verification, {"status": GpuVerification.Status.RUNNING}, expect={"status": "pending"}
@@ -642,17 +643,18 @@ def _verify_read(client: KubeClient, step: GpuVerifyRead) -> bool:
     namespace = settings.GPU_VERIFY_NAMESPACE
     if step.outcome == "succeeded":
         log = client.read_pod_log(
-            namespace=namespace, name=step.pod_name, container=PROBE_CONTAINER, limit_bytes=LOG_LIMIT_BYTES
+            namespace=namespace,
+            name=step.pod_name,
+            container=PROBE_CONTAINER,
+            limit_bytes=LOG_LIMIT_BYTES,
         )
         verdict = verdict_of_log(log, count=step.count, gpu_type=step.gpu_type, driver=step.driver)
     else:
         verdict = verdict_failed(step.outcome, step.pod_reason, step.pod_message)
     if not verdict_record(verification, verdict):
         return False
-    try:
+    with suppress(kube.NotFound):  # gone already
         client.delete_job(namespace, step.job_name)
-    except kube.NotFound:
-        pass  # gone already
     return True
 
 
@@ -661,9 +663,7 @@ def _verify_job_delete(client: KubeClient, step: GpuVerifyJobDelete) -> bool:
         cluster_id=step.cluster_id, job_name=step.job_name, status__in=GpuVerification.UNFINISHED
     ).exists():
         return False  # a verification names it again
-    try:
+    with suppress(kube.NotFound):
         client.delete_job(settings.GPU_VERIFY_NAMESPACE, step.job_name)
-    except kube.NotFound:
-        pass
     count("kube_writes", "gpu_verify", "job_deleted")
     return True
