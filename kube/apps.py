@@ -11,4 +11,6 @@ class KubeConfig(AppConfig):
         from kube.models import KubeNode, KubePod
 
         account_paths_register({KubeNode: "cluster__account", KubePod: "cluster__account"})
-        roles_grant(view={"kube.view_kubenode", "kube.view_kubepod"})
+        roles_grant(
+            view={"kube.view_kubenode", "kube.view_kubepod"}, operate={"kube.verify_kubenode"}
+        )

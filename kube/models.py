@@ -64,6 +64,7 @@ class KubeNode(models.Model):
                 fields=["cluster"], name="kube_node_gpus_missing", condition=Q(gpus_missing=True)
             ),
         ]
+        permissions = [("verify_kubenode", "Can ask for a node's GPUs to be verified again")]
 
     def __str__(self) -> str:
         return f"{self.cluster.name}/{self.name}"
