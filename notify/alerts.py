@@ -18,6 +18,8 @@ from cloud.selectors import observations
 from clusters.models import ClusterSite, Machine
 from clusters.orphans import vm_orphans_list
 from gpus.selectors import orphans_list
+from kube.gpu_verify import verifications_latest
+from kube.models import GpuVerification, KubeNode
 from notify.models import Reason
 
 
@@ -171,6 +173,28 @@ def alerts_collect(*, now: datetime, account_ids: Iterable[int]) -> Alerts:
                     "hourly_cost": str(spell.hourly.quantize(Decimal("0.0001"))),
                     "cost_so_far": str(spell.cost(until=now).quantize(Decimal("0.01"))),
                     "currency": spell.currency,
+                },
+            )
+        )
+    # Once per node incarnation (its uid): a node verified again, or gone, ends it.
+    unverified = verifications_latest(
+        KubeNode.objects.filter(cluster__account_id__in=accounts).select_related("cluster")
+    ).filter(verify_status__in=[GpuVerification.Status.MISMATCH, GpuVerification.Status.FAILED])
+    for node in unverified:
+        reasons = list(node.verify_reasons or [])
+        alerts.found.append(
+            Alert(
+                node.cluster.account_id,
+                Reason.GPU_NODE_NOT_VERIFIED,
+                f"{node.cluster_id}:{node.uid}",
+                f"node {node.name} of cluster {node.cluster.name}: GPUs {node.verify_status}: "
+                f"{'; '.join(reasons)}"[:500],
+                {
+                    "cluster": node.cluster.name,
+                    "node": node.name,
+                    "node_uid": node.uid,
+                    "verdict": node.verify_status,
+                    "reasons": reasons,
                 },
             )
         )
