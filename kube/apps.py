@@ -6,7 +6,9 @@ class KubeConfig(AppConfig):
     verbose_name = "Kubernetes"
 
     def ready(self) -> None:
+        from capvco_web.metrics import metrics_register
         from capvco_web.ownership import account_paths_register
+        from kube import metrics
         from capvco_web.permissions import roles_grant
         from kube.models import KubeNode, KubePod
 
@@ -14,3 +16,4 @@ class KubeConfig(AppConfig):
         roles_grant(
             view={"kube.view_kubenode", "kube.view_kubepod"}, operate={"kube.verify_kubenode"}
         )
+        metrics_register(metrics.collect)
