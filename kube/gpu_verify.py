@@ -27,7 +27,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
-from django.db.models import OuterRef, QuerySet, Subquery
 from django.utils import timezone
 
 from capvco_web.counters import count
@@ -35,7 +34,7 @@ from capvco_web.integrations import kube
 from capvco_web.rows import fields_assign, model_update
 from clusters.models import Cluster
 from gpus.probe import PROBE, ProbeError, judge, parse_query
-from kube.models import GpuVerification, GpuVerifyJob, KubeNode
+from kube.models import GpuVerification, GpuVerifyJob
 
 if TYPE_CHECKING:
     from capvco_web.integrations.kube.client import KubeClient
@@ -178,19 +177,6 @@ def verify_jobs_sync(*, cluster: Cluster, listing: VerifyJobsListing, now: datet
 
 
 FINISHED = ("Succeeded", "Failed")
-
-
-def verifications_latest(nodes: QuerySet[KubeNode]) -> QuerySet[KubeNode]:
-    """The nodes with their incarnation's latest verification: `verify_status` ("": none),
-    `verify_reasons`, `verify_finished_at`."""
-    latest = GpuVerification.objects.filter(
-        cluster=OuterRef("cluster"), node_uid=OuterRef("uid")
-    ).order_by("-started_at", "-pk")
-    return nodes.annotate(
-        verify_status=Subquery(latest.values("status")[:1]),
-        verify_reasons=Subquery(latest.values("reasons")[:1]),
-        verify_finished_at=Subquery(latest.values("finished_at")[:1]),
-    )
 
 
 def verified_uids(cluster: Cluster, uids: Iterable[str]) -> set[str]:

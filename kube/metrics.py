@@ -7,8 +7,8 @@ from collections.abc import Iterator
 from django.db.models import Count
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from kube.gpu_verify import verifications_latest
 from kube.models import GpuVerification, KubeNode
+from kube.selectors import verifications_latest
 
 # A node of a GPU pool no verification has judged yet: `none`.
 VERDICTS = (*GpuVerification.Status.values, "none")

@@ -18,8 +18,8 @@ from cloud.selectors import observations
 from clusters.models import ClusterSite, Machine
 from clusters.orphans import vm_orphans_list
 from gpus.selectors import orphans_list
-from kube.gpu_verify import verifications_latest
 from kube.models import GpuVerification, KubeNode
+from kube.selectors import verifications_latest
 from notify.models import Reason
 
 

@@ -18,11 +18,14 @@ from clusters.models import Cluster
 from clusters.plan import cluster_plan
 from kube.api.serializers import ClusterPlanStepSerializer, KubeNodeSerializer, KubePodSerializer
 from kube.filtersets import KubeNodeFilterSet, KubePodFilterSet
-from kube.gpu_verify import verifications_latest
 from kube.gpu_verify_requests import VerifyRefused, gpu_verify_request
 from kube.models import KubeNode, KubePod
 from kube.plan import kube_plan
-from kube.selectors import clusters_with_kube_summary, kube_nodes_with_requests
+from kube.selectors import (
+    clusters_with_kube_summary,
+    kube_nodes_with_requests,
+    verifications_latest,
+)
 
 
 # Clusters, each with its Kubernetes as last observed (`kubernetes`), and the whole plan.
