@@ -8,8 +8,8 @@ class KubeConfig(AppConfig):
     def ready(self) -> None:
         from capvco_web.metrics import metrics_register
         from capvco_web.ownership import account_paths_register
-        from kube import metrics
         from capvco_web.permissions import roles_grant
+        from kube import metrics
         from kube.models import KubeNode, KubePod
 
         account_paths_register({KubeNode: "cluster__account", KubePod: "cluster__account"})
