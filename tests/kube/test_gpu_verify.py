@@ -8,15 +8,19 @@ from typing import Any
 
 import kubernetes
 import pytest
+from django.test import Client
+from prometheus_client.parser import text_string_to_metric_families
 from django.utils import timezone
 from rest_framework.test import APIClient
 
 from capvco_web.models import AuditEvent
 from clusters.models import Cluster, MachinePool
-from kube.gpu_verify import NODE_UID_LABEL, SELECTOR
+from kube.gpu_verify import NODE_UID_LABEL, SELECTOR, VERIFIED_LABEL
 from kube.models import GpuVerification, GpuVerifyJob, GpuVerifyRequest, KubeNode
 from kube.plan import VERIFY_JOB_DELETE, kube_plan
 from kube.tasks import observe_cluster_kube
+from notify.alerts import alerts_collect
+from notify.models import Reason
 from tests.factories import GpuProfileFactory, MembershipFactory, VgpuReservationFactory
 from tests.kube_sim import KubeSimulator, SimCluster, node_object
 
@@ -468,3 +472,78 @@ def test_no_decision_from_a_partial_listing_of_the_jobs(
     run(pool)
     assert verdicts() == [(GPU_0, Status.FAILED)]
     assert k8s.jobs() == []
+
+
+# ---- where the verdict shows -------------------------------------------------------------
+
+
+def _verdict(node: KubeNode, status: str, *reasons: str) -> GpuVerification:
+    """A verdict as act records it."""
+    return GpuVerification.objects.create(
+        cluster_id=node.cluster_id,
+        node_name=node.name,
+        node_uid=node.uid,
+        status=status,
+        reasons=list(reasons),
+        job_name=f"gpu-verify-{node.uid}-{GpuVerification.objects.count() + 1}",
+        started_at=timezone.now(),
+        finished_at=timezone.now(),
+    )
+
+
+def test_a_verified_node_is_labelled_and_loses_the_label_when_a_later_verdict_is_not(
+    kube_sim: KubeSimulator, k8s: K8s, pool: MachinePool
+) -> None:
+    run(pool)
+    k8s.job_delete(k8s.jobs()[0]["metadata"]["name"])
+    node = KubeNode.objects.get(name=GPU_0)
+    GpuVerification.objects.update(status=Status.VERIFIED, finished_at=timezone.now())
+
+    run(pool)
+    assert k8s.core.read_node(GPU_0).metadata.labels[VERIFIED_LABEL] == "true"
+    kube_sim.clear_calls()
+    run(pool)  # right as it is: no patch
+    assert not [c for c in kube_sim.calls("prod") if c["method"] == "PATCH"]
+
+    _verdict(node, Status.MISMATCH, "billed 1 x Tesla T4, the node sees 1 x NVIDIA A10")
+    run(pool)
+    assert VERIFIED_LABEL not in k8s.core.read_node(GPU_0).metadata.labels
+    assert "capvco.io/gpu-type" in k8s.core.read_node(GPU_0).metadata.labels
+
+
+def test_not_verified_is_told_once_per_node_incarnation_and_counted_on_metrics(
+    kube_sim: KubeSimulator, k8s: K8s, pool: MachinePool, settings: Any
+) -> None:
+    run(pool)
+    _fail(k8s, pool)
+    cluster = Cluster.objects.get(pk=pool.cluster_id)
+    node = KubeNode.objects.get(name=GPU_0)
+
+    found = alerts_collect(now=timezone.now(), account_ids=[cluster.account_id]).found
+    (alert,) = [a for a in found if a.reason == Reason.GPU_NODE_NOT_VERIFIED]
+    assert alert.key == f"{cluster.pk}:{node.uid}"
+    assert alert.details["verdict"] == "failed"
+    assert "OutOfnvidia.com/gpu" in alert.summary
+
+    settings.METRICS_TOKEN = "scrape"
+    text = Client(HTTP_AUTHORIZATION="Bearer scrape").get("/metrics").content.decode()
+    (family,) = [f for f in text_string_to_metric_families(text) if f.name == "capvco_gpu_nodes"]
+    held = {s.labels["verdict"]: s.value for s in family.samples}
+    assert held["failed"] == 1
+    assert held["verified"] == held["none"] == 0
+
+    _verdict(node, Status.VERIFIED)
+    found = alerts_collect(now=timezone.now(), account_ids=[cluster.account_id]).found
+    assert not [a for a in found if a.reason == Reason.GPU_NODE_NOT_VERIFIED]
+
+
+def test_the_verdict_is_on_the_node_and_cluster_pages(
+    kube_sim: KubeSimulator, k8s: K8s, pool: MachinePool, admin_client: Client
+) -> None:
+    run(pool)
+    _fail(k8s, pool)
+
+    for url in (f"/clusters/{pool.cluster_id}/", "/nodes/"):
+        page = admin_client.get(url).content.decode()
+        assert "A pod sees the GPUs" in page
+        assert "OutOfnvidia.com/gpu" in page, url
