@@ -27,6 +27,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from capvco_web.counters import count
@@ -237,6 +238,43 @@ def verdict_failed(outcome: str, reason: str, message: str) -> VerifyVerdict:
         seconds = settings.GPU_VERIFY_TIMEOUT_SECONDS
         return VerifyVerdict(Status.FAILED, [f"the pod did not finish within {seconds} s ({said})"])
     return VerifyVerdict(Status.FAILED, [f"the pod did not run: {said}"[:1000]])
+
+
+def verification_record(
+    *, cluster_id: int, node: str, node_uid: str, job_name: str, request_id: int | None
+) -> GpuVerification | None:
+    """Record a verification before its Job is made; None when one of the node incarnation
+    is unfinished already, or the request was answered (another pass's)."""
+    try:
+        with transaction.atomic():
+            return GpuVerification.objects.create(
+                cluster_id=cluster_id,
+                node_name=node,
+                node_uid=node_uid,
+                request_id=request_id,
+                job_name=job_name,
+                started_at=timezone.now(),
+            )
+    except IntegrityError:
+        return None
+
+
+def verification_restart(pk: int) -> GpuVerification | None:
+    """Take an unfinished verification whose Job no listing shows, to make it again: its
+    start moves to now, so that only a listing begun after it judges it."""
+    verification = GpuVerification.objects.filter(
+        pk=pk, status__in=GpuVerification.UNFINISHED
+    ).first()
+    if verification is None or not model_update(
+        verification, {"started_at": timezone.now()}, expect={"status": verification.status}
+    ):
+        return None
+    return verification
+
+
+def verification_running(verification: GpuVerification) -> None:
+    """Its Job was made (or found made)."""
+    model_update(verification, {"status": Status.RUNNING}, expect={"status": Status.PENDING})
 
 
 def verdict_record(verification: GpuVerification, verdict: VerifyVerdict) -> bool:

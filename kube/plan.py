@@ -21,14 +21,12 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Literal
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from capvco_web.counters import count
 from capvco_web.integrations import kube
 from capvco_web.plans import Call, PlanStep, StepDropped, plan_apply
-from capvco_web.rows import model_update
 from clusters.models import Cluster
 from gpus.models import VgpuReservation
 from kube.gpu_addon import (
@@ -52,6 +50,9 @@ from kube.gpu_verify import (
     verdict_failed,
     verdict_of_log,
     verdict_record,
+    verification_record,
+    verification_restart,
+    verification_running,
     verified_uids,
 )
 from kube.models import GpuVerification, GpuVerifyJob, GpuVerifyRequest, KubeNode
@@ -595,30 +596,20 @@ def _start(
 
 def _verify_start(client: KubeClient, step: GpuVerifyStart) -> bool:
     """Record before acting: the row first (its Job's name the key), then the Job."""
-    now = timezone.now()
     if step.verification_id is None:
         if not KubeNode.objects.filter(pk=step.node_id, uid=step.node_uid).exists():
             return False
-        try:
-            with transaction.atomic():
-                verification = GpuVerification.objects.create(
-                    cluster_id=step.cluster_id,
-                    node_name=step.node,
-                    node_uid=step.node_uid,
-                    request_id=step.request_id,
-                    job_name=step.job_name,
-                    started_at=now,
-                )
-        except IntegrityError:
-            return False  # another pass recorded it (or the request was answered)
+        verification = verification_record(
+            cluster_id=step.cluster_id,
+            node=step.node,
+            node_uid=step.node_uid,
+            job_name=step.job_name,
+            request_id=step.request_id,
+        )
     else:
-        verification = GpuVerification.objects.filter(
-            pk=step.verification_id, status__in=GpuVerification.UNFINISHED
-        ).first()
-        if verification is None or not model_update(
-            verification, {"started_at": now}, expect={"status": verification.status}
-        ):
-            return False
+        verification = verification_restart(step.verification_id)
+    if verification is None:
+        return False  # another pass recorded it, or judged it meanwhile
     manifest = job_manifest(
         name=step.job_name, node=step.node, node_uid=step.node_uid, gpus=step.gpus
     )
@@ -628,9 +619,7 @@ def _verify_start(client: KubeClient, step: GpuVerifyStart) -> bool:
     with suppress(kube.Conflict):  # made by a pass whose worker did not live to record it
         client.create_job(namespace, manifest)
     count("kube_writes", "gpu_verify", "started")
-    model_update(
-        verification, {"status": GpuVerification.Status.RUNNING}, expect={"status": "pending"}
-    )
+    verification_running(verification)
     return True
 
 

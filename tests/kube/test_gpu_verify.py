@@ -9,8 +9,8 @@ from typing import Any
 import kubernetes
 import pytest
 from django.test import Client
-from prometheus_client.parser import text_string_to_metric_families
 from django.utils import timezone
+from prometheus_client.parser import text_string_to_metric_families
 from rest_framework.test import APIClient
 
 from capvco_web.models import AuditEvent
@@ -23,6 +23,7 @@ from notify.alerts import alerts_collect
 from notify.models import Reason
 from tests.factories import GpuProfileFactory, MembershipFactory, VgpuReservationFactory
 from tests.kube_sim import KubeSimulator, SimCluster, node_object
+from tests.test_one_writer import writers
 
 GPU_0, GPU_1 = "capvco-prod-gpu-0", "capvco-prod-gpu-1"
 NAMESPACE = "capvco-gpu-verify"
@@ -547,3 +548,25 @@ def test_the_verdict_is_on_the_node_and_cluster_pages(
         page = admin_client.get(url).content.decode()
         assert "A pod sees the GPUs" in page
         assert "OutOfnvidia.com/gpu" in page, url
+
+
+def test_each_verification_table_has_one_writer(
+    kube_sim: KubeSimulator, k8s: K8s, pool: MachinePool, api: APIClient
+) -> None:
+    """The request is the person's (its service), the verification act's, the Jobs as
+    listed the mirror's (tests/test_one_writer.py holds the rest of the map)."""
+    with writers() as seen:
+        run(pool)
+        _fail(k8s, pool)
+        node = KubeNode.objects.get(name=GPU_0)
+        api.post(f"/api/v1/nodes/{node.pk}/verify/", {"reason": "again"}, format="json")
+        run(pool)
+        run(pool)
+
+    assert {
+        table: modules - {"(tests)"} for table, modules in seen.items() if "verif" in table
+    } == {
+        "kube_gpuverifyrequest": {"kube/gpu_verify_requests.py"},
+        "kube_gpuverification": {"kube/gpu_verify.py"},
+        "kube_gpuverifyjob": {"kube/gpu_verify.py"},
+    }
