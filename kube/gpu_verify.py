@@ -152,16 +152,16 @@ def verify_jobs_sync(*, cluster: Cluster, listing: VerifyJobsListing, now: datet
     existing = {row.name: row for row in GpuVerifyJob.objects.filter(cluster=cluster)}
     writes = 0
     for job in listing.jobs.items:
-        pod = runs.get(job.name)
+        run = runs.get(job.name)
         data = {
             "node_uid": job.labels.get(NODE_UID_LABEL, ""),
             "finished": job.finished,
             "reason": job.reason[:200],
             "message": job.message,
-            "pod_name": pod.name if pod else "",
-            "pod_phase": pod.phase if pod else "",
-            "pod_reason": pod.reason[:200] if pod else "",
-            "pod_message": pod.message if pod else "",
+            "pod_name": run.name if run else "",
+            "pod_phase": run.phase if run else "",
+            "pod_reason": run.reason[:200] if run else "",
+            "pod_message": run.message if run else "",
         }
         row = existing.pop(job.name, None)
         if row is None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from django.db.models import Count
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from kube.models import GpuVerification, KubeNode
@@ -23,16 +22,16 @@ def collect() -> Iterator[Metric]:
         "that uses them (none: not verified yet)",
         labels=["account", "cluster", "verdict"],
     )
-    rows = (
-        verifications_latest(KubeNode.objects.filter(machine__pool__gpu_count__gt=0))
-        .order_by()
-        .values_list("cluster__account_id", "cluster__name", "verify_status")
-        .annotate(n=Count("pk"))
+    nodes = verifications_latest(
+        KubeNode.objects.filter(machine__pool__gpu_count__gt=0)
+        .select_related("cluster")
+        .only("uid", "cluster__account_id", "cluster__name")
     )
     counts: dict[tuple[int, str], dict[str, int]] = {}
-    for account_id, cluster, verdict, n in rows:
-        held = counts.setdefault((account_id, cluster), {})
-        held[verdict or "none"] = held.get(verdict or "none", 0) + n
+    for node in nodes:
+        held = counts.setdefault((node.cluster.account_id, node.cluster.name), {})
+        verdict = getattr(node, "verify_status", None) or "none"
+        held[verdict] = held.get(verdict, 0) + 1
     for (account_id, cluster), held in sorted(counts.items()):
         for verdict in VERDICTS:
             family.add_metric([str(account_id), cluster, verdict], held.get(verdict, 0))

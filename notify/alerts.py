@@ -177,23 +177,28 @@ def alerts_collect(*, now: datetime, account_ids: Iterable[int]) -> Alerts:
             )
         )
     # Once per node incarnation (its uid): a node verified again, or gone, ends it.
-    unverified = verifications_latest(
-        KubeNode.objects.filter(cluster__account_id__in=accounts).select_related("cluster")
-    ).filter(verify_status__in=[GpuVerification.Status.MISMATCH, GpuVerification.Status.FAILED])
-    for node in unverified:
-        reasons = list(node.verify_reasons or [])
+    nodes = verifications_latest(
+        KubeNode.objects.filter(
+            cluster__account_id__in=accounts, machine__pool__gpu_count__gt=0
+        ).select_related("cluster")
+    )
+    for node in nodes:
+        verdict = getattr(node, "verify_status", None)
+        if verdict not in (GpuVerification.Status.MISMATCH, GpuVerification.Status.FAILED):
+            continue
+        reasons = list(getattr(node, "verify_reasons", None) or [])
         alerts.found.append(
             Alert(
                 node.cluster.account_id,
                 Reason.GPU_NODE_NOT_VERIFIED,
                 f"{node.cluster_id}:{node.uid}",
-                f"node {node.name} of cluster {node.cluster.name}: GPUs {node.verify_status}: "
+                f"node {node.name} of cluster {node.cluster.name}: GPUs {verdict}: "
                 f"{'; '.join(reasons)}"[:500],
                 {
                     "cluster": node.cluster.name,
                     "node": node.name,
                     "node_uid": node.uid,
-                    "verdict": node.verify_status,
+                    "verdict": verdict,
                     "reasons": reasons,
                 },
             )

@@ -337,7 +337,8 @@ class KubeClient:
         operation = f"read log of pod {namespace}/{name}"
         self._allowed(operation)
         try:
-            response = self._core.read_namespaced_pod_log(
+            # Raw (`_preload_content=False`): the text as the kubelet wrote it.
+            response: Any = self._core.read_namespaced_pod_log(
                 name,
                 namespace,
                 container=container or None,
