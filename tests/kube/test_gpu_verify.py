@@ -570,3 +570,23 @@ def test_each_verification_table_has_one_writer(
         "kube_gpuverification": {"kube/gpu_verify.py"},
         "kube_gpuverifyjob": {"kube/gpu_verify.py"},
     }
+
+
+def test_an_operator_asks_again_from_the_page(
+    kube_sim: KubeSimulator, k8s: K8s, pool: MachinePool, admin_client: Client
+) -> None:
+    run(pool)
+    _fail(k8s, pool)
+    node = KubeNode.objects.get(name=GPU_0)
+    url = f"/nodes/{node.pk}/verify/"
+    assert url in admin_client.get(f"/clusters/{pool.cluster_id}/").content.decode()
+
+    empty = admin_client.post(url, {"reason": " "})
+    asked = admin_client.post(url, {"reason": "new driver"})
+    again = admin_client.post(url, {"reason": "new driver"})
+
+    assert empty.status_code == 400
+    assert asked.status_code == 302
+    assert again.status_code == 409
+    assert "asked for already" in again.content.decode()
+    assert GpuVerifyRequest.objects.get().reason == "new driver"
