@@ -5,7 +5,7 @@ how").
 When a node of a GPU pool first advertises `nvidia.com/gpu` (per incarnation: its uid),
 and again when a person asks (`GpuVerifyRequest`), the cluster's plan (`kube.plan`) makes
 a Job in GPU_VERIFY_NAMESPACE, pinned to the node by `nodeName`, holding all its GPUs,
-running NVIDIA's `nvidia-smi` query (`gpus.probe.PROBE`). The verification row is recorded
+running NVIDIA's `nvidia-smi` query (`gpus.probe.COMMAND`). The verification row is recorded
 before its Job is made, the Job's name its key. Observe lists the namespace's Jobs and their
 pods (this module's mirror, `GpuVerifyJob`); once the pod finished, act reads its log
 (`pods/log`), judges it (`gpus.probe.judge`: the count against the machine's attached
@@ -21,7 +21,8 @@ was recorded.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+import shlex
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -34,7 +35,7 @@ from capvco_web.counters import count
 from capvco_web.integrations import kube
 from capvco_web.rows import fields_assign, model_update
 from clusters.models import Cluster
-from gpus.probe import PROBE, ProbeError, judge, parse_query
+from gpus.probe import COMMAND, GpuSeen, ProbeError, judge, parse_query
 from kube.models import GpuVerification, GpuVerifyJob
 
 if TYPE_CHECKING:
@@ -73,7 +74,7 @@ def job_manifest(*, name: str, node: str, node_uid: str, gpus: int) -> dict[str,
     probe = {
         "name": PROBE_CONTAINER,
         "image": settings.GPU_VERIFY_IMAGE,
-        "command": list(PROBE),
+        "command": shlex.split(COMMAND),
         "resources": limits,
     }
     # The CUDA sample runs after nvidia-smi, on the same GPUs (an init container's GPUs are
@@ -192,23 +193,21 @@ def verified_uids(cluster: Cluster, uids: Iterable[str]) -> set[str]:
     return {uid for uid, status in latest.items() if status == Status.VERIFIED}
 
 
-def gpus_seen(seen: Iterable[Any]) -> list[dict[str, Any]]:
-    """What is kept of each GPU a verification saw (`gpus.probe.GpuSeen`)."""
-    return [_seen_row(gpu) for gpu in seen]
-
-
-def _seen_row(gpu: Any) -> dict[str, Any]:
-    fields: Mapping[str, str] = {
-        "index": "index",
-        "model": "name",
-        "uuid": "uuid",
-        "pci_bus_id": "pci_bus_id",
-        "driver": "driver_version",
-        "memory_mib": "memory_mib",
-        "mig_mode": "mig_mode",
-        "compute_cap": "compute_cap",
-    }
-    return {key: getattr(gpu, name, None) for key, name in fields.items()}
+def gpus_seen(seen: Iterable[GpuSeen]) -> list[dict[str, Any]]:
+    """What is kept of each GPU a verification saw."""
+    return [
+        {
+            "index": gpu.index,
+            "model": gpu.name,
+            "memory_mib": gpu.memory_mib,
+            "driver": gpu.driver_version,
+            "uuid": gpu.uuid,
+            "pci_bus_id": gpu.pci_bus_id,
+            "mig_mode": gpu.mig_mode,
+            "compute_cap": gpu.compute_cap,
+        }
+        for gpu in seen
+    ]
 
 
 @dataclass(frozen=True)
@@ -225,9 +224,8 @@ def verdict_of_log(log: str, *, count: int, gpu_type: str, driver: str) -> Verif
         seen = parse_query(log)
     except ProbeError as exc:
         return VerifyVerdict(Status.FAILED, [f"nvidia-smi's output cannot be read: {exc}"])
-    verdict = judge(seen, count=count, gpu_type=gpu_type, driver=driver)
-    status = Status.VERIFIED if verdict.ok else Status.MISMATCH
-    return VerifyVerdict(status, list(verdict.reasons), gpus_seen(seen))
+    verdict = judge(seen, gpu_type, count, driver)
+    return VerifyVerdict(Status(verdict.status), list(verdict.reasons), gpus_seen(seen))
 
 
 def verdict_failed(outcome: str, reason: str, message: str) -> VerifyVerdict:
