@@ -232,6 +232,10 @@ def verdict_failed(outcome: str, reason: str, message: str) -> VerifyVerdict:
     """The pod did not run to the end: its own reason and message (the kubelet's, the
     scheduler's, a container's), or that it did not finish in time."""
     said = ": ".join(part for part in (reason, message) if part) or "no reason given"
+    if outcome == "gone":
+        return VerifyVerdict(
+            Status.FAILED, ["the node left the cluster, or its GPU pool, before it was verified"]
+        )
     if outcome == "timeout":
         seconds = settings.GPU_VERIFY_TIMEOUT_SECONDS
         return VerifyVerdict(Status.FAILED, [f"the pod did not finish within {seconds} s ({said})"])

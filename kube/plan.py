@@ -218,7 +218,7 @@ class GpuVerifyRead:
     node: str
     job_name: str
     pod_name: str
-    outcome: Literal["succeeded", "failed", "timeout"]
+    outcome: Literal["succeeded", "failed", "timeout", "gone"]
     pod_reason: str
     pod_message: str
     count: int
@@ -546,8 +546,12 @@ def gpu_verify_plan(cluster: Cluster) -> list[VerifyStep]:
                 GpuVerifyJobDelete(cluster.pk, job.pk, name, "no unfinished verification names it")
             )
             continue
-        outcome: Literal["succeeded", "failed", "timeout"]
-        if job.pod_phase == "Succeeded":
+        node_row = next((n for n in nodes if n.uid == verification.node_uid), None)
+        machine = node_row.machine if node_row is not None else None
+        outcome: Literal["succeeded", "failed", "timeout", "gone"]
+        if machine is None:
+            outcome = "gone"  # nothing billed to hold it against any more
+        elif job.pod_phase == "Succeeded":
             outcome = "succeeded"
         elif job.pod_phase == "Failed" or job.finished == "Failed":
             outcome = "failed"
@@ -555,8 +559,6 @@ def gpu_verify_plan(cluster: Cluster) -> list[VerifyStep]:
             outcome = "timeout"  # the API server should have ended it: it did not
         else:
             continue
-        node_row = next((n for n in nodes if n.uid == verification.node_uid), None)
-        machine = node_row.machine if node_row is not None else None
         pool = machine.pool if machine is not None else None
         held_gpus = billed.get(machine.pk) if machine is not None else None
         steps.append(
@@ -572,10 +574,18 @@ def gpu_verify_plan(cluster: Cluster) -> list[VerifyStep]:
                 count=held_gpus.count if held_gpus else 0,
                 gpu_type=pool.gpu_type if pool else "",
                 driver=pool.gpu_driver_version if pool else "",
-                reason=f"its pod {outcome}" if outcome != "timeout" else "no pod finished in time",
+                reason=READ_REASONS[outcome],
             )
         )
     return steps
+
+
+READ_REASONS = {
+    "succeeded": "its pod succeeded",
+    "failed": "its pod failed",
+    "timeout": "no pod finished in time",
+    "gone": "the node is no longer a node of a GPU pool",
+}
 
 
 def _start(

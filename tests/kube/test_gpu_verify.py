@@ -590,3 +590,16 @@ def test_an_operator_asks_again_from_the_page(
     assert again.status_code == 409
     assert "asked for already" in again.content.decode()
     assert GpuVerifyRequest.objects.get().reason == "new driver"
+
+
+def test_a_node_gone_before_its_job_was_read_ends_failed_and_its_job_deleted(
+    kube_sim: KubeSimulator, k8s: K8s, pool: MachinePool
+) -> None:
+    run(pool)
+    k8s.core.delete_node(GPU_0)
+    run(pool)
+
+    (verification,) = GpuVerification.objects.all()
+    assert verification.status == Status.FAILED
+    assert "left the cluster" in verification.reasons[0]
+    assert k8s.jobs() == []
