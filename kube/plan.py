@@ -553,10 +553,12 @@ def gpu_verify_plan(cluster: Cluster) -> list[VerifyStep]:
             outcome = "gone"  # nothing billed to hold it against any more
         elif job.pod_phase == "Succeeded":
             outcome = "succeeded"
+        elif job.finished == "Failed" and job.reason == "DeadlineExceeded":
+            outcome = "timeout"  # the API server ended it: activeDeadlineSeconds passed
         elif job.pod_phase == "Failed" or job.finished == "Failed":
             outcome = "failed"
         elif (now - verification.started_at).total_seconds() > timeout:
-            outcome = "timeout"  # the API server should have ended it: it did not
+            outcome = "timeout"  # the API server should have ended it by now: it did not
         else:
             continue
         pool = machine.pool if machine is not None else None
@@ -575,6 +577,32 @@ def gpu_verify_plan(cluster: Cluster) -> list[VerifyStep]:
                 gpu_type=pool.gpu_type if pool else "",
                 driver=pool.gpu_driver_version if pool else "",
                 reason=READ_REASONS[outcome],
+            )
+        )
+    # A verification whose node went, and whose Job no listing begun after it shows: it
+    # ends too (its Job, made or not, has nothing left to verify).
+    uids = {node.uid for node in nodes}
+    for verification in unfinished.values():
+        if (
+            verification.node_uid in uids
+            or verification.job_name in jobs
+            or verification.started_at > listed_at
+        ):
+            continue
+        steps.append(
+            GpuVerifyRead(
+                cluster_id=cluster.pk,
+                verification_id=verification.pk,
+                node=verification.node_name,
+                job_name=verification.job_name,
+                pod_name="",
+                outcome="gone",
+                pod_reason="",
+                pod_message="",
+                count=0,
+                gpu_type="",
+                driver="",
+                reason=READ_REASONS["gone"],
             )
         )
     return steps

@@ -286,7 +286,10 @@ def test_an_image_never_pulled_fails_when_the_api_server_ends_the_job(
 
     verification = GpuVerification.objects.get()
     assert verification.status == Status.FAILED
-    assert "ErrImagePull" in verification.reasons[0]
+    assert verification.reasons == [
+        "the pod did not finish within 600 s (ErrImagePull: failed to pull image "
+        '"nvcr.io/nvidia/cuda": not found)'
+    ]
     assert k8s.jobs() == []
 
 
@@ -598,8 +601,19 @@ def test_a_node_gone_before_its_job_was_read_ends_failed_and_its_job_deleted(
     run(pool)
     k8s.core.delete_node(GPU_0)
     run(pool)
+    assert k8s.jobs() == []
+    assert GpuVerification.objects.get().status == Status.FAILED
 
-    (verification,) = GpuVerification.objects.all()
+    # ... also when its Job is gone too (deleted by someone).
+    kube_sim.put("prod", node_object(GPU_0, provider_id="vco://nl-1/100", gpus=1))
+    run(pool)
+    k8s.job_delete(k8s.jobs()[0]["metadata"]["name"])
+    k8s.core.delete_node(GPU_0)
+    run(pool)
+    run(pool)
+
+    verification = GpuVerification.objects.order_by("pk").last()
+    assert verification is not None
     assert verification.status == Status.FAILED
     assert "left the cluster" in verification.reasons[0]
     assert k8s.jobs() == []
