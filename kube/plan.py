@@ -42,6 +42,8 @@ from kube.gpu_addon import (
 from kube.gpu_nodes import GPU_COUNT_LABEL, GPU_TYPE_LABEL, attached_gpus, gpus_by, machine_gpus
 from kube.gpu_verify import (
     LOG_LIMIT_BYTES,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
     PROBE_CONTAINER,
     VERIFIED_LABEL,
     gpu_verify_wanted,
@@ -653,7 +655,7 @@ def _verify_start(client: KubeClient, step: GpuVerifyStart) -> bool:
     )
     namespace = settings.GPU_VERIFY_NAMESPACE
     with suppress(kube.Conflict):  # there already
-        client.create_namespace(namespace, {"app.kubernetes.io/managed-by": "capvco-web"})
+        client.create_namespace(namespace, {MANAGED_BY_LABEL: MANAGED_BY})
     with suppress(kube.Conflict):  # made by a pass whose worker did not live to record it
         client.create_job(namespace, manifest)
     count("kube_writes", "gpu_verify", "started")
