@@ -15,7 +15,7 @@ from rest_framework.test import APIClient
 
 from capvco_web.models import AuditEvent
 from clusters.models import Cluster, MachinePool
-from kube.gpu_verify import NODE_UID_LABEL, SELECTOR, VERIFIED_LABEL
+from kube.gpu_verify import NODE_UID_LABEL, SELECTOR, VERIFIED_LABEL, verdict_of_log
 from kube.models import GpuVerification, GpuVerifyJob, GpuVerifyRequest, KubeNode
 from kube.plan import VERIFY_JOB_DELETE, kube_plan
 from kube.tasks import observe_cluster_kube
@@ -617,3 +617,69 @@ def test_a_node_gone_before_its_job_was_read_ends_failed_and_its_job_deleted(
     assert verification.status == Status.FAILED
     assert "left the cluster" in verification.reasons[0]
     assert k8s.jobs() == []
+
+
+# ---- the verdict on what nvidia-smi printed ------------------------------------------------
+
+# The H200 node's recording (../shared/gpu-node/query-gpu-noheader.csv) as the Job's query
+# prints it: the same values, with the MIG mode the query adds.
+H200_LOG = (
+    "0, NVIDIA H200, GPU-a54cc8e3-5c0b-336d-1a96-de062f90b427, 00000000:00:06.0, "
+    "580.159.04, 143771, Disabled, 9.0\n"
+)
+
+
+def test_the_log_of_an_h200_node_verifies_it_and_keeps_what_its_pods_see() -> None:
+    verdict = verdict_of_log(H200_LOG, count=1, gpu_type="NVIDIA H200", driver="550.54.15")
+
+    assert (verdict.status, verdict.reasons) == (Status.VERIFIED, [])
+    assert verdict.gpus == [
+        {
+            "index": 0,
+            "model": "NVIDIA H200",
+            "memory_mib": 143771,
+            "driver": "580.159.04",
+            "uuid": "GPU-a54cc8e3-5c0b-336d-1a96-de062f90b427",
+            "pci_bus_id": "00000000:00:06.0",
+            "mig_mode": "Disabled",
+            "compute_cap": "9.0",
+        }
+    ]
+
+
+@pytest.mark.parametrize(
+    ("billed", "said"),
+    [
+        (
+            {"count": 2, "gpu_type": "NVIDIA H200"},
+            "billed NVIDIA H200 x 2, the node sees 1 x NVIDIA H200",
+        ),
+        (
+            {"count": 1, "gpu_type": "NVIDIA A100"},
+            "billed NVIDIA A100 x 1, the node sees 1 x NVIDIA H200",
+        ),
+        (
+            {"count": 1, "gpu_type": "NVIDIA H200", "driver": "590.1"},
+            "driver 580.159.04 is older than the pool's 590.1",
+        ),
+    ],
+    ids=["count", "model", "driver"],
+)
+def test_a_log_that_differs_from_the_bill_is_a_mismatch_with_both_sides(
+    billed: dict[str, Any], said: str
+) -> None:
+    verdict = verdict_of_log(H200_LOG, **{"driver": "", **billed})
+
+    assert (verdict.status, verdict.reasons) == (Status.MISMATCH, [said])
+
+
+def test_a_log_that_is_not_the_query_fails_the_verification() -> None:
+    verdict = verdict_of_log(
+        "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n",
+        count=1,
+        gpu_type="NVIDIA H200",
+        driver="",
+    )
+
+    assert verdict.status == Status.FAILED
+    assert verdict.reasons[0].startswith("nvidia-smi's output cannot be read: ")
