@@ -6,7 +6,17 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Count, IntegerField, OuterRef, Q, QuerySet, Subquery, Sum
+from django.db.models import (
+    Count,
+    IntegerField,
+    JSONField,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Sum,
+    Value,
+)
 from django.db.models.fields.json import KT
 from django.db.models.functions import Coalesce
 
@@ -81,14 +91,16 @@ def kube_nodes_with_requests(queryset: QuerySet[KubeNode]) -> QuerySet[KubeNode]
 
 
 def verifications_latest(nodes: QuerySet[KubeNode]) -> QuerySet[KubeNode]:
-    """The nodes with their incarnation's latest verification: `verify_status` ("": none),
-    `verify_reasons`, `verify_finished_at`."""
+    """The nodes with their incarnation's latest verification: `verify_status` (None:
+    none), `verify_reasons` ([] then), `verify_finished_at`."""
     latest = GpuVerification.objects.filter(
         cluster=OuterRef("cluster"), node_uid=OuterRef("uid")
     ).order_by("-started_at", "-pk")
     return nodes.annotate(
         verify_status=Subquery(latest.values("status")[:1]),
-        verify_reasons=Subquery(latest.values("reasons")[:1]),
+        verify_reasons=Coalesce(
+            Subquery(latest.values("reasons")[:1]), Value([], output_field=JSONField())
+        ),
         verify_finished_at=Subquery(latest.values("finished_at")[:1]),
     )
 

@@ -39,7 +39,6 @@ class KubeNodeSerializer(serializers.ModelSerializer[KubeNode]):
         source="verify_reasons",
         child=serializers.CharField(),
         read_only=True,
-        default=list,
         help_text="Why it is not verified, each with both sides (billed, and what the node sees)",
     )
     gpu_verified_at = serializers.DateTimeField(
