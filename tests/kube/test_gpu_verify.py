@@ -8,16 +8,20 @@ from typing import Any
 
 import kubernetes
 import pytest
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 from rest_framework.test import APIClient
 
 from capvco_web.models import AuditEvent
 from clusters.models import Cluster, MachinePool
+from kube.client import kube_client
 from kube.gpu_verify import NODE_UID_LABEL, SELECTOR, VERIFIED_LABEL, verdict_of_log
 from kube.models import GpuVerification, GpuVerifyJob, GpuVerifyRequest, KubeNode
-from kube.plan import VERIFY_JOB_DELETE, kube_plan
+from kube.observe import cluster_kube_observe
+from kube.plan import VERIFY_JOB_DELETE, VERIFY_START, kube_plan
 from kube.tasks import observe_cluster_kube
 from notify.alerts import alerts_collect
 from notify.models import Reason
@@ -683,3 +687,75 @@ def test_a_log_that_is_not_the_query_fails_the_verification() -> None:
 
     assert verdict.status == Status.FAILED
     assert verdict.reasons[0].startswith("nvidia-smi's output cannot be read: ")
+
+
+# ---- a reconciler's manners ----------------------------------------------------------------
+
+
+def test_a_pass_after_the_verdict_writes_nothing_but_the_stamp(
+    kube_sim: KubeSimulator, k8s: K8s, pool: MachinePool
+) -> None:
+    run(pool)
+    _fail(k8s, pool)
+    run(pool)
+    kube_sim.clear_calls()
+
+    with CaptureQueriesContext(connection) as queries:
+        run(pool)
+
+    assert [c for c in kube_sim.calls("prod") if c["method"] != "GET"] == []
+    written = [
+        q["sql"].split(" SET ")[0]
+        for q in queries.captured_queries
+        if q["sql"].startswith(("INSERT", "UPDATE", "DELETE"))
+    ]
+    assert written == ['UPDATE "kube_clusterobservation"']
+
+
+def test_a_job_whose_create_failed_is_made_again_by_the_next_pass(
+    kube_sim: KubeSimulator, k8s: K8s, pool: MachinePool
+) -> None:
+    kube_sim.fault(operation="create jobs", status=503, times=1)
+    run(pool)
+    assert verdicts() == [(GPU_0, Status.PENDING)]  # recorded before the call
+    assert k8s.jobs() == []
+
+    run(pool)
+
+    (job,) = k8s.jobs()
+    assert job["metadata"]["name"] == GpuVerification.objects.get().job_name
+    assert verdicts() == [(GPU_0, Status.RUNNING)]
+
+
+def test_a_job_made_whose_answer_was_lost_is_read_not_made_twice(
+    kube_sim: KubeSimulator, k8s: K8s, pool: MachinePool
+) -> None:
+    kube_sim.fault(operation="create jobs", lost_response="drop", times=1)
+    run(pool)
+    assert len(k8s.jobs()) == 1
+    assert verdicts() == [(GPU_0, Status.PENDING)]
+
+    k8s.pod_ends(k8s.jobs()[0], phase="Failed", reason="OutOfnvidia.com/gpu")
+    run(pool)
+
+    assert verdicts() == [(GPU_0, Status.FAILED)]
+    assert k8s.jobs() == []
+
+
+def test_the_dry_run_shows_the_verification_steps_with_their_calls(
+    kube_sim: KubeSimulator, k8s: K8s, pool: MachinePool, api: APIClient
+) -> None:
+    kube_sim.fault(operation="create jobs", status=503, times=1)
+    run(pool)
+    cluster = Cluster.objects.get(pk=pool.cluster_id)
+    with kube_client(cluster) as client:
+        cluster_kube_observe(client=client, cluster=cluster)  # observed, not acted on
+
+    answer = api.get(f"/api/v1/clusters/{pool.cluster_id}/plan/")
+
+    assert answer.status_code == 200
+    (step,) = [s for s in answer.json() if s["action"] == VERIFY_START]
+    assert GPU_0 in step["description"]
+    assert {"service": "kubernetes", "verb": "POST", "object": JOBS, "maybe": False} in step[
+        "calls"
+    ]
