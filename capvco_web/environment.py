@@ -166,6 +166,8 @@ def encryption_keys(value: str) -> list[str]:
 
 
 CACHE_KEY_PREFIX = "capvco-cache"
+# Redis, or each process's memory while Redis is down (capvco_web.cache).
+REDIS_CACHE = "capvco_web.cache.RedisCacheOrLocal"
 
 
 def cache_config(url: str, *, broker_url: str) -> dict[str, Any]:
@@ -177,7 +179,7 @@ def cache_config(url: str, *, broker_url: str) -> dict[str, Any]:
         return {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
     if urlparse(url).scheme == "unix":  # django-environ knows no socket URL; redis-py does
         return {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "BACKEND": REDIS_CACHE,
             "LOCATION": url,
             "KEY_PREFIX": CACHE_KEY_PREFIX,
         }
@@ -189,6 +191,8 @@ def cache_config(url: str, *, broker_url: str) -> dict[str, Any]:
             "unix:///PATH/redis.sock or locmemcache://"
         ) from exc
     config.setdefault("KEY_PREFIX", CACHE_KEY_PREFIX)
+    if config["BACKEND"] == "django.core.cache.backends.redis.RedisCache":
+        config["BACKEND"] = REDIS_CACHE
     return config
 
 

@@ -1,12 +1,13 @@
+import logging
 import threading
 from datetime import datetime, timedelta
 from typing import Any
 
 from celery import Task, shared_task
-from celery.contrib.django.task import DjangoTask
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
+from kombu.exceptions import OperationalError
 
 from capvco_web.backoff import backoff_seconds
 from capvco_web.integrations.whitesky import WhiteskyError
@@ -14,6 +15,7 @@ from capvco_web.models import Heartbeat
 from capvco_web.retention import history_prune as retention_prune
 
 BEAT = "beat"
+log = logging.getLogger(__name__)
 
 
 @shared_task
@@ -48,15 +50,26 @@ def expires_within(task: Task[Any, Any], seconds: float) -> bool:
 
 def send_on_commit(task: Task[Any, Any], *args: Any, expires: float | None = None) -> None:
     """Send a task once the current transaction commits (at once outside of one); with
-    `expires`, it is dropped when it waited that many seconds.
+    `expires`, it is dropped when it waited that many seconds. A broker that cannot be
+    reached loses the message, not the work: see `_send`."""
+    options: dict[str, Any] = {} if expires is None else {"expires": expires}
+    transaction.on_commit(lambda: _send(task, args, options))
 
-    Celery's Django fixup makes every task a `DjangoTask`; `shared_task` is typed as the
-    plain `Task`, so this is where the type is narrowed to reach `apply_async_on_commit`."""
-    assert isinstance(task, DjangoTask), f"{task.name} is not a DjangoTask"
-    if expires is None:
-        task.delay_on_commit(*args)
-    else:
-        task.apply_async_on_commit(args, expires=expires)
+
+def _send(task: Task[Any, Any], args: tuple[Any, ...], options: dict[str, Any]) -> None:
+    """Send now. Every task sent from a request or a pass is also found again from the rows
+    it works on by a beat pass (the release sweep, the reconcile tick, the NIC queue's,
+    the observers'), so with the broker down the request that was committed stands and
+    answers; the message is what is lost, and the next pass after the broker is back
+    does the work."""
+    try:
+        task.apply_async(args, **options)
+    except OperationalError as exc:
+        log.warning(
+            "broker unreachable (%s): %s not sent; the next beat pass finds its work again",
+            exc,
+            task.name,
+        )
 
 
 def send_again_later(task: Task[Any, Any]) -> None:
@@ -94,7 +107,7 @@ def send_by_name_on_commit(name: str, *args: Any) -> None:
             # can each find another's half-imported module, its tasks not registered yet.
             with _TASK_IMPORT:
                 app.loader.import_default_modules()  # as a worker does at start
-        app.tasks[name].delay(*args)  # unknown: KeyError, loudly
+        _send(app.tasks[name], args, {})  # unknown: KeyError, loudly
 
     transaction.on_commit(send)
 

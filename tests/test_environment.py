@@ -269,13 +269,13 @@ def test_settings_read_the_environment_over_what_make_run_chose(tmp_path: Path) 
 
 def test_the_cache_is_the_brokers_redis_so_web_processes_share_throttle_counts() -> None:
     config = cache_config("", broker_url="redis://127.0.0.1:6379/0")
-    assert config["BACKEND"] == "django.core.cache.backends.redis.RedisCache"
+    assert config["BACKEND"] == "capvco_web.cache.RedisCacheOrLocal"
     assert config["LOCATION"] == "redis://127.0.0.1:6379/0"
 
 
 def test_the_cache_is_the_private_redis_beside_it(tmp_path: Path) -> None:
     config = cache_config("", broker_url=default_broker_url(tmp_path))
-    assert config["BACKEND"] == "django.core.cache.backends.redis.RedisCache"
+    assert config["BACKEND"] == "capvco_web.cache.RedisCacheOrLocal"
     assert config["LOCATION"] == f"unix://{tmp_path.resolve()}/redis.sock"
     assert config["KEY_PREFIX"] == "capvco-cache"
 

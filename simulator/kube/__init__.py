@@ -20,7 +20,10 @@ How the pieces fit (read in this order):
 * ``errors``: Status objects as the real server words them;
 * ``faults``: injected failures per operation;
 * ``server``: the HTTPS server, routing, watch streams, the control API (``/_sim/``),
-  the call log.
+  the call log;
+* ``pods``: a pod's binding and eviction subresources, PodDisruptionBudgets' status;
+* ``scheduler``: the scheduler and kubelets (``--schedule``): pods placed, run, finished;
+* ``joiner``: the demo's nodes, from the VMs of a whitesky simulator.
 
 Why its own server rather than a subclass of ``kmock``: the contract is in
 ``docs/simulator-contract.md`` (section "The Kubernetes simulator").

@@ -12,6 +12,7 @@ from pathlib import Path
 from types import FrameType
 
 from simulator.kube.joiner import Joiner
+from simulator.kube.scheduler import Scheduler
 from simulator.kube.server import KubeHTTPServer, Simulator
 from simulator.kube.tls import certificates
 
@@ -42,6 +43,21 @@ def main(argv: list[str] | None = None) -> int:
         "--join-interval", type=float, default=2.0, help="seconds between two joiner passes"
     )
     parser.add_argument(
+        "--schedule",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="run a scheduler and kubelets: pending pods are bound to nodes that fit them, "
+        "then run, and finish after their sim.capvco.io/run-seconds "
+        "(simulator/kube/scheduler.py)",
+    )
+    parser.add_argument(
+        "--time-scale",
+        type=float,
+        default=1.0,
+        help="the scheduler's delays and run-seconds are divided by this (a benchmark "
+        "compresses a day into minutes)",
+    )
+    parser.add_argument(
         "--tls-dir",
         metavar="DIR",
         help="where its CA (ca.crt, the one to trust) and server certificate are kept, "
@@ -49,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
         "default: a temporary directory, removed at exit",
     )
     args = parser.parse_args(argv)
+    if args.time_scale <= 0:
+        parser.error("--time-scale must be a positive number")
 
     with tempfile.TemporaryDirectory(prefix="kube-simulator-tls-") as scratch:
         return _serve(args, Path(args.tls_dir or scratch))
@@ -78,6 +96,9 @@ def _serve(args: argparse.Namespace, tls_dir: Path) -> int:
     if args.join_whitesky:
         joiner = Joiner(simulator, args.join_whitesky, interval=args.join_interval)
         threading.Thread(target=joiner.run, args=(stop,), name="joiner", daemon=True).start()
+    if args.schedule:
+        scheduler = Scheduler(simulator, time_scale=args.time_scale)
+        threading.Thread(target=scheduler.run, args=(stop,), name="scheduler", daemon=True).start()
     print(f"kube simulator listening on https://{host}:{port}", flush=True)
     print(f"kube simulator CA certificate: {found.ca_file}", flush=True)
     while not stop.wait(timeout=1.0):

@@ -1,8 +1,8 @@
-"""The demo's kubelets and scheduler: VMs of a whitesky simulator become nodes.
+"""The demo's nodes: VMs of a whitesky simulator become nodes.
 
 ``python -m simulator.kube --cluster demo --join-whitesky http://127.0.0.1:8081`` polls the
 whitesky simulator's state (``GET /_sim/state``) every few seconds and, for each cluster
-served here, does what kubeadm join, the kubelet, the device plugin and the scheduler would:
+served here, does what kubeadm join, the kubelet and the device plugin would:
 
 * a RUNNING VM named ``capvco-<cluster>-...`` is a Ready node of that cluster, named after
   the VM, with ``spec.providerID`` ``vco://<location>/<vm id>``; a HALTED one is NotReady;
@@ -10,9 +10,8 @@ served here, does what kubeadm join, the kubelet, the device plugin and the sche
 * a node advertises ``nvidia.com/gpu`` (its VM's vGPUs) only once a device plugin
   DaemonSet (an image of ``k8s-device-plugin``) exists and the node carries the GPU type
   label the DaemonSet selects (``capvco.io/gpu-type``): as the real device plugin would;
-* a few demo pods ask for GPUs (namespace ``ml``); a pod waiting for a node is placed on a
-  Ready node that matches its nodeSelector and has the GPUs free, and goes back to waiting
-  when its node goes or stops advertising them.
+* a few demo pods ask for GPUs (namespace ``ml``), made again when gone; the scheduler
+  (simulator/kube/scheduler.py) places them.
 
 Labels and annotations that others set on a node are kept; nothing is written when nothing
 changed, so the cluster's resourceVersion moves only on a real change.
@@ -133,75 +132,31 @@ def _content(obj: Obj) -> Obj:
 
 
 def _demo_pods(state: ClusterState) -> None:
-    """The demo pods, made once; each waiting one placed where its GPUs are free."""
+    """The demo pods, made when missing: the scheduler (``--schedule``) places them, and
+    deletes one whose node went, to be made again here."""
     pods = state.objects[PODS.storage_key]
-    nodes = state.objects[NODES.storage_key]
     for name, (gpu_type, gpus) in DEMO_PODS.items():
         if (DEMO_NAMESPACE, name) not in pods:
-            state.put(_pod(name, gpu_type, gpus, node=""))
-    used: dict[str, int] = {}
-    for pod in pods.values():
-        node = pod.get("spec", {}).get("nodeName", "")
-        if node and pod.get("status", {}).get("phase") in ("Pending", "Running"):
-            used[node] = used.get(node, 0) + _gpus(pod)
-    for name, (gpu_type, gpus) in DEMO_PODS.items():
-        pod = pods[(DEMO_NAMESPACE, name)]
-        node_name = pod["spec"].get("nodeName", "")
-        node = nodes.get(("", node_name)) if node_name else None
-        if node_name and (node is None or _free(node, used.get(node_name, 0) - gpus) < gpus):
-            used[node_name] = used.get(node_name, 0) - gpus
-            state.put(_pod(name, gpu_type, gpus, node=""))  # its node went: it waits again
-            node_name = ""
-        if node_name:
-            continue
-        for (_, candidate), node in sorted(nodes.items()):
-            labels = node["metadata"].get("labels") or {}
-            if gpu_type and labels.get(GPU_TYPE_LABEL) != gpu_type:
-                continue
-            if _ready(node) and _free(node, used.get(candidate, 0)) >= gpus:
-                used[candidate] = used.get(candidate, 0) + gpus
-                state.put(_pod(name, gpu_type, gpus, node=candidate))
-                break
+            state.put(_pod(name, gpu_type, gpus))
 
 
-def _pod(name: str, gpu_type: str, gpus: int, *, node: str) -> Obj:
-    spec: Obj = {
-        "containers": [
-            {
-                "name": "main",
-                "image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04",
-                "resources": {"limits": {GPU: str(gpus)}},
-            }
-        ],
-        "nodeSelector": {GPU_TYPE_LABEL: gpu_type} if gpu_type else {},
-    }
-    if node:
-        spec["nodeName"] = node
+def _pod(name: str, gpu_type: str, gpus: int) -> Obj:
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "namespace": DEMO_NAMESPACE, "labels": {"app": "demo"}},
-        "spec": spec,
-        "status": {"phase": "Running" if node else "Pending"},
+        "spec": {
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04",
+                    "resources": {"limits": {GPU: str(gpus)}},
+                }
+            ],
+            "nodeSelector": {GPU_TYPE_LABEL: gpu_type} if gpu_type else {},
+        },
+        "status": {"phase": "Pending"},
     }
-
-
-def _gpus(pod: Obj) -> int:
-    return sum(
-        int((c.get("resources") or {}).get("limits", {}).get(GPU, 0) or 0)
-        for c in pod.get("spec", {}).get("containers", [])
-    )
-
-
-def _free(node: Obj, used: int) -> int:
-    return int((node.get("status") or {}).get("allocatable", {}).get(GPU, 0) or 0) - used
-
-
-def _ready(node: Obj) -> bool:
-    return any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in (node.get("status") or {}).get("conditions", [])
-    )
 
 
 class Joiner:

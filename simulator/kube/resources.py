@@ -37,6 +37,9 @@ class ResourceType:
     short_names: tuple[str, ...] = field(default=())
     categories: tuple[str, ...] = ()  # "all": listed by `kubectl get all`
     scale: bool = False  # a /scale subresource (autoscaling/v1 Scale of spec.replicas)
+    # Subresources that are only created (a pod's binding and eviction): name, group,
+    # version, kind, as discovery lists them.
+    actions: tuple[tuple[str, str, str, str], ...] = ()
 
     @property
     def api_version(self) -> str:
@@ -84,6 +87,17 @@ class ResourceType:
                     "verbs": ["get", "patch", "update"],
                 }
             )
+        for action, group, version, kind in self.actions:
+            entries.append(
+                {
+                    "name": f"{self.plural}/{action}",
+                    "singularName": "",
+                    "namespaced": self.namespaced,
+                    **({"group": group, "version": version} if group else {}),
+                    "kind": kind,
+                    "verbs": ["create"],
+                }
+            )
         if self.status_subresource:
             entries.append(
                 {
@@ -109,6 +123,7 @@ PODS = ResourceType(
         "spec.hostNetwork", "status.phase", "status.podIP", "status.nominatedNodeName",
     ),
     short_names=("po",), categories=("all",),
+    actions=(("binding", "", "", "Binding"), ("eviction", "policy", "v1", "Eviction")),
 )  # fmt: skip
 NAMESPACES = ResourceType(
     "", "v1", "namespaces", "Namespace", namespaced=False,
@@ -134,6 +149,11 @@ CRDS = ResourceType(
     "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition",
     namespaced=False, short_names=("crd",),
 )  # fmt: skip
+# The disruption controller's part is in simulator/kube/pods.py: its status follows the pods.
+PDBS = ResourceType(
+    "policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", namespaced=True,
+    status_on_create=STATUS_ON_CREATE_DROP, short_names=("pdb",),
+)  # fmt: skip
 
 SERVICE_ACCOUNTS = ResourceType(
     "", "v1", "serviceaccounts", "ServiceAccount", namespaced=True, status_subresource=False,
@@ -152,7 +172,7 @@ RBAC = tuple(
 
 BUILTIN: tuple[ResourceType, ...] = (
     NODES, PODS, NAMESPACES, CONFIGMAPS, SECRETS, SERVICE_ACCOUNTS, DAEMONSETS, DEPLOYMENTS,
-    CRDS, *RBAC,
+    CRDS, *RBAC, PDBS,
 )  # fmt: skip
 
 

@@ -26,7 +26,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from simulator.kube import errors, openapi, patches, tables
+from simulator.kube import errors, openapi, patches, pods, tables
 from simulator.kube.errors import StatusError
 from simulator.kube.faults import Fault, FaultPlan, FaultSpecError
 from simulator.kube.resources import PODS, ResourceType, custom_type
@@ -40,6 +40,8 @@ WATCH_TIMEOUT = 1800  # seconds a watch without timeoutSeconds lasts (the server
 JSON_TYPES = ("application/json", "")
 # Deleting these answers the deleted object; other kinds answer a Status of success.
 DELETE_ANSWERS_OBJECT = {PODS.storage_key}
+# A pod's subresources that are only posted to (simulator/kube/pods.py).
+POD_ACTIONS = ("binding", "eviction")
 
 
 @dataclass
@@ -110,6 +112,8 @@ class Simulator:
         self.bookmark_interval = BOOKMARK_INTERVAL
         self.watch_history = WATCH_HISTORY
         self.changed = threading.Condition(self.lock)  # a cluster was written to
+        # Kubelets run (simulator/kube/scheduler.py): an evicted pod is deleted gracefully.
+        self.kubelets = False
 
     # ---- requests ------------------------------------------------------------------------
 
@@ -199,7 +203,8 @@ class Simulator:
         if route.verb == "delete":
             body = _delete_options(request)
         dry_run = _dry_run(request, body if route.verb == "delete" else None)
-        warnings = _field_validation(rt, route.verb, content_type, body, request)
+        acting = route.subresource in POD_ACTIONS
+        warnings = [] if acting else _field_validation(rt, route.verb, content_type, body, request)
         with self.lock:
             if route.verb == "list":
                 try:
@@ -221,6 +226,15 @@ class Simulator:
                     dry_run=dry_run,
                 )  # fmt: skip
                 status = 200
+            elif route.subresource == "binding":
+                answer = pods.bind(state, route.namespace, route.name, body, dry_run=dry_run)
+                status = 201
+            elif route.subresource == "eviction":
+                answer = pods.evict(
+                    state, route.namespace, route.name, body, dry_run=dry_run,
+                    graceful=self.kubelets,
+                )  # fmt: skip
+                status = 201
             elif route.verb == "get":
                 answer, status = state.get(rt, route.namespace, route.name), 200
             elif route.verb == "create":
@@ -630,6 +644,8 @@ def _route(state: ClusterState, method: str, path: str, request: Request) -> Rou
         if verb is None:
             raise errors.method_not_allowed(method, rt)
         return Route(verb, rt, namespace, rest[1])
+    if len(rest) == 3 and method == "POST" and rest[2] in {a[0] for a in rt.actions}:
+        return Route("create", rt, namespace, rest[1], rest[2])
     if len(rest) == 3 and (
         (rest[2] == "status" and rt.status_subresource) or (rest[2] == "scale" and rt.scale)
     ):

@@ -20,7 +20,8 @@ Rules kept from the real server:
 * `dry_run`: a write checked and answered in full, and nothing stored.
 * The workload controllers' part, in a blink: once a DaemonSet or Deployment changed,
   its status says it is rolled out (every matching node, every replica ready), so
-  `kubectl rollout status` ends.
+  `kubectl rollout status` ends. A PodDisruptionBudget's status follows its pods the same
+  way (simulator/kube/pods.py).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from simulator.kube import errors, patches, validation
+from simulator.kube import errors, patches, pods, validation
 from simulator.kube.errors import StatusError
 from simulator.kube.resources import (
     BUILTIN,
@@ -49,6 +50,8 @@ from simulator.kube.resources import (
     DEPLOYMENTS,
     NAMESPACES,
     NODES,
+    PDBS,
+    PODS,
     SECRETS,
     STATUS_ON_CREATE_DROP,
     STATUS_ON_CREATE_KEEP,
@@ -168,6 +171,8 @@ class ClusterState:
             self.history_floor = self.events.popleft().resource_version
         if self.changed is not None:
             self.changed.notify_all()
+        if storage_key in (PODS.storage_key, PDBS.storage_key):
+            pods.budgets_follow(self, key[0])  # the disruption controller, in a blink
 
     def _forget(self, rt_key: tuple[str, str], key: Key) -> None:
         """Delete a stored object: the next resourceVersion, and a DELETED event whose

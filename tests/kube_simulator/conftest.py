@@ -30,3 +30,16 @@ def core(api_client: kubernetes.client.ApiClient) -> kubernetes.client.CoreV1Api
 @pytest.fixture
 def custom(api_client: kubernetes.client.ApiClient) -> kubernetes.client.CustomObjectsApi:
     return kubernetes.client.CustomObjectsApi(api_client)
+
+
+@pytest.fixture(scope="session")
+def scheduling_process() -> Iterator[KubeSimulator]:
+    """A simulator whose scheduler and kubelets run, ten times faster than real time."""
+    with KubeSimulator(extra_args=("--schedule", "--time-scale", "10")) as simulator:
+        yield simulator
+
+
+@pytest.fixture
+def scheduling(scheduling_process: KubeSimulator) -> KubeSimulator:
+    scheduling_process.reset()
+    return scheduling_process

@@ -1,6 +1,6 @@
 """The demo's joiner: whitesky VMs of a cluster become its nodes, which advertise their GPUs
 only once the device plugin is applied to GPU-labelled nodes; demo pods wait for GPUs and
-are placed where they are free."""
+the scheduler places them where they are free."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import kubernetes
 import pytest
 
 from simulator.kube.joiner import DEMO_NAMESPACE, cluster_join
+from simulator.kube.scheduler import collect_orphans, schedule
 from simulator.kube.store import ClusterState
 from tests.kube_sim import KubeSimulator
 from tests.whitesky_sim import WhiteskySimulator
@@ -92,8 +93,9 @@ def test_running_vms_of_the_cluster_join_and_advertise_gpus_only_with_the_plugin
     node = nodes(state)["capvco-demo-a100-0"]
     assert node["status"]["allocatable"]["nvidia.com/gpu"] == "1"
     assert node["metadata"]["labels"]["capvco.io/gpu-type"] == "nvidia-a100"  # kept
+    schedule(state)
     placed = pods(state)
-    assert placed["train-a100-0"] == ("capvco-demo-a100-0", "Running")
+    assert placed["train-a100-0"] == ("capvco-demo-a100-0", "Pending")  # bound, not started
     assert placed["train-a100-1"] == ("", "Pending")  # its one GPU is taken
     assert placed["train-big"] == placed["infer-t4-0"] == ("", "Pending")
 
@@ -117,8 +119,13 @@ def test_a_vm_that_is_gone_takes_its_node_and_its_pods_wait_again() -> None:
     plugin(state)
     label(state, "capvco-demo-a100-0")
     cluster_join(state, WORLD)
+    schedule(state)
+    assert pods(state)["train-a100-0"] == ("capvco-demo-a100-0", "Pending")
 
-    cluster_join(state, {**WORLD, "vms": WORLD["vms"][1:]})
+    gone = {**WORLD, "vms": WORLD["vms"][1:]}
+    cluster_join(state, gone)
+    collect_orphans(state)  # its pod goes with its node
+    cluster_join(state, gone)
 
     assert sorted(nodes(state)) == ["capvco-demo-a100-1"]
     assert pods(state)["train-a100-0"] == ("", "Pending")
