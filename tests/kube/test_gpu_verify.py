@@ -22,7 +22,7 @@ from kube.gpu_verify import NODE_UID_LABEL, SELECTOR, VERIFIED_LABEL, verdict_of
 from kube.models import GpuVerification, GpuVerifyJob, GpuVerifyRequest, KubeNode
 from kube.observe import cluster_kube_observe
 from kube.plan import VERIFY_JOB_DELETE, VERIFY_START, kube_plan
-from kube.tasks import observe_cluster_kube
+from kube.tasks import observe_cluster_kube, observe_kube_all
 from notify.alerts import alerts_collect
 from notify.models import Reason
 from tests.factories import GpuProfileFactory, MembershipFactory, VgpuReservationFactory
@@ -759,3 +759,28 @@ def test_the_dry_run_shows_the_verification_steps_with_their_calls(
     assert {"service": "kubernetes", "verb": "POST", "object": JOBS, "maybe": False} in step[
         "calls"
     ]
+
+
+def test_a_cluster_whose_kubeconfig_is_removed_forgets_its_jobs_as_listed_not_its_verdicts(
+    kube_sim: KubeSimulator, k8s: K8s, pool: MachinePool
+) -> None:
+    run(pool)
+    _fail(k8s, pool)
+    run(pool)  # the Job's gone; start another so that one is mirrored
+    node = KubeNode.objects.get(name=GPU_0)
+    GpuVerifyRequest.objects.create(
+        cluster_id=pool.cluster_id,
+        node_name=node.name,
+        node_uid=node.uid,
+        reason="again",
+        requested_at=timezone.now(),
+    )
+    run(pool)
+    run(pool)
+    assert GpuVerifyJob.objects.exists()
+
+    Cluster.objects.filter(pk=pool.cluster_id).update(kubeconfig="")
+    observe_kube_all()
+
+    assert not GpuVerifyJob.objects.exists()
+    assert verdicts() == [(GPU_0, Status.FAILED), (GPU_0, Status.RUNNING)]
