@@ -54,6 +54,8 @@ def sim_cluster(
     kube_sim: KubeSimulator, pool: MachinePool, gpus: None, verify_on: None
 ) -> SimCluster:
     found = kube_sim.cluster("prod")
+    # batch/v1 Jobs served as a registered kind: stored, listed by label, deleted; their
+    # pods are what a kubelet would write, put by the tests (K8s.pod_ends).
     kube_sim.register(
         "prod", group="batch", version="v1", plural="jobs", kind="Job", namespaced=True
     )
