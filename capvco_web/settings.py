@@ -472,6 +472,18 @@ GPU_ADVERTISE_TIMEOUT_SECONDS = env.float("GPU_ADVERTISE_TIMEOUT_SECONDS", defau
 GPU_DEVICE_PLUGIN_IMAGE = env.str(
     "GPU_DEVICE_PLUGIN_IMAGE", default="nvcr.io/nvidia/k8s-device-plugin:v0.17.0"
 )
+# Each GPU node is verified by a Job pinned to it that runs nvidia-smi over all its GPUs
+# (kube.gpu_verify): what its pods can use, held against what whitesky bills for it.
+GPU_VERIFY = env.bool("GPU_VERIFY", default=True)
+# NVIDIA's CUDA base image: the container toolkit mounts nvidia-smi and the driver into it.
+GPU_VERIFY_IMAGE = env.str(
+    "GPU_VERIFY_IMAGE", default="nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"
+)
+# An image that runs a small CUDA kernel after nvidia-smi (NVIDIA's vectorAdd sample, e.g.
+# nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0); empty: nvidia-smi only.
+GPU_VERIFY_CUDA_IMAGE = env.str("GPU_VERIFY_CUDA_IMAGE", default="")
+GPU_VERIFY_NAMESPACE = env.str("GPU_VERIFY_NAMESPACE", default="capvco-gpu-verify")
+GPU_VERIFY_TIMEOUT_SECONDS = env.int("GPU_VERIFY_TIMEOUT_SECONDS", default=600)
 
 # SR-IOV NICs per pod (docs/guides/sriov.md). No agent API request waits for a VM: ADD,
 # DEL and GC are queued on it (one attach or detach at a time per VM, in order). The

@@ -44,6 +44,7 @@ urlpatterns = [
         name="machine-force-delete",
     ),
     path("nodes/", nodes.node_list, name="nodes"),
+    path("nodes/<int:pk>/verify/", actions.node_verify, name="node-verify"),
     path("pods/pending/", pods.pending_pods, name="pending-pods"),
     path("locations/<int:pk>/", locations.location_detail, name="location"),
     path("nics/", nics.nic_list, name="nics"),

@@ -64,6 +64,7 @@ class KubeNode(models.Model):
                 fields=["cluster"], name="kube_node_gpus_missing", condition=Q(gpus_missing=True)
             ),
         ]
+        permissions = [("verify_kubenode", "Can ask for a node's GPUs to be verified again")]
 
     def __str__(self) -> str:
         return f"{self.cluster.name}/{self.name}"
@@ -240,6 +241,12 @@ class ClusterObservation(models.Model):
         help_text="The kubeconfig the resourceVersions were listed with: another kubeconfig "
         "may reach another cluster, whose listings are compared afresh.",
     )
+    gpu_verify_listed_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When the last complete listing of the GPU verification Jobs and their "
+        "pods began; none: the last one was partial, or not made.",
+    )
 
     def __str__(self) -> str:
         return str(self.cluster)
@@ -272,3 +279,108 @@ class GpuAddonState(models.Model):
 
     def __str__(self) -> str:
         return str(self.cluster)
+
+
+class GpuVerifyRequest(models.Model):
+    """A person's request that a node's GPUs be verified again (kube.gpu_verify_requests
+    writes it, and only it). It is open until a verification names it: the cluster's plan
+    starts one for it (kube.plan)."""
+
+    cluster = models.ForeignKey(
+        Cluster, on_delete=models.CASCADE, related_name="gpu_verify_requests"
+    )
+    node_name = models.CharField(max_length=253)
+    node_uid = models.CharField(max_length=64, help_text="The node incarnation asked about")
+    requested_by = models.ForeignKey(
+        "auth.User", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    reason = models.CharField(max_length=500)
+    requested_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.cluster.name}/{self.node_name}"
+
+
+class GpuVerification(models.Model):
+    """What a Job pinned to a node found its pods can use of the node's GPUs, held against
+    what whitesky bills for its machine: one per node incarnation (its uid), and one more
+    per request. Written only by act (kube.gpu_verify): recorded before its Job is made."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        RUNNING = "running"
+        VERIFIED = "verified"
+        MISMATCH = "mismatch"
+        FAILED = "failed"
+
+    UNFINISHED = (Status.PENDING, Status.RUNNING)
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="gpu_verifications")
+    node_name = models.CharField(max_length=253)
+    node_uid = models.CharField(max_length=64)
+    request = models.OneToOneField(
+        GpuVerifyRequest,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="verification",
+        help_text="The person's request it answers; none: the node's first GPUs.",
+    )
+    status = models.CharField(max_length=16, choices=Status, default=Status.PENDING)
+    reasons = models.JSONField(
+        default=list, blank=True, help_text="Why it is not verified, each with both sides."
+    )
+    gpus = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="The GPUs the Job's pod saw: model, memory (MiB), driver, UUID, MIG mode.",
+    )
+    job_name = models.CharField(max_length=63)
+    started_at = models.DateTimeField(help_text="When it was recorded, before its Job was made")
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "job_name"], name="gpu_verify_job_unique"),
+            # One Job at a time per node incarnation.
+            models.UniqueConstraint(
+                fields=["cluster", "node_uid"],
+                condition=Q(status__in=["pending", "running"]),
+                name="gpu_verify_one_running_per_node",
+            ),
+        ]
+        indexes = [models.Index(fields=["cluster", "node_uid", "-started_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.cluster.name}/{self.node_name}: {self.status}"
+
+    @property
+    def finished(self) -> bool:
+        return self.status not in self.UNFINISHED
+
+
+class GpuVerifyJob(models.Model):
+    """A verification Job of ours in the cluster and its pod, as the last listing of the
+    verification namespace showed them (kube.gpu_verify's mirror; written only there)."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="gpu_verify_jobs")
+    name = models.CharField(max_length=63)
+    node_uid = models.CharField(max_length=64, blank=True)
+    finished = models.CharField(
+        max_length=16, blank=True, help_text="Complete or Failed, as the Job's condition says"
+    )
+    reason = models.CharField(max_length=200, blank=True)
+    message = models.TextField(blank=True)
+    pod_name = models.CharField(max_length=253, blank=True, help_text="Empty: no pod yet")
+    pod_phase = models.CharField(max_length=16, blank=True)
+    pod_reason = models.CharField(max_length=200, blank=True)
+    pod_message = models.TextField(blank=True)
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "name"], name="gpu_verify_job_per_cluster")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster.name}/{self.name}"

@@ -34,6 +34,7 @@ from capvco_web.integrations import kube
 from capvco_web.rows import fields_assign
 from clusters.models import Cluster
 from kube.gpu_nodes import node_gpu_flags
+from kube.gpu_verify import gpu_verify_wanted, verify_jobs_list, verify_jobs_sync
 from kube.models import ClusterObservation, KubeNode, KubePod
 from kube.nodes import node_owners_flag
 from kube.selectors import cluster_observation, kube_watched
@@ -89,6 +90,10 @@ def cluster_kube_observe(*, client: KubeClient, cluster: Cluster) -> KubeObserva
     nodes = _watched(nodes_version) if "nodes" in watched else client.list_nodes()
     pods_started = watched.get("pods") or timezone.now()
     pods = _watched(pods_version) if "pods" in watched else client.list_pods()
+    # The GPU verification Jobs (kube.gpu_verify): listed after the nodes and pods, so that
+    # a Job seen finished is judged with the node as listed before it.
+    verify_started = timezone.now()
+    verify = verify_jobs_list(client) if gpu_verify_wanted(cluster) else None
     result = KubeObservationResult(
         cluster=cluster.name,
         complete=nodes.complete and pods.complete,
@@ -106,7 +111,13 @@ def cluster_kube_observe(*, client: KubeClient, cluster: Cluster) -> KubeObserva
         "nodes_resource_version": nodes_version,
         "pods_resource_version": pods_version,
         "kubeconfig_sha256": digest,
+        "gpu_verify_listed_at": verify_started if verify and verify.complete else None,
     }
+    if verify is not None:
+        result.list_calls += verify.jobs.calls + verify.pods.calls
+        for what, listing in (("gpu verification jobs", verify.jobs), ("their pods", verify.pods)):
+            if listing.error is not None:
+                result.errors.append(f"{what}: {listing.error}")
     with transaction.atomic():
         now = timezone.now()
         if "nodes" in watched:
@@ -125,6 +136,8 @@ def cluster_kube_observe(*, client: KubeClient, cluster: Cluster) -> KubeObserva
             result.writes += pods_sync(
                 cluster=cluster, listing=pods, listed_at=pods_started, now=now
             )
+        if verify is not None:
+            result.writes += verify_jobs_sync(cluster=cluster, listing=verify, now=now)
         result.writes += node_owners_flag(
             cluster=cluster,
             complete=nodes.complete,

@@ -6,7 +6,17 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Count, IntegerField, OuterRef, Q, QuerySet, Subquery, Sum
+from django.db.models import (
+    Count,
+    IntegerField,
+    JSONField,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Sum,
+    Value,
+)
 from django.db.models.fields.json import KT
 from django.db.models.functions import Coalesce
 
@@ -14,7 +24,14 @@ from capvco_web.integrations.kube import GPU_TYPE_LABEL
 from clusters.capacity import KubeGpus
 from clusters.models import Cluster
 from clusters.selectors import kube_observed
-from kube.models import ClusterObservation, KubeNode, KubePod, KubeWatch, MachineNode
+from kube.models import (
+    ClusterObservation,
+    GpuVerification,
+    KubeNode,
+    KubePod,
+    KubeWatch,
+    MachineNode,
+)
 
 # Pods that hold (or wait for) what they request; finished ones hold nothing.
 ACTIVE_POD_PHASES = (KubePod.Phase.PENDING, KubePod.Phase.RUNNING)
@@ -70,6 +87,21 @@ def kube_nodes_with_requests(queryset: QuerySet[KubeNode]) -> QuerySet[KubeNode]
     requested = pods.order_by().values("cluster").annotate(figure=Sum("gpu_requests"))
     return queryset.annotate(
         gpu_requested=Coalesce(Subquery(requested.values("figure"), output_field=IntegerField()), 0)
+    )
+
+
+def verifications_latest(nodes: QuerySet[KubeNode]) -> QuerySet[KubeNode]:
+    """The nodes with their incarnation's latest verification: `verify_status` (None:
+    none), `verify_reasons` ([] then), `verify_finished_at`."""
+    latest = GpuVerification.objects.filter(
+        cluster=OuterRef("cluster"), node_uid=OuterRef("uid")
+    ).order_by("-started_at", "-pk")
+    return nodes.annotate(
+        verify_status=Subquery(latest.values("status")[:1]),
+        verify_reasons=Coalesce(
+            Subquery(latest.values("reasons")[:1]), Value([], output_field=JSONField())
+        ),
+        verify_finished_at=Subquery(latest.values("finished_at")[:1]),
     )
 
 

@@ -1,5 +1,6 @@
 """Changes to the Kubernetes mirror that are not a listing: forgetting a cluster's mirror
-once its kubeconfig is gone. The mirror's rows are written only here and by observe."""
+(its GPU verification Jobs as listed included) once its kubeconfig is gone. The mirror's
+rows are written only here and by observe."""
 
 from __future__ import annotations
 
@@ -7,7 +8,14 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef, QuerySet
 
 from clusters.models import Cluster
-from kube.models import ClusterObservation, KubeNode, KubePod, KubeWatch, MachineNode
+from kube.models import (
+    ClusterObservation,
+    GpuVerifyJob,
+    KubeNode,
+    KubePod,
+    KubeWatch,
+    MachineNode,
+)
 
 
 def kube_unobserved_with_mirror() -> QuerySet[Cluster]:
@@ -18,6 +26,7 @@ def kube_unobserved_with_mirror() -> QuerySet[Cluster]:
         | Exists(KubePod.objects.filter(cluster=OuterRef("pk")))
         | Exists(MachineNode.objects.filter(machine__pool__cluster=OuterRef("pk")))
         | Exists(ClusterObservation.objects.filter(cluster=OuterRef("pk")))
+        | Exists(GpuVerifyJob.objects.filter(cluster=OuterRef("pk")))
     )
     return Cluster.objects.filter(held, kubeconfig="")
 
@@ -31,3 +40,4 @@ def cluster_mirror_forget(*, cluster: Cluster) -> None:
         KubeWatch.objects.filter(cluster=cluster).delete()
         MachineNode.objects.filter(machine__pool__cluster=cluster).delete()
         ClusterObservation.objects.filter(cluster=cluster).delete()
+        GpuVerifyJob.objects.filter(cluster=cluster).delete()

@@ -18,6 +18,8 @@ from cloud.selectors import observations
 from clusters.models import ClusterSite, Machine
 from clusters.orphans import vm_orphans_list
 from gpus.selectors import orphans_list
+from kube.models import GpuVerification, KubeNode
+from kube.selectors import verifications_latest
 from notify.models import Reason
 
 
@@ -171,6 +173,33 @@ def alerts_collect(*, now: datetime, account_ids: Iterable[int]) -> Alerts:
                     "hourly_cost": str(spell.hourly.quantize(Decimal("0.0001"))),
                     "cost_so_far": str(spell.cost(until=now).quantize(Decimal("0.01"))),
                     "currency": spell.currency,
+                },
+            )
+        )
+    # Once per node incarnation (its uid): a node verified again, or gone, ends it.
+    nodes = verifications_latest(
+        KubeNode.objects.filter(
+            cluster__account_id__in=accounts, machine__pool__gpu_count__gt=0
+        ).select_related("cluster")
+    )
+    for node in nodes:
+        verdict = getattr(node, "verify_status", None)
+        if verdict not in (GpuVerification.Status.MISMATCH, GpuVerification.Status.FAILED):
+            continue
+        reasons = list(getattr(node, "verify_reasons", None) or [])
+        alerts.found.append(
+            Alert(
+                node.cluster.account_id,
+                Reason.GPU_NODE_NOT_VERIFIED,
+                f"{node.cluster_id}:{node.uid}",
+                f"node {node.name} of cluster {node.cluster.name}: GPUs {verdict}: "
+                f"{'; '.join(reasons)}"[:500],
+                {
+                    "cluster": node.cluster.name,
+                    "node": node.name,
+                    "node_uid": node.uid,
+                    "verdict": verdict,
+                    "reasons": reasons,
                 },
             )
         )

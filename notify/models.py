@@ -33,6 +33,7 @@ class Reason(models.TextChoices):
     LOCATION_STALE = "location_stale", "stale location"
     IDLE_GPUS = "idle_gpus", "GPUs idle past the threshold"
     UNEXPLAINED_BILL = "unexplained_bill", "unexplained bill"
+    GPU_NODE_NOT_VERIFIED = "gpu_node_not_verified", "GPU node not verified"
 
 
 def reasons_check(value: object) -> None:

@@ -23,6 +23,9 @@ os.environ.setdefault("WHITESKY_ALLOWED_HOSTS", "vco.example,iam.example")
 # The Kubernetes API servers the tests' kubeconfigs name; a fake Kubernetes API adds its own
 # origin when it starts (tests/kube_sim.py).
 os.environ.setdefault("KUBE_ALLOWED_HOSTS", "api.prod.example,api.other.example,mgmt.example")
+# GPU verification makes a Job per GPU node: the tests of other things count the calls a
+# pass makes without it; tests/kube/test_gpu_verify.py turns it on.
+os.environ.setdefault("GPU_VERIFY", "false")
 REDIS_URL = os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379")
 # Database 15 keeps the tests' queues apart from a control plane running beside them;
 # the run's key prefix keeps two test runs apart, and an xdist worker's name in it (gw0,

@@ -19,8 +19,13 @@ from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from capvco_web.counters import whitesky_call_count
-from clusters.models import Machine
-from tests.factories import MachineFactory, VgpuReservationFactory, VirtualMachineFactory
+from clusters.models import Machine, MachinePool
+from tests.factories import (
+    KubeNodeFactory,
+    MachineFactory,
+    VgpuReservationFactory,
+    VirtualMachineFactory,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "deploy" / "kubernetes" / "capvco.rules.yml"
@@ -71,6 +76,8 @@ def test_the_rules_read_series_that_metrics_answers_with_their_account(
 ) -> None:
     settings.METRICS_ALLOWED_IPS = ["127.0.0.1"]  # the test client's address
     machine = MachineFactory(phase=Machine.Phase.FAILED)
+    MachinePool.objects.filter(pk=machine.pool_id).update(gpu_type="NVIDIA A100", gpu_count=1)
+    KubeNodeFactory(cluster=machine.pool.cluster, machine=machine)  # a GPU node, not verified
     location = VgpuReservationFactory(orphaned=True).location
     VirtualMachineFactory(location=location, orphaned_since=timezone.now())
     whitesky_call_count(location.account_id, "listVMs", "503")

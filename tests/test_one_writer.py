@@ -232,11 +232,13 @@ WRITERS = {
 }
 # Tables this life does not write (set up by the test, or written by a life of their own:
 # SR-IOV's NICs, tokens and networks, the watch process, API tokens, a leak billed over
-# hours, idle GPU spells, the GPU add-on applied). A new table lands here or in WRITERS.
+# hours, idle GPU spells, the GPU add-on applied, GPU verification: its writers are
+# asserted in tests/kube/test_gpu_verify.py). A new table lands here or in WRITERS.
 NOT_WRITTEN_BY_THIS_LIFE = {
     "billing_billitem", "billing_idlespell", "billing_leak", "capvco_web_apitoken",
     "capvco_web_heartbeat", "cloud_account", "cloud_cloudspace", "cloud_image",
-    "cloud_membership", "clusters_kubewatch", "kube_gpuaddonstate", "notify_webhooktest",
+    "cloud_membership", "clusters_kubewatch", "kube_gpuaddonstate", "kube_gpuverification",
+    "kube_gpuverifyjob", "kube_gpuverifyrequest", "notify_webhooktest",
     "sriov_agenttoken",
     "sriov_externalnetwork", "sriov_gonepod", "sriov_leakednic", "sriov_podnic",
     "sriov_sriovconfig",

@@ -31,7 +31,7 @@ from dashboard.selectors import (
 )
 from gpus.models import GpuProfile, VgpuReservation
 from kube.models import KubeNode, KubePod
-from kube.selectors import kube_nodes_with_requests
+from kube.selectors import kube_nodes_with_requests, verifications_latest
 from sriov.models import PodNic, SriovConfig
 
 MACHINES_PER_PAGE = 50
@@ -243,8 +243,10 @@ def _node_section(
     found: dict[str, Any] = {"node_rows": [], "node_page": None, "node_error": "", "node_links": {}}
     if known == 0:
         return found
-    nodes = kube_nodes_with_requests(
-        visible(user, KubeNode.objects.filter(cluster=cluster).select_related("machine"))
+    nodes = verifications_latest(
+        kube_nodes_with_requests(
+            visible(user, KubeNode.objects.filter(cluster=cluster).select_related("machine"))
+        )
     )
     try:
         page = keyset_page(

@@ -62,6 +62,8 @@ from dashboard.views.reservations import reservation_table
 from gpus.models import VgpuReservation
 from gpus.selectors import orphans_list
 from gpus.services import ReleaseRefused
+from kube.gpu_verify_requests import VerifyRefused, gpu_verify_request
+from kube.models import KubeNode
 from sriov.models import LeakedNic
 from sriov.services import leaked_nic_detach_request
 
@@ -164,7 +166,7 @@ def _confirm_and_act(
         return _confirmation_page(request, context, status=400)
     try:
         message = act(form.cleaned_data)
-    except (ReleaseRefused, ProtectedError) as exc:
+    except (ReleaseRefused, VerifyRefused, ProtectedError) as exc:
         form.add_error(None, in_use_detail(exc) if isinstance(exc, ProtectedError) else str(exc))
         return _confirmation_page(request, context, status=409)
     except ValidationError as exc:
@@ -214,6 +216,35 @@ def reservation_release(request: HtmxHttpRequest, pk: int) -> HttpResponse:
             button="Release",
         ),
         home=_reservations_home(),
+        act=act,
+    )
+
+
+@require_http_methods(["GET", "POST"])
+def node_verify(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    node = get_object_or_404(
+        visible(request.user, KubeNode.objects.select_related("cluster")), pk=pk
+    )
+
+    def act(data: dict[str, Any]) -> str:
+        gpu_verify_request(node=node, actor=request.user, reason=data["reason"])
+        return (
+            f"Verification of {node.name}'s GPUs asked for: a Job runs on it within a pass or "
+            "two, and its verdict shows here."
+        )
+
+    return _confirm_and_act(
+        request,
+        obj=node,
+        perm="kube.verify_kubenode",
+        confirmation=Confirmation(
+            title="Verify the node's GPUs again",
+            object_label=f"node {node.name} of cluster {node.cluster.name}",
+            consequence="A Job pinned to the node holds all its GPUs while nvidia-smi runs "
+            "(seconds, at most GPU_VERIFY_TIMEOUT_SECONDS): a pod that asks for them then waits.",
+            button="Verify",
+        ),
+        home=_cluster_home(node.cluster),
         act=act,
     )
 

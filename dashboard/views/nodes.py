@@ -28,7 +28,7 @@ from dashboard.filtersets import (
 from dashboard.forms import LocationChoiceField, NodeFilterForm
 from dashboard.selectors import node_rows
 from kube.models import KubeNode, KubePod
-from kube.selectors import kube_nodes_with_requests
+from kube.selectors import kube_nodes_with_requests, verifications_latest
 
 TEMPLATE = "dashboard/nodes.html"
 PAGE_SIZE = 50
@@ -95,7 +95,10 @@ def node_table(request: HtmxHttpRequest, params: QueryDict) -> tuple[dict[str, A
             context["page"], context["machines"] = machines, machines.rows
         else:
             nodes = keyset_page(
-                kube_nodes_with_requests(filterset.qs), sort=BY_NAME, params=params, size=PAGE_SIZE
+                verifications_latest(kube_nodes_with_requests(filterset.qs)),
+                sort=BY_NAME,
+                params=params,
+                size=PAGE_SIZE,
             )
             pods = visible(request.user, KubePod.objects.all())
             context["page"], context["rows"] = nodes, node_rows(nodes.rows, pods)

@@ -9,7 +9,7 @@ from rest_framework import serializers
 
 from clusters.api.serializers import PlanStepSerializer
 from clusters.plan import planned_kinds
-from kube.models import KubeNode, KubePod
+from kube.models import GpuVerification, KubeNode, KubePod
 from kube.plan import KINDS
 
 
@@ -26,6 +26,28 @@ class KubeNodeSerializer(serializers.ModelSerializer[KubeNode]):
     gpu_requested = serializers.IntegerField(
         read_only=True, default=0, help_text="nvidia.com/gpu requested by the pods placed on it"
     )
+    gpu_verification = serializers.ChoiceField(
+        source="verify_status",
+        choices=GpuVerification.Status.choices,
+        read_only=True,
+        allow_null=True,
+        default=None,
+        help_text="The verdict of the last verification of this node incarnation's GPUs by a "
+        "pod that uses them (pending and running: not yet); null: none",
+    )
+    gpu_verification_reasons = serializers.ListField(
+        source="verify_reasons",
+        child=serializers.CharField(),
+        read_only=True,
+        help_text="Why it is not verified, each with both sides (billed, and what the node sees)",
+    )
+    gpu_verified_at = serializers.DateTimeField(
+        source="verify_finished_at",
+        read_only=True,
+        allow_null=True,
+        default=None,
+        help_text="When the verdict was reached",
+    )
 
     class Meta:
         model = KubeNode
@@ -33,7 +55,8 @@ class KubeNodeSerializer(serializers.ModelSerializer[KubeNode]):
             "id", "cluster", "name", "uid", "provider_id", "labels", "gpu_type_label",
             "gpu_count_label", "gpu_capacity", "gpu_allocatable", "gpu_requested", "ready",
             "kubelet_version", "machine", "unowned_since", "gpus_missing",
-            "gpus_missing_reason", "first_seen_at", "updated_at",
+            "gpus_missing_reason", "gpu_verification", "gpu_verification_reasons",
+            "gpu_verified_at", "first_seen_at", "updated_at",
         ]  # fmt: skip
         read_only_fields = fields
 

@@ -4,13 +4,13 @@ of their Kubernetes."""
 from __future__ import annotations
 
 from django.db.models import QuerySet
-from drf_spectacular.utils import extend_schema
-from rest_framework import viewsets
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from capvco_web.api import KnownParametersMixin
+from capvco_web.api import ErrorSerializer, KnownParametersMixin, ReasonSerializer, Refused
 from capvco_web.api_input import CursorPagination
 from capvco_web.permissions import AccountScopedViewSetMixin
 from clusters.api import views as clusters_views
@@ -18,9 +18,14 @@ from clusters.models import Cluster
 from clusters.plan import cluster_plan
 from kube.api.serializers import ClusterPlanStepSerializer, KubeNodeSerializer, KubePodSerializer
 from kube.filtersets import KubeNodeFilterSet, KubePodFilterSet
+from kube.gpu_verify_requests import VerifyRefused, gpu_verify_request
 from kube.models import KubeNode, KubePod
 from kube.plan import kube_plan
-from kube.selectors import clusters_with_kube_summary, kube_nodes_with_requests
+from kube.selectors import (
+    clusters_with_kube_summary,
+    kube_nodes_with_requests,
+    verifications_latest,
+)
 
 
 # Clusters, each with its Kubernetes as last observed (`kubernetes`), and the whole plan.
@@ -46,9 +51,39 @@ class KubeNodeViewSet(
     serializer_class = KubeNodeSerializer
     filterset_class = KubeNodeFilterSet
     pagination_class = CursorPagination  # a big list: keyset pages, in id order
+    action_verbs = {"verify": "verify"}
 
     def get_queryset(self) -> QuerySet[KubeNode]:
-        return kube_nodes_with_requests(super().get_queryset())
+        return verifications_latest(kube_nodes_with_requests(super().get_queryset()))
+
+    @extend_schema(
+        request=ReasonSerializer,
+        responses={
+            202: KubeNodeSerializer,
+            409: OpenApiResponse(
+                ErrorSerializer,
+                description="Refused, saying why (not a node of a GPU pool, no GPU advertised, "
+                "a verification running or asked for already, verification off)",
+            ),
+        },
+    )
+    @action(detail=True, methods=["post"])
+    def verify(self, request: Request, pk: str | None = None) -> Response:
+        """Ask for the node's GPUs to be verified again, with a reason: a Job pinned to it
+        holds all its GPUs and runs nvidia-smi; the verdict follows within a pass or two."""
+        node = self.get_object()
+        reason = ReasonSerializer(data=request.data)
+        reason.is_valid(raise_exception=True)
+        try:
+            gpu_verify_request(
+                node=node, actor=request.user, reason=reason.validated_data["reason"]
+            )
+        except VerifyRefused as exc:
+            raise Refused(str(exc), code="verify_refused") from exc
+        return Response(
+            KubeNodeSerializer(self.get_queryset().get(pk=node.pk)).data,
+            status=status.HTTP_202_ACCEPTED,
+        )
 
 
 class KubePodViewSet(

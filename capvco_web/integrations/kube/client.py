@@ -39,7 +39,7 @@ import kubernetes.watch
 import urllib3.connection
 import urllib3.exceptions
 import urllib3.util.connection
-from kubernetes.client import ApiClient, Configuration, CoreV1Api, CustomObjectsApi
+from kubernetes.client import ApiClient, BatchV1Api, Configuration, CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 from kubernetes.config.kube_config import new_client_from_config_dict
@@ -61,7 +61,18 @@ from .errors import (
 )
 from .kubeconfig import Kubeconfig, KubeconfigInvalid, kubeconfig_check
 from .servers import AllowedServers
-from .types import Listing, Node, Pod, WatchEvent, parse_node, parse_pod
+from .types import (
+    Job,
+    Listing,
+    Node,
+    Pod,
+    PodRun,
+    WatchEvent,
+    parse_job,
+    parse_node,
+    parse_pod,
+    parse_pod_run,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -96,6 +107,7 @@ class KubeClient:
         self._api = _api_client(kubeconfig, allowed_servers)
         self._core = CoreV1Api(self._api)
         self._custom = CustomObjectsApi(self._api)
+        self._batch = BatchV1Api(self._api)
 
     @classmethod
     def from_text(
@@ -170,6 +182,35 @@ class KubeClient:
                 _request_timeout=self.timeout,
             ),
             _as_mapping,
+        )
+
+    def list_jobs(self, *, namespace: str, label_selector: str) -> Listing[Job]:
+        return self._list(
+            f"list jobs of {namespace}",
+            lambda token: self._batch.list_namespaced_job(
+                namespace,
+                label_selector=label_selector,
+                limit=self.page_size,
+                _continue=token,
+                _preload_content=False,
+                _request_timeout=self.timeout,
+            ),
+            parse_job,
+        )
+
+    def list_pod_runs(self, *, namespace: str, label_selector: str) -> Listing[PodRun]:
+        """The pods of one namespace that the selector picks, each as a run (`PodRun`)."""
+        return self._list(
+            f"list pods of {namespace}",
+            lambda token: self._core.list_namespaced_pod(
+                namespace,
+                label_selector=label_selector,
+                limit=self.page_size,
+                _continue=token,
+                _preload_content=False,
+                _request_timeout=self.timeout,
+            ),
+            parse_pod_run,
         )
 
     # --- watches ------------------------------------------------------------------------
@@ -258,6 +299,57 @@ class KubeClient:
             f"delete daemonset {namespace}/{name}",
             lambda: self._request("DELETE", _daemonset_path(namespace, name)),
         )
+
+    def create_namespace(self, name: str, labels: Mapping[str, str]) -> None:
+        """Raises Conflict (`AlreadyExists`) when there is one of that name."""
+        body = {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": name, "labels": dict(labels)},
+        }
+        self._send(
+            f"create namespace {name}",
+            lambda: self._request("POST", "/api/v1/namespaces", body=body),
+        )
+
+    def create_job(self, namespace: str, body: Json) -> Json:
+        """Raises Conflict (`AlreadyExists`) when one of that name exists."""
+        name = str(body["metadata"]["name"])
+        return self._send(
+            f"create job {namespace}/{name}",
+            lambda: self._request(
+                "POST", _namespaced_path("batch/v1", namespace, "jobs"), body=body
+            ),
+        )
+
+    def delete_job(self, namespace: str, name: str) -> None:
+        """Delete it and, in the background, its pods (a Job deleted alone leaves them, in
+        the API's default for batch/v1); raises NotFound when there is none of that name."""
+        path = f"{_namespaced_path('batch/v1', namespace, 'jobs')}/{_segment(name)}"
+        options = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}
+        self._send(
+            f"delete job {namespace}/{name}", lambda: self._request("DELETE", path, body=options)
+        )
+
+    def read_pod_log(self, *, namespace: str, name: str, container: str, limit_bytes: int) -> str:
+        """A container's log as text, at most `limit_bytes` of it; NotFound when there is no
+        such pod."""
+        operation = f"read log of pod {namespace}/{name}"
+        self._allowed(operation)
+        try:
+            # Raw (`_preload_content=False`): the text as the kubelet wrote it.
+            response: Any = self._core.read_namespaced_pod_log(
+                name,
+                namespace,
+                container=container or None,
+                limit_bytes=limit_bytes,
+                _preload_content=False,
+                _request_timeout=self.timeout,
+            )
+            body = response.data
+        except _CALL_FAILURES as exc:
+            raise _call_error(operation, exc) from exc
+        return bytes(body).decode("utf-8", errors="replace")
 
     def apply(self, obj: Json) -> None:
         """Create a namespaced object, or replace it whole when one of that name exists

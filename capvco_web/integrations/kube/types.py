@@ -160,6 +160,90 @@ def pod_gpu_requests(spec: Json) -> int:
     return max(running, init)
 
 
+@dataclass(frozen=True)
+class Job:
+    """A batch/v1 Job: its labels, and how it ended (`finished` is `Complete` or `Failed`
+    once a condition of that type is True, with that condition's reason and message)."""
+
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    finished: str = ""
+    reason: str = ""
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class PodRun:
+    """A pod as a run of something: where and how far it got, and why it stopped or waits,
+    in the words of whoever said so (the kubelet's admission, the scheduler, a container's
+    state): `OutOfnvidia.com/gpu`, `ErrImagePull`, `Unschedulable`, `Error` (exit 9)..."""
+
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    node_name: str = ""
+    phase: str = "Unknown"
+    reason: str = ""
+    message: str = ""
+
+
+def _labels(obj: Json) -> dict[str, str]:
+    return {
+        str(k): str(v) for k, v in _mapping(_mapping(obj.get("metadata")).get("labels")).items()
+    }
+
+
+def parse_job(obj: Json) -> Job:
+    (name,) = _identity(obj, "name")
+    finished = reason = message = ""
+    for condition in _mapping(obj.get("status")).get("conditions") or []:
+        condition = _mapping(condition)
+        if condition.get("type") in ("Complete", "Failed") and condition.get("status") == "True":
+            finished = str(condition["type"])
+            reason = str(condition.get("reason") or "")
+            message = str(condition.get("message") or "")
+    return Job(name=name, labels=_labels(obj), finished=finished, reason=reason, message=message)
+
+
+def parse_pod_run(obj: Json) -> PodRun:
+    (name,) = _identity(obj, "name")
+    spec, status = _mapping(obj.get("spec")), _mapping(obj.get("status"))
+    reason, message = str(status.get("reason") or ""), str(status.get("message") or "")
+    if not reason:
+        reason, message = _stopped_container(status)
+    if not reason:
+        for condition in status.get("conditions") or []:
+            condition = _mapping(condition)
+            if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+                reason = str(condition.get("reason") or "Unschedulable")
+                message = str(condition.get("message") or "")
+    return PodRun(
+        name=name,
+        labels=_labels(obj),
+        node_name=str(spec.get("nodeName") or ""),
+        phase=str(status.get("phase") or "Unknown"),
+        reason=reason,
+        message=message,
+    )
+
+
+def _stopped_container(status: Json) -> tuple[str, str]:
+    """The reason a container waits (an image not pulled) or ended badly, and its message."""
+    for held in [
+        *(status.get("initContainerStatuses") or []),
+        *(status.get("containerStatuses") or []),
+    ]:
+        state = _mapping(_mapping(held).get("state"))
+        waiting = _mapping(state.get("waiting"))
+        if waiting.get("reason") and waiting.get("reason") != "ContainerCreating":
+            return str(waiting["reason"]), str(waiting.get("message") or "")
+        ended = _mapping(state.get("terminated"))
+        if ended and ended.get("exitCode") not in (0, None):
+            why = f"exit code {ended.get('exitCode')}"
+            detail = str(ended.get("message") or "")
+            return str(ended.get("reason") or "Error"), f"{why}: {detail}" if detail else why
+    return "", ""
+
+
 def parse_pod(obj: Json) -> Pod:
     namespace, name, uid = _identity(obj, "namespace", "name", "uid")
     spec = _mapping(obj.get("spec"))
