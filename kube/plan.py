@@ -679,12 +679,28 @@ def _verify_read(client: KubeClient, step: GpuVerifyRead) -> bool:
         )
         verdict = verdict_of_log(log, count=step.count, gpu_type=step.gpu_type, driver=step.driver)
     else:
-        verdict = verdict_failed(step.outcome, step.pod_reason, step.pod_message)
+        message = step.pod_message
+        if step.outcome == "failed" and step.pod_name:
+            # A container that ran and failed said why (nvidia-smi: no driver, no device).
+            said = _log_tail(client, namespace, step.pod_name)
+            message = "; ".join(part for part in (message, said) if part)
+        verdict = verdict_failed(step.outcome, step.pod_reason, message)
     if not verdict_record(verification, verdict):
         return False
     with suppress(kube.NotFound):  # gone already
         client.delete_job(namespace, step.job_name)
     return True
+
+
+def _log_tail(client: KubeClient, namespace: str, pod: str) -> str:
+    """The end of the probe container's log, on one line; "" when there is none to read."""
+    try:
+        log = client.read_pod_log(
+            namespace=namespace, name=pod, container=PROBE_CONTAINER, limit_bytes=LOG_LIMIT_BYTES
+        )
+    except kube.KubeError:
+        return ""  # it never started, or went: the pod's own reason says enough
+    return " ".join(log.split())[-300:]
 
 
 def _verify_job_delete(client: KubeClient, step: GpuVerifyJobDelete) -> bool:
