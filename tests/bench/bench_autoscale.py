@@ -33,8 +33,8 @@ The same trace runs against each policy in turn, from an empty cloud:
 * ``ca-model``: a model of cluster-autoscaler's behaviour, NOT cluster-autoscaler itself:
   every scan (10 s) it adds machines for unschedulable pods to a pool picked at random
   among those of the pod's type whose machines hold its request (no price, no capacity
-  awareness: a machine whose location has no card waits 15 minutes, is removed and its
-  pool backed off 5 minutes), and removes a node with no pod that has been unneeded for
+  awareness: a machine whose location has no card has no VM after 15 minutes, is removed
+  and its pool backed off 5 minutes), and removes a node with no pod that has been unneeded for
   10 minutes, not within 10 minutes of a scale-up (its defaults), through the control
   plane's own pool scale and machine delete;
 * ``autoscaler``: the pools' autoscale on (min 0, max what the location's cards hold),
@@ -261,7 +261,7 @@ class Seen:
     created: dict[str, float] = field(default_factory=dict)
     running: dict[str, float] = field(default_factory=dict)
     finished: dict[str, float] = field(default_factory=dict)
-    gone: set[str] = field(default_factory=set)
+    gone: dict[str, float] = field(default_factory=dict)  # deleted before seen finished
     node_gpus_at: dict[str, float] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -305,7 +305,7 @@ def watches_start(core: Any, seen: Seen, stop: threading.Event) -> list[threadin
         with seen.lock:
             if kind == "DELETED":
                 if name not in seen.finished:
-                    seen.gone.add(name)
+                    seen.gone.setdefault(name, now)
                 return
             if phase in ("Running", "Succeeded") and name not in seen.running:
                 seen.running[name] = now
@@ -367,7 +367,8 @@ class CaModel:
 
     def run(self, stop: threading.Event) -> None:
         try:
-            while not stop.wait(self.scale.wall(CA_SCAN)):
+            # Its scan, compressed; at most 10 a second (the listings cost the bench's CPU).
+            while not stop.wait(max(0.1, self.scale.wall(CA_SCAN))):
                 self.scan()
         finally:
             connection.close()
@@ -383,18 +384,27 @@ class CaModel:
                 pool__cluster=self.plane.cluster, deletion__isnull=True, delete_requested=False
             )
         )
-        upcoming: list[list[Any]] = []  # [pool, free GPUs] of machines without GPUs yet
+        # Upcoming nodes, as cluster-autoscaler counts them: a pool's target size less its
+        # registered nodes, each [pool, GPUs still free for the pods placed on it here].
+        registered: Counter[int] = Counter()
         for machine in machines:
             node = f"capvco-{CLUSTER}-{machine.name}"
             self.machine_seen.setdefault(node, now)
-            if node in nodes and node_gpus(nodes[node]):
-                continue
             pool = pools[machine.pool_id]
-            if now - self.machine_seen[node] > self.scale.wall(CA_PROVISION_TIMEOUT):
+            if node in nodes and node_gpus(nodes[node]):
+                registered[pool.pk] += 1
+                continue
+            # No node registers for a machine whose location had no card: it has no VM.
+            waited = now - self.machine_seen[node]
+            if machine.vm_id is None and waited > self.scale.wall(CA_PROVISION_TIMEOUT):
                 self.remove(machine, pool, "not registered within max-node-provision-time")
                 self.backoff_until[pool.pk] = now + self.scale.wall(CA_BACKOFF)
-                continue
-            upcoming.append([pool, pool.gpu_count])
+                pool.refresh_from_db()
+        upcoming: list[list[Any]] = [
+            [pool, pool.gpu_count]
+            for pool in pools.values()
+            for _ in range(max(0, pool.replicas - registered[pool.pk]))
+        ]
         added: Counter[int] = Counter()
         for pod in sorted(pods, key=lambda p: p.metadata.creation_timestamp):
             if not unschedulable(pod):
@@ -453,11 +463,19 @@ class CaModel:
             if now - since >= self.scale.wall(
                 CA_UNNEEDED
             ) and now - self.last_scale_up >= self.scale.wall(CA_DELAY_AFTER_ADD):
-                # Tainted first, as cluster-autoscaler does: no pod lands on it meanwhile.
-                self.plane.kube.patch_node(node, {"spec": {"unschedulable": True}})
-                self.remove(
-                    machine, pools[machine.pool_id], "unneeded for scale-down-unneeded-time"
-                )
+                # Tainted first, as cluster-autoscaler does, then checked again: a pod
+                # bound since the listing keeps the node.
+                core = self.plane.kube
+                core.patch_node(node, {"spec": {"unschedulable": True}})
+                selector = f"spec.nodeName={node}"
+                if any(
+                    p.status.phase in ("Pending", "Running")
+                    for p in core.list_namespaced_pod(NAMESPACE, field_selector=selector).items
+                ):
+                    core.patch_node(node, {"spec": {"unschedulable": False}})
+                    continue
+                why = "unneeded for scale-down-unneeded-time"
+                self.remove(machine, pools[machine.pool_id], why)
                 self.unneeded_since.pop(node, None)
 
     def remove(self, machine: Machine, pool: MachinePool, why: str) -> None:
@@ -622,7 +640,7 @@ def policy_run(
         def trace_done() -> bool:
             nonlocal last
             with seen.lock:
-                done = len(seen.finished) + len(seen.gone & set(seen.running))
+                done = len(seen.finished) + len(seen.gone.keys() & seen.running.keys())
                 started = len(seen.running)
             if time.monotonic() - last >= 15:
                 last = time.monotonic()
@@ -655,6 +673,13 @@ def policy_run(
             result.cheaper_share = paid.get(next(iter(LOCATIONS)), 0.0) / sum(paid.values())
         by_name = {j.name: j for j in jobs}
         with seen.lock:
+            # A pod deleted once its run time was over finished (the watch missed it).
+            for name, at in list(seen.gone.items()):
+                ran = seen.running.get(name)
+                end = ran + scale.wall(by_name[name].seconds) if ran is not None else None
+                if end is not None and at >= end - 0.05:
+                    seen.finished[name] = end
+                    del seen.gone[name]
             result.run_gpu_hours = (
                 sum(
                     by_name[n].gpus * scale.trace(seen.finished[n] - seen.running[n])
@@ -664,7 +689,7 @@ def policy_run(
             )
             result.pending = [scale.trace(seen.running[n] - seen.created[n]) for n in seen.running]
             result.never_ran = len(names - set(seen.running))
-            result.lost = len(seen.gone & set(seen.running))
+            result.lost = len(seen.gone.keys() & seen.running.keys())
             created = {
                 v["name"]: v["creation_time"]
                 for v in state["vms"]
@@ -673,7 +698,7 @@ def policy_run(
             result.boots = [
                 scale.trace(at - created[node])
                 for node, at in seen.node_gpus_at.items()
-                if node in created and created[node] >= t0
+                if node in created
             ]
 
         # Scale everything to 0: nothing may stay billed.
