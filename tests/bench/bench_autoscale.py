@@ -303,7 +303,7 @@ def watches_start(core: Any, seen: Seen, stop: threading.Event) -> list[threadin
         now, name = time.time(), pod["metadata"]["name"]
         phase = pod.get("status", {}).get("phase")
         with seen.lock:
-            if kind == "DELETED":
+            if kind == "DELETED" and phase != "Succeeded":
                 if name not in seen.finished:
                     seen.gone.setdefault(name, now)
                 return
@@ -673,20 +673,14 @@ def policy_run(
             result.cheaper_share = paid.get(next(iter(LOCATIONS)), 0.0) / sum(paid.values())
         by_name = {j.name: j for j in jobs}
         with seen.lock:
-            # A pod deleted once its run time was over finished (the watch missed it).
-            for name, at in list(seen.gone.items()):
-                ran = seen.running.get(name)
-                end = ran + scale.wall(by_name[name].seconds) if ran is not None else None
-                if end is not None and at >= end - 0.05:
-                    seen.finished[name] = end
-                    del seen.gone[name]
-            result.run_gpu_hours = (
-                sum(
-                    by_name[n].gpus * scale.trace(seen.finished[n] - seen.running[n])
-                    for n in seen.finished
-                )
-                / 3600
+            # What the pods asked for and ran: a finished pod its run time, a lost one
+            # until it went.
+            run = sum(by_name[n].gpus * by_name[n].seconds for n in seen.finished)
+            run += sum(
+                by_name[n].gpus * scale.trace(seen.gone[n] - seen.running[n])
+                for n in seen.gone.keys() & seen.running.keys()
             )
+            result.run_gpu_hours = run / 3600
             result.pending = [scale.trace(seen.running[n] - seen.created[n]) for n in seen.running]
             result.never_ran = len(names - set(seen.running))
             result.lost = len(seen.gone.keys() & seen.running.keys())
