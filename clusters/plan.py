@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
-from typing import Any, Literal, get_args
+from typing import Any, ClassVar, Literal, TypeVar, get_args
 
 from django.db.models import Count, Exists, OuterRef, Prefetch, Q
 from django.utils import timezone
@@ -44,8 +44,6 @@ HELD = "billed_reservations"  # a machine's vGPUs, when read with it (_machines)
 
 Kind = Literal["create", "provision", "replace_vm", "replace", "teardown", "reclaim"]
 KINDS: tuple[Kind, ...] = get_args(Kind)
-MADE: frozenset[str] = frozenset({"create", "provision", "replace_vm"})
-"""The kinds that make or start a machine's VM: each carries the spec it is made with."""
 BlockedBy = Literal["", "observation", "capacity", "conflict", "backoff", "machines"]
 
 
@@ -92,76 +90,124 @@ class VmRemoval:
         return (*stop, Call(ops.DELETE_VM.operation_id, vm))
 
 
-@dataclass(frozen=True)
-class Step:
-    """One thing act will do to one machine (or, for `reclaim`, to a deleted cluster's
-    leftovers), with every id it needs. `seen` is the machine row's `updated_at` as
-    planned: act drops the step when the row changed since."""
+Spec = tuple[tuple[str, str | int], ...]
+"""What a machine's VM is made with: its pool's SPEC_FIELDS, as planned."""
 
-    kind: Kind
+
+@dataclass(frozen=True, kw_only=True)
+class _Step:
+    """What every machine step names: its kind (the class's), what it is about and why, and,
+    when act cannot do it yet, why not (act records that on the machine and calls nothing)."""
+
+    kind: ClassVar[Kind]
     target: str
     reason: str
     cluster_id: int
-    pool_id: int | None = None
-    machine_id: int | None = None
-    """None for `create` until act made the row, and for `reclaim`."""
-    index: int | None = None
-    """create: the index (and so the name) of the machine act makes."""
-    seen: datetime | None = None
-    vm_id: int | None = None
-    """The machine's VM as planned; None: none yet."""
-    vm_name: str = ""
+    blocked: str = ""
+    blocked_by: BlockedBy = ""
+
+    def actions(self) -> list[str]:
+        """What the step does, in words, one part per thing (the cluster page's rows)."""
+        return []
+
+    def calls(self) -> tuple[Call, ...]:
+        return ()
+
+    def describe(self) -> str:
+        parts = [f"{self.kind} {self.target}: {self.reason}", *self.actions()]
+        if self.blocked:
+            parts.append(f"blocked: {self.blocked}")
+        return "; ".join(parts)
+
+    def shown(self) -> dict[str, Any]:
+        """The step in the dry run's one shape for every kind (the API's plan schema): what
+        this kind does not carry is shown empty."""
+        own = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        shown = {**SHOWN_EMPTY, **own, "kind": self.kind}
+        shown["reserve_names"] = [slot.name for slot in shown["reserve"]]
+        shown["release_shown"] = [str(r) for r in shown["release"]]
+        shown["remove_vms_shown"] = [str(vm) for vm in shown["remove_vms"]]
+        shown["calls"] = self.calls()
+        shown["describe"] = self.describe()
+        return shown
+
+    def as_data(self) -> dict[str, Any]:
+        """The step as JSON data, for the message that hands it to a worker
+        (`step_from_data` reads it back)."""
+        data = {"kind": self.kind, **dataclasses.asdict(self)}
+        for name in ("seen", "next_try_at"):
+            if data.get(name) is not None:
+                data[name] = data[name].isoformat()
+        return data
+
+
+SHOWN_EMPTY: dict[str, Any] = {
+    "pool_id": None, "machine_id": None, "index": None, "vm_id": None, "card_id": "",
+    "reserve": (), "attach": (), "release": (), "remove_vms": (), "next_try_at": None,
+}  # fmt: skip
+
+
+def _vm_calls(remove_vms: tuple[VmRemoval, ...]) -> list[Call]:
+    return [call for vm in remove_vms for call in vm.calls()]
+
+
+def _releases(release: tuple[VgpuRelease, ...]) -> list[Call]:
+    op = ops.RELEASE_VGPU.operation_id
+    return [Call(op, r.vgpu_id) for r in release if r.vgpu_id]
+
+
+@dataclass(frozen=True, kw_only=True)
+class _VmStep(_Step):
+    """A step that makes or starts a machine's VM with its vGPUs on one card."""
+
+    pool_id: int
+    vm_name: str
+    spec: Spec
+    """Act makes the VM with exactly this, and drops the step when the pool changed since."""
     create_vm: bool = False
     start_vm: bool = False
     card_id: str = ""
     """The card the machine's missing vGPUs are reserved on."""
     reserve: tuple[VgpuSlot, ...] = ()
-    attach: tuple[str, ...] = ()
-    """vGPU ids the machine holds that are to be attached to its (new) VM."""
-    release: tuple[VgpuRelease, ...] = ()
-    remove_vms: tuple[VmRemoval, ...] = ()
-    blocked: str = ""
-    """Why act cannot do this yet; act records it on the machine and calls nothing."""
-    blocked_by: BlockedBy = ""
     offered: str = ""
     """capacity: what the location offers of every type, told once a machine has waited
     MACHINE_CAPACITY_STUCK_SECONDS (`Machine.capacity_stuck_since`)."""
-    next_try_at: datetime | None = None
-    """backoff: when the failed machine is tried again."""
-    location: str = ""
-    """The location whose vGPUs the step releases (reclaim: each release names its own)."""
-    release_locations: tuple[str, ...] = ()
-    """reclaim: the location of each release, in the order of `release`."""
-    spec: tuple[tuple[str, str | int], ...] = ()
-    """What the machine's VM is made with (its pool's SPEC_FIELDS, as planned): a create
-    records it on the machine, and is dropped when the pool changed since the plan."""
 
     def __post_init__(self) -> None:
-        # Act never chooses: what a machine is made with, and at which index, is the plan's.
-        if self.kind == "create" and self.index is None:
-            raise ValueError(f"create {self.target}: the plan names no index")
-        if self.kind in MADE and not self.spec:
+        if not self.spec:  # act never chooses what a machine is made with
             raise ValueError(f"{self.kind} {self.target}: the plan names no spec")
 
     @property
-    def reserve_names(self) -> list[str]:
-        return [slot.name for slot in self.reserve]
+    def attach(self) -> tuple[str, ...]:
+        return ()
 
     @property
-    def release_shown(self) -> list[str]:
-        return [str(r) for r in self.release]
+    def remove_vms(self) -> tuple[VmRemoval, ...]:
+        return ()
 
-    @property
-    def remove_vms_shown(self) -> list[str]:
-        return [str(vm) for vm in self.remove_vms]
+    def _vm_ref(self) -> str:
+        return self.vm_name
+
+    def actions(self) -> list[str]:
+        parts = []
+        if self.remove_vms:
+            parts.append(f"remove VM {', '.join(str(vm) for vm in self.remove_vms)}")
+        if self.create_vm:
+            parts.append(f"create VM {self.vm_name}")
+        if self.attach:
+            parts.append(f"attach {', '.join(self.attach)}")
+        if self.reserve:
+            card = f" on card {self.card_id}" if self.card_id else ""
+            parts.append(f"reserve {', '.join(slot.name for slot in self.reserve)}{card}")
+        if self.start_vm:
+            parts.append("start its VM")
+        return parts
 
     def calls(self) -> tuple[Call, ...]:
         if self.blocked:
             return ()
-        calls: list[Call] = []
-        for vm in self.remove_vms:
-            calls += vm.calls()
-        vm_ref = self.vm_name if self.create_vm else str(self.vm_id)
+        calls = _vm_calls(self.remove_vms)
+        vm_ref = self.vm_name if self.create_vm else self._vm_ref()
         if self.create_vm:
             calls.append(Call(ops.CREATE_VM.operation_id, self.vm_name))
         calls += [Call(ops.ATTACH_VGPU.operation_id, vgpu_id) for vgpu_id in self.attach]
@@ -169,50 +215,158 @@ class Step:
         calls += [Call(reserve, f"{vm_ref}/{self.card_id}") for _ in self.reserve]
         if self.start_vm:
             calls.append(Call(ops.START_VM.operation_id, vm_ref))
-        release = ops.RELEASE_VGPU.operation_id
-        calls += [Call(release, r.vgpu_id) for r in self.release if r.vgpu_id]
         return tuple(calls)
 
-    def describe(self) -> str:
-        parts = [f"{self.kind} {self.target}: {self.reason}"]
-        if self.remove_vms:
-            parts.append(f"remove VM {', '.join(self.remove_vms_shown)}")
-        if self.create_vm:
-            parts.append(f"create VM {self.vm_name}")
-        if self.attach:
-            parts.append(f"attach {', '.join(self.attach)}")
-        if self.reserve:
-            card = f" on card {self.card_id}" if self.card_id else ""
-            parts.append(f"reserve {', '.join(self.reserve_names)}{card}")
-        if self.start_vm:
-            parts.append("start its VM")
-        if self.release:
-            parts.append(f"release {', '.join(self.release_shown)}")
+
+@dataclass(frozen=True, kw_only=True)
+class MachineCreate(_VmStep):
+    """A machine the pool lacks: act makes its row at `index`, then provisions it."""
+
+    kind: ClassVar[Kind] = "create"
+    index: int
+    """The index (and so the name) of the machine act makes."""
+
+    def made(self, machine_id: int, seen: datetime) -> MachineProvision:
+        """The provisioning of the machine act made for this step, as planned."""
+        mine = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        del mine["index"]
+        return MachineProvision(**mine, machine_id=machine_id, seen=seen)
+
+
+@dataclass(frozen=True, kw_only=True)
+class MachineProvision(_VmStep):
+    """A machine not running yet (or failed, or waiting for capacity): its VM, vGPUs and
+    start. `seen` is the machine row's `updated_at` as planned: act drops the step when the
+    row changed since."""
+
+    kind: ClassVar[Kind] = "provision"
+    machine_id: int
+    seen: datetime
+    vm_id: int | None = None
+    """The machine's VM as planned; None: none yet."""
+    attach: tuple[str, ...] = ()
+    """vGPU ids the machine holds that are to be attached to its (new) VM."""
+    next_try_at: datetime | None = None
+    """backoff: when the failed machine is tried again."""
+
+    def _vm_ref(self) -> str:
+        return str(self.vm_id)
+
+
+@dataclass(frozen=True, kw_only=True)
+class VmReplace(MachineProvision):
+    """A running machine whose VM is gone from a complete listing: the VM's leftovers
+    removed, a new VM made and provisioned for the same machine."""
+
+    kind: ClassVar[Kind] = "replace_vm"
+    remove_vms: tuple[VmRemoval, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class MachineTeardown(_Step):
+    """A machine to delete: its VM removed and every vGPU it holds released."""
+
+    kind: ClassVar[Kind] = "teardown"
+    pool_id: int
+    machine_id: int
+    seen: datetime
+    vm_id: int | None
+    vm_name: str
+    location: str
+    """The location whose vGPUs the step releases."""
+    release: tuple[VgpuRelease, ...] = ()
+    remove_vms: tuple[VmRemoval, ...] = ()
+    next_try_at: datetime | None = None
+
+    def actions(self) -> list[str]:
+        return _removal_actions(self.remove_vms, self.release)
+
+    def calls(self) -> tuple[Call, ...]:
         if self.blocked:
-            parts.append(f"blocked: {self.blocked}")
-        return "; ".join(parts)
+            return ()
+        return (*_vm_calls(self.remove_vms), *_releases(self.release))
 
-    def as_data(self) -> dict[str, Any]:
-        """The step as JSON data, for the message that hands it to a worker."""
-        data = dataclasses.asdict(self)
-        for name in ("seen", "next_try_at"):
-            value = getattr(self, name)
-            data[name] = value.isoformat() if value is not None else None
-        return data
+    def replacing(self) -> MachineReplace:
+        """The same teardown, for a machine made with an older spec than its pool's."""
+        mine = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return MachineReplace(**mine)
 
-    @classmethod
-    def from_data(cls, data: dict[str, Any]) -> Step:
-        fields = dict(data)
-        for name in ("seen", "next_try_at"):
-            if fields.get(name) is not None:
-                fields[name] = datetime.fromisoformat(fields[name])
-        fields["reserve"] = tuple(VgpuSlot(**s) for s in fields.get("reserve", ()))
-        fields["attach"] = tuple(fields.get("attach", ()))
-        fields["release"] = tuple(VgpuRelease(**r) for r in fields.get("release", ()))
-        fields["remove_vms"] = tuple(VmRemoval(**vm) for vm in fields.get("remove_vms", ()))
-        fields["release_locations"] = tuple(fields.get("release_locations", ()))
-        fields["spec"] = tuple((name, value) for name, value in fields.get("spec", ()))
-        return cls(**fields)
+
+@dataclass(frozen=True, kw_only=True)
+class MachineReplace(MachineTeardown):
+    """A teardown of a machine made with an older spec: the pool then makes a new one."""
+
+    kind: ClassVar[Kind] = "replace"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterReclaim(_Step):
+    """A deleted cluster's leftovers once its machines are gone: every VM and vGPU named
+    for it, as last observed."""
+
+    kind: ClassVar[Kind] = "reclaim"
+    release: tuple[VgpuRelease, ...] = ()
+    release_locations: tuple[str, ...] = ()
+    """The location of each release, in the order of `release`."""
+    remove_vms: tuple[VmRemoval, ...] = ()
+
+    def actions(self) -> list[str]:
+        return _removal_actions(self.remove_vms, self.release)
+
+    def calls(self) -> tuple[Call, ...]:
+        if self.blocked:
+            return ()
+        return (*_vm_calls(self.remove_vms), *_releases(self.release))
+
+
+def _removal_actions(
+    remove_vms: tuple[VmRemoval, ...], release: tuple[VgpuRelease, ...]
+) -> list[str]:
+    parts = []
+    if remove_vms:
+        parts.append(f"remove VM {', '.join(str(vm) for vm in remove_vms)}")
+    if release:
+        parts.append(f"release {', '.join(str(r) for r in release)}")
+    return parts
+
+
+MachineStep = (
+    MachineCreate | MachineProvision | VmReplace | MachineTeardown | MachineReplace | ClusterReclaim
+)
+"""One thing act will do to one machine (or, for a reclaim, to a deleted cluster's
+leftovers), with every id it needs: one class per kind."""
+STEP_CLASSES: dict[str, type[_Step]] = {
+    cls.kind: cls
+    for cls in (
+        MachineCreate,
+        MachineProvision,
+        VmReplace,
+        MachineTeardown,
+        MachineReplace,
+        ClusterReclaim,
+    )
+}
+
+
+def step_from_data(data: dict[str, Any]) -> MachineStep:
+    """A step from `as_data`, as the worker's task receives it."""
+    fields = dict(data)
+    cls = STEP_CLASSES[fields.pop("kind")]
+    for name in ("seen", "next_try_at"):
+        if fields.get(name) is not None:
+            fields[name] = datetime.fromisoformat(fields[name])
+    if "reserve" in fields:
+        fields["reserve"] = tuple(VgpuSlot(**s) for s in fields["reserve"])
+    if "release" in fields:
+        fields["release"] = tuple(VgpuRelease(**r) for r in fields["release"])
+    if "remove_vms" in fields:
+        fields["remove_vms"] = tuple(VmRemoval(**vm) for vm in fields["remove_vms"])
+    for name in ("attach", "release_locations"):
+        if name in fields:
+            fields[name] = tuple(fields[name])
+    if "spec" in fields:
+        fields["spec"] = tuple((name, value) for name, value in fields["spec"])
+    return cls(**fields)  # type: ignore[return-value]
 
 
 class CardBook:
@@ -285,7 +439,7 @@ def planned_kinds(*given: str) -> tuple[str, ...]:
 @dataclass
 class ClusterPlan:
     cluster: Cluster
-    steps: list[Step] = field(default_factory=list)
+    steps: list[MachineStep] = field(default_factory=list)
     # Planners of apps above, given by the caller that shows the whole plan (kube's node
     # labels and add-on): listed before the registered ones.
     planners: tuple[Planner, ...] = ()
@@ -392,7 +546,7 @@ def _vm_status(machine: Machine, vms: VmIndex) -> str:
 
 def machine_teardown_step(
     machine: Machine, reason: str, vms: VmIndex, *, now: datetime | None = None
-) -> Step:
+) -> MachineTeardown:
     """The machine's teardown; held back only after a try that failed (the machine is
     `deleting`), until its next try: a deletion just asked for is tried at once."""
     pool = machine.pool
@@ -410,10 +564,9 @@ def machine_teardown_step(
             for vm in vms.get((site.location_id, machine.vm_name), [])
             if vm.status != "DESTROYED" and vm.cloudspace_id == site.cloudspace_id
         ]
-    step = Step(
-        "teardown",
-        machine.name,
-        reason,
+    step = MachineTeardown(
+        target=machine.name,
+        reason=reason,
         cluster_id=pool.cluster_id,
         pool_id=pool.pk,
         machine_id=machine.pk,
@@ -427,7 +580,10 @@ def machine_teardown_step(
     return _backoff_held(machine, step, now=now) if machine.phase == Phase.DELETING else step
 
 
-def _backoff_held(machine: Machine, step: Step, *, now: datetime | None) -> Step:
+Held = TypeVar("Held", MachineTeardown, MachineProvision)
+
+
+def _backoff_held(machine: Machine, step: Held, *, now: datetime | None) -> Held:
     """The step, blocked until the machine's next try when that is still to come."""
     if machine.next_try_at is None or machine.next_try_at <= (now or timezone.now()):
         return step
@@ -443,38 +599,38 @@ def _backoff_held(machine: Machine, step: Step, *, now: datetime | None) -> Step
 
 def machine_step(
     machine: Machine, books: CardBooks, vms: VmIndex, *, now: datetime | None = None
-) -> Step | None:
+) -> MachineStep | None:
     """The step one existing machine needs, or None when it is as asked."""
     pool = machine.pool
     if machine.deletion_asked or machine.phase == Phase.DELETING:
         return machine_teardown_step(machine, "deletion requested", vms, now=now)
     site = pool.site
-    kind: Kind = "provision"
-    reason = f"phase {machine.phase}"
-    removals: tuple[VmRemoval, ...] = ()
     vm_id = machine.vm_id
     listed = vms.get((site.location_id, f"#{vm_id}"), [None])[0] if vm_id is not None else None
+    common: dict[str, Any] = {
+        "target": machine.name,
+        "cluster_id": pool.cluster_id,
+        "pool_id": pool.pk,
+        "machine_id": machine.pk,
+        "seen": machine.updated_at,
+        "vm_id": machine.vm_id,
+        "vm_name": machine.vm_name,
+        "spec": spec_planned(pool),
+    }
+    base: MachineProvision
     if machine.phase == Phase.RUNNING:
         if not vm_vanished(machine, site, listed):
             return None
         assert vm_id is not None
-        kind = "replace_vm"
-        reason = f"its VM {vm_id} is not in the listing of {site.cloudspace_id}"
         status = listed.status if listed is not None else ""
-        removals = (VmRemoval(vm_id, site.cloudspace_id, machine.vm_name, status),)
+        base = VmReplace(
+            **common,
+            reason=f"its VM {vm_id} is not in the listing of {site.cloudspace_id}",
+            remove_vms=(VmRemoval(vm_id, site.cloudspace_id, machine.vm_name, status),),
+        )
         vm_id = None
-    base = Step(
-        kind,
-        machine.name,
-        reason,
-        cluster_id=pool.cluster_id,
-        pool_id=pool.pk,
-        machine_id=machine.pk,
-        seen=machine.updated_at,
-        vm_id=machine.vm_id,
-        vm_name=machine.vm_name,
-        spec=spec_planned(pool),
-    )
+    else:
+        base = MachineProvision(**common, reason=f"phase {machine.phase}")
     # A failed machine, or one waiting for capacity, is tried again after its backoff.
     if machine.phase == Phase.FAILED or machine.waiting_for_capacity:
         held_back = _backoff_held(machine, base, now=now)
@@ -485,7 +641,7 @@ def machine_step(
         (
             row
             for row in held
-            if row.vm_id is not None and row.vm_id != vm_id and kind != "replace_vm"
+            if row.vm_id is not None and row.vm_id != vm_id and not isinstance(base, VmReplace)
         ),
         None,
     )
@@ -505,7 +661,6 @@ def machine_step(
         card_id=gpus.card_id,
         reserve=gpus.reserve,
         attach=attach,
-        remove_vms=removals,
         blocked=gpus.blocked,
         blocked_by=gpus.blocked_by,
         offered=gpus.offered,
@@ -517,8 +672,8 @@ def spec_planned(pool: MachinePool) -> tuple[tuple[str, str | int], ...]:
 
 
 def rollout_step(
-    pool: MachinePool, members: list[Machine], steps: dict[int, Step | None], vms: VmIndex
-) -> Step | None:
+    pool: MachinePool, members: list[Machine], steps: dict[int, MachineStep | None], vms: VmIndex
+) -> MachineReplace | None:
     """The replacement of one machine made with an older spec than its pool's (a rolling
     update with at most one machine unavailable and none made beyond the replicas): only
     while the pool has its replicas and every other machine runs with nothing to do.
@@ -536,7 +691,7 @@ def rollout_step(
     if any(m.phase != Phase.RUNNING or steps.get(m.pk) is not None for m in others):
         return None
     reason = f"pool spec changed: {', '.join(machine.spec_changes())}"
-    return dataclasses.replace(machine_teardown_step(machine, reason, vms), kind="replace")
+    return machine_teardown_step(machine, reason, vms).replacing()
 
 
 def _scale_down_order(machine: Machine) -> tuple[bool, int]:
@@ -574,7 +729,7 @@ def cluster_plan(
         surplus = {
             m.pk for m in sorted(live, key=_scale_down_order)[: max(0, len(live) - pool.replicas)]
         }
-        steps: dict[int, Step | None] = {}
+        steps: dict[int, MachineStep | None] = {}
         for machine in members:
             if machine.pk in surplus:
                 reason = f"pool {pool.name} scaled to {pool.replicas}"
@@ -595,10 +750,9 @@ def cluster_plan(
             probe = Machine(pool=pool, name=name, index=index)
             gpus = machine_gpu_decision(probe, books)
             plan.steps.append(
-                Step(
-                    "create",
-                    name,
-                    f"pool {pool.name} has {len(live)} of {pool.replicas} machines",
+                MachineCreate(
+                    target=name,
+                    reason=f"pool {pool.name} has {len(live)} of {pool.replicas} machines",
                     cluster_id=cluster.pk,
                     pool_id=pool.pk,
                     index=index,
@@ -639,15 +793,15 @@ def indexes_after_leftovers(cluster: Cluster, pools: list[MachinePool]) -> dict[
     return after
 
 
-def cluster_reclaim_step(cluster: Cluster, *, machines_left: int, vms: VmIndex) -> Step:
+def cluster_reclaim_step(cluster: Cluster, *, machines_left: int, vms: VmIndex) -> ClusterReclaim:
     """What a cluster deletion removes once its machines are gone: every VM and vGPU that
     carries its name, as last observed. Act removes exactly these, then lists again: what
     the new listing still shows keeps the deletion open for the next pass to plan."""
     reason = "VMs and vGPUs named for the cluster, in every location of its account"
     if machines_left:
         why = f"waits for the teardown of its {machines_left} machine(s)"
-        return Step(
-            "reclaim", cluster.name, reason, cluster_id=cluster.pk, blocked=why,
+        return ClusterReclaim(
+            target=cluster.name, reason=reason, cluster_id=cluster.pk, blocked=why,
             blocked_by="machines",
         )  # fmt: skip
     is_ours = owned_by(cluster)
@@ -675,10 +829,9 @@ def cluster_reclaim_step(cluster: Cluster, *, machines_left: int, vms: VmIndex) 
         .order_by("location__name", "name")
     )
     ours = [row for row in rows if is_ours(row.name)]
-    return Step(
-        "reclaim",
-        cluster.name,
-        reason,
+    return ClusterReclaim(
+        target=cluster.name,
+        reason=reason,
         cluster_id=cluster.pk,
         release=tuple(VgpuRelease(row.pk, row.vgpu_id, row.name) for row in ours),
         release_locations=tuple(row.location.name for row in ours),

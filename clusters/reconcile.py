@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, TypeVar, assert_never
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -59,8 +59,14 @@ from clusters.models import (
 )
 from clusters.plan import (
     VM_GONE,
+    ClusterReclaim,
+    MachineCreate,
+    MachineProvision,
+    MachineReplace,
+    MachineStep,
+    MachineTeardown,
     Planner,
-    Step,
+    VmReplace,
     cluster_plan,
     gpus_held,
     missing_gpus,
@@ -89,7 +95,7 @@ ACTOR = SystemActor.RECONCILER
 @dataclass
 class ReconcileResult:
     cluster: str
-    plan: list[Step]
+    plan: list[MachineStep]
     applied: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     skipped: str = ""
@@ -148,7 +154,7 @@ def cluster_reconcile(
     client: ws.WhiteskyClient,
     cluster: Cluster,
     dry_run: bool = False,
-    fan_out: Callable[[Step], None] | None = None,
+    fan_out: Callable[[MachineWork], None] | None = None,
     planners: Sequence[Planner] = (),
 ) -> ReconcileResult:
     """Plan the cluster and apply the plan through the one dispatcher, recording the pass.
@@ -179,8 +185,8 @@ def cluster_reconcile(
         ctx = PassContext(client)
 
         def act(planned: PlanStep) -> Outcome | None:
-            assert isinstance(planned, Step)
-            if planned.kind == "reclaim":
+            assert isinstance(planned, MACHINE_STEPS)
+            if isinstance(planned, ClusterReclaim):
                 deleted = cluster_leftovers_reclaim(PassContext(client), cluster, planned)
                 result.cluster_deleted = deleted
                 return None
@@ -211,35 +217,45 @@ def _nothing(step: PlanStep) -> None:
     raise AssertionError("a dry run acts on nothing")
 
 
-def _machine_row_apply(step: Step) -> Step:
+MachineWork = MachineProvision | MachineTeardown
+"""A machine's step once the cluster's part of it is done (`_machine_row_apply`): what the
+machine's own pass (here, or a worker's task) carries out under the machine's lock."""
+MACHINE_STEPS = (
+    MachineCreate, MachineProvision, VmReplace, MachineTeardown, MachineReplace, ClusterReclaim,
+)  # fmt: skip
+
+
+def _machine_row_apply(step: MachineCreate | MachineProvision | MachineTeardown) -> MachineWork:
     """The cluster's own part of a machine's step, under the cluster's lock: a new
     machine's row (at the planned index), a teardown's mark on its row; the machine's
     step as its row now is."""
-    if step.kind == "create":
-        assert step.pool_id is not None and step.index is not None
-        machine = machine_create(pool_id=step.pool_id, index=step.index, name=step.target)
-        if machine is None:
-            reconcile_step_count(step.kind, "dropped")
-            raise StepDropped("index taken meanwhile; planned again")
-        # The machine's own step provisions the machine made here, as planned.
-        return replace(step, kind="provision", machine_id=machine.pk, seen=machine.updated_at)
-    if step.kind in ("teardown", "replace"):
-        assert step.seen is not None and step.machine_id is not None
-        now = timezone.now()
-        marked = Machine.objects.filter(
-            pk=step.machine_id, delete_requested=False, updated_at=step.seen
-        ).update(delete_requested=True, updated_at=now)
-        if marked:
-            step = replace(step, seen=now)
-            if step.kind == "replace":
-                _replacement_audit(step)
-    return step
+    match step:
+        case MachineCreate():
+            machine = machine_create(pool_id=step.pool_id, index=step.index, name=step.target)
+            if machine is None:
+                reconcile_step_count(step.kind, "dropped")
+                raise StepDropped("index taken meanwhile; planned again")
+            # The machine's own step provisions the machine made here, as planned.
+            return step.made(machine.pk, machine.updated_at)
+        case MachineTeardown():  # a replacement too
+            now = timezone.now()
+            marked = Machine.objects.filter(
+                pk=step.machine_id, delete_requested=False, updated_at=step.seen
+            ).update(delete_requested=True, updated_at=now)
+            if marked:
+                step = replace(step, seen=now)
+                if isinstance(step, MachineReplace):
+                    _replacement_audit(step)
+            return step
+        case MachineProvision():  # a VM's replacement too
+            return step
+        case _:
+            assert_never(step)
 
 
-def _replacement_audit(step: Step) -> None:
+def _replacement_audit(step: MachineReplace) -> None:
     """A machine made with an older spec than its pool's is to be torn down: recorded with
     what changed and why the pool was edited (its last edit's reason)."""
-    assert step.machine_id is not None
     machine = Machine.objects.select_related("pool__cluster").get(pk=step.machine_id)
     edit = (
         AuditEvent.objects.filter(
@@ -277,11 +293,10 @@ def machine_create(*, pool_id: int, index: int, name: str) -> Machine | None:
 # --- one machine -----------------------------------------------------------------------
 
 
-def machine_reconcile(ctx: PassContext, step: Step) -> None:
+def machine_reconcile(ctx: PassContext, step: MachineWork) -> None:
     """Carry out one machine's planned step, under the machine's lock, if the machine is
     still as the plan saw it; a blocked step records why on the machine. Raises the
     dispatcher's outcomes (`StepDropped`, `StepWaiting`, `StepFailed`)."""
-    assert step.machine_id is not None
     what = f"{step.kind} {step.target}"
     with object_lock(f"machine:{step.machine_id}") as taken:
         if not taken:
@@ -298,7 +313,7 @@ def machine_reconcile(ctx: PassContext, step: Step) -> None:
         # Act's own row as the plan saw it, and no deletion asked since (a person's request
         # is a row of its own, which no write to the machine's row can hide).
         if machine.updated_at != step.seen or (
-            step.kind not in ("teardown", "replace") and machine.deletion_asked
+            not isinstance(step, MachineTeardown) and machine.deletion_asked
         ):
             reconcile_step_count(step.kind, "dropped")
             logger.info("%s dropped: the machine changed since the plan", what)
@@ -326,12 +341,13 @@ def machine_reconcile(ctx: PassContext, step: Step) -> None:
     reconcile_step_count(step.kind, "applied")
 
 
-def _blocked_record(machine: Machine, step: Step) -> None:
+def _blocked_record(machine: Machine, step: MachineWork) -> None:
     """What stands before a step, on the machine: cards of its type that have no room now
     make it wait for capacity; no card of its type, or a vGPU on another VM, fails it
     (either is tried again after its backoff); a location not wholly observed only says so."""
     if step.blocked_by == "capacity" and step.blocked.startswith(CAPACITY_WAIT):
-        _waiting_set(machine, step.blocked, offered=step.offered)
+        offered = step.offered if isinstance(step, MachineProvision) else ""
+        _waiting_set(machine, step.blocked, offered=offered)
     elif step.blocked_by in ("capacity", "conflict"):
         _failed_set(machine, step.blocked)
     elif step.blocked_by == "observation":
@@ -339,16 +355,19 @@ def _blocked_record(machine: Machine, step: Step) -> None:
         _machine_update(machine, {"failure_message": step.blocked})
 
 
-def machine_step_act(ctx: PassContext, machine: Machine, step: Step) -> None:
-    """What a machine's step does, by its kind (the machine locked and as planned)."""
-    if step.kind in ("teardown", "replace"):
-        machine_teardown(ctx, machine, step)
-        return
-    if dict(step.spec) != machine.pool.machine_spec():
-        raise StepDropped("its pool's GPUs or size changed since the plan")
-    if step.kind == "replace_vm":
-        machine_vm_replace(ctx, machine, step)
-    machine_provision(ctx, machine, step)
+def machine_step_act(ctx: PassContext, machine: Machine, step: MachineWork) -> None:
+    """What a machine's step does, by its class (the machine locked and as planned)."""
+    match step:
+        case MachineTeardown():  # a replacement too
+            machine_teardown(ctx, machine, step)
+        case MachineProvision():
+            if dict(step.spec) != machine.pool.machine_spec():
+                raise StepDropped("its pool's GPUs or size changed since the plan")
+            if isinstance(step, VmReplace):
+                machine_vm_replace(ctx, machine, step)
+            machine_provision(ctx, machine, step)
+        case _:
+            assert_never(step)
 
 
 # --- provisioning ----------------------------------------------------------------------
@@ -428,7 +447,7 @@ def _waiting_set(machine: Machine, message: str, *, offered: str) -> None:
     _machine_update(machine, data)
 
 
-def machine_provision(ctx: PassContext, machine: Machine, step: Step) -> None:
+def machine_provision(ctx: PassContext, machine: Machine, step: MachineProvision) -> None:
     """Create the VM halted, reserve and attach its vGPUs on the planned card, then start
     it, as the step says."""
     try:
@@ -464,7 +483,7 @@ def _pending_resolve(ctx: PassContext, machine: Machine) -> None:
         reservation_pending_resolve(row=row, listing=listing, listed_at=began)
 
 
-def _vm_ensure(ctx: PassContext, machine: Machine, step: Step) -> None:
+def _vm_ensure(ctx: PassContext, machine: Machine, step: MachineProvision) -> None:
     if machine.vm_id is not None:
         return
     pool = machine.pool
@@ -530,7 +549,7 @@ def _window(ctx: PassContext) -> timedelta:
     return timedelta(seconds=ctx.client.outcome_window)
 
 
-def _gpus_ensure(ctx: PassContext, machine: Machine, step: Step) -> None:
+def _gpus_ensure(ctx: PassContext, machine: Machine, step: MachineProvision) -> None:
     """Attach the vGPUs it holds, then reserve the planned ones on the planned card. A
     card that has no room (taken since the listing, outside our records) ends the step:
     the refusal is recorded on the machine, where the next plan's card book sees it."""
@@ -571,7 +590,9 @@ def _reserve_and_attach(ctx: PassContext, machine: Machine, n: int, card_id: str
         raise Machine.DoesNotExist(f"machine {machine} was deleted meanwhile") from None
 
 
-def _attached_ensure(ctx: PassContext, machine: Machine, row: VgpuReservation, step: Step) -> None:
+def _attached_ensure(
+    ctx: PassContext, machine: Machine, row: VgpuReservation, step: MachineProvision
+) -> None:
     if row.vm_id == machine.vm_id:
         return
     if row.vm_id is not None:
@@ -588,7 +609,7 @@ def _attached_ensure(ctx: PassContext, machine: Machine, row: VgpuReservation, s
     )
 
 
-def _vm_start(ctx: PassContext, machine: Machine, step: Step) -> None:
+def _vm_start(ctx: PassContext, machine: Machine, step: MachineProvision) -> None:
     assert machine.vm_id is not None
     cloudspace_id = machine.pool.site.cloudspace_id
     # A start sent before may have happened although its answer was lost.
@@ -621,7 +642,7 @@ def _running_set(machine: Machine) -> None:
     )
 
 
-def machine_vm_replace(ctx: PassContext, machine: Machine, step: Step) -> None:
+def machine_vm_replace(ctx: PassContext, machine: Machine, step: VmReplace) -> None:
     """The machine's VM vanished (deleted outside the control plane), as a listing begun
     after the VM was made shows: make sure it is gone for good, so that its vGPUs come
     free, and provision the machine anew."""
@@ -657,7 +678,7 @@ def machine_vm_replace(ctx: PassContext, machine: Machine, step: Step) -> None:
 # --- teardown --------------------------------------------------------------------------
 
 
-def machine_teardown(ctx: PassContext, machine: Machine, step: Step) -> None:
+def machine_teardown(ctx: PassContext, machine: Machine, step: MachineTeardown) -> None:
     """Stop the planned VMs and delete them permanently, release the planned vGPUs of the
     machine, drop it. Its first try comes at once (a provisioning's backoff is not carried
     over); a try that fails sets the next one after the machine's backoff (`retry_delay`),
@@ -679,7 +700,7 @@ def machine_teardown(ctx: PassContext, machine: Machine, step: Step) -> None:
         raise
 
 
-def _machine_teardown(ctx: PassContext, machine: Machine, step: Step) -> None:
+def _machine_teardown(ctx: PassContext, machine: Machine, step: MachineTeardown) -> None:
     pool = machine.pool
     site = pool.site
     removed = set()
@@ -761,7 +782,7 @@ def vm_remove(client: ws.WhiteskyClient, *, cloudspace_id: str, vm_id: int) -> N
 # --- cluster deletion ------------------------------------------------------------------
 
 
-def cluster_leftovers_reclaim(ctx: PassContext, cluster: Cluster, step: Step) -> bool:
+def cluster_leftovers_reclaim(ctx: PassContext, cluster: Cluster, step: ClusterReclaim) -> bool:
     """After its machines: remove the VMs and release the vGPUs the step names (those that
     carry the cluster's name, in every location of the account, attached or not). The
     cluster goes only when a whole listing of each location, begun after the releases,

@@ -31,8 +31,8 @@ from cloud.whitesky import whitesky_client
 from clusters.capi_import import account_capi_import
 from clusters.models import Cluster
 from clusters.observe import location_observe
-from clusters.plan import Step
-from clusters.reconcile import PassContext, cluster_reconcile, machine_reconcile
+from clusters.plan import MachineProvision, MachineTeardown, step_from_data
+from clusters.reconcile import MachineWork, PassContext, cluster_reconcile, machine_reconcile
 from clusters.releases import locations_to_sweep, orphan_sweep, release_request_carry_out
 from gpus.models import VgpuReservation
 from gpus.services import ReleaseRefused, release_request_pending
@@ -170,7 +170,7 @@ def reconcile_cluster(cluster_id: int) -> None:
     if cluster is None:
         return  # deleted since the fan-out
 
-    def fan_out(step: Step) -> None:
+    def fan_out(step: MachineWork) -> None:
         # Dropped when it waited two ticks: those sent it again (the machine's lock and
         # the step's precondition make a duplicate cheap); one tick would leave slots idle
         # between ticks.
@@ -184,8 +184,9 @@ def reconcile_cluster(cluster_id: int) -> None:
 
 @shared_task(bind=True)
 def reconcile_machine(self: Task[Any, Any], step: dict[str, Any]) -> None:
-    """One machine's step, as the plan made it (`Step.as_data`)."""
-    planned = Step.from_data(step)
+    """One machine's step, as the plan made it (`as_data`)."""
+    planned = step_from_data(step)
+    assert isinstance(planned, MachineProvision | MachineTeardown), planned.kind
     account = Account.objects.filter(clusters__pools__machines=planned.machine_id).first()
     if account is None:
         return  # torn down since the fan-out

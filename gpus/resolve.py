@@ -3,7 +3,8 @@ pool's GPUs can ever fit there.
 
 A location lists one profile per physical card, with the card's PCI address in the model,
 so a type spans several profiles. Tiers: the exact profile id; the exact vendor + model
-ignoring the PCI suffix and case; then a contains match. Of the matching cards, the
+ignoring the PCI suffix and case; then the type-name rule (gpus.type_names), the one the
+verification of a node's GPUs uses too. Of the matching cards, the
 emptiest one with room for the whole count wins; when the type is there but no card has
 room now, the machine waits for capacity (`GpuBusy`).
 
@@ -18,7 +19,6 @@ since the listing count twice, so it is never short of what this account can rea
 from __future__ import annotations
 
 import heapq
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol
@@ -26,11 +26,10 @@ from typing import TYPE_CHECKING, Literal, Protocol
 from django.db.models import Count, Q
 
 from gpus.models import BILLED_STATES, GpuProfile, VgpuReservation
+from gpus.type_names import is_of_type, without_pci_address
 
 if TYPE_CHECKING:
     from cloud.models import Location
-
-_PCI_SUFFIX = re.compile(r"\s*\(?(?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]\)?\s*$")
 
 
 class Card(Protocol):
@@ -63,7 +62,7 @@ class GpuBusy(GpuUnavailable):
 
 def gpu_type_of(card: Card) -> str:
     """ "NVIDIA A100" for vendor "NVIDIA" and model "A100 0000:3b:00.0"."""
-    model = _PCI_SUFFIX.sub("", card.model).strip()
+    model = without_pci_address(card.model)
     vendor = card.vendor.strip()
     if vendor and not model.lower().startswith(vendor.lower()):
         return f"{vendor} {model}"
@@ -83,7 +82,7 @@ def matching_cards(
     exact = [c for c in cards if _normal(gpu_type_of(c)) == wanted]
     if exact:
         return exact
-    return [c for c in cards if wanted in _normal(gpu_type_of(c))]
+    return [c for c in cards if is_of_type(gpu_type_of(c), gpu_type)]
 
 
 @dataclass(frozen=True)

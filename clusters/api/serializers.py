@@ -26,7 +26,7 @@ from clusters.models import (
     MachinePool,
     replicas_bound,
 )
-from clusters.plan import KINDS, Step, planned_kinds
+from clusters.plan import KINDS, planned_kinds
 from clusters.selectors import HELD_VGPUS, machine_vgpus_held
 from gpus import naming
 from gpus.models import HOURLY_PLACES, VgpuReservation, hourly_price
@@ -462,8 +462,8 @@ class PlanStepSerializer(serializers.Serializer[object]):
         return fields
 
     def to_representation(self, instance: Any) -> dict[str, Any]:
-        if isinstance(instance, Step):
-            return dict(super().to_representation(instance))
+        if hasattr(instance, "shown"):  # a machine step: one flat shape for every kind
+            return dict(super().to_representation(instance.shown()))
         # A registered planner's step (node labels, the GPU add-on, NIC reclaim): it names
         # no machine, card or vGPU.
         return {

@@ -40,7 +40,7 @@ from clusters.models import (
     Machine,
     MachinePool,
 )
-from clusters.plan import ClusterPlan, Step, cluster_plan
+from clusters.plan import ClusterPlan, ClusterReclaim, MachineStep, cluster_plan
 from dashboard.views.audit import FieldChange, audit_diff
 from gpus.models import GpuProfile
 from gpus.resolve import gpu_type_of
@@ -107,7 +107,7 @@ class PoolEditPreview:
     """The plan of the pool's cluster with the edit, and what it changes of the plan now."""
 
     changes: list[FieldChange]
-    steps: list[Step]
+    steps: list[MachineStep]
     """The plan's steps for the pool, with the edit."""
     new: set[int] = field(default_factory=set)
     """Indexes in `steps` of those the edit brings (not in the plan without it)."""
@@ -116,8 +116,13 @@ class PoolEditPreview:
     then those made with the old values, replaced one at a time after it."""
 
 
-def _step_key(step: Step) -> tuple[Any, ...]:
-    return (step.kind, step.target, step.card_id, step.reserve, step.blocked)
+def _step_key(step: MachineStep) -> tuple[Any, ...]:
+    shown = step.shown()
+    return tuple(shown[name] for name in ("kind", "target", "card_id", "reserve", "blocked"))
+
+
+def _of_pool(steps: list[MachineStep], pool: MachinePool) -> list[MachineStep]:
+    return [s for s in steps if not isinstance(s, ClusterReclaim) and s.pool_id == pool.pk]
 
 
 def _plan_with(pool: MachinePool, values: dict[str, Any]) -> tuple[ClusterPlan, list[str]]:
@@ -144,8 +149,8 @@ def pool_edit_preview(pool: MachinePool, changed: MachinePool) -> PoolEditPrevie
     before = {name: getattr(pool, name) for name in POOL_FIELDS}
     now = cluster_plan(Cluster.objects.get(pk=pool.cluster_id)).steps
     plan, outdated = _plan_with(pool, values)
-    after = [s for s in plan.steps if s.pool_id == pool.pk]
-    known = {_step_key(s) for s in now if s.pool_id == pool.pk}
+    after = _of_pool(plan.steps, pool)
+    known = {_step_key(s) for s in _of_pool(now, pool)}
     preview = PoolEditPreview(audit_diff(before, values), after)
     for n, step in enumerate(after):
         if _step_key(step) not in known:

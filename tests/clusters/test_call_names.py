@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from clusters.plan import Call, Step, VgpuRelease, VgpuSlot, VmRemoval
+from clusters.plan import Call, MachineTeardown, VgpuRelease, VgpuSlot, VmRemoval, VmReplace
 from clusters.releases import SweepStep
 from kube.plan import AddonApply, AddonRemove, NodeLabelsPatch
 from sriov.reclaim_plan import LeakedNicDetach, PodNicDetach
@@ -22,10 +22,16 @@ def every_step() -> list[object]:
     statuses = ("RUNNING", "HALTED", "", "DESTROYED")
     removals = [VmRemoval(7, "cs", "vm", status) for status in statuses]
     release = VgpuRelease(3, "vgpu-3", "capvco-demo-a100-0-0")
-    machine = Step(
-        "provision", "a100-0", "phase NEW", cluster_id=1, machine_id=1, vm_name="vm",
-        create_vm=True, start_vm=True, card_id="card", reserve=(VgpuSlot(0, "g0"),),
-        attach=("vgpu-1",), release=(release,), remove_vms=tuple(removals), spec=(("vcpus", 4),),
+    made = VmReplace(
+        target="a100-0", reason="its VM is gone", cluster_id=1, pool_id=1, machine_id=1,
+        seen=NOW, vm_name="vm", create_vm=True, start_vm=True, card_id="card",
+        reserve=(VgpuSlot(0, "g0"),), attach=("vgpu-1",), remove_vms=tuple(removals),
+        spec=(("vcpus", 4),),
+    )  # fmt: skip
+    gone = MachineTeardown(
+        target="a100-0", reason="scaled down", cluster_id=1, pool_id=1, machine_id=1,
+        seen=NOW, vm_id=7, vm_name="vm", location="nl", release=(release,),
+        remove_vms=tuple(removals),
     )  # fmt: skip
     sweeps = [
         SweepStep("release_vgpu", "g", "orphan", 1, vgpu_id="vgpu-2", vm=removals[0]),
@@ -44,7 +50,7 @@ def every_step() -> list[object]:
         AddonApply(1, "replace", "d", "img", "h", "41", "another manifest"),
         AddonRemove(1, "h", "off"),
     ]
-    return [machine, *sweeps, *nics, *kube]
+    return [made, gone, *sweeps, *nics, *kube]
 
 
 def test_every_whitesky_call_a_step_names_is_an_operation_of_the_api_description() -> None:

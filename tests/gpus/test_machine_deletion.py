@@ -12,7 +12,7 @@ import pytest
 from capvco_web.plans import StepDropped
 from cloud.whitesky import whitesky_client
 from clusters.models import Machine, MachineDeletion
-from clusters.plan import cluster_plan
+from clusters.plan import MachineProvision, MachineTeardown, cluster_plan
 from clusters.reconcile import PassContext, machine_create, machine_reconcile
 from clusters.services import machine_delete
 from tests.gpus.conftest import NL, Plane
@@ -26,7 +26,11 @@ def test_a_deletion_asked_after_the_plan_stops_its_step_without_touching_acts_ro
     plane.observe()
     made = machine_create(pool_id=pool.pk, index=0, name=f"{pool.name}-0")
     assert made is not None
-    (step,) = [s for s in cluster_plan(cluster).steps if s.machine_id == made.pk]
+    (step,) = [
+        s
+        for s in cluster_plan(cluster).steps
+        if isinstance(s, MachineProvision) and s.machine_id == made.pk
+    ]
     assert step.kind == "provision"
 
     machine_delete(machine=made, actor=admin_user, reason="not needed")
@@ -44,7 +48,11 @@ def test_a_deletion_asked_after_the_plan_stops_its_step_without_touching_acts_ro
     assert plane.sim_vms() == []  # no VM made for a machine asked away
 
     # The next plan tears it down, and act takes the request up on its own row.
-    (teardown,) = [s for s in cluster_plan(cluster).steps if s.machine_id == made.pk]
+    (teardown,) = [
+        s
+        for s in cluster_plan(cluster).steps
+        if isinstance(s, MachineTeardown) and s.machine_id == made.pk
+    ]
     assert teardown.kind == "teardown"
     plane.converge(cluster)
     assert not Machine.objects.filter(pk=made.pk).exists()

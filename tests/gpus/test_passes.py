@@ -5,6 +5,8 @@ chooses: a machine step without the index or spec the plan must name is refused.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
@@ -13,7 +15,7 @@ from rest_framework.test import APIClient
 
 from capvco_web.models import PlanPass
 from capvco_web.plans import Call, StepDropped, StepFailed, StepWaiting, plan_apply
-from clusters.plan import Step
+from clusters.plan import MachineCreate, MachineProvision, VmReplace
 from tests.factories import MembershipFactory
 from tests.gpus.conftest import Plane
 
@@ -88,20 +90,36 @@ def test_a_dry_run_lists_the_calls_and_acts_on_nothing() -> None:
     assert not PlanPass.objects.exists()  # a dry run is not a pass
 
 
+NOW = datetime(2026, 12, 1, tzinfo=UTC)
+
+
 @pytest.mark.parametrize(
-    ("kind", "missing", "fields"),
+    ("step", "missing", "fields"),
     [
-        ("create", "index", {"spec": (("vcpus", 2),)}),
-        ("create", "spec", {"index": 0}),
-        ("provision", "spec", {"machine_id": 1}),
-        ("replace_vm", "spec", {"machine_id": 1}),
+        (MachineCreate, "spec", {"index": 0}),
+        (MachineProvision, "spec", {"machine_id": 1, "seen": NOW}),
+        (VmReplace, "spec", {"machine_id": 1, "seen": NOW}),
     ],
 )
 def test_a_machine_step_without_the_plans_index_or_spec_is_refused(
-    kind: str, missing: str, fields: dict[str, object]
+    step: type[MachineCreate | MachineProvision], missing: str, fields: dict[str, Any]
 ) -> None:
     with pytest.raises(ValueError, match=f"the plan names no {missing}"):
-        Step(kind, "a100-0", "test", cluster_id=1, **fields)  # type: ignore[arg-type]
+        step(
+            target="a100-0", reason="test", cluster_id=1, pool_id=1, vm_name="v", spec=(), **fields
+        )
+
+
+def test_a_create_without_the_plans_index_cannot_be_made() -> None:
+    with pytest.raises(TypeError, match="index"):
+        MachineCreate(  # type: ignore[call-arg]
+            target="a100-0",
+            reason="test",
+            cluster_id=1,
+            pool_id=1,
+            vm_name="v",
+            spec=(("vcpus", 2),),
+        )
 
 
 def test_each_pass_is_recorded_and_only_the_last_are_kept(plane: Plane) -> None:

@@ -22,7 +22,7 @@ from capvco_web.integrations.whitesky import operations as ops
 from cloud.models import Location
 from cloud.whitesky import whitesky_client
 from clusters.models import Cluster, Machine, MachinePool
-from clusters.plan import Call, cluster_plan
+from clusters.plan import Call, MachineCreate, MachineProvision, cluster_plan
 from clusters.reconcile import cluster_reconcile
 from clusters.releases import location_plan
 from clusters.services import cluster_delete, machine_force_delete, pool_update
@@ -113,8 +113,15 @@ def one_pass(plane: Plane, rng: random.Random, outsider: Outsider) -> set[str]:
         shown_steps = cluster_plan(cluster).steps
         kinds |= {step.kind for step in shown_steps}
         shown = [call for step in shown_steps for call in step.calls()]
-        reserves = [s for s in shown_steps if s.reserve and s.card_id and not s.blocked]
-        if reserves and reserves[0].pool_id is not None and rng.random() < 0.3:
+        reserves = [
+            s
+            for s in shown_steps
+            if isinstance(s, MachineCreate | MachineProvision)
+            and s.reserve
+            and s.card_id
+            and not s.blocked
+        ]
+        if reserves and rng.random() < 0.3:
             # The card fills up between the plan and the act: the reserve is refused, and
             # no other card is tried in this pass.
             pool = MachinePool.objects.select_related("site__location").get(pk=reserves[0].pool_id)
