@@ -31,12 +31,12 @@ The same trace runs against each policy in turn, from an empty cloud:
 * ``static``: pools of 4-GPU machines for the trace's peak of each type, the cheaper
   location first, made before the trace starts (their time before it is not counted);
 * ``ca-model``: a model of cluster-autoscaler's behaviour, NOT cluster-autoscaler itself:
-  every scan (10 s; at most 10 a wall second) it adds machines for unschedulable pods to a pool picked at random
-  among those of the pod's type whose machines hold its request (no price, no capacity
-  awareness: a machine whose location has no card has no VM after 15 minutes, is removed
-  and its pool backed off 5 minutes), and removes a node with no pod that has been unneeded for
-  10 minutes, not within 10 minutes of a scale-up (its defaults), through the control
-  plane's own pool scale and machine delete;
+  every scan (10 s; at most 10 a wall second) it adds machines for unschedulable pods to
+  a pool picked at random among those of the pod's type whose machines hold its request
+  (no price, no capacity awareness: a machine whose location has no card has no VM after
+  15 minutes, is removed and its pool backed off 5 minutes), and removes a node with no
+  pod that has been unneeded for 10 minutes, not within 10 minutes of a scale-up (its
+  defaults), through the control plane's own pool scale and machine delete;
 * ``autoscaler``: the pools' autoscale on (min 0, max what the location's cards hold),
   the control plane's autoscaler deciding in the worker's beat.
 
