@@ -43,6 +43,13 @@ def main(argv: list[str] | None = None) -> int:
         "--join-interval", type=float, default=2.0, help="seconds between two joiner passes"
     )
     parser.add_argument(
+        "--join-demo-pods",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the joiner also makes the demo pods of namespace ml (--no-join-demo-pods: "
+        "a benchmark plays pods of its own)",
+    )
+    parser.add_argument(
         "--schedule",
         action=argparse.BooleanOptionalAction,
         default=False,
@@ -94,7 +101,12 @@ def _serve(args: argparse.Namespace, tls_dir: Path) -> int:
     serving = threading.Thread(target=server.serve_forever, name="kube-http", daemon=True)
     serving.start()
     if args.join_whitesky:
-        joiner = Joiner(simulator, args.join_whitesky, interval=args.join_interval)
+        joiner = Joiner(
+            simulator,
+            args.join_whitesky,
+            interval=args.join_interval,
+            demo_pods=args.join_demo_pods,
+        )
         threading.Thread(target=joiner.run, args=(stop,), name="joiner", daemon=True).start()
     if args.schedule:
         scheduler = Scheduler(simulator, time_scale=args.time_scale)

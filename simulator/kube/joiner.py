@@ -52,9 +52,10 @@ def whitesky_state(url: str, timeout: float = 5.0) -> Obj:
     return state
 
 
-def cluster_join(state: ClusterState, world: Obj) -> None:
+def cluster_join(state: ClusterState, world: Obj, *, demo_pods: bool = True) -> None:
     """One pass over one cluster: its nodes from the VMs of `world` (the whitesky
-    simulator's state), then the demo pods. Call with the simulator's lock held."""
+    simulator's state), then the demo pods (unless `demo_pods` is false: a benchmark
+    plays pods of its own). Call with the simulator's lock held."""
     prefix = f"capvco-{state.name}-"
     locations = {cs["cloudspace_id"]: cs["location"] for cs in world.get("cloudspaces", [])}
     vms = {
@@ -71,7 +72,8 @@ def cluster_join(state: ClusterState, world: Obj) -> None:
         old = nodes.get(("", name))
         location = locations.get(str(vm["cloudspace_id"]), "")
         _put_if_changed(state, old, _node(name, vm, location, old, plugin))
-    _demo_pods(state)
+    if demo_pods:
+        _demo_pods(state)
 
 
 def _device_plugin_applied(state: ClusterState) -> bool:
@@ -163,16 +165,24 @@ class Joiner:
     """Runs `cluster_join` for every cluster served, every `interval` seconds, until
     `stop` is set. A whitesky simulator that does not answer is tried again next time."""
 
-    def __init__(self, simulator: Simulator, whitesky_url: str, *, interval: float = 2.0):
+    def __init__(
+        self,
+        simulator: Simulator,
+        whitesky_url: str,
+        *,
+        interval: float = 2.0,
+        demo_pods: bool = True,
+    ):
         self.simulator = simulator
         self.whitesky_url = whitesky_url
         self.interval = interval
+        self.demo_pods = demo_pods
 
     def step(self) -> None:
         world = whitesky_state(self.whitesky_url)
         with self.simulator.lock:
             for state in self.simulator.clusters.values():
-                cluster_join(state, world)
+                cluster_join(state, world, demo_pods=self.demo_pods)
 
     def run(self, stop: threading.Event) -> None:
         while not stop.is_set():

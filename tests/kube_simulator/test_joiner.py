@@ -100,6 +100,15 @@ def test_running_vms_of_the_cluster_join_and_advertise_gpus_only_with_the_plugin
     assert placed["train-big"] == placed["infer-t4-0"] == ("", "Pending")
 
 
+def test_without_demo_pods_the_nodes_join_and_no_pod_is_made() -> None:
+    state = ClusterState("demo", "token")
+
+    cluster_join(state, WORLD, demo_pods=False)
+
+    assert sorted(nodes(state)) == ["capvco-demo-a100-0", "capvco-demo-a100-1"]
+    assert state.objects[("", "pods")] == {}
+
+
 def test_a_pass_over_unchanged_vms_writes_nothing() -> None:
     state = ClusterState("demo", "token")
     cluster_join(state, WORLD)
