@@ -1,6 +1,6 @@
 """GPU pools that follow the pods: what a day of GPU jobs pays, and how long its pods wait,
-with the autoscaler, with static pools sized for the peak, and with a model of
-cluster-autoscaler.
+with static pools sized for the peak and with a model of cluster-autoscaler: the figures
+the control plane's own autoscaler is to be held against.
 
 Run (PostgreSQL and Redis; a throw-away test database ``test_<name>`` is created and
 dropped)::
@@ -9,7 +9,7 @@ dropped)::
     REDIS_URL=redis://127.0.0.1:6379 \\
         .venv/bin/python tests/bench/bench_autoscale.py [--short] [--seed 1] \\
         [--hours 24] [--jobs-per-day 120] [--time-scale 720] [--boot-seconds 120] \\
-        [--policies static,ca-model,autoscaler]
+        [--policies static,ca-model]
 
 The real processes: a Celery worker with beat (observe and reconcile every
 ``--interval`` wall seconds), the whitesky simulator (each VM create takes the boot time),
@@ -22,7 +22,7 @@ of each type, the second dearer. Pods ask for their type by nodeSelector and fin
 their run time (``sim.capvco.io/run-seconds``).
 
 Time is compressed ``--time-scale`` times: the arrivals, the run times, the kubelets'
-delays, the boot time, the autoscaler's minutes and cluster-autoscaler's timings. The
+delays, the boot time and cluster-autoscaler's timings. The
 control plane's own intervals are wall seconds (a floor: the worker cannot tick 720
 times a second), so every figure in trace time carries them multiplied by the scale.
 
@@ -36,16 +36,14 @@ The same trace runs against each policy in turn, from an empty cloud:
   (no price, no capacity awareness: a machine whose location has no card has no VM after
   15 minutes, is removed and its pool backed off 5 minutes), and removes a node with no
   pod that has been unneeded for 10 minutes, not within 10 minutes of a scale-up (its
-  defaults), through the control plane's own pool scale and machine delete;
-* ``autoscaler``: the pools' autoscale on (min 0, max what the location's cards hold),
-  the control plane's autoscaler deciding in the worker's beat.
+  defaults), through the control plane's own pool scale and machine delete.
 
 Reported from the whitesky simulator's own billing (each vGPU's reserved intervals):
 waste = GPU-hours paid during the trace / GPU-hours run by its pods; pending time of the
 pods (created to running) p50 / p95 / max beside the boot time (a machine's VM created to
 its node advertising GPUs, the median measured); machines made and removed, pool scale
 actions, whitesky writes, pods that never ran, and what is left billed after the pools
-were scaled to 0. Target: the autoscaler's waste <= 1.15 at p95 pending <= boot + 60 s.
+were scaled to 0. The target for an autoscaler: waste <= 1.15 at p95 pending <= boot + 60 s.
 Prints one table, then one JSON line with every figure.
 """
 
@@ -105,7 +103,6 @@ from tests.bench.support import (  # noqa: E402
     celery_worker,
     postgresql_missing,
     throwaway_database,
-    verdict,
     wait_for,
 )
 from tests.e2e.processes import broker_flush  # noqa: E402
@@ -116,7 +113,7 @@ CLUSTER = "bench"
 NAMESPACE = "jobs"
 GPU = "nvidia.com/gpu"
 RUN_SECONDS = "sim.capvco.io/run-seconds"
-POLICIES = ("static", "ca-model", "autoscaler")
+POLICIES = ("static", "ca-model")
 WRITES = frozenset(op.operation_id for op in operations.ALL_OPERATIONS if op.method != "GET")
 # cluster-autoscaler's defaults, in trace seconds.
 CA_SCAN = 10.0
@@ -124,7 +121,6 @@ CA_UNNEEDED = 600.0
 CA_DELAY_AFTER_ADD = 600.0
 CA_PROVISION_TIMEOUT = 900.0
 CA_BACKOFF = 300.0
-MARGIN = 60.0  # the target: p95 pending <= boot + this, trace seconds
 
 
 @dataclass(frozen=True)
@@ -166,7 +162,6 @@ def plane_make(
     *,
     sizes: dict[tuple[str, str, int], int],
     cards: dict[str, int],
-    autoscale: bool,
     boot_wall: float,
 ) -> Plane:
     """An empty database, cloud and Kubernetes; one cluster with the GPU add-on on, a pool
@@ -200,13 +195,6 @@ def plane_make(
         )
         for gpu_type in TYPES:
             for gpus in MACHINE_SIZES:
-                fields: dict[str, Any] = {}
-                if autoscale:
-                    fields = {
-                        "autoscale_enabled": True,
-                        "autoscale_min": 0,
-                        "autoscale_max": pool_max(gpus, cards[gpu_type]),
-                    }
                 pools.append(
                     MachinePool.objects.create(
                         cluster=cluster,
@@ -215,7 +203,6 @@ def plane_make(
                         replicas=sizes.get((gpu_type, location, gpus), 0),
                         gpu_type=gpu_type,
                         gpu_count=gpus,
-                        **fields,
                     )
                 )
     core = kubernetes.client.CoreV1Api(
@@ -566,8 +553,7 @@ def paid_seconds(vgpus: list[dict[str, Any]], start: float, end: float) -> dict[
 
 
 def worker_env(args: argparse.Namespace, scale: Scale) -> dict[str, str]:
-    """The control plane's intervals (wall seconds) and the autoscaler's minutes (trace
-    minutes, compressed)."""
+    """The control plane's intervals (wall seconds)."""
     return {
         "OBSERVE_INTERVAL_SECONDS": str(args.interval),
         "RECONCILE_INTERVAL_SECONDS": str(args.interval),
@@ -575,9 +561,6 @@ def worker_env(args: argparse.Namespace, scale: Scale) -> dict[str, str]:
         "CATALOG_OBSERVE_INTERVAL_SECONDS": "60",
         "MACHINE_RETRY_BASE_SECONDS": str(args.interval),
         "MACHINE_RETRY_MAX_SECONDS": str(4 * args.interval),
-        "AUTOSCALE_INTERVAL_SECONDS": str(args.interval),
-        "AUTOSCALE_IDLE_MINUTES": str(scale.wall(600) / 60),
-        "AUTOSCALE_SCALE_UP_DELAY_MINUTES": str(scale.wall(600) / 60),
     }
 
 
@@ -599,7 +582,6 @@ def policy_run(
         world_make(peaks),
         sizes=sizes,
         cards=cards,
-        autoscale=policy == "autoscaler",
         boot_wall=scale.wall(args.boot_seconds),
     )
     result = Result(policy=policy, jobs=len(jobs))
@@ -697,8 +679,6 @@ def policy_run(
 
         # Scale everything to 0: nothing may stay billed.
         MachinePool.objects.filter(cluster=plane.cluster).update(replicas=0)
-        if policy == "autoscaler":
-            MachinePool.objects.filter(cluster=plane.cluster).update(autoscale_enabled=False)
 
         def released() -> bool:
             return not any(v["status"] != "DESTROYED" for v in sim.state()["vgpus"])
@@ -744,10 +724,6 @@ def table(results: list[Result], args: argparse.Namespace) -> None:
         "(scan 10 s, scale-down-unneeded 10 min, scale-down-delay-after-add 10 min, no price "
         "or capacity awareness), not cluster-autoscaler itself."
     )
-
-
-def on_target(result: Result) -> bool:
-    return result.waste <= 1.15 and result.pending_at(95) <= result.boot + MARGIN
 
 
 def arguments(argv: list[str] | None = None) -> argparse.Namespace:
@@ -830,13 +806,6 @@ def main() -> int:
         log_dir.mkdir(parents=True, exist_ok=True)
         results = policies_run(jobs, args, log_dir)
     table(results, args)
-    ours = next((r for r in results if r.policy == "autoscaler"), None)
-    if ours is not None:
-        print(
-            f"autoscaler: waste {ours.waste:.2f} <= 1.15 at p95 pending "
-            f"{ours.pending_at(95):.0f} s <= boot {ours.boot:.0f} s + {MARGIN:.0f} s: "
-            f"{verdict(on_target(ours))}"
-        )
     figures = {"jobs": len(jobs), "args": vars(args) | {"log_dir": None}}
     figures["results"] = [r.as_json() for r in results]
     print(json.dumps(figures, default=str))
