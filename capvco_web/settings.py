@@ -484,6 +484,9 @@ GPU_VERIFY_IMAGE = env.str(
 GPU_VERIFY_CUDA_IMAGE = env.str("GPU_VERIFY_CUDA_IMAGE", default="")
 GPU_VERIFY_NAMESPACE = env.str("GPU_VERIFY_NAMESPACE", default="capvco-gpu-verify")
 GPU_VERIFY_TIMEOUT_SECONDS = env.int("GPU_VERIFY_TIMEOUT_SECONDS", default=600)
+# A node's verifications that a newer one replaced, finished longer ago than this, are
+# deleted once a day with the other history (0 keeps them); a node's newest is kept.
+GPU_VERIFY_HISTORY_DAYS = env.int("GPU_VERIFY_HISTORY_DAYS", default=90)
 
 # SR-IOV NICs per pod (docs/guides/sriov.md). No agent API request waits for a VM: ADD,
 # DEL and GC are queued on it (one attach or detach at a time per VM, in order). The

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import Exists, OuterRef, QuerySet
 from django.utils import timezone
 
 from capvco_web.counters import count
@@ -302,3 +303,21 @@ def verdict_record(verification: GpuVerification, verdict: VerifyVerdict) -> boo
             "; ".join(verdict.reasons),
         )
     return written
+
+
+def verifications_superseded(before: datetime) -> QuerySet[GpuVerification]:
+    """History: verifications finished before `before` that a newer one of the same node
+    replaced. A node's newest is its verdict, kept however old."""
+    newer = GpuVerification.objects.filter(
+        cluster=OuterRef("cluster"), node_name=OuterRef("node_name"), pk__gt=OuterRef("pk")
+    )
+    return GpuVerification.objects.filter(finished_at__lt=before).filter(Exists(newer))
+
+
+def verifications_history_prune(*, before: datetime, batch: int = 5000) -> int:
+    """Delete the superseded verifications finished before `before`, in batches (no long
+    lock on the table). Answers how many."""
+    deleted = 0
+    while ids := list(verifications_superseded(before).values_list("pk", flat=True)[:batch]):
+        deleted += GpuVerification.objects.filter(pk__in=ids).delete()[0]
+    return deleted
