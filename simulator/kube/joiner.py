@@ -34,6 +34,9 @@ logger = logging.getLogger(__name__)
 
 GPU = "nvidia.com/gpu"
 GPU_TYPE_LABEL = "capvco.io/gpu-type"
+# The demo's workloads ask for nodes whose GPUs a pod was seen to use (docs/guides/gpu.md,
+# "What is verified and how"): the verification's Job gets the node's GPUs first.
+VERIFIED_LABEL = "capvco.io/gpu-verified"
 DEVICE_PLUGIN_IMAGE = "k8s-device-plugin"
 DEMO_NAMESPACE = "ml"
 # name: (GPU type label value it asks for, or "" for any; GPUs)
@@ -134,8 +137,8 @@ def _content(obj: Obj) -> Obj:
 
 
 def _demo_pods(state: ClusterState) -> None:
-    """The demo pods, made when missing: the scheduler (``--schedule``) places them, and
-    deletes one whose node went, to be made again here."""
+    """The demo pods, made when missing: the scheduler (``--schedule``) places them on
+    verified nodes of their type, and deletes one whose node went, to be made again here."""
     pods = state.objects[PODS.storage_key]
     for name, (gpu_type, gpus) in DEMO_PODS.items():
         if (DEMO_NAMESPACE, name) not in pods:
@@ -155,7 +158,10 @@ def _pod(name: str, gpu_type: str, gpus: int) -> Obj:
                     "resources": {"limits": {GPU: str(gpus)}},
                 }
             ],
-            "nodeSelector": {GPU_TYPE_LABEL: gpu_type} if gpu_type else {},
+            "nodeSelector": {
+                VERIFIED_LABEL: "true",
+                **({GPU_TYPE_LABEL: gpu_type} if gpu_type else {}),
+            },
         },
         "status": {"phase": "Pending"},
     }

@@ -63,11 +63,18 @@ def plugin(state: ClusterState) -> None:
     )
 
 
-def label(state: ClusterState, name: str, gpu_type: str = "nvidia-a100") -> None:
+def label(state: ClusterState, name: str, **labels: str) -> None:
+    """The labels the control plane puts on a node: its GPU type, and once a pod was seen
+    to use its GPUs, `capvco.io/gpu-verified`."""
+    labels = labels or {"capvco.io/gpu-type": "nvidia-a100"}
     node = nodes(state)[name]
     node = {**node, "metadata": {**node["metadata"], "labels": {
-        **node["metadata"]["labels"], "capvco.io/gpu-type": gpu_type}}}  # fmt: skip
+        **node["metadata"]["labels"], **labels}}}  # fmt: skip
     state.put(node)
+
+
+def verified(state: ClusterState, name: str) -> None:
+    label(state, name, **{"capvco.io/gpu-verified": "true"})
 
 
 def test_running_vms_of_the_cluster_join_and_advertise_gpus_only_with_the_plugin() -> None:
@@ -93,6 +100,10 @@ def test_running_vms_of_the_cluster_join_and_advertise_gpus_only_with_the_plugin
     node = nodes(state)["capvco-demo-a100-0"]
     assert node["status"]["allocatable"]["nvidia.com/gpu"] == "1"
     assert node["metadata"]["labels"]["capvco.io/gpu-type"] == "nvidia-a100"  # kept
+    schedule(state)
+    assert set(pods(state).values()) == {("", "Pending")}  # demo pods ask for verified nodes
+    verified(state, "capvco-demo-a100-0")
+    cluster_join(state, WORLD)
     schedule(state)
     placed = pods(state)
     assert placed["train-a100-0"] == ("capvco-demo-a100-0", "Pending")  # bound, not started
@@ -127,6 +138,7 @@ def test_a_vm_that_is_gone_takes_its_node_and_its_pods_wait_again() -> None:
     cluster_join(state, WORLD)
     plugin(state)
     label(state, "capvco-demo-a100-0")
+    verified(state, "capvco-demo-a100-0")
     cluster_join(state, WORLD)
     schedule(state)
     assert pods(state)["train-a100-0"] == ("capvco-demo-a100-0", "Pending")
