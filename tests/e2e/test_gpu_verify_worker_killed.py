@@ -21,7 +21,10 @@ from tests.kube_sim import KubeSimulator, node_object
 
 __all__ = ["gpus", "pool", "site"]
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
-WORKER = {"GPU_VERIFY": "true", "OBSERVE_INTERVAL_SECONDS": "0.5"}
+WORKER = {"GPU_VERIFY": "true", "OBSERVE_INTERVAL_SECONDS": "2"}
+# Processes enough that the cluster's Kubernetes pass never waits behind the whitesky
+# observations of the test's account, whose API nobody serves (each retried, then failed).
+POOL = ("--pool", "prefork", "--concurrency", "3")
 Status = GpuVerification.Status
 
 
@@ -60,17 +63,17 @@ def test_a_worker_killed_between_the_job_and_its_log_leaves_one_verdict_and_no_j
     first.mkdir()
     second.mkdir()
     broker_flush()
-    with celery_worker(first, **WORKER) as worker:
-        wait_for(jobs, 60, "verification Job", first / "celery.log")
+    with celery_worker(first, *POOL, **WORKER) as worker:
+        wait_for(jobs, 90, "verification Job", first / "celery.log")
         worker_kill(worker)  # the Job is made; its log is read at a later pass, not by this one
     (made,) = GpuVerification.objects.all()
     assert made.finished_at is None  # killed in between: no verdict yet
 
-    with celery_worker(second, **WORKER):
+    with celery_worker(second, *POOL, **WORKER):
         log = second / "celery.log"
         wait_for(
             lambda: GpuVerification.objects.filter(finished_at__isnull=False).exists(),
-            60,
+            90,
             "verdict",
             log,
         )
