@@ -212,9 +212,11 @@ class Simulator:
                 request.method, request.path[len(API_PREFIX) :]
             )
         except SimError as exc:
-            reply = Reply.error(exc)
+            reply: Reply | None = Reply.error(exc)
         else:
             reply = self._faulted(operation, lambda: self._answer(handler, params, request, caller))
+        if reply is None:
+            return Reply(status=0, drop=True)
         with self.lock:
             self.calls.append(
                 {
@@ -228,13 +230,19 @@ class Simulator:
             )
         return reply
 
-    def _faulted(self, operation: str, act: Callable[[], Reply]) -> Reply:
+    def _faulted(self, operation: str, act: Callable[[], Reply]) -> Reply | None:
         """Run `act` under the fault a test set for `operation`: a delay, an error instead
-        of the answer, or the answer lost after the change was made."""
+        of the answer, or the answer lost after the change was made. None: the world was
+        reset while the call was delayed, and a call never acts on a world it was not
+        sent to (its connection is dropped, and it is not in the new world's call log)."""
         with self.lock:
             fault = self.faults.decide(operation)
+            world = self.world
         if fault is not None and fault.latency_ms:
             time.sleep(fault.latency_ms / 1000)
+            with self.lock:
+                if self.world is not world:
+                    return None
         if fault is not None and fault.status is not None:
             return _fault_reply(fault)
         reply = act()
@@ -279,7 +287,8 @@ class Simulator:
         """The IAM: the current (unexpired) JWT as bearer buys a new one, as plain text."""
         if request.method != "GET":
             return Reply.error(MethodNotAllowed("Method not allowed", allow=["GET"]))
-        return self._faulted(IAM_REFRESH_OPERATION, lambda: self._refreshed_token(request))
+        reply = self._faulted(IAM_REFRESH_OPERATION, lambda: self._refreshed_token(request))
+        return Reply(status=0, drop=True) if reply is None else reply
 
     def _refreshed_token(self, request: Request) -> Reply:
         try:

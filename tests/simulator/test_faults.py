@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
+from collections.abc import Callable
 
 import pytest
 import requests
@@ -166,3 +169,25 @@ def test_reset_clears_faults(whitesky_sim: WhiteskySimulator) -> None:
     whitesky_sim.reset()
 
     assert Api(whitesky_sim).get("/me").status_code == 200
+
+
+def test_a_call_delayed_past_a_reset_never_acts_on_the_new_world(
+    whitesky_sim: WhiteskySimulator, api: Api
+) -> None:
+    """A test that timed out on a slow reservation leaves the call sleeping in the
+    simulator; the next test's reset must not receive that reservation."""
+    whitesky_sim.fault(operation="reserveVGPU", latency_ms=600)
+    late = threading.Thread(target=lambda: suppress_errors(api.reserve))
+    late.start()
+    time.sleep(0.2)  # the call is in the simulator, asleep in its latency
+    whitesky_sim.reset()
+    late.join()
+
+    fresh = Api(whitesky_sim)
+    assert fresh.vgpus()["data"] == []  # a complete listing taken after the call ended
+    assert [call["operation"] for call in whitesky_sim.calls()["calls"]] == ["listCustomerVGPUS"]
+
+
+def suppress_errors(call: Callable[[], object]) -> None:
+    with contextlib.suppress(requests.RequestException):
+        call()
