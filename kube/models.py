@@ -27,6 +27,9 @@ class KubeNode(models.Model):
     )
     ready = models.BooleanField(default=False)
     kubelet_version = models.CharField(max_length=64, blank=True)
+    unschedulable = models.BooleanField(
+        default=False, help_text="Cordoned: the scheduler places no new pod on it"
+    )
     machine = models.ForeignKey(
         Machine, on_delete=models.SET_NULL, null=True, blank=True, related_name="kube_nodes"
     )
@@ -106,6 +109,9 @@ class KubePod(models.Model):
         blank=True,
         verbose_name="GPU type",
         help_text="The capvco.io/gpu-type label its nodeSelector asks for (empty: any GPU node)",
+    )
+    daemon = models.BooleanField(
+        default=False, help_text="A DaemonSet's or a static pod: a node's drain leaves it"
     )
     first_seen_at = models.DateTimeField()
     updated_at = models.DateTimeField(help_text="When the mirror last wrote the row")

@@ -53,6 +53,7 @@ POD_FIELDS = (
     "gpu_requests",
     "sriov_network",
     "gpu_type",
+    "daemon",
 )
 
 
@@ -268,6 +269,7 @@ def node_row_data(node: kube.Node) -> dict[str, Any]:
         "gpu_allocatable": node.gpu_allocatable,
         "ready": node.ready,
         "kubelet_version": node.kubelet_version,
+        "unschedulable": node.unschedulable,
     }
 
 
@@ -281,6 +283,7 @@ def pod_row_values(pod: kube.Pod) -> tuple[Any, ...]:
         pod.gpu_requests,
         pod.sriov_network,
         pod.gpu_type,
+        pod.daemon,
     )
 
 

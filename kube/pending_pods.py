@@ -1,7 +1,8 @@
 """Pods that ask for GPUs and are not scheduled, and why, from the Kubernetes mirror.
 
 A pod asks for a GPU type with a `capvco.io/gpu-type` nodeSelector, or for any GPU node
-without one. Only Ready nodes count: the scheduler places nothing on the others. Why a pod
+without one. Only Ready, schedulable nodes count: the scheduler places nothing on the
+others (a cordoned node is as good as not Ready). Why a pod
 waits, first match:
 
 * its cluster has no node at all (as last observed);
@@ -256,11 +257,12 @@ def gpu_nodes_by_cluster(nodes: QuerySet[KubeNode]) -> dict[int, list[GpuNode]]:
     found: dict[int, list[GpuNode]] = defaultdict(list)
     annotated: QuerySet[Any] = kube_nodes_with_requests(nodes)
     rows = annotated.values_list(
-        "cluster_id", "labels", "ready", "gpu_allocatable", "gpu_requested"
+        "cluster_id", "labels", "ready", "unschedulable", "gpu_allocatable", "gpu_requested"
     )
-    for cluster_id, labels, ready, allocatable, requested in rows.order_by():
+    for cluster_id, labels, ready, cordoned, allocatable, requested in rows.order_by():
         gpu_type = str((labels or {}).get(GPU_TYPE_LABEL, ""))
-        found[cluster_id].append(GpuNode(gpu_type, ready, allocatable, requested))
+        # A cordoned node takes no new pod: for a pending pod it is as good as not Ready.
+        found[cluster_id].append(GpuNode(gpu_type, ready and not cordoned, allocatable, requested))
     return found
 
 

@@ -14,6 +14,9 @@ import kubernetes
 import pytest
 import requests
 
+from capvco_web.integrations import kube
+from capvco_web.integrations.kube.client import KubeClient
+from tests.integrations.kube.test_client import allowing
 from tests.kube_sim import KubeSimulator, SimCluster, node_object
 from tests.kube_simulator.test_scheduler import KUBECTL, wait_for
 
@@ -212,3 +215,45 @@ def test_kubectl_drain_waits_for_a_budget_that_first_refuses(
     )
     assert done.returncode == 0, done.stderr
     assert not core.read_node("n1").spec.unschedulable
+
+
+def test_the_control_planes_client_cordons_and_evicts_as_kubectl_reads_it(
+    scheduling: KubeSimulator,
+    cluster: SimCluster,
+    core: kubernetes.client.CoreV1Api,
+    policy: kubernetes.client.PolicyV1Api,
+    kubectl_env: dict[str, str],
+) -> None:
+    """The autoscaler's calls (capvco_web.integrations.kube: cordon_node, evict_pod), read
+    back by kubectl and the official client: a cordon is what `kubectl cordon` makes, a
+    refused eviction is TooManyRequests and leaves the pod, an allowed one removes it; a
+    DaemonSet's pod is told apart as the drain leaves it."""
+    web_pods(core, 1)
+    budget(policy, minAvailable=1)
+
+    def nodes_shown() -> str:
+        shown = subprocess.run(
+            [KUBECTL, "get", "node", "n1"], env=kubectl_env, capture_output=True, text=True,
+            timeout=60,
+        )  # fmt: skip
+        return shown.stdout
+
+    with KubeClient.from_text(cluster.kubeconfig_yaml, allowed_servers=allowing(cluster)) as ours:
+        cordoned = ours.cordon_node("n1")
+        assert cordoned.unschedulable
+        assert "SchedulingDisabled" in nodes_shown()
+        with pytest.raises(kube.TooManyRequests):
+            ours.evict_pod(namespace="default", name="web-0")
+        assert core.read_namespaced_pod("web-0", "default").metadata.deletion_timestamp is None
+
+        policy.patch_namespaced_pod_disruption_budget(
+            "web", "default", {"spec": {"minAvailable": 0}}
+        )
+        ours.evict_pod(namespace="default", name="web-0")
+        assert wait_for(lambda: gone(core, "web-0"))
+        with pytest.raises(kube.NotFound):
+            ours.evict_pod(namespace="default", name="web-0")
+
+        assert not ours.cordon_node("n1", unschedulable=False).unschedulable
+        assert "SchedulingDisabled" not in nodes_shown()
+        assert core.read_node("n1").spec.unschedulable is None

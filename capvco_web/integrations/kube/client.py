@@ -267,6 +267,30 @@ class KubeClient:
         )
         return parse_node(answer)
 
+    def cordon_node(self, name: str, *, unschedulable: bool = True) -> Node:
+        """Cordon a node (or uncordon it, `unschedulable=False`), as `kubectl cordon` does:
+        one merge patch of spec.unschedulable; answers the node as it is after."""
+        body = {"spec": {"unschedulable": True if unschedulable else None}}
+        answer = self._send(
+            f"{'cordon' if unschedulable else 'uncordon'} node {name}",
+            lambda: self._request(
+                "PATCH", f"/api/v1/nodes/{_segment(name)}", body=body, content_type=MERGE_PATCH
+            ),
+        )
+        return parse_node(answer)
+
+    def evict_pod(self, *, namespace: str, name: str) -> None:
+        """Ask for a pod's eviction through the Eviction API, which honours its
+        PodDisruptionBudgets: TooManyRequests (429) when a budget does not allow it now
+        (wait and ask again, never delete), NotFound when the pod is gone already."""
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+        }
+        path = f"/api/v1/namespaces/{_segment(namespace)}/pods/{_segment(name)}/eviction"
+        self._send(f"evict pod {namespace}/{name}", lambda: self._request("POST", path, body=body))
+
     def read_daemonset(self, namespace: str, name: str) -> Json | None:
         """The DaemonSet as the API answers it; None when there is none of that name."""
         try:

@@ -39,6 +39,9 @@ def gpu_label_value(gpu_type: str) -> str:
 SRIOV_NETWORK_ANNOTATION = "capvco.io/sriov-network"
 
 
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"  # a static pod, as its kubelet shows it
+
+
 @dataclass(frozen=True)
 class Listing(Generic[T]):
     """A listing that says whether it is whole.
@@ -78,6 +81,8 @@ class Node:
     gpu_allocatable: int = 0
     ready: bool = False
     kubelet_version: str = ""
+    unschedulable: bool = False
+    """Cordoned (spec.unschedulable): the scheduler places no new pod on it."""
 
 
 @dataclass(frozen=True)
@@ -91,6 +96,9 @@ class Pod:
     sriov_network: str = ""
     gpu_type: str = ""
     """The `capvco.io/gpu-type` its nodeSelector asks for ("": any GPU node)."""
+    daemon: bool = False
+    """A DaemonSet's pod or a static (mirror) pod: a node's drain leaves it, as kubectl
+    drain --ignore-daemonsets does."""
 
 
 def _identity(obj: Json, *keys: str) -> list[str]:
@@ -139,6 +147,7 @@ def parse_node(obj: Json) -> Node:
         gpu_allocatable=quantity_count(_mapping(status.get("allocatable")).get(GPU_RESOURCE, 0)),
         ready=ready,
         kubelet_version=str(_mapping(status.get("nodeInfo")).get("kubeletVersion") or ""),
+        unschedulable=bool(_mapping(obj.get("spec")).get("unschedulable")),
     )
 
 
@@ -247,7 +256,12 @@ def _stopped_container(status: Json) -> tuple[str, str]:
 def parse_pod(obj: Json) -> Pod:
     namespace, name, uid = _identity(obj, "namespace", "name", "uid")
     spec = _mapping(obj.get("spec"))
-    annotations = _mapping(_mapping(obj["metadata"]).get("annotations"))
+    meta = _mapping(obj["metadata"])
+    annotations = _mapping(meta.get("annotations"))
+    owners = meta.get("ownerReferences") or []
+    daemon = MIRROR_ANNOTATION in annotations or any(
+        _mapping(owner).get("kind") == "DaemonSet" for owner in owners
+    )
     return Pod(
         uid=uid,
         namespace=namespace,
@@ -257,4 +271,5 @@ def parse_pod(obj: Json) -> Pod:
         gpu_requests=pod_gpu_requests(spec),
         sriov_network=str(annotations.get(SRIOV_NETWORK_ANNOTATION) or "").strip(),
         gpu_type=str(_mapping(spec.get("nodeSelector")).get(GPU_TYPE_LABEL) or "")[:63],
+        daemon=daemon,
     )
