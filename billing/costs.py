@@ -160,6 +160,18 @@ class _ComputeHourly:
         return price
 
 
+def pool_machine_hourly(pool: MachinePool) -> Decimal:
+    """What one more machine of the pool would cost per hour at its location's prices: its
+    VM's shape and its vGPUs, by the same formulas as a made machine (`machine_costs`)."""
+    location = pool.site.location
+    compute = hourly_price(
+        VirtualMachine(
+            location=location, vcpus=pool.vcpus, memory_mib=pool.memory_mib
+        ).compute_monthly_price()
+    )
+    return compute + pool.gpu_count * hourly_price(location.vgu_price)
+
+
 def machine_costs(locations: QuerySet[Location]) -> list[MachineCost]:
     """Every machine of the pools in `locations`, with what it costs per hour: four
     queries, however many machines."""

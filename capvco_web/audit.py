@@ -31,6 +31,7 @@ class SystemActor(StrEnum):
     DEMO_SEED = "demo-seed"
     DEMO_SRIOV = "demo_sriov"
     NOTIFY = "notify"
+    AUTOSCALER = "autoscaler"
     # A person's request carried out after that person's user was deleted.
     DELETED_USER = "deleted user"
 

@@ -101,6 +101,7 @@ class PlanPass(models.Model):
         CLUSTER = "cluster"
         LOCATION = "location"
         NICS = "nics"
+        POOLS = "pools"  # a cluster's pool autoscaler
 
     scope = models.CharField(max_length=16, choices=Scope.choices)
     # No constraint: a deleted cluster's last passes stay readable until pruned.

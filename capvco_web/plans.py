@@ -77,7 +77,7 @@ class StepDropped(Exception):
 
 
 Outcome = Literal["ran", "sent", "blocked", "dropped", "waiting", "failed", "planned"]
-Scope = Literal["cluster", "location", "nics"]
+Scope = Literal["cluster", "location", "nics", "pools"]
 
 
 @dataclass(frozen=True)

@@ -86,6 +86,7 @@ INSTALLED_APPS = [
     "gpus",
     "sriov",
     "billing",
+    "autoscale",
     "dashboard",
     "notify",
 ]
@@ -352,6 +353,17 @@ BILL_CHECK_HOURS_BACK = env.int("BILL_CHECK_HOURS_BACK", default=6)
 BILL_CHECK_CALLS_PER_PASS = env.int("BILL_CHECK_CALLS_PER_PASS", default=12)
 
 
+# The pool autoscaler (docs/guides/gpu.md, "Let pools follow the pods"): how often it
+# plans; how long a machine's GPUs go unrequested before it is drained (cluster-
+# autoscaler's --scale-down-unneeded-time, 10 min); and how long after a pool grew none of
+# its machines is drained (its --scale-down-delay-after-add, 10 min).
+AUTOSCALE_INTERVAL = timedelta(seconds=env.float("AUTOSCALE_INTERVAL_SECONDS", default=15))
+AUTOSCALE_IDLE = timedelta(minutes=env.float("AUTOSCALE_IDLE_MINUTES", default=10))
+AUTOSCALE_DOWN_DELAY_AFTER_UP = timedelta(
+    minutes=env.float("AUTOSCALE_DOWN_DELAY_AFTER_UP_MINUTES", default=10)
+)
+
+
 def _every(task: str, interval: timedelta) -> dict[str, object]:
     # A tick that waited longer than its interval is dropped: the next one does the same.
     return {"task": task, "schedule": interval, "options": {"expires": interval.total_seconds()}}
@@ -371,6 +383,7 @@ CELERY_BEAT_SCHEDULE = {
     "billing": _every("billing.tasks.billing_pass", BILLING_INTERVAL),
     "leak-ledger": _every("billing.tasks.leak_ledger_pass", LEAK_LEDGER_INTERVAL),
     "bill-check": _every("billing.tasks.bill_check_all", BILL_CHECK_INTERVAL),
+    "autoscale": _every("autoscale.tasks.autoscale_all", AUTOSCALE_INTERVAL),
 }
 
 # History kept: released vGPU reservations and audit events older than this many days are

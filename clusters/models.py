@@ -391,6 +391,17 @@ class MachinePool(models.Model):
         help_text="Imported: spec.sriov.credentialSecretRef of its VCOMachineTemplate "
         "(<namespace>/<name>), recorded only.",
     )
+    autoscale_enabled = models.BooleanField(
+        default=False,
+        help_text="Let the pool follow its GPU pods between its bounds: the autoscaler "
+        "decides its machines (its replicas are then not set by hand).",
+    )
+    autoscale_min = models.PositiveSmallIntegerField(
+        default=0, validators=[replicas_bound], help_text="Autoscale: never fewer machines"
+    )
+    autoscale_max = models.PositiveSmallIntegerField(
+        default=0, validators=[replicas_bound], help_text="Autoscale: never more machines"
+    )
     gpu_fit_refusal = models.TextField(
         blank=True,
         editable=False,
@@ -411,6 +422,16 @@ class MachinePool(models.Model):
             models.CheckConstraint(
                 condition=models.Q(replicas__lte=MAX_REPLICAS),
                 name="pool_replicas_bounded",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(autoscale_enabled=False)
+                | models.Q(
+                    autoscale_min__lte=models.F("autoscale_max"),
+                    autoscale_max__gte=1,
+                    autoscale_max__lte=MAX_REPLICAS,
+                    gpu_count__gte=1,
+                ),
+                name="pool_autoscale_bounds",
             ),
             models.CheckConstraint(
                 condition=models.Q(vcpus__gte=1, vcpus__lte=MAX_VCPUS),
@@ -460,6 +481,8 @@ class MachinePool(models.Model):
         )
         if self.gpu_count and not (self.gpu_type.strip() or self.gpu_profile_id.strip()):
             errors["gpu_type"] = "A pool with GPUs needs a GPU type (or a profile id)."
+        if refusal := self.autoscale_refusal():
+            errors["autoscale_enabled"] = refusal
         if not self.gpu_count and (self.gpu_type or self.gpu_profile_id):
             errors["gpu_count"] = f"Give a GPU count from 1 to {MAX_GPUS_PER_MACHINE}."
         if (
@@ -511,6 +534,38 @@ class MachinePool(models.Model):
     @property
     def wants_gpus(self) -> bool:
         return self.gpu_count > 0
+
+    def autoscale_refusal(self) -> str | None:
+        """Why these autoscale bounds cannot be (None: they can, or autoscale is off)."""
+        if not self.autoscale_enabled:
+            return None
+        if not self.gpu_count:
+            return "Autoscale follows GPU pods: only a pool with GPUs can autoscale."
+        if self.imported_from:
+            return (
+                "An imported pool's replicas follow its MachineDeployment: it cannot autoscale "
+                "here."
+            )
+        if not 1 <= self.autoscale_max <= MAX_REPLICAS:
+            return f"Give an autoscale max from 1 to {MAX_REPLICAS}."
+        if self.autoscale_min > self.autoscale_max:
+            return (
+                f"The autoscale min ({self.autoscale_min}) is above its max ({self.autoscale_max})."
+            )
+        return None
+
+    @property
+    def effective_replicas(self) -> int:
+        """The machines the pool is to have: its replicas, or, with autoscale on, what the
+        autoscaler decided (its PoolTarget; the replicas until it decides), within the
+        bounds as they are now."""
+        if not self.autoscale_enabled:
+            return self.replicas
+        try:
+            decided = self.target.replicas
+        except PoolTarget.DoesNotExist:
+            decided = self.replicas
+        return min(max(decided, self.autoscale_min), self.autoscale_max)
 
     @property
     def conditions(self) -> list[dict[str, str]]:
@@ -735,3 +790,42 @@ class VmRemovalRequest(models.Model):
 
     def __str__(self) -> str:
         return f"removal of {self.name} ({self.vm_id})"
+
+
+class PoolTarget(models.Model):
+    """The machines the autoscaler decided for a pool with autoscale on, and why. Its one
+    writer is the autoscaler (autoscale.reconcile); people own the pool's bounds and its
+    replicas (which count only while autoscale is off)."""
+
+    pool = models.OneToOneField(MachinePool, on_delete=models.CASCADE, related_name="target")
+    replicas = models.PositiveSmallIntegerField()
+    reason = models.CharField(max_length=500)
+    decided_at = models.DateTimeField()
+    scaled_up_at = models.DateTimeField(
+        null=True, blank=True, help_text="Its last growth: no scale-down within a delay of it"
+    )
+
+    def __str__(self) -> str:
+        return f"{self.pool}: {self.replicas}"
+
+
+class MachineDrain(models.Model):
+    """A machine whose GPUs no pod requests, on its way out (the autoscaler's, its one
+    writer): unneeded since a time, then cordoned and drained, then drained, when its
+    pool's target is lowered by one and the plan tears this machine down first. A pod that
+    wants its GPUs before that deletes the row (and uncordons the node)."""
+
+    class Phase(models.TextChoices):
+        UNNEEDED = "unneeded"
+        DRAINING = "draining"
+        DRAINED = "drained"
+
+    machine = models.OneToOneField(Machine, on_delete=models.CASCADE, related_name="drain")
+    node_name = models.CharField(max_length=253)
+    phase = models.CharField(max_length=16, choices=Phase, default=Phase.UNNEEDED)
+    unneeded_since = models.DateTimeField()
+    drain_started_at = models.DateTimeField(null=True, blank=True)
+    drained_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.machine}: {self.phase}"

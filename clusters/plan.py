@@ -30,7 +30,7 @@ from capvco_web.integrations.whitesky import operations as ops
 from capvco_web.plans import Call as Call  # kube_plan reads it here
 from capvco_web.plans import PlanStep
 from cloud.models import Location, VirtualMachine
-from clusters.models import Cluster, ClusterSite, Machine, MachinePool
+from clusters.models import Cluster, ClusterSite, Machine, MachineDrain, MachinePool
 from clusters.selectors import pools_by_cluster
 from gpus import naming
 from gpus.models import GpuProfile, VgpuReservation
@@ -680,7 +680,7 @@ def rollout_step(
     `steps` holds each member's step otherwise (None: none). The step tears the machine
     down; the pool then makes a new one with its spec, as for any missing replica."""
     live = [m for m in members if not (m.deletion_asked or m.phase == Phase.DELETING)]
-    if len(live) != pool.replicas or len(live) != len(members):
+    if len(live) != pool.effective_replicas or len(live) != len(members):
         return None  # a replica missing, or one going: the rollout waits for it
     outdated = [m for m in live if m.spec_changes()]
     if not outdated:
@@ -694,9 +694,12 @@ def rollout_step(
     return machine_teardown_step(machine, reason, vms).replacing()
 
 
-def _scale_down_order(machine: Machine) -> tuple[bool, int]:
-    # Machines that are not running go first, then the newest.
-    return (machine.phase == Phase.RUNNING, -machine.index)
+def _scale_down_order(machine: Machine) -> tuple[bool, bool, int]:
+    # The machine the autoscaler drained first (it lowered the target for it), then
+    # machines that are not running, then the newest.
+    drain = getattr(machine, "drain", None)
+    drained = drain is not None and drain.phase == MachineDrain.Phase.DRAINED
+    return (not drained, machine.phase == Phase.RUNNING, -machine.index)
 
 
 def cluster_plan(
@@ -707,7 +710,7 @@ def cluster_plan(
     plan = ClusterPlan(cluster, planners=tuple(planners))
     books = CardBooks()
     # Each pool once, with its site and location: the machines share these objects.
-    pools = list(cluster.pools.select_related("site__location").order_by("name"))
+    pools = list(cluster.pools.select_related("site__location", "target").order_by("name"))
     for pool in pools:
         pool.cluster = cluster
     machines = _machines(Q(pool__cluster=cluster), pools)
@@ -726,24 +729,27 @@ def cluster_plan(
     for pool in pools:
         members = by_pool.get(pool.pk, [])
         live = [m for m in members if not (m.deletion_asked or m.phase == Phase.DELETING)]
+        replicas = pool.effective_replicas
         surplus = {
-            m.pk for m in sorted(live, key=_scale_down_order)[: max(0, len(live) - pool.replicas)]
+            m.pk for m in sorted(live, key=_scale_down_order)[: max(0, len(live) - replicas)]
         }
         steps: dict[int, MachineStep | None] = {}
         for machine in members:
             if machine.pk in surplus:
-                reason = f"pool {pool.name} scaled to {pool.replicas}"
+                reason = f"pool {pool.name} scaled to {replicas}" + (
+                    " by the autoscaler" if pool.autoscale_enabled else ""
+                )
                 steps[machine.pk] = machine_teardown_step(machine, reason, vms, now=now)
             else:
                 steps[machine.pk] = machine_step(machine, books, vms, now=now)
         if (replacing := rollout_step(pool, members, steps, vms)) and replacing.machine_id:
             steps[replacing.machine_id] = replacing
         plan.steps += [step for step in steps.values() if step is not None]
-        if pool.replicas > len(live) and leftovers is None:
+        if replicas > len(live) and leftovers is None:
             leftovers = indexes_after_leftovers(cluster, pools)
         first = max(pool.next_index, (leftovers or {}).get(pool.pk, 0))
         # An imported pool whose GPUs can never fit gets no machine (its condition says why).
-        missing = 0 if pool.gpu_fit_refusal else pool.replicas - len(live)
+        missing = 0 if pool.gpu_fit_refusal else replicas - len(live)
         for offset in range(missing):
             index = first + offset
             name = f"{pool.name}-{index}"
@@ -752,7 +758,7 @@ def cluster_plan(
             plan.steps.append(
                 MachineCreate(
                     target=name,
-                    reason=f"pool {pool.name} has {len(live)} of {pool.replicas} machines",
+                    reason=f"pool {pool.name} has {len(live)} of {replicas} machines",
                     cluster_id=cluster.pk,
                     pool_id=pool.pk,
                     index=index,
@@ -866,7 +872,7 @@ def _machines(where: Q, pools: list[MachinePool]) -> list[Machine]:
     held = VgpuReservation.objects.filter(state__in=LIVE_RESERVATION).order_by("owner_index", "pk")
     machines = list(
         Machine.objects.filter(where)
-        .select_related("deletion")
+        .select_related("deletion", "drain")
         .prefetch_related(Prefetch("reservations", queryset=held, to_attr=HELD))
         .order_by("pool__name", "index")
     )

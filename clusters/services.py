@@ -372,10 +372,29 @@ def pool_create(*, pool: MachinePool, actor: Actor, reason: str = "") -> Machine
 
 def pool_update(*, pool: MachinePool, actor: Actor, reason: str = "") -> MachinePool:
     """Save a pool's changes (its replicas too); moving it (cluster, site) is refused by
-    `MachinePool.clean`, and so is any change while its cluster is being deleted."""
+    `MachinePool.clean`, and so is any change while its cluster is being deleted.
+
+    With autoscale on, the replicas are the autoscaler's to decide: a change of them is
+    refused (change the bounds, or turn autoscale off in the same change). Turning it off
+    keeps the machines the autoscaler decided, unless the change gives replicas itself."""
     with transaction.atomic():
         _cluster_active_lock(pool.cluster_id)
+        stored = MachinePool.objects.select_related("target").select_for_update(of=("self",))
+        before = stored.get(pk=pool.pk)
+        if pool.replicas != before.replicas:
+            if before.autoscale_enabled and pool.autoscale_enabled:
+                raise ValidationError({"replicas": autoscaled_refusal(before)})
+        elif before.autoscale_enabled and not pool.autoscale_enabled:
+            pool.replicas = before.effective_replicas
         return _row_update(pool, actor=actor, action="pool.update", reason=reason)
+
+
+def autoscaled_refusal(pool: MachinePool) -> str:
+    return (
+        f"Pool {pool.name} autoscales between {pool.autoscale_min} and {pool.autoscale_max} "
+        f"machines (now {pool.effective_replicas}): change its bounds, or turn autoscale off "
+        "to set its replicas."
+    )
 
 
 def pool_scale(*, pool: MachinePool, replicas: int, actor: Actor, reason: str) -> MachinePool:
@@ -390,6 +409,8 @@ def pool_scale(*, pool: MachinePool, replicas: int, actor: Actor, reason: str) -
     with transaction.atomic():
         _cluster_active_lock(pool.cluster_id)
         pool = MachinePool.objects.select_for_update().get(pk=pool.pk)
+        if pool.autoscale_enabled:
+            raise ValidationError(autoscaled_refusal(pool))
         before = pool.replicas
         if not model_update(pool, {"replicas": replicas}):
             return pool

@@ -11,6 +11,7 @@ from typing import Any
 
 from django.conf import settings
 
+from autoscale.models import GpuShortfall
 from billing.models import BillCheck, BillItem, IdleSpell
 from billing.selectors import bill_checks_latest
 from cloud.models import Location
@@ -200,6 +201,28 @@ def alerts_collect(*, now: datetime, account_ids: Iterable[int]) -> Alerts:
                     "node_uid": node.uid,
                     "verdict": verdict,
                     "reasons": reasons,
+                },
+            )
+        )
+    # Once per cluster and pod shape while the autoscaler finds no pool able to take them.
+    shortfalls = GpuShortfall.objects.filter(cluster__account_id__in=accounts).select_related(
+        "cluster"
+    )
+    for shortfall in shortfalls.order_by("pk"):
+        cluster = shortfall.cluster
+        alerts.found.append(
+            Alert(
+                cluster.account_id,
+                Reason.GPU_NO_CAPACITY,
+                f"{cluster.pk}:{shortfall.gpu_type}:{shortfall.gpus}",
+                f"cluster {cluster.name}: {shortfall.text}"[:500],
+                {
+                    "cluster": cluster.name,
+                    "gpu_type": shortfall.gpu_type,
+                    "gpus": shortfall.gpus,
+                    "pods": shortfall.pods,
+                    "since": shortfall.since.isoformat(),
+                    "why": shortfall.text,
                 },
             )
         )

@@ -34,6 +34,7 @@ class Reason(models.TextChoices):
     IDLE_GPUS = "idle_gpus", "GPUs idle past the threshold"
     UNEXPLAINED_BILL = "unexplained_bill", "unexplained bill"
     GPU_NODE_NOT_VERIFIED = "gpu_node_not_verified", "GPU node not verified"
+    GPU_NO_CAPACITY = "gpu_no_capacity", "GPU pods pending with no capacity to grow"
 
 
 def reasons_check(value: object) -> None:

@@ -18,6 +18,7 @@ from django.test import Client
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
+from autoscale.models import GpuShortfall
 from capvco_web.counters import whitesky_call_count
 from clusters.models import Machine, MachinePool
 from tests.factories import (
@@ -81,6 +82,11 @@ def test_the_rules_read_series_that_metrics_answers_with_their_account(
     location = VgpuReservationFactory(orphaned=True).location
     VirtualMachineFactory(location=location, orphaned_since=timezone.now())
     whitesky_call_count(location.account_id, "listVMs", "503")
+    now = timezone.now()
+    GpuShortfall.objects.create(
+        cluster=machine.pool.cluster, gpu_type="nvidia-a100", gpus=2, pods=1, text="a100 x 2",
+        since=now, oldest_pod_since=now, updated_at=now,
+    )  # fmt: skip
 
     response = Client().get("/metrics")
 

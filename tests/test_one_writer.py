@@ -49,7 +49,9 @@ from tests.notify.test_webhooks import Receiver, receiver  # noqa: F401 (the fix
 
 ROOT = Path(__file__).resolve().parents[1]
 WRITE = re.compile(r'^\s*(?:INSERT INTO|UPDATE|DELETE FROM)\s+"(\w+)"')
-PROJECT_APPS = ("capvco_web", "cloud", "clusters", "gpus", "kube", "sriov", "billing", "notify")
+PROJECT_APPS = (
+    "capvco_web", "cloud", "clusters", "gpus", "kube", "sriov", "billing", "autoscale", "notify",
+)  # fmt: skip
 # Writing machinery any writer calls: the writer is the module that called it (a model's
 # save() in any models.py included).
 MACHINERY = {"capvco_web/rows.py"}
@@ -233,8 +235,10 @@ WRITERS = {
 # Tables this life does not write (set up by the test, or written by a life of their own:
 # SR-IOV's NICs, tokens and networks, the watch process, API tokens, a leak billed over
 # hours, idle GPU spells, the GPU add-on applied, GPU verification: its writers are
-# asserted in tests/kube/test_gpu_verify.py). A new table lands here or in WRITERS.
+# asserted in tests/kube/test_gpu_verify.py; the pool autoscaler's: in
+# tests/autoscale/test_autoscale.py). A new table lands here or in WRITERS.
 NOT_WRITTEN_BY_THIS_LIFE = {
+    "autoscale_gpushortfall", "clusters_machinedrain", "clusters_pooltarget",
     "billing_billitem", "billing_idlespell", "billing_leak", "capvco_web_apitoken",
     "capvco_web_heartbeat", "cloud_account", "cloud_cloudspace", "cloud_image",
     "cloud_membership", "clusters_kubewatch", "kube_gpuaddonstate", "kube_gpuverification",

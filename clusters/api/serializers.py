@@ -24,6 +24,7 @@ from clusters.models import (
     ClusterSite,
     Machine,
     MachinePool,
+    PoolTarget,
     replicas_bound,
 )
 from clusters.plan import KINDS, planned_kinds
@@ -238,6 +239,52 @@ class PoolGpuSerializer(StrictInputMixin, serializers.Serializer[MachinePool]):
         return super().to_internal_value(data)
 
 
+class PoolAutoscaleSerializer(StrictInputMixin, serializers.Serializer[MachinePool]):
+    """`autoscale: {enabled, min, max}`: the bounds people set; within them the autoscaler
+    decides the machines (`replicas`, with its `reason`), and the pool's own replicas
+    cannot be set while it is on. Taken whole, on PATCH too."""
+
+    enabled = serializers.BooleanField(source="autoscale_enabled", default=False)
+    min = serializers.IntegerField(
+        source="autoscale_min", min_value=0, validators=[replicas_bound], default=0
+    )
+    max = serializers.IntegerField(
+        source="autoscale_max", min_value=0, validators=[replicas_bound], default=0
+    )
+    replicas = serializers.IntegerField(
+        source="effective_replicas",
+        read_only=True,
+        help_text="The machines the pool is to have now: with autoscale on, the autoscaler's "
+        "decision within the bounds",
+    )
+    reason = serializers.SerializerMethodField(
+        help_text="Why the autoscaler decided them (empty: it has not decided yet, or is off)"
+    )
+    decidedAt = serializers.SerializerMethodField()
+
+    def get_reason(self, pool: MachinePool) -> str:
+        target = _target(pool)
+        return target.reason if target is not None and pool.autoscale_enabled else ""
+
+    def get_decidedAt(self, pool: MachinePool) -> str | None:
+        target = _target(pool)
+        if target is None or not pool.autoscale_enabled:
+            return None
+        return target.decided_at.isoformat()
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            data = {"enabled": False, "min": 0, "max": 0, **data}
+        return super().to_internal_value(data)
+
+
+def _target(pool: MachinePool) -> PoolTarget | None:
+    try:
+        return pool.target
+    except PoolTarget.DoesNotExist:
+        return None
+
+
 class PoolConditionSerializer(StrictInputMixin):
     """A condition of an imported pool, as Kubernetes writes them."""
 
@@ -251,6 +298,7 @@ class PoolConditionSerializer(StrictInputMixin):
 
 class MachinePoolSerializer(ModelCleanMixin):
     gpu = PoolGpuSerializer(source="*", required=False)
+    autoscale = PoolAutoscaleSerializer(source="*", required=False)
     conditions = PoolConditionSerializer(
         many=True,
         read_only=True,
@@ -263,14 +311,17 @@ class MachinePoolSerializer(ModelCleanMixin):
         "gpu_profile_id": ("gpu", "profileId"),
         "gpu_count": ("gpu", "count"),
         "gpu_driver_version": ("gpu", "driverVersion"),
+        "autoscale_enabled": ("autoscale", "enabled"),
+        "autoscale_min": ("autoscale", "min"),
+        "autoscale_max": ("autoscale", "max"),
     }
 
     class Meta:
         model = MachinePool
         fields = [
             "id", "cluster", "site", "name", "replicas", "vcpus", "memory_mib", "disk_gib",
-            "user_data", "gpu", "imported_from", "import_generation", "capi_sriov_secret_ref",
-            "conditions",
+            "user_data", "gpu", "autoscale", "imported_from", "import_generation",
+            "capi_sriov_secret_ref", "conditions",
         ]  # fmt: skip
 
 

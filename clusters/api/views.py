@@ -349,7 +349,7 @@ class ClusterSiteViewSet(
 class MachinePoolViewSet(
     KnownParametersMixin, AccountScopedViewSetMixin, viewsets.ModelViewSet[MachinePool]
 ):
-    queryset = MachinePool.objects.order_by("cluster", "name")
+    queryset = MachinePool.objects.select_related("target").order_by("cluster", "name")
     serializer_class = MachinePoolSerializer
     filterset_class = MachinePoolFilterSet
     action_verbs = {"scale": "scale"}

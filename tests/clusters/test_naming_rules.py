@@ -284,7 +284,10 @@ def inline_forms(prefix: str, *forms: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-POOL_FIELDS = {"replicas": 1, "vcpus": 4, "memory_mib": 8192, "disk_gib": 50, "gpu_count": 0}
+POOL_FIELDS = {
+    "replicas": 1, "vcpus": 4, "memory_mib": 8192, "disk_gib": 50, "gpu_count": 0,
+    "autoscale_min": 0, "autoscale_max": 0,
+}  # fmt: skip
 
 
 def test_admin_add_cluster_refuses_a_name_that_extends_another(

@@ -65,7 +65,7 @@ def test_the_admin_refuses_user_data_over_the_bound(
         {
             "cluster": site.cluster_id, "site": site.pk, "name": "cpu", "replicas": 1,
             "vcpus": 4, "memory_mib": 8192, "disk_gib": 50, "gpu_count": 0,
-            "user_data": TOO_LONG,
+            "autoscale_min": 0, "autoscale_max": 0, "user_data": TOO_LONG,
         },
     )  # fmt: skip
 
