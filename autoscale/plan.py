@@ -22,17 +22,19 @@ nothing. Pods left over are a shortfall ("nvidia-a100 x 2: 3 pods pending: nl 0 
 **Down.** A machine whose GPUs no pending or running pod placed on its node requests is
 unneeded from the pass that first sees it so. Once it has been for AUTOSCALE_IDLE, in a
 listing begun after that, not within AUTOSCALE_DOWN_DELAY_AFTER_UP of its pool's last
-growth, with the pool above its min and no other of its machines draining, it is drained:
+growth, and while the pool stays at or above its min with those draining gone, it is drained:
 its node cordoned, then its pods (DaemonSets' and static pods aside) evicted through the
 Eviction API, where a PodDisruptionBudget's 429 means wait, never delete. When a listing
 begun after the drain started shows none of its pods left, the pool's target is lowered by
 one and the machines' plan tears this machine down first, releasing its vGPUs. Idle
-machines of the most expensive location go first. A pod that asks for the node's GPUs
+machines of the most expensive location go first; several drain at once, as
+cluster-autoscaler removes empty nodes in bulk. A pod that asks for the node's GPUs
 before then keeps it: the drain ends and the node is uncordoned.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -571,21 +573,29 @@ def _down(
             continue
         members = by_pool[pool.pk]
         complete = pool.site.location.observation_complete
-        busy = any(_drain_phase(m) in (Phase.DRAINING, Phase.DRAINED) for m in members)
+        released = 0
         for machine in members:
             if machine.pk in kept or machine.deletion_asked:
                 continue
             node = nodes.get(machine.pk)
             drain = getattr(machine, "drain", None)
-            steps += _machine_down(cluster, machine, node, drain, listed_at, now)
+            for step in _machine_down(cluster, machine, node, drain, listed_at, now):
+                if isinstance(step, MachineRelease):
+                    # Several of the pool's machines drained in one pass: one target each.
+                    before = pool.effective_replicas - released
+                    step = dataclasses.replace(step, before=before, after=before - 1)
+                    released += 1
+                steps.append(step)
+        draining = sum(1 for m in members if _drain_phase(m) == Phase.DRAINING)
         target = pool.target if _has_target(pool) else None
         quiet = (
             target is None
             or target.scaled_up_at is None
             or (now - target.scaled_up_at >= settings.AUTOSCALE_DOWN_DELAY_AFTER_UP)
         )
-        room = pool.effective_replicas > pool.autoscale_min
-        if not (complete and quiet and room and not busy and not grown.get(pool.pk)):
+        # Machines that may still go: those above the min, less those draining already.
+        room = pool.effective_replicas - draining - pool.autoscale_min
+        if not (complete and quiet and room > 0 and not grown.get(pool.pk)):
             continue
         idle = [
             m
@@ -597,8 +607,7 @@ def _down(
             and not m.deletion_asked
             and _usable(nodes.get(m.pk))
         ]
-        if idle:
-            machine = min(idle, key=lambda m: (m.drain.unneeded_since, -m.index))
+        for machine in sorted(idle, key=lambda m: (m.drain.unneeded_since, -m.index))[:room]:
             node = nodes[machine.pk]
             idle_for = round((now - machine.drain.unneeded_since).total_seconds() / 60)
             step = NodeDrain(
@@ -612,7 +621,7 @@ def _down(
                 f"{pool.autoscale_min}",
             )
             drains.append((pool_machine_hourly(pool), machine.drain.unneeded_since, step))
-    # Most expensive first: one per pool, so the order is that of the steps.
+    # The most expensive location's first, then the longest idle.
     steps += [step for *_, step in sorted(drains, key=lambda d: (-d[0], d[1]))]
     return steps
 

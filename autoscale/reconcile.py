@@ -233,6 +233,54 @@ def _drain(step: NodeDrain, client: Callable[[], KubeClient], now: datetime) -> 
             decision_count("down", "drain")
     with suppress(kube.NotFound):  # the node is gone: nothing to cordon, nothing to evict
         client().cordon_node(step.node)
+    _drain_carry_on(step, client, now)
+
+
+def _drain_carry_on(step: NodeDrain, client: Callable[[], KubeClient], now: datetime) -> None:
+    """After the cordon, in the same step: a listing of the node's pods (complete, and
+    taken after the cordon, so no pod placed before it is missed), each pod evicted as its
+    budgets allow, and once a listing shows none left, the machine released at once
+    instead of a pass later. What a budget holds back waits for the next pass."""
+    held: list[str] = []
+    for _ in range(2):  # list, evict; list again to see them gone
+        listing = client().list_pods(node_name=step.node)
+        if not listing.complete:
+            return  # the next pass plans from its own listing
+        left = [p for p in listing.items if p.phase in ("Pending", "Running") and not p.daemon]
+        if not left:
+            _release_now(step, now)
+            return
+        held = []
+        for pod in left:
+            try:
+                client().evict_pod(namespace=pod.namespace, name=pod.name)
+            except kube.NotFound:
+                pass  # gone already
+            except kube.TooManyRequests:
+                held.append(f"{pod.namespace}/{pod.name}")
+        if held:
+            break
+    if held:
+        raise StepWaiting(
+            f"cordoned; the disruption budgets of {', '.join(held)} allow no eviction now"
+        )
+
+
+def _release_now(step: NodeDrain, now: datetime) -> None:
+    """The drained machine released: its pool's target lowered by one, this machine first."""
+    with transaction.atomic():
+        pool = _pool_locked(step.pool_id)
+        before = pool.effective_replicas
+        if before - 1 < pool.autoscale_min:
+            raise StepDropped("the pool's min was raised meanwhile: the machine stays")
+        drained = MachineDrain.objects.filter(
+            machine_id=step.machine_id, phase=Phase.DRAINING
+        ).update(phase=Phase.DRAINED, drained_at=now)
+        if not drained:
+            raise StepDropped("the machine's drain ended meanwhile")
+        reason = f"node {step.node} drained: {step.reason}"
+        _target_write(pool, before=before, after=before - 1, reason=reason, now=now, grew=False)
+    decision_count("down", "idle")
 
 
 def _evict(step: PodEvict, client: Callable[[], KubeClient]) -> None:

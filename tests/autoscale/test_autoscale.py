@@ -198,7 +198,8 @@ def test_an_idle_machine_is_drained_past_a_refusing_budget_and_torn_down(
 
     drain = scaled.autoscale()
 
-    assert kinds(drain) == ["node_drain"]
+    assert [(o.kind, o.outcome) for o in drain.outcomes] == [("node_drain", "waiting")]
+    assert "budgets of default/web allow no eviction" in drain.outcomes[0].message
     assert scaled.cordoned(node)
     scaled.observe()
     refused = scaled.autoscale()
@@ -220,6 +221,7 @@ def test_an_idle_machine_is_drained_past_a_refusing_budget_and_torn_down(
 
 def test_a_pod_that_wants_the_gpus_of_a_draining_node_keeps_it(scaled: Autoscaled) -> None:
     pool, machine, node = _idle_machine(scaled)
+    _budget(scaled, minAvailable=1)  # the drain waits on the web pod's budget
     idle_for(scaled, 11)
     scaled.autoscale()
     assert scaled.cordoned(node)
@@ -286,3 +288,21 @@ def test_the_autoscalers_rows_have_it_as_their_one_writer(scaled: Autoscaled) ->
         table: {"autoscale/reconcile.py"} for table in mine
     }
     assert "autoscale/reconcile.py" not in seen["clusters_machinepool"]
+
+
+def test_an_idle_machine_with_nothing_to_evict_goes_in_the_pass_that_drains_it(
+    scaled: Autoscaled,
+) -> None:
+    """Cordoned, its web pod evicted, and a listing of the node's pods taken after both
+    shows only the DaemonSet's: released in the same step."""
+    pool, machine, _ = _idle_machine(scaled)
+    idle_for(scaled, 11)
+
+    drain = scaled.autoscale()
+
+    assert [(o.kind, o.outcome) for o in drain.outcomes] == [("node_drain", "ran")]
+    assert scaled.pods() == {"agent-x1"}
+    assert MachineDrain.objects.get(machine=machine).phase == MachineDrain.Phase.DRAINED
+    assert MachinePool.objects.get(pk=pool.pk).effective_replicas == 0
+    scaled.observe()
+    assert kinds(scaled.autoscale()) == []  # a drained machine waits for its teardown

@@ -1,6 +1,6 @@
 """GPU pools that follow the pods: what a day of GPU jobs pays, and how long its pods wait,
-with static pools sized for the peak and with a model of cluster-autoscaler: the figures
-the control plane's own autoscaler is to be held against.
+with static pools sized for the peak, with a model of cluster-autoscaler, and with the
+control plane's own autoscaler (autoscale/), side by side.
 
 Run (PostgreSQL and Redis; a throw-away test database ``test_<name>`` is created and
 dropped)::
@@ -9,7 +9,7 @@ dropped)::
     REDIS_URL=redis://127.0.0.1:6379 \\
         .venv/bin/python tests/bench/bench_autoscale.py [--short] [--seed 1] \\
         [--hours 24] [--jobs-per-day 120] [--time-scale 720] [--boot-seconds 120] \\
-        [--policies static,ca-model]
+        [--policies static,ca-model,autoscaler]
 
 The real processes: a Celery worker with beat (observe and reconcile every
 ``--interval`` wall seconds), the whitesky simulator (each VM create takes the boot time),
@@ -36,7 +36,11 @@ The same trace runs against each policy in turn, from an empty cloud:
   (no price, no capacity awareness: a machine whose location has no card has no VM after
   15 minutes, is removed and its pool backed off 5 minutes), and removes a node with no
   pod that has been unneeded for 10 minutes, not within 10 minutes of a scale-up (its
-  defaults), through the control plane's own pool scale and machine delete.
+  defaults), through the control plane's own pool scale and machine delete;
+* ``autoscaler``: the control plane's own (docs/guides/gpu.md, "Let pools follow the
+  pods"): every pool autoscaled from 0 to what its type's cards hold, with its default
+  timings (idle 10 minutes, no drain within 10 minutes of a growth) compressed as the
+  trace is, planned every ``--interval`` wall seconds.
 
 Reported from the whitesky simulator's own billing (each vGPU's reserved intervals):
 waste = GPU-hours paid during the trace / GPU-hours run by its pods; pending time of the
@@ -113,7 +117,7 @@ CLUSTER = "bench"
 NAMESPACE = "jobs"
 GPU = "nvidia.com/gpu"
 RUN_SECONDS = "sim.capvco.io/run-seconds"
-POLICIES = ("static", "ca-model")
+POLICIES = ("static", "ca-model", "autoscaler")
 WRITES = frozenset(op.operation_id for op in operations.ALL_OPERATIONS if op.method != "GET")
 # cluster-autoscaler's defaults, in trace seconds.
 CA_SCAN = 10.0
@@ -163,6 +167,7 @@ def plane_make(
     sizes: dict[tuple[str, str, int], int],
     cards: dict[str, int],
     boot_wall: float,
+    autoscale: bool = False,
 ) -> Plane:
     """An empty database, cloud and Kubernetes; one cluster with the GPU add-on on, a pool
     per GPU type, location and machine size (replicas from `sizes`, else 0)."""
@@ -203,6 +208,8 @@ def plane_make(
                         replicas=sizes.get((gpu_type, location, gpus), 0),
                         gpu_type=gpu_type,
                         gpu_count=gpus,
+                        autoscale_enabled=autoscale,
+                        autoscale_max=pool_max(gpus, cards[gpu_type]) if autoscale else 0,
                     )
                 )
     core = kubernetes.client.CoreV1Api(
@@ -552,9 +559,15 @@ def paid_seconds(vgpus: list[dict[str, Any]], start: float, end: float) -> dict[
     return dict(paid)
 
 
-def worker_env(args: argparse.Namespace, scale: Scale) -> dict[str, str]:
-    """The control plane's intervals (wall seconds)."""
-    return {
+def worker_env(args: argparse.Namespace, scale: Scale, *, autoscale: bool) -> dict[str, str]:
+    """The control plane's intervals (wall seconds); the autoscaler's timings are its
+    defaults (10 minutes each) compressed as the trace is."""
+    timings = {
+        "AUTOSCALE_INTERVAL_SECONDS": str(args.interval),
+        "AUTOSCALE_IDLE_MINUTES": str(scale.wall(CA_UNNEEDED) / 60),
+        "AUTOSCALE_DOWN_DELAY_AFTER_UP_MINUTES": str(scale.wall(CA_DELAY_AFTER_ADD) / 60),
+    }
+    return (timings if autoscale else {}) | {
         "OBSERVE_INTERVAL_SECONDS": str(args.interval),
         "RECONCILE_INTERVAL_SECONDS": str(args.interval),
         "ORPHAN_SWEEP_INTERVAL_SECONDS": "60",
@@ -583,6 +596,7 @@ def policy_run(
         sizes=sizes,
         cards=cards,
         boot_wall=scale.wall(args.boot_seconds),
+        autoscale=policy == "autoscaler",
     )
     result = Result(policy=policy, jobs=len(jobs))
     seen = Seen()
@@ -591,8 +605,9 @@ def policy_run(
     broker_flush()
     span = scale.wall(max(j.at + j.seconds for j in jobs))
     with celery_worker(
-        [sys.executable, "-m", "celery"], folder, log, slots=args.slots, env=worker_env(args, scale)
-    ):
+        [sys.executable, "-m", "celery"], folder, log, slots=args.slots,
+        env=worker_env(args, scale, autoscale=policy == "autoscaler"),
+    ):  # fmt: skip
         watches_start(plane.kube, seen, stop)
         machines = sum(sizes.values())
         wait_for(
@@ -648,7 +663,9 @@ def policy_run(
         ops = Counter(str(c["operation"]) for c in calls)
         result.machines_made = ops[operations.CREATE_VM.operation_id]
         result.machines_removed = ops[operations.DELETE_VM.operation_id]
-        result.scale_actions = AuditEvent.objects.filter(action="pool.scale").count()
+        result.scale_actions = AuditEvent.objects.filter(
+            action__in=("pool.scale", "pool.autoscale")
+        ).count()
         paid = paid_seconds(state["vgpus"], t0, t_end)
         result.paid_gpu_hours = scale.trace(sum(paid.values())) / 3600
         if paid:
@@ -678,7 +695,9 @@ def policy_run(
             ]
 
         # Scale everything to 0: nothing may stay billed.
-        MachinePool.objects.filter(cluster=plane.cluster).update(replicas=0)
+        MachinePool.objects.filter(cluster=plane.cluster).update(
+            replicas=0, autoscale_enabled=False
+        )
 
         def released() -> bool:
             return not any(v["status"] != "DESTROYED" for v in sim.state()["vgpus"])

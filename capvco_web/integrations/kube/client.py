@@ -153,13 +153,15 @@ class KubeClient:
             parse_node,
         )
 
-    def list_pods(self) -> Listing[Pod]:
-        """The pods of every namespace."""
+    def list_pods(self, *, node_name: str = "") -> Listing[Pod]:
+        """The pods of every namespace; with `node_name`, those bound to that node only."""
+        selector = f"spec.nodeName={node_name}" if node_name else None
         return self._list(
             "list pods",
             lambda token: self._core.list_pod_for_all_namespaces(
                 limit=self.page_size,
                 _continue=token,
+                field_selector=selector,
                 _preload_content=False,
                 _request_timeout=self.timeout,
             ),
