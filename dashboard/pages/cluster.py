@@ -16,6 +16,7 @@ from django.http import QueryDict
 from django.urls import reverse
 from django.utils import timezone
 
+from autoscale.models import GpuShortfall
 from capvco_web.keyset import AFTER, BEFORE, LAST, BadCursor, Sort, keyset_page
 from capvco_web.permissions import User, allowed, visible
 from cloud.models import Cloudspace, Image, VirtualMachine
@@ -84,6 +85,8 @@ class ClusterBody:
     flag_urls: dict[str, str]
     nodes: dict[str, Any]
     sriov: dict[str, Any]
+    shortfalls: list[GpuShortfall]
+    """GPU pods no autoscaled pool can take now (read only where a pool autoscales)."""
 
     def context(self) -> dict[str, Any]:
         """As the template reads it: each field by its name, the node and SR-IOV sections'
@@ -104,7 +107,7 @@ def cluster_body(user: User, cluster: Cluster, params: QueryDict) -> ClusterBody
     )
     pools = list(
         visible(user, MachinePool.objects.filter(cluster=cluster))
-        .select_related("site__location")
+        .select_related("site__location", "target")
         .order_by("name")
     )
     machines = visible(user, Machine.objects.filter(pool__cluster=cluster)).order_by(
@@ -142,6 +145,11 @@ def cluster_body(user: User, cluster: Cluster, params: QueryDict) -> ClusterBody
     def offered(may_do: bool, name: str, pk: int) -> str:
         return reverse(name, args=[pk]) + back if may_do else ""
 
+    shortfalls = (
+        list(GpuShortfall.objects.filter(cluster=cluster).order_by("gpu_type", "gpus"))
+        if any(pool.autoscale_enabled for pool in pools)
+        else []
+    )
     return ClusterBody(
         cluster=cluster,
         sites=sites,
@@ -149,8 +157,10 @@ def cluster_body(user: User, cluster: Cluster, params: QueryDict) -> ClusterBody
             PoolRow(
                 pool,
                 pool_gpus(pool, cards),
-                # Not while the cluster is deleted: pool_scale would refuse it (409).
+                # Not while the cluster is deleted: pool_scale would refuse it (409); nor
+                # while the autoscaler decides the machines.
                 cluster.deleting_refusal() is None
+                and not pool.autoscale_enabled
                 and allowed(user, "clusters.scale_machinepool", pool),
                 can_edit=not pool.imported_from
                 and cluster.deleting_refusal() is None
@@ -193,6 +203,7 @@ def cluster_body(user: User, cluster: Cluster, params: QueryDict) -> ClusterBody
         plan_url=reverse("dashboard:cluster-plan", args=[cluster.pk]),
         nodes=_node_section(user, cluster, params, cluster_url),
         sriov=_sriov_section(cluster),
+        shortfalls=shortfalls,
     )
 
 

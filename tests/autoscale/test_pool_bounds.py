@@ -7,9 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.urls import reverse
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from autoscale.models import GpuShortfall
 from clusters.models import ClusterSite, MachinePool, PoolTarget
 from gpus.models import GpuProfile
 
@@ -104,3 +106,21 @@ def test_a_pool_without_gpus_cannot_autoscale(api: APIClient, site: ClusterSite)
 
     assert response.status_code == 400
     assert "only a pool with GPUs can autoscale" in response.json()["detail"]
+
+
+def test_the_cluster_page_shows_the_decision_and_a_shortfall_and_offers_no_scale(
+    admin_client: Any, autoscaled: MachinePool
+) -> None:
+    now = timezone.now()
+    GpuShortfall.objects.create(
+        cluster=autoscaled.cluster, gpu_type="nvidia-a100", gpus=2, pods=3, since=now,
+        text="nvidia-a100 x 2: 3 pods pending: nl 0 free", oldest_pod_since=now, updated_at=now,
+    )  # fmt: skip
+
+    page = admin_client.get(reverse("dashboard:cluster", args=[autoscaled.cluster_id]))
+
+    body = page.content.decode()
+    assert "autoscaled 0 to 4" in body
+    assert "gpu: pods (" in body  # the autoscaler's reason, with when
+    assert "No capacity: nvidia-a100 x 2: 3 pods pending: nl 0 free" in body
+    assert reverse("dashboard:pool-scale", args=[autoscaled.pk]) not in body
