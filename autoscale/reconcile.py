@@ -247,6 +247,11 @@ def _drain_carry_on(step: NodeDrain, client: Callable[[], KubeClient], now: date
         if not listing.complete:
             return  # the next pass plans from its own listing
         left = [p for p in listing.items if p.phase in ("Pending", "Running") and not p.daemon]
+        if any(pod.gpu_requests for pod in left):
+            # Placed between the listing the plan read and the cordon: it wants the GPUs,
+            # so the machine is wanted; never evict it.
+            _keep(_kept(step, "a GPU pod was placed on it before the cordon"), client)
+            raise StepDropped("a GPU pod was placed on it before the cordon: kept")
         if not left:
             _release_now(step, now)
             return
@@ -264,6 +269,13 @@ def _drain_carry_on(step: NodeDrain, client: Callable[[], KubeClient], now: date
         raise StepWaiting(
             f"cordoned; the disruption budgets of {', '.join(held)} allow no eviction now"
         )
+
+
+def _kept(step: NodeDrain, reason: str) -> MachineKeep:
+    return MachineKeep(
+        cluster_id=step.cluster_id, machine_id=step.machine_id, machine=step.machine,
+        node=step.node, uncordon=True, reason=reason,
+    )  # fmt: skip
 
 
 def _release_now(step: NodeDrain, now: datetime) -> None:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.urls import reverse
+
 from autoscale.models import GpuShortfall
 from capvco_web.audit import SystemActor
 from capvco_web.models import AuditEvent
@@ -98,7 +100,7 @@ def test_a_pod_waiting_on_something_other_than_gpus_scales_nothing(
 
 
 def test_no_capacity_anywhere_is_one_shortfall_told_once_and_ends_when_it_ends(
-    scaled: Autoscaled, admin_user: Any
+    scaled: Autoscaled, admin_client: Any
 ) -> None:
     scaled.pool("a100-nl", NL)
     scaled.pool("a100-be", BE)
@@ -127,6 +129,8 @@ def test_no_capacity_anywhere_is_one_shortfall_told_once_and_ends_when_it_ends(
     notices_reconcile(now=later(0))
     (notice,) = told  # told once
     assert f"{BE} 0 free" in notice.summary
+    pending = admin_client.get(reverse("dashboard:pending-pods")).content.decode()
+    assert pending.count(f"no autoscaled pool can grow: {shortfall.text}") == 2  # each pod
     scaled.autoscale()
     assert told.count() == 1  # a pass with nothing changed: the same shortfall
     for name in ("train", "train-2"):
@@ -306,3 +310,34 @@ def test_an_idle_machine_with_nothing_to_evict_goes_in_the_pass_that_drains_it(
     assert MachinePool.objects.get(pk=pool.pk).effective_replicas == 0
     scaled.observe()
     assert kinds(scaled.autoscale()) == []  # a drained machine waits for its teardown
+
+
+def test_the_dry_run_shows_the_decision_before_it_runs(scaled: Autoscaled, api: Any) -> None:
+    scaled.pool("a100", BE)
+    scaled.pod("train", gpus=1, gpu_type=A100)
+    scaled.observe()
+
+    shown = api.get(f"/api/v1/clusters/{scaled.cluster.pk}/plan/").json()
+
+    (grow,) = [step for step in shown if step["action"] == "pool_grow"]
+    assert grow["target"] == "pool a100"
+    assert "pending pods asking nvidia-a100 x 1" in grow["reason"]
+    assert not MachinePool.objects.get(name="a100").effective_replicas  # shown, not done
+
+
+def test_a_gpu_pod_placed_between_the_plan_and_the_cordon_keeps_the_node_and_is_not_evicted(
+    scaled: Autoscaled,
+) -> None:
+    """The plan read a mirror without it; the listing of the node's pods taken after the
+    cordon shows it: the node is uncordoned and kept, the pod left alone."""
+    pool, machine, node = _idle_machine(scaled)
+    idle_for(scaled, 11)
+    scaled.pod("sneaky", node=node, gpus=1)  # bound by the scheduler, not observed yet
+
+    record = scaled.autoscale()
+
+    assert [(o.kind, o.outcome) for o in record.outcomes] == [("node_drain", "dropped")]
+    assert "sneaky" in scaled.pods()
+    assert not scaled.cordoned(node)
+    assert not MachineDrain.objects.filter(machine=machine).exists()
+    assert MachinePool.objects.get(pk=pool.pk).effective_replicas == 1
