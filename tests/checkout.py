@@ -18,6 +18,7 @@ APPS = (
     "kube",
     "sriov",
     "billing",
+    "autoscale",
     "dashboard",
     "notify",
 )

@@ -7,7 +7,12 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
+
+from django.conf import settings
+
+from tests.checkout import APPS
 
 ROOT = Path(__file__).resolve().parent.parent
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
@@ -45,3 +50,22 @@ def test_the_contracts_catch_a_service_that_imports_its_tasks(tmp_path: Path) ->
     assert ".services -> .tasks" in result.stdout
     assert "capvco_web is not allowed to import gpus" in result.stdout
     assert "notify is not allowed to import dashboard" in result.stdout
+
+
+def test_every_app_is_walled_copied_and_compiled() -> None:
+    """An app added to INSTALLED_APPS is in the contracts' root packages, in a second
+    checkout's code (tests/checkout.py) and in the image's compiled code."""
+    ours = {app for app in settings.INSTALLED_APPS if (ROOT / app).is_dir()}
+    packages = set(
+        tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"][
+            "root_packages"
+        ]
+    )
+    compiled = next(
+        line
+        for line in (ROOT / "deploy" / "Dockerfile").read_text().splitlines()
+        if "compileall" in line
+    ).split()
+    assert ours == set(APPS)
+    assert ours <= packages
+    assert ours <= set(compiled)
