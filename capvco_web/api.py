@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import re
+import sys
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any, ClassVar
@@ -33,6 +34,7 @@ from rest_framework.utils import humanize_datetime
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from capvco_web.auth import is_api_path
+from capvco_web.middleware import database_unavailable, is_database_unavailable
 from capvco_web.validators import is_date_text
 
 
@@ -538,6 +540,11 @@ def page_not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
 
 
 def server_error(request: HttpRequest) -> HttpResponse:
+    """Django's 500 handler, called while the exception is being handled: the database
+    unreachable (met in a middleware, e.g. reading the session) answers its 503."""
+    exc = sys.exc_info()[1]
+    if exc is not None and is_database_unavailable(exc):
+        return database_unavailable(request, exc)
     if is_api_path(request.path_info):
         body = {"detail": "A server error occurred.", "code": "error"}
         return JsonResponse(body, status=500)
