@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import datetime
 
-from django.db.models import Min
+from django.db.models import DurationField, ExpressionWrapper, F, Min, Sum, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
@@ -60,15 +61,22 @@ def collect() -> Iterator[Metric]:
         "history), per account and cluster",
         labels=["account", "cluster"],
     )
+    # One grouped query, however many spells (by GPU count too: a duration times a count
+    # is not portable SQL); a spell still open counts until now.
+    spent = ExpressionWrapper(
+        Coalesce(F("ended_at"), Value(now)) - F("since"), output_field=DurationField()
+    )
+    rows = (
+        IdleSpell.objects.order_by()
+        .values_list("account_id", "cluster_name", "idle_gpus")
+        .annotate(total=Sum(spent))
+    )
     hours: dict[tuple[int, str], float] = {}
-    for spell in IdleSpell.objects.only(
-        "account_id", "cluster_name", "idle_gpus", "since", "ended_at"
-    ):
-        key = (spell.account_id, spell.cluster_name)
-        spent = _seconds(spell.ended_at or now, spell.since) / 3600 * float(spell.idle_gpus)
-        hours[key] = hours.get(key, 0.0) + spent
-    for (account_id, cluster_name), total in sorted(hours.items()):
-        idle.add_metric([str(account_id), cluster_name], round(total, 4))
+    for account_id, cluster_name, gpus, total in rows:
+        key = (account_id, cluster_name)
+        hours[key] = hours.get(key, 0.0) + (total.total_seconds() / 3600 * gpus if total else 0.0)
+    for (account_id, cluster_name), gpu_hours in sorted(hours.items()):
+        idle.add_metric([str(account_id), cluster_name], round(gpu_hours, 4))
     yield idle
 
 
