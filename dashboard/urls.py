@@ -15,6 +15,7 @@ from dashboard.views import (
     reservations,
     search,
     setup,
+    vms,
 )
 
 app_name = "dashboard"
@@ -30,6 +31,7 @@ urlpatterns = [
         actions.orphans_release,
         name="location-orphans-release",
     ),
+    path("vms/", vms.vm_list, name="vms"),
     path("vms/<int:pk>/remove/", actions.vm_remove, name="vm-remove"),
     path("clusters/", clusters.cluster_list, name="clusters"),
     path("clusters/new/", setup.cluster_new, name="cluster-new"),
