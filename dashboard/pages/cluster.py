@@ -11,13 +11,15 @@ from urllib.parse import urlencode
 
 from django.conf import settings
 from django.core.paginator import Page, Paginator
-from django.db.models import OuterRef, QuerySet, Subquery
+from django.db.models import CharField, OuterRef, Q, QuerySet, Subquery
+from django.db.models.functions import Cast
 from django.http import QueryDict
 from django.urls import reverse
 from django.utils import timezone
 
 from autoscale.models import GpuShortfall
 from capvco_web.keyset import AFTER, BEFORE, LAST, BadCursor, Sort, keyset_page
+from capvco_web.models import AuditEvent
 from capvco_web.permissions import User, allowed, visible
 from cloud.models import Cloudspace, Image, VirtualMachine
 from clusters.models import Cluster, ClusterSite, Machine, MachinePool
@@ -62,6 +64,47 @@ class MachineRow:
     force_delete_url: str
 
 
+@dataclass(frozen=True)
+class HistoryRow:
+    event: AuditEvent
+    changes: list[tuple[str, str, str]]
+    """Each field the event changed: its name, before, after."""
+
+
+HISTORY_SHOWN = 50
+
+
+def cluster_history(user: User, cluster: Cluster) -> list[HistoryRow]:
+    """The cluster's changelog: its own audit events, its pools' and its machines', newest
+    first (HISTORY_SHOWN of them; the audit log has the rest), each with what it changed."""
+    as_text = Cast("pk", output_field=CharField())
+    pools = MachinePool.objects.filter(cluster=cluster).annotate(key=as_text).values("key")
+    machines = Machine.objects.filter(pool__cluster=cluster).annotate(key=as_text).values("key")
+    events = (
+        visible(user, AuditEvent.objects.all())
+        .filter(
+            Q(object_type=Cluster._meta.label, object_id=str(cluster.pk))
+            | Q(object_type=MachinePool._meta.label, object_id__in=pools)
+            | Q(object_type=Machine._meta.label, object_id__in=machines)
+        )
+        .order_by("-created_at", "-pk")[:HISTORY_SHOWN]
+    )
+    return [HistoryRow(event, _changes(event)) for event in events]
+
+
+def _changes(event: AuditEvent) -> list[tuple[str, str, str]]:
+    before, after = event.before or {}, event.after or {}
+    return [
+        (key, _shown(before.get(key)), _shown(after.get(key)))
+        for key in sorted(before.keys() | after.keys())
+        if before.get(key) != after.get(key)
+    ]
+
+
+def _shown(value: object) -> str:
+    return "—" if value is None else str(value)
+
+
 @dataclass
 class ClusterBody:
     """What the cluster page shows below its title; its plan is a fragment of its own
@@ -87,6 +130,8 @@ class ClusterBody:
     sriov: dict[str, Any]
     shortfalls: list[GpuShortfall]
     """GPU pods no autoscaled pool can take now (read only where a pool autoscales)."""
+    history: list[HistoryRow]
+    """The newest audit events of the cluster, its pools and its machines."""
 
     def context(self) -> dict[str, Any]:
         """As the template reads it: each field by its name, the node and SR-IOV sections'
@@ -204,6 +249,7 @@ def cluster_body(user: User, cluster: Cluster, params: QueryDict) -> ClusterBody
         nodes=_node_section(user, cluster, params, cluster_url),
         sriov=_sriov_section(cluster),
         shortfalls=shortfalls,
+        history=cluster_history(user, cluster),
     )
 
 

@@ -124,3 +124,21 @@ def test_the_cluster_page_shows_the_decision_and_a_shortfall_and_offers_no_scale
     assert "gpu: pods (" in body  # the autoscaler's reason, with when
     assert "No capacity: nvidia-a100 x 2: 3 pods pending: nl 0 free" in body
     assert reverse("dashboard:pool-scale", args=[autoscaled.pk]) not in body
+
+
+def test_the_cluster_pages_history_tells_each_change_of_its_pools_with_before_and_after(
+    api: APIClient, admin_client: Any, autoscaled: MachinePool
+) -> None:
+    changed = api.patch(
+        f"/api/v1/pools/{autoscaled.pk}/",
+        {"autoscale": {"enabled": True, "min": 1, "max": 6}},
+        format="json",
+    )
+    assert changed.status_code == 200, changed.json()
+
+    page = admin_client.get(reverse("dashboard:cluster", args=[autoscaled.cluster_id]))
+
+    history = page.content.decode().split('id="history"')[1].split("</section>")[0]
+    assert "pool.update" in history
+    assert "autoscale_max: 4 → 6" in history
+    assert "autoscale_min: 0 → 1" in history

@@ -284,6 +284,8 @@ def requests(world: World) -> dict[str, tuple[str, dict[str, str]]]:
         "pending pods": ("/pods/pending/", {}),
         "pending pods of the cluster": (f"/pods/pending/?cluster={world.cluster.pk}", {}),
         "pending pods fragment": ("/pods/pending/", fragment("pod-table")),
+        "vms": ("/vms/", {}),
+        "vms orphaned": ("/vms/?orphaned=true", {}),
         "idle GPUs": ("/idle-gpus/", {}),
         "idle GPUs of the pool, still idle": (f"/idle-gpus/?pool_id={world.pool.pk}&open=true", {}),
         "idle GPUs fragment": ("/idle-gpus/", fragment("idle-table")),
