@@ -7,7 +7,7 @@ it reads what its steps need)."""
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 from django.http import HttpResponse
@@ -55,6 +55,36 @@ class CardRow:
     @property
     def total(self) -> int:
         return self.card.available_instances + len(self.instances)
+
+    @property
+    def shares(self) -> list[Share]:
+        """The card's allocation, as a bar: its instances held per cluster (then orphaned,
+        then held by no machine of ours), and free; each with its share of the card."""
+        held: Counter[tuple[int, str]] = Counter()
+        for instance in self.instances:
+            reservation = instance.reservation
+            if instance.machine is not None:
+                held[(0, f"cluster {instance.machine.pool.cluster.name}")] += 1
+            elif reservation.orphaned_since is not None:
+                held[(1, "orphaned")] += 1
+            else:
+                held[(2, "no machine")] += 1
+        parts = [(label, n, kind) for (kind, label), n in sorted(held.items())]
+        parts.append(("free", self.card.available_instances, 3))
+        total = self.total or 1
+        return [
+            Share(label, n, round(100 * n / total, 1), ("held", "orphaned", "unowned", "free")[k])
+            for label, n, k in parts
+            if n
+        ]
+
+
+@dataclass(frozen=True)
+class Share:
+    label: str
+    instances: int
+    percent: float
+    kind: str  # held, orphaned, unowned, free: the bar's colour
 
 
 @require_GET
