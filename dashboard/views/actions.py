@@ -141,6 +141,7 @@ def _confirm_and_act(
     act: Callable[[dict[str, Any]], str],
     form_class: type[ReasonForm] = ReasonForm,
     initial: dict[str, Any] | None = None,
+    action_url: str = "",
 ) -> HttpResponse:
     # Refused before the form is shown; the service checks again when it acts.
     if perm is not None:
@@ -155,7 +156,7 @@ def _confirm_and_act(
     context = {
         "form": form,
         "confirmation": confirmation,
-        "action_url": request.path,
+        "action_url": action_url or request.path,
         "target": home.target,
         "back": back,
         "in_panel": bool(request.htmx),
@@ -305,10 +306,19 @@ BULK_NAMES_SHOWN = 20
 
 @require_http_methods(["GET", "POST"])
 def orphans_release(request: HtmxHttpRequest, location_id: int | None = None) -> HttpResponse:
-    """Every orphan the user may release (of one location, given its id): VMs
-    removed first, then the vGPU reservations, with one reason; each asked for and
-    audited on its own."""
+    """Every orphan the user may release (of one location, given its id; or those selected
+    on a list, `?reservation=<id>&vm=<id>...`): VMs removed first, then the vGPU
+    reservations, with one reason; each asked for and audited on its own."""
     user = request.user
+    try:
+        picked = {
+            kind: {int(value) for value in request.GET.getlist(kind)}
+            for kind in ("reservation", "vm")
+        }
+    except ValueError:
+        return HttpResponse(
+            "reservation and vm take ids: whole numbers", status=400, content_type="text/plain"
+        )
     reservations = scoped(
         orphans_list().filter(vgpu_id__isnull=False),
         accounts_where(user, "gpus.release_vgpureservation"),
@@ -322,6 +332,10 @@ def orphans_release(request: HtmxHttpRequest, location_id: int | None = None) ->
     if location_id is not None:
         reservations = reservations.filter(location_id=location_id)
         vms = vms.filter(location_id=location_id)
+    if picked["reservation"] or picked["vm"]:
+        # Only those selected, and of them only what is an orphan the user may release.
+        reservations = reservations.filter(pk__in=picked["reservation"])
+        vms = vms.filter(pk__in=picked["vm"])
     rows, orphan_vm_rows = list(reservations), list(vms.order_by("orphaned_since", "pk"))
     if (
         not rows
@@ -361,10 +375,11 @@ def orphans_release(request: HtmxHttpRequest, location_id: int | None = None) ->
             consequence="Each VM is stopped and deleted for good, then each vGPU released: "
             "whitesky stops billing them. Each release is audited with the reason below; one "
             "that a machine owns by then is refused and the others still go.",
-            button="Release all",
+            button="Release selected" if picked["reservation"] or picked["vm"] else "Release all",
         ),
         home=_overview_home(),
         act=act,
+        action_url=request.get_full_path(),
     )
 
 

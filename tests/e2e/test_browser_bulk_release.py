@@ -1,0 +1,60 @@
+"""A bulk action on the rows an operator picked, in a real browser: two of three orphaned
+vGPUs selected on the reservations list, released with one reason, each release asked for
+and audited on its own; the one not selected is left alone."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.utils import timezone
+from playwright.sync_api import Page, expect
+
+from capvco_web.models import AuditEvent
+from gpus.models import VgpuReservation
+from tests.e2e.test_browser_orphans import log_in
+from tests.e2e.test_dashboard_browser import PASSWORD
+from tests.factories import LocationFactory, VgpuReservationFactory
+
+pytestmark = pytest.mark.usefixtures("django_allow_async_unsafe", "screenshot_on_failure")
+
+
+@pytest.fixture
+def three_orphans(transactional_db: None) -> list[VgpuReservation]:
+    User.objects.create_superuser("admin", password=PASSWORD)
+    now = timezone.now()
+    location = LocationFactory(name="nl-bulk-dc01", last_complete_observation_at=now)
+    return [
+        VgpuReservationFactory(
+            orphaned=True,
+            location=location,
+            name=f"capvco-gone-m-{n}-gpu-0",
+            orphaned_since=now - timedelta(hours=n + 1),
+        )
+        for n in range(3)
+    ]
+
+
+def test_the_selected_orphans_are_released_with_one_reason_each_audited(
+    page: Page, live_server: Any, three_orphans: list[VgpuReservation]
+) -> None:
+    picked, left = three_orphans[:2], three_orphans[2]
+    log_in(page, live_server)
+    page.goto(f"{live_server.url}/reservations/?orphaned=true")
+    for reservation in picked:
+        page.get_by_label(f"Select {reservation.name}").check()
+    page.get_by_role("button", name="Release the selected orphans…").click()
+
+    expect(page.locator("main")).to_contain_text("0 VMs and 2 vGPU reservations")
+    expect(page.locator("main")).not_to_contain_text(left.name)
+    page.locator("textarea[name=reason]").fill("team x left")
+    page.get_by_role("button", name="Release selected").click()
+
+    expect(page.locator("#messages")).to_contain_text("Release asked for 2 orphans")
+    asked = AuditEvent.objects.filter(action="vgpu.release_requested", reason="team x left")
+    assert sorted(asked.values_list("object_repr", flat=True)) == sorted(
+        str(VgpuReservation.objects.get(pk=r.pk)) for r in picked
+    )
+    assert VgpuReservation.objects.get(pk=left.pk).release_requested_at is None
