@@ -175,7 +175,9 @@ def reservation_table(request: HtmxHttpRequest, params: QueryDict) -> tuple[dict
         context["errors"].append(str(exc))
         return context, 400
     context["page"] = page
-    context["rows"] = _rows(request, page.rows)
+    context["rows"] = rows = _rows(request, page.rows)
+    # The selection's release is offered where a row of the page can be selected.
+    context["selectable"] = any(row.can_release and row.reservation.orphaned_since for row in rows)
     context["csv_query"] = _without(params, CURSOR_PARAMS).urlencode()
     return context, 200
 

@@ -288,6 +288,8 @@ def test_pool_with_gpus_and_no_type_gets_a_field_error_on_gpu_type(
             "memory_mib": 8192,
             "disk_gib": 50,
             "gpu_count": 2,
+            "autoscale_min": 0,
+            "autoscale_max": 0,
         },
     )
 
