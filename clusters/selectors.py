@@ -27,8 +27,9 @@ def machines_with_vgpus(machines: QuerySet[Machine]) -> QuerySet[Machine]:
 
 
 def cluster_passes(cluster: Cluster) -> QuerySet[PlanPass]:
-    """The cluster's last reconcile passes and those of its NICs, newest first."""
-    scopes = [PlanPass.Scope.CLUSTER, PlanPass.Scope.NICS]
+    """The cluster's last reconcile passes, those of its NICs and of its pool autoscaler,
+    newest first."""
+    scopes = [PlanPass.Scope.CLUSTER, PlanPass.Scope.NICS, PlanPass.Scope.POOLS]
     return PlanPass.objects.filter(scope__in=scopes, scope_id=cluster.pk).order_by(
         "-started_at", "-id"
     )

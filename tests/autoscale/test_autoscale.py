@@ -341,3 +341,20 @@ def test_a_gpu_pod_placed_between_the_plan_and_the_cordon_keeps_the_node_and_is_
     assert not scaled.cordoned(node)
     assert not MachineDrain.objects.filter(machine=machine).exists()
     assert MachinePool.objects.get(pk=pool.pk).effective_replicas == 1
+
+
+def test_the_cluster_pages_plan_shows_the_decision_and_then_its_pass(
+    scaled: Autoscaled, admin_client: Any
+) -> None:
+    scaled.pool("a100", BE)
+    scaled.pod("train", gpus=1, gpu_type=A100)
+    scaled.observe()
+    plan_url = reverse("dashboard:cluster-plan", args=[scaled.cluster.pk])
+
+    before = admin_client.get(plan_url).content.decode()
+    scaled.autoscale()
+    after = admin_client.get(plan_url).content.decode()
+
+    assert "pool_grow" in before
+    assert "grow pool a100 from 0 to 1 machines" in before  # what it does, it calls nothing
+    assert "pool_grow" in after.split("Last passes")[1]  # the pass, as recorded
