@@ -141,9 +141,13 @@ class Simulator:
             operation = route.operation
             with self.lock:
                 fault = self.faults.decide(operation, name)
-            reply = self._faulted(fault, lambda: self._answer(state, route, request))
+            reply = self._faulted(fault, lambda: self._answered_unless_reset(state, route, request))
         except StatusError as exc:
             reply = Reply.error(exc)
+        if state.removed:
+            # Reset (or removed) while the call was delayed: it never acts on what came
+            # after, nor enters the new call log; its connection is dropped.
+            return Reply(status=0, lost="drop")
         with self.lock:
             self.calls.append(
                 {
@@ -176,6 +180,11 @@ class Simulator:
         if fault is not None and fault.lost_response:
             reply.lost = fault.lost_response
         return reply
+
+    def _answered_unless_reset(self, state: ClusterState, route: Route, request: Request) -> Reply:
+        if state.removed:
+            return Reply(status=0, lost="drop")
+        return self._answer(state, route, request)
 
     def _answer(self, state: ClusterState, route: Route, request: Request) -> Reply:
         if request.headers.get("authorization", "") != f"Bearer {state.token}":

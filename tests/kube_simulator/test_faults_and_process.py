@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
 import requests
 from kubernetes.client import ApiException, CoreV1Api
 
-from tests.kube_sim import PROJECT_ROOT, KubeSimulator, node_object
+from tests.kube_sim import PROJECT_ROOT, KubeSimulator, SimCluster, node_object
 
 
 def test_a_fault_fires_after_skip_for_its_times_on_its_operation_only(
@@ -94,3 +97,38 @@ def test_the_process_serves_the_clusters_it_was_started_with_and_stops_cleanly(
         out, _ = process.communicate(timeout=10)
     assert process.returncode == 0
     assert "kube simulator stopped" in out
+
+
+def test_a_call_delayed_past_a_reset_is_not_in_the_new_call_log_nor_acts(
+    kube_sim: KubeSimulator,
+) -> None:
+    """A test that timed out on a slow create leaves the call asleep in the fake; the next
+    test's reset must not receive it (the whitesky simulator holds the same rule)."""
+    cluster = kube_sim.cluster("prod")
+    kube_sim.fault(operation="create namespaces", latency_ms=600)
+    late = threading.Thread(target=_create_namespace, args=(cluster,))
+    late.start()
+    time.sleep(0.2)  # the call is in the fake, asleep in its latency
+    kube_sim.reset()
+    fresh = kube_sim.cluster("prod")
+    late.join()
+
+    assert kube_sim.calls() == []  # a complete call log taken after the late call ended
+    names = requests.get(
+        f"{fresh.server}/api/v1/namespaces",
+        headers={"Authorization": f"Bearer {fresh.token}"},
+        verify=fresh.ca_file,
+        timeout=10,
+    ).json()["items"]
+    assert "late" not in {n["metadata"]["name"] for n in names}
+
+
+def _create_namespace(cluster: SimCluster) -> None:
+    with contextlib.suppress(requests.RequestException):  # dropped: what a reset does to it
+        requests.post(
+            f"{cluster.server}/api/v1/namespaces",
+            json={"metadata": {"name": "late"}},
+            headers={"Authorization": f"Bearer {cluster.token}"},
+            verify=cluster.ca_file,
+            timeout=10,
+        )
