@@ -34,7 +34,6 @@ before then keeps it: the drain ends and the node is uncordoned.
 
 from __future__ import annotations
 
-import dataclasses
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -43,6 +42,7 @@ from decimal import Decimal
 from django.conf import settings
 from django.utils import timezone
 
+from autoscale.models import GpuShortfall
 from billing.costs import pool_machine_hourly
 from capvco_web.plans import Call
 from clusters.models import Cluster, Machine, MachineDrain, MachinePool
@@ -67,6 +67,7 @@ EVICT = "pod_evict"
 RELEASE = "machine_release"
 KINDS = (GROW, UNNEEDED, KEEP, DRAIN, EVICT, RELEASE)
 # A cluster with no node at all (GPU pools at 0 and nothing else) waits for GPU nodes too.
+TEXT_KEPT = GpuShortfall._meta.get_field("text").max_length  # what its row keeps of a text
 TRIGGERS = frozenset({NO_NODE, NO_NODE_OF_TYPE, ALL_REQUESTED})
 Phase = MachineDrain.Phase
 
@@ -372,7 +373,7 @@ def _room_coming(
         pool_types = types.get(pool.name, frozenset())
         for machine in made:
             node = nodes.get(machine.pk)
-            drain = getattr(machine, "drain", None)
+            drain = machine.drain_now
             if drain is not None and drain.phase == Phase.DRAINED:
                 continue  # on its way out: its pool's target no longer counts it
             if _usable(node):
@@ -549,7 +550,7 @@ def _shortfalls(
             + ", ".join(dict.fromkeys(whys))
         )
         oldest = min(pod.first_seen_at for pod in pods)
-        found.append(Shortfall(gpu_type, gpus, len(pods), oldest, text))
+        found.append(Shortfall(gpu_type, gpus, len(pods), oldest, text[:TEXT_KEPT]))
     return found
 
 
@@ -568,30 +569,27 @@ def _down(
     for machine in machines:
         by_pool[machine.pool_id].append(machine)
     drains: list[tuple[Decimal, datetime, NodeDrain]] = []
+    evictable = _evictable_pods(cluster, machines)
     for pool in pools:
         if not pool.autoscale_enabled:
             continue
         members = by_pool[pool.pk]
         complete = pool.site.location.observation_complete
-        released = 0
+        # Several of the pool's machines drained in one pass: each lowers the target by one.
+        before = pool.effective_replicas
         for machine in members:
             if machine.pk in kept or machine.deletion_asked:
                 continue
             node = nodes.get(machine.pk)
-            drain = getattr(machine, "drain", None)
-            for step in _machine_down(cluster, machine, node, drain, listed_at, now):
-                if isinstance(step, MachineRelease):
-                    # Several of the pool's machines drained in one pass: one target each.
-                    before = pool.effective_replicas - released
-                    step = dataclasses.replace(step, before=before, after=before - 1)
-                    released += 1
-                steps.append(step)
+            found = _machine_down(cluster, machine, node, evictable, listed_at, before=before)
+            before -= sum(1 for step in found if isinstance(step, MachineRelease))
+            steps += found
         draining = sum(1 for m in members if _drain_phase(m) == Phase.DRAINING)
-        target = pool.target if _has_target(pool) else None
+        decided = pool.decided
         quiet = (
-            target is None
-            or target.scaled_up_at is None
-            or (now - target.scaled_up_at >= settings.AUTOSCALE_DOWN_DELAY_AFTER_UP)
+            decided is None
+            or decided.scaled_up_at is None
+            or (now - decided.scaled_up_at >= settings.AUTOSCALE_DOWN_DELAY_AFTER_UP)
         )
         # Machines that may still go: those above the min, less those draining already.
         room = pool.effective_replicas - draining - pool.autoscale_min
@@ -626,25 +624,42 @@ def _down(
     return steps
 
 
-def _has_target(pool: MachinePool) -> bool:
-    return getattr(pool, "target", None) is not None
-
-
 def _drain_phase(machine: Machine) -> str | None:
-    drain = getattr(machine, "drain", None)
+    drain = machine.drain_now
     return None if drain is None else drain.phase
+
+
+def _evictable_pods(cluster: Cluster, machines: list[Machine]) -> dict[str, list[KubePod]]:
+    """The pods a drain evicts (DaemonSets' and static pods aside) on each node being
+    drained, by node name: one query for them all."""
+    draining = {
+        m.drain_now.node_name
+        for m in machines
+        if m.drain_now is not None and m.drain_now.phase == Phase.DRAINING
+    }
+    found: dict[str, list[KubePod]] = defaultdict(list)
+    if draining:
+        pods = KubePod.objects.filter(
+            cluster=cluster, node_name__in=draining, phase__in=ACTIVE_POD_PHASES, daemon=False
+        ).order_by("namespace", "name")
+        for pod in pods:
+            found[pod.node_name].append(pod)
+    return found
 
 
 def _machine_down(
     cluster: Cluster,
     machine: Machine,
     node: KubeNode | None,
-    drain: MachineDrain | None,
+    evictable: dict[str, list[KubePod]],
     listed_at: datetime,
-    now: datetime,
+    *,
+    before: int,
 ) -> list[AutoscaleStep]:
     """One machine's scale-down bookkeeping: its idle clock started or ended, its drain
-    carried on (evictions) or finished (released)."""
+    carried on (evictions) or finished (released: its pool from `before` machines to one
+    fewer)."""
+    drain = machine.drain_now
     requested = getattr(node, "gpu_requested", 0) if node is not None else 0
     name = node.name if node is not None else ""
     if drain is None:
@@ -702,14 +717,7 @@ def _machine_down(
                 reason="its drain began and a listing since shows it schedulable",
             )
         ]
-    pods = list(
-        KubePod.objects.filter(
-            cluster=cluster,
-            node_name=drain.node_name,
-            phase__in=ACTIVE_POD_PHASES,
-            daemon=False,
-        ).order_by("namespace", "name")
-    )
+    pods = evictable.get(drain.node_name, [])
     if pods:
         return [
             PodEvict(
@@ -725,7 +733,6 @@ def _machine_down(
     if not listed_since:
         return []  # no listing since the drain began: it may not show everything yet
     pool = machine.pool
-    before = pool.effective_replicas
     return [
         MachineRelease(
             cluster_id=cluster.pk,

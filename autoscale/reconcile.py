@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from autoscale.models import GpuShortfall
 from autoscale.plan import (
+    AUTOSCALE_STEPS,
     AutoscalePlan,
     AutoscaleStep,
     MachineKeep,
@@ -49,7 +50,6 @@ from clusters.models import Cluster, Machine, MachineDrain, MachinePool, PoolTar
 logger = logging.getLogger(__name__)
 ACTOR = SystemActor.AUTOSCALER
 Phase = MachineDrain.Phase
-AUTOSCALE_STEPS = (PoolGrow, MachineUnneeded, MachineKeep, NodeDrain, PodEvict, MachineRelease)
 
 
 def decision_count(direction: str, reason: str) -> None:
@@ -118,17 +118,17 @@ def shortfalls_record(plan: AutoscalePlan, *, now: datetime) -> None:
             if row is None:
                 GpuShortfall.objects.create(
                     cluster_id=plan.cluster_id, gpu_type=seen.gpu_type, gpus=seen.gpus,
-                    pods=seen.pods, text=seen.text[:500], since=now,
+                    pods=seen.pods, text=seen.text, since=now,
                     oldest_pod_since=seen.oldest, updated_at=now,
                 )  # fmt: skip
                 logger.warning("autoscale: no capacity: %s", seen.text)
             elif (row.pods, row.text, row.oldest_pod_since) != (
                 seen.pods,
-                seen.text[:500],
+                seen.text,
                 seen.oldest,
             ):
                 GpuShortfall.objects.filter(pk=row.pk).update(
-                    pods=seen.pods, text=seen.text[:500], oldest_pod_since=seen.oldest,
+                    pods=seen.pods, text=seen.text, oldest_pod_since=seen.oldest,
                     updated_at=now,
                 )  # fmt: skip
 
@@ -195,16 +195,29 @@ def _grow(step: PoolGrow, now: datetime) -> None:
 
 
 def _release(step: MachineRelease, now: datetime) -> None:
+    _machine_released(
+        pool_id=step.pool_id, machine_id=step.machine_id, planned=step.before,
+        reason=step.reason, now=now,
+    )  # fmt: skip
+
+
+def _machine_released(
+    *, pool_id: int, machine_id: int, planned: int | None, reason: str, now: datetime
+) -> None:
+    """A drained machine released: marked drained and its pool's target lowered by one,
+    this machine first. `planned`: the machines the plan saw the pool to have (None: the
+    drain's own step, which takes them as they are now, above the min)."""
     with transaction.atomic():
-        pool = _pool_locked(step.pool_id)
-        drained = MachineDrain.objects.filter(
-            machine_id=step.machine_id, phase=Phase.DRAINING
-        ).update(phase=Phase.DRAINED, drained_at=now)
+        pool = _pool_locked(pool_id)
+        before = pool.effective_replicas if planned is None else planned
+        if planned is None and before - 1 < pool.autoscale_min:
+            raise StepDropped("the pool's min was raised meanwhile: the machine stays")
+        drained = MachineDrain.objects.filter(machine_id=machine_id, phase=Phase.DRAINING).update(
+            phase=Phase.DRAINED, drained_at=now
+        )
         if not drained:
             raise StepDropped("the machine's drain ended meanwhile")
-        _target_write(
-            pool, before=step.before, after=step.after, reason=step.reason, now=now, grew=False
-        )
+        _target_write(pool, before=before, after=before - 1, reason=reason, now=now, grew=False)
     decision_count("down", "idle")
 
 
@@ -253,7 +266,10 @@ def _drain_carry_on(step: NodeDrain, client: Callable[[], KubeClient], now: date
             _keep(_kept(step, "a GPU pod was placed on it before the cordon"), client)
             raise StepDropped("a GPU pod was placed on it before the cordon: kept")
         if not left:
-            _release_now(step, now)
+            _machine_released(
+                pool_id=step.pool_id, machine_id=step.machine_id, planned=None,
+                reason=f"node {step.node} drained: {step.reason}", now=now,
+            )  # fmt: skip
             return
         held = []
         for pod in left:
@@ -276,23 +292,6 @@ def _kept(step: NodeDrain, reason: str) -> MachineKeep:
         cluster_id=step.cluster_id, machine_id=step.machine_id, machine=step.machine,
         node=step.node, uncordon=True, reason=reason,
     )  # fmt: skip
-
-
-def _release_now(step: NodeDrain, now: datetime) -> None:
-    """The drained machine released: its pool's target lowered by one, this machine first."""
-    with transaction.atomic():
-        pool = _pool_locked(step.pool_id)
-        before = pool.effective_replicas
-        if before - 1 < pool.autoscale_min:
-            raise StepDropped("the pool's min was raised meanwhile: the machine stays")
-        drained = MachineDrain.objects.filter(
-            machine_id=step.machine_id, phase=Phase.DRAINING
-        ).update(phase=Phase.DRAINED, drained_at=now)
-        if not drained:
-            raise StepDropped("the machine's drain ended meanwhile")
-        reason = f"node {step.node} drained: {step.reason}"
-        _target_write(pool, before=before, after=before - 1, reason=reason, now=now, grew=False)
-    decision_count("down", "idle")
 
 
 def _evict(step: PodEvict, client: Callable[[], KubeClient]) -> None:

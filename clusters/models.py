@@ -561,11 +561,17 @@ class MachinePool(models.Model):
         bounds as they are now."""
         if not self.autoscale_enabled:
             return self.replicas
-        try:
-            decided = self.target.replicas
-        except PoolTarget.DoesNotExist:
-            decided = self.replicas
+        decided = self.decided.replicas if self.decided is not None else self.replicas
         return min(max(decided, self.autoscale_min), self.autoscale_max)
+
+    @property
+    def decided(self) -> PoolTarget | None:
+        """The autoscaler's last decision for the pool (None: none yet). A list reads it
+        with select_related("target")."""
+        try:
+            return self.target
+        except PoolTarget.DoesNotExist:
+            return None
 
     @property
     def conditions(self) -> list[dict[str, str]]:
@@ -709,6 +715,15 @@ class Machine(models.Model):
             return self.deletion is not None
         except MachineDeletion.DoesNotExist:
             return False
+
+    @property
+    def drain_now(self) -> MachineDrain | None:
+        """Its way out as the autoscaler records it (None: not unneeded). A list reads it
+        with select_related("drain")."""
+        try:
+            return self.drain
+        except MachineDrain.DoesNotExist:
+            return None
 
     @property
     def waiting_for_capacity(self) -> bool:

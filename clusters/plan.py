@@ -697,8 +697,9 @@ def rollout_step(
 def _scale_down_order(machine: Machine) -> tuple[bool, bool, int]:
     # The machine the autoscaler drained first (it lowered the target for it), then
     # machines that are not running, then the newest.
-    drain = getattr(machine, "drain", None)
-    drained = drain is not None and drain.phase == MachineDrain.Phase.DRAINED
+    drained = (
+        machine.drain_now is not None and machine.drain_now.phase == MachineDrain.Phase.DRAINED
+    )
     return (not drained, machine.phase == Phase.RUNNING, -machine.index)
 
 

@@ -24,7 +24,6 @@ from clusters.models import (
     ClusterSite,
     Machine,
     MachinePool,
-    PoolTarget,
     replicas_bound,
 )
 from clusters.plan import KINDS, planned_kinds
@@ -263,26 +262,19 @@ class PoolAutoscaleSerializer(StrictInputMixin, serializers.Serializer[MachinePo
     decidedAt = serializers.SerializerMethodField()
 
     def get_reason(self, pool: MachinePool) -> str:
-        target = _target(pool)
-        return target.reason if target is not None and pool.autoscale_enabled else ""
+        decided = pool.decided
+        return decided.reason if decided is not None and pool.autoscale_enabled else ""
 
     def get_decidedAt(self, pool: MachinePool) -> str | None:
-        target = _target(pool)
-        if target is None or not pool.autoscale_enabled:
+        decided = pool.decided
+        if decided is None or not pool.autoscale_enabled:
             return None
-        return target.decided_at.isoformat()
+        return decided.decided_at.isoformat()
 
     def to_internal_value(self, data: Any) -> Any:
         if isinstance(data, Mapping):
             data = {"enabled": False, "min": 0, "max": 0, **data}
         return super().to_internal_value(data)
-
-
-def _target(pool: MachinePool) -> PoolTarget | None:
-    try:
-        return pool.target
-    except PoolTarget.DoesNotExist:
-        return None
 
 
 class PoolConditionSerializer(StrictInputMixin):
