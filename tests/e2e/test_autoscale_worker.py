@@ -12,12 +12,9 @@ from pathlib import Path
 import pytest
 
 from capvco_web.models import AuditEvent
-from cloud.models import Account, Location
-from cloud.observe import account_locations_observe
-from cloud.whitesky import whitesky_client
-from clusters.models import Cluster, ClusterSite, Machine, MachinePool, PoolTarget
+from clusters.models import Machine, MachinePool, PoolTarget
 from tests.e2e.processes import broker_flush, celery_worker, worker_kill
-from tests.e2e.test_gpu_lifecycle_worker import FAST, wait_for
+from tests.e2e.test_gpu_lifecycle_worker import FAST, e2e_site, wait_for
 from tests.kube_sim import KubeSimulator, node_object, pod_object
 from tests.whitesky_sim import WhiteskySimulator
 
@@ -32,18 +29,8 @@ def test_a_worker_killed_while_its_decision_is_made_ends_with_exactly_the_decide
     kube_sim: KubeSimulator,
     require_postgres: None,
 ) -> None:
-    account = Account.objects.create(
-        name="e2e", api_url=whitesky_sim.api_url, iam_url=whitesky_sim.iam_url,
-        customer_id=whitesky_sim.customer_id, credential=whitesky_sim.token(),
-    )  # fmt: skip
-    with whitesky_client(account) as client:
-        account_locations_observe(client=client, account=account)
-    access = kube_sim.cluster("e2e")
-    cluster = Cluster.objects.create(name="e2e", account=account, kubeconfig=access.kubeconfig_yaml)
-    site = ClusterSite.objects.create(
-        cluster=cluster, location=Location.objects.get(name=BE), cloudspace_id="cs-demo-be",
-        image_id=21,
-    )  # fmt: skip
+    site = e2e_site(whitesky_sim, BE, kubeconfig=kube_sim.cluster("e2e").kubeconfig_yaml)
+    cluster = site.cluster
     pool = MachinePool.objects.create(
         cluster=cluster, site=site, name="a100", replicas=0, gpu_type="NVIDIA A100",
         gpu_count=1, autoscale_enabled=True, autoscale_min=0, autoscale_max=4,

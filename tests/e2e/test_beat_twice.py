@@ -10,12 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from cloud.models import Account, Location
-from cloud.observe import account_locations_observe
-from cloud.whitesky import whitesky_client
-from clusters.models import Cluster, ClusterSite, Machine, MachinePool
+from clusters.models import Machine, MachinePool
 from tests.e2e.processes import broker_flush, celery_worker
-from tests.e2e.test_gpu_lifecycle_worker import FAST, wait_for
+from tests.e2e.test_gpu_lifecycle_worker import FAST, e2e_site, wait_for
 from tests.whitesky_sim import WhiteskySimulator
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -28,17 +25,8 @@ def live(state: dict[str, list[dict[str, str]]], kind: str, key: str) -> Counter
 def test_two_beats_make_each_machine_vm_and_vgpu_once_and_release_each_once(
     tmp_path: Path, whitesky_sim: WhiteskySimulator, require_postgres: None
 ) -> None:
-    account = Account.objects.create(
-        name="e2e", api_url=whitesky_sim.api_url, iam_url=whitesky_sim.iam_url,
-        customer_id=whitesky_sim.customer_id, credential=whitesky_sim.token(),
-    )  # fmt: skip
-    with whitesky_client(account) as client:
-        account_locations_observe(client=client, account=account)
-    cluster = Cluster.objects.create(name="e2e", account=account)
-    site = ClusterSite.objects.create(
-        cluster=cluster, location=Location.objects.get(name="nl-rmd-dc01-001"),
-        cloudspace_id="cs-demo-nl", image_id=11,
-    )  # fmt: skip
+    site = e2e_site(whitesky_sim)
+    cluster = site.cluster
     pool = MachinePool.objects.create(
         cluster=cluster, site=site, name="gpu", replicas=3, gpu_type="NVIDIA A100", gpu_count=1
     )

@@ -27,6 +27,27 @@ FAST = {
 }
 
 
+NL = "nl-rmd-dc01-001"
+SITES = {NL: ("cs-demo-nl", 11), "be-mac-dc01-001": ("cs-demo-be", 21)}  # cloudspace, image
+
+
+def e2e_site(sim: WhiteskySimulator, location: str = NL, **cluster: object) -> ClusterSite:
+    """The account `e2e` on the simulator, its locations listed, and the site of its
+    cluster `e2e` in `location` (the cluster made with `cluster`'s fields too)."""
+    account = Account.objects.create(
+        name="e2e", api_url=sim.api_url, iam_url=sim.iam_url,
+        customer_id=sim.customer_id, credential=sim.token(),
+    )  # fmt: skip
+    with whitesky_client(account) as client:
+        account_locations_observe(client=client, account=account)
+    made = Cluster.objects.create(name="e2e", account=account, **cluster)
+    cloudspace, image = SITES[location]
+    return ClusterSite.objects.create(
+        cluster=made, location=Location.objects.get(name=location), cloudspace_id=cloudspace,
+        image_id=image,
+    )  # fmt: skip
+
+
 def wait_for(condition: Callable[[], bool], what: str, log: Path, seconds: float = 60) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -46,22 +67,13 @@ def live_vgpus(sim: WhiteskySimulator, prefix: str) -> list[dict[str, object]]:
 def test_worker_provisions_scales_down_and_releases_on_request(
     tmp_path: Path, whitesky_sim: WhiteskySimulator, require_postgres: None
 ) -> None:
-    account = Account.objects.create(
-        name="e2e", api_url=whitesky_sim.api_url, iam_url=whitesky_sim.iam_url,
-        customer_id=whitesky_sim.customer_id, credential=whitesky_sim.token(),
-    )  # fmt: skip
+    site = e2e_site(whitesky_sim)
+    cluster, account = site.cluster, site.cluster.account
     with whitesky_client(account) as client:
-        account_locations_observe(client=client, account=account)
         stray_id = client.reserve_vgpu(
-            location="nl-rmd-dc01-001",
-            gpu_id=client.list_gpu_profiles(location="nl-rmd-dc01-001")[0].id,
+            location=NL, gpu_id=client.list_gpu_profiles(location=NL)[0].id,
             name="capvco-gone-x-0-gpu-0",
-        )
-    cluster = Cluster.objects.create(name="e2e", account=account)
-    site = ClusterSite.objects.create(
-        cluster=cluster, location=Location.objects.get(name="nl-rmd-dc01-001"),
-        cloudspace_id="cs-demo-nl", image_id=11,
-    )  # fmt: skip
+        )  # fmt: skip
     pool = MachinePool.objects.create(
         cluster=cluster, site=site, name="gpu", replicas=2, gpu_type="NVIDIA A100", gpu_count=1
     )

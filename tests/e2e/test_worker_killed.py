@@ -10,13 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from cloud.models import Account, Location
-from cloud.observe import account_locations_observe
-from cloud.whitesky import whitesky_client
-from clusters.models import Cluster, ClusterSite, Machine, MachinePool
+from clusters.models import Machine, MachinePool
 from gpus.models import VgpuReservation
 from tests.e2e.processes import broker_flush, celery_worker, worker_kill
-from tests.e2e.test_gpu_lifecycle_worker import FAST, wait_for
+from tests.e2e.test_gpu_lifecycle_worker import FAST, e2e_site, wait_for
 from tests.whitesky_sim import WhiteskySimulator
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -35,17 +32,8 @@ def in_flight(operation: str) -> bool:
 def test_a_call_in_flight_when_its_worker_is_killed_happens_exactly_once(
     tmp_path: Path, whitesky_sim: WhiteskySimulator, require_postgres: None, operation: str
 ) -> None:
-    account = Account.objects.create(
-        name="e2e", api_url=whitesky_sim.api_url, iam_url=whitesky_sim.iam_url,
-        customer_id=whitesky_sim.customer_id, credential=whitesky_sim.token(),
-    )  # fmt: skip
-    with whitesky_client(account) as client:
-        account_locations_observe(client=client, account=account)
-    cluster = Cluster.objects.create(name="e2e", account=account)
-    site = ClusterSite.objects.create(
-        cluster=cluster, location=Location.objects.get(name="nl-rmd-dc01-001"),
-        cloudspace_id="cs-demo-nl", image_id=11,
-    )  # fmt: skip
+    site = e2e_site(whitesky_sim)
+    cluster = site.cluster
     MachinePool.objects.create(
         cluster=cluster, site=site, name="gpu", gpu_type="NVIDIA A100", gpu_count=1
     )
