@@ -78,7 +78,7 @@ from clusters.services import (
 )
 from clusters.tasks import orphan_sweep_location, reservation_release_task
 from gpus import naming
-from gpus.models import HOURLY_PLACES, GpuProfile, VgpuReservation, hourly_price
+from gpus.models import GpuProfile, VgpuReservation, vm_hourly_cost
 from gpus.selectors import ORPHANED
 from gpus.services import ReleaseRefused
 
@@ -683,8 +683,7 @@ class VirtualMachineAdmin(cloud_admin.MirroredAdmin[VirtualMachine]):
 
     @admin.display(description="per hour")
     def hourly_cost(self, vm: VirtualMachine) -> str:
-        hourly = hourly_price(vm.compute_monthly_price()).quantize(HOURLY_PLACES)
-        return f"{hourly} {vm.location.currency}"
+        return f"{vm_hourly_cost(vm)} {vm.location.currency}"
 
     @admin.action(description="Remove selected VMs (stop and delete)", permissions=["remove"])
     def remove_selected(

@@ -9,6 +9,7 @@ from django.db import models
 from django.utils import timezone
 
 from capvco_web.rows import joined_forget
+from cloud.models import VirtualMachine
 from gpus import naming
 
 HOURS_PER_MONTH = Decimal(730)  # whitesky prices are per month; 365 * 24 / 12
@@ -22,6 +23,12 @@ BILLED_STATES = ("reserving", "reserved", "attached", "releasing")
 def hourly_price(monthly: Decimal) -> Decimal:
     """What one vGPU costs per hour at a location's monthly vGPU price."""
     return monthly / HOURS_PER_MONTH
+
+
+def vm_hourly_cost(vm: VirtualMachine) -> Decimal:
+    """What a VM's vCPUs and memory cost per hour, as shown (the API, the admin, the VM
+    list): its monthly price at its location's prices, per hour, to HOURLY_PLACES."""
+    return hourly_price(vm.compute_monthly_price()).quantize(HOURLY_PLACES)
 
 
 def hours_between(start: datetime, end: datetime) -> Decimal:

@@ -29,7 +29,7 @@ from clusters.models import (
 from clusters.plan import KINDS, planned_kinds
 from clusters.selectors import HELD_VGPUS, machine_vgpus_held
 from gpus import naming
-from gpus.models import HOURLY_PLACES, VgpuReservation, hourly_price
+from gpus.models import VgpuReservation, vm_hourly_cost
 
 
 class VirtualMachineSerializer(serializers.ModelSerializer[VirtualMachine]):
@@ -63,7 +63,7 @@ class VirtualMachineSerializer(serializers.ModelSerializer[VirtualMachine]):
         serializers.DecimalField(max_digits=14, decimal_places=4, coerce_to_string=True)
     )
     def get_hourly_cost(self, vm: VirtualMachine) -> str:
-        return str(hourly_price(vm.compute_monthly_price()).quantize(HOURLY_PLACES))
+        return str(vm_hourly_cost(vm))
 
     def get_named_by_us(self, vm: VirtualMachine) -> bool:
         return vm.name.startswith(naming.PREFIX)

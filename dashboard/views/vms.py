@@ -22,7 +22,7 @@ from clusters.models import Machine
 from clusters.orphans import vms_not_ours
 from dashboard.filtersets import filled, filtered_page, list_page
 from dashboard.forms import LocationChoiceField
-from gpus.models import HOURLY_PLACES, hourly_price
+from gpus.models import vm_hourly_cost
 
 PAGE_SIZE = 50
 NEWEST_FIRST = Sort("first_seen_at", True, "newest first")
@@ -78,7 +78,7 @@ def vm_list(request: HtmxHttpRequest) -> HttpResponse:
                 vm,
                 machine := held.get((vm.location_id, vm.vm_id)),
                 vm.pk in foreign,
-                hourly_price(vm.compute_monthly_price()).quantize(HOURLY_PLACES),
+                vm_hourly_cost(vm),
                 may_remove=machine is None
                 and (vm.orphaned_since is not None or vm.pk in foreign)
                 and allowed(
