@@ -60,6 +60,7 @@ from kube.client import kube_client  # noqa: E402
 from kube.observe import cluster_kube_observe  # noqa: E402
 from simulator.whitesky.worldfile import DEMO_WORLD  # noqa: E402
 from sriov.models import PodNic  # noqa: E402
+from tests.e2e.processes import free_port  # noqa: E402
 from tests.kube_sim import KubeSimulator  # noqa: E402
 from tests.sriov.support import NETWORK, World, world_build  # noqa: E402
 from tests.whitesky_sim import PROJECT_ROOT, WhiteskySimulator  # noqa: E402
@@ -382,8 +383,9 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--celery", type=int, default=4)  # deploy/kubernetes/worker.yaml
-    parser.add_argument("--port", type=int, default=18765, help="gunicorn's port")
+    parser.add_argument("--port", type=int, default=0, help="gunicorn's port (0: a free one)")
     args = parser.parse_args()
+    args.port = args.port or free_port()
     if connection.vendor != "postgresql":
         print("needs PostgreSQL (DATABASE_URL)", file=sys.stderr)
         return 2

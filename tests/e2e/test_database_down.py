@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -25,19 +24,13 @@ import pytest
 import requests
 
 from tests.conftest import require
-from tests.e2e.processes import ROOT, environment_for_subprocess
+from tests.e2e.processes import ROOT, environment_for_subprocess, free_port
 
 pytestmark = pytest.mark.e2e
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 # PostgreSQL refuses to run as root: as root, the server runs as this user.
 PG_USER = "postgres"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_for(condition: Callable[[], bool], seconds: float, what: str) -> None:
