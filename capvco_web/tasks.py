@@ -1,5 +1,6 @@
 import logging
 import threading
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -12,6 +13,7 @@ from kombu.exceptions import OperationalError
 from capvco_web.backoff import backoff_seconds
 from capvco_web.integrations.whitesky import WhiteskyError
 from capvco_web.models import Heartbeat
+from capvco_web.queued import queued_mark
 from capvco_web.retention import history_prune as retention_prune
 
 BEAT = "beat"
@@ -54,6 +56,22 @@ def send_on_commit(task: Task[Any, Any], *args: Any, expires: float | None = Non
     reached loses the message, not the work: see `_send`."""
     options: dict[str, Any] = {} if expires is None else {"expires": expires}
     transaction.on_commit(lambda: _send(task, args, options))
+
+
+# A tick's message waits its turn this many intervals before it expires, its object's
+# queued mark as long (capvco_web.queued): under load the work that waited is done, not
+# dropped; a lost message's object is sent again within this.
+QUEUED_INTERVALS = 4
+
+
+def send_each_unless_queued(
+    task: Task[Any, Any], object_ids: Iterable[int], *, interval: timedelta
+) -> None:
+    """Beat's tick: send `task` for each object not already queued, marked queued until
+    the task starts (it calls `queued_clear`) and at most QUEUED_INTERVALS intervals."""
+    expires = QUEUED_INTERVALS * interval.total_seconds()
+    for object_id in queued_mark(task.name, object_ids, expires):
+        send_on_commit(task, object_id, expires=expires)
 
 
 def _send(task: Task[Any, Any], args: tuple[Any, ...], options: dict[str, Any]) -> None:
