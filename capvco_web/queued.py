@@ -8,9 +8,10 @@ queued; a tick sends only objects not marked; the task clears the mark when it s
 changed after that start is the next send's). The work waits and is done once however many
 ticks passed, as a Kubernetes controller's work queue coalesces the keys of one object.
 
-The mark lives in the broker's Redis with a time to live, the message's expiry: a message
-lost with its worker or with a broker restarted empty leaves its object unmarked again
-within that time, and the next tick sends it again from the rows. Beside a broker that is
+The mark lives in the broker's Redis with a time to live, shorter than the message's
+expiry (capvco_web.tasks.QUEUED_INTERVALS): a message lost with its worker or with a
+broker restarted empty leaves its object unmarked again within that time, and the next
+tick sends it again from the rows. Beside a broker that is
 not Redis, or a Redis that cannot be reached, nothing is marked and every tick sends (the
 task's lock keeps a duplicate from running at once).
 """
