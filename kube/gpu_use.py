@@ -169,7 +169,10 @@ def _exporter_read(
     pods = client.list_pod_runs(namespace=service.namespace, label_selector=selector)
     problems = [] if pods.error is None else [f"exporter pods: {pods.error}"]
     readings: list[GpuReading] = []
-    for pod in sorted(pods.items, key=lambda p: p.node_name):
+    nodes_read: set[str] = set()
+    for pod in sorted(pods.items, key=lambda p: (p.node_name, p.phase != "Running", p.name)):
+        if pod.node_name in nodes_read:
+            continue  # a second exporter pod on the node (a rolling update): read once
         if pod.phase != "Running" or not pod.node_name:
             problems.append(f"{pod.node_name or pod.name}: exporter pod {pod.phase}")
             continue
@@ -181,6 +184,7 @@ def _exporter_read(
                 path=METRICS_PATH,
             )
             readings += exporter_readings(text, node_name=pod.node_name)
+            nodes_read.add(pod.node_name)
         except (kube.KubeError, ExporterTextInvalid) as exc:
             problems.append(f"{pod.node_name}: {exc}")
     return readings, problems

@@ -68,8 +68,9 @@ def test_a_gpu_without_both_figures_is_left_out_and_other_text_refused() -> None
 @pytest.fixture
 def recorded(kube_sim: KubeSimulator, pool: MachinePool) -> Cluster:
     """Cluster prod: GPU node gpu-0 (machine gpu-0, whose vGPU 0 is attached) runs pod
-    ml/train-0 on its one H200, whose exporter serves the recording; GPU node gpu-1 runs an
-    exporter that does not answer; cpu-0 runs none."""
+    ml/train-0 on its one H200, whose exporter serves the recording (a second exporter pod,
+    still Pending, beside it); GPU node gpu-1 runs an exporter that does not answer; cpu-0
+    runs none."""
     found = kube_sim.cluster("prod")
     Cluster.objects.filter(pk=pool.cluster_id).update(kubeconfig=found.kubeconfig_yaml)
     machine = pool.machines.get(name="gpu-0")
@@ -81,6 +82,7 @@ def recorded(kube_sim: KubeSimulator, pool: MachinePool) -> Cluster:
         node_object(CPU_0),
         pod_object("train-0", namespace="ml", node=GPU_0, gpus=1),
         *dcgm_exporter_objects(GPU_0, GPU_1),
+        rolling_update_pod(),
     )
     held = {"pod": "train-0", "namespace": "ml", "container": "main"}
     gpu = {"gpu": 0, "uuid": UUID, "model": "NVIDIA H200", **held}
@@ -89,6 +91,13 @@ def recorded(kube_sim: KubeSimulator, pool: MachinePool) -> Cluster:
     with kube_client(cluster) as client:
         cluster_kube_observe(client=client, cluster=cluster)
     return cluster
+
+
+def rolling_update_pod() -> dict[str, object]:
+    pod = pod_object("nvidia-dcgm-exporter-new", namespace=DCGM_NAMESPACE, node=GPU_0)
+    pod["metadata"]["labels"] = {"app": "nvidia-dcgm-exporter"}
+    pod["status"] = {"phase": "Pending"}
+    return pod
 
 
 def read(cluster: Cluster, now: datetime) -> int:
@@ -103,7 +112,8 @@ def test_the_recorded_node_is_unused_for_hours_then_in_use_and_its_efficiency_fo
     utilisation = [int(sample["util"]) for sample in recorded_utilisation()]
     statuses = []
     for n in range(len(utilisation)):
-        assert read(recorded, start + n * STEP) == 1  # gpu-1's exporter does not answer
+        # gpu-1's exporter does not answer; gpu-0's is read once, not twice.
+        assert read(recorded, start + n * STEP) == 1
         (row,) = gpu_use(recorded, now=start + n * STEP).gpus
         statuses.append(row.status)
     # 3 % then 0 % for 8 reads (2 h at 15 min: GPU_UNUSED_HOURS) is requested but unused;
