@@ -30,6 +30,7 @@ from dashboard.pages.cluster import NICS_IN, PHASE_IN, cluster_body
 from dashboard.views.money import cluster_locations
 from dashboard.views.setup import accounts_for_new_clusters
 from gpus.models import BILLED_STATES, VgpuReservation
+from kube.gpu_use import gpu_use
 from kube.plan import kube_plan
 from kube.selectors import clusters_with_kube_summary, kube_observation_problem
 from sriov.models import PodNic
@@ -152,7 +153,12 @@ def cluster_for_page(request: HtmxHttpRequest, pk: int) -> Cluster:
             visible(
                 request.user,
                 Cluster.objects.select_related(
-                    "account", "sriov", "status", "kube_observation", "gpu_addon_state"
+                    "account",
+                    "sriov",
+                    "status",
+                    "kube_observation",
+                    "gpu_addon_state",
+                    "gpu_use_state",
                 ),
             )
         ).annotate(
@@ -191,7 +197,19 @@ def cluster_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         for chart in money.charts:
             chart.csv_url = reverse("dashboard:cluster-money-csv", args=[cluster.pk, chart.key])
         context["money"] = money
+        context.update(cluster_gpu_use_section(cluster))
     return page_or_fragment(request, "dashboard/cluster.html", context, fragments=["cluster-body"])
+
+
+def cluster_gpu_use_section(cluster: Cluster) -> dict[str, Any]:
+    """What its GPUs do (kube.gpu_use): drawn with the page, as its money is."""
+    return {
+        "gpu_use": gpu_use(cluster, now=timezone.now()),
+        "gpu_use_api": reverse("cluster-gpu-use", args=[cluster.pk]),
+        "gpu_use_window": f"{settings.GPU_USE_WINDOW_HOURS:g}",
+        "gpu_use_selector": settings.GPU_USE_EXPORTER_SELECTOR,
+        "gpu_unused_percent": f"{settings.GPU_UNUSED_PERCENT:g}",
+    }
 
 
 def cluster_plan_section(cluster: Cluster) -> dict[str, Any]:
