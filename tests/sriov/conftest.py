@@ -8,10 +8,16 @@ import pytest
 from capvco_web.audit import SystemActor
 from clusters.models import Cluster, ClusterSite, Machine, MachinePool
 from sriov.services import sriov_config_set
-from sriov.tokens import agent_token_rotate, node_token_enroll
+from sriov.tokens import agent_token_rotate, agent_tokens_forget, node_token_enroll
 from tests.kube_sim import KubeSimulator, node_object, pod_object
 from tests.sriov.support import CLOUDSPACE, NETWORK, World, queue_worker, world_build
 from tests.whitesky_sim import WhiteskySimulator
+
+
+@pytest.fixture(autouse=True)
+def _agent_tokens_read_afresh() -> None:
+    """Each test's tokens are its own: none cached by a test before it."""
+    agent_tokens_forget()
 
 
 @pytest.fixture
