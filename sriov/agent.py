@@ -48,7 +48,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, connections, transaction
@@ -74,11 +74,9 @@ from sriov.placement import (
     WrongNode,
     node_placement,
     pod_check,
+    shared_kube,
 )
 from sriov.whitesky import NoCredential, sriov_whitesky_client
-
-if TYPE_CHECKING:
-    from capvco_web.integrations.kube.client import KubeClient
 
 logger = logging.getLogger(__name__)
 
@@ -119,19 +117,10 @@ class NotEnabled(Refused):
 @dataclass(frozen=True)
 class Clients:
     """How the agent reaches the outside: whitesky with the SR-IOV credential, and the
-    cluster's Kubernetes (made only when the mirror cannot answer)."""
+    cluster's Kubernetes (used only when the mirror cannot answer)."""
 
     whitesky: Callable[[SriovConfig], ws.WhiteskyClient] = sriov_whitesky_client
-    kube: Callable[[Cluster], KubeClientFactory] | None = None
-
-
-def _default_kube(cluster: Cluster) -> KubeClientFactory:
-    def make() -> KubeClient:
-        from kube.client import kube_client  # imports the kubernetes package: only now
-
-        return kube_client(cluster)
-
-    return make
+    kube: Callable[[Cluster], KubeClientFactory] = shared_kube
 
 
 def vm_lock_name(location_id: int, vm_id: int) -> str:
@@ -279,7 +268,7 @@ def pod_nic_add(
             cluster=cluster,
             config=config,
             client=client,
-            kube=(clients.kube or _default_kube)(cluster),
+            kube=clients.kube(cluster),
             pod_uid=pod_uid,
             namespace=namespace,
             pod_name=pod_name,

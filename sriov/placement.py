@@ -10,6 +10,7 @@ taken from the caller: only from the node's machine.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -22,9 +23,22 @@ from kube.nodes import NodeOwners
 if TYPE_CHECKING:
     from capvco_web.integrations.kube.client import KubeClient
 
-# Makes the cluster's Kubernetes client when the mirror cannot answer (the kubernetes
-# package is slow to import: only then).
-KubeClientFactory = Callable[[], "KubeClient"]
+# The cluster's Kubernetes client, for a `with` block, when the mirror cannot answer (the
+# kubernetes package is slow to import: only then).
+KubeClientFactory = Callable[[], AbstractContextManager["KubeClient"]]
+
+
+def shared_kube(cluster: Cluster) -> KubeClientFactory:
+    """The process's client of the cluster (kube_client_shared), left open after the block:
+    the next request uses its connection again."""
+
+    def use() -> AbstractContextManager[KubeClient]:
+        from kube.client import kube_client_shared  # imports the kubernetes package
+
+        return nullcontext(kube_client_shared(cluster))
+
+    return use
+
 
 FINISHED_PHASES = (KubePod.Phase.SUCCEEDED, KubePod.Phase.FAILED)
 

@@ -30,7 +30,6 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
-from typing import TYPE_CHECKING
 
 from django.db import IntegrityError, transaction
 from django.db.models import Q
@@ -41,10 +40,7 @@ from capvco_web.permissions import Actor, permission_require
 from capvco_web.tokens import LAST_USED_RESOLUTION, token_hash
 from clusters.models import Cluster, Machine
 from sriov.models import AGENT_TOKEN_PREFIX, AgentToken
-from sriov.placement import Refused, node_placement
-
-if TYPE_CHECKING:
-    from capvco_web.integrations.kube.client import KubeClient
+from sriov.placement import KubeClientFactory, Refused, node_placement, shared_kube
 
 KEY_ID_BYTES = 6
 SECRET_BYTES = 32
@@ -155,22 +151,13 @@ def agent_token_rotate(
     return token, raw
 
 
-def _default_kube(cluster: Cluster) -> Callable[[], KubeClient]:
-    def make() -> KubeClient:
-        from kube.client import kube_client  # imports the kubernetes package: only now
-
-        return kube_client(cluster)
-
-    return make
-
-
 def node_token_enroll(
     *,
     enrollment: AgentToken,
     node_name: str,
     current_token: str = "",
     address: str | None = None,
-    kube_client: Callable[[], KubeClient] | None = None,
+    kube_client: KubeClientFactory | None = None,
 ) -> tuple[AgentToken, str]:
     """Exchange the cluster's enrollment token for a token bound to its node `node_name`
     and its machine (returned once). Only for a node of the cluster that is one of its
@@ -183,7 +170,7 @@ def node_token_enroll(
     # Read now: the enrollment token may be a cached one (its cluster as it was then).
     cluster = Cluster.objects.select_related("account").get(pk=enrollment.cluster_id)
     machine = node_placement(
-        cluster=cluster, node_name=node_name, kube_client=kube_client or _default_kube(cluster)
+        cluster=cluster, node_name=node_name, kube_client=kube_client or shared_kube(cluster)
     ).machine
     key_id, raw = _token_new()
     now = timezone.now()
