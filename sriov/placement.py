@@ -133,18 +133,20 @@ def _live_pod(
 def node_placement(
     *, cluster: Cluster, node_name: str, kube_client: KubeClientFactory
 ) -> Placement:
-    """The machine (and VM) of the cluster's node `node_name`."""
-    row = KubeNode.objects.filter(cluster=cluster, name=node_name).first()
-    machine_id = row.machine_id if row is not None else None
-    if machine_id is None and row is None:
-        machine_id = _live_node_machine(cluster, node_name, kube_client)
-    machine = (
-        Machine.objects.select_related("pool__site__location", "deletion")
-        .filter(pk=machine_id)
+    """The machine (and VM) of the cluster's node `node_name`: a mirrored node's read with
+    it in one query."""
+    row = (
+        KubeNode.objects.select_related("machine__pool__site__location", "machine__deletion")
+        .filter(cluster=cluster, name=node_name)
         .first()
-        if machine_id is not None
-        else None
     )
+    machine = row.machine if row is not None else None
+    if row is None and (machine_id := _live_node_machine(cluster, node_name, kube_client)):
+        machine = (
+            Machine.objects.select_related("pool__site__location", "deletion")
+            .filter(pk=machine_id)
+            .first()
+        )
     if machine is None:
         raise Refused(
             f"Node {node_name} is no machine of cluster {cluster.name}: only the VMs of its "
