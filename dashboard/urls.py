@@ -39,6 +39,7 @@ urlpatterns = [
     path("clusters/<int:pk>/plan/", clusters.cluster_plan_fragment, name="cluster-plan"),
     path("clusters/<int:pk>/delete/", actions.cluster_delete, name="cluster-delete"),
     path("pools/<int:pk>/scale/", actions.pool_scale, name="pool-scale"),
+    path("clusters/<int:pk>/pools/scale/", actions.pools_scale, name="pools-scale"),
     path("machines/<int:pk>/delete/", actions.machine_delete, name="machine-delete"),
     path(
         "machines/<int:pk>/force-delete/",
