@@ -18,13 +18,15 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from capvco_web.htmx import HtmxHttpRequest, page_or_fragment
-from capvco_web.keyset import CURSOR_PARAMS, BadCursor, KeysetPage, Sort, keyset_page
+from capvco_web.keyset import CURSOR_PARAMS, BadCursor, KeysetPage, keyset_page
 from capvco_web.permissions import allowed, visible
 from cloud.models import Location, VirtualMachine
 from clusters.models import Cluster
-from dashboard.columns import COLUMNS, Column, columns_chosen
+from dashboard.columns import COLUMNS, columns_chosen
 from dashboard.filtersets import cluster_field, filled, list_page, unknown_parameters
 from dashboard.forms import LocationChoiceField
+from dashboard.lists import RESERVATION_COLUMNS, RESERVATION_SORTS
+from dashboard.views.saved import saved_views_context
 from gpus import naming
 from gpus.filtersets import VgpuReservationFilterSet
 from gpus.models import GpuProfile, VgpuReservation
@@ -33,27 +35,8 @@ from gpus.services import RELEASABLE, release_request_pending
 
 TEMPLATE = "dashboard/reservations.html"
 PAGE_SIZE = 50
-SORTS = {
-    "-created": Sort("created_at", True, "newest first"),
-    "created": Sort("created_at", False, "oldest first"),
-    "name": Sort("name", False, "name, A to Z"),
-    "-name": Sort("name", True, "name, Z to A"),
-}
 DEFAULT_SORT = "-created"
 RELEASE = "gpus.release_vgpureservation"
-# The page's columns, each with the CSV's columns it stands for (the id always goes).
-RESERVATION_COLUMNS = (
-    Column("name", "Name", ("name", "vgpu_id")),
-    Column("location", "Location", ("location",)),
-    Column("gpu", "GPU", ("gpu_type", "card")),
-    Column("state", "State", ("state", "released_at", "release_requested_by", "release_reason")),
-    Column("vm", "VM", ("vm_id",)),
-    Column("owner", "Owner", ("cluster", "pool", "machine")),
-    Column("since", "Since", ("created_at", "first_seen_at")),
-    Column("orphaned", "Orphaned", ("unassigned_since", "orphaned_since")),
-    Column("per_hour", "Per hour", ("currency", "cost_per_hour"), numeric=True),
-    Column("accrued", "Accrued", ("currency", "accrued_cost"), numeric=True),
-)
 
 
 @dataclass
@@ -179,7 +162,7 @@ def reservation_table(request: HtmxHttpRequest, params: QueryDict) -> tuple[dict
         "shown": chosen.keys,
         "params": params,
         "sort_key": sort_key,
-        "sorts": SORTS,
+        "sorts": RESERVATION_SORTS,
         "page_url": f"{list_url}?{params.urlencode()}" if params else list_url,
         "list_url": list_url,
         "gpu_types": sorted(
@@ -188,6 +171,7 @@ def reservation_table(request: HtmxHttpRequest, params: QueryDict) -> tuple[dict
         "errors": [],
         "rows": [],
         "page": None,
+        **saved_views_context(request, "reservations", params),
     }
     if unknown := unknown_parameters(params, [*filterset.filters, "sort", COLUMNS, *CURSOR_PARAMS]):
         context["errors"] += unknown
@@ -195,9 +179,11 @@ def reservation_table(request: HtmxHttpRequest, params: QueryDict) -> tuple[dict
     if chosen.errors:
         context["errors"] += chosen.errors
         return context, 400
-    sort = SORTS.get(sort_key)
+    sort = RESERVATION_SORTS.get(sort_key)
     if sort is None:
-        context["errors"].append(f"Unknown sort {sort_key!r}: use one of {', '.join(SORTS)}.")
+        context["errors"].append(
+            f"Unknown sort {sort_key!r}: use one of {', '.join(RESERVATION_SORTS)}."
+        )
         return context, 400
     if not filterset.is_valid():
         for field, messages in filterset.form.errors.items():

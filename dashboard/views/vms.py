@@ -21,24 +21,15 @@ from cloud.models import Location, VirtualMachine
 from clusters.filtersets import VirtualMachineFilterSet
 from clusters.models import Machine
 from clusters.orphans import vms_not_ours
-from dashboard.columns import COLUMNS, Column, columns_chosen
+from dashboard.columns import COLUMNS, columns_chosen
 from dashboard.filtersets import filled, filtered_page, list_page
 from dashboard.forms import LocationChoiceField
+from dashboard.lists import VM_COLUMNS
+from dashboard.views.saved import saved_views_context
 from gpus.models import vm_hourly_cost
 
 PAGE_SIZE = 50
 NEWEST_FIRST = Sort("first_seen_at", True, "newest first")
-VM_COLUMNS = (
-    Column("name", "VM"),
-    Column("vm_id", "Id", numeric=True),
-    Column("location", "Location"),
-    Column("cloudspace", "Cloudspace"),
-    Column("status", "Status"),
-    Column("vcpus", "vCPUs", numeric=True),
-    Column("memory", "Memory MiB", numeric=True),
-    Column("whose", "Whose"),
-    Column("per_hour", "Per hour", numeric=True),
-)
 
 
 @dataclass(frozen=True)
@@ -73,6 +64,7 @@ def vm_list(request: HtmxHttpRequest) -> HttpResponse:
         "errors": [],
         "rows": [],
         "page": None,
+        **saved_views_context(request, "vms", request.GET),
     }
     found = filtered_page(
         filterset, params=request.GET, sort=NEWEST_FIRST, size=PAGE_SIZE, takes=[COLUMNS]
