@@ -12,7 +12,7 @@ from django.http import QueryDict
 from capvco_web.keyset import CURSOR_PARAMS, Sort
 from clusters.filtersets import VirtualMachineFilterSet
 from dashboard.columns import COLUMNS, Column, columns_chosen
-from dashboard.filtersets import filled, unknown_parameters
+from dashboard.filtersets import ClusterListFilterSet, filled, unknown_parameters
 from gpus.filtersets import VgpuReservationFilterSet
 
 RESERVATION_SORTS = {
@@ -45,7 +45,22 @@ VM_COLUMNS = (
     Column("whose", "Whose"),
     Column("per_hour", "Per hour", numeric=True),
 )
+CLUSTER_COLUMNS = (
+    Column("name", "Cluster"),
+    Column("account", "Account"),
+    Column("state", "State"),
+    Column("locations", "Locations"),
+    Column("pools", "Pools", numeric=True),
+    Column("machines", "Machines", numeric=True),
+    Column("running", "Running", numeric=True),
+    Column("failed", "Failed", numeric=True),
+    Column("gpus", "GPUs held", numeric=True),
+    Column("nodes", "Nodes Ready", numeric=True),
+    Column("gpu_allocatable", "GPUs allocatable", numeric=True),
+    Column("kubernetes", "Kubernetes"),
+)
 SORT = "sort"
+PAGE = "page"  # a numbered page (the clusters list)
 
 
 @dataclass(frozen=True)
@@ -80,6 +95,7 @@ LISTS = {
         "dashboard:reservations", VgpuReservationFilterSet, RESERVATION_COLUMNS, RESERVATION_SORTS
     ),
     "vms": ShapedList("dashboard:vms", VirtualMachineFilterSet, VM_COLUMNS, {}),
+    "clusters": ShapedList("dashboard:clusters", ClusterListFilterSet, CLUSTER_COLUMNS, {}),
 }
 
 
@@ -87,6 +103,6 @@ def list_query(params: QueryDict) -> QueryDict:
     """A list's query as it is saved: less its page (a view opens at the first) and the
     empty values a form sends for "any"."""
     kept = filled(params)
-    for name in CURSOR_PARAMS:
+    for name in (*CURSOR_PARAMS, PAGE):
         kept.pop(name, None)
     return kept

@@ -1,4 +1,4 @@
-"""The columns an operator chooses on the reservations and VM lists (`cols`): the page
+"""The columns an operator chooses on the reservations, VM and cluster lists (`cols`): the page
 shows those, the reservations CSV has the same ones, a column hidden is not read, and a
 column the list has not is refused naming the ones it has."""
 
@@ -72,7 +72,7 @@ def test_without_cols_every_column_and_the_whole_csv(admin_client: Client, world
     assert "accrued_cost" in csv_rows(admin_client, "orphaned=true")[0]
 
 
-@pytest.mark.parametrize("path", ["/reservations/", "/reservations/csv/", "/vms/"])
+@pytest.mark.parametrize("path", ["/reservations/", "/reservations/csv/", "/vms/", "/clusters/"])
 def test_a_column_the_list_has_not_is_refused_naming_those_it_has(
     admin_client: Client, world: World, path: str
 ) -> None:
@@ -108,3 +108,27 @@ def test_the_vm_list_shows_the_columns_chosen(admin_client: Client, world: World
     assert headings(html, "vms") == ["VM", "Status", "Per hour", ""]
     assert "Cloudspace</th>" not in html
     assert 'name="cols" value="cloudspace">' in html
+
+
+def test_the_cluster_list_shows_the_columns_chosen_and_reads_no_hidden_one(
+    admin_client: Client, world: World
+) -> None:
+    with CaptureQueriesContext(connection) as every:
+        admin_client.get("/clusters/")
+    with CaptureQueriesContext(connection) as few:
+        response = admin_client.get("/clusters/?failed=true&cols=name,failed")
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert headings(html, "clusters") == ["Cluster", "Failed"]
+    assert f'href="/clusters/{world.cluster.pk}/#machines">1</a>' in html  # its failed machine
+    # The filter is kept when the columns change.
+    assert '<input type="hidden" name="failed" value="true">' in html
+    # The pools, the GPUs held and the locations are read for their columns only.
+    for table in (
+        'FROM "clusters_machinepool"',
+        'FROM "gpus_vgpureservation"',
+        'FROM "clusters_clustersite"',
+    ):
+        seen = [q["sql"] for q in few.captured_queries if table in q["sql"].split("WHERE")[0]]
+        assert not seen, table
+        assert any(table in q["sql"].split("WHERE")[0] for q in every.captured_queries), table

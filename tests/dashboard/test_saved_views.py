@@ -98,3 +98,15 @@ def test_the_owner_deletes_a_view(admin_client: Client, admin_user: User, world:
     assert response.status_code == 302 and response["Location"] == "/vms/"
     assert not SavedView.objects.exists()
     assert admin_client.get(f"/views/{view.pk}/delete/").status_code == 405
+
+
+def test_a_view_of_the_clusters_list_is_saved_without_its_page(
+    admin_client: Client, world: World
+) -> None:
+    response = admin_client.post(
+        "/views/save/",
+        {"list": "clusters", "name": "failing", "query": "failed=true&cols=name,failed&page=2"},
+    )
+    assert response.status_code == 302
+    assert response["Location"] == "/clusters/?failed=true&cols=name%2Cfailed"
+    assert '">failing</a>' in admin_client.get("/clusters/").content.decode()
