@@ -154,6 +154,21 @@ def test_a_new_listing_without_the_vm_is_planned_and_acted_on(plane: Plane) -> N
     assert vgpu["vm_id"] == machine.vm_id
 
 
+def test_a_new_listing_with_a_vgpu_detached_is_planned_in_full(plane: Plane) -> None:
+    cluster = idle_cluster(plane, replicas=1)
+    machine = Machine.objects.get()
+    [vgpu] = plane.sim_vgpus()
+    assert machine.vm_id is not None
+    with whitesky_client(plane.account) as client:
+        client.stop_vm(cloudspace_id="cs-demo-nl", vm_id=machine.vm_id)
+        client.detach_vgpu(cloudspace_id="cs-demo-nl", vm_id=machine.vm_id, vgpu_id=vgpu["vgpu_id"])
+    plane.observe()  # a complete listing begun after the detach shows it unattached
+
+    # Planned from what the listing shows (the plan leaves a running machine's VM and
+    # vGPUs as listed to the node's checks: it has no step for them).
+    assert planned_in_full(plane.reconcile(cluster))
+
+
 def test_a_next_try_falling_due_ends_the_skip(plane: Plane) -> None:
     cluster = idle_cluster(plane, replicas=1)
     soon = timezone.now() + timedelta(seconds=30)
