@@ -312,6 +312,9 @@ CACHES = {"default": cache_config(env.str("CACHE_URL", default=""), broker_url=C
 HEARTBEAT_INTERVAL = timedelta(seconds=env.float("HEARTBEAT_INTERVAL_SECONDS", default=15))
 OBSERVE_INTERVAL = timedelta(seconds=env.float("OBSERVE_INTERVAL_SECONDS", default=30))
 RECONCILE_INTERVAL = timedelta(seconds=env.float("RECONCILE_INTERVAL_SECONDS", default=30))
+# A cluster whose plan's inputs did not change since its last empty plan is not planned
+# again, except at least this often (the resync).
+RECONCILE_RESYNC = timedelta(seconds=env.float("RECONCILE_RESYNC_SECONDS", default=600))
 ORPHAN_SWEEP_INTERVAL = timedelta(seconds=env.float("ORPHAN_SWEEP_INTERVAL_SECONDS", default=60))
 # The record of each plan pass (capvco_web.PlanPass): the last this many per cluster/location.
 PLAN_PASSES_KEPT = max(1, env.int("PLAN_PASSES_KEPT", default=50))
