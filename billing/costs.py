@@ -98,6 +98,7 @@ class OrphanCost:
 
     location_id: int
     account_id: int
+    account_name: str
     currency: str
     vgpus: int
     vgpu: Decimal
@@ -399,6 +400,7 @@ def _orphan_costs(by_id: dict[int, Location]) -> list[OrphanCost]:
         OrphanCost(
             location_id=pk,
             account_id=location.account_id,
+            account_name=location.account.name,
             currency=location.currency,
             vgpus=vgpus.get(pk, 0),
             vgpu=vgpus.get(pk, 0) * hourly_price(location.vgu_price),
