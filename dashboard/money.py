@@ -244,85 +244,93 @@ def _capacity_charts(locations: QuerySet[Location], now: datetime) -> list[Chart
     return charts
 
 
-@one_snapshot()
 def overview_money(*, locations: QuerySet[Location], leaks: QuerySet[Leak], now: datetime) -> Money:
     """The overview's money: month to date and forecast per account and currency, this
     month's leaks, GPU capacity per type, cost per day stacked by cluster with the
     forecast, and leak and idle cost per day, one chart per currency."""
-    start, since = month_of(now), forecast_from(now)
-    months = month_figures(group_by="account", locations=locations, now=now)
-    # The month's costliest clusters per currency are read day by day; the others are
-    # what the accounts' pools cost beside them (one series per account, not per cluster).
-    top = costliest_clusters(locations=locations, start=start, end=now, n=TOP_CLUSTERS)
-    shown = [cluster for ids in top.values() for cluster in ids]
-    by_cluster = cost_series(
-        group_by="cluster", locations=locations, start=start, end=now, step="day", clusters=shown
-    )
-    names = _cluster_names(by_cluster)
-    by_account = cost_series(
-        group_by="account", locations=locations, start=start, end=now, step="day"
-    )
-    layers: dict[str, dict[int | None, PerDay]] = defaultdict(lambda: defaultdict(dict))
-    others: dict[str, PerDay] = defaultdict(lambda: defaultdict(lambda: ZERO))
-    for point in by_cluster:
-        assert point.start is not None
-        if point.cluster in top[point.currency]:
-            layers[point.currency][point.cluster][point.start] = point.total
-            others[point.currency][point.start] -= point.total
-    orphans: dict[str, PerDay] = defaultdict(lambda: defaultdict(lambda: ZERO))
-    idle: dict[str, PerDay] = defaultdict(lambda: defaultdict(lambda: ZERO))
-    for point in by_account:
-        assert point.start is not None
-        orphan = (point.orphan_vgpu or ZERO) + (point.orphan_vm or ZERO)
-        orphans[point.currency][point.start] += orphan
-        others[point.currency][point.start] += point.total - orphan
-        idle[point.currency][point.start] += point.idle
-    planned: dict[str, Decimal] = defaultdict(lambda: ZERO)
-    for figure in months:
-        planned[figure.point.currency] += figure.rate_planned
-    month_days = _days(start, next_month(now))
-    past = _past_days(now)
-    leak_days = _leak_cost_per_day(leaks, past, now)
-    currencies = sorted(set(planned) | set(top) | set(orphans) | set(leak_days))
-    charts: list[Chart] = []
-    for currency in currencies:  # each currency's cost beside its leak and idle cost
-        charts.append(
-            _cost_stack(
-                key=f"cost-{_slug(currency)}",
-                title="Cost by cluster",
-                currency=currency,
-                days=month_days,
-                layers=[(names[cluster], layers[currency][cluster]) for cluster in top[currency]],
-                extra=[
-                    ("other clusters", "others", others[currency]),
-                    ("orphans", "orphans", orphans[currency]),
-                ],
-                forecast=forecast_per_day(
-                    month_days, since=since, rate_per_hour=planned.get(currency, ZERO)
-                ),
-            )
+    with one_snapshot():
+        start, since = month_of(now), forecast_from(now)
+        months = month_figures(group_by="account", locations=locations, now=now)
+        # The month's costliest clusters per currency are read day by day; the others are
+        # what the accounts' pools cost beside them (one series per account, not per cluster).
+        top = costliest_clusters(locations=locations, start=start, end=now, n=TOP_CLUSTERS)
+        shown = [cluster for ids in top.values() for cluster in ids]
+        by_cluster = cost_series(
+            group_by="cluster",
+            locations=locations,
+            start=start,
+            end=now,
+            step="day",
+            clusters=shown,
         )
-        charts.append(
-            _waste_chart(
-                f"waste-{_slug(currency)}",
-                "Leak and idle cost",
-                currency,
-                past,
-                [
-                    ("leaks", "leaks", leak_days.get(currency, {})),
-                    ("idle GPUs", "idle", idle.get(currency, {})),
-                ],
-                "Leaks: the ledger's vGPUs and VMs no machine owns, from flagged to ended. "
-                "Idle GPUs: attached vGPUs no pod requests, as the hourly rollups sampled them.",
-            )
+        names = _cluster_names(by_cluster)
+        by_account = cost_series(
+            group_by="account", locations=locations, start=start, end=now, step="day"
         )
-    return Money(
-        month_start=start,
-        months=months,
-        leaks=leak_totals(leaks=leaks, since=start, until=now),
-        cost_charts=charts,
-        capacity_charts=_capacity_charts(locations, now),
-    )
+        layers: dict[str, dict[int | None, PerDay]] = defaultdict(lambda: defaultdict(dict))
+        others: dict[str, PerDay] = defaultdict(lambda: defaultdict(lambda: ZERO))
+        for point in by_cluster:
+            assert point.start is not None
+            if point.cluster in top[point.currency]:
+                layers[point.currency][point.cluster][point.start] = point.total
+                others[point.currency][point.start] -= point.total
+        orphans: dict[str, PerDay] = defaultdict(lambda: defaultdict(lambda: ZERO))
+        idle: dict[str, PerDay] = defaultdict(lambda: defaultdict(lambda: ZERO))
+        for point in by_account:
+            assert point.start is not None
+            orphan = (point.orphan_vgpu or ZERO) + (point.orphan_vm or ZERO)
+            orphans[point.currency][point.start] += orphan
+            others[point.currency][point.start] += point.total - orphan
+            idle[point.currency][point.start] += point.idle
+        planned: dict[str, Decimal] = defaultdict(lambda: ZERO)
+        for figure in months:
+            planned[figure.point.currency] += figure.rate_planned
+        month_days = _days(start, next_month(now))
+        past = _past_days(now)
+        leak_days = _leak_cost_per_day(leaks, past, now)
+        currencies = sorted(set(planned) | set(top) | set(orphans) | set(leak_days))
+        charts: list[Chart] = []
+        for currency in currencies:  # each currency's cost beside its leak and idle cost
+            charts.append(
+                _cost_stack(
+                    key=f"cost-{_slug(currency)}",
+                    title="Cost by cluster",
+                    currency=currency,
+                    days=month_days,
+                    layers=[
+                        (names[cluster], layers[currency][cluster]) for cluster in top[currency]
+                    ],
+                    extra=[
+                        ("other clusters", "others", others[currency]),
+                        ("orphans", "orphans", orphans[currency]),
+                    ],
+                    forecast=forecast_per_day(
+                        month_days, since=since, rate_per_hour=planned.get(currency, ZERO)
+                    ),
+                )
+            )
+            charts.append(
+                _waste_chart(
+                    f"waste-{_slug(currency)}",
+                    "Leak and idle cost",
+                    currency,
+                    past,
+                    [
+                        ("leaks", "leaks", leak_days.get(currency, {})),
+                        ("idle GPUs", "idle", idle.get(currency, {})),
+                    ],
+                    "Leaks: the ledger's vGPUs and VMs no machine owns, from flagged to ended. "
+                    "Idle GPUs: attached vGPUs no pod requests, "
+                    "as the hourly rollups sampled them.",
+                )
+            )
+        return Money(
+            month_start=start,
+            months=months,
+            leaks=leak_totals(leaks=leaks, since=start, until=now),
+            cost_charts=charts,
+            capacity_charts=_capacity_charts(locations, now),
+        )
 
 
 def _cluster_names(points: Iterable[CostPoint]) -> dict[int | None, str]:
@@ -343,58 +351,60 @@ def _cluster_names(points: Iterable[CostPoint]) -> dict[int | None, str]:
     }
 
 
-@one_snapshot()
 def cluster_money(*, cluster: Cluster, locations: QuerySet[Location], now: datetime) -> Money:
     """A cluster page's money: its month to date and forecast per currency, its cost per
     day this month stacked by pool with the forecast, and its idle GPUs' cost per day."""
-    start, since = month_of(now), forecast_from(now)
-    months = month_figures(group_by="cluster", locations=locations, now=now, clusters=[cluster.pk])
-    by_pool = cost_series(
-        group_by="pool",
-        locations=locations,
-        start=start,
-        end=now,
-        step="day",
-        clusters=[cluster.pk],
-    )
-    pools: dict[str, Layers] = defaultdict(dict)
-    idle: dict[str, PerDay] = defaultdict(lambda: defaultdict(lambda: ZERO))
-    for point in by_pool:
-        assert point.start is not None
-        name = f"{point.pool_name} ({point.location_name})"
-        layer = pools[point.currency].setdefault((point.pool, name), {})
-        layer[point.start] = layer.get(point.start, ZERO) + point.total
-        idle[point.currency][point.start] += point.idle
-    planned: dict[str, Decimal] = defaultdict(lambda: ZERO)
-    for figure in months:
-        planned[figure.point.currency] += figure.rate_planned
-    month_days = _days(start, next_month(now))
-    past = _past_days(now)
-    charts: list[Chart] = []
-    currencies = sorted(set(planned) | set(pools))
-    for currency in currencies:  # each currency's cost beside its idle cost
-        shown, rest = _top(pools.get(currency, {}), TOP_POOLS)
-        charts.append(
-            _cost_stack(
-                key=f"cost-{_slug(currency)}",
-                title="Cost by pool",
-                currency=currency,
-                days=month_days,
-                layers=shown,
-                extra=[("other pools", "others", rest)],
-                forecast=forecast_per_day(
-                    month_days, since=since, rate_per_hour=planned.get(currency, ZERO)
-                ),
-            )
+    with one_snapshot():
+        start, since = month_of(now), forecast_from(now)
+        months = month_figures(
+            group_by="cluster", locations=locations, now=now, clusters=[cluster.pk]
         )
-        charts.append(
-            _waste_chart(
-                f"idle-{_slug(currency)}",
-                "Idle GPU cost",
-                currency,
-                past,
-                [("idle GPUs", "idle", idle.get(currency, {}))],
-                "Attached vGPUs no pod requests, as the hourly rollups sampled them.",
-            )
+        by_pool = cost_series(
+            group_by="pool",
+            locations=locations,
+            start=start,
+            end=now,
+            step="day",
+            clusters=[cluster.pk],
         )
-    return Money(month_start=start, months=months, leaks=[], cost_charts=charts)
+        pools: dict[str, Layers] = defaultdict(dict)
+        idle: dict[str, PerDay] = defaultdict(lambda: defaultdict(lambda: ZERO))
+        for point in by_pool:
+            assert point.start is not None
+            name = f"{point.pool_name} ({point.location_name})"
+            layer = pools[point.currency].setdefault((point.pool, name), {})
+            layer[point.start] = layer.get(point.start, ZERO) + point.total
+            idle[point.currency][point.start] += point.idle
+        planned: dict[str, Decimal] = defaultdict(lambda: ZERO)
+        for figure in months:
+            planned[figure.point.currency] += figure.rate_planned
+        month_days = _days(start, next_month(now))
+        past = _past_days(now)
+        charts: list[Chart] = []
+        currencies = sorted(set(planned) | set(pools))
+        for currency in currencies:  # each currency's cost beside its idle cost
+            shown, rest = _top(pools.get(currency, {}), TOP_POOLS)
+            charts.append(
+                _cost_stack(
+                    key=f"cost-{_slug(currency)}",
+                    title="Cost by pool",
+                    currency=currency,
+                    days=month_days,
+                    layers=shown,
+                    extra=[("other pools", "others", rest)],
+                    forecast=forecast_per_day(
+                        month_days, since=since, rate_per_hour=planned.get(currency, ZERO)
+                    ),
+                )
+            )
+            charts.append(
+                _waste_chart(
+                    f"idle-{_slug(currency)}",
+                    "Idle GPU cost",
+                    currency,
+                    past,
+                    [("idle GPUs", "idle", idle.get(currency, {}))],
+                    "Attached vGPUs no pod requests, as the hourly rollups sampled them.",
+                )
+            )
+        return Money(month_start=start, months=months, leaks=[], cost_charts=charts)
