@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import requests
 
 from tests.conftest import require
 from tests.e2e.test_database_down import Web, web_server
@@ -68,8 +69,6 @@ def tokens(web: Web) -> list[str]:
 def test_a_full_disk_under_sqlite_answers_503_then_takes_the_write_once_freed(
     tmp_path: Path, small_disk: Path
 ) -> None:
-    import requests
-
     with web_server(tmp_path, f"sqlite:///{small_disk / 'capvco.sqlite3'}") as web:
         # A token is made from a browser session (with its CSRF token), not by a token.
         csrf = "a" * 32
