@@ -142,16 +142,107 @@ def billed_objects(location: Location, consumption: ws.Consumption) -> list[Bill
     return [item for item in found if item.cost > 0]
 
 
-def picture_incomplete(location: Location, end: datetime) -> str:
-    """Why the location's mirror cannot yet say what we owned until `end` ("" if it can)."""
+def locations_unlisted(locations: list[Location]) -> set[int]:
+    """The locations of which a cluster cloudspace could not be listed, in one query."""
+    return set(
+        ClusterSite.objects.filter(location__in=locations)
+        .exclude(observation_error="")
+        .values_list("location_id", flat=True)
+    )
+
+
+def picture_incomplete(location: Location, end: datetime, *, unlisted: bool) -> str:
+    """Why the location's mirror cannot yet say what we owned until `end` ("" if it can);
+    `unlisted`: a cluster cloudspace of it could not be listed (locations_unlisted)."""
     if not location.observation_complete or location.observation_started_at is None:
         return "the location's last observation was not complete"
     if location.observation_started_at < end:
         return "no observation of the location began after the hour ended yet"
-    unlisted = ClusterSite.objects.filter(location=location).exclude(observation_error="")
-    if unlisted.exists():
+    if unlisted:
         return "a cluster cloudspace of the location could not be listed"
     return ""
+
+
+@dataclass(frozen=True)
+class LocationRecords:
+    """What the checks of a location's hours from `since` on read of our own rows, read
+    once for all of them (a handful of queries per location, whatever the hours, machines
+    or rows), each hour then taken from it (`hour`)."""
+
+    location: Location
+    machine_vms: set[str]  # the VMs our machines hold now
+    removed_vms: list[tuple[datetime, str]]  # (when, VM id) removed by us since
+    held_vgpus: set[str]  # the vGPUs our machines hold now
+    named: list[tuple[str, str, bool, datetime | None]]  # (id, name, billed, released at)
+    leaks: list[Leak]  # the ledger's leaks named by us in [since, until)
+    listed_names: dict[str, str]  # the listing's vGPU names, by id
+
+    @classmethod
+    def read(cls, location: Location, since: datetime, until: datetime) -> LocationRecords:
+        machine_vms = {
+            str(vm_id)
+            for vm_id in Machine.objects.filter(
+                pool__site__location=location, vm_id__isnull=False
+            ).values_list("vm_id", flat=True)
+        }
+        removed_vms = []
+        removals = AuditEvent.objects.filter(
+            account_id=location.account_id, action__in=VM_REMOVALS, created_at__gte=since
+        ).values_list("created_at", "before")
+        for created_at, before in removals:
+            if not before or before.get("vm_id") is None:
+                continue
+            # machine.recreate's and machine.force_delete's records name no location: their
+            # VM is taken as this one's.
+            if before.get("location_id", location.pk) == location.pk:
+                removed_vms.append((created_at, str(before["vm_id"])))
+        ours = VgpuReservation.objects.filter(location=location, vgpu_id__isnull=False)
+        held_vgpus = {
+            str(vgpu_id)
+            for vgpu_id in ours.filter(machine__isnull=False).values_list("vgpu_id", flat=True)
+        }
+        released_since = Q(state=VgpuReservation.State.RELEASED, released_at__gte=since)
+        named = [
+            (str(vgpu_id), name, state in BILLED_STATES, released_at)
+            for vgpu_id, name, state, released_at in ours.filter(
+                Q(state__in=BILLED_STATES) | released_since
+            ).values_list("vgpu_id", "name", "state", "released_at")
+        ]
+        # A leak is ours: named by us. The mirror flags every vGPU no machine owns, also
+        # those named otherwise, which nothing of ours made: those are unexplained.
+        leaks = [
+            leak for leak in leaks_during(location, since, until) if leak.name.startswith(PREFIX)
+        ]
+        listed_names = dict(
+            ListedVgpu.objects.filter(location=location).values_list("vgpu_id", "name")
+        )
+        return cls(location, machine_vms, removed_vms, held_vgpus, named, leaks, listed_names)
+
+    def hour(self, start: datetime, end: datetime) -> HourOwnership:
+        """What we owned in [start, end): the machines' VMs and those removed since the
+        hour began; the machines' vGPUs and ours (named by us) released since; the leaks
+        of the hour."""
+        vms = self.machine_vms | {vm_id for at, vm_id in self.removed_vms if at >= start}
+
+        def released_since(released_at: datetime | None) -> bool:
+            return released_at is not None and released_at >= start
+
+        vgpus = self.held_vgpus | {
+            vgpu_id
+            for vgpu_id, name, billed, released_at in self.named
+            if not billed and released_since(released_at) and name.startswith(PREFIX)
+        }
+        names = {
+            vgpu_id: name
+            for vgpu_id, name, billed, released_at in self.named
+            if billed or released_since(released_at)
+        }
+        leaks = [
+            leak
+            for leak in self.leaks
+            if leak.leaked_since < end and (leak.ended_at is None or leak.ended_at > start)
+        ]
+        return HourOwnership(vms, vgpus, leaks, names)
 
 
 @dataclass(frozen=True)
@@ -163,46 +254,6 @@ class HourOwnership:
     vgpus: set[str]
     leaks: list[Leak]
     names: dict[str, str]  # our vGPUs' names, by vGPU id, released ones too
-
-    @classmethod
-    def during(cls, location: Location, start: datetime, end: datetime) -> HourOwnership:
-        vms = {
-            str(vm_id)
-            for vm_id in Machine.objects.filter(
-                pool__site__location=location, vm_id__isnull=False
-            ).values_list("vm_id", flat=True)
-        }
-        removals = AuditEvent.objects.filter(
-            account_id=location.account_id, action__in=VM_REMOVALS, created_at__gte=start
-        ).values_list("before", flat=True)
-        for before in removals:
-            if not before or before.get("vm_id") is None:
-                continue
-            # machine.recreate's and machine.force_delete's records name no location: their
-            # VM is taken as this one's.
-            if before.get("location_id", location.pk) == location.pk:
-                vms.add(str(before["vm_id"]))
-        # A leak is ours: named by us. The mirror flags every vGPU no machine owns, also
-        # those named otherwise, which nothing of ours made: those are unexplained.
-        ours_by_name = Q(name__startswith=PREFIX)
-        released_since = Q(state=VgpuReservation.State.RELEASED, released_at__gte=start)
-        ours = VgpuReservation.objects.filter(location=location, vgpu_id__isnull=False)
-        vgpus = {
-            str(vgpu_id)
-            for vgpu_id in ours.filter(
-                Q(machine__isnull=False) | (released_since & ours_by_name)
-            ).values_list("vgpu_id", flat=True)
-        }
-        leaks = [
-            leak for leak in leaks_during(location, start, end) if leak.name.startswith(PREFIX)
-        ]
-        names = {
-            str(vgpu_id): name
-            for vgpu_id, name in ours.filter(
-                Q(state__in=BILLED_STATES) | released_since
-            ).values_list("vgpu_id", "name")
-        }
-        return cls(vms, vgpus, leaks, names)
 
     def split(
         self, items: list[BilledObject], start: datetime, end: datetime
@@ -262,26 +313,46 @@ def location_bill_check(
     now: datetime,
 ) -> BillCheckResult:
     """Check one finished hour [start, end) of a location's bill; write it once."""
-    result = BillCheckResult(location=location.name, start=start)
     if BillCheck.objects.filter(location=location, start=start).exists():
-        return result
+        return BillCheckResult(location=location.name, start=start)
+    unlisted = bool(locations_unlisted([location]))
+    if waiting := hour_waiting(location, end, now, unlisted=unlisted):
+        return BillCheckResult(location=location.name, start=start, waiting=waiting)
+    records = LocationRecords.read(location, start, end)
+    return hour_check(client=client, records=records, start=start, end=end, now=now)
+
+
+def hour_waiting(location: Location, end: datetime, now: datetime, *, unlisted: bool) -> str:
+    """Why an hour ending at `end` cannot be decided yet ("" if it can)."""
     if end > now:
-        result.waiting = "the hour has not ended"
-        return result
-    if refusal := picture_incomplete(location, end):
-        result.waiting = refusal
-        return result
+        return "the hour has not ended"
+    return picture_incomplete(location, end, unlisted=unlisted)
+
+
+def hour_check(
+    *,
+    client: ws.WhiteskyClient,
+    records: LocationRecords,
+    start: datetime,
+    end: datetime,
+    now: datetime,
+) -> BillCheckResult:
+    """Check an hour of the location that can be decided and is not checked yet, with its
+    records (read for a span that holds the hour); write it once."""
+    location = records.location
+    result = BillCheckResult(location=location.name, start=start)
     try:
         consumption = client.location_consumption(location=location.name, start=start, end=end)
     except ws.WhiteskyError as exc:
         result.error = exc
         return result
-    ours = HourOwnership.during(location, start, end)
-    listed_names = dict(ListedVgpu.objects.filter(location=location).values_list("vgpu_id", "name"))
+    ours = records.hour(start, end)
     for item, leaked in ours.split(billed_objects(location, consumption), start, end):
         result.billed += item.cost
         if item.kind == BillItem.Kind.VGPU and not item.name:
-            name = ours.names.get(item.external_id) or listed_names.get(item.external_id, "")
+            name = ours.names.get(item.external_id) or records.listed_names.get(
+                item.external_id, ""
+            )
             item = replace(item, name=name)
         if leaked:
             result.leaked += leaked
@@ -329,17 +400,20 @@ def location_bill_check(
     return result
 
 
-def hours_due(location: Location, now: datetime) -> list[datetime]:
-    """The last BILL_CHECK_HOURS_BACK finished hours of the location not checked yet,
-    oldest first."""
+def hours_due(locations: list[Location], now: datetime) -> dict[int, list[datetime]]:
+    """Each location's last BILL_CHECK_HOURS_BACK finished hours not checked yet, oldest
+    first, in one query."""
     first = hour_of(now) - settings.BILL_CHECK_HOURS_BACK * HOUR
     hours = [first + n * HOUR for n in range(settings.BILL_CHECK_HOURS_BACK)]
     checked = set(
-        BillCheck.objects.filter(location=location, start__gte=first).values_list(
-            "start", flat=True
+        BillCheck.objects.filter(location__in=locations, start__gte=first).values_list(
+            "location_id", "start"
         )
     )
-    return [hour for hour in hours if hour not in checked]
+    return {
+        location.pk: [hour for hour in hours if (location.pk, hour) not in checked]
+        for location in locations
+    }
 
 
 def account_bills_check(
@@ -347,19 +421,38 @@ def account_bills_check(
 ) -> list[BillCheckResult]:
     """Check each location's due hours, oldest first, with at most
     BILL_CHECK_CALLS_PER_PASS consumption calls. A location stops at its first hour that
-    cannot be decided (an incomplete picture, a failed call): the next pass goes on."""
+    cannot be decided (an incomplete picture, a failed call): the next pass goes on.
+
+    Our own rows are read once per account (what is due, what is unlisted) and once per
+    location with an hour to check (its records, for all its due hours): a pass with
+    nothing due makes two queries, whatever the locations, machines or hours."""
     results: list[BillCheckResult] = []
     calls = settings.BILL_CHECK_CALLS_PER_PASS
-    for location in account.locations.order_by("name"):
-        for start in hours_due(location, now):
+    locations = list(account.locations.order_by("name"))
+    due = hours_due(locations, now)
+    if not any(due.values()):
+        return results
+    unlisted = locations_unlisted(locations)
+    for location in locations:
+        hours = due[location.pk]
+        if not hours:
+            continue
+        if waiting := hour_waiting(
+            location, hours[0] + HOUR, now, unlisted=location.pk in unlisted
+        ):
+            results.append(BillCheckResult(location.name, hours[0], waiting=waiting))
+            continue
+        records = LocationRecords.read(location, hours[0], hours[-1] + HOUR)
+        for start in hours:
+            end = start + HOUR
             if calls <= 0:
                 return results
-            result = location_bill_check(
-                client=client, location=location, start=start, end=start + HOUR, now=now
-            )
-            if not result.waiting:
-                calls -= 1  # the consumption was asked for
+            if waiting := hour_waiting(location, end, now, unlisted=location.pk in unlisted):
+                results.append(BillCheckResult(location.name, start, waiting=waiting))
+                break
+            calls -= 1  # the consumption is asked for
+            result = hour_check(client=client, records=records, start=start, end=end, now=now)
             results.append(result)
-            if result.waiting or result.error:
+            if result.error:
                 break
     return results

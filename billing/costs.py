@@ -98,6 +98,7 @@ class OrphanCost:
 
     location_id: int
     account_id: int
+    account_name: str
     currency: str
     vgpus: int
     vgpu: Decimal
@@ -399,6 +400,7 @@ def _orphan_costs(by_id: dict[int, Location]) -> list[OrphanCost]:
         OrphanCost(
             location_id=pk,
             account_id=location.account_id,
+            account_name=location.account.name,
             currency=location.currency,
             vgpus=vgpus.get(pk, 0),
             vgpu=vgpus.get(pk, 0) * hourly_price(location.vgu_price),
@@ -438,15 +440,11 @@ def _names(locations: dict[int, Location], *, of_pools: bool = True) -> _Names:
     return _Names(accounts=accounts, locations=names, clusters=clusters, pools=pools)
 
 
-def costs_by(
-    group_by: GroupBy, locations: QuerySet[Location], *, idle: bool = True
-) -> list[CostRow]:
+def costs_by(group_by: GroupBy, locations: QuerySet[Location]) -> list[CostRow]:
     """The hourly figures of what is in `locations`, one row per group and currency:
     every location's account and location (0 when nothing costs), every pool and its
     cluster, and each namespace that requests GPUs with, per cluster, the idle rest
-    (namespace None). Without `idle`, a row's idle GPUs are not looked for (left 0; its
-    total is the same): the Kubernetes mirror is not read. A constant number of
-    queries, however many machines."""
+    (namespace None). A constant number of queries, however many machines."""
     by_id = _locations(locations)
     names = _names(by_id, of_pools=group_by not in ("account", "location"))
     rows: dict[tuple[object, ...], CostRow] = {}
@@ -517,7 +515,7 @@ def costs_by(
             target.compute = (target.compute or ZERO) + machine.compute
             target.vgpu += machine.vgpu
             target.machines += 1
-    for node in _gpu_node_costs(by_id) if idle else []:
+    for node in _gpu_node_costs(by_id):
         target = pick(node)
         target.idle_gpus += node.idle_gpus
         target.idle += node.idle

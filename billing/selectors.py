@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -26,16 +27,15 @@ from typing import Any, Literal, ParamSpec, TypeVar
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
-from django.db.models import Count, F, Max, OuterRef, Prefetch, Q, QuerySet, Subquery, Sum
-from django.db.models.functions import TruncDay, TruncMonth
+from django.db.models import F, Max, OuterRef, Prefetch, Q, QuerySet, Subquery, Sum
+from django.db.models.functions import Coalesce, TruncDay, TruncMonth
 from psycopg import IsolationLevel
 
-from billing.costs import ZERO, CostRow, GroupBy, costs_by
+from billing.costs import ZERO, CostRow, GroupBy, orphan_costs, pool_machine_hourly
 from billing.models import BillCheck, BillItem, CapacityRollup, CostRollup, Leak, Rollup, Step
 from billing.rollups import DAY, HOUR, day_of, hour_of, month_of, next_month
 from cloud.models import Location
 from clusters.models import MachinePool
-from gpus.models import hourly_price
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -88,16 +88,44 @@ def _in_one_snapshot(read: Callable[P, R]) -> Callable[P, R]:
 
     @wraps(read)
     def reading(*args: P.args, **kwargs: P.kwargs) -> R:
-        if connection.in_atomic_block:
-            return read(*args, **kwargs)
-        with _snapshot():
+        with one_snapshot():
             return read(*args, **kwargs)
 
     return reading
 
 
+# Within one snapshot, what a page asks several times (where the summed days end, the
+# newest hour sampled) is read once: the snapshot's answer cannot change.
+_snapshot_reads: ContextVar[dict[str, Any] | None] = ContextVar("snapshot_reads", default=None)
+
+
+def _read_once(name: str, read: Callable[[], R]) -> R:
+    reads = _snapshot_reads.get()
+    if reads is None:
+        return read()
+    if name not in reads:
+        reads[name] = read()
+    return reads[name]  # type: ignore[no-any-return]
+
+
 @contextmanager
-def _snapshot() -> Iterator[None]:
+def one_snapshot() -> Iterator[None]:
+    """Reads in one read-only snapshot of the database (see `_in_one_snapshot`): a page
+    that reads several series and figures of money reads them as of one moment, and asks
+    what they share once. Within a caller's transaction, in that one."""
+    if connection.in_atomic_block:
+        yield
+        return
+    token = _snapshot_reads.set({})
+    try:
+        with _transaction():
+            yield
+    finally:
+        _snapshot_reads.reset(token)
+
+
+@contextmanager
+def _transaction() -> Iterator[None]:
     if connection.vendor != "postgresql":
         with transaction.atomic():
             yield
@@ -115,7 +143,11 @@ def _snapshot() -> Iterator[None]:
 
 
 def _summed_until() -> datetime:
-    """The end of the newest day summed (asked several times a page: plain SQL)."""
+    """The end of the newest day summed (asked several times a page: once a snapshot)."""
+    return _read_once("summed_until", _newest_day_end)
+
+
+def _newest_day_end() -> datetime:
     newest_day = f"SELECT MAX(start) FROM {Rollup._meta.db_table} WHERE step = %s"  # noqa: S608
     with connection.cursor() as cursor:
         cursor.execute(newest_day, [Step.DAY])
@@ -352,7 +384,21 @@ def forecast_from(now: datetime) -> datetime:
     counts the whole hour in what was spent), else its start. The same all hour long, so
     every page and answer of the hour forecasts alike."""
     hour = hour_of(now)
-    return hour + HOUR if Rollup.objects.filter(step=Step.HOUR, start=hour).exists() else hour
+    return hour + HOUR if newest_hour_sampled(now) == hour else hour
+
+
+def newest_hour_sampled(now: datetime) -> datetime | None:
+    """The newest hour up to now's that a rollup pass sampled (None: none yet). Its rows
+    hold the rates of that hour: what the money pages take as the rate now."""
+    hour = hour_of(now)
+
+    def newest() -> datetime | None:
+        found: datetime | None = Rollup.objects.filter(step=Step.HOUR, start__lte=hour).aggregate(
+            newest=Max("start")
+        )["newest"]
+        return found
+
+    return _read_once(f"newest_hour:{hour.isoformat()}", newest)
 
 
 @dataclass
@@ -364,7 +410,7 @@ class MonthFigures:
     month_start: datetime
     hours_sampled: int
     hours_left: Decimal
-    rate_now: Decimal  # per hour, as costs are now
+    rate_now: Decimal  # per hour, as the newest hour sampled has it (orphans: as now)
     rate_planned: Decimal  # per hour, once every pool has its replicas
     forecast: Decimal = field(default=ZERO)
 
@@ -380,9 +426,10 @@ def month_figures(
     """Month to date and a forecast to the month's end, per account or cluster and
     currency: what was spent, plus the planned rate (the rate now, with each pool's
     missing or surplus machines at its list price) times the hours left after the hours
-    sampled (forecast_from). With `clusters`
-    (by cluster only), theirs alone: what they cost now is read in the locations where
-    they have sites, not in every one."""
+    sampled (forecast_from). The rate now is the newest hourly sample's (billing.rollups:
+    what the pass computed and stored, not computed again per request), with the orphans
+    an account's locations hold now. With `clusters` (by cluster only), theirs alone. A
+    fixed number of queries, however many machines and however long the history."""
     start = month_of(now)
     spent = {
         _key(group_by, p): p
@@ -395,17 +442,14 @@ def month_figures(
     if clusters is not None:
         assert group_by == "cluster", "clusters narrow a month by cluster only"
         pools = pools.filter(cluster__in=clusters)
-        locations = locations.filter(sites__cluster__in=clusters).distinct()
-    now_rows = [
-        row
-        for row in costs_by(group_by, locations, idle=False)  # the rate's total alone
-        if clusters is None or row.cluster in clusters
-    ]
-    planned = _planned_deltas(group_by, pools)
+    # The newest hour sampled; none yet: this hour, of no rows (every replica missing).
+    hour = newest_hour_sampled(now) or hour_of(now)
+    rates = _sampled_rates(group_by, locations, hour, clusters)
+    planned = _planned_deltas(group_by, pools, hour)
     sampled = hours_sampled(start, now)
     left = Decimal((next_month(now) - forecast_from(now)).total_seconds()) / Decimal(3600)
     figures: dict[tuple[Any, ...], MonthFigures] = {}
-    for row in now_rows:
+    for row in rates:
         key = _key(group_by, row)
         point = spent.pop(key, None) or _zero(group_by, start, row)
         delta = planned.get(key, ZERO)
@@ -426,33 +470,74 @@ def month_figures(
     return [figures[key] for key in sorted(figures, key=lambda k: tuple(map(str, k)))]
 
 
+def _sampled_rates(
+    group_by: Literal["account", "cluster"],
+    locations: QuerySet[Location],
+    hour: datetime,
+    clusters: Collection[int] | None,
+) -> list[CostRow]:
+    """Per account or cluster and currency: what it cost per hour in `hour`'s sample (a
+    row of each location by account, of each pool by cluster: every location and pool the
+    pass saw, 0 when nothing cost), and by account the orphans the locations hold now
+    flagged now (billing.costs.orphan_costs). One query,
+    and three for the orphans."""
+    kinds, keys = _GROUPS[group_by]
+    rows: dict[tuple[Any, ...], CostPoint] = {}
+    sample = CostRollup.objects.filter(
+        step=Step.HOUR, start=hour, kind__in=kinds, location__in=locations
+    ).order_by()
+    if clusters is not None:
+        sample = sample.filter(cluster_id__in=clusters)
+    for row in sample.values(*keys).annotate(compute=Sum("compute"), vgpu=Sum("vgpu")):
+        point = rows[_row_key(group_by, row)] = _point(group_by, hour, row)
+        point.compute, point.vgpu = row["compute"], row["vgpu"]
+    if group_by == "account":
+        for orphans in orphan_costs(locations):
+            key = (orphans.account_id, orphans.currency)
+            if key not in rows:  # a location made since the sample
+                names = {"account_id": orphans.account_id, "currency": orphans.currency,
+                         "account__name": orphans.account_name}  # fmt: skip
+                rows[key] = _point(group_by, hour, names)
+            point = rows[key]
+            point.orphan_vgpu = (point.orphan_vgpu or ZERO) + orphans.vgpu
+            point.orphan_vm = (point.orphan_vm or ZERO) + orphans.vm
+    return [point.finish() for point in rows.values()]
+
+
+def _row_key(group_by: str, row: dict[str, Any]) -> tuple[Any, ...]:
+    return (row["account_id" if group_by == "account" else "cluster_id"], row["currency"])
+
+
 def _key(group_by: str, row: CostRow) -> tuple[Any, ...]:
     group = row.account if group_by == "account" else row.cluster
     return (group, row.currency)
 
 
 def _planned_deltas(
-    group_by: Literal["account", "cluster"], pools: QuerySet[MachinePool]
+    group_by: Literal["account", "cluster"], pools: QuerySet[MachinePool], hour: datetime
 ) -> dict[tuple[Any, ...], Decimal]:
-    """Per (account or cluster, currency): what the pools' missing machines would add per
-    hour at list price (negative for surplus ones). Only pools whose machines are not
-    their replicas are read."""
+    """Per (account or cluster, currency): what the pools' machines missing from `hour`'s
+    sample would add per hour at list price (negative for surplus ones): the sampled rate
+    with each pool at its replicas. Only pools whose sampled machines are not their
+    replicas are read, each sample row through its cluster's index."""
     deltas: dict[tuple[Any, ...], Decimal] = defaultdict(lambda: ZERO)
+    sampled = CostRollup.objects.filter(
+        step=Step.HOUR,
+        start=hour,
+        kind=Kind.POOL,
+        cluster_id=OuterRef("cluster_id"),
+        pool_id=OuterRef("pk"),
+    ).values("machines")[:1]
     differing = (
-        pools.annotate(machine_count=Count("machines"))
+        pools.annotate(machine_count=Coalesce(Subquery(sampled), 0))
         .exclude(replicas=F("machine_count"))
         .select_related("site__location", "cluster")
     )
     for pool in differing:
         missing = pool.replicas - pool.machine_count
         location = pool.site.location
-        monthly = (
-            pool.vcpus * location.unit_price("vcu")
-            + Decimal(pool.memory_mib) / 1024 * location.unit_price("mu")
-            + pool.gpu_count * location.vgu_price
-        )
         group = pool.cluster.account_id if group_by == "account" else pool.cluster_id
-        deltas[group, location.currency] += missing * hourly_price(monthly)
+        deltas[group, location.currency] += missing * pool_machine_hourly(pool)
     return deltas
 
 

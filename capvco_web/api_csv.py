@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django.http import Http404
+from drf_spectacular.utils import OpenApiParameter
 from rest_framework.exceptions import ValidationError as ApiValidationError
 from rest_framework.renderers import BaseRenderer, BrowsableAPIRenderer, JSONRenderer
 from rest_framework.request import Request
@@ -78,6 +79,14 @@ class CsvRenderer(BaseRenderer):
 
 
 URL_FORMATS = ("json", "csv")
+# The `format` parameter of a CsvMixin view, as its schema says it.
+FORMAT_PARAMETER = OpenApiParameter(
+    "format",
+    str,
+    enum=list(URL_FORMATS),
+    description="`csv` (or `Accept: text/csv`): the same rows as CSV, a header row of the "
+    "field names first; errors stay JSON",
+)
 
 
 class CsvMixin:

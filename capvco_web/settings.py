@@ -312,6 +312,9 @@ CACHES = {"default": cache_config(env.str("CACHE_URL", default=""), broker_url=C
 HEARTBEAT_INTERVAL = timedelta(seconds=env.float("HEARTBEAT_INTERVAL_SECONDS", default=15))
 OBSERVE_INTERVAL = timedelta(seconds=env.float("OBSERVE_INTERVAL_SECONDS", default=30))
 RECONCILE_INTERVAL = timedelta(seconds=env.float("RECONCILE_INTERVAL_SECONDS", default=30))
+# A cluster whose plan's inputs did not change since its last empty plan is not planned
+# again, except at least this often (the resync).
+RECONCILE_RESYNC = timedelta(seconds=env.float("RECONCILE_RESYNC_SECONDS", default=600))
 ORPHAN_SWEEP_INTERVAL = timedelta(seconds=env.float("ORPHAN_SWEEP_INTERVAL_SECONDS", default=60))
 # The record of each plan pass (capvco_web.PlanPass): the last this many per cluster/location.
 PLAN_PASSES_KEPT = max(1, env.int("PLAN_PASSES_KEPT", default=50))
@@ -482,6 +485,15 @@ NODE_JOIN_TIMEOUT_SECONDS = env.float("NODE_JOIN_TIMEOUT_SECONDS", default=900)
 # A node of a GPU machine that advertises no nvidia.com/gpu this long after it joined (or
 # the GPU add-on was applied) is flagged.
 GPU_ADVERTISE_TIMEOUT_SECONDS = env.float("GPU_ADVERTISE_TIMEOUT_SECONDS", default=600)
+# GPU use, read from NVIDIA's dcgm-exporter where a cluster runs it (kube.gpu_use): its
+# Service found by this label selector, read at most every GPU_USE_READ_SECONDS, samples
+# kept GPU_USE_WINDOW_HOURS; a GPU a pod holds below GPU_UNUSED_PERCENT for at least
+# GPU_UNUSED_HOURS is "requested but unused".
+GPU_USE_EXPORTER_SELECTOR = env.str("GPU_USE_EXPORTER_SELECTOR", default="app=nvidia-dcgm-exporter")
+GPU_USE_READ_SECONDS = env.float("GPU_USE_READ_SECONDS", default=300)
+GPU_USE_WINDOW_HOURS = env.float("GPU_USE_WINDOW_HOURS", default=24)
+GPU_UNUSED_PERCENT = env.float("GPU_UNUSED_PERCENT", default=5)
+GPU_UNUSED_HOURS = env.float("GPU_UNUSED_HOURS", default=2)
 # The image of the GPU add-on (the NVIDIA device plugin's DaemonSet), pinned: a new one is
 # rolled out to every cluster with the add-on on.
 GPU_DEVICE_PLUGIN_IMAGE = env.str(

@@ -1,6 +1,8 @@
 import logging
 import threading
+from collections.abc import Iterable
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 from celery import Task, shared_task
@@ -12,6 +14,7 @@ from kombu.exceptions import OperationalError
 from capvco_web.backoff import backoff_seconds
 from capvco_web.integrations.whitesky import WhiteskyError
 from capvco_web.models import Heartbeat
+from capvco_web.queued import queued_clear, queued_mark
 from capvco_web.retention import history_prune as retention_prune
 
 BEAT = "beat"
@@ -56,12 +59,36 @@ def send_on_commit(task: Task[Any, Any], *args: Any, expires: float | None = Non
     transaction.on_commit(lambda: _send(task, args, options))
 
 
-def _send(task: Task[Any, Any], args: tuple[Any, ...], options: dict[str, Any]) -> None:
+# An object sent by beat's tick stays marked queued (capvco_web.queued) this many
+# intervals at most, and its message expires after twice as long: under load the work
+# that waited its turn is done, not dropped (a mark that lapsed first lets one more be
+# queued, which the object's lock makes cheap); a lost message's object is sent again
+# within the mark's time; a queue that no worker took for long is not worked off stale.
+QUEUED_INTERVALS = 4
+
+
+def send_each_unless_queued(
+    task: Task[Any, Any], object_ids: Iterable[int], *, interval: timedelta
+) -> None:
+    """Beat's tick: send `task` for each object not already queued, marked queued until
+    the task starts (it calls `queued_clear`), at most QUEUED_INTERVALS intervals."""
+    marked = QUEUED_INTERVALS * interval.total_seconds()
+    expires = 2 * marked
+
+    def send(object_id: int) -> None:
+        if not _send(task, (object_id,), {"expires": expires}):
+            queued_clear(task.name, object_id)  # not queued after all: the next tick's
+
+    for object_id in queued_mark(task.name, object_ids, marked):
+        transaction.on_commit(partial(send, object_id))
+
+
+def _send(task: Task[Any, Any], args: tuple[Any, ...], options: dict[str, Any]) -> bool:
     """Send now. Every task sent from a request or a pass is also found again from the rows
     it works on by a beat pass (the release sweep, the reconcile tick, the NIC queue's,
     the observers'), so with the broker down the request that was committed stands and
     answers; the message is what is lost, and the next pass after the broker is back
-    does the work."""
+    does the work. Answers whether it was sent."""
     try:
         task.apply_async(args, **options)
     except OperationalError as exc:
@@ -70,6 +97,8 @@ def _send(task: Task[Any, Any], args: tuple[Any, ...], options: dict[str, Any]) 
             exc,
             task.name,
         )
+        return False
+    return True
 
 
 def send_again_later(task: Task[Any, Any]) -> None:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
@@ -157,6 +158,17 @@ class Cluster(models.Model):
         return list(status.deletion_blockers)
 
     @property
+    def plan_unchanged_since(self) -> datetime | None:
+        """When act last planned the cluster in full and found nothing to do, while the
+        passes since found the plan's inputs unchanged and did not plan again (None: its
+        last pass planned in full and had something to do, or none yet)."""
+        try:
+            status = self.status
+        except ClusterStatus.DoesNotExist:
+            return None
+        return status.idle_planned_at if status.idle_inputs else None
+
+    @property
     def has_kubeconfig(self) -> bool:
         return bool(self.kubeconfig)
 
@@ -228,6 +240,20 @@ class ClusterStatus(models.Model):
     )
     deletion_blockers = models.JSONField(
         default=list, blank=True, help_text="While deleting: what still exists."
+    )
+    # The last plan computed in full that had nothing to do, and what it read: a pass
+    # whose inputs are the same (clusters.plan.plan_inputs) does not plan again, until
+    # idle_until (the first time that plan compared with the clock) or the resync.
+    idle_inputs = models.CharField(
+        max_length=64, blank=True, help_text="The fingerprint of the inputs of that plan"
+    )
+    idle_planned_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the plan was last computed in full and was empty"
+    )
+    idle_until = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="That plan's first clock deadline (a machine's next try): planned in full after",
     )
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -16,6 +16,7 @@ one at a time, as a Cluster API MachineDeployment rolls (max unavailable 1, max 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ from datetime import datetime
 from functools import cached_property
 from typing import Any, ClassVar, Literal, TypeVar, get_args
 
-from django.db.models import Count, Exists, OuterRef, Prefetch, Q
+from django.db.models import Count, Exists, OuterRef, Prefetch, Q, QuerySet
 from django.utils import timezone
 
 from capvco_web.integrations.whitesky import operations as ops
@@ -883,13 +884,79 @@ def _machines(where: Q, pools: list[MachinePool]) -> list[Machine]:
     return machines
 
 
-def _observed_vms(cluster: Cluster) -> VmIndex:
-    """The listed VMs of the cluster's cloudspaces, by id and by name, in one query."""
+def _cluster_vms(cluster: Cluster) -> QuerySet[VirtualMachine]:
     site = ClusterSite.objects.filter(
         cluster=cluster, location=OuterRef("location"), cloudspace_id=OuterRef("cloudspace_id")
     )
+    return VirtualMachine.objects.filter(Exists(site))
+
+
+def _observed_vms(cluster: Cluster) -> VmIndex:
+    """The listed VMs of the cluster's cloudspaces, by id and by name, in one query."""
     found: VmIndex = defaultdict(list)
-    for vm in VirtualMachine.objects.filter(Exists(site)).order_by("vm_id"):
+    for vm in _cluster_vms(cluster).order_by("vm_id"):
         found[(vm.location_id, f"#{vm.vm_id}")].append(vm)
         found[(vm.location_id, vm.name)].append(vm)
     return found
+
+
+@dataclass(frozen=True)
+class PlanInputs:
+    """What a cluster's plan reads, summed up in a few queries of tuples (no model is
+    loaded): the cluster, its pools and their autoscale targets, its sites, its machines'
+    rows (with their deletion requests and drains), the vGPUs they hold and the VMs listed
+    in its cloudspaces. Two equal fingerprints mean the same plan, until `deadline`: the
+    earliest time the plan compares with the clock (a machine's next try).
+
+    A new listing counts by what it changed in those rows; its location's stamp counts
+    only where a machine's VM is not listed (or listed gone), where the plan judges from
+    the stamp whether the listing began after the VM was made (`vm_vanished`)."""
+
+    fingerprint: str
+    deadline: datetime | None
+
+
+def plan_inputs(cluster: Cluster, *, now: datetime) -> PlanInputs:
+    pool_fields = [f.attname for f in MachinePool._meta.concrete_fields]
+    site_fields = [f.attname for f in ClusterSite._meta.concrete_fields]
+    pools = MachinePool.objects.filter(cluster=cluster).order_by("pk")
+    sites = ClusterSite.objects.filter(cluster=cluster).order_by("pk")
+    machines = Machine.objects.filter(pool__cluster=cluster).order_by("pk")
+    held = VgpuReservation.objects.filter(
+        machine__pool__cluster=cluster, state__in=LIVE_RESERVATION
+    ).order_by("pk")
+    machine_rows = list(
+        machines.values_list(
+            "pk", "pool_id", "updated_at", "phase", "vm_id", "vm_created_at",
+            "delete_requested", "next_try_at", "deletion__pk", "drain__pk", "drain__phase",
+            "pool__site__location_id",
+        )
+    )  # fmt: skip
+    vm_rows = list(
+        _cluster_vms(cluster)
+        .order_by("location_id", "vm_id", "pk")
+        .values_list("location_id", "cloudspace_id", "vm_id", "name", "status")
+    )
+    listed = {
+        (location, vm_id) for location, _, vm_id, _, status in vm_rows if status not in VM_GONE
+    }
+    unlisted = {row[-1] for row in machine_rows if row[4] and (row[-1], row[4]) not in listed}
+    at = site_fields.index("location_id")
+    site_rows = [
+        (*site, complete, began if site[at] in unlisted else None)
+        for *site, complete, began in sites.values_list(
+            *site_fields, "location__observation_complete", "location__observation_started_at"
+        )
+    ]
+    rows = (
+        (cluster.pk, cluster.name, cluster.state, cluster.account_id),
+        list(pools.values_list(*pool_fields, "target__pk", "target__replicas")),
+        site_rows,
+        machine_rows,
+        list(
+            held.values_list("pk", "machine_id", "state", "vm_id", "vgpu_id", "owner_index", "name")
+        ),
+        vm_rows,
+    )
+    tries = [row[7] for row in machine_rows if row[7] is not None and row[7] > now]
+    return PlanInputs(hashlib.sha256(repr(rows).encode()).hexdigest(), min(tries, default=None))

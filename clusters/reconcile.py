@@ -65,12 +65,14 @@ from clusters.plan import (
     MachineReplace,
     MachineStep,
     MachineTeardown,
+    PlanInputs,
     Planner,
     VmReplace,
     cluster_plan,
     gpus_held,
     missing_gpus,
     owned_by,
+    plan_inputs,
 )
 from clusters.services import cluster_rows_delete
 from gpus.models import VgpuReservation
@@ -99,6 +101,9 @@ class ReconcileResult:
     applied: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     skipped: str = ""
+    unchanged_since: datetime | None = None
+    """Not planned: its inputs are as when its plan was last computed in full (then) and
+    found nothing to do."""
     cluster_deleted: bool = False
     record: PassRecord | None = field(default=None, compare=False, repr=False)
     """The pass as `plan_apply` recorded it (None: skipped)."""
@@ -160,7 +165,12 @@ def cluster_reconcile(
     """Plan the cluster and apply the plan through the one dispatcher, recording the pass.
     With `fan_out`, each machine's step is handed to it (the worker pool) once its row is
     made or marked here; without, it runs here. A dry run calls nothing; it lists the
-    steps of `planners` too (apps above give theirs: kube's node labels and add-on)."""
+    steps of `planners` too (apps above give theirs: kube's node labels and add-on).
+
+    A cluster whose plan's inputs (`plan_inputs`) are as when its last plan, computed in
+    full, had nothing to do is not planned again: a few queries, no model loaded. It is
+    planned in full once one of them changes, a deadline that plan compared with the clock
+    comes, or RECONCILE_RESYNC passed since."""
     started, watch = timezone.now(), Stopwatch()
     if dry_run:
         # Every plan of the cluster: its machines', the given and the registered planners'
@@ -177,10 +187,23 @@ def cluster_reconcile(
             return ReconcileResult(
                 cluster=cluster.name, plan=[], skipped="another pass holds the cluster's lock"
             )
-        plan = cluster_plan(cluster)
+        now = timezone.now()
+        idle = (
+            ClusterStatus.objects.filter(cluster=cluster)
+            .values_list("idle_inputs", "idle_until", "idle_planned_at")
+            .first()
+        )
+        # Read before the plan: a change between the two shows as a change next pass.
+        inputs = plan_inputs(cluster, now=now)
+        if idle is not None and _idle_still(*idle, inputs=inputs, now=now):
+            return ReconcileResult(cluster=cluster.name, plan=[], unchanged_since=idle[2])
+        plan = cluster_plan(cluster, now=now)
         result = ReconcileResult(cluster=cluster.name, plan=plan.steps)
         if not plan:
+            _idle_record(cluster, inputs, now)
             return result
+        if idle is not None and idle[0]:
+            _idle_forget(cluster, now)
         plan_ms = watch.lap()
         ctx = PassContext(client)
 
@@ -211,6 +234,40 @@ def cluster_reconcile(
     for error in result.errors:
         logger.warning("cluster %s: %s", cluster.name, error)
     return result
+
+
+def _idle_still(
+    fingerprint: str,
+    until: datetime | None,
+    planned_at: datetime | None,
+    *,
+    inputs: PlanInputs,
+    now: datetime,
+) -> bool:
+    """Whether the last empty plan holds still: its inputs unchanged, none of its deadlines
+    come, and planned in full within the resync."""
+    return (
+        fingerprint == inputs.fingerprint
+        and (until is None or now < until)
+        and planned_at is not None
+        and now < planned_at + settings.RECONCILE_RESYNC
+    )
+
+
+def _idle_record(cluster: Cluster, inputs: PlanInputs, now: datetime) -> None:
+    """The plan computed in full had nothing to do: its inputs, so that the next passes
+    skip planning while they stay the same, until its first deadline or the resync."""
+    idle = {
+        "idle_inputs": inputs.fingerprint, "idle_planned_at": now, "idle_until": inputs.deadline,
+    }  # fmt: skip
+    if not ClusterStatus.objects.filter(cluster=cluster).update(**idle, updated_at=now):
+        ClusterStatus.objects.get_or_create(cluster=cluster, defaults=idle)
+
+
+def _idle_forget(cluster: Cluster, now: datetime) -> None:
+    ClusterStatus.objects.filter(cluster=cluster).update(
+        idle_inputs="", idle_until=None, updated_at=now
+    )
 
 
 def _nothing(step: PlanStep) -> None:

@@ -425,6 +425,39 @@ def pool_scale(*, pool: MachinePool, replicas: int, actor: Actor, reason: str) -
     return pool
 
 
+@dataclass
+class PoolsScaled:
+    """What a bulk scale did: the pools scaled (or already at that size), and each refusal
+    naming its pool."""
+
+    scaled: list[str]
+    refused: list[str]
+
+
+def pools_scale(
+    *, pools: Sequence[MachinePool], replicas: int, actor: Actor, reason: str
+) -> PoolsScaled:
+    """One size and one reason for many pools: each scaled by `pool_scale`, checked and
+    audited on its own (one event per pool). One it refuses (autoscaled, imported, not the
+    actor's to scale, past the limits, its cluster being deleted) is reported, and the
+    others still go."""
+    if not reason.strip():
+        raise ValueError("Scaling a pool needs a reason.")
+    # A size no pool may take is the request's fault, said once rather than per pool.
+    MinValueValidator(0)(replicas)
+    replicas_bound(replicas)
+    outcome = PoolsScaled([], [])
+    for pool in pools:
+        try:
+            pool_scale(pool=pool, replicas=replicas, actor=actor, reason=reason)
+        except (ValidationError, PermissionDenied) as exc:
+            problem = " ".join(exc.messages) if isinstance(exc, ValidationError) else str(exc)
+            outcome.refused.append(f"{pool.name}: {problem or 'not yours to scale'}")
+        else:
+            outcome.scaled.append(pool.name)
+    return outcome
+
+
 def machine_delete(*, machine: Machine, actor: Actor, reason: str) -> Machine:
     """Ask for a machine's teardown (its VM deleted, its vGPUs released). The pool keeps its
     replicas, so the reconciler makes a new machine in its place; scale the pool down for

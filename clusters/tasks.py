@@ -22,7 +22,13 @@ from capvco_web.integrations import whitesky as ws
 from capvco_web.integrations.kube import KubeconfigInvalid
 from capvco_web.locks import object_lock
 from capvco_web.plans import plan_apply
-from capvco_web.tasks import retry_if_transient, send_again_later, send_on_commit
+from capvco_web.queued import queued_clear
+from capvco_web.tasks import (
+    retry_if_transient,
+    send_again_later,
+    send_each_unless_queued,
+    send_on_commit,
+)
 from capvco_web.worker_slots import account_worker_slot
 from cloud.kube import management_client
 from cloud.models import Account, Location
@@ -44,13 +50,16 @@ logger = logging.getLogger(__name__)
 def observe_all() -> None:
     """Each location its own task: it waits neither for a listing of its account nor for
     another account. The one observed longest ago goes first, so an account whose whitesky
-    is slow gets through its share of the workers to each of its locations in turn. Dropped
-    when they waited an interval: the next tick sends them again. The accounts' own
-    listings (locations and prices, which seldom change) go on the catalog's beat."""
-    expires = settings.OBSERVE_INTERVAL.total_seconds()
+    is slow gets through its share of the workers to each of its locations in turn. A
+    location whose observation is still queued from an earlier tick is not sent again: that
+    one is run when its turn comes (capvco_web.queued). The accounts' own listings
+    (locations and prices, which seldom change) go on the catalog's beat."""
     locations = Location.objects.order_by(F("observation_started_at").asc(nulls_first=True), "pk")
-    for location_id in locations.values_list("pk", flat=True):
-        send_on_commit(observe_location, location_id, expires=expires)
+    send_each_unless_queued(
+        observe_location,
+        locations.values_list("pk", flat=True),
+        interval=settings.OBSERVE_INTERVAL,
+    )
     for account_id in capi_imported_accounts().values_list("pk", flat=True):
         send_on_commit(import_capi_account, account_id)
 
@@ -120,8 +129,9 @@ def observe_location(self: Task[Any, Any], location_id: int) -> None:
     location = Location.objects.select_related("account").get(pk=location_id)
     with account_worker_slot(location.account_id) as slot:
         if not slot:
-            send_again_later(self)
+            send_again_later(self)  # still queued: no tick sends it meanwhile
             return
+        queued_clear(self.name, location_id)
         with object_lock(f"observe-location:{location_id}") as taken:
             if not taken:
                 return
@@ -158,14 +168,19 @@ def import_capi_account(account_id: int) -> None:
 
 @shared_task
 def reconcile_all() -> None:
-    for cluster_id in Cluster.objects.values_list("pk", flat=True):
-        send_on_commit(reconcile_cluster, cluster_id)
+    """Each cluster not still queued from an earlier tick (capvco_web.queued)."""
+    send_each_unless_queued(
+        reconcile_cluster,
+        Cluster.objects.values_list("pk", flat=True),
+        interval=settings.RECONCILE_INTERVAL,
+    )
 
 
 @shared_task
 def reconcile_cluster(cluster_id: int) -> None:
     """The cluster's own part of the plan here; each machine's step, as planned, on the
     worker pool."""
+    queued_clear(reconcile_cluster.name, cluster_id)
     cluster = Cluster.objects.select_related("account").filter(pk=cluster_id).first()
     if cluster is None:
         return  # deleted since the fan-out
@@ -210,10 +225,13 @@ def reconcile_machine(self: Task[Any, Any], step: dict[str, Any]) -> None:
 
 @shared_task
 def orphan_sweep_all() -> None:
-    """Sent by beat: the requests and releases it carries on depend on no other message."""
-    expires = settings.ORPHAN_SWEEP_INTERVAL.total_seconds()
-    for location_id in locations_to_sweep(timezone.now()).values_list("pk", flat=True):
-        send_on_commit(orphan_sweep_location, location_id, expires=expires)
+    """Sent by beat: the requests and releases it carries on depend on no other message.
+    A location whose sweep is still queued is not sent again (capvco_web.queued)."""
+    send_each_unless_queued(
+        orphan_sweep_location,
+        locations_to_sweep(timezone.now()).values_list("pk", flat=True),
+        interval=settings.ORPHAN_SWEEP_INTERVAL,
+    )
 
 
 @shared_task(bind=True)
@@ -221,8 +239,9 @@ def orphan_sweep_location(self: Task[Any, Any], location_id: int) -> None:
     location = Location.objects.select_related("account").get(pk=location_id)
     with account_worker_slot(location.account_id) as slot:
         if not slot:
-            send_again_later(self)
+            send_again_later(self)  # still queued: no tick sends it meanwhile
             return
+        queued_clear(self.name, location_id)
         # The observe lock: no sweep while the location's listing is being rewritten.
         with object_lock(f"observe-location:{location_id}") as taken:
             if not taken:

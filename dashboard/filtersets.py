@@ -69,11 +69,17 @@ class FilteredPage:
 
 
 def filtered_page(
-    filterset: django_filters.FilterSet, *, params: QueryDict, sort: Sort, size: int
+    filterset: django_filters.FilterSet,
+    *,
+    params: QueryDict,
+    sort: Sort,
+    size: int,
+    takes: Collection[str] = (),
 ) -> FilteredPage:
     """The keyset page of `filterset`'s rows that `params` ask for; a parameter the list
-    does not take, a filter's refusal or a cursor we did not make is an error instead."""
-    if unknown := unknown_parameters(params, [*filterset.filters, *CURSOR_PARAMS]):
+    does not take (its filters, its page, and `takes`: what else the page reads), a
+    filter's refusal or a cursor we did not make is an error instead."""
+    if unknown := unknown_parameters(params, [*filterset.filters, *takes, *CURSOR_PARAMS]):
         return FilteredPage(None, unknown)
     if not filterset.is_valid():
         return FilteredPage(

@@ -2,7 +2,7 @@
 what leaks cost this month, and the charts of the overview and of a cluster page, built on
 billing.selectors from locations and leaks the caller already narrowed to what the user
 may see. A fixed number of queries, however long the history: past days are read from
-their day rows.
+their day rows. A page's money is read in one snapshot of the database (one_snapshot).
 
 Every figure is in one currency: a chart per currency, never two added together.
 """
@@ -33,6 +33,7 @@ from billing.selectors import (
     forecast_from,
     leak_totals,
     month_figures,
+    one_snapshot,
 )
 from cloud.models import Location
 from clusters.models import Cluster
@@ -243,6 +244,7 @@ def _capacity_charts(locations: QuerySet[Location], now: datetime) -> list[Chart
     return charts
 
 
+@one_snapshot()
 def overview_money(*, locations: QuerySet[Location], leaks: QuerySet[Leak], now: datetime) -> Money:
     """The overview's money: month to date and forecast per account and currency, this
     month's leaks, GPU capacity per type, cost per day stacked by cluster with the
@@ -341,6 +343,7 @@ def _cluster_names(points: Iterable[CostPoint]) -> dict[int | None, str]:
     }
 
 
+@one_snapshot()
 def cluster_money(*, cluster: Cluster, locations: QuerySet[Location], now: datetime) -> Money:
     """A cluster page's money: its month to date and forecast per currency, its cost per
     day this month stacked by pool with the forecast, and its idle GPUs' cost per day."""

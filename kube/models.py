@@ -390,3 +390,46 @@ class GpuVerifyJob(models.Model):
 
     def __str__(self) -> str:
         return f"{self.cluster.name}/{self.name}"
+
+
+class GpuUseState(models.Model):
+    """How a cluster's GPU use was last read from NVIDIA's dcgm-exporter (kube.gpu_use, its
+    only writer). No row: never looked for, the cluster has no GPU node."""
+
+    cluster = models.OneToOneField(
+        Cluster, on_delete=models.CASCADE, primary_key=True, related_name="gpu_use_state"
+    )
+    exporter = models.CharField(
+        max_length=300,
+        blank=True,
+        help_text="The exporter's Service as last found (namespace/name); empty: none found.",
+    )
+    looked_at = models.DateTimeField(help_text="When the exporter was last looked for and read")
+    error = models.TextField(
+        blank=True, help_text="Why the last read missed some or all GPUs: their use is unknown."
+    )
+
+    def __str__(self) -> str:
+        return str(self.cluster)
+
+
+class GpuUseSample(models.Model):
+    """One GPU's use at one read of its node's dcgm-exporter, and the pod the exporter says
+    holds it. Kept for GPU_USE_WINDOW_HOURS (kube.gpu_use prunes older ones as it reads)."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="gpu_use_samples")
+    node_name = models.CharField(max_length=253)
+    gpu = models.PositiveSmallIntegerField(help_text="The GPU's index on its node")
+    uuid = models.CharField(max_length=64)
+    model_name = models.CharField(max_length=100, blank=True)
+    namespace = models.CharField(max_length=63, blank=True)
+    pod = models.CharField(max_length=253, blank=True, help_text="Empty: no pod holds it")
+    utilisation = models.PositiveSmallIntegerField(help_text="DCGM_FI_DEV_GPU_UTIL, in %")
+    memory_used_mib = models.PositiveIntegerField(help_text="DCGM_FI_DEV_FB_USED, in MiB")
+    sampled_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["cluster", "sampled_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.cluster.name}/{self.node_name}/{self.gpu}"

@@ -10,6 +10,7 @@ import logging
 
 from celery import shared_task
 from django.conf import settings
+from django.utils import timezone
 
 from capvco_web.integrations.kube import KubeconfigInvalid
 from capvco_web.locks import object_lock
@@ -17,6 +18,7 @@ from capvco_web.tasks import send_on_commit
 from clusters.selectors import kube_observed
 from kube.client import kube_client
 from kube.gpu_addon import cluster_gpu_addon_observe
+from kube.gpu_use import cluster_gpu_use_observe, gpu_use_due
 from kube.observe import cluster_kube_observe, observation_record
 from kube.plan import kube_plan, kube_steps_act
 from kube.services import cluster_mirror_forget, kube_unobserved_with_mirror
@@ -41,12 +43,13 @@ def observe_kube_all() -> None:
 @shared_task(name="clusters.tasks.observe_cluster_kube")
 def observe_cluster_kube(cluster_id: int) -> None:
     """Mirror the cluster's nodes and pods; flag machines and nodes without each other and
-    GPU nodes that advertise no GPU, and read the GPU add-on's DaemonSet; then carry out
+    GPU nodes that advertise no GPU, read the GPU add-on's DaemonSet and, when due, what its
+    GPUs do (kube.gpu_use); then carry out
     the plan of what the control plane writes there (kube.plan): the GPU labels of its
     nodes and the GPU add-on."""
     cluster = (
         kube_observed()
-        .select_related("kube_observation", "gpu_addon_state")
+        .select_related("kube_observation", "gpu_addon_state", "gpu_use_state")
         .filter(pk=cluster_id)
         .first()
     )
@@ -64,4 +67,6 @@ def observe_cluster_kube(cluster_id: int) -> None:
         with client:
             cluster_kube_observe(client=client, cluster=cluster)
             cluster_gpu_addon_observe(client=client, cluster=cluster)
+            if gpu_use_due(cluster, now=(now := timezone.now())):
+                cluster_gpu_use_observe(client=client, cluster=cluster, now=now)
             kube_steps_act(client=client, steps=kube_plan(cluster), cluster_id=cluster.pk)

@@ -42,16 +42,17 @@ from __future__ import annotations
 
 import logging
 import statistics
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
-from django.db.models import Case, Q, QuerySet, Value, When
+from django.db import IntegrityError, connections, transaction
+from django.db.models import Case, Min, Q, QuerySet, Value, When
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -60,6 +61,8 @@ from capvco_web.counters import count, sriov_attach_observe
 from capvco_web.integrations import whitesky as ws
 from capvco_web.locks import object_lock
 from capvco_web.rows import model_update
+from capvco_web.worker_slots import account_calls_slot
+from cloud.models import Location
 from clusters.models import Cluster
 from sriov.models import ExternalNetwork, PodNic, SriovConfig
 from sriov.networks import NetworkUnknown, network_resolve
@@ -71,11 +74,9 @@ from sriov.placement import (
     WrongNode,
     node_placement,
     pod_check,
+    shared_kube,
 )
 from sriov.whitesky import NoCredential, sriov_whitesky_client
-
-if TYPE_CHECKING:
-    from capvco_web.integrations.kube.client import KubeClient
 
 logger = logging.getLogger(__name__)
 
@@ -116,19 +117,10 @@ class NotEnabled(Refused):
 @dataclass(frozen=True)
 class Clients:
     """How the agent reaches the outside: whitesky with the SR-IOV credential, and the
-    cluster's Kubernetes (made only when the mirror cannot answer)."""
+    cluster's Kubernetes (used only when the mirror cannot answer)."""
 
     whitesky: Callable[[SriovConfig], ws.WhiteskyClient] = sriov_whitesky_client
-    kube: Callable[[Cluster], KubeClientFactory] | None = None
-
-
-def _default_kube(cluster: Cluster) -> KubeClientFactory:
-    def make() -> KubeClient:
-        from kube.client import kube_client  # imports the kubernetes package: only now
-
-        return kube_client(cluster)
-
-    return make
+    kube: Callable[[Cluster], KubeClientFactory] = shared_kube
 
 
 def vm_lock_name(location_id: int, vm_id: int) -> str:
@@ -219,6 +211,7 @@ def pod_nic_add(
     Raises Refused (with the HTTP status that says why) when it cannot be had."""
     clients = clients or Clients()
     config = _config(cluster)
+    cluster = config.cluster  # as it is now (the caller's may be its agent token's, cached)
     existing = PodNic.objects.filter(cluster=cluster, pod_uid=pod_uid).exclude(state=State.RELEASED)
     row = existing.first()
     if row is not None and row.node_name != node_name:
@@ -275,7 +268,7 @@ def pod_nic_add(
             cluster=cluster,
             config=config,
             client=client,
-            kube=(clients.kube or _default_kube)(cluster),
+            kube=clients.kube(cluster),
             pod_uid=pod_uid,
             namespace=namespace,
             pod_name=pod_name,
@@ -286,16 +279,20 @@ def pod_nic_add(
         )
 
 
+def queued() -> Q:
+    """The rows waiting in their VM's queue: an attach not made yet, or a detach."""
+    return Q(state__in=[State.REQUESTED, State.ATTACHING]) | (
+        Q(detach_queued_at__isnull=False) & ~Q(state=State.RELEASED)
+    )
+
+
 def vm_queue(*, location_id: int, vm_id: int) -> QuerySet[PodNic]:
     """The VM's attaches and detaches in the order they are made: an attach under way (or
     whose answer was lost) first, then by when they were queued (a detach since its DEL
     or GC, an attach since its ADD)."""
-    queued = Q(state__in=[State.REQUESTED, State.ATTACHING]) | (
-        Q(detach_queued_at__isnull=False) & ~Q(state=State.RELEASED)
-    )
     return (
         PodNic.objects.filter(location_id=location_id, vm_id=vm_id)
-        .filter(queued)
+        .filter(queued())
         .order_by(
             Case(When(state=State.ATTACHING, then=Value(0)), default=Value(1)),
             Coalesce("detach_queued_at", "queued_at").asc(nulls_first=True),
@@ -319,16 +316,24 @@ def poll_after(position: int) -> int:
 
 def attach_seconds(*, location_id: int, vm_id: int) -> float:
     """How long the VM's attaches took lately (the mean of its last few, from the turn to
-    the NIC found); before its first, its location's; ATTACH_SECONDS_GUESS before any."""
+    the NIC found); before its first, its location's; ATTACH_SECONDS_GUESS before any. One
+    query: the VM's last few and the location's."""
     attached = PodNic.objects.filter(
         location_id=location_id, attached_at__isnull=False, attach_started_at__isnull=False
     )
-    for rows in (attached.filter(vm_id=vm_id), attached):
-        recent = rows.order_by("-attached_at").values_list("attach_started_at", "attached_at")
+
+    def recent(rows: QuerySet[PodNic], own: bool) -> QuerySet[Any, Any]:
+        fields = ("own", "attach_started_at", "attached_at")
+        mine = rows.annotate(own=Value(own)).values_list(*fields)
+        return mine.order_by("-attached_at")[:ATTACH_SAMPLES]
+
+    both = recent(attached.filter(vm_id=vm_id), True).union(recent(attached, False), all=True)
+    found: list[tuple[bool, datetime, datetime]] = list(both)
+    for own in (True, False):
         took = [
             (done - began).total_seconds()
-            for began, done in recent[:ATTACH_SAMPLES]
-            if began is not None and done is not None and done >= began
+            for mine, began, done in found
+            if mine == own and done >= began
         ]
         if took:
             return statistics.fmean(took)
@@ -637,6 +642,86 @@ def vm_queue_run(*, location_id: int, vm_id: int, clients: Clients | None = None
             _queue_drain(location_id=location_id, vm_id=vm_id, clients=clients, result=result)
         if result.again or not vm_queue(location_id=location_id, vm_id=vm_id).exists():
             return result
+
+
+def vm_queues_run(
+    *, location_id: int, vm_id: int, clients: Clients | None = None
+) -> dict[int, QueueResult]:
+    """Run the VM's queue (`vm_queue_run`) and, beside it, the queues of the location's
+    other VMs that wait: each VM's attaches one at a time, as ever, and different VMs' at
+    once, each runner holding one of the account's call slots
+    (WHITESKY_CALLS_IN_FLIGHT_PER_ACCOUNT, counted over every worker), so a burst of ADDs
+    over many VMs is not held to one worker process per VM. A runner that sees another VM
+    waiting starts one more, while slots are free; a VM whose queue another worker runs is
+    left to it. What each run did, by VM: the VM's own is `busy` when no slot was free."""
+    clients = clients or Clients()
+    account_id = Location.objects.values_list("account_id", flat=True).get(pk=location_id)
+    runners = _QueueRunners(location_id=location_id, account_id=account_id, first=vm_id)
+    try:
+        runners.run(clients)
+    finally:
+        runners.join()
+    runners.results.setdefault(vm_id, QueueResult(busy=True))
+    return runners.results
+
+
+class _QueueRunners:
+    """The runners of one `vm_queues_run`: each takes a call slot, then VMs one after the
+    other, the first VM first, then the one waiting longest that this run has not run."""
+
+    def __init__(self, *, location_id: int, account_id: int, first: int) -> None:
+        self.location_id = location_id
+        self.account_id = account_id
+        self.first = first
+        self.results: dict[int, QueueResult] = {}
+        self._taken: set[int] = set()  # VMs a runner of this run took
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+
+    def run(self, clients: Clients) -> None:
+        with account_calls_slot(self.account_id) as slot:
+            if not slot:
+                return
+            while (vm_id := self._next(clients)) is not None:
+                self.results[vm_id] = vm_queue_run(
+                    location_id=self.location_id, vm_id=vm_id, clients=clients
+                )
+
+    def join(self) -> None:
+        while self._threads:
+            self._threads.pop().join()
+
+    def _next(self, clients: Clients) -> int | None:
+        """The VM this runner runs next (None: none waits), and one more runner when
+        another VM waits after it."""
+        with self._lock:
+            waiting = (
+                PodNic.objects.filter(queued(), location_id=self.location_id)
+                .exclude(vm_id__in=self._taken)
+                .values("vm_id")
+                .annotate(since=Min(Coalesce("detach_queued_at", "queued_at")))
+                .order_by("since", "vm_id")
+                .values_list("vm_id", flat=True)
+            )
+            chosen = [self.first] if self.first not in self._taken else []
+            chosen += [vm for vm in waiting[:2] if vm != self.first]
+            if not chosen:
+                return None
+            self._taken.add(chosen[0])
+            bound = settings.WHITESKY_CALLS_IN_FLIGHT_PER_ACCOUNT
+            if len(chosen) > 1 and len(self._threads) + 1 < bound:
+                thread = threading.Thread(target=self._helper, args=(clients,), daemon=True)
+                self._threads.append(thread)
+                thread.start()
+            return chosen[0]
+
+    def _helper(self, clients: Clients) -> None:
+        try:
+            self.run(clients)
+        except Exception:
+            logger.exception("sriov: a queue runner of location %s failed", self.location_id)
+        finally:
+            connections.close_all()  # this thread's
 
 
 def _queue_drain(*, location_id: int, vm_id: int, clients: Clients, result: QueueResult) -> None:
@@ -992,7 +1077,9 @@ __all__ = [
     "pod_nic_delete",
     "poll_after",
     "queue_place",
+    "queued",
     "vm_queue",
     "vm_queue_run",
+    "vm_queues_run",
     "vm_turn",
 ]

@@ -10,6 +10,7 @@ taken from the caller: only from the node's machine.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -22,9 +23,22 @@ from kube.nodes import NodeOwners
 if TYPE_CHECKING:
     from capvco_web.integrations.kube.client import KubeClient
 
-# Makes the cluster's Kubernetes client when the mirror cannot answer (the kubernetes
-# package is slow to import: only then).
-KubeClientFactory = Callable[[], "KubeClient"]
+# The cluster's Kubernetes client, for a `with` block, when the mirror cannot answer (the
+# kubernetes package is slow to import: only then).
+KubeClientFactory = Callable[[], AbstractContextManager["KubeClient"]]
+
+
+def shared_kube(cluster: Cluster) -> KubeClientFactory:
+    """The process's client of the cluster (kube_client_shared), left open after the block:
+    the next request uses its connection again."""
+
+    def use() -> AbstractContextManager[KubeClient]:
+        from kube.client import kube_client_shared  # imports the kubernetes package
+
+        return nullcontext(kube_client_shared(cluster))
+
+    return use
+
 
 FINISHED_PHASES = (KubePod.Phase.SUCCEEDED, KubePod.Phase.FAILED)
 
@@ -119,18 +133,20 @@ def _live_pod(
 def node_placement(
     *, cluster: Cluster, node_name: str, kube_client: KubeClientFactory
 ) -> Placement:
-    """The machine (and VM) of the cluster's node `node_name`."""
-    row = KubeNode.objects.filter(cluster=cluster, name=node_name).first()
-    machine_id = row.machine_id if row is not None else None
-    if machine_id is None and row is None:
-        machine_id = _live_node_machine(cluster, node_name, kube_client)
-    machine = (
-        Machine.objects.select_related("pool__site__location", "deletion")
-        .filter(pk=machine_id)
+    """The machine (and VM) of the cluster's node `node_name`: a mirrored node's read with
+    it in one query."""
+    row = (
+        KubeNode.objects.select_related("machine__pool__site__location", "machine__deletion")
+        .filter(cluster=cluster, name=node_name)
         .first()
-        if machine_id is not None
-        else None
     )
+    machine = row.machine if row is not None else None
+    if row is None and (machine_id := _live_node_machine(cluster, node_name, kube_client)):
+        machine = (
+            Machine.objects.select_related("pool__site__location", "deletion")
+            .filter(pk=machine_id)
+            .first()
+        )
     if machine is None:
         raise Refused(
             f"Node {node_name} is no machine of cluster {cluster.name}: only the VMs of its "

@@ -21,7 +21,7 @@ from capvco_web.backoff import backoff_seconds
 from capvco_web.locks import object_lock
 from capvco_web.tasks import send_on_commit
 from clusters.models import Cluster
-from sriov.agent import vm_queue_run
+from sriov.agent import queued, vm_queues_run
 from sriov.capi_credential import imported_credential_sync
 from sriov.models import PodNic
 from sriov.reclaim import cluster_nics_reclaim
@@ -63,21 +63,24 @@ QUEUE_RETRIES = 6  # 1 + 2 + ... + 32 s; past that, beat's resume goes on
 
 @shared_task(bind=True, max_retries=QUEUE_RETRIES)
 def sriov_vm_queue_run(self: Task[Any, Any], location_id: int, vm_id: int) -> None:
-    result = vm_queue_run(location_id=location_id, vm_id=vm_id)
-    for row in result.failed:
-        logger.info("sriov queue of VM %s: %s failed: %s", vm_id, row, row.failure)
-    for row in result.detached:
-        logger.info("sriov queue of VM %s: released %s", vm_id, row)
-    if result.again and self.request.retries < QUEUE_RETRIES:
-        # The reclaimer's detach holds the VM's turn, or an attach's outcome is not known.
+    """The VM's queue, and beside it the location's other waiting queues (vm_queues_run)."""
+    results = vm_queues_run(location_id=location_id, vm_id=vm_id)
+    for vm, result in results.items():
+        for row in result.failed:
+            logger.info("sriov queue of VM %s: %s failed: %s", vm, row, row.failure)
+        for row in result.detached:
+            logger.info("sriov queue of VM %s: released %s", vm, row)
+        if vm != vm_id and result.again:  # the VM's own task, as this one's first retry
+            again = backoff_seconds(0, base=1.0)
+            sriov_vm_queue_run.apply_async((location_id, vm), countdown=again)
+    if results[vm_id].again and self.request.retries < QUEUE_RETRIES:
+        # No call slot of the account was free, the reclaimer's detach holds the VM's turn,
+        # or an attach's outcome is not known.
         raise self.retry(countdown=backoff_seconds(self.request.retries, base=1.0))
 
 
 @shared_task
 def sriov_vm_queues_resume() -> None:
-    queued = PodNic.objects.filter(
-        Q(state__in=[PodNic.State.REQUESTED, PodNic.State.ATTACHING])
-        | (Q(detach_queued_at__isnull=False) & ~Q(state=PodNic.State.RELEASED))
-    )
-    for location_id, vm_id in sorted(set(queued.values_list("location_id", "vm_id"))):
+    waiting = PodNic.objects.filter(queued())
+    for location_id, vm_id in sorted(set(waiting.values_list("location_id", "vm_id"))):
         send_on_commit(sriov_vm_queue_run, location_id, vm_id)

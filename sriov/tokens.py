@@ -15,15 +15,21 @@ shown once, when it is made.
 Rotating the enrollment token retires the others (at once, or after an overlap that lets
 the nodes take the new Secret first); each node's installer, seeing the new Secret,
 enrolls again with its current node token and gets a new one.
+
+A web process keeps the tokens it authenticated for AGENT_TOKEN_CACHE_SECONDS, so an ADD
+and its polls cost no lookup: a token revoked or rotated away is refused at once by the
+process that did it, and by every other (and a token gone with its machine, by all)
+within that time. Its expiry is checked on every call.
 """
 
 from __future__ import annotations
 
 import hmac
 import secrets
+import threading
+import time
 from collections.abc import Callable
 from datetime import timedelta
-from typing import TYPE_CHECKING
 
 from django.db import IntegrityError, transaction
 from django.db.models import Q
@@ -34,10 +40,7 @@ from capvco_web.permissions import Actor, permission_require
 from capvco_web.tokens import LAST_USED_RESOLUTION, token_hash
 from clusters.models import Cluster, Machine
 from sriov.models import AGENT_TOKEN_PREFIX, AgentToken
-from sriov.placement import Refused, node_placement
-
-if TYPE_CHECKING:
-    from capvco_web.integrations.kube.client import KubeClient
+from sriov.placement import KubeClientFactory, Refused, node_placement, shared_kube
 
 KEY_ID_BYTES = 6
 SECRET_BYTES = 32
@@ -47,6 +50,45 @@ MAX_OVERLAP = timedelta(days=1)
 NODE_TOKEN_OVERLAP = timedelta(minutes=2)
 INSTALLER = SystemActor.SRIOV_INSTALLER  # the actor of an enrollment
 _NO_HASH = "0" * 64
+AGENT_TOKEN_CACHE_SECONDS = 5.0
+
+
+class _TokenCache:
+    """The agent tokens this process authenticated lately, by key id, with when each was
+    read (`clock`); shared by the process's threads."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self._tokens: dict[str, tuple[float, AgentToken]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key_id: str) -> AgentToken | None:
+        with self._lock:
+            found = self._tokens.get(key_id)
+        if found is None or self.clock() - found[0] >= AGENT_TOKEN_CACHE_SECONDS:
+            return None
+        return found[1]
+
+    def put(self, token: AgentToken) -> None:
+        with self._lock:
+            now = self.clock()
+            self._tokens = {
+                k: v for k, v in self._tokens.items() if now - v[0] < AGENT_TOKEN_CACHE_SECONDS
+            }
+            self._tokens[token.key_id] = (now, token)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._tokens = {}
+
+
+_cache = _TokenCache()
+
+
+def agent_tokens_forget() -> None:
+    """Read every agent token from the database again at its next use (this process): after
+    a change of tokens, which other processes see within AGENT_TOKEN_CACHE_SECONDS."""
+    _cache.clear()
 
 
 class AgentTokenRefused(Exception):
@@ -105,16 +147,8 @@ def agent_token_rotate(
                 "others_end": (now + overlap).isoformat() if retired else None,
             },
         )
+    agent_tokens_forget()
     return token, raw
-
-
-def _default_kube(cluster: Cluster) -> Callable[[], KubeClient]:
-    def make() -> KubeClient:
-        from kube.client import kube_client  # imports the kubernetes package: only now
-
-        return kube_client(cluster)
-
-    return make
 
 
 def node_token_enroll(
@@ -123,7 +157,7 @@ def node_token_enroll(
     node_name: str,
     current_token: str = "",
     address: str | None = None,
-    kube_client: Callable[[], KubeClient] | None = None,
+    kube_client: KubeClientFactory | None = None,
 ) -> tuple[AgentToken, str]:
     """Exchange the cluster's enrollment token for a token bound to its node `node_name`
     and its machine (returned once). Only for a node of the cluster that is one of its
@@ -133,9 +167,10 @@ def node_token_enroll(
     the same node name are deleted. Audited, with the caller's address."""
     if enrollment.node_name:
         raise ValueError("Only the cluster's enrollment token enrolls a node.")
-    cluster = enrollment.cluster
+    # Read now: the enrollment token may be a cached one (its cluster as it was then).
+    cluster = Cluster.objects.select_related("account").get(pk=enrollment.cluster_id)
     machine = node_placement(
-        cluster=cluster, node_name=node_name, kube_client=kube_client or _default_kube(cluster)
+        cluster=cluster, node_name=node_name, kube_client=kube_client or shared_kube(cluster)
     ).machine
     key_id, raw = _token_new()
     now = timezone.now()
@@ -189,6 +224,7 @@ def node_token_enroll(
             )
     except IntegrityError:
         raise refused from None  # another enrollment of the node made its token first
+    agent_tokens_forget()
     return token, raw
 
 
@@ -212,19 +248,24 @@ def node_token_revoke(*, cluster: Cluster, node_name: str, actor: Actor, reason:
             before={"node": node_name, "tokens": [f"{AGENT_TOKEN_PREFIX}{k}" for k in revoked]},
             after={"tokens": []},
         )
+    agent_tokens_forget()
     return len(revoked)
 
 
 def agent_token_authenticate(raw: str) -> AgentToken:
-    """The live agent token `raw` is (either kind), its cluster loaded; raises
-    AgentTokenRefused."""
+    """The live agent token `raw` is (either kind), its cluster loaded (as it was when the
+    token was read: at most AGENT_TOKEN_CACHE_SECONDS ago); raises AgentTokenRefused."""
     prefix, _, rest = raw.partition(AGENT_TOKEN_PREFIX)
     key_id, _, secret = rest.partition("_")
     if prefix or not key_id or not secret:
         raise AgentTokenRefused(
             f"Not an agent token: they look like {AGENT_TOKEN_PREFIX}<id>_<secret>."
         )
-    token = AgentToken.objects.select_related("cluster__account").filter(key_id=key_id).first()
+    token = _cache.get(key_id)
+    if token is None:
+        token = AgentToken.objects.select_related("cluster__account").filter(key_id=key_id).first()
+        if token is not None:
+            _cache.put(token)
     matches = hmac.compare_digest(token.token_hash if token else _NO_HASH, token_hash(raw))
     if token is None or not matches:
         raise AgentTokenRefused("Invalid agent token (rotated away, revoked, or never made).")

@@ -190,6 +190,11 @@ class KubeSimulator:
         """Serve a custom kind: ``register(c, group=, version=, plural=, kind=, namespaced=)``."""
         self._control("POST", f"clusters/{cluster}/resources", spec)
 
+    def dcgm(self, cluster: str, nodes: dict[str, list[dict[str, Any]]]) -> None:
+        """What the dcgm-exporter of each node serves (simulator/kube/dcgm.py): per GPU,
+        its labels and a series of samples, one a scrape."""
+        self._control("POST", f"clusters/{cluster}/dcgm", {"nodes": nodes})
+
     def state(self, cluster: str) -> dict[str, Any]:
         return dict(self._control("GET", f"clusters/{cluster}/state"))
 
@@ -314,6 +319,58 @@ def pod_object(
         "spec": spec,
         "status": {"phase": phase},
     }
+
+
+# NVIDIA's dcgm-exporter as the GPU Operator installs it: a DaemonSet's pods and their
+# Service, labelled app=nvidia-dcgm-exporter, serving on 9400.
+DCGM_NAMESPACE = "gpu-operator"
+DCGM_LABELS = {"app": "nvidia-dcgm-exporter"}
+H200_RECORDING = PROJECT_ROOT.parent / "shared" / "gpu-node"
+H200_MEMORY_MIB = 143771  # memory.total of the recorded H200 (query-gpu.csv)
+
+
+def dcgm_exporter_objects(*nodes: str) -> list[dict[str, Any]]:
+    """The exporter's namespace, Service, and one pod on each node."""
+    objects: list[dict[str, Any]] = [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": DCGM_NAMESPACE}},
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {
+                "name": "nvidia-dcgm-exporter",
+                "namespace": DCGM_NAMESPACE,
+                "labels": dict(DCGM_LABELS),
+            },
+            "spec": {
+                "selector": dict(DCGM_LABELS),
+                "ports": [{"name": "gpu-metrics", "port": 9400, "targetPort": 9400}],
+            },
+        },
+    ]
+    for node in nodes:
+        pod = pod_object(f"nvidia-dcgm-exporter-{node}", namespace=DCGM_NAMESPACE, node=node)
+        pod["metadata"]["labels"] = dict(DCGM_LABELS)
+        objects.append(pod)
+    return objects
+
+
+def recorded_utilisation() -> list[dict[str, float]]:
+    """The H200 node's recording, idle then busy (utilisation-idle-then-busy.csv), as the
+    exporter's samples: one a line."""
+    import csv
+
+    path = H200_RECORDING / "utilisation-idle-then-busy.csv"
+    with path.open() as handle:
+        rows = list(csv.reader(handle, skipinitialspace=True))[1:]
+    return [
+        {
+            "util": float(util.split()[0]),
+            "fb_used": float(used.split()[0]),
+            "fb_free": float(H200_MEMORY_MIB - int(used.split()[0])),
+            "power": float(power.split()[0]),
+        }
+        for _, util, _, used, power in rows
+    ]
 
 
 @pytest.fixture(scope="session")

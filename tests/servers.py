@@ -23,6 +23,7 @@ PG_USER = "postgres"
 
 
 def free_port() -> int:
+    """A port on 127.0.0.1 nothing listens on now: two runs on one host never share one."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])

@@ -36,6 +36,7 @@ from clusters.services import (
     machine_force_delete,
     pool_scale,
 )
+from dashboard.saved_views import saved_view_create
 from gpus.models import GpuProfile, VgpuReservation
 from kube.client import kube_client
 from kube.nodes import provider_id
@@ -51,6 +52,7 @@ ROOT = Path(__file__).resolve().parents[1]
 WRITE = re.compile(r'^\s*(?:INSERT INTO|UPDATE|DELETE FROM)\s+"(\w+)"')
 PROJECT_APPS = (
     "capvco_web", "cloud", "clusters", "gpus", "kube", "sriov", "billing", "autoscale", "notify",
+    "dashboard",
 )  # fmt: skip
 # Writing machinery any writer calls: the writer is the module that called it (a model's
 # save() in any models.py included).
@@ -171,6 +173,9 @@ def test_each_table_has_one_writer_over_a_whole_life(
         leak_ledger_pass()
         bill_check_account(plane.account.pk)
         notify_pass()
+        saved_view_create(  # an operator keeps the list of what is left
+            user=admin_user, list_name="reservations", name="left", query="orphaned=true"
+        )
         cluster_delete(
             cluster=Cluster.objects.get(pk=cluster.pk),
             actor=admin_user,
@@ -231,18 +236,21 @@ WRITERS = {
     "billing_rollup": {"billing/rollups.py"},
     "notify_notice": {"notify/services.py"},
     "notify_webhooktarget": {"notify/services.py"},
+    "dashboard_savedview": {"dashboard/saved_views.py"},  # a person's views of a list
 }
 # Tables this life does not write (set up by the test, or written by a life of their own:
 # SR-IOV's NICs, tokens and networks, the watch process, API tokens, a leak billed over
-# hours, idle GPU spells, the GPU add-on applied, GPU verification: its writers are
-# asserted in tests/kube/test_gpu_verify.py; the pool autoscaler's: in
+# hours, idle GPU spells, the GPU add-on applied, GPU use (kube/gpu_use.py alone), GPU
+# verification: its writers are asserted in tests/kube/test_gpu_verify.py; the pool
+# autoscaler's: in
 # tests/autoscale/test_autoscale.py). A new table lands here or in WRITERS.
 NOT_WRITTEN_BY_THIS_LIFE = {
     "autoscale_gpushortfall", "clusters_machinedrain", "clusters_pooltarget",
     "billing_billitem", "billing_idlespell", "billing_leak", "capvco_web_apitoken",
     "capvco_web_heartbeat", "cloud_account", "cloud_cloudspace", "cloud_image",
     "cloud_membership", "clusters_kubewatch", "kube_gpuaddonstate", "kube_gpuverification",
-    "kube_gpuverifyjob", "kube_gpuverifyrequest", "notify_webhooktest",
+    "kube_gpuverifyjob", "kube_gpuverifyrequest", "kube_gpuusesample", "kube_gpuusestate",
+    "notify_webhooktest",
     "sriov_agenttoken",
     "sriov_externalnetwork", "sriov_gonepod", "sriov_leakednic", "sriov_podnic",
     "sriov_sriovconfig",

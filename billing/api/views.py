@@ -36,7 +36,7 @@ from billing.selectors import (
     month_figures,
 )
 from capvco_web.api import DateTimeText, KnownParametersMixin
-from capvco_web.api_csv import CsvMixin
+from capvco_web.api_csv import FORMAT_PARAMETER, CsvMixin
 from capvco_web.api_input import CursorPagination, query_parameter_once
 from capvco_web.api_schema import ApiSchema
 from capvco_web.permissions import AccountScopedViewSetMixin, visible
@@ -76,13 +76,6 @@ def _query(request: Request, serializer_class: type[serializers.Serializer[Any]]
     return query.validated_data
 
 
-_FORMAT_PARAMETER = OpenApiParameter(
-    "format",
-    str,
-    enum=["json", "csv"],
-    description="`csv` (or `Accept: text/csv`): the same rows as CSV, a header row of the "
-    "field names first; errors stay JSON",
-)
 _GROUP_BY_PARAMETER = OpenApiParameter(
     "group_by",
     str,
@@ -133,7 +126,7 @@ class CostsView(CsvMixin, KnownParametersMixin, generics.GenericAPIView[Location
 
     @extend_schema(
         parameters=[
-            _FORMAT_PARAMETER,
+            FORMAT_PARAMETER,
             _GROUP_BY_PARAMETER,
             OpenApiParameter(
                 "start",
@@ -192,7 +185,7 @@ class CostsMonthView(CsvMixin, KnownParametersMixin, generics.GenericAPIView[Loc
 
     @extend_schema(
         parameters=[
-            _FORMAT_PARAMETER,
+            FORMAT_PARAMETER,
             OpenApiParameter(
                 "group_by",
                 str,
@@ -234,7 +227,7 @@ class LeakViewSet(
         return None if self.request.accepted_renderer.format == "csv" else page
 
     @extend_schema(
-        parameters=[_FORMAT_PARAMETER],
+        parameters=[FORMAT_PARAMETER],
         responses={
             (200, "application/json"): LeakSerializer(many=True),
             (200, "text/csv"): OpenApiTypes.STR,
@@ -244,7 +237,7 @@ class LeakViewSet(
         return super().list(request, *args, **kwargs)
 
     @extend_schema(
-        parameters=[_FORMAT_PARAMETER],
+        parameters=[FORMAT_PARAMETER],
         responses={
             (200, "application/json"): LeakSerializer,
             (200, "text/csv"): OpenApiTypes.STR,

@@ -120,6 +120,13 @@ class ClusterSerializer(ModelCleanMixin):
     deletion_blockers = serializers.JSONField(
         read_only=True, help_text="While deleting: what still exists."
     )
+    plan_unchanged_since = serializers.DateTimeField(
+        read_only=True,
+        allow_null=True,
+        help_text="When its plan was last computed in full and had nothing to do; the passes "
+        "since found what it reads unchanged and did not plan again. Null: its last pass "
+        "planned in full.",
+    )
     # How its Kubernetes and GPU add-on were observed: the kube app's rows beside it.
     kube_observation_complete = serializers.BooleanField(
         source="kube_observation.complete",
@@ -146,7 +153,8 @@ class ClusterSerializer(ModelCleanMixin):
     class Meta:
         model = Cluster
         fields = [
-            "id", "name", "account", "state", "deletion_blockers", "created_at", "sites",
+            "id", "name", "account", "state", "deletion_blockers", "plan_unchanged_since",
+            "created_at", "sites",
             "kubeconfig", "has_kubeconfig", "kube_observation_complete",
             "kube_observation_error", "kube_observation_started_at", "kubernetes",
             "gpu_addon", "gpu_addon_applied_at", "gpu_addon_error", "imported_from",
@@ -154,7 +162,9 @@ class ClusterSerializer(ModelCleanMixin):
         # The name rule is the model's (clean): one name per account is only the part the
         # database holds, and its generic "must make a unique set" would say less.
         validators: list[Any] = []
-        read_only_fields = ["state", "deletion_blockers", "created_at", "imported_from"]
+        read_only_fields = [
+            "state", "deletion_blockers", "plan_unchanged_since", "created_at", "imported_from",
+        ]  # fmt: skip
 
     def to_representation(self, instance: Cluster) -> dict[str, Any]:
         data: dict[str, Any] = super().to_representation(instance)

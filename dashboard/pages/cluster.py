@@ -133,10 +133,16 @@ class ClusterBody:
     history: list[HistoryRow]
     """The newest audit events of the cluster, its pools and its machines."""
 
+    @property
+    def can_scale_several(self) -> bool:
+        """Whether the selection's scale is offered: two pools or more may be scaled."""
+        return sum(row.can_scale for row in self.pools) > 1
+
     def context(self) -> dict[str, Any]:
         """As the template reads it: each field by its name, the node and SR-IOV sections'
         names at the top."""
         context = {f.name: getattr(self, f.name) for f in fields(self)}
+        context["can_scale_several"] = self.can_scale_several
         return {**context, **context.pop("nodes"), **context.pop("sriov")}
 
 

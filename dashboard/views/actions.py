@@ -415,6 +415,58 @@ def pool_scale(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     )
 
 
+@require_http_methods(["GET", "POST"])
+def pools_scale(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """The pools of a cluster selected on its page (`?pool=<id>&pool=<id>...`) set to one
+    size with one reason: each scaled, checked and audited on its own; one refused (say
+    autoscaled) is reported, and the others still go."""
+    cluster = get_object_or_404(visible(request.user, Cluster.objects.all()), pk=pk)
+    try:
+        picked = {int(value) for value in request.GET.getlist("pool")}
+    except ValueError:
+        return HttpResponse("pool takes ids: whole numbers", status=400, content_type="text/plain")
+    if not allowed_somewhere(request.user, "clusters.scale_machinepool"):
+        raise PermissionDenied("You may not scale pools in any account.")
+    pools = list(
+        visible(request.user, MachinePool.objects.filter(cluster=cluster, pk__in=picked))
+        .select_related("cluster")
+        .order_by("name")
+    )
+    listed = ", ".join(f"{pool.name} ({pool.replicas})" for pool in pools)
+
+    def act(data: dict[str, Any]) -> str:
+        if not pools:
+            raise ValueError("Select the pools to scale.")
+        outcome = services.pools_scale(
+            pools=pools, replicas=data["replicas"], actor=request.user, reason=data["reason"]
+        )
+        message = f"Scaled {len(outcome.scaled)} pools to {data['replicas']} replicas"
+        message += f": {', '.join(outcome.scaled)}." if outcome.scaled else "."
+        if outcome.refused:
+            message += f" Refused {len(outcome.refused)}: " + "; ".join(outcome.refused)
+        return message
+
+    return _confirm_and_act(
+        request,
+        obj=None,
+        perm=None,
+        confirmation=Confirmation(
+            title="Scale the selected pools",
+            object_label=f"{len(pools)} pools of {cluster.name} (replicas now): {listed or 'none'}",
+            consequence="Each pool is set to the replicas below and audited on its own with "
+            "the reason; one that is refused (autoscaled, imported, not yours to scale) is "
+            "reported and the others still go. The next reconcile makes the machines "
+            "missing, or tears the surplus down.",
+            button="Scale selected",
+            danger=False,
+        ),
+        home=_cluster_home(cluster),
+        act=act,
+        form_class=ScaleForm,
+        action_url=request.get_full_path(),
+    )
+
+
 def _machine(request: HtmxHttpRequest, pk: int) -> Machine:
     return get_object_or_404(
         visible(request.user, Machine.objects.select_related("pool__cluster")), pk=pk

@@ -24,12 +24,16 @@ from capvco_web.permissions import visible
 from clusters.models import Cluster, ClusterSite, Machine, MachinePool
 from clusters.plan import cluster_plan
 from clusters.selectors import cluster_passes
+from dashboard.columns import COLUMNS, columns_chosen
 from dashboard.filtersets import ClusterListFilterSet, filled, list_page, unknown_parameters
+from dashboard.lists import CLUSTER_COLUMNS, PAGE
 from dashboard.money import cluster_money
 from dashboard.pages.cluster import NICS_IN, PHASE_IN, cluster_body
 from dashboard.views.money import cluster_locations
+from dashboard.views.saved import saved_views_context
 from dashboard.views.setup import accounts_for_new_clusters
 from gpus.models import BILLED_STATES, VgpuReservation
+from kube.gpu_use import gpu_use
 from kube.plan import kube_plan
 from kube.selectors import clusters_with_kube_summary, kube_observation_problem
 from sriov.models import PodNic
@@ -73,20 +77,41 @@ def cluster_list(request: HtmxHttpRequest) -> HttpResponse:
         )
     )
     filterset = ClusterListFilterSet(filled(request.GET), queryset=clusters, request=request)
-    errors = unknown_parameters(request.GET, [*filterset.filters, "page"])
+    chosen = columns_chosen(request.GET, CLUSTER_COLUMNS)
+    shown = chosen.keys
+    shaped: dict[str, Any] = {
+        "chosen": chosen,
+        "shown": shown,
+        "list_url": reverse("dashboard:clusters"),
+        # The filters the page was asked with, kept when the columns change.
+        "filters": [
+            (name, value)
+            for name, values in filled(request.GET).lists()
+            if name not in (COLUMNS, PAGE)
+            for value in values
+        ],
+        **saved_views_context(request, "clusters", request.GET),
+    }
+    errors = unknown_parameters(request.GET, [*filterset.filters, COLUMNS, PAGE]) or chosen.errors
     if not errors and not filterset.is_valid():
         errors = [f"{f}: {m}" for f, messages in filterset.form.errors.items() for m in messages]
     if errors:
-        refused: dict[str, Any] = {"errors": errors, "page_url": request.get_full_path()}
+        refused: dict[str, Any] = {
+            **shaped,
+            "errors": errors,
+            "page_url": request.get_full_path(),
+        }
         return page_or_fragment(
             request, "dashboard/clusters.html", refused, fragments=["cluster-table"], status=400
         )
     failed_only = filterset.form.cleaned_data.get("failed") is True
     page = Paginator(filterset.qs, CLUSTERS_PER_PAGE).get_page(request.GET.get("page"))
     ids = [c.pk for c in page]
+    # What only a hidden column shows is not read.
     phases: dict[int, dict[str, int]] = defaultdict(dict)
+    with_phases = bool({"machines", "running", "failed"} & shown)
     for cluster_id, phase, n in (
-        visible(request.user, Machine.objects.filter(pool__cluster__in=ids))
+        visible(request.user, Machine.objects.filter(pool__cluster__in=ids if with_phases else []))
         .values_list("pool__cluster_id", "phase")
         .annotate(n=Count("pk"))
         .values_list("pool__cluster_id", "phase", "n")
@@ -94,7 +119,10 @@ def cluster_list(request: HtmxHttpRequest) -> HttpResponse:
     ):
         phases[cluster_id][phase] = n
     pools = dict(
-        visible(request.user, MachinePool.objects.filter(cluster__in=ids))
+        visible(
+            request.user,
+            MachinePool.objects.filter(cluster__in=ids if "pools" in shown else []),
+        )
         .values_list("cluster_id")
         .annotate(n=Count("pk"))
         .values_list("cluster_id", "n")
@@ -103,7 +131,10 @@ def cluster_list(request: HtmxHttpRequest) -> HttpResponse:
     gpus = dict(
         visible(
             request.user,
-            VgpuReservation.objects.filter(machine__pool__cluster__in=ids, state__in=BILLED_STATES),
+            VgpuReservation.objects.filter(
+                machine__pool__cluster__in=ids if "gpus" in shown else [],
+                state__in=BILLED_STATES,
+            ),
         )
         .values_list("machine__pool__cluster_id")
         .annotate(n=Count("pk"))
@@ -112,13 +143,17 @@ def cluster_list(request: HtmxHttpRequest) -> HttpResponse:
     )
     locations: dict[int, list[str]] = defaultdict(list)
     for cluster_id, location in (
-        visible(request.user, ClusterSite.objects.filter(cluster__in=ids))
+        visible(
+            request.user,
+            ClusterSite.objects.filter(cluster__in=ids if "locations" in shown else []),
+        )
         .order_by("location__name")
         .values_list("cluster_id", "location__name")
     ):
         locations[cluster_id].append(location)
     now, interval = timezone.now(), settings.OBSERVE_INTERVAL
     context = {
+        **shaped,
         "page": page,
         "failed_only": failed_only,
         "summaries": [
@@ -152,7 +187,12 @@ def cluster_for_page(request: HtmxHttpRequest, pk: int) -> Cluster:
             visible(
                 request.user,
                 Cluster.objects.select_related(
-                    "account", "sriov", "status", "kube_observation", "gpu_addon_state"
+                    "account",
+                    "sriov",
+                    "status",
+                    "kube_observation",
+                    "gpu_addon_state",
+                    "gpu_use_state",
                 ),
             )
         ).annotate(
@@ -191,7 +231,19 @@ def cluster_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         for chart in money.charts:
             chart.csv_url = reverse("dashboard:cluster-money-csv", args=[cluster.pk, chart.key])
         context["money"] = money
+        context.update(cluster_gpu_use_section(cluster))
     return page_or_fragment(request, "dashboard/cluster.html", context, fragments=["cluster-body"])
+
+
+def cluster_gpu_use_section(cluster: Cluster) -> dict[str, Any]:
+    """What its GPUs do (kube.gpu_use): drawn with the page, as its money is."""
+    return {
+        "gpu_use": gpu_use(cluster, now=timezone.now()),
+        "gpu_use_api": reverse("cluster-gpu-use", args=[cluster.pk]),
+        "gpu_use_window": f"{settings.GPU_USE_WINDOW_HOURS:g}",
+        "gpu_use_selector": settings.GPU_USE_EXPORTER_SELECTOR,
+        "gpu_unused_percent": f"{settings.GPU_UNUSED_PERCENT:g}",
+    }
 
 
 def cluster_plan_section(cluster: Cluster) -> dict[str, Any]:

@@ -1,5 +1,6 @@
 """vGPU reservations: the API's filters (one FilterSet), keyset pages in two orders, a
-search bounded by an index, and a CSV export of the filtered set."""
+search bounded by an index, the columns an operator chooses (`cols`), and a CSV export of
+the filtered set with those columns."""
 
 from __future__ import annotations
 
@@ -17,12 +18,15 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from capvco_web.htmx import HtmxHttpRequest, page_or_fragment
-from capvco_web.keyset import CURSOR_PARAMS, BadCursor, KeysetPage, Sort, keyset_page
+from capvco_web.keyset import CURSOR_PARAMS, BadCursor, KeysetPage, keyset_page
 from capvco_web.permissions import allowed, visible
 from cloud.models import Location, VirtualMachine
 from clusters.models import Cluster
+from dashboard.columns import COLUMNS, columns_chosen
 from dashboard.filtersets import cluster_field, filled, list_page, unknown_parameters
 from dashboard.forms import LocationChoiceField
+from dashboard.lists import RESERVATION_COLUMNS, RESERVATION_SORTS
+from dashboard.views.saved import saved_views_context
 from gpus import naming
 from gpus.filtersets import VgpuReservationFilterSet
 from gpus.models import GpuProfile, VgpuReservation
@@ -31,12 +35,6 @@ from gpus.services import RELEASABLE, release_request_pending
 
 TEMPLATE = "dashboard/reservations.html"
 PAGE_SIZE = 50
-SORTS = {
-    "-created": Sort("created_at", True, "newest first"),
-    "created": Sort("created_at", False, "oldest first"),
-    "name": Sort("name", False, "name, A to Z"),
-    "-name": Sort("name", True, "name, Z to A"),
-}
 DEFAULT_SORT = "-created"
 RELEASE = "gpus.release_vgpureservation"
 
@@ -86,26 +84,41 @@ def _card_types(
     return {(c.location_id, c.profile_id): gpu_type_of(c) for c in visible(request.user, cards)}
 
 
-def _rows(request: HtmxHttpRequest, reservations: list[VgpuReservation]) -> list[ReservationRow]:
+def _rows(
+    request: HtmxHttpRequest, reservations: list[VgpuReservation], shown: frozenset[str]
+) -> list[ReservationRow]:
+    """The page's rows; what only a hidden column shows is not read."""
     now = timezone.now()
     location_ids = {r.location_id for r in reservations}
-    types = _card_types(request, GpuProfile.objects.filter(location_id__in=location_ids))
+    types = (
+        _card_types(request, GpuProfile.objects.filter(location_id__in=location_ids))
+        if "gpu" in shown
+        else {}
+    )
     vm_ids = {r.vm_id for r in reservations if r.vm_id is not None}
-    vms = {
-        (vm.location_id, vm.vm_id): vm
-        for vm in visible(
-            request.user,
-            VirtualMachine.objects.filter(location_id__in=location_ids, vm_id__in=vm_ids),
-        )
-    }
+    vms = (
+        {
+            (vm.location_id, vm.vm_id): vm
+            for vm in visible(
+                request.user,
+                VirtualMachine.objects.filter(location_id__in=location_ids, vm_id__in=vm_ids),
+            )
+        }
+        if "vm" in shown
+        else {}
+    )
     # Cluster names are unique per whitesky customer, not overall: read with the account.
     owners = {r.owner_cluster for r in reservations if r.machine is None and r.owner_cluster}
-    clusters = {
-        (account_id, name): pk
-        for account_id, name, pk in visible(
-            request.user, Cluster.objects.filter(name__in=owners)
-        ).values_list("account_id", "name", "pk")
-    }
+    clusters = (
+        {
+            (account_id, name): pk
+            for account_id, name, pk in visible(
+                request.user, Cluster.objects.filter(name__in=owners)
+            ).values_list("account_id", "name", "pk")
+        }
+        if "owner" in shown
+        else {}
+    )
     rows = []
     for r in reservations:
         pending = release_request_pending(r)
@@ -142,11 +155,14 @@ def reservation_table(request: HtmxHttpRequest, params: QueryDict) -> tuple[dict
     filterset = reservation_filterset(request, params)
     sort_key = params.get("sort") or DEFAULT_SORT
     list_url = reverse("dashboard:reservations")
+    chosen = columns_chosen(params, RESERVATION_COLUMNS)
     context: dict[str, Any] = {
         "filterset": filterset,
+        "chosen": chosen,
+        "shown": chosen.keys,
         "params": params,
         "sort_key": sort_key,
-        "sorts": SORTS,
+        "sorts": RESERVATION_SORTS,
         "page_url": f"{list_url}?{params.urlencode()}" if params else list_url,
         "list_url": list_url,
         "gpu_types": sorted(
@@ -155,13 +171,19 @@ def reservation_table(request: HtmxHttpRequest, params: QueryDict) -> tuple[dict
         "errors": [],
         "rows": [],
         "page": None,
+        **saved_views_context(request, "reservations", params),
     }
-    if unknown := unknown_parameters(params, [*filterset.filters, "sort", *CURSOR_PARAMS]):
+    if unknown := unknown_parameters(params, [*filterset.filters, "sort", COLUMNS, *CURSOR_PARAMS]):
         context["errors"] += unknown
         return context, 400
-    sort = SORTS.get(sort_key)
+    if chosen.errors:
+        context["errors"] += chosen.errors
+        return context, 400
+    sort = RESERVATION_SORTS.get(sort_key)
     if sort is None:
-        context["errors"].append(f"Unknown sort {sort_key!r}: use one of {', '.join(SORTS)}.")
+        context["errors"].append(
+            f"Unknown sort {sort_key!r}: use one of {', '.join(RESERVATION_SORTS)}."
+        )
         return context, 400
     if not filterset.is_valid():
         for field, messages in filterset.form.errors.items():
@@ -175,7 +197,7 @@ def reservation_table(request: HtmxHttpRequest, params: QueryDict) -> tuple[dict
         context["errors"].append(str(exc))
         return context, 400
     context["page"] = page
-    context["rows"] = rows = _rows(request, page.rows)
+    context["rows"] = rows = _rows(request, page.rows, chosen.keys)
     # The selection's release is offered where a row of the page can be selected.
     context["selectable"] = any(row.can_release and row.reservation.orphaned_since for row in rows)
     context["csv_query"] = _without(params, CURSOR_PARAMS).urlencode()
@@ -224,38 +246,42 @@ def _cell(value: object) -> str:
     return f"'{text}" if text.startswith(FORMULA_START) else text
 
 
-def _csv_lines(request: HtmxHttpRequest, rows: QuerySet[VgpuReservation]) -> Iterator[str]:
+def _csv_lines(
+    request: HtmxHttpRequest, rows: QuerySet[VgpuReservation], columns: list[str]
+) -> Iterator[str]:
     now = timezone.now()
-    types = _card_types(request, GpuProfile.objects.all())
+    types = _card_types(request, GpuProfile.objects.all()) if "gpu_type" in columns else {}
     writer = csv.writer(_Echo())
-    yield writer.writerow(CSV_COLUMNS)
+    yield writer.writerow(columns)
     for r in rows.iterator(chunk_size=2000):
         machine = r.machine
         by = r.release_requested_by
-        yield writer.writerow(
-            _cell(value)
-            for value in [
-                r.pk, r.name, r.location.name, types.get((r.location_id, r.gpu_id), ""),
-                r.gpu_id, r.state, r.vgpu_id, r.vm_id,
-                machine.pool.cluster.name if machine else r.owner_cluster,
-                machine.pool.name if machine else "",
-                machine.name if machine else r.owner_machine,
-                r.created_at, r.first_seen_at, r.unassigned_since, r.orphaned_since,
-                r.released_at, by.get_username() if by else "", r.release_reason,
-                r.location.currency, r.hourly_cost.quantize(Decimal("0.0001")),
-                r.accrued_cost(now),
-            ]
-        )  # fmt: skip
+        values = dict(zip(CSV_COLUMNS, [
+            r.pk, r.name, r.location.name, types.get((r.location_id, r.gpu_id), ""),
+            r.gpu_id, r.state, r.vgpu_id, r.vm_id,
+            machine.pool.cluster.name if machine else r.owner_cluster,
+            machine.pool.name if machine else "",
+            machine.name if machine else r.owner_machine,
+            r.created_at, r.first_seen_at, r.unassigned_since, r.orphaned_since,
+            r.released_at, by.get_username() if by else "", r.release_reason,
+            r.location.currency, r.hourly_cost.quantize(Decimal("0.0001")),
+            r.accrued_cost(now),
+        ], strict=True))  # fmt: skip
+        yield writer.writerow(_cell(values[name]) for name in columns)
 
 
 @require_GET
 @list_page(VgpuReservationFilterSet)
 def reservation_csv(request: HtmxHttpRequest) -> HttpResponse | StreamingHttpResponse:
-    """Every reservation the filters select (not one page), as CSV."""
+    """Every reservation the filters select (not one page), as CSV, with the columns the
+    page shows (`cols`)."""
     filterset = reservation_filterset(request, request.GET)
+    chosen = columns_chosen(request.GET, RESERVATION_COLUMNS)
     # The list's own query, less its page: the sort is read there, not here.
-    if unknown := unknown_parameters(request.GET, [*filterset.filters, "sort"]):
+    if unknown := unknown_parameters(request.GET, [*filterset.filters, "sort", COLUMNS]):
         return HttpResponse("; ".join(unknown), status=400, content_type="text/plain")
+    if chosen.errors:
+        return HttpResponse("; ".join(chosen.errors), status=400, content_type="text/plain")
     if not filterset.is_valid():
         problems = "; ".join(
             f"{field}: {' '.join(str(m) for m in messages)}"
@@ -265,7 +291,7 @@ def reservation_csv(request: HtmxHttpRequest) -> HttpResponse | StreamingHttpRes
     rows = filterset.qs.order_by("created_at", "id")
     stamp = timezone.now().strftime("%Y%m%d-%H%M%S")
     return StreamingHttpResponse(
-        _csv_lines(request, rows),
+        _csv_lines(request, rows, chosen.csv(CSV_COLUMNS)),
         content_type="text/csv; charset=utf-8",
         headers={"Content-Disposition": f'attachment; filename="reservations-{stamp}.csv"'},
     )

@@ -86,3 +86,56 @@ class ClusterPlanStepSerializer(PlanStepSerializer):
         fields = super().get_fields()
         fields["action"] = serializers.ChoiceField(source="kind", choices=planned_kinds(*KINDS))
         return fields
+
+
+class GpuUseRowSerializer(serializers.Serializer[Any]):
+    """One GPU as its node's dcgm-exporter last showed it, and over the window."""
+
+    node = serializers.CharField(source="node_name")
+    gpu = serializers.IntegerField(help_text="Its index on the node")
+    uuid = serializers.CharField()
+    model = serializers.CharField(source="model_name")
+    namespace = serializers.CharField(help_text="Of the pod that holds it; empty: none")
+    pod = serializers.CharField(help_text="The pod that holds it; empty: none (idle)")
+    status = serializers.ChoiceField(choices=["idle", "in use", "requested but unused"])
+    utilisation_percent = serializers.IntegerField(source="utilisation")
+    memory_used_mib = serializers.IntegerField()
+    sampled_at = serializers.DateTimeField()
+    mean_utilisation_percent = serializers.DecimalField(
+        source="mean_utilisation", max_digits=4, decimal_places=1, allow_null=True,
+        help_text="Over the window's reads while a pod held it; null: never held",
+    )  # fmt: skip
+    unused_since = serializers.DateTimeField(
+        allow_null=True,
+        help_text="Held by its pod below GPU_UNUSED_PERCENT since then (through the last read)",
+    )
+    pool = serializers.CharField(help_text="The pool of the node's machine; empty: not ours")
+    machine = serializers.CharField()
+    reservation = serializers.CharField(help_text="Our vGPU reservation for this GPU")
+
+
+class GpuEfficiencySerializer(serializers.Serializer[Any]):
+    name = serializers.CharField()
+    efficiency_percent = serializers.DecimalField(
+        source="percent", max_digits=4, decimal_places=1, allow_null=True,
+        help_text="Used GPU-time over GPU-time held by pods in the window",
+    )  # fmt: skip
+    gpus = serializers.IntegerField(source="gpu_count")
+
+
+class GpuUseSerializer(serializers.Serializer[Any]):
+    """A cluster's GPU use as read from NVIDIA's dcgm-exporter (kube.gpu_use), over the
+    last GPU_USE_WINDOW_HOURS; `has_data` false: no GPU use data, not 0 %."""
+
+    exporter = serializers.CharField(help_text="Its Service, namespace/name; empty: none found")
+    looked_at = serializers.DateTimeField(allow_null=True)
+    error = serializers.CharField(help_text="What the last read missed: unknown, not unused")
+    has_data = serializers.BooleanField()
+    efficiency_percent = serializers.DecimalField(
+        source="cluster.percent", max_digits=4, decimal_places=1, allow_null=True
+    )
+    requested_but_unused = serializers.IntegerField(source="unused_count")
+    idle = serializers.IntegerField(source="idle_count")
+    namespaces = GpuEfficiencySerializer(many=True)
+    pools = GpuEfficiencySerializer(many=True)
+    results = GpuUseRowSerializer(source="gpus", many=True)

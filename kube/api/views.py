@@ -4,20 +4,30 @@ of their Kubernetes."""
 from __future__ import annotations
 
 from django.db.models import QuerySet
+from django.shortcuts import get_object_or_404
+from django.utils import timezone
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema
-from rest_framework import status, viewsets
+from rest_framework import generics, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from capvco_web.api import ErrorSerializer, KnownParametersMixin, ReasonSerializer, Refused
+from capvco_web.api_csv import FORMAT_PARAMETER, CsvMixin
 from capvco_web.api_input import CursorPagination
-from capvco_web.permissions import AccountScopedViewSetMixin
+from capvco_web.permissions import AccountScopedViewSetMixin, visible
 from clusters.api import views as clusters_views
 from clusters.models import Cluster
 from clusters.plan import cluster_plan
-from kube.api.serializers import ClusterPlanStepSerializer, KubeNodeSerializer, KubePodSerializer
+from kube.api.serializers import (
+    ClusterPlanStepSerializer,
+    GpuUseSerializer,
+    KubeNodeSerializer,
+    KubePodSerializer,
+)
 from kube.filtersets import KubeNodeFilterSet, KubePodFilterSet
+from kube.gpu_use import gpu_use
 from kube.gpu_verify_requests import VerifyRefused, gpu_verify_request
 from kube.models import KubeNode, KubePod
 from kube.plan import kube_plan
@@ -97,3 +107,26 @@ class KubePodViewSet(
     serializer_class = KubePodSerializer
     filterset_class = KubePodFilterSet
     pagination_class = CursorPagination  # a big list: keyset pages, in id order
+
+
+class ClusterGpuUseView(CsvMixin, KnownParametersMixin, generics.GenericAPIView[Cluster]):
+    """What a cluster's GPUs do, as NVIDIA's dcgm-exporter in the cluster shows it, over
+    the last GPU_USE_WINDOW_HOURS: per GPU (`results`; as CSV, those rows), and the
+    efficiency (used GPU-time over GPU-time held by pods) of the cluster, per namespace
+    and per pool. `has_data` false: no GPU use data, which is not 0 %."""
+
+    queryset = Cluster.objects.select_related("gpu_use_state")
+    pagination_class = None
+    csv_name = "gpu-use"
+
+    @extend_schema(
+        parameters=[FORMAT_PARAMETER],
+        responses={
+            (200, "application/json"): GpuUseSerializer,
+            (200, "text/csv"): OpenApiTypes.STR,
+            404: OpenApiResponse(ErrorSerializer, description="No such cluster the user sees"),
+        },
+    )
+    def get(self, request: Request, pk: int) -> Response:
+        cluster = get_object_or_404(visible(request.user, self.get_queryset()), pk=pk)
+        return Response(GpuUseSerializer(gpu_use(cluster, now=timezone.now())).data)

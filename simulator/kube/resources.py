@@ -165,6 +165,10 @@ SERVICE_ACCOUNTS = ResourceType(
     "", "v1", "serviceaccounts", "ServiceAccount", namespaced=True, status_subresource=False,
     short_names=("sa",),
 )  # fmt: skip
+# Only stored: what a Service routes to is read through a pod proxy (simulator/kube/dcgm.py).
+SERVICES = ResourceType(
+    "", "v1", "services", "Service", namespaced=True, short_names=("svc",), categories=("all",),
+)  # fmt: skip
 _RBAC = "rbac.authorization.k8s.io"
 RBAC = tuple(
     ResourceType(_RBAC, "v1", plural, kind, namespaced=namespaced, status_subresource=False)
@@ -177,8 +181,8 @@ RBAC = tuple(
 )  # fmt: skip
 
 BUILTIN: tuple[ResourceType, ...] = (
-    NODES, PODS, NAMESPACES, CONFIGMAPS, SECRETS, SERVICE_ACCOUNTS, DAEMONSETS, DEPLOYMENTS,
-    CRDS, *RBAC, PDBS, JOBS,
+    NODES, PODS, NAMESPACES, CONFIGMAPS, SECRETS, SERVICE_ACCOUNTS, SERVICES, DAEMONSETS,
+    DEPLOYMENTS, CRDS, *RBAC, PDBS, JOBS,
 )  # fmt: skip
 
 

@@ -27,6 +27,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from simulator.kube import errors, jobs, openapi, patches, pods, tables
+from simulator.kube.dcgm import DcgmSpecError, dcgm_nodes
 from simulator.kube.errors import StatusError
 from simulator.kube.faults import Fault, FaultPlan, FaultSpecError
 from simulator.kube.resources import PODS, ResourceType, custom_type
@@ -90,6 +91,8 @@ class Route:
     def operation(self) -> str:
         if self.rt is None:
             return "discovery"
+        if self.subresource.startswith("proxy/"):
+            return f"{self.verb} {self.rt.plural}/proxy"
         resource = f"{self.rt.plural}/{self.subresource}" if self.subresource else self.rt.plural
         return f"{self.verb} {resource}"
 
@@ -248,6 +251,9 @@ class Simulator:
                 pod = state.get(rt, route.namespace, route.name)
                 text = jobs.log(state, pod, request.param("container") or "")
                 return Reply(200, _log_limited(text, request).encode(), content_type="text/plain")
+            elif route.subresource.startswith("proxy/"):
+                text = _pod_proxied(state, route.namespace, route.name, route.subresource)
+                return Reply(200, text.encode(), content_type="text/plain; version=0.0.4")
             elif route.verb == "get":
                 answer, status = state.get(rt, route.namespace, route.name), 200
             elif route.verb == "create":
@@ -508,6 +514,12 @@ class Simulator:
             return {"apiVersion": rt.api_version, "plural": rt.plural}
         if rest == ["state"] and method == "GET":
             return {"resourceVersion": str(state.resource_version), "counts": state.counts()}
+        if rest == ["dcgm"] and method == "POST":
+            try:
+                state.dcgm = dcgm_nodes(body)
+            except DcgmSpecError as exc:
+                raise ControlError(400, str(exc)) from exc
+            return {"nodes": sorted(state.dcgm)}
         raise ControlError(404, f"no control call {method} {request.path}")
 
 
@@ -659,6 +671,11 @@ def _route(state: ClusterState, method: str, path: str, request: Request) -> Rou
         return Route(verb, rt, namespace, rest[1])
     if len(rest) == 3 and method == "GET" and rest[2] == "log" and rt == PODS:
         return Route("get", rt, namespace, rest[1], "log")
+    if len(rest) >= 3 and method == "GET" and rest[2] == "proxy" and rt == PODS:
+        # `[<scheme>:]<pod>[:<port>]/proxy/<path>`: the path is the pod's server's.
+        target = rest[1].split(":")
+        name = target[1] if len(target) > 1 and target[0] in ("http", "https") else target[0]
+        return Route("get", rt, namespace, name, "proxy/" + "/".join(rest[3:]))
     if len(rest) == 3 and method == "POST" and rest[2] in {a[0] for a in rt.actions}:
         return Route("create", rt, namespace, rest[1], rest[2])
     if len(rest) == 3 and (
@@ -669,6 +686,23 @@ def _route(state: ClusterState, method: str, path: str, request: Request) -> Rou
             raise errors.method_not_allowed(method, rt)
         return Route(verb, rt, namespace, rest[1], rest[2])
     raise StatusError(404, "the server could not find the requested resource")
+
+
+def _pod_proxied(state: ClusterState, namespace: str, name: str, subresource: str) -> str:
+    """What a pod's server answers through the proxy: a dcgm-exporter's metrics, for the
+    GPUs of the node it runs on; anything else is not listening (as the real proxy says
+    it, 503)."""
+    pod = state.get(PODS, namespace, name)
+    node = (pod.get("spec") or {}).get("nodeName") or ""
+    exporter = state.dcgm.get(node)
+    running = (pod.get("status") or {}).get("phase") == "Running"
+    if subresource != "proxy/metrics" or exporter is None or not running:
+        raise StatusError(
+            503,
+            f"error trying to reach service: dial tcp {name}:9400: connect: connection refused",
+            reason="ServiceUnavailable",
+        )
+    return exporter.scrape(node)
 
 
 def _log_limited(text: str, request: Request) -> str:

@@ -42,6 +42,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from simulator.kube import errors, patches, pods, validation
+from simulator.kube.dcgm import DcgmNode
 from simulator.kube.errors import StatusError
 from simulator.kube.resources import (
     BUILTIN,
@@ -112,6 +113,7 @@ class ClusterState:
         self.changed: threading.Condition | None = None  # notified on every write
         self.removed = False  # watches of a removed cluster end
         self.pod_logs: dict[str, dict[str, str]] = {}  # pod uid: container: output
+        self.dcgm: dict[str, DcgmNode] = {}  # node name: what its dcgm-exporter serves
         for rt in BUILTIN:
             self.register(rt)
         for namespace in DEFAULT_NAMESPACES:

@@ -271,17 +271,18 @@ class NicSerializer(serializers.ModelSerializer[PodNic]):
         return wait
 
 
-QUEUED_STATES = (PodNic.State.REQUESTED, PodNic.State.ATTACHING)
-
-
-def _nic_answer(nic: PodNic) -> Response:
+def _nic_answer(nic: PodNic, *, send: bool = False) -> Response:
     """200 with the NIC; 202 with the request, its place and its waits (Retry-After, and
-    `retry_after_ms` finer) while queued: its attach, or its detach."""
+    `retry_after_ms` finer) while queued: its attach, or its detach. With `send`, the VM's
+    queue task is sent when the request is first in its queue; one further back needs
+    none: the run sent for the first goes on until the queue is empty (vm_queue_run)."""
     if not is_queued(nic):
         return Response(NicSerializer(nic).data)
     # Not in the queue a moment after it was read (attached or cancelled meanwhile): as
     # if first.
     place = queue_place(nic) or QueuePlace(position=1, retry_after_ms=POLL_AFTER_MIN_MS)
+    if send and place.position == 1:
+        send_on_commit(sriov_vm_queue_run, nic.location_id, nic.vm_id)
     context = {"queue_position": place.position, "retry_after_ms": place.retry_after_ms}
     body = NicSerializer(nic, context=context).data
     return Response(
@@ -419,9 +420,7 @@ class AgentNicsView(AgentView):
             )
         except Refused as exc:
             raise AgentRefusal(exc) from exc
-        if nic.state in QUEUED_STATES:
-            send_on_commit(sriov_vm_queue_run, nic.location_id, nic.vm_id)
-        return _nic_answer(nic)
+        return _nic_answer(nic, send=True)
 
 
 def _pod_uid_checked(pod_uid: str) -> str:
@@ -527,8 +526,7 @@ class AgentNicView(AgentView):
             raise AgentRefusal(exc) from exc
         if nic is None or not is_queued(nic):
             return Response(status=status.HTTP_204_NO_CONTENT)
-        send_on_commit(sriov_vm_queue_run, nic.location_id, nic.vm_id)
-        return _nic_answer(nic)
+        return _nic_answer(nic, send=True)
 
 
 class AgentGcView(AgentView):

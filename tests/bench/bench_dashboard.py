@@ -11,9 +11,11 @@ history making up the rest of ``--reservations`` (90,000 of the 100,000 by defau
 orphans named by us, 50 reservations not named by us, and as many audit events as
 reservations; in Kubernetes a node per machine (one in 50 advertising no GPU), 100 nodes no
 machine owns, 10 pods per node (half of them holding a GPU), and one machine in 100 whose
-node never joined. Each page is asked for ``--runs`` times through Django's test client (the
-whole request: middleware, session, queries, templates; no network) by a superuser, then by
-an admin of the account, whose rows are chosen by role (capvco_web.permissions.visible).
+node never joined; and this hour sampled by the money pass (billing.rollups), whose rates
+the money section reads. Each page is asked for ``--runs`` times through Django's test
+client (the whole request: middleware, session, queries, templates; no network) by a
+superuser, then by an admin of the account, whose rows are chosen by role
+(capvco_web.permissions.visible).
 
 Target: p95 at most 150 ms for every page. Wall times depend on what else runs on the
 machine (the load average is printed); "CPU ms" is this process's own CPU time per request
@@ -48,6 +50,7 @@ from django.test import Client  # noqa: E402
 from django.test.utils import CaptureQueriesContext  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
+from billing.rollups import rollups_take  # noqa: E402
 from capvco_web.models import AuditEvent  # noqa: E402
 from cloud.models import Account, Location, Membership, VirtualMachine  # noqa: E402
 from clusters.models import Cluster, ClusterSite, Machine, MachinePool  # noqa: E402
@@ -228,6 +231,7 @@ def seed(reservations: int) -> dict[str, Any]:
         batch_size=BATCH,
     )  # fmt: skip
     seed_kube(machines, pools, now)
+    rollups_take(now=now)  # this hour sampled, as the money pass has it in a running system
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")
     return {"account": account.pk, "location": locations[3].pk, "cluster": clusters[7].pk}

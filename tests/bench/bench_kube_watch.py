@@ -48,10 +48,10 @@ from django.db import connection, connections  # noqa: E402
 from django.db.backends.signals import connection_created  # noqa: E402
 from django.test.utils import setup_test_environment, teardown_test_environment  # noqa: E402
 
-from clusters.models import Cluster, KubeWatch  # noqa: E402
+from clusters.models import Cluster  # noqa: E402
 from gpus import naming  # noqa: E402
 from kube.client import kube_client  # noqa: E402
-from kube.models import KubePod  # noqa: E402
+from kube.models import KubePod, KubeWatch  # noqa: E402
 from kube.observe import cluster_kube_observe  # noqa: E402
 from kube.watch import KubeWatcher  # noqa: E402
 from tests.bench.bench_kube_observe import seed  # noqa: E402

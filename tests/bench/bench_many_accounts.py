@@ -59,7 +59,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +75,8 @@ from django.conf import settings  # noqa: E402
 from django.db import connection  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
+from billing.bills import account_bills_check  # noqa: E402
+from billing.rollups import HOUR, hour_of  # noqa: E402
 from capvco_web.celery import app  # noqa: E402
 from cloud.models import Account  # noqa: E402
 from cloud.observe import account_catalog_observe, account_locations_observe  # noqa: E402
@@ -82,7 +84,6 @@ from cloud.whitesky import whitesky_client  # noqa: E402
 from clusters.models import Cluster, ClusterSite, Machine, MachinePool  # noqa: E402
 from gpus import naming  # noqa: E402
 from gpus.models import VgpuReservation  # noqa: E402
-from tests.bench.soak_run import free_port  # noqa: E402
 from tests.bench.support import (  # noqa: E402
     celery_worker,
     postgresql_missing,
@@ -91,6 +92,7 @@ from tests.bench.support import (  # noqa: E402
     wait_for,
 )
 from tests.e2e.processes import broker_flush  # noqa: E402
+from tests.servers import free_port  # noqa: E402
 from tests.whitesky_sim import WhiteskySimulator  # noqa: E402
 
 PGBOUNCER_USER = "postgres"
@@ -101,9 +103,15 @@ IMAGE = 100
 SKIPPED_ENTRIES = ("history-prune",)  # daily housekeeping, no part of a tick
 # Writes an idle round may make: each location's stamp of its pass, beat's heartbeat.
 EXPECTED_WRITES = ("cloud_location", "capvco_web_heartbeat")
+BILL_CHECKS = "billing_billcheck"
 OBSERVE_TASKS = ("clusters.tasks.observe_account", "clusters.tasks.observe_location")
 RECONCILE_TASKS = ("clusters.tasks.reconcile_cluster", "clusters.tasks.reconcile_machine")
-BY_ACCOUNT = ("clusters.tasks.observe_account", "clusters.tasks.observe_catalog")
+BY_ACCOUNT = (
+    "clusters.tasks.observe_account",
+    "clusters.tasks.observe_catalog",
+    "billing.tasks.bill_check_account",
+)
+OBSERVE_LOCATION = "clusters.tasks.observe_location"
 BY_LOCATION = ("clusters.tasks.observe_location", "clusters.tasks.orphan_sweep_location")
 BY_CLUSTER = ("clusters.tasks.reconcile_cluster",)
 MACHINE_TASK = "clusters.tasks.reconcile_machine"  # its argument: the step, with its cluster
@@ -447,6 +455,11 @@ class Round:
     tasks: list[TaskRun]
     accounts: list[AccountCost]
     shared: AccountCost
+    unobserved: int
+    """Locations no observation of the round ran for (one dropped unrun: expired)."""
+    hours_ended: int = 0
+    """Hours that ended since the bill checks were made: each location's check of each is
+    a change, no idle write."""
 
     @property
     def failed(self) -> list[TaskRun]:
@@ -459,7 +472,11 @@ class Round:
         return total
 
     def unexpected_writes(self) -> int:
-        return sum(n for table, n in self.writes().items() if table not in EXPECTED_WRITES)
+        writes = self.writes()
+        writes[BILL_CHECKS] = max(
+            0, writes[BILL_CHECKS] - self.hours_ended * len(self.accounts) * len(LOCATIONS)
+        )
+        return sum(n for table, n in writes.items() if table not in EXPECTED_WRITES)
 
     @property
     def ws_writes(self) -> int:
@@ -559,7 +576,12 @@ def round_send() -> None:
 
 
 def round_run(
-    seeded: list[Seeded], broker: Broker, cpu: CpuWatch, costs_file: Path, timeout: float
+    seeded: list[Seeded],
+    broker: Broker,
+    cpu: CpuWatch,
+    costs_file: Path,
+    timeout: float,
+    checked_until: datetime | None,
 ) -> Round:
     for world in seeded:
         world.sim.clear_calls()
@@ -584,6 +606,14 @@ def round_run(
     cpu_used = cpu.used()
     load = os.getloadavg()
     accounts, shared = costs_by_account(seeded, tasks, started)
+    # An observation stamps its location; a task that found its account's share of the
+    # worker taken sent itself again, and observed nothing.
+    observed = {
+        t.args[0]
+        for t in tasks
+        if t.task == OBSERVE_LOCATION and t.state == "SUCCESS" and t.writes.get("cloud_location")
+    }
+    locations = {pk for world in seeded for pk in world.location_ids}
     return Round(
         seconds=max((t.end for t in tasks), default=started) - started,
         queue_peak=queue_peak,
@@ -594,7 +624,14 @@ def round_run(
         tasks=tasks,
         accounts=accounts,
         shared=shared,
+        unobserved=len(locations - observed),
+        hours_ended=0 if checked_until is None else hours_between(checked_until, timezone.now()),
     )
+
+
+def hours_between(start: datetime, end: datetime) -> int:
+    """How many whole hours began after `start` and by `end`."""
+    return int((hour_of(end) - hour_of(start)) / HOUR)
 
 
 def costs_by_account(
@@ -632,6 +669,28 @@ def costs_by_account(
         cost.ws_reads, cost.ws_writes = log["reads"], log["writes"]
         cost.ws_calls = Counter(str(c["operation"]) for c in log["calls"])
     return accounts, shared
+
+
+def bills_backfill(seeded: list[Seeded]) -> dict[str, float]:
+    """The bill checks of the hours before the seed, as a control plane that ran for hours
+    has made them: each account's check, here in this process, until none is due. Without
+    them, the idle rounds would be its first checks of BILL_CHECK_HOURS_BACK hours a
+    location, at most BILL_CHECK_CALLS_PER_PASS an account and pass."""
+    started = time.monotonic()
+    checks = 0
+    for world in seeded:
+        while True:
+            with whitesky_client(world.account) as client:
+                results = account_bills_check(
+                    client=client, account=world.account, now=timezone.now()
+                )
+            written = sum(r.written for r in results)
+            checks += written
+            if not written:
+                break
+    seconds = round(time.monotonic() - started, 1)
+    print(f"  bill checks of the hours before the seed: {checks} in {seconds} s", flush=True)
+    return {"checks": checks, "seconds": seconds}
 
 
 # --- the database -------------------------------------------------------------------------
@@ -719,6 +778,7 @@ def round_json(r: Round) -> dict[str, Any]:
             "worker_seconds": round(r.shared.busy, 3),
             "worker_cpu_seconds": round(r.shared.cpu, 3),
         },
+        "locations_unobserved": r.unobserved,
         "late_accounts": r.late(
             settings.OBSERVE_INTERVAL.total_seconds(), settings.RECONCILE_INTERVAL.total_seconds()
         ),
@@ -769,13 +829,18 @@ def print_round(n: int, r: Round, workers: int) -> None:
     )
     idle = verdict(data["sql_writes_unexpected"] == 0) if n > 1 else "(the mirror's first rows)"
     print(
-        f"  SQL writes by table {data['sql_writes']}; beyond location stamps and heartbeat "
+        f"  SQL writes by table {data['sql_writes']}; beyond location stamps, heartbeat "
+        f"and the checks of {r.hours_ended} hour(s) ended since the bills' "
         f"{data['sql_writes_unexpected']}: {idle}"
     )
     print(
         f"  accounts whose observe pass ended after {observe:.0f} s or reconcile pass after "
         f"{reconcile:.0f} s: {data['late_accounts']} of {len(r.accounts)}: "
         f"{verdict(data['late_accounts'] == 0)}"
+    )
+    print(
+        f"  locations no observation ran for (expired unrun): {r.unobserved} of "
+        f"{len(r.accounts) * len(LOCATIONS)}: {verdict(r.unobserved == 0)}"
     )
     print(f"  failed tasks: {len(r.failed)}: {verdict(not r.failed)}")
 
@@ -859,11 +924,14 @@ def main() -> int:
                     )
                     wait_for(lambda: b" ready." in log.read_bytes(), "the worker to be ready", 120)
                     cpu = CpuWatch(worker_group=worker.pid)
+                    checked_until = None
                     for n in range(1, args.rounds + 1):
-                        r = round_run(seeded, broker, cpu, costs_file, args.timeout)
+                        r = round_run(seeded, broker, cpu, costs_file, args.timeout, checked_until)
                         rounds.append(r)
                         print_round(n, r, args.workers)
                         if n == 1:
+                            checked_until = timezone.now()
+                            summary["bills_backfill"] = bills_backfill(seeded)
                             vacuum()  # the mirror's first rows, as autovacuum would soon
             finally:
                 broker_flush()  # this run's queue and counters: nothing reads them later
@@ -879,7 +947,12 @@ def main() -> int:
     summary["rounds"] = [round_json(r) for r in rounds]
     print(json.dumps(summary, separators=(",", ":")))
     last = rounds[-1]
-    ok = last.ws_writes == 0 and last.unexpected_writes() == 0 and not any(r.failed for r in rounds)
+    ok = (
+        last.ws_writes == 0
+        and last.unexpected_writes() == 0
+        and last.unobserved == 0
+        and not any(r.failed for r in rounds)
+    )
     return 0 if ok else 1
 
 

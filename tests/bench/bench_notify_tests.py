@@ -61,6 +61,7 @@ from tests.bench.support import (  # noqa: E402
 )
 from tests.e2e.processes import ROOT, broker_flush, environment_for_subprocess  # noqa: E402
 from tests.factories import AccountFactory, ClusterFactory, MembershipFactory  # noqa: E402
+from tests.servers import free_port  # noqa: E402
 
 CSRF = "b" * 32  # a cookie secret of our choosing, sent back as the header
 MEASURE_ALONE_SECONDS = 4.0
@@ -245,9 +246,10 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=2)  # bin/run
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--celery", type=int, default=2)
-    parser.add_argument("--port", type=int, default=18766, help="gunicorn's port")
+    parser.add_argument("--port", type=int, default=0, help="gunicorn's port (0: a free one)")
     parser.add_argument("--max-ratio", type=float, default=3.0)
     args = parser.parse_args()
+    args.port = args.port or free_port()
     if postgresql_missing():
         return 2
     with throwaway_database(), tempfile.TemporaryDirectory() as folder:

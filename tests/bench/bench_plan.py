@@ -14,13 +14,21 @@ times ``cluster_plan`` in three states:
 * ``pending``: N machine rows made, none provisioned yet (N provision steps);
 * ``steady``: N machines running with their vGPU attached and their VM listed (no step).
 
-Prints one line per state and size (best of ``--repeat`` runs, and the queries of one
-run), then one JSON line with every figure.
+Then, in the steady state, two passes of ``cluster_reconcile`` (the beat's pass of one
+cluster), each timed once:
+
+* ``pass-full``: the first, which plans in full (and records that the plan was empty);
+* ``pass-unchanged``: the next ones, their inputs unchanged (best of ``--repeat``).
+
+Prints one line per state and size (best of ``--repeat`` runs; the queries, model
+instances loaded and the cyclic garbage collector's milliseconds of one run), then one
+JSON line with every figure.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import os
@@ -37,12 +45,14 @@ import django
 django.setup()
 
 from django.db import connection  # noqa: E402
+from django.db.models.signals import post_init  # noqa: E402
 from django.test.utils import setup_test_environment, teardown_test_environment  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
 from cloud.models import Account, Location, VirtualMachine  # noqa: E402
 from clusters.models import Cluster, ClusterSite, Machine, MachinePool  # noqa: E402
 from clusters.plan import cluster_plan  # noqa: E402
+from clusters.reconcile import cluster_reconcile  # noqa: E402
 from gpus.models import GpuProfile, VgpuReservation  # noqa: E402
 
 INSTANCES_PER_CARD = 16
@@ -152,23 +162,73 @@ def machines_run(location: Location) -> None:
     Location.objects.filter(pk=location.pk).update(observation_started_at=timezone.now())
 
 
-def plan_timed(cluster: Cluster, repeat: int) -> dict[str, Any]:
-    best = math.inf
-    steps = 0
-    counted: list[int] = []
+class Counted:
+    """The queries, model instances loaded and the cyclic collector's time of a run."""
 
-    def count(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
-        counted.append(1)  # every query, not the last 9,000 a capture keeps
+    def __init__(self) -> None:
+        self.queries = self.instances = 0
+        self.gc_seconds = 0.0
+        self._gc_began = 0.0
+
+    def _query(self, execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        self.queries += 1  # every query, not the last 9,000 a capture keeps
         return execute(sql, params, many, context)
 
+    def _instance(self, **kwargs: Any) -> None:
+        self.instances += 1
+
+    def _gc(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._gc_began = time.perf_counter()
+        else:
+            self.gc_seconds += time.perf_counter() - self._gc_began
+
+    def run(self, fn: Any) -> tuple[float, Any]:
+        post_init.connect(self._instance)
+        gc.callbacks.append(self._gc)
+        try:
+            with connection.execute_wrapper(self._query):
+                start = time.perf_counter()
+                value = fn()
+                return time.perf_counter() - start, value
+        finally:
+            gc.callbacks.remove(self._gc)
+            post_init.disconnect(self._instance)
+
+    def figures(self, seconds: float, steps: int) -> dict[str, Any]:
+        return {
+            "seconds": round(seconds, 3),
+            "queries": self.queries,
+            "instances": self.instances,
+            "gc_ms": round(self.gc_seconds * 1000, 1),
+            "steps": steps,
+        }
+
+
+def plan_timed(cluster: Cluster, repeat: int) -> dict[str, Any]:
+    best = math.inf
+    counted = Counted()
+    steps = 0
     for _ in range(repeat):
-        counted.clear()
-        with connection.execute_wrapper(count):
-            start = time.perf_counter()
-            plan = cluster_plan(Cluster.objects.get(pk=cluster.pk))
-            best = min(best, time.perf_counter() - start)
-        steps = len(plan.steps)
-    return {"seconds": round(best, 3), "queries": len(counted), "steps": steps}
+        counted = Counted()
+        seconds, plan = counted.run(lambda: cluster_plan(Cluster.objects.get(pk=cluster.pk)))
+        best, steps = min(best, seconds), len(plan.steps)
+    return counted.figures(best, steps)
+
+
+def pass_timed(cluster: Cluster, repeat: int = 1) -> dict[str, Any]:
+    """A pass of the cluster as beat's task makes it (no step: no whitesky call); the
+    best of `repeat`, the counts of the last."""
+    best = math.inf
+    counted = Counted()
+    steps = 0
+    for _ in range(repeat):
+        counted = Counted()
+        seconds, result = counted.run(
+            lambda: cluster_reconcile(client=None, cluster=Cluster.objects.get(pk=cluster.pk))  # type: ignore[arg-type]
+        )
+        best, steps = min(best, seconds), len(result.plan)
+    return counted.figures(best, steps)
 
 
 def size_run(n: int, repeat: int) -> dict[str, dict[str, Any]]:
@@ -188,6 +248,8 @@ def size_run(n: int, repeat: int) -> dict[str, dict[str, Any]]:
     figures["pending"] = plan_timed(cluster, repeat)
     machines_run(pools[0].site.location)
     figures["steady"] = plan_timed(cluster, repeat)
+    figures["pass-full"] = pass_timed(cluster)
+    figures["pass-unchanged"] = pass_timed(cluster, repeat)
     return figures
 
 
@@ -209,12 +271,20 @@ def main() -> int:
             for state, figure in results[n].items():
                 print(
                     f"{n:>6} machines  {state:<9} {figure['seconds']:>8.3f} s  "
-                    f"{figure['queries']:>6} queries  {figure['steps']:>6} steps",
+                    f"{figure['queries']:>6} queries  {figure['instances']:>6} instances  "
+                    f"{figure['gc_ms']:>7.1f} gc ms  {figure['steps']:>6} steps",
                     flush=True,
                 )
     finally:
         connection.creation.destroy_test_db(old_name, verbosity=0)
         teardown_test_environment()
+    if len(args.machines) > 1:
+        small, large = args.machines[0], args.machines[-1]
+        for state in ("steady", "pass-full", "pass-unchanged"):
+            ratio = (results[large][state]["seconds"] / large) / (
+                results[small][state]["seconds"] / small
+            )
+            print(f"{state}: time per machine at {large} / at {small}: {ratio:.2f}")
     print(json.dumps(results, separators=(",", ":")))
     return 0
 

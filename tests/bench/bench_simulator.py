@@ -10,6 +10,7 @@ limit=0) and the VM list, and prints a table.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from collections.abc import Callable
@@ -149,6 +150,21 @@ def main() -> int:
     print(
         f"\na full paged listing ({len(page_offsets)} pages of 500): about {full_listing_ms:.0f} ms"
     )
+    baseline_ms = 1000 * rows[0][2] / rows[0][1]
+    summary = {
+        "vgpus": args.vgpus,
+        "vms": args.vms,
+        "requests": {
+            label: {
+                "ms": round(1000 * elapsed / made, 3),
+                "per_baseline": round(1000 * elapsed / made / baseline_ms, 2),
+                "kib": round(size / 1024, 1),
+            }
+            for label, made, elapsed, size in rows
+        },
+        "full_paged_listing_ms": round(full_listing_ms, 1),
+    }
+    print(json.dumps(summary, separators=(",", ":")))
     return 0
 
 

@@ -4,7 +4,8 @@ Run (PostgreSQL; a throw-away test database ``test_<name>`` is created and dropp
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/capvco_bench \\
         .venv/bin/python tests/bench/bench_sriov.py [--vms 10] [--serial 50] \\
-        [--concurrent 100] [--workers 2] [--threads 8] [--celery 4] [--port 18765]
+        [--concurrent 100] [--workers 2] [--threads 8] [--celery 4] [--port 18765] \\
+        [--burst-pods new|mirrored]
 
 It starts the whitesky simulator, the fake Kubernetes API, gunicorn serving the control
 plane (``--workers`` processes of ``--threads`` threads) and a Celery worker (``--celery``
@@ -18,7 +19,10 @@ else Retry-After):
 1. ``--serial`` ADDs one after the other, each for a pod scheduled a moment before (not
    in the mirror yet: the agent asks Kubernetes; the nodes are mirrored), spread over the
    VMs; then their DELs;
-2. ``--concurrent`` ADDs at once, spread evenly over the VMs.
+2. ``--concurrent`` ADDs at once, spread evenly over the VMs: of pods new to the mirror
+   (read from Kubernetes, as the serial ones), or with ``--burst-pods mirrored`` of pods
+   the mirror holds already (as the watch has them a moment after they are scheduled,
+   before their sandbox's ADD).
 
 Latency is from the ADD until the NIC is answered (polls included); `add_request` is the
 first answer's round trip alone (what holds a web thread). `listings_per_add` counts the
@@ -61,6 +65,7 @@ from kube.observe import cluster_kube_observe  # noqa: E402
 from simulator.whitesky.worldfile import DEMO_WORLD  # noqa: E402
 from sriov.models import PodNic  # noqa: E402
 from tests.kube_sim import KubeSimulator  # noqa: E402
+from tests.servers import free_port  # noqa: E402
 from tests.sriov.support import NETWORK, World, world_build  # noqa: E402
 from tests.whitesky_sim import PROJECT_ROOT, WhiteskySimulator  # noqa: E402
 
@@ -317,6 +322,9 @@ def run(world: World, url: str, args: argparse.Namespace) -> dict[str, Any]:
     names = [f"burst-{i}" for i in range(args.concurrent)]
     for i, name in enumerate(names):
         world.pod(name, node=i % vms)
+    if args.burst_pods == "mirrored":
+        with kube_client(world.cluster) as client:
+            cluster_kube_observe(client=client, cluster=world.cluster)
     latencies: list[float] = [0.0] * len(names)
     firsts: list[float] = [0.0] * len(names)
     polls: list[int] = [0] * len(names)
@@ -359,6 +367,7 @@ def run(world: World, url: str, args: argparse.Namespace) -> dict[str, Any]:
         "vms": vms,
         "server": f"gunicorn {args.workers} workers x {args.threads} threads",
         "celery": f"{args.celery} worker processes",
+        "burst_pods": args.burst_pods,
         "serial_add": figures(serial),
         "serial_add_request": figures(requests_only),
         "listings_per_add": {"max": max(listings), "mean": round(statistics.fmean(listings), 2)},
@@ -382,8 +391,15 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--celery", type=int, default=4)  # deploy/kubernetes/worker.yaml
-    parser.add_argument("--port", type=int, default=18765, help="gunicorn's port")
+    parser.add_argument("--port", type=int, default=0, help="gunicorn's port (0: a free one)")
+    parser.add_argument(
+        "--burst-pods",
+        choices=["new", "mirrored"],
+        default="new",
+        help="the burst's pods new to the mirror (read from Kubernetes) or mirrored",
+    )
     args = parser.parse_args()
+    args.port = args.port or free_port()
     if connection.vendor != "postgresql":
         print("needs PostgreSQL (DATABASE_URL)", file=sys.stderr)
         return 2

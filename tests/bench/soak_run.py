@@ -20,7 +20,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -29,6 +28,8 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tests.servers import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 # The demo (clusters/management/commands/demo_seed.py, sriov/.../demo_sriov.py): 3 machines
@@ -49,12 +50,6 @@ print(json.dumps({
     "nics_attached": PodNic.objects.filter(state="attached").count(),
 }))
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def clean_environment(var_dir: Path, ports: dict[str, int]) -> dict[str, str]:

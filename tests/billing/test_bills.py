@@ -240,6 +240,48 @@ def test_a_second_pass_writes_nothing_and_asks_nothing(plane: Plane, clock: SimC
     assert plane.sim.calls()["calls"] == []
 
 
+def _selects(queries: CaptureQueriesContext) -> int:
+    return sum(q["sql"].lstrip().upper().startswith("SELECT") for q in queries)
+
+
+def test_a_pass_reads_per_location_not_per_hour_and_writes_only_the_hours_new_since(
+    plane: Plane, clock: SimClock
+) -> None:
+    hour = _hour_begins(clock)
+    _gpu_cluster(plane)
+    _behind_our_back(plane)
+    _hour_ended(plane, clock, hour)
+    with CaptureQueriesContext(connection) as six_hours, whitesky_client(plane.account) as client:
+        account_bills_check(client=client, account=plane.account, now=clock.now())
+    before = {
+        "checks": list(BillCheck.objects.order_by("pk").values()),
+        "items": list(BillItem.objects.order_by("pk").values()),
+    }
+
+    # Nothing changed but the clock: the next hour ended, and was observed after.
+    _hour_ended(plane, clock, hour + HOUR)
+    with CaptureQueriesContext(connection) as one_hour, whitesky_client(plane.account) as client:
+        results = account_bills_check(client=client, account=plane.account, now=clock.now())
+
+    # Each location's new hour, written once: the rows of the earlier hours as they were.
+    assert [(r.location, r.start, r.written) for r in results] == [
+        ("be-mac-dc01-001", hour + HOUR, True),
+        (NL, hour + HOUR, True),
+    ]
+    assert (
+        list(BillCheck.objects.filter(start__lte=hour).order_by("pk").values()) == before["checks"]
+    )
+    assert (
+        list(BillItem.objects.filter(bill__start__lte=hour).order_by("pk").values())
+        == before["items"]
+    )
+    assert BillCheck.objects.count() == len(before["checks"]) + 2
+    new_items = BillItem.objects.filter(bill__start=hour + HOUR)
+    assert new_items.count() == BillItem.objects.filter(bill__start=hour).count() > 0
+    # Our rows were read once per location, however many hours each pass checked (6, 1).
+    assert _selects(six_hours) == _selects(one_hour)
+
+
 def test_a_retryable_failure_mid_pass_leaves_the_hour_for_the_next_pass(
     plane: Plane, clock: SimClock, settings: Any
 ) -> None:

@@ -1,6 +1,7 @@
 """The RBAC manifests of the guides are valid Kubernetes and allow every call the control
 plane makes, as the fake API server logged them: in a workload cluster (observe, GPU
-labels, the GPU add-on on and off) and in a management cluster (the CAPI import)."""
+labels, the GPU add-on on and off, GPU use read from dcgm-exporter) and in a management
+cluster (the CAPI import)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from clusters.models import Cluster, MachinePool
 from clusters.tasks import import_capi_account
 from kube.tasks import observe_cluster_kube
 from tests.factories import AccountFactory, GpuProfileFactory, VgpuReservationFactory
-from tests.kube_sim import KubeSimulator, node_object
+from tests.kube_sim import KubeSimulator, dcgm_exporter_objects, node_object
 
 GUIDES = Path(__file__).resolve().parents[2] / "docs" / "guides"
 WORKLOAD, MANAGEMENT = GUIDES / "kubernetes-rbac.yaml", GUIDES / "capi-rbac.yaml"
@@ -36,6 +37,8 @@ def allowed(path: Path, call: dict[str, Any]) -> bool:
     if rest[0] == "namespaces" and len(rest) > 2:
         namespace, rest = rest[1], rest[2:]
     resource, name = rest[0], rest[1] if len(rest) > 1 else ""
+    if len(rest) > 2:  # a subresource: pods/proxy, whose path runs on
+        resource = f"{resource}/{rest[2]}"
     if call["method"] == "GET" and not name:
         verb = "list"
     for role in documents(path):
@@ -69,7 +72,11 @@ def test_the_workload_rbac_allows_every_call_of_observe_labels_and_the_addon(
     for machine in pool.machines.all():
         VgpuReservationFactory(machine=machine, location=pool.site.location, gpu_id="card")
     served = kube_sim.cluster("prod")
-    kube_sim.put("prod", node_object("capvco-prod-gpu-0", gpus=1))
+    node = "capvco-prod-gpu-0"
+    kube_sim.put("prod", node_object(node, gpus=1), *dcgm_exporter_objects(node))
+    kube_sim.dcgm(
+        "prod", {node: [{"gpu": 0, "uuid": "GPU-1", "samples": [{"util": 1, "fb_used": 2}]}]}
+    )
     Cluster.objects.filter(pk=pool.cluster_id).update(
         kubeconfig=served.kubeconfig_yaml, gpu_addon=True
     )
@@ -82,7 +89,8 @@ def test_the_workload_rbac_allows_every_call_of_observe_labels_and_the_addon(
     calls = kube_sim.calls("prod")
     made = {(c["method"], c["operation"]) for c in calls}
     assert {("PATCH", "patch nodes"), ("POST", "create daemonsets"), ("GET", "get daemonsets"),
-            ("PUT", "update daemonsets"), ("DELETE", "delete daemonsets")} <= made  # fmt: skip
+            ("PUT", "update daemonsets"), ("DELETE", "delete daemonsets"),
+            ("GET", "list services"), ("GET", "get pods/proxy")} <= made  # fmt: skip
     assert [c["path"] for c in calls if not allowed(WORKLOAD, c)] == []
 
 

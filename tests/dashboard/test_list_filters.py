@@ -28,6 +28,7 @@ NOT_LISTS = {
     "dashboard:search",  # one word (`q`) over every kind, not a list's filters
     "dashboard:orphans-release",  # an action on every orphan the user may release
     "dashboard:bills",  # the latest bill check of each location, not a list
+    "dashboard:saved-view-save",  # saves a list's query (POST)
 }
 
 

@@ -20,6 +20,7 @@ from itertools import pairwise
 import pytest
 from django.test import Client
 from django.utils import timezone
+from rest_framework.test import APIClient
 
 from billing.models import BillCheck, BillItem, CapacityRollup, CostRollup, Leak, Rollup, Step
 from billing.rollups import DAY, hour_of, month_of, rollups_take
@@ -27,8 +28,9 @@ from cloud.models import Account, Location
 from clusters.models import Machine
 from dashboard.charts import Chart, LineChart, StackedBarChart
 from dashboard.money import cluster_money, overview_money
+from gpus.models import VgpuReservation
 from tests.billing.support import world_leaks
-from tests.billing.test_costs import World, world_make
+from tests.billing.test_costs import World, gpus_make, machine_make, world_make
 from tests.dashboard.test_queries import count_queries
 from tests.factories import (
     AccountFactory,
@@ -42,6 +44,7 @@ from tests.factories import (
 pytestmark = pytest.mark.django_db
 
 D = Decimal
+State = VgpuReservation.State
 T0 = datetime(2026, 12, 1, 10, 5, tzinfo=UTC)  # the month's first day, 10:05 UTC
 NOW = T0 + timedelta(minutes=5)
 DEC_1 = "2026-12-01"
@@ -426,6 +429,82 @@ def test_the_money_pages_make_as_many_queries_with_a_year_of_history(
 
     assert CostRollup.objects.filter(step=Step.DAY).count() >= 365 * 3
     assert long == short, (short, long)
+
+
+def _month_table(html: str) -> dict[tuple[str, str], list[str]]:
+    """The money section's month figures, by (account or cluster, currency): month to date,
+    per hour now, per hour planned, forecast, hours sampled, as shown."""
+    table = re.search(r'<table class="compact" id="month-figures">(.*?)</table>', html, re.S)
+    assert table is not None
+    rows = {}
+    for name, cells in re.findall(r'<th scope="row">(.*?)</th>(.*?)</tr>', table[1], re.S):
+        shown = [re.sub(r"<[^>]+>", "", cell).split()[0] for cell in re.findall(
+            r"<td[^>]*>(.*?)</td>", cells, re.S)]  # fmt: skip
+        rows[name.strip(), shown[0]] = shown[1:]
+    return rows
+
+
+def _month_answered(api: APIClient, group_by: str) -> dict[tuple[str, str], list[str]]:
+    """The API's month, shown as the page shows it (to the cent, the rates to 4 places)."""
+    found = {}
+    for row in api.get("/api/v1/costs/month/", {"group_by": group_by}).json():
+        name = row["account_name" if group_by == "account" else "cluster_name"]
+        cents = [f"{D(row[key]):.2f}" for key in ("spent", "forecast")]
+        found[name, row["currency"]] = [
+            cents[0], f"{D(row['rate_now']):.4f}", f"{D(row['rate_planned']):.4f}", cents[1],
+            str(row["hours_sampled"]),
+        ]  # fmt: skip
+    return found
+
+
+def test_the_month_is_the_hourly_samples_in_as_many_queries_with_more_machines(
+    world: World, client: Client
+) -> None:
+    first = _first_hour_sampled(world)
+    user = MembershipFactory(account=world.account, role="viewer").user
+    client.force_login(user)
+    api = APIClient()
+    api.force_login(user)
+    cluster = f"/clusters/{world.cluster.pk}/"
+    pages = {"/": "account", cluster: "cluster"}
+
+    def shown() -> tuple[dict[str, int], dict[str, dict[tuple[str, str], list[str]]]]:
+        counts = {page: count_queries(client, page, {}) for page in pages}
+        tables = {page: _month_table(client.get(page).content.decode()) for page in pages}
+        for page, group_by in pages.items():  # the page says what the API answers
+            assert tables[page] == _month_answered(api, group_by), page
+        return counts, tables
+
+    few, before = shown()
+    for index in range(20):  # 20 GPU machines more, each a VM and an attached vGPU
+        machine = machine_make(world.gpu, f"x{index}", 1000 + index, vcpus=2, mib=2048)
+        gpus_make(machine, State.ATTACHED)
+    world.gpu.replicas = 22
+    world.gpu.save(update_fields=["replicas"])
+    unsampled = shown()[1]
+    # The hour sampled again, now with them (as the next hour's sample would).
+    for model in (Rollup, CostRollup, CapacityRollup):
+        model.objects.all().delete()
+    rollups_take(now=first)
+    many, after = shown()
+
+    assert many == few, (few, many)
+    eur = ("acme", "EUR")
+    # The rate is the sample's: the machines count once sampled, not before; until then
+    # the plan counts them missing from the sample, at the pool's list price.
+    assert unsampled["/"][eur][:2] == before["/"][eur][:2]
+    assert D(unsampled["/"][eur][2]) > D(before["/"][eur][2])
+    # 20 machines of 2 vCPUs and 2 GiB (0.03 an hour) and a vGPU (1 an hour) each; the
+    # pool at its replicas: planned as now.
+    assert D(after["/"][eur][1]) - D(before["/"][eur][1]) == D("20.60")
+    assert after["/"][eur][2] == after["/"][eur][1]
+    # The month to date shown is the cost chart's (its CSV), day by day.
+    for page, csv_url in (("/", "/money/cost-eur.csv"), (cluster, f"{cluster}money/cost-eur.csv")):
+        rows = _csv_rows(client, csv_url)
+        day = dict(zip(rows[0], next(r for r in rows if r[0] == f"{first:%Y-%m-%d}"), strict=True))
+        spent = sum(D(v) for k, v in day.items() if k not in ("day", "forecast", "total"))
+        name = "acme" if page == "/" else "prod"
+        assert after[page][name, "EUR"][0] == f"{spent:.2f}", (page, day)
 
 
 def test_gpu_types_whatever_their_names_get_a_chart_and_a_csv_each(

@@ -24,6 +24,7 @@ from django.conf import settings
 
 from capvco_web.environment import RUN_ENV, run_env_read
 from tests.checkout import APPS, ROOT, checkout_copy
+from tests.servers import free_port
 
 pytestmark = pytest.mark.e2e
 
@@ -37,12 +38,6 @@ CHECKOUT = (
     "static",
 )
 READY_WITHIN = 150  # seconds: migrate a new SQLite, collectstatic, start Redis, worker, web
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def clean_env(**env: str) -> dict[str, str]:

@@ -14,8 +14,10 @@ from django.contrib.auth.models import User
 from rest_framework.test import APIClient
 
 from capvco_web import celery_app
+from capvco_web.queued import queued_clear, queued_mark
+from cloud.models import Location
 from clusters.models import MachinePool
-from clusters.tasks import orphan_sweep_all
+from clusters.tasks import observe_all, observe_location, orphan_sweep_all
 from gpus.models import VgpuReservation
 from tests.factories import MembershipFactory
 from tests.gpus.conftest import BE, Plane
@@ -97,3 +99,24 @@ def test_with_the_broker_down_a_release_and_a_scale_are_accepted_and_carried_out
     plane.converge(cluster)
     assert [v["vgpu_name"] for v in plane.sim_vgpus()] == ["capvco-demo-t4-0-gpu-0"]
     assert VgpuReservation.objects.get(pk=row.pk).release_requested_at is not None
+
+
+def test_an_observation_the_broker_refused_is_not_left_marked_queued(
+    plane: Plane,
+    broker_down: str,
+    django_capture_on_commit_callbacks: Any,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Here the marks' Redis answers and the broker does not: a tick's sends fail, and
+    their marks go with them, so the next tick after the broker is back sends them."""
+    locations = list(Location.objects.order_by("pk").values_list("pk", flat=True))
+    assert locations
+
+    with caplog.at_level(logging.WARNING), django_capture_on_commit_callbacks(execute=True):
+        observe_all()
+
+    assert "observe_location not sent" in caplog.text
+    newly_marked = queued_mark(observe_location.name, locations, 60)
+    for location_id in newly_marked:
+        queued_clear(observe_location.name, location_id)
+    assert newly_marked == locations  # none was left marked by the refused sends

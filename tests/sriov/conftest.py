@@ -7,11 +7,19 @@ import pytest
 
 from capvco_web.audit import SystemActor
 from clusters.models import Cluster, ClusterSite, Machine, MachinePool
+from kube.client import shared_clients
 from sriov.services import sriov_config_set
-from sriov.tokens import agent_token_rotate, node_token_enroll
+from sriov.tokens import agent_token_rotate, agent_tokens_forget, node_token_enroll
 from tests.kube_sim import KubeSimulator, node_object, pod_object
 from tests.sriov.support import CLOUDSPACE, NETWORK, World, queue_worker, world_build
 from tests.whitesky_sim import WhiteskySimulator
+
+
+@pytest.fixture(autouse=True)
+def _nothing_kept_from_before() -> None:
+    """Each test's tokens and Kubernetes clients are its own: none kept by a test before."""
+    agent_tokens_forget()
+    shared_clients.clear()
 
 
 @pytest.fixture

@@ -470,3 +470,22 @@ def test_beat_resumes_the_queues_often() -> None:
     entry = settings.CELERY_BEAT_SCHEDULE["sriov-queues"]
     assert entry["task"] == "sriov.tasks.sriov_vm_queues_resume"
     assert entry["schedule"].total_seconds() <= 15  # well inside the plugin's 80 s
+
+
+def test_only_the_first_add_in_a_vms_queue_sends_its_task_and_that_run_attaches_all(
+    world: World, client: Client, django_capture_on_commit_callbacks: Any
+) -> None:
+    positions, sends = [], []
+    for name, node in (("a", 0), ("b", 0), ("c", 1)):
+        world.pod(name, node=node)
+        agent(client, world.node_token(node))
+        # What the ADD sends once committed (its VM's queue task), not sent here.
+        with django_capture_on_commit_callbacks(execute=False) as callbacks:
+            answer = client.post(URL, body(world, name, node), content_type="application/json")
+        positions.append(answer.json()["queue_position"])
+        sends.append(len(callbacks))
+    assert positions == [1, 2, 1]
+    assert sends == [1, 0, 1]  # b waits behind a on VM 0: a's task is VM 0's
+    vm_queue_run(location_id=world.location.pk, vm_id=world.vm(0))  # a's task
+    states = dict(PodNic.objects.values_list("pod_name", "state"))
+    assert states == {"a": State.ATTACHED, "b": State.ATTACHED, "c": State.REQUESTED}

@@ -11,7 +11,7 @@ from clusters.models import Cluster
 from sriov.agent import vm_queue_run
 from sriov.models import PodNic
 from sriov.services import sriov_config_set
-from sriov.tokens import agent_token_rotate
+from sriov.tokens import agent_token_rotate, agent_tokens_forget
 from tests.sriov.support import KEY, NETWORK, World, add_body, agent_add, agent_delete
 
 URL = "/api/v1/sriov/agent/nics/"
@@ -185,6 +185,7 @@ def test_a_rotation_with_overlap_keeps_the_old_token_until_then(
     AgentToken.objects.filter(expires_at__isnull=False).update(
         expires_at=timezone.now() - timedelta(seconds=1)
     )
+    agent_tokens_forget()  # the overlap has passed: read again, as past the cache's time
     body = {"node_name": "node-1"}
     expired = agent(client, old).post(enroll, body, content_type="application/json")
     assert expired.status_code == 401 and "retired" in expired.json()["detail"]
@@ -223,3 +224,50 @@ def test_gc_input_is_checked(world: World, client: Client) -> None:
     )
     assert empty.status_code == 200
     assert empty.json() == {"released": [], "kept": [], "failed": [], "detaching": []}
+
+
+def test_an_add_reads_a_mirrored_pod_from_the_mirror_a_new_one_by_get_over_one_client(
+    world: World, client: Client
+) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from kube.client import kube_client, kube_client_shared
+    from kube.observe import cluster_kube_observe
+
+    agent(client, world.agent_token)
+    world.pod("known")
+    with kube_client(world.cluster) as kube:
+        assert cluster_kube_observe(client=kube, cluster=world.cluster).complete
+    world.pod("new")
+    world.pod("newer")
+    world.kube.clear_calls()
+    assert (
+        client.post(
+            URL, {**add_body(world, "new"), "container_id": "n"}, content_type="application/json"
+        ).status_code
+        == 202
+    )
+    shared = kube_client_shared(world.cluster)
+    assert (
+        client.post(
+            URL, {**add_body(world, "newer"), "container_id": "m"}, content_type="application/json"
+        ).status_code
+        == 202
+    )
+    assert kube_client_shared(world.cluster) is shared  # one client for both GETs
+    gets = [c for c in world.kube.calls("demo") if c["method"] == "GET" and "/pods/" in c["path"]]
+    assert [c["path"].rsplit("/", 1)[1] for c in gets] == ["new", "newer"]
+    world.kube.clear_calls()
+    with CaptureQueriesContext(connection) as add:
+        answer = client.post(URL, add_body(world, "known"), content_type="application/json")
+    assert answer.status_code == 202
+    assert world.kube.calls("demo") == []  # the mirror answered
+    # Its SR-IOV settings with its cluster, the pod's NIC so far, the mirrored pod, its
+    # node with its machine, the network; the request recorded (in a savepoint: 3); its
+    # place in the queue and the VM's attach time. The agent token is not read again.
+    assert len(add) == 10, [q["sql"][:80] for q in add.captured_queries]
+    with CaptureQueriesContext(connection) as poll:
+        polled = client.get(f"{URL}{world.uid('known')}/{KEY}")
+    assert polled.status_code == 202
+    assert len(poll) == 3, [q["sql"][:80] for q in poll.captured_queries]  # NIC, place, time

@@ -24,7 +24,7 @@ from kube.observe import cluster_kube_observe
 from sriov.agent import vm_queue_run
 from sriov.cni.install import EnrollFailed, enroll, install
 from sriov.models import AgentToken, PodNic
-from sriov.tokens import agent_token_rotate
+from sriov.tokens import agent_token_rotate, agent_tokens_forget, node_token_revoke
 from tests.factories import MembershipFactory, UserFactory
 from tests.kube_sim import node_object
 from tests.sriov.support import CLOUDSPACE, KEY, World, add_body, agent_add, agent_delete
@@ -178,6 +178,7 @@ def test_a_node_enrolls_once_and_again_only_with_its_current_token(world: World)
     AgentToken.objects.filter(node_name=world.node(0), expires_at__isnull=False).update(
         expires_at=timezone.now() - timedelta(seconds=1)
     )
+    agent_tokens_forget()  # the overlap has passed: read again, as past the cache's time
     retired = bearer(token).get(f"{NICS}{world.uid('web')}/{KEY}")
     assert retired.status_code == 401 and "retired" in retired.json()["detail"]
     assert bearer(new).get(f"{NICS}{world.uid('web')}/{KEY}").status_code == 200
@@ -441,3 +442,44 @@ def test_another_clusters_token_is_answered_as_for_a_pod_that_does_not_exist(
     assert intruder.delete(f"{NICS}{uid}/{KEY}").status_code == 204  # as for a pod with no NIC
     assert PodNic.objects.get(pod_uid=uid).state == PodNic.State.ATTACHED
     assert len(world.sim_nics(world.vm(0))) == 1
+
+
+def test_a_token_revoked_elsewhere_is_refused_once_the_cache_time_has_passed(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sriov import tokens
+
+    token = world.node_token(0)
+    assert tokens.agent_token_authenticate(token).node_name == world.node(0)
+    # Revoked by another web process: its rows gone, this process's cache not told.
+    AgentToken.objects.filter(node_name=world.node(0)).delete()
+    assert tokens.agent_token_authenticate(token).node_name == world.node(0)  # cached
+    later = tokens._cache.clock() + tokens.AGENT_TOKEN_CACHE_SECONDS
+    monkeypatch.setattr(tokens._cache, "clock", lambda: later)
+    with pytest.raises(tokens.AgentTokenRefused, match="Invalid agent token"):
+        tokens.agent_token_authenticate(token)
+
+
+def test_a_token_revoked_in_this_process_is_refused_at_once(world: World) -> None:
+    from sriov import tokens
+
+    token = world.node_token(0)
+    assert tokens.agent_token_authenticate(token).node_name == world.node(0)
+    node_token_revoke(
+        cluster=world.cluster, node_name=world.node(0), actor=SystemActor.RECONCILER, reason="gone"
+    )
+    with pytest.raises(tokens.AgentTokenRefused, match="Invalid agent token"):
+        tokens.agent_token_authenticate(token)
+
+
+def test_a_cached_token_costs_no_query(world: World) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from sriov import tokens
+
+    token = world.node_token(0)
+    tokens.agent_token_authenticate(token)
+    with CaptureQueriesContext(connection) as queries:
+        tokens.agent_token_authenticate(token)
+    assert len(queries) == 0

@@ -205,3 +205,81 @@ def test_a_queue_run_while_a_detach_holds_the_vm_leaves_its_requests_queued(
     assert row.state == PodNic.State.REQUESTED  # visible in the VM's queue
     assert world.nic_calls() == []
     assert world.add("web").state == PodNic.State.ATTACHED
+
+
+def _windows(vm_id: int) -> list[tuple[Any, Any]]:
+    """The VM's attaches as [attach sent, NIC found], in order."""
+    rows = PodNic.objects.filter(vm_id=vm_id).order_by("attach_started_at")
+    assert [r.state for r in rows] == [PodNic.State.ATTACHED] * len(rows)
+    return [(r.attach_started_at, r.attached_at) for r in rows]
+
+
+def _overlap(a: tuple[Any, Any], b: tuple[Any, Any]) -> bool:
+    return bool(a[0] < b[1] and b[0] < a[1])
+
+
+def test_one_run_attaches_two_vms_at_once_and_each_vm_one_at_a_time(world_tx: World) -> None:
+    from sriov.agent import vm_queues_run
+
+    world = world_tx
+    for name, node in (("a0", 0), ("a1", 0), ("b0", 1), ("b1", 1)):
+        world.pod(name, node=node)
+        world.request(name, node=node)
+    # Each attach takes 300 ms: long enough that two VMs' runs overlap if they run at once.
+    world.sim.fault(operation=ATTACH, latency_ms=300)
+    results = vm_queues_run(location_id=world.location.pk, vm_id=world.vm(0))
+    assert {vm: len(r.attached) for vm, r in results.items()} == {world.vm(0): 2, world.vm(1): 2}
+    first, second = _windows(world.vm(0)), _windows(world.vm(1))
+    # One VM: one attach at a time (the second sent after the first found its NIC).
+    assert not _overlap(*first) and not _overlap(*second)
+    # Two VMs: at once.
+    assert any(_overlap(a, b) for a in first for b in second)
+
+
+def test_the_accounts_call_slots_bound_the_vms_attaching_at_once(
+    world_tx: World, settings: Any
+) -> None:
+    from sriov.agent import vm_queues_run
+
+    settings.WHITESKY_CALLS_IN_FLIGHT_PER_ACCOUNT = 1
+    world = world_tx
+    for name, node in (("a0", 0), ("b0", 1)):
+        world.pod(name, node=node)
+        world.request(name, node=node)
+    world.sim.fault(operation=ATTACH, latency_ms=300)
+    results = vm_queues_run(location_id=world.location.pk, vm_id=world.vm(1))
+    # Both attached by the one runner its one slot allows, the asked-for VM first.
+    assert [vm for vm, r in results.items() if r.attached] == [world.vm(1), world.vm(0)]
+    assert not _overlap(_windows(world.vm(0))[0], _windows(world.vm(1))[0])
+
+
+def test_a_run_with_no_call_slot_free_attaches_nothing_and_says_busy(
+    world_tx: World, settings: Any
+) -> None:
+    from capvco_web.worker_slots import account_calls_slot
+    from sriov.agent import vm_queues_run
+
+    settings.WHITESKY_CALLS_IN_FLIGHT_PER_ACCOUNT = 1
+    world = world_tx
+    world.pod("a0")
+    world.request("a0")
+    # The account's one slot is held (by a machine step, on a connection of its own).
+    held = threading.Event()
+    done = threading.Event()
+
+    def hold() -> None:
+        with account_calls_slot(world.account.pk):
+            held.set()
+            done.wait(30)
+        connections.close_all()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert held.wait(30)
+        results = vm_queues_run(location_id=world.location.pk, vm_id=world.vm(0))
+    finally:
+        done.set()
+        holder.join(30)
+    assert results[world.vm(0)].busy and not results[world.vm(0)].attached
+    assert PodNic.objects.get().state == PodNic.State.REQUESTED

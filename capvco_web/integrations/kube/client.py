@@ -67,11 +67,13 @@ from .types import (
     Node,
     Pod,
     PodRun,
+    Service,
     WatchEvent,
     parse_job,
     parse_node,
     parse_pod,
     parse_pod_run,
+    parse_service,
 )
 
 logger = logging.getLogger(__name__)
@@ -84,6 +86,7 @@ DEFAULT_PAGE_SIZE = 500
 MAX_PAGES = 10_000
 _MAX_MESSAGE = 300
 MERGE_PATCH = "application/merge-patch+json"
+PROXY_LIMIT_BYTES = 4 * 1024 * 1024  # an exporter of 8 GPUs answers some 100 KiB
 Json = Mapping[str, Any]
 
 
@@ -213,6 +216,20 @@ class KubeClient:
                 _request_timeout=self.timeout,
             ),
             parse_pod_run,
+        )
+
+    def list_services(self, *, label_selector: str) -> Listing[Service]:
+        """The Services of every namespace that the selector picks."""
+        return self._list(
+            "list services",
+            lambda token: self._core.list_service_for_all_namespaces(
+                label_selector=label_selector,
+                limit=self.page_size,
+                _continue=token,
+                _preload_content=False,
+                _request_timeout=self.timeout,
+            ),
+            parse_service,
         )
 
     # --- watches ------------------------------------------------------------------------
@@ -377,6 +394,23 @@ class KubeClient:
             raise _call_error(operation, exc) from exc
         return bytes(body).decode("utf-8", errors="replace")
 
+    def read_pod_proxied(self, *, namespace: str, name: str, port: int, path: str) -> str:
+        """What a pod's own server answers on `path`, through the API server's pod proxy
+        (`pods/<name>:<port>/proxy/<path>`), as text; at most PROXY_LIMIT_BYTES of it."""
+        operation = f"read {path} of pod {namespace}/{name}"
+        self._allowed(operation)
+        target = f"{_segment(name)}:{port}" if port else _segment(name)
+        resource = f"{_namespaced_path('v1', namespace, 'pods')}/{target}/proxy/{path}"
+        try:
+            body = self._request("GET", resource, accept="text/plain").data
+        except _CALL_FAILURES as exc:
+            raise _call_error(operation, exc) from exc
+        if len(body) > PROXY_LIMIT_BYTES:
+            raise UnexpectedResponse(
+                f"an answer over {PROXY_LIMIT_BYTES} bytes", operation=operation
+            )
+        return bytes(body).decode("utf-8", errors="replace")
+
     def apply(self, obj: Json) -> None:
         """Create a namespaced object, or replace it whole when one of that name exists
         (any kind: its path from its apiVersion and `plural_of` its kind)."""
@@ -445,10 +479,11 @@ class KubeClient:
         *,
         body: Json | None = None,
         content_type: str = "application/json",
+        accept: str = "application/json",
     ) -> Any:
         """One call with a JSON body (or none), answered as the raw response; a status
         other than 2xx raises ApiException as the typed methods do."""
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": accept}
         if body is not None:
             headers["Content-Type"] = content_type
         request = self._api.param_serialize(

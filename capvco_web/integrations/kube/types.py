@@ -195,6 +195,32 @@ class PodRun:
     message: str = ""
 
 
+@dataclass(frozen=True)
+class Service:
+    """A Service: the pods its selector picks, and the port they serve on (`targetPort` of
+    its first port when a number, else its `port`)."""
+
+    namespace: str
+    name: str
+    selector: Mapping[str, str]
+    port: int
+
+
+def parse_service(obj: Json) -> Service:
+    namespace, name = _identity(obj, "namespace", "name")
+    spec = _mapping(obj.get("spec"))
+    ports = [_mapping(port) for port in spec.get("ports") or []]
+    first = ports[0] if ports else {}
+    target = first.get("targetPort")
+    port = target if isinstance(target, int) else first.get("port")
+    return Service(
+        namespace=namespace,
+        name=name,
+        selector={str(k): str(v) for k, v in _mapping(spec.get("selector")).items()},
+        port=int(port) if isinstance(port, int) else 0,
+    )
+
+
 def _labels(obj: Json) -> dict[str, str]:
     return {
         str(k): str(v) for k, v in _mapping(_mapping(obj.get("metadata")).get("labels")).items()

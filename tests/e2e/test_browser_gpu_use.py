@@ -1,0 +1,80 @@
+"""GPU use on a cluster's page in a real browser: the recorded H200 node's exporter read
+through the fake API's pod proxy, its GPU "requested but unused" after two hours of 0-3 %,
+then in use; the page's figures the same as the API's and its CSV's
+(`/api/v1/clusters/<id>/gpu-use/`), all from one function (kube.gpu_use.gpu_use)."""
+
+from __future__ import annotations
+
+import csv
+import io
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.utils import timezone
+from playwright.sync_api import Page, expect
+from rest_framework.test import APIClient
+
+from clusters.models import Cluster
+from tests.clusters.conftest import pool, site
+from tests.e2e.test_browser_orphans import log_in
+from tests.e2e.test_dashboard_browser import PASSWORD
+from tests.kube.test_gpu_use import GPU_0, STEP, read, recorded
+from tests.kube_sim import KubeSimulator
+
+__all__ = ["pool", "recorded", "site"]  # the fixtures
+pytestmark = pytest.mark.usefixtures("django_allow_async_unsafe", "screenshot_on_failure")
+
+
+def api_figures(cluster: Cluster) -> tuple[dict[str, Any], list[dict[str, str]]]:
+    api = APIClient()
+    api.force_authenticate(User.objects.get(username="admin"))
+    url = f"/api/v1/clusters/{cluster.pk}/gpu-use/"
+    answer = api.get(url).json()
+    rows = list(csv.DictReader(io.StringIO(api.get(url, {"format": "csv"}).content.decode())))
+    return answer, rows
+
+
+def test_a_gpu_held_at_0_percent_for_hours_is_requested_but_unused_as_the_api_says(
+    page: Page, live_server: Any, transactional_db: None, recorded: Cluster, kube_sim: KubeSimulator
+) -> None:
+    User.objects.create_superuser("admin", password=PASSWORD)
+    start = timezone.now() - 9 * STEP
+    for n in range(9):  # the recording's idle lines: 3 %, then 0 % for 2 h
+        read(recorded, start + n * STEP)
+    answer, rows = api_figures(recorded)
+    log_in(page, live_server)
+    page.goto(f"{live_server.url}/clusters/{recorded.pk}/")
+
+    gpu = page.locator(f'#gpu-use-gpus tr[data-gpu="{GPU_0}/0"]')
+    expect(gpu.locator(".status")).to_have_text("requested but unused")
+    (row,) = answer["results"]
+    assert row["status"] == rows[0]["status"] == "requested but unused"
+    expect(gpu.locator(".mean")).to_have_text(f"{row['mean_utilisation_percent']} %")
+    assert rows[0]["mean_utilisation_percent"] == row["mean_utilisation_percent"] == "0.3"
+    expect(page.locator("#gpu-use-efficiency")).to_have_text(f"{answer['efficiency_percent']} %")
+    expect(page.locator("#gpu-use-unused")).to_have_text("1 requested but unused")
+    expect(page.locator('#gpu-use-groups tr[data-namespace="ml"] td.num').last).to_have_text(
+        f"{answer['namespaces'][0]['efficiency_percent']} %"
+    )
+    # gpu-1's exporter does not answer: unknown, said so, not 0 %.
+    expect(page.locator("#gpu-use-error")).to_contain_text("connection refused")
+
+    read(recorded, start + 9 * STEP)  # the first busy line: 100 %
+    page.reload()
+    expect(gpu.locator(".status")).to_have_text("in use")
+    expect(gpu.locator(".use")).to_have_text("100 %")
+    answer, rows = api_figures(recorded)
+    assert answer["efficiency_percent"] == rows[0]["mean_utilisation_percent"] == "10.3"
+    expect(page.locator("#gpu-use-efficiency")).to_have_text("10.3 %")
+
+
+def test_a_cluster_without_the_exporter_says_no_gpu_use_data_not_0_percent(
+    page: Page, live_server: Any, transactional_db: None, recorded: Cluster, kube_sim: KubeSimulator
+) -> None:
+    User.objects.create_superuser("admin", password=PASSWORD)
+    log_in(page, live_server)
+    page.goto(f"{live_server.url}/clusters/{recorded.pk}/")
+    expect(page.locator("#gpu-use-none")).to_have_text("No GPU use data: not read yet.")
+    answer, _ = api_figures(recorded)
+    assert (answer["has_data"], answer["efficiency_percent"]) == (False, None)
