@@ -50,15 +50,18 @@ REASONS = (
     ("terminating connection", "the server is shutting down"),
     ("recovery mode", "the server is recovering"),
     ("unable to open database file", "cannot open the database"),
+    ("database or disk is full", "its disk is full"),
 )
 REASON_OTHERWISE = "connection lost"
+SQLITE_UNAVAILABLE = ("unable to open database file", "database or disk is full")
 
 
 def is_database_unavailable(exc: BaseException) -> bool:
     """Whether `exc` says the database cannot be reached or takes no work now, not that
     one statement failed. Django's OperationalError and InterfaceError; of those, the
     driver's error (its cause) judges: PostgreSQL's by its SQLSTATE (none: the connection
-    itself failed), SQLite's when the file cannot be opened."""
+    itself failed), SQLite's when the file cannot be opened or its disk is full (it takes
+    no write until space is freed, and then takes it again)."""
     if not isinstance(exc, OperationalError | InterfaceError):
         return False
     cause = exc.__cause__
@@ -72,7 +75,7 @@ def is_database_unavailable(exc: BaseException) -> bool:
             or sqlstate in UNAVAILABLE_SQLSTATES
         )
     if type(cause).__module__ == "sqlite3":
-        return "unable to open database file" in str(cause)
+        return any(words in str(cause) for words in SQLITE_UNAVAILABLE)
     return True
 
 

@@ -814,10 +814,11 @@ def _machine_teardown(ctx: PassContext, machine: Machine, step: MachineTeardown)
         # A release refused or failed counts as a failure; one left to the next pass waits.
         raise (StepFailed if failed else StepWaiting)("; ".join(blockers))
     before = {"name": machine.name, "pool": pool.name, "vm_name": machine.vm_name}
-    audit_record(
-        actor=ACTOR, action="machine.delete", obj=machine, reason="torn down", before=before
-    )
-    machine.delete()
+    with transaction.atomic():  # audited once, as it goes: a cut between them does neither
+        audit_record(
+            actor=ACTOR, action="machine.delete", obj=machine, reason="torn down", before=before
+        )
+        machine.delete()
 
 
 def vm_remove(client: ws.WhiteskyClient, *, cloudspace_id: str, vm_id: int) -> None:

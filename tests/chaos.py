@@ -32,15 +32,16 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from io import StringIO
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 if __name__ == "__main__":  # the command: Django first, with the test settings
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -182,15 +183,20 @@ class ChaosReport:
 class Operator:
     """Makes clusters and scales pools through the API, as a person would."""
 
-    def __init__(self, account: Account) -> None:
+    def __init__(self, account: Account, api: Callable[[User], Any] | None = None) -> None:
+        """`api` makes the person's client (the test client by default): one with the
+        test client's post(url, data, format=...) answering .status_code and .data."""
         self.account = account
         user, _ = User.objects.get_or_create(username="chaos-operator")
         # Makes clusters, so the account's admin (an operator may only scale).
         Membership.objects.get_or_create(
             user=user, account=account, defaults={"role": role_group("admin")}
         )
-        self.api = APIClient()
-        self.api.force_login(user)
+        if api is None:
+            self.api = APIClient()
+            self.api.force_login(user)
+        else:
+            self.api = api(user)
 
     def _send(self, method: str, url: str, data: dict[str, Any]) -> dict[str, Any]:
         response = getattr(self.api, method)(url, data, format="json")
@@ -256,12 +262,14 @@ class Workers:
         self.started = 0
         self.kills = 0
 
-    def start(self, index: int) -> None:
+    def start(self, index: int, *, beat: bool | None = None) -> None:
+        """`beat`: whether it runs beat (the first worker's alone by default)."""
         self.started += 1
         folder = self.folder / f"worker{index}-{self.started:03d}"
         folder.mkdir(parents=True)
         name = f"chaos{index}-{self.started}@%h"
-        manager = celery_worker(folder, "--hostname", name, beat=index == 0, **self.env)
+        beat = index == 0 if beat is None else beat
+        manager = celery_worker(folder, "--hostname", name, beat=beat, **self.env)
         self.running[index] = (manager, manager.__enter__())
 
     def kill(self, index: int) -> None:
@@ -287,11 +295,12 @@ class Workers:
 # --- the run ------------------------------------------------------------------------------
 
 
-def _account(sim: WhiteskySimulator, rng: random.Random) -> Account:
+def _account(sim: WhiteskySimulator, rng: random.Random, origin: str | None = None) -> Account:
+    """`origin`: where the control plane reaches the simulator (itself by default)."""
     account = Account.objects.create(
         name="chaos",
-        api_url=sim.api_url,
-        iam_url=sim.iam_url,
+        api_url=f"{origin}/api/1" if origin else sim.api_url,
+        iam_url=origin or sim.iam_url,
         customer_id=sim.customer_id,
         credential=sim.token(),
         orphan_auto_release=True,
@@ -517,7 +526,12 @@ def _census() -> str:
     return f"machines {dict(sorted(phases.items())) or 'none'}; clusters {clusters or 'none'}"
 
 
-def _settle(report: ChaosReport, plane: Plane, seconds: float, log: Callable[[str], None]) -> None:
+class Settling(Protocol):
+    problems: list[str]
+    settled_after: float | None
+
+
+def _settle(report: Settling, plane: Plane, seconds: float, log: Callable[[str], None]) -> None:
     began = time.monotonic()
     deadline = began + seconds
     gone = set(CLUSTER_NAMES) - set(
@@ -712,18 +726,42 @@ def _audit_problems(machines: list[Machine]) -> list[str]:
     return problems
 
 
-def worker_log_problems(folder: Path) -> list[str]:
-    """Errors the workers logged that are not whitesky failing as told: a task that died of
-    anything else (a database error, a bug) is a problem even if the run settled."""
+def worker_log_problems(folder: Path, expected: re.Pattern[str] = WHITESKY_FAILURE) -> list[str]:
+    """Errors the workers logged that are not the faults failing as told (`expected`): a
+    task that died of anything else (a database error, a bug) is a problem even if the run
+    settled."""
     problems = []
     for log in sorted(folder.glob("worker*/celery.log")):
         for line in log.read_text(errors="replace").splitlines():
-            if ("ERROR/" in line or "CRITICAL/" in line) and not WHITESKY_FAILURE.search(line):
+            if ("ERROR/" in line or "CRITICAL/" in line) and not expected.search(line):
                 problems.append(f"{log.parent.name}: {line[:300]}")
     return problems
 
 
 # --- the command --------------------------------------------------------------------------
+
+
+@contextmanager
+def test_database() -> Iterator[threading.Event]:
+    """A test database of the command's own, made on the configured server and dropped at
+    the end, unless the event yielded is set (a failed run's, kept for a look)."""
+    from django.db import connection
+    from django.test.utils import setup_test_environment, teardown_test_environment
+
+    setup_test_environment()
+    old_name = connection.settings_dict["NAME"]
+    connection.creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
+    keep = threading.Event()
+    try:
+        yield keep
+    finally:
+        test_db = connection.settings_dict["NAME"]
+        connection.close()
+        if keep.is_set():
+            print(f"database {test_db} kept for a look (dropdb it after)", flush=True)
+        else:
+            connection.creation.destroy_test_db(old_name, verbosity=0)
+        teardown_test_environment()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -737,15 +775,8 @@ def main(argv: list[str] | None = None) -> int:
     seed = args.seed if args.seed is not None else secrets.randbelow(10**6)
     print(f"chaos seed {seed}", flush=True)
 
-    from django.db import connection
-    from django.test.utils import setup_test_environment, teardown_test_environment
-
     workdir = Path(tempfile.mkdtemp(prefix=f"capvco-chaos-{seed}-"))
-    setup_test_environment()
-    old_name = connection.settings_dict["NAME"]
-    connection.creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
-    report: ChaosReport | None = None
-    try:
+    with test_database() as kept:
         with WhiteskySimulator() as sim:
             report = chaos_run(
                 sim=sim,
@@ -759,14 +790,7 @@ def main(argv: list[str] | None = None) -> int:
             sim_state = sim.state()
         if report.problems:
             (workdir / "simulator-state.json").write_text(json.dumps(sim_state, indent=1))
-    finally:
-        test_db = connection.settings_dict["NAME"]
-        connection.close()
-        if report is not None and report.problems:
-            print(f"database {test_db} kept for a look (dropdb it after)", flush=True)
-        else:
-            connection.creation.destroy_test_db(old_name, verbosity=0)
-        teardown_test_environment()
+            kept.set()
     if not report.problems and not args.keep:
         shutil.rmtree(workdir, ignore_errors=True)
         report.logs = None

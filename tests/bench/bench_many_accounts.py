@@ -91,7 +91,8 @@ from tests.bench.support import (  # noqa: E402
     verdict,
     wait_for,
 )
-from tests.e2e.processes import broker_flush, free_port  # noqa: E402
+from tests.e2e.processes import broker_flush  # noqa: E402
+from tests.servers import free_port  # noqa: E402
 from tests.whitesky_sim import WhiteskySimulator  # noqa: E402
 
 PGBOUNCER_USER = "postgres"

@@ -59,8 +59,9 @@ from tests.bench.support import (  # noqa: E402
     throwaway_database,
     verdict,
 )
-from tests.e2e.processes import ROOT, broker_flush, environment_for_subprocess, free_port  # noqa: E402
+from tests.e2e.processes import ROOT, broker_flush, environment_for_subprocess  # noqa: E402
 from tests.factories import AccountFactory, ClusterFactory, MembershipFactory  # noqa: E402
+from tests.servers import free_port  # noqa: E402
 
 CSRF = "b" * 32  # a cookie secret of our choosing, sent back as the header
 MEASURE_ALONE_SECONDS = 4.0

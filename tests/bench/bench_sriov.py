@@ -64,8 +64,8 @@ from kube.client import kube_client  # noqa: E402
 from kube.observe import cluster_kube_observe  # noqa: E402
 from simulator.whitesky.worldfile import DEMO_WORLD  # noqa: E402
 from sriov.models import PodNic  # noqa: E402
-from tests.e2e.processes import free_port  # noqa: E402
 from tests.kube_sim import KubeSimulator  # noqa: E402
+from tests.servers import free_port  # noqa: E402
 from tests.sriov.support import NETWORK, World, world_build  # noqa: E402
 from tests.whitesky_sim import PROJECT_ROOT, WhiteskySimulator  # noqa: E402
 

@@ -29,7 +29,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.e2e.processes import free_port
+from tests.servers import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 # The demo (clusters/management/commands/demo_seed.py, sriov/.../demo_sriov.py): 3 machines

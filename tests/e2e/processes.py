@@ -4,25 +4,22 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from pathlib import Path
 
 import redis
+import requests
 from django.conf import settings
 from django.db import connection
 
+from tests.servers import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    """A port on 127.0.0.1 nothing listens on now: two runs on one host never share one."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def environment_for_subprocess(**overrides: str) -> dict[str, str]:
@@ -101,3 +98,53 @@ def worker_kill(process: subprocess.Popen[bytes]) -> None:
     `kill -9` would: no task gets to finish, nothing is acknowledged."""
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
+
+
+@dataclass(frozen=True)
+class WebServer:
+    base: str
+    pid: int
+    """The gunicorn master's."""
+
+
+@contextmanager
+def gunicorn_serve(tmp_path: Path, env: dict[str, str], workers: int = 2) -> Iterator[WebServer]:
+    """gunicorn serving the project as `make run` does (capvco_web/gunicorn_conf.py), in its
+    own process group, its log to tmp_path/gunicorn.log; yields it once it answers
+    /healthz."""
+    port = free_port()
+    log_path = tmp_path / "gunicorn.log"
+    base = f"http://127.0.0.1:{port}"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "gunicorn", "capvco_web.wsgi", "-c",
+             "python:capvco_web.gunicorn_conf", "--bind", f"127.0.0.1:{port}",
+             "--workers", str(workers), "--threads", "2", "--no-control-socket"],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                if process.poll() is not None:
+                    raise RuntimeError(f"gunicorn ended:\n{log_path.read_text(errors='replace')}")
+                with suppress(requests.RequestException):  # not up yet, or still starting
+                    if requests.get(f"{base}/healthz", timeout=5).status_code == 200:
+                        break
+                if time.monotonic() > deadline:
+                    raise RuntimeError("gunicorn did not answer /healthz within 60 s")
+                time.sleep(0.2)
+            yield WebServer(base, process.pid)
+        finally:
+            with suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+
+
+def gunicorn_workers(master: int) -> list[int]:
+    """The worker processes of a gunicorn master (its children)."""
+    children = Path(f"/proc/{master}/task/{master}/children")
+    return [int(pid) for pid in children.read_text().split()] if children.exists() else []

@@ -8,15 +8,11 @@ the test stops and starts, and gunicorn serving the project against it."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,13 +20,10 @@ import pytest
 import requests
 
 from tests.conftest import require
-from tests.e2e.processes import ROOT, environment_for_subprocess, free_port
+from tests.e2e.processes import ROOT, environment_for_subprocess, gunicorn_serve
+from tests.servers import PG_BIN, PrivatePostgres, private_postgres
 
 pytestmark = pytest.mark.e2e
-
-PG_BIN = Path("/usr/lib/postgresql/15/bin")
-# PostgreSQL refuses to run as root: as root, the server runs as this user.
-PG_USER = "postgres"
 
 
 def wait_for(condition: Callable[[], bool], seconds: float, what: str) -> None:
@@ -41,64 +34,11 @@ def wait_for(condition: Callable[[], bool], seconds: float, what: str) -> None:
         time.sleep(0.2)
 
 
-@dataclass
-class PrivatePostgres:
-    """A PostgreSQL server of this test alone: its data folder, port and log."""
-
-    data: Path
-    port: int
-    log: Path
-    as_user: list[str]
-
-    @property
-    def url(self) -> str:
-        return f"postgres://postgres@127.0.0.1:{self.port}/postgres"
-
-    def pg_ctl(self, *args: str) -> None:
-        subprocess.run(
-            [*self.as_user, str(PG_BIN / "pg_ctl"), "-D", str(self.data), *args],
-            check=True,
-            capture_output=True,
-            timeout=60,
-        )
-
-    def start(self) -> None:
-        options = f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.data}"
-        self.pg_ctl("-l", str(self.log), "-o", options, "-w", "start")
-
-    def stop(self, mode: str = "fast") -> None:
-        self.pg_ctl("-m", mode, "-w", "stop")
-
-
 @pytest.fixture
 def postgres(tmp_path: Path) -> Iterator[PrivatePostgres]:
     require((PG_BIN / "initdb").exists(), f"needs PostgreSQL 15's programs in {PG_BIN}")
-    if os.geteuid() == 0:
-        # pytest's own temporary folder is root's alone (0700): the server's user could
-        # not reach a folder in it.
-        home = Path(tempfile.mkdtemp(prefix="capvco-pg-"))
-        shutil.chown(home, PG_USER)
-        as_user = ["runuser", "-u", PG_USER, "--"]
-    else:
-        home = tmp_path / "pg"
-        home.mkdir()
-        as_user = []
-    server = PrivatePostgres(home / "data", free_port(), home / "postgres.log", as_user)
-    try:
-        subprocess.run(
-            [*as_user, str(PG_BIN / "initdb"), "-D", str(server.data), "-U", "postgres",
-             "-A", "trust", "-E", "UTF8", "--no-sync"],
-            check=True, capture_output=True, timeout=120,
-        )  # fmt: skip
-        server.start()
+    with private_postgres(tmp_path / "postgres.log") as server:
         yield server
-    finally:
-        with suppress(subprocess.CalledProcessError, subprocess.TimeoutExpired):
-            server.stop("immediate")
-        if server.log.exists():
-            shutil.copy(server.log, tmp_path / "postgres.log")
-        if home != tmp_path / "pg":
-            shutil.rmtree(home, ignore_errors=True)
 
 
 @dataclass
@@ -142,35 +82,8 @@ def web_server(tmp_path: Path, database_url: str) -> Iterator[Web]:
         text=True, timeout=120,
     )  # fmt: skip
     token, session = made.stdout.split()[-2:]
-    port = free_port()
-    log_path = tmp_path / "gunicorn.log"
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "capvco_web.wsgi", "-c",
-             "python:capvco_web.gunicorn_conf", "--bind", f"127.0.0.1:{port}",
-             "--workers", "2", "--threads", "2", "--no-control-socket"],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
-        web = Web(f"http://127.0.0.1:{port}", log_path, token, session)
-        try:
-
-            def up() -> bool:
-                assert process.poll() is None, f"gunicorn ended:\n{web.said()}"
-                try:
-                    return web.get("/healthz").status_code == 200
-                except requests.ConnectionError:
-                    return False
-
-            wait_for(up, 60, "gunicorn answering /healthz")
-            yield web
-        finally:
-            with suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+    with gunicorn_serve(tmp_path, env) as server:
+        yield Web(server.base, tmp_path / "gunicorn.log", token, session)
 
 
 def test_database_down_answers_503_and_the_same_processes_answer_again_once_it_is_back(

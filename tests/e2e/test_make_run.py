@@ -24,7 +24,7 @@ from django.conf import settings
 
 from capvco_web.environment import RUN_ENV, run_env_read
 from tests.checkout import APPS, ROOT, checkout_copy
-from tests.e2e.processes import free_port
+from tests.servers import free_port
 
 pytestmark = pytest.mark.e2e
 

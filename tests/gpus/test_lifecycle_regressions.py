@@ -13,7 +13,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import DatabaseError, connection
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -477,3 +477,54 @@ def test_a_lost_reserve_of_a_machine_force_deleted_meanwhile_is_resolved_by_obse
 
     assert not VgpuReservation.objects.filter(pk=pending.pk).exists()
     assert plane.sim_vgpus() == []
+
+
+@contextmanager
+def machine_deletes_cut() -> Iterator[None]:
+    """Every DELETE of a machine row fails in the database, as a connection cut between a
+    teardown's last statements would (a real trigger, on PostgreSQL)."""
+    table = Machine._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "CREATE FUNCTION machine_delete_cut() RETURNS trigger LANGUAGE plpgsql AS "
+            "$$ BEGIN RAISE EXCEPTION 'connection cut'; END $$"
+        )
+        cursor.execute(
+            f"CREATE TRIGGER machine_delete_cut BEFORE DELETE ON {table} "
+            "FOR EACH ROW EXECUTE FUNCTION machine_delete_cut()"
+        )
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f"DROP TRIGGER machine_delete_cut ON {table}")
+            cursor.execute("DROP FUNCTION machine_delete_cut()")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_teardown_cut_before_the_machine_row_goes_audits_the_delete_once_when_it_goes(
+    plane: Plane, require_postgres: None
+) -> None:
+    cluster = plane.cluster()
+    pool = plane.pool(cluster, "cpu")
+    plane.converge(cluster)
+    assert Machine.objects.get().phase == Machine.Phase.RUNNING
+    MachinePool.objects.filter(pk=pool.pk).update(replicas=0)
+
+    with machine_deletes_cut():
+        cut = []
+        for _ in range(4):  # the VM stopped and deleted, then the row: cut, tried again
+            plane.observe()
+            try:
+                plane.reconcile(cluster)
+            except DatabaseError as exc:
+                cut.append(str(exc).splitlines()[0])
+        assert cut and set(cut) == {"connection cut"}, cut
+        assert Machine.objects.filter(name="cpu-0").exists()
+        # Not deleted, so not audited as deleted: the audit and the delete are one.
+        assert not AuditEvent.objects.filter(action="machine.delete").exists()
+
+    plane.converge(cluster)
+
+    assert not Machine.objects.exists()
+    assert AuditEvent.objects.filter(action="machine.delete").count() == 1
