@@ -18,6 +18,7 @@ from playwright.sync_api import Page, expect
 from clusters.models import MachinePool
 from dashboard.models import SavedView
 from gpus.models import VgpuReservation
+from tests.e2e.test_browser_bulk_release import wait_for_redraw
 from tests.e2e.test_browser_orphans import log_in
 from tests.e2e.test_dashboard_browser import PASSWORD
 from tests.factories import (
@@ -65,6 +66,27 @@ def test_two_selected_pools_are_scaled_with_one_reason_each_audited(
         expect(page.locator("main")).to_contain_text(str(pool))
     expect(rows.filter(has_text="training week")).to_have_count(2)
     assert [p.replicas for p in MachinePool.objects.order_by("name")] == [3, 1, 3]
+
+
+def test_selected_pools_stay_selected_through_the_pages_redraw(
+    page: Page, live_server: Any, settings: Any, three_pools: list[MachinePool]
+) -> None:
+    settings.DASHBOARD_POLL_SECONDS = 1
+    a, b, _ = three_pools
+    log_in(page, live_server)
+    page.goto(f"{live_server.url}/clusters/{a.cluster_id}/")
+    page.get_by_label("Select pool a", exact=True).check()
+    page.get_by_label("Select pool c", exact=True).check()
+    MachinePool.objects.filter(pk=b.pk).update(replicas=2)
+    wait_for_redraw(page, "#cluster-body")
+
+    expect(page.locator(f"#pool-{b.pk}")).to_contain_text("2")  # the redraw brought news
+    expect(page.get_by_label("Select pool a", exact=True)).to_be_checked()
+    expect(page.get_by_label("Select pool b", exact=True)).not_to_be_checked()
+    expect(page.get_by_label("Select pool c", exact=True)).to_be_checked()
+    page.get_by_role("button", name="Scale the selected pools…").click()
+
+    expect(page.locator("main")).to_contain_text("2 pools of train (replicas now): a (1), c (1)")
 
 
 @pytest.fixture
