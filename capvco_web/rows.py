@@ -4,7 +4,8 @@ compare-and-set.
 `fields_assign` tells a mirror whether an observed row changed at all; `model_update`
 writes a change to one row, only when the row is still in the state the caller saw.
 `rows_update` writes many rows' changes in a few statements, each row only while it is
-still unchanged.
+still unchanged. `rows_key_share` reads rows that nobody may delete until the transaction
+ends.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from django.db import connections, models
-from django.db.models import Case, Q, Value, When
+from django.db.models import Case, Q, QuerySet, Value, When
 from django.db.models.functions import Cast
+from django.db.transaction import TransactionManagementError
 from django.utils import timezone
 
 BATCH = 500
@@ -93,3 +95,22 @@ def rows_update(rows: Sequence[models.Model], fields: Collection[str], *, where:
         queryset = model._default_manager.filter(where, pk__in=[row.pk for row in batch])
         written += queryset.update(**values)
     return written
+
+
+def rows_key_share(rows: QuerySet[Any, tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """The rows of a `values_list` query, read and locked FOR KEY SHARE (its own table's rows
+    only) in one statement: until the transaction ends nobody deletes them, while their
+    ordinary updates go on. A delete committed before is not seen; one in flight is
+    waited for. Django's `select_for_update` cannot say it (`no_key=True` is FOR NO KEY
+    UPDATE, which blocks updates). SQLite has no row locks and one writer: a plain read."""
+    connection = connections[rows.db]
+    if connection.vendor != "postgresql":
+        return list(rows)
+    if not connection.in_atomic_block:  # the lock would end with the statement
+        raise TransactionManagementError("rows_key_share outside a transaction")
+    sql, params = rows.query.get_compiler(using=rows.db).as_sql()
+    table = connection.ops.quote_name(rows.model._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(f"{sql} FOR KEY SHARE OF {table}", params)
+        rows_read: list[tuple[Any, ...]] = cursor.fetchall()
+        return rows_read

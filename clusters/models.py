@@ -727,6 +727,14 @@ class Machine(models.Model):
     def __str__(self) -> str:
         return f"{self.pool.cluster.name}/{self.name}"
 
+    def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
+        # Its row is locked before the rows naming it are cleared: an observation holding
+        # the machine (VmOwners) is waited for, and the reservations it wrote are cleared
+        # too. Cleared first, the two would each wait for the other's rows (a deadlock).
+        with transaction.atomic():
+            list(Machine.objects.select_for_update().filter(pk=self.pk).values_list("pk"))
+            return super().delete(*args, **kwargs)
+
     @property
     def vm_name(self) -> str:
         return naming.vm_name(self.pool.cluster.name, self.name)

@@ -95,8 +95,9 @@ def location_observe(*, client: ws.WhiteskyClient, location: Location) -> Observ
     with transaction.atomic():
         if profiles is not None:
             result.writes += gpu_profiles_sync(location=location, profiles=profiles).writes
-        # The machines the owner names point at, read once the listings are in.
-        owners = VmOwners(location)
+        # The machines the owner names point at, read once the listings are in, and held
+        # until this commits: the reservations written below name them.
+        owners = VmOwners(location, hold=True)
         result.writes += vgpu_listing_apply(
             location=location, listing=listing, listed_at=started, owners=owners
         )

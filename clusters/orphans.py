@@ -25,7 +25,7 @@ from django.db.models import Exists, OuterRef, QuerySet
 from django.utils import timezone
 
 from capvco_web.integrations import whitesky as ws
-from capvco_web.rows import model_update
+from capvco_web.rows import model_update, rows_key_share
 from cloud.models import Account, Location, VirtualMachine, same_customer_account_ids
 from clusters.models import Cluster, ClusterSite, Machine, VmRemovalRequest
 from clusters.selectors import pools_by_cluster
@@ -46,15 +46,21 @@ class VmOwners:
     """The machines of a location's account, by the VM id they recorded and by VM name,
     and by (cluster, machine) name: what the owner names of VMs and vGPUs point at."""
 
-    def __init__(self, location: Location) -> None:
+    def __init__(self, location: Location, *, hold: bool = False) -> None:
+        """`hold`: keep the machines from being deleted until the transaction ends, for a
+        caller that writes rows naming them (observe's reservations): a delete in flight
+        is waited for, and its machine then not seen. Their updates (reconcile) go on."""
         self.pools = pools_by_cluster(location.account_id)
-        rows = Machine.objects.filter(pool__cluster__account_id=location.account_id).values_list(
+        machines = Machine.objects.filter(pool__cluster__account_id=location.account_id)
+        rows = machines.values_list(
             "pk", "pool__cluster__name", "pool__name", "name", "vm_id", "pool__site__location_id"
         )
         self.by_vm_id: dict[int, tuple[str, str]] = {}
         self.by_vm_name: dict[str, tuple[str, str, int | None]] = {}
         self.machine_ids: dict[tuple[str, str], int] = {}
-        for pk, cluster, pool, machine, vm_id, location_id in rows:
+        for pk, cluster, pool, machine, vm_id, location_id in (
+            rows_key_share(rows) if hold else rows
+        ):
             self.machine_ids[(cluster, machine)] = pk
             owner = f"{cluster}/{machine}"
             if vm_id is not None and location_id == location.pk:

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db import DatabaseError, connection
+from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -21,8 +21,10 @@ from capvco_web.audit import SystemActor
 from capvco_web.models import AuditEvent
 from cloud.models import Location
 from cloud.whitesky import whitesky_client
+from clusters import observe
 from clusters.models import ClusterSite, Machine, MachinePool
 from clusters.observe import vgpu_listing_apply
+from clusters.orphans import VmOwners
 from clusters.reconcile import machine_create
 from clusters.services import machine_force_delete
 from gpus.models import VgpuReservation
@@ -528,3 +530,91 @@ def test_a_teardown_cut_before_the_machine_row_goes_audits_the_delete_once_when_
 
     assert not Machine.objects.exists()
     assert AuditEvent.objects.filter(action="machine.delete").count() == 1
+
+
+def backend_pid() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        return int(cursor.fetchone()[0])
+
+
+def waits_on_a_lock(pid: int) -> bool:
+    """Whether the database session `pid` is blocked by another one's lock now."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT cardinality(pg_blocking_pids(%s)) > 0", [pid])
+        return bool(cursor.fetchone()[0])
+
+
+def until(condition: Callable[[], bool], timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("first", ["observation", "delete"])
+def test_a_machine_force_deleted_during_an_observation_leaves_no_reservation_pointing_at_it(
+    plane: Plane, require_postgres: None, monkeypatch: pytest.MonkeyPatch, first: str
+) -> None:
+    """A force delete in another session, either after the observation read the account's
+    machines (the delete waits for the pass) or in flight before it (the pass waits, and
+    then does not see the machine): the pass commits, and no row names the gone machine."""
+    cluster = plane.cluster()
+    plane.pool(cluster, "a100", gpu_type="NVIDIA A100", gpu_count=2)
+    plane.converge(cluster)
+    machine = Machine.objects.get()
+    stale, missing = VgpuReservation.objects.filter(machine=machine, state=RState.ATTACHED)
+    # Rows the pass writes naming the machine: one the listing corrects, one it makes.
+    VgpuReservation.objects.filter(pk=stale.pk).update(state=RState.RESERVED)
+    missing.delete()
+    observer, person = backend_pid(), []
+    deleted, done, observed = threading.Event(), threading.Event(), threading.Event()
+
+    def force_delete(hold: bool) -> None:
+        try:
+            person.append(backend_pid())
+            with transaction.atomic():
+                machine_force_delete(machine=machine, actor=SystemActor.RECONCILER, reason="x")
+                deleted.set()
+                if hold:  # in flight until the observation waits for it (or is over)
+                    until(lambda: observed.is_set() or waits_on_a_lock(observer), timeout=60)
+        finally:
+            done.set()
+            connection.close()
+
+    thread = threading.Thread(target=force_delete, args=(first == "delete",))
+    if first == "delete":
+        thread.start()
+        assert deleted.wait(timeout=10)
+    else:
+
+        class OwnersThenDelete(VmOwners):
+            def __init__(self, location: Location, **options: Any) -> None:
+                super().__init__(location, **options)
+                if location.name == NL and not thread.is_alive() and not done.is_set():
+                    thread.start()
+                    assert until(
+                        lambda: done.is_set() or bool(person and waits_on_a_lock(person[0]))
+                    )
+
+        monkeypatch.setattr(observe, "VmOwners", OwnersThenDelete)
+    started = timezone.now()
+    try:
+        plane.observe()  # raises if the pass rolled back
+    finally:
+        observed.set()
+        thread.join(timeout=60)
+
+    assert done.is_set() and not Machine.objects.filter(pk=machine.pk).exists()
+    location = Location.objects.get(account=plane.account, name=NL)
+    assert location.observation_started_at is not None
+    assert location.observation_started_at >= started  # the pass committed
+    rows = VgpuReservation.objects.filter(name__in=[stale.name, missing.name])
+    assert sorted(rows.values_list("state", "machine_id")) == [(RState.ATTACHED, None)] * 2
+    gone = VgpuReservation.objects.exclude(machine=None).exclude(
+        machine_id__in=Machine.objects.values("pk")
+    )
+    assert not gone.exists()
