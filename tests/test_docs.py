@@ -20,7 +20,7 @@ READ = re.compile(r'(?:env\.\w+|os\.environ\.get)\(\s*"([A-Z][A-Z0-9_]+)"')
 REFERENCE = re.compile(r"(docs/[a-z0-9/_-]+\.md)(?:: |, )(`?[A-Z`][^.;()|]*)")
 # What makes a figure: a number with its unit.
 FIGURE = re.compile(r"\b\d[\d,.]*\s?(?:ms|s|MiB|MB)\b")
-COMMAND = re.compile(r"tests/bench/|tests\.bench\.|tests/e2e/|bench_\w+\.py")
+COMMAND = re.compile(r"bin/bench|tests/bench/|tests\.bench\.|tests/e2e/|bench_\w+\.py")
 
 
 def documented() -> set[str]:
