@@ -31,11 +31,12 @@ def wait_for_redraw(page: Page, selector: str) -> None:
     )
 
 
-@pytest.fixture
-def three_orphans(transactional_db: None) -> list[VgpuReservation]:
+def orphans_made(count: int, location_name: str) -> list[VgpuReservation]:
+    """The admin, and `count` orphaned vGPUs of one completely observed location, the
+    first orphaned most recently."""
     User.objects.create_superuser("admin", password=PASSWORD)
     now = timezone.now()
-    location = LocationFactory(name="nl-bulk-dc01", last_complete_observation_at=now)
+    location = LocationFactory(name=location_name, last_complete_observation_at=now)
     return [
         VgpuReservationFactory(
             orphaned=True,
@@ -43,8 +44,13 @@ def three_orphans(transactional_db: None) -> list[VgpuReservation]:
             name=f"capvco-gone-m-{n}-gpu-0",
             orphaned_since=now - timedelta(hours=n + 1),
         )
-        for n in range(3)
+        for n in range(count)
     ]
+
+
+@pytest.fixture
+def three_orphans(transactional_db: None) -> list[VgpuReservation]:
+    return orphans_made(3, "nl-bulk-dc01")
 
 
 def test_the_selected_orphans_are_released_with_one_reason_each_audited(

@@ -6,27 +6,23 @@ from __future__ import annotations
 
 import csv
 import re
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
-from django.utils import timezone
 from playwright.sync_api import Page, expect
 
 from clusters.models import MachinePool
 from dashboard.models import SavedView
 from gpus.models import VgpuReservation
-from tests.e2e.test_browser_bulk_release import wait_for_redraw
+from tests.e2e.test_browser_bulk_release import orphans_made, wait_for_redraw
 from tests.e2e.test_browser_orphans import log_in
 from tests.e2e.test_dashboard_browser import PASSWORD
 from tests.factories import (
     ClusterFactory,
     ClusterSiteFactory,
-    LocationFactory,
     MachinePoolFactory,
-    VgpuReservationFactory,
 )
 
 pytestmark = pytest.mark.usefixtures("django_allow_async_unsafe", "screenshot_on_failure")
@@ -91,18 +87,7 @@ def test_selected_pools_stay_selected_through_the_pages_redraw(
 
 @pytest.fixture
 def two_orphans(transactional_db: None) -> list[VgpuReservation]:
-    User.objects.create_superuser("admin", password=PASSWORD)
-    now = timezone.now()
-    location = LocationFactory(name="nl-cols-dc01", last_complete_observation_at=now)
-    return [
-        VgpuReservationFactory(
-            orphaned=True,
-            location=location,
-            name=f"capvco-gone-m-{n}-gpu-0",
-            orphaned_since=now - timedelta(hours=n + 1),
-        )
-        for n in range(2)
-    ]
+    return orphans_made(2, "nl-cols-dc01")
 
 
 CHOSEN = re.compile(re.escape("cols=name&cols=per_hour"))
