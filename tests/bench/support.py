@@ -6,8 +6,6 @@ Import it after ``django.setup()`` (each benchmark sets Django up before its imp
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -18,7 +16,7 @@ from typing import Any
 from django.db import connection
 from django.test.utils import setup_test_environment, teardown_test_environment
 
-from tests.e2e.processes import ROOT, environment_for_subprocess
+from tests.e2e.processes import ROOT, environment_for_subprocess, group_stop
 
 SQL_WRITES = ("INSERT", "UPDATE", "DELETE")
 
@@ -105,12 +103,7 @@ def celery_worker(
         try:
             yield process
         finally:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+            group_stop(process, seconds=60)
 
 
 def wait_for(condition: Callable[[], bool], what: str, seconds: float, every: float = 0.25) -> None:

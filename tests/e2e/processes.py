@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import redis
 import requests
@@ -20,6 +21,18 @@ from django.db import connection
 from tests.servers import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def group_stop(process: subprocess.Popen[Any], *, seconds: float) -> None:
+    """SIGTERM to the process's group (started with start_new_session), SIGKILL when it
+    has not ended within `seconds`."""
+    with suppress(ProcessLookupError):  # a test may have killed the group already
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
 
 
 def environment_for_subprocess(**overrides: str) -> dict[str, str]:
@@ -83,13 +96,7 @@ def celery_worker(
     try:
         yield process
     finally:
-        with suppress(ProcessLookupError):  # a test may have killed the group already
-            os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        group_stop(process, seconds=20)
         log.close()
 
 
@@ -135,13 +142,7 @@ def gunicorn_serve(tmp_path: Path, env: dict[str, str], workers: int = 2) -> Ite
                 time.sleep(0.2)
             yield WebServer(base, process.pid)
         finally:
-            with suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+            group_stop(process, seconds=30)
 
 
 def gunicorn_workers(master: int) -> list[int]:
