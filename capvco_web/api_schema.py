@@ -31,6 +31,8 @@ _ERRORS = {
     "this action (or no role allows it), a token may not do it, or the CSRF token of a "
     "session is missing.",
     "404": "No such object, or one of an account you are not a member of.",
+    "406": "The `Accept` header names no media type this operation answers in (JSON; CSV "
+    "where the operation offers it).",
     "409": "Valid in itself, but not against what is there now: an object it names does "
     "not exist, a name is taken, or objects it names do not belong together (`fields` "
     "names each).",
@@ -65,7 +67,8 @@ class ApiSchema(AutoSchema):
             if parameter["in"] == "query" and schema.get("type") == "string" and plain:
                 schema["pattern"] = _text_filter_pattern(filters.get(parameter["name"]))
         places = {parameter["in"] for parameter in parameters}
-        statuses = {"401", "403", "429"}  # every operation needs authentication
+        # Every operation needs authentication and negotiates what it answers in.
+        statuses = {"401", "403", "406", "429"}
         if "requestBody" in operation:
             statuses |= {"400", "413", "415"}
         if "requestBody" in operation and self.method != "DELETE":

@@ -343,7 +343,7 @@ def test_every_operation_documents_its_errors_in_the_one_shape(api: APIClient) -
     for path, item in document["paths"].items():
         for method, operation in item.items():
             responses = operation["responses"]
-            assert {"401", "403", "429"} <= set(responses), (method, path)
+            assert {"401", "403", "406", "429"} <= set(responses), (method, path)
             for code, response in responses.items():
                 if code >= "400":
                     assert response["content"]["application/json"]["schema"] == {
@@ -351,6 +351,21 @@ def test_every_operation_documents_its_errors_in_the_one_shape(api: APIClient) -
                     }, (method, path, code)
     error = document["components"]["schemas"]["Error"]
     assert set(error["required"]) == ERROR_KEYS
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [("get", "/api/v1/reservations/"), ("post", "/api/v1/sriov/agent/gc/")],
+)
+def test_an_accept_header_nothing_answers_in_is_refused_as_documented(
+    api: APIClient, method: str, path: str
+) -> None:
+    # A node agent's operation too: content is negotiated before anyone authenticates.
+    response = getattr(api, method)(path, HTTP_ACCEPT="application/xml")
+
+    assert response.status_code == 406
+    assert set(response.json()) >= ERROR_KEYS
+    assert "406" in schema(api)["paths"][path][method]["responses"]
 
 
 def test_every_request_body_refuses_unknown_fields_in_the_schema_too(api: APIClient) -> None:
