@@ -102,3 +102,28 @@ def test_every_section_named_exists(path: Path) -> None:
         named = " ".join(named.split())
         found = [t for t in titles(page) if named.startswith(t) or t.startswith(named)]
         assert found, (target, named)
+
+
+# --- the guides' pictures -----------------------------------------------------------------
+
+PICTURES = ROOT / "docs" / "guides" / "pictures"
+SHOWN = re.compile(r"!\[[^\]]+\]\(pictures/([a-z0-9-]+)\.png\)")
+TAKEN = re.compile(r'\bpicture\(\s*"([a-z0-9-]+)"')
+
+
+def test_every_picture_a_guide_shows_is_there_and_taken_by_a_browser_test() -> None:
+    shown = {
+        m
+        for guide in (ROOT / "docs" / "guides").glob("*.md")
+        for m in SHOWN.findall(guide.read_text())
+    }
+    taken = {
+        name
+        for test in (ROOT / "tests" / "e2e").glob("test_*.py")
+        for name in TAKEN.findall(test.read_text())
+    }
+    kept = {path.stem for path in PICTURES.glob("*.png")}
+    assert shown, "the guides show pictures (the pattern finds them)"
+    # Each is made again by bin/pictures (its test takes it), and none is left unshown.
+    assert shown - taken == set(), "shown, but no test takes it"
+    assert shown == kept, "shown but missing, or kept but never shown"

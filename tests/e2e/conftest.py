@@ -1,19 +1,25 @@
 """Browser tests: Playwright drives Debian's Chromium (no browser download); a screenshot
-of the page is saved under var/test-artifacts/ when a browser test fails."""
+of the page is saved under var/test-artifacts/ when a browser test fails.
+
+The guides' pictures are taken by the browser tests that read what they show (`picture`):
+`bin/pictures` runs those tests and keeps the pictures in docs/guides/pictures/; in the
+suite they go to a temporary folder, so that taking them is tested too."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from playwright.sync_api import Locator
 
 from tests.conftest import require
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parents[2] / "var" / "test-artifacts"
+PICTURES_INTO = "CAPVCO_PICTURES"  # the folder bin/pictures has them written to
 
 
 @pytest.fixture(scope="session")
@@ -68,3 +74,20 @@ def screenshot_on_failure(request: pytest.FixtureRequest, page: Any) -> Iterator
         path = ARTIFACTS / f"{request.node.name}.png"
         page.screenshot(path=str(path), full_page=True)
         print(f"screenshot of the failed page: {path}")
+
+
+@pytest.fixture
+def picture(tmp_path: Path) -> Callable[[str, Locator], Path]:
+    """Take the guides' picture NAME of a part of the page (NAME.png), as the test has just
+    read it; the caret is hidden and animations end, so that a picture taken again is the
+    same where the page is."""
+    folder = Path(os.environ.get(PICTURES_INTO) or tmp_path)
+
+    def take(name: str, part: Locator) -> Path:
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{name}.png"
+        part.scroll_into_view_if_needed()
+        part.screenshot(path=str(path), animations="disabled", caret="hide")
+        return path
+
+    return take

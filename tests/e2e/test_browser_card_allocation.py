@@ -45,7 +45,7 @@ def card(transactional_db: None) -> Any:
 
 
 def test_a_card_shows_its_instances_per_cluster_orphaned_and_free(
-    page: Page, live_server: Any, card: Any
+    page: Page, live_server: Any, card: Any, picture: Any
 ) -> None:
     api = APIClient()
     api.force_authenticate(User.objects.get(username="admin"))
@@ -60,3 +60,4 @@ def test_a_card_shows_its_instances_per_cluster_orphaned_and_free(
         "title", f"free: {listed['available_instances']}"
     )
     assert listed["available_instances"] == 2
+    picture("card-allocation", page.locator("#cards"))

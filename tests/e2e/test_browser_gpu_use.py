@@ -36,7 +36,12 @@ def api_figures(cluster: Cluster) -> tuple[dict[str, Any], list[dict[str, str]]]
 
 
 def test_a_gpu_held_at_0_percent_for_hours_is_requested_but_unused_as_the_api_says(
-    page: Page, live_server: Any, transactional_db: None, recorded: Cluster, kube_sim: KubeSimulator
+    page: Page,
+    live_server: Any,
+    transactional_db: None,
+    recorded: Cluster,
+    kube_sim: KubeSimulator,
+    picture: Any,
 ) -> None:
     User.objects.create_superuser("admin", password=PASSWORD)
     start = timezone.now() - 9 * STEP
@@ -54,6 +59,7 @@ def test_a_gpu_held_at_0_percent_for_hours_is_requested_but_unused_as_the_api_sa
     assert rows[0]["mean_utilisation_percent"] == row["mean_utilisation_percent"] == "0.3"
     expect(page.locator("#gpu-use-efficiency")).to_have_text(f"{answer['efficiency_percent']} %")
     expect(page.locator("#gpu-use-unused")).to_have_text("1 requested but unused")
+    picture("gpu-use", page.locator("#gpu-use"))
     expect(page.locator('#gpu-use-groups tr[data-namespace="ml"] td.num').last).to_have_text(
         f"{answer['namespaces'][0]['efficiency_percent']} %"
     )

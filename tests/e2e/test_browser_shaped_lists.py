@@ -37,7 +37,7 @@ def three_pools(transactional_db: None) -> list[MachinePool]:
 
 
 def test_two_selected_pools_are_scaled_with_one_reason_each_audited(
-    page: Page, live_server: Any, three_pools: list[MachinePool]
+    page: Page, live_server: Any, three_pools: list[MachinePool], picture: Any
 ) -> None:
     a, b, c = three_pools
     log_in(page, live_server)
@@ -49,6 +49,7 @@ def test_two_selected_pools_are_scaled_with_one_reason_each_audited(
     expect(page.locator("main")).to_contain_text("2 pools of train (replicas now): a (1), c (1)")
     page.locator("input[name=replicas]").fill("3")
     page.locator("textarea[name=reason]").fill("training week")
+    picture("bulk-scale", page.locator("main"))
     page.get_by_role("button", name="Scale selected").click()
 
     expect(page.locator("#messages")).to_contain_text("Scaled 2 pools to 3 replicas: a, c.")
@@ -98,7 +99,11 @@ def _headings(page: Page) -> list[str]:
 
 
 def test_choose_columns_read_them_in_the_csv_then_save_and_open_the_view(
-    page: Page, live_server: Any, two_orphans: list[VgpuReservation], tmp_path: Path
+    page: Page,
+    live_server: Any,
+    two_orphans: list[VgpuReservation],
+    tmp_path: Path,
+    picture: Any,
 ) -> None:
     log_in(page, live_server)
     page.goto(f"{live_server.url}/reservations/?orphaned=true")
@@ -125,6 +130,8 @@ def test_choose_columns_read_them_in_the_csv_then_save_and_open_the_view(
     assert {row["name"]: f"{row['cost_per_hour']} {row['currency']}" for row in rows} == shown
 
     page.get_by_label("Save this view as").fill("orphans, cost only")
+    page.locator("details.columns").evaluate("details => { details.open = true; }")
+    picture("shaped-list", page.locator("main"))
     page.get_by_role("button", name="Save view").click()
     expect(page.locator("#messages")).to_contain_text("View orphans, cost only saved.")
     assert SavedView.objects.get().query == "orphaned=true&sort=-created&cols=name&cols=per_hour"

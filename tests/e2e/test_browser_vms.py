@@ -41,7 +41,7 @@ def inventory(orphans: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_every_vm_shows_whose_it_is_and_the_apis_cost_and_the_filters_narrow_it(
-    page: Page, live_server: Any, inventory: dict[str, Any]
+    page: Page, live_server: Any, inventory: dict[str, Any], picture: Any
 ) -> None:
     api = APIClient()
     api.force_authenticate(User.objects.get(username="admin"))
@@ -57,6 +57,7 @@ def test_every_vm_shows_whose_it_is_and_the_apis_cost_and_the_filters_narrow_it(
         expect(row).to_contain_text(f"{cost} {vm.location.currency}")
     expect(page.locator(f"#vm-{inventory['bastion'].pk}")).to_contain_text("Remove")
     expect(page.locator(f"#vm-{inventory['ours'].pk}")).not_to_contain_text("Remove")
+    picture("vm-inventory", page.locator("#vm-table"))
 
     page.goto(f"{live_server.url}/vms/?not_ours=true")
     expect(page.locator("table.vms tbody tr")).to_have_count(1)
