@@ -14,6 +14,7 @@ from rest_framework.response import Response
 from rest_framework.reverse import reverse
 from rest_framework.routers import APIRootView, DefaultRouter
 
+from capvco_web.audit_api import AuditEventViewSet
 from capvco_web.tokens_api import ApiTokenViewSet
 
 API_MODULES = [
@@ -54,6 +55,7 @@ for api in _apis:
     for prefix, viewset, basename in api.routes:
         router.register(prefix, viewset, basename=basename)
 router.register("tokens", ApiTokenViewSet, basename="token")
+router.register("audit", AuditEventViewSet, basename="audit-event")
 
 urlpatterns = [
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),

@@ -77,6 +77,38 @@ def audit_record(
 SECRET_CHANGED = "(secret, changed)"  # noqa: S105
 
 
+# Fields that hold a credential, whatever a record says of them: only their mark is shown
+# (the dashboard's audit pages and /api/v1/audit/), so an old or hand-written record cannot
+# show one either.
+SECRET_FIELDS = frozenset(
+    {"credential", "kubeconfig", "capi_kubeconfig", "password", "secret", "token", "jwt"}
+)
+
+
+def secret_mark(key: str, value: Any) -> Any:
+    """`value` as a record may show it under `key`: a secret's own mark ("(secret)", a
+    digest) or SECRET_KEPT in place of anything else a secret field holds."""
+    if key.lower() not in SECRET_FIELDS or value in (None, "", False):
+        return value
+    text = str(value)
+    return text if text.startswith("(") and text.endswith(")") else SECRET_KEPT
+
+
+def audit_masked(side: Any) -> Any:
+    """One side of a record (before or after) with every secret field's value its mark,
+    at any depth."""
+    if isinstance(side, dict):
+        return {
+            key: secret_mark(str(key), value)
+            if str(key).lower() in SECRET_FIELDS
+            else audit_masked(value)
+            for key, value in side.items()
+        }
+    if isinstance(side, list):
+        return [audit_masked(item) for item in side]
+    return side
+
+
 def text_digest(text: str, what: str) -> str:
     """`(user data, 1.2 KiB, sha256 3a7bd3e2360a3d29)`: enough to tell two versions apart
     and to check one against a copy, without the text itself in every audit record."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import django_filters
@@ -16,12 +16,21 @@ from capvco_web.validators import is_date_text
 
 class DateTimeTextField(IsoDateTimeField):
     """ISO 8601, the whole text of it (is_date_text): a NUL after a date is refused, not
-    read as that date."""
+    read as that date. Taken in UTC: an offset Python reads but PostgreSQL does not (past
+    ±15:59) is converted, not sent."""
 
     def to_python(self, value: Any) -> datetime | None:
         if isinstance(value, str) and not is_date_text(value):
             raise forms.ValidationError(self.error_messages["invalid"], code="invalid")
-        return super().to_python(value)
+        moment: datetime | None = super().to_python(value)
+        if moment is None or moment.tzinfo is None:
+            return moment
+        try:
+            return moment.astimezone(UTC)
+        except OverflowError:
+            raise forms.ValidationError(
+                "This moment is out of range once taken in UTC.", code="invalid"
+            ) from None
 
 
 class DateTimeTextFilter(django_filters.IsoDateTimeFilter):

@@ -431,9 +431,22 @@ def machine_step_act(ctx: PassContext, machine: Machine, step: MachineWork) -> N
 
 
 def _machine_update(machine: Machine, data: Mapping[str, Any]) -> None:
-    """Write the machine's row. A row deleted meanwhile (a force delete) ends the step:
-    what it made so far carries the machine's name, and the orphan sweep reclaims it."""
-    if not model_update(machine, data) and not Machine.objects.filter(pk=machine.pk).exists():
+    """Write the machine's row; a change of phase goes into its history (the audit log,
+    `machine.phase`, with the message it changed with) in the same transaction. A row
+    deleted meanwhile (a force delete) ends the step: what it made so far carries the
+    machine's name, and the orphan sweep reclaims it."""
+    before = {"phase": machine.phase, "failure_message": machine.failure_message}
+    if data.get("phase", machine.phase) == machine.phase:
+        written = model_update(machine, data)
+    else:
+        # One with the step's transaction where it runs in one: no savepoint of its own.
+        with transaction.atomic(savepoint=False):
+            if written := model_update(machine, data):
+                after = {"phase": machine.phase, "failure_message": machine.failure_message}
+                audit_record(
+                    actor=ACTOR, action="machine.phase", obj=machine, before=before, after=after
+                )
+    if not written and not Machine.objects.filter(pk=machine.pk).exists():
         raise Machine.DoesNotExist(
             f"machine {machine} was deleted meanwhile: what it made is left to the orphan sweep"
         )

@@ -161,6 +161,7 @@ def seed_world() -> dict[str, int]:
     from capvco_web.tokens import api_token_create
     from cloud.models import Cloudspace, Image
     from tests.factories import (
+        AuditEventFactory,
         ExternalNetworkFactory,
         GpuProfileFactory,
         KubeNodeFactory,
@@ -236,6 +237,7 @@ def seed_world() -> dict[str, int]:
         "sriov/external-networks": network.pk,
         "leaks": leak.pk,
         "idle-gpus": idle.pk,
+        "audit": AuditEventFactory(account=pool.cluster.account).pk,
     }
 
 

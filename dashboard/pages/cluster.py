@@ -72,24 +72,61 @@ class HistoryRow:
 
 
 HISTORY_SHOWN = 50
+HISTORY_OF = "history"  # the page's parameter: `pool:<id>` or `machine:<id>`
 
 
-def cluster_history(user: User, cluster: Cluster) -> list[HistoryRow]:
-    """The cluster's changelog: its own audit events, its pools' and its machines', newest
-    first (HISTORY_SHOWN of them; the audit log has the rest), each with what it changed."""
+@dataclass(frozen=True)
+class History:
+    rows: list[HistoryRow]
+    of: str  # whose history it is: "" for the cluster's, "pool gpu", "machine gpu-0"
+    scope: str  # what its events are of, in words
+    problem: str  # why the history asked for is not shown ("": it is)
+
+
+def cluster_history(user: User, cluster: Cluster, asked: str = "") -> History:
+    """The changelog of the cluster, or of one of its pools (with its machines') or
+    machines (`asked`: `pool:<id>`, `machine:<id>`): its audit events (a machine's changes
+    of phase among them, `machine.phase`), newest first (HISTORY_SHOWN of them; the audit
+    log has the rest), each with what it changed."""
     as_text = Cast("pk", output_field=CharField())
-    pools = MachinePool.objects.filter(cluster=cluster).annotate(key=as_text).values("key")
-    machines = Machine.objects.filter(pool__cluster=cluster).annotate(key=as_text).values("key")
+    pools = MachinePool.objects.filter(cluster=cluster)
+    machines = Machine.objects.filter(pool__cluster=cluster)
+    of, scope, problem = "", "the cluster, its pools and its machines", ""
+    kind, _, key = asked.partition(":")
+    if asked:
+        model = {"pool": MachinePool, "machine": Machine}.get(kind)
+        found = (
+            (pools if model is MachinePool else machines).filter(pk=key).first()
+            if model is not None and key.isdecimal() and len(key) <= 18  # a bigint's digits
+            else None
+        )
+        if found is None:
+            problem = (
+                f"{HISTORY_OF}={asked!r} names no pool or machine of this cluster "
+                f"(pool:<id> or machine:<id>): the cluster's history is shown."
+            )
+        elif isinstance(found, MachinePool):
+            of = f"pool {found.name}"
+            scope = f"{of} and its machines"
+            pools, machines = pools.filter(pk=found.pk), machines.filter(pool=found)
+        else:
+            of = scope = f"machine {found.name}"
+            pools, machines = pools.none(), machines.filter(pk=found.pk)
+    whose = Q(
+        object_type=MachinePool._meta.label, object_id__in=pools.annotate(key=as_text).values("key")
+    ) | Q(
+        object_type=Machine._meta.label,
+        object_id__in=machines.annotate(key=as_text).values("key"),
+    )
+    if not of:
+        whose |= Q(object_type=Cluster._meta.label, object_id=str(cluster.pk))
     events = (
         visible(user, AuditEvent.objects.all())
-        .filter(
-            Q(object_type=Cluster._meta.label, object_id=str(cluster.pk))
-            | Q(object_type=MachinePool._meta.label, object_id__in=pools)
-            | Q(object_type=Machine._meta.label, object_id__in=machines)
-        )
+        .filter(whose)
         .order_by("-created_at", "-pk")[:HISTORY_SHOWN]
     )
-    return [HistoryRow(event, _changes(event)) for event in events]
+    rows = [HistoryRow(event, _changes(event)) for event in events]
+    return History(rows, of, scope, problem)
 
 
 def _changes(event: AuditEvent) -> list[tuple[str, str, str]]:
@@ -130,7 +167,7 @@ class ClusterBody:
     sriov: dict[str, Any]
     shortfalls: list[GpuShortfall]
     """GPU pods no autoscaled pool can take now (read only where a pool autoscales)."""
-    history: list[HistoryRow]
+    history: History
     """The newest audit events of the cluster, its pools and its machines."""
 
     @property
@@ -255,7 +292,7 @@ def cluster_body(user: User, cluster: Cluster, params: QueryDict) -> ClusterBody
         nodes=_node_section(user, cluster, params, cluster_url),
         sriov=_sriov_section(cluster),
         shortfalls=shortfalls,
-        history=cluster_history(user, cluster),
+        history=cluster_history(user, cluster, params.get(HISTORY_OF, "")),
     )
 
 

@@ -18,7 +18,7 @@ from django.http import HttpResponse
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 
-from capvco_web.audit import SECRET_KEPT
+from capvco_web.audit import SECRET_FIELDS, secret_mark
 from capvco_web.filtersets import AuditEventFilterSet
 from capvco_web.htmx import HtmxHttpRequest, page_or_fragment
 from capvco_web.keyset import Sort
@@ -32,10 +32,6 @@ PAGE_SIZE = 50
 NEWEST_FIRST = Sort("created_at", True, "newest first")
 
 
-# Fields that hold a credential, whatever the record says of them: only their mark shows.
-SECRET_FIELDS = frozenset(
-    {"credential", "kubeconfig", "capi_kubeconfig", "password", "secret", "token", "jwt"}
-)
 NONE_SHOWN = "(none)"
 
 
@@ -53,9 +49,7 @@ class FieldChange:
 
 def _shown(key: str, value: Any) -> str:
     if key.lower() in SECRET_FIELDS and value not in (None, "", False):
-        text = str(value)
-        # The record's own mark ("(secret)", "(secret, changed)", a digest) is kept.
-        return text if text.startswith("(") and text.endswith(")") else SECRET_KEPT
+        return str(secret_mark(key, value))
     if value is None or value == "":
         return NONE_SHOWN
     if isinstance(value, bool):
