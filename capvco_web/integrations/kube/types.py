@@ -99,6 +99,8 @@ class Pod:
     daemon: bool = False
     """A DaemonSet's pod or a static (mirror) pod: a node's drain leaves it, as kubectl
     drain --ignore-daemonsets does."""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    """Its labels (not its annotations, which can be large): what its cost is attributed by."""
 
 
 def _identity(obj: Json, *keys: str) -> list[str]:
@@ -137,12 +139,11 @@ def parse_node(obj: Json) -> Node:
         and condition.get("status") == "True"
         for condition in status.get("conditions") or []
     )
-    labels = {str(k): str(v) for k, v in _mapping(_mapping(obj["metadata"]).get("labels")).items()}
     return Node(
         name=name,
         uid=uid,
         provider_id=str(_mapping(obj.get("spec")).get("providerID") or ""),
-        labels=labels,
+        labels=_labels(obj),
         gpu_capacity=quantity_count(_mapping(status.get("capacity")).get(GPU_RESOURCE, 0)),
         gpu_allocatable=quantity_count(_mapping(status.get("allocatable")).get(GPU_RESOURCE, 0)),
         ready=ready,
@@ -298,4 +299,5 @@ def parse_pod(obj: Json) -> Pod:
         sriov_network=str(annotations.get(SRIOV_NETWORK_ANNOTATION) or "").strip(),
         gpu_type=str(_mapping(spec.get("nodeSelector")).get(GPU_TYPE_LABEL) or "")[:63],
         daemon=daemon,
+        labels=_labels(obj),
     )
