@@ -598,7 +598,7 @@ class LabelCostRow:
     value: str | None  # None: the pods without the label, or the idle GPUs
     idle: bool = False
     gpus: int = 0  # requested by its pods; of the idle row, the GPUs no pod requests
-    per_hour: Decimal = ZERO
+    vgpu: Decimal = ZERO  # its share of the attached vGPUs, per hour
 
     @property
     def name(self) -> str:
@@ -632,11 +632,11 @@ def cost_by_label(
         for value, share in node.shares.items():
             target = row(node.currency, value)
             target.gpus += node.requests[value]
-            target.per_hour += share
+            target.vgpu += share
         if node.idle_gpus:
             idle = row(node.currency, None, idle=True)
             idle.gpus += node.idle_gpus
-            idle.per_hour += node.idle
+            idle.vgpu += node.idle
     for found in rows.values():
-        found.per_hour = found.per_hour.quantize(HOURLY_PLACES)
+        found.vgpu = found.vgpu.quantize(HOURLY_PLACES)
     return [rows[k] for k in sorted(rows, key=lambda k: (k[0], k[1], k[2] is None, k[2] or ""))]

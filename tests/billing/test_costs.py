@@ -265,7 +265,7 @@ def test_two_currencies_are_never_summed(world: World) -> None:
         assert D("7.59") not in {row.total for row in rows}, group_by
 
 
-def _labelled(world: World) -> None:
+def labelled(world: World) -> None:
     """Labels on world's pods, and node-5 (m5 in nl-ams, 2 vGPUs attached) running one pod
     of `team: vision` on both of them; another cluster's pod of `team: ml` besides."""
     pods = KubePod.objects.filter(cluster=world.cluster)
@@ -292,13 +292,13 @@ def _labelled(world: World) -> None:
 
 def _label_rows(key: str, world: World) -> list[tuple[Any, ...]]:
     rows = cost_by_label(key, cluster=world.cluster, locations=Location.objects.all())
-    return [(row.currency, row.name, row.gpus, row.per_hour) for row in rows]
+    return [(row.currency, row.name, row.gpus, row.vgpu) for row in rows]
 
 
 def test_a_label_shares_gpu_cost_by_request_with_idle_and_unlabelled_pods_apart(
     world: World, django_assert_num_queries: Any
 ) -> None:
-    _labelled(world)
+    labelled(world)
 
     with django_assert_num_queries(4):
         rows = _label_rows("team", world)
@@ -326,7 +326,7 @@ def test_a_label_shares_gpu_cost_by_request_with_idle_and_unlabelled_pods_apart(
 
 
 def test_a_prefixed_label_key_is_read_as_one_key(world: World) -> None:
-    _labelled(world)
+    labelled(world)
 
     assert _label_rows("app.kubernetes.io/name", world) == [
         ("CHF", "(no label)", 1, D("2.0000")),
