@@ -580,7 +580,9 @@ def _sorted(rows: Iterable[CostRow]) -> list[CostRow]:
     return [row.finish() for row in sorted(rows, key=key)]
 
 
-NO_LABEL = "(no label)"  # no label value can be written so: it has a space and parentheses
+# What a row that is no value shows: no label value can be written so (parentheses).
+NO_LABEL = "(no label)"
+EMPTY_VALUE = "(empty value)"  # the label is there, its value "" (as Kubernetes allows)
 IDLE = "(idle)"
 
 
@@ -604,7 +606,9 @@ class LabelCostRow:
     def name(self) -> str:
         if self.idle:
             return IDLE
-        return NO_LABEL if self.value is None else self.value
+        if self.value is None:
+            return NO_LABEL
+        return self.value or EMPTY_VALUE
 
 
 def cost_by_label(

@@ -80,7 +80,9 @@ class LabelCostRowSerializer(serializers.Serializer[object]):
         help_text="The label's value; null on the row of the pods without the label and on "
         "the idle row",
     )
-    name = serializers.CharField(help_text="As the page shows it: the value, (no label) or (idle)")
+    name = serializers.CharField(
+        help_text="As the page shows it: the value, (empty value), (no label) or (idle)"
+    )
     idle = serializers.BooleanField(
         help_text="The row of the GPUs no pending or running pod requests"
     )

@@ -348,6 +348,12 @@ def test_a_label_asked_for_by_more_than_the_attached_vgpus_shares_them(world: Wo
     ]
 
 
+def test_a_label_with_an_empty_value_is_not_a_pod_without_the_label(world: World) -> None:
+    KubePodFactory(cluster=world.cluster, node_name="node-4", labels={"team": ""})
+
+    assert _label_rows("team", world)[0] == ("CHF", "(empty value)", 1, D("2.0000"))
+
+
 @pytest.mark.parametrize(
     ("key", "problem"),
     [
