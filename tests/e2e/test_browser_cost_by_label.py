@@ -32,7 +32,7 @@ def _shown(page: Page) -> list[tuple[str, str, str, str]]:
 
 
 def test_the_page_shows_the_apis_figures_by_label_with_idle_apart(
-    page: Page, live_server: Any, transactional_db: None
+    page: Page, live_server: Any, transactional_db: None, picture: Any
 ) -> None:
     admin = User.objects.create_superuser("admin", password=PASSWORD)
     world = world_make()
@@ -66,6 +66,7 @@ def test_the_page_shows_the_apis_figures_by_label_with_idle_apart(
     expect(page.locator("#cost-by-label-csv")).to_have_attribute(
         "href", f"{url}?key=team&format=csv"
     )
+    picture("cost-by-label", page.locator("#cost-by-label"))
 
     page.fill("#cost-by-label-key", "Team!")
     with page.expect_response(lambda r: "label=Team" in r.url) as answered:
