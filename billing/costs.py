@@ -21,9 +21,11 @@ reserve still being resolved) are not in these figures.
 
 Idle and attribution (OpenCost's rule, by request): a node's GPUs are the vGPUs attached
 to its machine's VM; the pods placed on it (pending or running: both hold their request)
-share that cost by the GPUs they request; what no pod requests is idle, and kept apart.
-Requests beyond the attached vGPUs (time-slicing) share the same cost, scaled down. Since
-when a GPU is idle is the money history's to know (billing.IdleSpell), not this rate's.
+share that cost by the GPUs they request, per namespace or per value of a pod label
+(`cost_by_label`); what no pod requests is idle, and kept apart, never spread over the
+pods. Requests beyond the attached vGPUs (time-slicing) share the same cost, scaled down.
+Since when a GPU is idle is the money history's to know (billing.IdleSpell), not this
+rate's.
 
 Two currencies are never added: every figure is per currency, and a location has one.
 """
@@ -36,10 +38,12 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Literal
 
-from django.db.models import Count, Exists, OuterRef, QuerySet, Subquery, Sum
+from django.db.models import Count, Exists, Expression, F, OuterRef, QuerySet, Subquery, Sum
+from django.db.models.fields.json import KeyTextTransform
 
+from capvco_web.integrations.kube import label_key_problem
 from cloud.models import Location, VirtualMachine
-from clusters.models import Machine, MachinePool
+from clusters.models import Cluster, Machine, MachinePool
 from clusters.orphans import vm_orphans_list
 from gpus.models import BILLED_STATES, HOURLY_PLACES, VgpuReservation, hourly_price
 from gpus.selectors import orphans_list
@@ -89,7 +93,10 @@ class GpuNodeCost:
     cost: Decimal  # the attached vGPUs, per hour
     idle_gpus: int
     idle: Decimal  # the part of `cost` no pod requests
-    by_namespace: dict[str, Decimal]  # the rest, shared by request
+    # The rest, shared by request: per namespace, or per value of the label asked for
+    # (None: its pods without the label); and the GPUs each requests.
+    shares: dict[str | None, Decimal]
+    requests: dict[str | None, int]
 
 
 @dataclass(frozen=True)
@@ -265,9 +272,9 @@ def _machine_totals(by_id: dict[int, Location]) -> list[tuple[int, int, Decimal,
 
 
 def _shares(
-    cost: Decimal, attached: int, requests: dict[str, int]
-) -> tuple[int, Decimal, dict[str, Decimal]]:
-    """The idle GPUs, the idle cost, and each namespace's share of `cost` by request."""
+    cost: Decimal, attached: int, requests: dict[str | None, int]
+) -> tuple[int, Decimal, dict[str | None, Decimal]]:
+    """The idle GPUs, the idle cost, and each requester's share of `cost` by request."""
     requested = sum(requests.values())
     # Requests beyond what is attached (time-slicing) share the same cost.
     units = max(requested, attached)
@@ -277,7 +284,7 @@ def _shares(
     return (
         idle_gpus,
         cost * idle_gpus / units,
-        {namespace: cost * n / units for namespace, n in sorted(requests.items())},
+        {requester: cost * n / units for requester, n in requests.items()},
     )
 
 
@@ -290,12 +297,18 @@ def gpu_node_costs(locations: QuerySet[Location]) -> list[GpuNodeCost]:
     return _gpu_node_costs(_locations(locations))
 
 
-def _gpu_node_costs(by_id: dict[int, Location]) -> list[GpuNodeCost]:
+def _gpu_node_costs(
+    by_id: dict[int, Location], *, of_cluster: int | None = None, label: str | None = None
+) -> list[GpuNodeCost]:
+    """As gpu_node_costs; of one cluster's machines when `of_cluster` is given, and shared
+    per value of the pod label `label` (a valid key) instead of per namespace when given."""
+    reservations = VgpuReservation.objects.filter(
+        machine__pool__site__location_id__in=by_id, state=VgpuReservation.State.ATTACHED
+    )
+    if of_cluster is not None:
+        reservations = reservations.filter(machine__pool__cluster_id=of_cluster)
     attached = dict(
-        VgpuReservation.objects.filter(
-            machine__pool__site__location_id__in=by_id, state=VgpuReservation.State.ATTACHED
-        )
-        .order_by()
+        reservations.order_by()
         .values("machine_id")
         .annotate(n=Count("pk"))
         .values_list("machine_id", "n")
@@ -316,7 +329,11 @@ def _gpu_node_costs(by_id: dict[int, Location]) -> list[GpuNodeCost]:
     for _, name, cluster_id, machine_id, _, _ in nodes:
         names_of[machine_id].add((cluster_id, name))
     wanted = {key for keys in names_of.values() for key in keys}
-    pods: dict[tuple[int, str], dict[str, int]] = defaultdict(dict)
+    pods: dict[tuple[int, str], dict[str | None, int]] = defaultdict(dict)
+    # A label's value is text, or null where the pod has no such label.
+    requester: Expression | F = (
+        F("namespace") if label is None else KeyTextTransform(label, "labels")
+    )
     rows = (
         KubePod.objects.filter(
             cluster_id__in={cluster for cluster, _ in wanted},
@@ -324,24 +341,25 @@ def _gpu_node_costs(by_id: dict[int, Location]) -> list[GpuNodeCost]:
             gpu_requests__gt=0,
         )
         .exclude(node_name="")
+        .annotate(requester=requester)
         .order_by()
-        .values("cluster_id", "node_name", "namespace")
+        .values("cluster_id", "node_name", "requester")
         .annotate(n=Sum("gpu_requests"))
-        .values_list("cluster_id", "node_name", "namespace", "n")
+        .values_list("cluster_id", "node_name", "requester", "n")
     )
-    for cluster_id, node_name, namespace, n in rows:
-        if (cluster_id, node_name) in wanted:
-            pods[cluster_id, node_name][namespace] = n
+    for pod_cluster_id, node_name, by, n in rows:
+        if (pod_cluster_id, node_name) in wanted:
+            pods[pod_cluster_id, node_name][by] = n
     found = []
     seen: set[int] = set()
     for pk, name, cluster_id, machine_id, pool_id, location_id in nodes:
         if machine_id in seen:
             continue
         seen.add(machine_id)
-        requests: dict[str, int] = defaultdict(int)
+        requests: dict[str | None, int] = defaultdict(int)
         for key in names_of[machine_id]:
-            for namespace, n in pods.get(key, {}).items():
-                requests[namespace] += n
+            for by, n in pods.get(key, {}).items():
+                requests[by] += n
         location = by_id[location_id]
         count = attached[machine_id]
         cost = count * hourly_price(location.vgu_price)
@@ -361,7 +379,8 @@ def _gpu_node_costs(by_id: dict[int, Location]) -> list[GpuNodeCost]:
                 cost=cost,
                 idle_gpus=idle_gpus,
                 idle=idle,
-                by_namespace=shares,
+                shares=shares,
+                requests=dict(requests),
             )
         )
     return found
@@ -533,7 +552,7 @@ def _by_namespace(nodes: Iterable[GpuNodeCost], names: _Names) -> list[CostRow]:
             "cluster_name": names.clusters[node.cluster_id],
             "compute": None,
         }
-        parts: list[tuple[str | None, Decimal]] = list(node.by_namespace.items())
+        parts: list[tuple[str | None, Decimal]] = list(node.shares.items())
         if node.idle_gpus:
             parts.append((None, node.idle))
         for namespace, cost in parts:
@@ -559,3 +578,69 @@ def _sorted(rows: Iterable[CostRow]) -> list[CostRow]:
         )
 
     return [row.finish() for row in sorted(rows, key=key)]
+
+
+# What a row that is no value shows: no label value can be written so (parentheses).
+NO_LABEL = "(no label)"
+EMPTY_VALUE = "(empty value)"  # the label is there, its value "" (as Kubernetes allows)
+IDLE = "(idle)"
+
+
+class LabelKeyInvalid(ValueError):
+    """Not a Kubernetes label key; the message names the problem."""
+
+
+@dataclass
+class LabelCostRow:
+    """One value of a pod label in one currency: the GPUs its pods request on the
+    cluster's GPU nodes and their share of what those nodes' attached vGPUs cost per hour;
+    or the pods without the label; or the idle GPUs, requested by no pod."""
+
+    currency: str
+    value: str | None  # None: the pods without the label, or the idle GPUs
+    idle: bool = False
+    gpus: int = 0  # requested by its pods; of the idle row, the GPUs no pod requests
+    vgpu: Decimal = ZERO  # its share of the attached vGPUs, per hour
+
+    @property
+    def name(self) -> str:
+        if self.idle:
+            return IDLE
+        if self.value is None:
+            return NO_LABEL
+        return self.value or EMPTY_VALUE
+
+
+def cost_by_label(
+    key: str, *, cluster: Cluster, locations: QuerySet[Location]
+) -> list[LabelCostRow]:
+    """What the GPU nodes of the cluster's machines in `locations` cost per hour now,
+    attributed by the value of the pod label `key` (OpenCost's rule, as per namespace):
+    each value's pods share a node's cost by the GPUs they request, the pods without the
+    label likewise on a row of their own, and the GPUs no pod requests on the idle row,
+    never spread over the pods. A row per value and currency: values by name, then the
+    pods without the label, then idle. Four queries, however many pods.
+
+    Raises LabelKeyInvalid, naming the problem, when `key` is not a label key."""
+    if problem := label_key_problem(key):
+        raise LabelKeyInvalid(problem)
+    rows: dict[tuple[str, bool, str | None], LabelCostRow] = {}
+
+    def row(currency: str, value: str | None, *, idle: bool = False) -> LabelCostRow:
+        found = rows.get((currency, idle, value))
+        if found is None:
+            found = rows[currency, idle, value] = LabelCostRow(currency, value, idle)
+        return found
+
+    for node in _gpu_node_costs(_locations(locations), of_cluster=cluster.pk, label=key):
+        for value, share in node.shares.items():
+            target = row(node.currency, value)
+            target.gpus += node.requests[value]
+            target.vgpu += share
+        if node.idle_gpus:
+            idle = row(node.currency, None, idle=True)
+            idle.gpus += node.idle_gpus
+            idle.vgpu += node.idle
+    for found in rows.values():
+        found.vgpu = found.vgpu.quantize(HOURLY_PLACES)
+    return [rows[k] for k in sorted(rows, key=lambda k: (k[0], k[1], k[2] is None, k[2] or ""))]

@@ -128,7 +128,7 @@ def _cost_rows(hour: datetime, locations: QuerySet[Location]) -> list[CostRollup
     )
     for node in gpu_node_costs(locations):
         base = (node.account_id, node.location_id, node.cluster_id, node.currency)
-        for requester, cost in node.by_namespace.items():
+        for requester, cost in node.shares.items():
             shares[(*base, requester)][0] += cost
         if node.idle_gpus:
             rest = shares[(*base, None)]

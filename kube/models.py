@@ -113,6 +113,9 @@ class KubePod(models.Model):
     daemon = models.BooleanField(
         default=False, help_text="A DaemonSet's or a static pod: a node's drain leaves it"
     )
+    labels = models.JSONField(
+        default=dict, blank=True, help_text="Its labels (not its annotations): cost by label"
+    )
     first_seen_at = models.DateTimeField()
     updated_at = models.DateTimeField(help_text="When the mirror last wrote the row")
 

@@ -54,6 +54,7 @@ POD_FIELDS = (
     "sriov_network",
     "gpu_type",
     "daemon",
+    "labels",
 )
 
 
@@ -284,6 +285,7 @@ def pod_row_values(pod: kube.Pod) -> tuple[Any, ...]:
         pod.sriov_network,
         pod.gpu_type,
         pod.daemon,
+        dict(pod.labels),
     )
 
 

@@ -303,9 +303,13 @@ def pod_object(
     gpus: int = 0,
     sriov_network: str = "",
     gpu_type: str = "",
+    labels: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     resources = {"limits": {GPU: str(gpus)}} if gpus else {}
     annotations = {"capvco.io/sriov-network": sriov_network} if sriov_network else {}
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace, "annotations": annotations}
+    if labels:
+        metadata["labels"] = labels
     container = {"name": "main", "image": "busybox", "resources": resources}
     spec: dict[str, Any] = {"containers": [container]}
     if node:
@@ -315,7 +319,7 @@ def pod_object(
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace, "annotations": annotations},
+        "metadata": metadata,
         "spec": spec,
         "status": {"phase": phase},
     }

@@ -69,6 +69,37 @@ class CostRowSerializer(CostGroupSerializer):
     total = _money("compute + vgpu + orphan_vgpu + orphan_vm, per hour")
 
 
+class LabelCostRowSerializer(serializers.Serializer[object]):
+    """One value of the label in one currency (two are never added): its pods' share of
+    the cluster's GPU nodes' attached vGPUs by request; or the pods without the label; or
+    the idle GPUs, which no pod requests (kept apart, never spread over the pods)."""
+
+    currency = serializers.CharField()
+    value = serializers.CharField(
+        allow_null=True,
+        help_text="The label's value; null on the row of the pods without the label and on "
+        "the idle row",
+    )
+    name = serializers.CharField(
+        help_text="As the page shows it: the value, (empty value), (no label) or (idle)"
+    )
+    idle = serializers.BooleanField(
+        help_text="The row of the GPUs no pending or running pod requests"
+    )
+    gpus = serializers.IntegerField(
+        help_text="GPUs its pending and running pods request; on the idle row, attached GPUs "
+        "no pod requests"
+    )
+    vgpu = _money("Its share of what the nodes' attached vGPUs cost, per hour now")
+
+
+class CostByLabelSerializer(serializers.Serializer[object]):
+    """What a cluster's GPU nodes cost per hour now, by the value of one pod label."""
+
+    key = serializers.CharField(help_text="The label key asked for")
+    results = LabelCostRowSerializer(many=True)
+
+
 class CostPointSerializer(CostGroupSerializer):
     """What one group cost over one step, in one currency: the hourly rates sampled in the
     step's hours, summed (an amount, not a rate). An hour no rollup pass sampled adds

@@ -9,15 +9,17 @@ from datetime import datetime
 from typing import Any, TypeVar, cast
 
 from django.db.models import QuerySet
+from django.shortcuts import get_object_or_404
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import generics, serializers, viewsets
 from rest_framework.renderers import BrowsableAPIRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from billing.api.serializers import (
+    CostByLabelSerializer,
     CostRowSerializer,
     CostSeriesSerializer,
     IdleSpellSerializer,
@@ -25,7 +27,7 @@ from billing.api.serializers import (
     LeakSummarySerializer,
     MonthFigureSerializer,
 )
-from billing.costs import GROUP_BY, costs_by
+from billing.costs import GROUP_BY, LabelKeyInvalid, cost_by_label, costs_by
 from billing.filtersets import CostFilterSet, IdleSpellFilterSet, LeakFilterSet
 from billing.models import IdleSpell, Leak
 from billing.rollups import month_of
@@ -35,12 +37,14 @@ from billing.selectors import (
     leak_totals,
     month_figures,
 )
-from capvco_web.api import DateTimeText, KnownParametersMixin
+from capvco_web.api import DateTimeText, ErrorSerializer, KnownParametersMixin
 from capvco_web.api_csv import FORMAT_PARAMETER, CsvMixin
 from capvco_web.api_input import CursorPagination, query_parameter_once
 from capvco_web.api_schema import ApiSchema
+from capvco_web.integrations.kube import LABEL_KEY_MAX, LABEL_KEY_PATTERN
 from capvco_web.permissions import AccountScopedViewSetMixin, visible
 from cloud.models import Location
+from clusters.models import Cluster
 
 HISTORY_PARAMETERS = ("start", "end", "step")
 Row = TypeVar("Row")
@@ -305,3 +309,46 @@ class IdleSpellViewSet(
     filterset_class = IdleSpellFilterSet
     pagination_class = CursorPagination
     csv_name = "idle-gpus"
+
+
+class ClusterCostByLabelView(CsvMixin, KnownParametersMixin, generics.GenericAPIView[Cluster]):
+    """What a cluster's GPU nodes cost per hour now, attributed by the value of the pod
+    label `key` (OpenCost's rule, as `/costs/?group_by=namespace` splits them per
+    namespace): the pending and running pods of each value share a node's attached vGPUs
+    by the GPUs they request; the pods without the label get a row of their own (`value`
+    null, `name` "(no label)"); the GPUs no pod requests are idle, on a row of their own
+    (`idle` true), never spread over the pods. A row per value and currency (as CSV, those
+    rows). The labels are the pods' as the Kubernetes mirror last saw them."""
+
+    queryset = Cluster.objects.all()
+    pagination_class = None
+    query_parameters = ("key",)
+    csv_name = "cost-by-label"
+
+    @extend_schema(
+        parameters=[
+            FORMAT_PARAMETER,
+            OpenApiParameter(
+                "key",
+                {"type": "string", "pattern": LABEL_KEY_PATTERN, "maxLength": LABEL_KEY_MAX},
+                required=True,
+                description="A pod label key (`team`, `example.com/project`): an optional "
+                "DNS subdomain prefix and `/`, then a name of 1 to 63 letters, digits, `-`, "
+                "`_` and `.`; anything else is refused (400) naming the problem",
+            ),
+        ],
+        responses={
+            (200, "application/json"): CostByLabelSerializer,
+            (200, "text/csv"): OpenApiTypes.STR,
+            404: OpenApiResponse(ErrorSerializer, description="No such cluster the user sees"),
+        },
+    )
+    def get(self, request: Request, pk: int) -> Response:
+        cluster = get_object_or_404(visible(request.user, self.get_queryset()), pk=pk)
+        key = query_parameter_once(request, "key") or ""
+        locations = visible(request.user, Location.objects.filter(account_id=cluster.account_id))
+        try:
+            rows = cost_by_label(key, cluster=cluster, locations=locations)
+        except LabelKeyInvalid as exc:
+            raise serializers.ValidationError({"key": [str(exc)]}) from exc
+        return Response(CostByLabelSerializer({"key": key, "results": rows}).data)

@@ -13,14 +13,16 @@ from django.conf import settings
 from django.core.paginator import Paginator
 from django.db.models import Count, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce
-from django.http import HttpResponse
+from django.http import HttpResponse, QueryDict
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
+from billing.costs import LabelKeyInvalid, cost_by_label
 from capvco_web.htmx import HtmxHttpRequest, page_or_fragment
 from capvco_web.permissions import visible
+from cloud.models import Location
 from clusters.models import Cluster, ClusterSite, Machine, MachinePool
 from clusters.plan import cluster_plan
 from clusters.selectors import cluster_passes
@@ -225,14 +227,35 @@ def cluster_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         # The whole page draws its plan in place; a redraw of the body loads it apart.
         context.update(cluster_plan_section(cluster))
         # Money moves by the hour: drawn with the page, not with each refresh of its body.
-        money = cluster_money(
-            cluster=cluster, locations=cluster_locations(request, cluster), now=timezone.now()
-        )
+        locations = cluster_locations(request, cluster)
+        money = cluster_money(cluster=cluster, locations=locations, now=timezone.now())
         for chart in money.charts:
             chart.csv_url = reverse("dashboard:cluster-money-csv", args=[cluster.pk, chart.key])
         context["money"] = money
         context.update(cluster_gpu_use_section(cluster))
-    return page_or_fragment(request, "dashboard/cluster.html", context, fragments=["cluster-body"])
+        context.update(cluster_cost_by_label_section(cluster, locations, request.GET))
+    status = 400 if context.get("cost_by_label_problem") else 200
+    return page_or_fragment(
+        request, "dashboard/cluster.html", context, fragments=["cluster-body"], status=status
+    )
+
+
+def cluster_cost_by_label_section(
+    cluster: Cluster, locations: QuerySet[Location], params: QueryDict
+) -> dict[str, Any]:
+    """Its GPU nodes' cost per hour by the pod label `?label=` names (billing.costs), or
+    what is wrong with the key; nothing asked: the form alone."""
+    key = params.get("label", "")
+    section: dict[str, Any] = {
+        "label_key": key,
+        "cost_by_label_api": reverse("cluster-cost-by-label", args=[cluster.pk]),
+    }
+    if key:
+        try:
+            section["cost_by_label"] = cost_by_label(key, cluster=cluster, locations=locations)
+        except LabelKeyInvalid as exc:
+            section["cost_by_label_problem"] = str(exc)
+    return section
 
 
 def cluster_gpu_use_section(cluster: Cluster) -> dict[str, Any]:

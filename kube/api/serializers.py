@@ -69,8 +69,8 @@ class KubePodSerializer(serializers.ModelSerializer[KubePod]):
     class Meta:
         model = KubePod
         fields = [
-            "id", "cluster", "namespace", "name", "uid", "node_name", "phase", "gpu_requests",
-            "gpu_type", "sriov_network", "first_seen_at", "updated_at",
+            "id", "cluster", "namespace", "name", "uid", "labels", "node_name", "phase",
+            "gpu_requests", "gpu_type", "sriov_network", "first_seen_at", "updated_at",
         ]  # fmt: skip
         read_only_fields = fields
 

@@ -10,13 +10,20 @@ The prices are chosen so that an hour is a round figure (a month is 730 h):
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
 import pytest
 
-from billing.costs import costs_by, gpu_node_costs, machine_costs
+from billing.costs import (
+    LabelKeyInvalid,
+    cost_by_label,
+    costs_by,
+    gpu_node_costs,
+    machine_costs,
+)
 from cloud.models import Account, Location
 from clusters.models import Cluster, Machine, MachinePool
 from gpus.models import VgpuReservation
@@ -241,7 +248,7 @@ def test_requests_beyond_the_attached_vgpus_share_their_cost(world: World) -> No
 
     # 2 * 2/3 and 2 * 1/3; nothing idle.
     assert (node.idle_gpus, node.idle) == (0, D("0"))
-    assert {ns: share.quantize(D("0.0001")) for ns, share in node.by_namespace.items()} == {
+    assert {ns: share.quantize(D("0.0001")) for ns, share in node.shares.items()} == {
         "a": D("1.3333"), "b": D("0.6667"),
     }  # fmt: skip
 
@@ -256,3 +263,112 @@ def test_two_currencies_are_never_summed(world: World) -> None:
         assert len(keys) == len(set(keys)), group_by
         # Nothing adds EUR to CHF: no figure is 2 CHF + anything in EUR.
         assert D("7.59") not in {row.total for row in rows}, group_by
+
+
+def labelled(world: World) -> None:
+    """Labels on world's pods, and node-5 (m5 in nl-ams, 2 vGPUs attached) running one pod
+    of `team: vision` on both of them; another cluster's pod of `team: ml` besides."""
+    pods = KubePod.objects.filter(cluster=world.cluster)
+    pods.filter(namespace__in=("train", "batch")).update(labels={"team": "ml"})
+    pods.filter(namespace="infer").update(labels={"project": "x"})  # no `team`
+    m5 = machine_make(world.gpu, "m5", 105, vcpus=4, mib=16 * 1024)
+    gpus_make(m5, State.ATTACHED, State.ATTACHED)
+    KubeNodeFactory(cluster=world.cluster, machine=m5, name="node-5")
+    KubePodFactory(
+        cluster=world.cluster, node_name="node-5", namespace="cv", gpu_requests=2,
+        labels={"team": "vision", "app.kubernetes.io/name": "trainer"},
+    )  # fmt: skip
+    KubePodFactory(
+        cluster=world.cluster, node_name="node-4", namespace="train", labels={"team": "ml"}
+    )
+    other = machine_make(
+        MachinePoolFactory(site__location=world.ams, site__cluster__account=world.account),
+        "o0", 300, vcpus=2, mib=4096,
+    )  # fmt: skip
+    gpus_make(other, State.ATTACHED)
+    KubeNodeFactory(cluster=other.pool.cluster, machine=other, name="node-0")
+    KubePodFactory(cluster=other.pool.cluster, node_name="node-0", labels={"team": "ml"})
+
+
+def _label_rows(key: str, world: World) -> list[tuple[Any, ...]]:
+    rows = cost_by_label(key, cluster=world.cluster, locations=Location.objects.all())
+    return [(row.currency, row.name, row.gpus, row.vgpu) for row in rows]
+
+
+def test_a_label_shares_gpu_cost_by_request_with_idle_and_unlabelled_pods_apart(
+    world: World, django_assert_num_queries: Any
+) -> None:
+    labelled(world)
+
+    with django_assert_num_queries(4):
+        rows = _label_rows("team", world)
+
+    assert rows == [
+        # node-4's one vGPU (2 CHF/h), requested by a pod of ml: its whole cost.
+        ("CHF", "ml", 1, D("2.0000")),
+        # node-0: ml's running pod holds 1 of its 2 vGPUs (its finished pod holds none),
+        # the other is idle: kept apart, not spread over ml.
+        ("EUR", "ml", 1, D("1.0000")),
+        # node-5: one pod on both of its vGPUs.
+        ("EUR", "vision", 2, D("2.0000")),
+        # node-1: the pending pod without a `team` label.
+        ("EUR", "(no label)", 1, D("1.0000")),
+        ("EUR", "(idle)", 1, D("1.0000")),
+    ]
+    # The rule the namespaces are split by: per currency, the same sums (of this cluster's
+    # GPU nodes; the other cluster's pod of ml is not in its figures).
+    by_namespace: dict[str, Decimal] = {}
+    for row in costs_by("namespace", Location.objects.all()):
+        if row.cluster == world.cluster.pk:
+            by_namespace[row.currency] = by_namespace.get(row.currency, D(0)) + row.vgpu
+    assert by_namespace == {"CHF": D("2"), "EUR": D("5")}
+    assert {c: sum(r[3] for r in rows if r[0] == c) for c in ("CHF", "EUR")} == by_namespace
+
+
+def test_a_prefixed_label_key_is_read_as_one_key(world: World) -> None:
+    labelled(world)
+
+    assert _label_rows("app.kubernetes.io/name", world) == [
+        ("CHF", "(no label)", 1, D("2.0000")),
+        ("EUR", "trainer", 2, D("2.0000")),
+        ("EUR", "(no label)", 2, D("2.0000")),
+        ("EUR", "(idle)", 1, D("1.0000")),
+    ]
+
+
+def test_a_label_asked_for_by_more_than_the_attached_vgpus_shares_them(world: World) -> None:
+    # Time-slicing: node-4's one vGPU (2 CHF/h) asked for 3 times: 2 by a, 1 by a pod
+    # without the label.
+    KubePodFactory(cluster=world.cluster, node_name="node-4", gpu_requests=2, labels={"t": "a"})
+    KubePodFactory(cluster=world.cluster, node_name="node-4", gpu_requests=1)
+
+    assert _label_rows("t", world)[:2] == [
+        ("CHF", "a", 2, D("1.3333")),
+        ("CHF", "(no label)", 1, D("0.6667")),
+    ]
+
+
+def test_a_label_with_an_empty_value_is_not_a_pod_without_the_label(world: World) -> None:
+    KubePodFactory(cluster=world.cluster, node_name="node-4", labels={"team": ""})
+
+    assert _label_rows("team", world)[0] == ("CHF", "(empty value)", 1, D("2.0000"))
+
+
+@pytest.mark.parametrize(
+    ("key", "problem"),
+    [
+        ("", "Give a label key"),
+        ("team!", "'team!' is not a label key: its name must be 1 to 63"),
+        ("-team", "its name must be 1 to 63 letters, digits, '-', '_' or '.', starting and"),
+        ("a" * 64, "its name must be 1 to 63"),
+        ("Example.com/team", "its prefix before '/' must be a DNS subdomain"),
+        (f"{'a' * 254}/team", "at most 253 characters"),
+        ("a/b/c", "its name after '/' must be"),
+        ("t" * 400, "A label key has at most 317 characters, not 400."),
+    ],
+)
+def test_a_key_that_is_not_a_label_key_is_refused_naming_the_problem(
+    world: World, key: str, problem: str
+) -> None:
+    with pytest.raises(LabelKeyInvalid, match=re.escape(problem)):
+        cost_by_label(key, cluster=world.cluster, locations=Location.objects.all())

@@ -22,10 +22,11 @@ from rest_framework.test import APIClient
 from billing.models import CostRollup, Leak, Rollup, Step
 from billing.rollups import hour_of, month_of, rollups_take
 from billing.selectors import SERIES_ROWS_MAX
+from capvco_web.integrations.kube import LABEL_KEY_PATTERN
 from clusters.models import MachinePool
 from gpus.models import VgpuReservation
 from tests.billing.support import world_leaks
-from tests.billing.test_costs import World, gpus_make, machine_make, world_make
+from tests.billing.test_costs import World, gpus_make, labelled, machine_make, world_make
 from tests.factories import (
     AccountFactory,
     KubeNodeFactory,
@@ -642,6 +643,73 @@ def test_errors_stay_json_when_csv_is_asked_and_an_unknown_format_is_refused(
     assert (unknown.status_code, list(unknown.json()["fields"])) == (400, ["format"])
 
 
+# Cost by label.
+
+
+def test_cost_by_label_answers_the_rows_of_the_split_as_json_and_as_csv(
+    api: APIClient, world: World
+) -> None:
+    labelled(world)
+    url = f"/api/v1/clusters/{world.cluster.pk}/cost-by-label/"
+
+    answer = api.get(url, {"key": "team"}).json()
+    download = api.get(url, {"key": "team", "format": "csv"})
+
+    assert answer["key"] == "team"
+    assert [(r["currency"], r["value"], r["name"], r["idle"], r["gpus"], r["vgpu"])
+            for r in answer["results"]] == [
+        ("CHF", "ml", "ml", False, 1, "2.0000"),
+        ("EUR", "ml", "ml", False, 1, "1.0000"),
+        ("EUR", "vision", "vision", False, 2, "2.0000"),
+        ("EUR", None, "(no label)", False, 1, "1.0000"),
+        ("EUR", None, "(idle)", True, 1, "1.0000"),
+    ]  # fmt: skip
+    assert download["Content-Disposition"] == 'attachment; filename="cost-by-label.csv"'
+    rows = list(csv.DictReader(io.StringIO(download.content.decode())))
+    # The same rows, a null as an empty cell.
+    assert rows == [
+        {name: "" if value is None else str(value).lower() if isinstance(value, bool)
+         else str(value) for name, value in row.items()}
+        for row in answer["results"]
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("query", "problem"),
+    [
+        ({}, "Give a label key, e.g. team or example.com/team."),
+        ({"key": ""}, "Give a label key, e.g. team or example.com/team."),
+        ({"key": "team!"}, "'team!' is not a label key: its name must be 1 to 63 letters"),
+        ({"key": "Team.io/x"}, "its prefix before '/' must be a DNS subdomain"),
+        ({"key": "x" * 318}, "A label key has at most 317 characters, not 318."),
+    ],
+)
+def test_cost_by_label_refuses_a_key_that_is_not_a_label_key_naming_it(
+    api: APIClient, world: World, query: dict[str, str], problem: str
+) -> None:
+    url = f"/api/v1/clusters/{world.cluster.pk}/cost-by-label/"
+
+    for answer in (api.get(url, query), api.get(url, {**query, "format": "csv"})):
+        assert (answer.status_code, answer["Content-Type"]) == (400, "application/json")
+        (said,) = answer.json()["fields"]["key"]
+        assert problem in said, said
+
+
+def test_cost_by_label_of_a_cluster_the_user_does_not_see_is_404(world: World) -> None:
+    theirs = world_make(AccountFactory(name="other"))
+    viewer = UserFactory()
+    MembershipFactory(user=viewer, account=theirs.account, role="viewer")
+    api = APIClient()
+    api.force_login(viewer)
+
+    ours = api.get(f"/api/v1/clusters/{world.cluster.pk}/cost-by-label/", {"key": "team"})
+    mine = api.get(f"/api/v1/clusters/{theirs.cluster.pk}/cost-by-label/", {"key": "team"})
+
+    assert ours.status_code == 404
+    assert mine.status_code == 200
+    assert {row["name"] for row in mine.json()["results"]} == {"(no label)", "(idle)"}
+
+
 # The schema.
 
 
@@ -661,6 +729,9 @@ def test_the_schema_documents_every_parameter_and_both_formats(api: APIClient) -
     assert set(answers["200"]["content"]) == {"application/json", "text/csv"}
     assert set(answers["400"]["content"]) == {"application/json"}
     assert {"since", "until"} <= set(parameters("/api/v1/leaks/summary/"))
+    by_label = parameters("/api/v1/clusters/{id}/cost-by-label/")
+    assert set(by_label) == {"id", "key", "format"} and by_label["key"]["required"]
+    assert by_label["key"]["schema"]["pattern"] == LABEL_KEY_PATTERN
     assert {"open", "kind", "account", "location", "cursor", "format"} <= set(
         parameters("/api/v1/leaks/")
     )

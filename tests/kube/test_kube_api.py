@@ -50,7 +50,7 @@ def audited(action: str) -> list[AuditEvent]:
 
 def mirror(cluster: Cluster, machine: Machine | None = None) -> None:
     node = KubeNodeFactory(cluster=cluster, name="capvco-prod-gpu-0", machine=machine)
-    KubePodFactory(cluster=cluster, name="job-a", node_name=node.name)
+    KubePodFactory(cluster=cluster, name="job-a", node_name=node.name, labels={"team": "ml"})
     KubePodFactory(cluster=cluster, name="job-b", node_name="")
 
 
@@ -163,6 +163,7 @@ def test_nodes_and_pods_are_read_only_and_filtered_by_cluster(
     ]
     assert [p["name"] for p in pods.json()["results"]] == ["job-a"]
     assert "gpu_type" in pods.json()["results"][0]  # what its nodeSelector asks for
+    assert pods.json()["results"][0]["labels"] == {"team": "ml"}
     assert created.status_code == 405
     assert api.get("/api/v1/nodes/", {"unowned": "true"}).json()["count"] == 0
 

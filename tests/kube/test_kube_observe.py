@@ -89,13 +89,14 @@ def started(machine: str, minutes_ago: float) -> None:
     )
 
 
-def test_nodes_and_pods_are_mirrored_with_their_gpus_and_sriov_network(
+def test_nodes_and_pods_are_mirrored_with_their_gpus_sriov_network_and_labels(
     kube_sim: KubeSimulator, observe: Observe
 ) -> None:
     seed(kube_sim)
+    labels = {"team": "ml", "app.kubernetes.io/name": "trainer"}
     kube_sim.put(
         "prod",
-        pod_object("nic", namespace="team-a", node=GPU_0, sriov_network="ext-101"),
+        pod_object("nic", namespace="team-a", node=GPU_0, sriov_network="ext-101", labels=labels),
         pod_object("waiting", namespace="team-a", phase="Pending", gpus=2),
     )
 
@@ -116,6 +117,8 @@ def test_nodes_and_pods_are_mirrored_with_their_gpus_and_sriov_network(
         GPU_0, 1,
     )  # fmt: skip
     assert pods[("team-a", "nic")].sriov_network == "ext-101"
+    # Its labels, not its annotations (the SR-IOV one is read, not kept whole).
+    assert pods[("team-a", "nic")].labels == labels
     waiting = pods[("team-a", "waiting")]
     assert (waiting.node_name, waiting.phase, waiting.gpu_requests) == ("", "Pending", 2)
     observation = ClusterObservation.objects.get(cluster__name="prod")
@@ -161,8 +164,9 @@ def test_a_change_to_fields_not_mirrored_writes_no_row(
 ) -> None:
     seed(kube_sim)
     observe()
-    # The kubelet's heartbeat and an annotation move the resourceVersion, not what we keep.
+    # The kubelet's heartbeat and annotations move the resourceVersion, not what we keep.
     core.patch_node(GPU_0, {"metadata": {"annotations": {"heartbeat": "2"}}})
+    core.patch_namespaced_pod("job-0-0", "default", {"metadata": {"annotations": {"a": "b"}}})
 
     with CaptureQueriesContext(connection) as queries:
         result = observe()
@@ -181,6 +185,7 @@ def test_changes_are_mirrored_and_a_vanished_node_and_pod_are_removed(
     core.delete_namespaced_pod("job-1-0", "default")
     core.patch_node(GPU_0, {"metadata": {"labels": {"capvco.io/gpu-type": "nvidia-a100"}}})
     core.patch_namespaced_pod_status("job-0-0", "default", {"status": {"phase": "Succeeded"}})
+    core.patch_namespaced_pod("job-0-1", "default", {"metadata": {"labels": {"team": "ml"}}})
 
     result = observe()
 
@@ -188,6 +193,7 @@ def test_changes_are_mirrored_and_a_vanished_node_and_pod_are_removed(
     assert sorted(KubeNode.objects.values_list("name", flat=True)) == [GPU_0]
     assert not KubePod.objects.filter(name="job-1-0").exists()
     assert KubePod.objects.get(name="job-0-0").phase == "Succeeded"
+    assert KubePod.objects.get(name="job-0-1").labels == {"team": "ml"}
     assert KubeNode.objects.get(name=GPU_0).labels["capvco.io/gpu-type"] == "nvidia-a100"
 
 

@@ -115,9 +115,21 @@ def test_pods_created_changed_and_deleted_show_through_the_watch_without_another
     assert pod_names() == {"job-0", "job-1"}
     listed_at = stamp("pods")
 
-    kube_sim.put("prod", pod_object("new", namespace="team-a", node=GPU_0, sriov_network="ext-1"))
+    kube_sim.put(
+        "prod",
+        pod_object(
+            "new", namespace="team-a", node=GPU_0, sriov_network="ext-1", labels={"team": "ml"}
+        ),
+    )
     new = eventually(lambda: KubePod.objects.filter(name="new").first(), what="the new pod")
     assert (new.namespace, new.node_name, new.sriov_network) == ("team-a", GPU_0, "ext-1")
+    assert new.labels == {"team": "ml"}
+    # A label changed by another client (kubectl label) comes through the watch too.
+    core.patch_namespaced_pod("new", "team-a", {"metadata": {"labels": {"team": "infer"}}})
+    eventually(
+        lambda: KubePod.objects.filter(name="new", labels={"team": "infer"}).exists(),
+        what="the pod's new label",
+    )
     core.patch_namespaced_pod_status("job-0", "default", {"status": {"phase": "Succeeded"}})
     eventually(
         lambda: KubePod.objects.filter(name="job-0", phase="Succeeded").exists(),

@@ -107,3 +107,25 @@ def test_the_move_is_undone_by_migrating_back() -> None:
     assert not ContentType.objects.filter(app_label="kube", model__startswith="kube").exists()
     _migrate_forward()
     assert ContentType.objects.filter(app_label="kube", model="kubenode").exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_pods_mirrored_before_their_labels_are_compared_afresh_by_the_next_listing() -> None:
+    pool = MachinePoolFactory(site__cluster__name="prod")
+    before = [("kube", "0007_gpu_use")]
+    MigrationExecutor(connection).migrate(before)
+    old = MigrationExecutor(connection).loader.project_state(before).apps
+    old.get_model("kube", "ClusterObservation").objects.create(
+        cluster_id=pool.cluster_id, nodes_resource_version="41", pods_resource_version="42"
+    )
+    old.get_model("kube", "KubePod").objects.create(
+        cluster_id=pool.cluster_id, uid="p-0", namespace="ml", name="train", phase="Running",
+        first_seen_at="2026-01-01T00:00Z", updated_at="2026-01-01T00:00Z",
+    )  # fmt: skip
+
+    _migrate_forward()
+
+    assert KubePod.objects.get().labels == {}
+    observation = ClusterObservation.objects.get(cluster=pool.cluster)
+    # The pods' listing is compared (and their labels written) though it did not change.
+    assert (observation.nodes_resource_version, observation.pods_resource_version) == ("41", "")

@@ -34,6 +34,36 @@ def gpu_label_value(gpu_type: str) -> str:
     return value[:MAX_LABEL_VALUE].rstrip("-")
 
 
+# A label key (Kubernetes' qualified name): an optional prefix, a DNS subdomain of at most
+# 253 characters, and `/`; then a name of 1 to 63 letters, digits, `-`, `_` and `.` that
+# starts and ends with a letter or digit. The API's schema states it as this pattern.
+_SUBDOMAIN = r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*"
+_KEY_NAME = "[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+LABEL_KEY_PATTERN = rf"^(?:(?=[^/]{{1,253}}/){_SUBDOMAIN}/)?{_KEY_NAME}$"
+LABEL_KEY_MAX = 253 + 1 + 63
+
+
+def label_key_problem(key: str) -> str:
+    """What is wrong with `key` as a label key, naming the part ("": nothing)."""
+    if len(key) <= LABEL_KEY_MAX and re.fullmatch(LABEL_KEY_PATTERN, key):
+        return ""
+    if not key:
+        return "Give a label key, e.g. team or example.com/team."
+    if len(key) > LABEL_KEY_MAX:
+        return f"A label key has at most {LABEL_KEY_MAX} characters, not {len(key)}."
+    prefix, slash, _ = key.partition("/")
+    if slash and not (len(prefix) <= 253 and re.fullmatch(_SUBDOMAIN, prefix)):
+        return (
+            f"{key!r} is not a label key: its prefix before '/' must be a DNS subdomain of "
+            "at most 253 characters (lowercase letters, digits, '-' and '.')."
+        )
+    after = " after '/'" if slash else ""
+    return (
+        f"{key!r} is not a label key: its name{after} must be 1 to 63 letters, digits, "
+        "'-', '_' or '.', starting and ending with a letter or digit."
+    )
+
+
 # The annotation a pod asks for an SR-IOV NIC with: the external network, as
 # docs/guides/kubernetes.md says.
 SRIOV_NETWORK_ANNOTATION = "capvco.io/sriov-network"
@@ -99,6 +129,8 @@ class Pod:
     daemon: bool = False
     """A DaemonSet's pod or a static (mirror) pod: a node's drain leaves it, as kubectl
     drain --ignore-daemonsets does."""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    """Its labels (not its annotations, which can be large): what its cost is attributed by."""
 
 
 def _identity(obj: Json, *keys: str) -> list[str]:
@@ -137,12 +169,11 @@ def parse_node(obj: Json) -> Node:
         and condition.get("status") == "True"
         for condition in status.get("conditions") or []
     )
-    labels = {str(k): str(v) for k, v in _mapping(_mapping(obj["metadata"]).get("labels")).items()}
     return Node(
         name=name,
         uid=uid,
         provider_id=str(_mapping(obj.get("spec")).get("providerID") or ""),
-        labels=labels,
+        labels=_labels(obj),
         gpu_capacity=quantity_count(_mapping(status.get("capacity")).get(GPU_RESOURCE, 0)),
         gpu_allocatable=quantity_count(_mapping(status.get("allocatable")).get(GPU_RESOURCE, 0)),
         ready=ready,
@@ -298,4 +329,5 @@ def parse_pod(obj: Json) -> Pod:
         sriov_network=str(annotations.get(SRIOV_NETWORK_ANNOTATION) or "").strip(),
         gpu_type=str(_mapping(spec.get("nodeSelector")).get(GPU_TYPE_LABEL) or "")[:63],
         daemon=daemon,
+        labels=_labels(obj),
     )
