@@ -32,14 +32,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Count, Max, Min, Q, QuerySet, Sum
+from django.db.models import Count, F, Max, Min, Q, QuerySet, Sum
 from prometheus_client.parser import text_string_to_metric_families
 
 from capvco_web.integrations import kube
+from capvco_web.rows import model_update
 from clusters.models import Cluster, Machine
 from gpus.models import VgpuReservation
 from kube.models import GpuUseSample, GpuUseState, KubeNode
@@ -154,6 +155,7 @@ def cluster_gpu_use_observe(*, client: KubeClient, cluster: Cluster, now: dateti
         cluster.gpu_use_state, _ = GpuUseState.objects.update_or_create(
             cluster=cluster, defaults=fields
         )
+        model_update(cluster.gpu_use_state, gpu_use_summary(gpu_use(cluster, now=now)))
     for problem in problems:
         logger.warning("GPU use of %s: %s", cluster.name, problem)
     return len(samples)
@@ -263,6 +265,27 @@ class GpuUse:
     @property
     def idle_count(self) -> int:
         return sum(1 for row in self.gpus if not row.pod)
+
+
+def gpu_use_summary(use: GpuUse) -> dict[str, Any]:
+    """The cluster's figures of `use` as its GpuUseState keeps them."""
+    unused, idle = use.unused_count, use.idle_count
+    return {
+        "efficiency_percent": use.cluster.percent,
+        "gpus_in_use": len(use.gpus) - unused - idle,
+        "gpus_unused": unused,
+        "gpus_idle": idle,
+    }
+
+
+def gpu_use_of_clusters(clusters: QuerySet[Cluster]) -> QuerySet[GpuUseState]:
+    """The figures each of `clusters` kept at its last read (gpu_use_summary), those with
+    the most GPUs requested but unused first, then the least efficient."""
+    return (
+        GpuUseState.objects.filter(cluster__in=clusters)
+        .select_related("cluster")
+        .order_by("-gpus_unused", F("efficiency_percent").asc(nulls_last=True), "cluster__name")
+    )
 
 
 def gpu_use(cluster: Cluster, *, now: datetime) -> GpuUse:

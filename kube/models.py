@@ -411,6 +411,20 @@ class GpuUseState(models.Model):
     error = models.TextField(
         blank=True, help_text="Why the last read missed some or all GPUs: their use is unknown."
     )
+    # The cluster's figures as kube.gpu_use.gpu_use gave them right after the last read, for
+    # the pages and /metrics that show every cluster at once.
+    efficiency_percent = models.DecimalField(
+        max_digits=4,
+        decimal_places=1,
+        null=True,
+        blank=True,
+        help_text="Used GPU-time over GPU-time held by pods in the window; empty: none held.",
+    )
+    gpus_in_use = models.PositiveIntegerField(default=0)
+    gpus_unused = models.PositiveIntegerField(
+        default=0, help_text="Requested but unused: held below the threshold for hours."
+    )
+    gpus_idle = models.PositiveIntegerField(default=0, help_text="No pod holds it.")
 
     def __str__(self) -> str:
         return str(self.cluster)

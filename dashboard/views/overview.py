@@ -27,6 +27,7 @@ from dashboard.selectors import (
     orphan_vms,
 )
 from gpus.models import GpuProfile, VgpuReservation
+from kube.gpu_use import gpu_use_of_clusters
 from kube.models import KubeNode
 from kube.selectors import (
     kube_gpus_by_location_and_type,
@@ -38,6 +39,7 @@ FAILED_SHOWN = 20
 ORPHAN_VMS_SHOWN = 20
 FOREIGN_VMS_SHOWN = 20
 KUBE_FAILING_SHOWN = 20
+GPU_USE_SHOWN = 20
 TEMPLATE = "dashboard/overview.html"
 
 
@@ -76,12 +78,12 @@ def overview_context(request: HtmxHttpRequest) -> dict[str, object]:
     failed = machines.filter(phase=Machine.Phase.FAILED)
     nodes = visible(request.user, KubeNode.objects.all())
     interval = settings.OBSERVE_INTERVAL
-    kube_failing = kube_observation_failing(
-        visible(request.user, Cluster.objects.all()), now=now, interval=interval
-    )
+    clusters = visible(request.user, Cluster.objects.all())
+    kube_failing = kube_observation_failing(clusters, now=now, interval=interval)
     vms = visible(request.user, VirtualMachine.objects.all())
     context: dict[str, object] = {
         "now": now,
+        "gpu_use_window": f"{settings.GPU_USE_WINDOW_HOURS:g}",
         "board": capacity_board(
             cards=visible(request.user, GpuProfile.objects.all()),
             reservations=reservations,
@@ -98,6 +100,7 @@ def overview_context(request: HtmxHttpRequest) -> dict[str, object]:
             ]
         ],
         "kube_failing_count": kube_failing.count(),
+        "gpu_use": list(gpu_use_of_clusters(clusters)[:GPU_USE_SHOWN]),
         "waste": money_wasted(reservations=reservations, locations=locations, now=now),
         "orphan_vms": orphan_vms(vms=vms, locations=locations, now=now, shown=ORPHAN_VMS_SHOWN),
         "foreign_vms": foreign_vms(vms=vms, locations=locations, now=now, shown=FOREIGN_VMS_SHOWN),

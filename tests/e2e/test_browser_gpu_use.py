@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import csv
 import io
+from decimal import Decimal
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.test import Client, override_settings
 from django.utils import timezone
 from playwright.sync_api import Page, expect
+from prometheus_client.parser import text_string_to_metric_families
 from rest_framework.test import APIClient
 
 from clusters.models import Cluster
@@ -66,13 +69,46 @@ def test_a_gpu_held_at_0_percent_for_hours_is_requested_but_unused_as_the_api_sa
     # gpu-1's exporter does not answer: unknown, said so, not 0 %.
     expect(page.locator("#gpu-use-error")).to_contain_text("connection refused")
 
+    overview_and_metrics_agree(page, live_server, recorded, answer, unused=1, in_use=0)
+
     read(recorded, start + 9 * STEP)  # the first busy line: 100 %
-    page.reload()
+    page.goto(f"{live_server.url}/clusters/{recorded.pk}/")
     expect(gpu.locator(".status")).to_have_text("in use")
     expect(gpu.locator(".use")).to_have_text("100 %")
     answer, rows = api_figures(recorded)
     assert answer["efficiency_percent"] == rows[0]["mean_utilisation_percent"] == "10.3"
     expect(page.locator("#gpu-use-efficiency")).to_have_text("10.3 %")
+    overview_and_metrics_agree(page, live_server, recorded, answer, unused=0, in_use=1)
+
+
+def overview_and_metrics_agree(
+    page: Page,
+    live_server: Any,
+    cluster: Cluster,
+    answer: dict[str, Any],
+    *,
+    unused: int,
+    in_use: int,
+) -> None:
+    """The overview's row of the cluster and /metrics give the API's figures."""
+    page.goto(f"{live_server.url}/")
+    row = page.locator(f"#gpu-use-{cluster.pk}")
+    expect(row.locator(".efficiency")).to_have_text(f"{answer['efficiency_percent']} %")
+    expect(row.locator(".unused")).to_have_text(str(unused))
+    expect(row.locator(".in-use")).to_have_text(str(in_use))
+    assert sum(gpu["status"] == "requested but unused" for gpu in answer["results"]) == unused
+    with override_settings(METRICS_TOKEN="scrape"):
+        text = Client(HTTP_AUTHORIZATION="Bearer scrape").get("/metrics").content.decode()
+    samples = {
+        (family.name, sample.labels.get("use", "")): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.labels.get("cluster") == cluster.name
+    }
+    assert samples[("capvco_gpus_by_use", "unused")] == unused
+    assert samples[("capvco_gpus_by_use", "in_use")] == in_use
+    efficiency = Decimal(answer["efficiency_percent"]) / 100
+    assert Decimal(str(samples[("capvco_gpu_use_efficiency_ratio", "")])) == efficiency
 
 
 def test_a_cluster_without_the_exporter_says_no_gpu_use_data_not_0_percent(
