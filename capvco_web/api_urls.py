@@ -24,6 +24,7 @@ API_MODULES = [
     "gpus.api.urls",
     "sriov.api.urls",
     "billing.api.urls",
+    "dashboard.api.urls",
 ]
 _apis = [import_module(name) for name in API_MODULES]
 

@@ -10,6 +10,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
 from django.http import QueryDict
 
+from cloud.models import conflict
 from dashboard.lists import LISTS, list_query
 from dashboard.models import SavedView
 
@@ -38,7 +39,11 @@ def saved_view_create(
             view.save()
     except IntegrityError:
         raise ValidationError(
-            {"name": f"You have a view of {list_name} named {name!r}: choose another name."}
+            {
+                "name": conflict(
+                    f"You have a view of {list_name} named {name!r}: choose another name."
+                )
+            }
         ) from None
     return view
 

@@ -160,6 +160,7 @@ def seed_world() -> dict[str, int]:
     from billing.models import IdleSpell, Leak
     from capvco_web.tokens import api_token_create
     from cloud.models import Cloudspace, Image
+    from dashboard.models import SavedView
     from tests.factories import (
         AuditEventFactory,
         ExternalNetworkFactory,
@@ -238,6 +239,9 @@ def seed_world() -> dict[str, int]:
         "leaks": leak.pk,
         "idle-gpus": idle.pk,
         "audit": AuditEventFactory(account=pool.cluster.account).pk,
+        "saved-views": SavedView.objects.create(
+            user=superuser, list_name="vms", name="orphans", query="orphaned=true"
+        ).pk,
     }
 
 

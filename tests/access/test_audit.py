@@ -282,7 +282,7 @@ def test_role_groups_hold_the_permissions_the_code_names() -> None:
 
 
 def test_every_api_viewset_scopes_to_the_callers_accounts() -> None:
-    users_own = {"tokens"}  # a user's own objects, of no account
+    users_own = {"tokens", "saved-views"}  # a user's own objects, of no account
     unscoped = [
         prefix
         for prefix, viewset, _ in router.registry
