@@ -131,6 +131,18 @@ def _confirmation_page(
     return response
 
 
+REFUSALS_SHOWN = 5
+
+
+def _refused(refused: list[str]) -> str:
+    """What a bulk action's message says of the objects it refused, each with why: the
+    first REFUSALS_SHOWN, then how many more."""
+    if not refused:
+        return ""
+    more = f"; and {len(refused) - REFUSALS_SHOWN} more" if len(refused) > REFUSALS_SHOWN else ""
+    return f" Refused {len(refused)}: " + "; ".join(refused[:REFUSALS_SHOWN]) + more
+
+
 def _confirm_and_act(
     request: HtmxHttpRequest,
     *,
@@ -360,9 +372,7 @@ def orphans_release(request: HtmxHttpRequest, location_id: int | None = None) ->
         for location_id in sorted(outcome.locations):
             send_on_commit(orphan_sweep_location, location_id)
         message = f"Release asked for {len(outcome.asked)} orphans: the next sweep carries it out."
-        if outcome.refused:
-            message += f" Refused {len(outcome.refused)}: " + "; ".join(outcome.refused[:5])
-        return message
+        return message + _refused(outcome.refused)
 
     return _confirm_and_act(
         request,
@@ -442,9 +452,7 @@ def pools_scale(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         )
         message = f"Scaled {len(outcome.scaled)} pools to {data['replicas']} replicas"
         message += f": {', '.join(outcome.scaled)}." if outcome.scaled else "."
-        if outcome.refused:
-            message += f" Refused {len(outcome.refused)}: " + "; ".join(outcome.refused)
-        return message
+        return message + _refused(outcome.refused)
 
     return _confirm_and_act(
         request,
