@@ -195,18 +195,10 @@ def _exporter_read(
 # ---- the figures shown ---------------------------------------------------------------
 
 
-@dataclass
-class GpuUseRow:
+@dataclass(frozen=True)
+class GpuUseRow(GpuReading):
     """One GPU: its last reading, and what the window says of it."""
 
-    node_name: str
-    gpu: int
-    uuid: str
-    model_name: str
-    namespace: str
-    pod: str
-    utilisation: int
-    memory_used_mib: int
     sampled_at: datetime
     mean_utilisation: Decimal | None  # over the window's samples while a pod held it
     unused_since: datetime | None  # held and below GPU_UNUSED_PERCENT since then
