@@ -8,6 +8,7 @@ import csv
 import io
 import re
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from django.http import Http404
@@ -19,6 +20,7 @@ from rest_framework.response import Response
 from rest_framework.settings import api_settings
 
 # A cell a spreadsheet would run as a formula; names come from whitesky, not only from us.
+# The API's CSV and the dashboard lists' (dashboard.csv_export) write their cells alike.
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 _NUMBER = re.compile(r"-?[0-9]+(\.[0-9]+)?")
 
@@ -28,6 +30,8 @@ def csv_cell(value: Any) -> str:
         return ""
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, datetime):
+        return value.isoformat()  # ISO 8601: a `T` between the date and the time
     text = str(value)
     if text.startswith(FORMULA_START) and not _NUMBER.fullmatch(text):
         return f"'{text}"

@@ -70,17 +70,22 @@ class ShapedList:
     columns: tuple[Column, ...]
     sorts: dict[str, Sort]  # empty: one order
 
-    def query_problems(self, params: QueryDict) -> list[str]:
+    def query_problems(
+        self, params: QueryDict, filterset: django_filters.FilterSet | None = None
+    ) -> list[str]:
         """What is wrong with `params` as this list's query (none: the list takes it):
-        a parameter it does not take, a filter's refusal, an order or column it has not."""
+        a parameter it does not take, a filter's refusal, an order or column it has not.
+        The filters are checked by `filterset` where given (a page's, over what its user
+        sees), else by the list's FilterSet on its own."""
         takes = [*self.filterset.base_filters, COLUMNS, *([SORT] if self.sorts else [])]
         if unknown := unknown_parameters(params, takes):
             return unknown
         problems = columns_chosen(params, self.columns).errors
         if (sort := params.get(SORT)) and sort not in self.sorts:
             problems.append(f"Unknown sort {sort!r}: use one of {', '.join(self.sorts)}.")
-        model = self.filterset._meta.model  # type: ignore[attr-defined]
-        filterset = self.filterset(filled(params), queryset=model.objects.none())
+        if filterset is None:
+            model = self.filterset._meta.model  # type: ignore[attr-defined]
+            filterset = self.filterset(filled(params), queryset=model.objects.none())
         if not filterset.is_valid():
             problems += [
                 f"{field}: {message}"

@@ -4,10 +4,8 @@ the filtered set with those columns."""
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
@@ -23,9 +21,10 @@ from capvco_web.permissions import allowed, visible
 from cloud.models import Location, VirtualMachine
 from clusters.models import Cluster
 from dashboard.columns import COLUMNS, columns_chosen
+from dashboard.csv_export import CHUNK, csv_refused, csv_response
 from dashboard.filtersets import cluster_field, filled, list_page, unknown_parameters
 from dashboard.forms import LocationChoiceField
-from dashboard.lists import RESERVATION_COLUMNS, RESERVATION_SORTS
+from dashboard.lists import LISTS, RESERVATION_COLUMNS, RESERVATION_SORTS
 from dashboard.views.saved import saved_views_context
 from gpus import naming
 from gpus.filtersets import VgpuReservationFilterSet
@@ -228,35 +227,17 @@ CSV_COLUMNS = [
     "released_at", "release_requested_by", "release_reason", "currency", "cost_per_hour",
     "accrued_cost",
 ]  # fmt: skip
-FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
-class _Echo:
-    def write(self, value: str) -> str:
-        return value
-
-
-def _cell(value: object) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, datetime):
-        return value.isoformat()
-    text = str(value)
-    # Names come from whitesky, not only from us: a spreadsheet must not run them.
-    return f"'{text}" if text.startswith(FORMULA_START) else text
-
-
-def _csv_lines(
+def _csv_rows(
     request: HtmxHttpRequest, rows: QuerySet[VgpuReservation], columns: list[str]
-) -> Iterator[str]:
+) -> Iterator[dict[str, object]]:
     now = timezone.now()
     types = _card_types(request, GpuProfile.objects.all()) if "gpu_type" in columns else {}
-    writer = csv.writer(_Echo())
-    yield writer.writerow(columns)
-    for r in rows.iterator(chunk_size=2000):
+    for r in rows.iterator(chunk_size=CHUNK):
         machine = r.machine
         by = r.release_requested_by
-        values = dict(zip(CSV_COLUMNS, [
+        yield dict(zip(CSV_COLUMNS, [
             r.pk, r.name, r.location.name, types.get((r.location_id, r.gpu_id), ""),
             r.gpu_id, r.state, r.vgpu_id, r.vm_id,
             machine.pool.cluster.name if machine else r.owner_cluster,
@@ -267,7 +248,6 @@ def _csv_lines(
             r.location.currency, r.hourly_cost.quantize(Decimal("0.0001")),
             r.accrued_cost(now),
         ], strict=True))  # fmt: skip
-        yield writer.writerow(_cell(values[name]) for name in columns)
 
 
 @require_GET
@@ -276,22 +256,9 @@ def reservation_csv(request: HtmxHttpRequest) -> HttpResponse | StreamingHttpRes
     """Every reservation the filters select (not one page), as CSV, with the columns the
     page shows (`cols`)."""
     filterset = reservation_filterset(request, request.GET)
-    chosen = columns_chosen(request.GET, RESERVATION_COLUMNS)
     # The list's own query, less its page: the sort is read there, not here.
-    if unknown := unknown_parameters(request.GET, [*filterset.filters, "sort", COLUMNS]):
-        return HttpResponse("; ".join(unknown), status=400, content_type="text/plain")
-    if chosen.errors:
-        return HttpResponse("; ".join(chosen.errors), status=400, content_type="text/plain")
-    if not filterset.is_valid():
-        problems = "; ".join(
-            f"{field}: {' '.join(str(m) for m in messages)}"
-            for field, messages in filterset.form.errors.items()
-        )
-        return HttpResponse(problems, status=400, content_type="text/plain")
+    if problems := LISTS["reservations"].query_problems(request.GET, filterset):
+        return csv_refused(problems)
+    columns = columns_chosen(request.GET, RESERVATION_COLUMNS).csv(CSV_COLUMNS)
     rows = filterset.qs.order_by("created_at", "id")
-    stamp = timezone.now().strftime("%Y%m%d-%H%M%S")
-    return StreamingHttpResponse(
-        _csv_lines(request, rows, chosen.csv(CSV_COLUMNS)),
-        content_type="text/csv; charset=utf-8",
-        headers={"Content-Disposition": f'attachment; filename="reservations-{stamp}.csv"'},
-    )
+    return csv_response("reservations", columns, _csv_rows(request, rows, columns))
