@@ -22,6 +22,7 @@ from billing.filtersets import LeakFilterSet
 from billing.models import BillCheck, BillItem, Leak
 from billing.rollups import month_of
 from billing.selectors import leak_totals
+from capvco_web.api_csv import csv_cell
 from capvco_web.htmx import HtmxHttpRequest, page_or_fragment
 from capvco_web.keyset import Sort
 from capvco_web.permissions import visible
@@ -35,7 +36,6 @@ from dashboard.money import cluster_money, overview_money
 PAGE_SIZE = 50
 NEWEST_FIRST = Sort("leaked_since", True, "newest first")
 ITEMS_SHOWN = 500  # of every check on the page together, the costliest first
-FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
 @dataclass(frozen=True)
@@ -135,28 +135,15 @@ def _sums(checks: Sequence[BillCheck]) -> list[tuple[str, Decimal]]:
 def _csv(chart: Chart, name: str) -> HttpResponse:
     out = io.StringIO()
     writer = csv.writer(out)
-    writer.writerow(_cell(c) for c in chart.columns)
+    writer.writerow(csv_cell(c) for c in chart.columns)
     for row in chart.rows:
-        writer.writerow(_cell(c) for c in row)
+        writer.writerow(csv_cell(c) for c in row)
     stamp = timezone.now().strftime("%Y%m%d-%H%M%S")
     return HttpResponse(
         out.getvalue(),
         content_type="text/csv; charset=utf-8",
         headers={"Content-Disposition": f'attachment; filename="{name}-{chart.key}-{stamp}.csv"'},
     )
-
-
-def _cell(text: str) -> str:
-    # Cluster and pool names are ours, GPU types whitesky's: a spreadsheet must not run them.
-    return f"'{text}" if text.startswith(FORMULA_START) and not _is_number(text) else text
-
-
-def _is_number(text: str) -> bool:
-    try:
-        Decimal(text)
-    except ArithmeticError:
-        return False
-    return True
 
 
 def _chart(charts: list[Chart], key: str) -> Chart:
