@@ -6,6 +6,7 @@ flagged; and its SR-IOV: enabled or not, its pods' NICs per state."""
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,7 +14,7 @@ from django.conf import settings
 from django.core.paginator import Paginator
 from django.db.models import Count, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce
-from django.http import HttpResponse, QueryDict
+from django.http import HttpResponse, QueryDict, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.utils import timezone
@@ -21,14 +22,15 @@ from django.views.decorators.http import require_GET
 
 from billing.costs import LabelKeyInvalid, cost_by_label
 from capvco_web.htmx import HtmxHttpRequest, page_or_fragment
-from capvco_web.permissions import visible
+from capvco_web.permissions import User, visible
 from cloud.models import Location
 from clusters.models import Cluster, ClusterSite, Machine, MachinePool
 from clusters.plan import cluster_plan
 from clusters.selectors import cluster_passes
 from dashboard.columns import COLUMNS, columns_chosen
+from dashboard.csv_export import chunks, csv_refused, csv_response
 from dashboard.filtersets import ClusterListFilterSet, filled, list_page, unknown_parameters
-from dashboard.lists import CLUSTER_COLUMNS, PAGE
+from dashboard.lists import CLUSTER_COLUMNS, LISTS, PAGE, list_query
 from dashboard.money import cluster_money
 from dashboard.pages.cluster import NICS_IN, PHASE_IN, cluster_body
 from dashboard.views.money import cluster_locations
@@ -37,7 +39,11 @@ from dashboard.views.setup import accounts_for_new_clusters
 from gpus.models import BILLED_STATES, VgpuReservation
 from kube.gpu_use import gpu_use
 from kube.plan import kube_plan
-from kube.selectors import clusters_with_kube_summary, kube_observation_problem
+from kube.selectors import (
+    cluster_observation,
+    clusters_with_kube_summary,
+    kube_observation_problem,
+)
 from sriov.models import PodNic
 
 CLUSTERS_PER_PAGE = 50
@@ -61,6 +67,18 @@ class ClusterSummary:
         return self.phases.get(Phase.FAILED, 0)
 
     @property
+    def kube_observation(self) -> str:
+        """How its Kubernetes is observed, as its Kubernetes column says (the problem
+        apart: `kube_problem`)."""
+        if self.kube_problem:
+            return "failing"
+        if not self.cluster.has_kubeconfig:
+            return "not observed"
+        if cluster_observation(self.cluster).started_at is None:
+            return "not yet"
+        return "ok"
+
+    @property
     def kube_flags(self) -> int:
         """Flags the Kubernetes mirror raised in the cluster (see its page)."""
         c: Any = self.cluster
@@ -69,21 +87,85 @@ class ClusterSummary:
         )
 
 
-@require_GET
-@list_page(ClusterListFilterSet)
-def cluster_list(request: HtmxHttpRequest) -> HttpResponse:
+def cluster_filterset(request: HtmxHttpRequest, params: QueryDict) -> ClusterListFilterSet:
+    """The list's filters over the clusters the user sees, by name, each with its
+    Kubernetes summary."""
     clusters = clusters_with_kube_summary(
         visible(
             request.user,
             Cluster.objects.select_related("account", "kube_observation").order_by("name"),
         )
     )
-    filterset = ClusterListFilterSet(filled(request.GET), queryset=clusters, request=request)
+    return ClusterListFilterSet(filled(params), queryset=clusters, request=request)
+
+
+def cluster_summaries(
+    user: User, clusters: Sequence[Cluster], shown: frozenset[str]
+) -> list[ClusterSummary]:
+    """What each of `clusters` (a page, or a chunk of the CSV) holds: its machines per
+    phase, pools, GPUs held and locations, a query each for them all; what only a hidden
+    column shows is not read."""
+    ids = [c.pk for c in clusters]
+    phases: dict[int, dict[str, int]] = defaultdict(dict)
+    with_phases = bool({"machines", "running", "failed"} & shown)
+    for cluster_id, phase, n in (
+        visible(user, Machine.objects.filter(pool__cluster__in=ids if with_phases else []))
+        .values_list("pool__cluster_id", "phase")
+        .annotate(n=Count("pk"))
+        .values_list("pool__cluster_id", "phase", "n")
+        .order_by()
+    ):
+        phases[cluster_id][phase] = n
+    pools = dict(
+        visible(user, MachinePool.objects.filter(cluster__in=ids if "pools" in shown else []))
+        .values_list("cluster_id")
+        .annotate(n=Count("pk"))
+        .values_list("cluster_id", "n")
+        .order_by()
+    )
+    gpus = dict(
+        visible(
+            user,
+            VgpuReservation.objects.filter(
+                machine__pool__cluster__in=ids if "gpus" in shown else [],
+                state__in=BILLED_STATES,
+            ),
+        )
+        .values_list("machine__pool__cluster_id")
+        .annotate(n=Count("pk"))
+        .values_list("machine__pool__cluster_id", "n")
+        .order_by()
+    )
+    locations: dict[int, list[str]] = defaultdict(list)
+    for cluster_id, location in (
+        visible(user, ClusterSite.objects.filter(cluster__in=ids if "locations" in shown else []))
+        .order_by("location__name")
+        .values_list("cluster_id", "location__name")
+    ):
+        locations[cluster_id].append(location)
+    now, interval = timezone.now(), settings.OBSERVE_INTERVAL
+    return [
+        ClusterSummary(
+            cluster=c,
+            locations=locations[c.pk],
+            pools=pools.get(c.pk, 0),
+            machines=sum(phases[c.pk].values()),
+            phases=phases[c.pk],
+            gpus=gpus.get(c.pk, 0),
+            kube_problem=kube_observation_problem(c, now=now, interval=interval),
+        )
+        for c in clusters
+    ]
+
+
+@require_GET
+@list_page(ClusterListFilterSet)
+def cluster_list(request: HtmxHttpRequest) -> HttpResponse:
+    filterset = cluster_filterset(request, request.GET)
     chosen = columns_chosen(request.GET, CLUSTER_COLUMNS)
-    shown = chosen.keys
     shaped: dict[str, Any] = {
         "chosen": chosen,
-        "shown": shown,
+        "shown": chosen.keys,
         "list_url": reverse("dashboard:clusters"),
         # The filters the page was asked with, kept when the columns change.
         "filters": [
@@ -92,6 +174,7 @@ def cluster_list(request: HtmxHttpRequest) -> HttpResponse:
             if name not in (COLUMNS, PAGE)
             for value in values
         ],
+        "csv_query": list_query(request.GET).urlencode(),
         **saved_views_context(request, "clusters", request.GET),
     }
     errors = unknown_parameters(request.GET, [*filterset.filters, COLUMNS, PAGE]) or chosen.errors
@@ -106,76 +189,55 @@ def cluster_list(request: HtmxHttpRequest) -> HttpResponse:
         return page_or_fragment(
             request, "dashboard/clusters.html", refused, fragments=["cluster-table"], status=400
         )
-    failed_only = filterset.form.cleaned_data.get("failed") is True
     page = Paginator(filterset.qs, CLUSTERS_PER_PAGE).get_page(request.GET.get("page"))
-    ids = [c.pk for c in page]
-    # What only a hidden column shows is not read.
-    phases: dict[int, dict[str, int]] = defaultdict(dict)
-    with_phases = bool({"machines", "running", "failed"} & shown)
-    for cluster_id, phase, n in (
-        visible(request.user, Machine.objects.filter(pool__cluster__in=ids if with_phases else []))
-        .values_list("pool__cluster_id", "phase")
-        .annotate(n=Count("pk"))
-        .values_list("pool__cluster_id", "phase", "n")
-        .order_by()
-    ):
-        phases[cluster_id][phase] = n
-    pools = dict(
-        visible(
-            request.user,
-            MachinePool.objects.filter(cluster__in=ids if "pools" in shown else []),
-        )
-        .values_list("cluster_id")
-        .annotate(n=Count("pk"))
-        .values_list("cluster_id", "n")
-        .order_by()
-    )
-    gpus = dict(
-        visible(
-            request.user,
-            VgpuReservation.objects.filter(
-                machine__pool__cluster__in=ids if "gpus" in shown else [],
-                state__in=BILLED_STATES,
-            ),
-        )
-        .values_list("machine__pool__cluster_id")
-        .annotate(n=Count("pk"))
-        .values_list("machine__pool__cluster_id", "n")
-        .order_by()
-    )
-    locations: dict[int, list[str]] = defaultdict(list)
-    for cluster_id, location in (
-        visible(
-            request.user,
-            ClusterSite.objects.filter(cluster__in=ids if "locations" in shown else []),
-        )
-        .order_by("location__name")
-        .values_list("cluster_id", "location__name")
-    ):
-        locations[cluster_id].append(location)
-    now, interval = timezone.now(), settings.OBSERVE_INTERVAL
     context = {
         **shaped,
         "page": page,
-        "failed_only": failed_only,
-        "summaries": [
-            ClusterSummary(
-                cluster=c,
-                locations=locations[c.pk],
-                pools=pools.get(c.pk, 0),
-                machines=sum(phases[c.pk].values()),
-                phases=phases[c.pk],
-                gpus=gpus.get(c.pk, 0),
-                kube_problem=kube_observation_problem(c, now=now, interval=interval),
-            )
-            for c in page
-        ],
+        "failed_only": filterset.form.cleaned_data.get("failed") is True,
+        "summaries": cluster_summaries(request.user, list(page), chosen.keys),
         "page_url": request.get_full_path(),
         "can_add": not request.htmx and accounts_for_new_clusters(request).exists(),
     }
     return page_or_fragment(
         request, "dashboard/clusters.html", context, fragments=["cluster-table"]
     )
+
+
+# --- CSV --------------------------------------------------------------------------------
+
+CSV_COLUMNS = [
+    "id", "name", "account", "state", "locations", "pools", "machines", "running", "failed",
+    "gpus_held", "nodes_ready", "nodes", "kube_flags", "gpu_allocatable", "kube_observation",
+    "kube_observation_problem",
+]  # fmt: skip
+
+
+def _csv_rows(
+    user: User, clusters: QuerySet[Cluster], shown: frozenset[str]
+) -> Iterator[dict[str, object]]:
+    for chunk in chunks(clusters):
+        for s in cluster_summaries(user, chunk, shown):
+            c: Any = s.cluster  # with its Kubernetes summary (`summary_*`)
+            yield dict(zip(CSV_COLUMNS, [
+                c.pk, c.name, c.account.name, c.state, ", ".join(s.locations), s.pools,
+                s.machines, s.phases.get(Phase.RUNNING, 0), s.failed, s.gpus,
+                c.summary_nodes_ready, c.summary_nodes, s.kube_flags, c.summary_gpu_allocatable,
+                s.kube_observation, s.kube_problem,
+            ], strict=True))  # fmt: skip
+
+
+@require_GET
+@list_page(ClusterListFilterSet)
+def cluster_csv(request: HtmxHttpRequest) -> HttpResponse | StreamingHttpResponse:
+    """Every cluster the filters select (not one page), by name as on the page, as CSV,
+    with the columns the page shows (`cols`): the page's figures, read per chunk."""
+    filterset = cluster_filterset(request, request.GET)
+    if problems := LISTS["clusters"].query_problems(request.GET, filterset):
+        return csv_refused(problems)
+    chosen = columns_chosen(request.GET, CLUSTER_COLUMNS)
+    columns = chosen.csv(CSV_COLUMNS)
+    clusters = filterset.qs.order_by("name", "pk")
+    return csv_response("clusters", columns, _csv_rows(request.user, clusters, chosen.keys))
 
 
 def cluster_for_page(request: HtmxHttpRequest, pk: int) -> Cluster:

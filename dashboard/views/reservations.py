@@ -24,7 +24,7 @@ from dashboard.columns import COLUMNS, columns_chosen
 from dashboard.csv_export import CHUNK, csv_refused, csv_response
 from dashboard.filtersets import cluster_field, filled, list_page, unknown_parameters
 from dashboard.forms import LocationChoiceField
-from dashboard.lists import LISTS, RESERVATION_COLUMNS, RESERVATION_SORTS
+from dashboard.lists import LISTS, RESERVATION_COLUMNS, RESERVATION_SORTS, list_query
 from dashboard.views.saved import saved_views_context
 from gpus import naming
 from gpus.filtersets import VgpuReservationFilterSet
@@ -199,15 +199,8 @@ def reservation_table(request: HtmxHttpRequest, params: QueryDict) -> tuple[dict
     context["rows"] = rows = _rows(request, page.rows, chosen.keys)
     # The selection's release is offered where a row of the page can be selected.
     context["selectable"] = any(row.can_release and row.reservation.orphaned_since for row in rows)
-    context["csv_query"] = _without(params, CURSOR_PARAMS).urlencode()
+    context["csv_query"] = list_query(params).urlencode()
     return context, 200
-
-
-def _without(params: QueryDict, names: tuple[str, ...]) -> QueryDict:
-    kept = params.copy()
-    for name in names:
-        kept.pop(name, None)
-    return kept
 
 
 @require_GET
