@@ -12,7 +12,12 @@ from django.http import QueryDict
 from capvco_web.keyset import CURSOR_PARAMS, Sort
 from clusters.filtersets import VirtualMachineFilterSet
 from dashboard.columns import COLUMNS, Column, columns_chosen
-from dashboard.filtersets import ClusterListFilterSet, filled, unknown_parameters
+from dashboard.filtersets import (
+    ClusterListFilterSet,
+    NodeListFilterSet,
+    filled,
+    unknown_parameters,
+)
 from gpus.filtersets import VgpuReservationFilterSet
 
 RESERVATION_SORTS = {
@@ -63,6 +68,18 @@ CLUSTER_COLUMNS = (
     Column("gpu_allocatable", "GPUs allocatable", ("gpu_allocatable",), numeric=True),
     Column("kubernetes", "Kubernetes", ("kube_observation", "kube_observation_problem")),
 )
+NODE_COLUMNS = (
+    Column("cluster", "Cluster"),
+    Column("name", "Node"),
+    Column("gpu_type", "GPU type label"),
+    Column("allocatable", "GPUs allocatable", numeric=True),
+    Column("requested", "GPUs requested", numeric=True),
+    Column("pods", "Pods using GPUs"),
+    Column("verified", "A pod sees the GPUs"),
+    Column("ready", "Ready"),
+    Column("machine", "Machine"),
+    Column("flags", "Flags"),
+)
 SORT = "sort"
 PAGE = "page"  # a numbered page (the clusters list)
 
@@ -105,6 +122,7 @@ LISTS = {
     ),
     "vms": ShapedList("dashboard:vms", VirtualMachineFilterSet, VM_COLUMNS, {}),
     "clusters": ShapedList("dashboard:clusters", ClusterListFilterSet, CLUSTER_COLUMNS, {}),
+    "nodes": ShapedList("dashboard:nodes", NodeListFilterSet, NODE_COLUMNS, {}),
 }
 
 

@@ -24,6 +24,7 @@ from capvco_web.permissions import User, allowed, visible
 from cloud.models import Cloudspace, Image, VirtualMachine
 from clusters.models import Cluster, ClusterSite, Machine, MachinePool
 from dashboard.forms import NodeFilterForm
+from dashboard.lists import NODE_COLUMNS
 from dashboard.selectors import (
     KubeObservation,
     PoolGpus,
@@ -42,6 +43,8 @@ NODES_PER_PAGE = 50
 NODES_BY_NAME = Sort("name", False, "name")
 # The node table pages by keyset with params of its own, beside the machines' page number.
 NODE_CURSOR_PARAMS = {"nodes_after": AFTER, "nodes_before": BEFORE, "nodes_last": LAST}
+# The node list's columns, less the cluster: every one (no chooser here).
+CLUSTER_NODE_COLUMNS = tuple(column for column in NODE_COLUMNS if column.key != "cluster")
 Phase = Machine.Phase
 # The cluster's machines in a phase and pod NICs in a state, read with it (cluster_for_page).
 PHASE_IN, NICS_IN = "machines_in_", "nics_in_"
@@ -340,7 +343,14 @@ def _node_section(
     for ours, cursor in NODE_CURSOR_PARAMS.items():
         if value := params.get(ours):
             asked[cursor] = value
-    found: dict[str, Any] = {"node_rows": [], "node_page": None, "node_error": "", "node_links": {}}
+    found: dict[str, Any] = {
+        "node_columns": CLUSTER_NODE_COLUMNS,
+        "node_shown": frozenset(column.key for column in CLUSTER_NODE_COLUMNS),
+        "node_rows": [],
+        "node_page": None,
+        "node_error": "",
+        "node_links": {},
+    }
     if known == 0:
         return found
     nodes = verifications_latest(

@@ -1,6 +1,7 @@
 """Kubernetes nodes of the clusters as last observed: what each advertises and runs, its
 machine, and what the mirror flagged; with `flag=node-missing`, the machines whose node
-never joined or left. The filters are the API's (`dashboard.filtersets`)."""
+never joined or left. The filters are the API's (`dashboard.filtersets`); the nodes'
+columns shown are the operator's choice (`cols`), and the list is saved as a view."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from capvco_web.permissions import visible
 from cloud.models import Location
 from clusters.filtersets import MachineFilterSet
 from clusters.models import Cluster, Machine
+from dashboard.columns import COLUMNS, columns_chosen
 from dashboard.filtersets import (
     NodeListFilterSet,
     cluster_field,
@@ -26,7 +28,9 @@ from dashboard.filtersets import (
     unknown_parameters,
 )
 from dashboard.forms import LocationChoiceField, NodeFilterForm
-from dashboard.selectors import node_rows
+from dashboard.lists import NODE_COLUMNS
+from dashboard.selectors import NodeRow, node_rows
+from dashboard.views.saved import saved_views_context
 from kube.models import KubeNode, KubePod
 from kube.selectors import kube_nodes_with_requests, verifications_latest
 
@@ -35,10 +39,14 @@ PAGE_SIZE = 50
 BY_NAME = Sort("name", False, "name")
 
 
-def node_filterset(request: HtmxHttpRequest, params: QueryDict) -> NodeListFilterSet:
+def node_filterset(
+    request: HtmxHttpRequest, params: QueryDict, shown: frozenset[str]
+) -> NodeListFilterSet:
     """The filters over the nodes the user sees; the clusters and locations offered are
-    theirs too."""
-    nodes = visible(request.user, KubeNode.objects.select_related("cluster", "machine"))
+    theirs too. A node's cluster and machine are read for their columns only."""
+    nodes = visible(request.user, KubeNode.objects.all())
+    if joined := [name for name in ("cluster", "machine") if name in shown]:
+        nodes = nodes.select_related(*joined)  # none named: every relation, not none
     filterset = NodeListFilterSet(filled(params), queryset=nodes, request=request)
     fields = filterset.form.fields
     fields["cluster"] = cluster_field(visible(request.user, Cluster.objects.all()))
@@ -63,12 +71,24 @@ def _machines_without_node(request: HtmxHttpRequest, params: QueryDict) -> Query
     return MachineFilterSet(only(filled(params), shared), queryset=machines).qs
 
 
+def _nodes(nodes: QuerySet[KubeNode], shown: frozenset[str]) -> QuerySet[KubeNode]:
+    """The nodes with what their columns shown need: the GPUs their pods request (for
+    the pods using GPUs too: only a node with requests has them looked up), the latest
+    verification of their GPUs."""
+    if {"requested", "pods"} & shown:
+        nodes = kube_nodes_with_requests(nodes)
+    return verifications_latest(nodes) if "verified" in shown else nodes
+
+
 def node_table(request: HtmxHttpRequest, params: QueryDict) -> tuple[dict[str, Any], int]:
     """The list as `params` asks for it, and the status to answer."""
-    filterset = node_filterset(request, params)
+    chosen = columns_chosen(params, NODE_COLUMNS)
+    filterset = node_filterset(request, params, chosen.keys)
     list_url = reverse("dashboard:nodes")
     context: dict[str, Any] = {
         "form": filterset.form,
+        "chosen": chosen,
+        "shown": chosen.keys,
         "params": params,
         "list_url": list_url,
         "page_url": f"{list_url}?{params.urlencode()}" if params else list_url,
@@ -77,9 +97,13 @@ def node_table(request: HtmxHttpRequest, params: QueryDict) -> tuple[dict[str, A
         "machines": [],
         "page": None,
         "node_missing": False,
+        **saved_views_context(request, "nodes", params),
     }
-    if unknown := unknown_parameters(params, [*filterset.filters, *CURSOR_PARAMS]):
+    if unknown := unknown_parameters(params, [*filterset.filters, COLUMNS, *CURSOR_PARAMS]):
         context["errors"] += unknown
+        return context, 400
+    if chosen.errors:
+        context["errors"] += chosen.errors
         return context, 400
     if not filterset.is_valid():
         for field, messages in filterset.form.errors.items():
@@ -95,13 +119,14 @@ def node_table(request: HtmxHttpRequest, params: QueryDict) -> tuple[dict[str, A
             context["page"], context["machines"] = machines, machines.rows
         else:
             nodes = keyset_page(
-                verifications_latest(kube_nodes_with_requests(filterset.qs)),
-                sort=BY_NAME,
-                params=params,
-                size=PAGE_SIZE,
+                _nodes(filterset.qs, chosen.keys), sort=BY_NAME, params=params, size=PAGE_SIZE
             )
-            pods = visible(request.user, KubePod.objects.all())
-            context["page"], context["rows"] = nodes, node_rows(nodes.rows, pods)
+            context["page"] = nodes
+            context["rows"] = (
+                node_rows(nodes.rows, visible(request.user, KubePod.objects.all()))
+                if "pods" in chosen.keys
+                else [NodeRow(node, [], 0) for node in nodes.rows]
+            )
     except BadCursor as exc:
         context["errors"].append(str(exc))
         return context, 400

@@ -1,5 +1,5 @@
-"""The columns an operator chooses on the reservations, VM and cluster lists (`cols`): the page
-shows those, the reservations CSV has the same ones, a column hidden is not read, and a
+"""The columns an operator chooses on the reservations, VM, cluster and node lists (`cols`): the
+page shows those, the reservations CSV has the same ones, a column hidden is not read, and a
 column the list has not is refused naming the ones it has."""
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from tests.dashboard.conftest import World
+from dashboard.lists import LISTS, NODE_COLUMNS
+from tests.dashboard.conftest import Kube, World
 
 pytestmark = pytest.mark.django_db
 
@@ -72,16 +73,21 @@ def test_without_cols_every_column_and_the_whole_csv(admin_client: Client, world
     assert "accrued_cost" in csv_rows(admin_client, "orphaned=true")[0]
 
 
-@pytest.mark.parametrize("path", ["/reservations/", "/reservations/csv/", "/vms/", "/clusters/"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/reservations/", "/reservations/csv/", "/vms/", "/vms/csv/", "/clusters/",
+        "/clusters/csv/", "/nodes/",
+    ],
+)  # fmt: skip
 def test_a_column_the_list_has_not_is_refused_naming_those_it_has(
     admin_client: Client, world: World, path: str
 ) -> None:
     response = admin_client.get(f"{path}?cols=name,price")
     assert response.status_code == 400
-    text = response.content.decode()
-    assert "cols: this list has no column &#x27;price&#x27; (it has name, " in text or (
-        "cols: this list has no column 'price' (it has name, " in text
-    )
+    text = response.content.decode().replace("&#x27;", "'")
+    keys = ", ".join(c.key for c in LISTS[path.split("/")[1]].columns)
+    assert f"cols: this list has no column 'price' (it has {keys})" in text
 
 
 def test_a_hidden_column_is_not_read(admin_client: Client, world: World) -> None:
@@ -132,3 +138,47 @@ def test_the_cluster_list_shows_the_columns_chosen_and_reads_no_hidden_one(
         seen = [q["sql"] for q in few.captured_queries if table in q["sql"].split("WHERE")[0]]
         assert not seen, table
         assert any(table in q["sql"].split("WHERE")[0] for q in every.captured_queries), table
+
+
+def test_the_node_list_shows_the_columns_chosen_and_reads_no_hidden_one(
+    admin_client: Client, kube: Kube
+) -> None:
+    with CaptureQueriesContext(connection) as every:
+        whole = admin_client.get("/nodes/").content.decode()
+    with CaptureQueriesContext(connection) as few:
+        response = admin_client.get("/nodes/?cols=ready&cols=name")
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert headings(whole, "nodes") == [column.label for column in NODE_COLUMNS]
+    assert headings(html, "nodes") == ["Node", "Ready"]
+    row = re.search(rf'<tr id="node-{kube.unowned.pk}">(.*?)</tr>', html, re.S)
+    assert row is not None
+    cells = [
+        re.sub(r"<[^>]+>", " ", cell).split()
+        for cell in re.findall(r"<td[^>]*>(.*?)</td>", row[1], re.S)
+    ]
+    assert cells == [["stray-node", kube.unowned.kubelet_version], ["not", "ready"]]
+    assert "unowned node" in whole and "unowned node" not in html  # its flag, hidden
+    assert 'name="cols" value="flags">' in html  # offered, not shown
+    # The pods using GPUs (and the GPUs they request), the GPUs' verification, the
+    # node's cluster and machine are read for their columns only.
+    for table in (
+        "clusters_kubepod",
+        "kube_gpuverification",
+        "clusters_cluster",
+        "clusters_machine",
+    ):
+        seen = [q["sql"] for q in few.captured_queries if f'"{table}"' in q["sql"]]
+        assert not any("clusters_kubenode" in sql for sql in seen), table
+        assert any(
+            f'"{table}"' in q["sql"] and "clusters_kubenode" in q["sql"]
+            for q in every.captured_queries
+        ), table
+
+
+def test_the_cluster_page_shows_every_node_column_but_the_cluster(
+    admin_client: Client, kube: Kube
+) -> None:
+    html = admin_client.get(f"/clusters/{kube.advertising.cluster_id}/").content.decode()
+    assert headings(html, "nodes") == [c.label for c in NODE_COLUMNS if c.key != "cluster"]
+    assert "unowned node" in html and "train-0" in html

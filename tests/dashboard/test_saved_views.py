@@ -14,7 +14,7 @@ from django.test import Client
 
 from dashboard.models import SavedView
 from dashboard.saved_views import saved_view_create, saved_view_delete
-from tests.dashboard.conftest import World
+from tests.dashboard.conftest import Kube, World
 
 pytestmark = pytest.mark.django_db
 QUERY = "orphaned=true&cols=name%2Cper_hour&sort=name"
@@ -53,6 +53,8 @@ def test_a_view_saved_from_the_list_is_offered_there_and_opens_as_saved(
         ("reservations", "sort=cost", "Unknown sort 'cost'"),
         ("vms", "sort=name", "sort: not a filter of this list"),
         ("vms", "location=prod", "location: Give an id (a whole number)."),
+        ("nodes", "flag=lost", "flag: Select a valid choice. lost is not one of the"),
+        ("nodes", "cols=name,price", "cols: this list has no column 'price' (it has cluster, "),
         ("leaks", "", "No list 'leaks' keeps views"),
     ],
 )
@@ -110,3 +112,18 @@ def test_a_view_of_the_clusters_list_is_saved_without_its_page(
     assert response.status_code == 302
     assert response["Location"] == "/clusters/?failed=true&cols=name%2Cfailed"
     assert '">failing</a>' in admin_client.get("/clusters/").content.decode()
+
+
+def test_a_view_of_the_node_list_is_saved_offered_there_and_opens_as_saved(
+    admin_client: Client, kube: Kube
+) -> None:
+    query = "flag=gpus-missing&cols=name%2Cflags"
+    page = admin_client.get(f"/nodes/?{query}&after=").content.decode()
+    assert f'name="query" value="{query.replace("&", "&amp;")}" form="save-view"' in page
+
+    saved = admin_client.post("/views/save/", {"list": "nodes", "name": "silent", "query": query})
+    assert saved.status_code == 302 and saved["Location"] == f"/nodes/?{query}"
+    assert '">silent</a>' in admin_client.get("/nodes/").content.decode()
+    opened = admin_client.get(saved["Location"])
+    assert [row.node for row in opened.context["rows"]] == [kube.silent]
+    assert opened.context["shown"] == {"name", "flags"}
