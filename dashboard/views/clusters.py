@@ -63,6 +63,10 @@ class ClusterSummary:
     """What is wrong with its Kubernetes observation ("": nothing)."""
 
     @property
+    def running(self) -> int:
+        return self.phases.get(Phase.RUNNING, 0)
+
+    @property
     def failed(self) -> int:
         return self.phases.get(Phase.FAILED, 0)
 
@@ -220,7 +224,7 @@ def _csv_rows(
             c: Any = s.cluster  # with its Kubernetes summary (`summary_*`)
             yield dict(zip(CSV_COLUMNS, [
                 c.pk, c.name, c.account.name, c.state, ", ".join(s.locations), s.pools,
-                s.machines, s.phases.get(Phase.RUNNING, 0), s.failed, s.gpus,
+                s.machines, s.running, s.failed, s.gpus,
                 c.summary_nodes_ready, c.summary_nodes, s.kube_flags, c.summary_gpu_allocatable,
                 s.kube_observation, s.kube_problem,
             ], strict=True))  # fmt: skip

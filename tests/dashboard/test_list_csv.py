@@ -147,7 +147,7 @@ def test_the_cluster_csv_has_the_pages_figures_and_the_apis(
             "id": str(s.cluster.pk), "name": s.cluster.name, "account": "acme",
             "state": s.cluster.state, "locations": ", ".join(s.locations),
             "pools": str(s.pools), "machines": str(s.machines),
-            "running": str(s.phases.get("running", 0)), "failed": str(s.failed),
+            "running": str(s.running), "failed": str(s.failed),
             "gpus_held": str(s.gpus), "nodes_ready": row["nodes_ready"], "nodes": row["nodes"],
             "kube_flags": str(s.kube_flags), "gpu_allocatable": row["gpu_allocatable"],
             "kube_observation": s.kube_observation, "kube_observation_problem": s.kube_problem,
