@@ -1,8 +1,9 @@
-"""The database unreachable (PostgreSQL stopped, restarting, refusing connections, out of
-connection slots) answers 503 Service Unavailable with `Retry-After`, never a 500: the
-API in its error shape (`code: database_unavailable`), a page as a short HTML page. The
-reason is said in a few words chosen here, never the driver's message (no host, user or
-password). Logged once per request, at WARNING, with the exception's class.
+"""The database unreachable or out of resources (PostgreSQL stopped, restarting, refusing
+connections, out of connection slots, memory or disk; SQLite's file unopenable or its disk
+full) answers 503 Service Unavailable with `Retry-After`, never a 500: the API in its error
+shape (`code: database_unavailable`), a page as a short HTML page. The reason is said in a
+few words chosen here, never the driver's message (no host, user or password). Logged once
+per request, at WARNING, with the exception's class.
 
 Met in a view (the API's included: DRF hands on what its handler does not know), it
 reaches DatabaseUnavailableMiddleware.process_exception. Met in a middleware before or
@@ -30,10 +31,19 @@ CODE = "database_unavailable"
 logger = logging.getLogger(__name__)
 
 # PostgreSQL's SQLSTATEs of a server that is there but takes no work now: a connection
-# exception (class 08), a shutdown (57P01 by an administrator, 57P02 after a crash), not
-# accepting connections yet or any more (57P03), no connection slot left (53300).
-UNAVAILABLE_SQLSTATE_CLASSES = ("08",)
-UNAVAILABLE_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "53300"})
+# exception (class 08), insufficient resources (class 53: its disk full, out of memory, no
+# connection slot left; the work is taken again once the server has them), a shutdown
+# (57P01 by an administrator, 57P02 after a crash), not accepting connections yet or any
+# more (57P03).
+UNAVAILABLE_SQLSTATE_CLASSES = ("08", "53")
+UNAVAILABLE_SQLSTATES = frozenset({"57P01", "57P02", "57P03"})
+# What the answer says of a SQLSTATE, before any words of the message.
+SQLSTATE_REASONS = {
+    "53100": "its disk is full",
+    "53200": "the server is out of memory",
+    "53300": "no connection slot left",
+}
+SQLSTATE_CLASS_REASONS = {"53": "the server is out of resources"}
 
 # What the answer says, by words in the driver's message (first match); never the message.
 REASONS = (
@@ -80,6 +90,9 @@ def is_database_unavailable(exc: BaseException) -> bool:
 
 
 def unavailable_reason(exc: BaseException) -> str:
+    sqlstate = getattr(exc.__cause__, "sqlstate", None) or ""
+    if reason := SQLSTATE_REASONS.get(sqlstate) or SQLSTATE_CLASS_REASONS.get(sqlstate[:2]):
+        return reason
     said = str(exc.__cause__ or exc).lower()
     return next((reason for words, reason in REASONS if words in said), REASON_OTHERWISE)
 

@@ -59,18 +59,19 @@ class PrivatePostgres:
 
 
 @contextmanager
-def private_postgres(keep_log: Path) -> Iterator[PrivatePostgres]:
+def private_postgres(keep_log: Path, data: Path | None = None) -> Iterator[PrivatePostgres]:
     """A fresh PostgreSQL 15 (initdb in a temporary folder, on a free port), started; its
-    log is copied to `keep_log` at the end."""
+    log is copied to `keep_log` at the end. `data`: an empty folder to hold its data (on
+    a disk of the test's choosing), instead of one in the temporary folder."""
+    home = Path(tempfile.mkdtemp(prefix="capvco-pg-"))
+    as_user = []
     if os.geteuid() == 0:
-        # The server's user must reach its folder: a folder of root's alone would not do.
-        home = Path(tempfile.mkdtemp(prefix="capvco-pg-"))
-        shutil.chown(home, PG_USER)
+        # The server's user must reach its folders: a folder of root's alone would not do.
+        for folder in (home, data):
+            if folder is not None:
+                shutil.chown(folder, PG_USER)
         as_user = ["runuser", "-u", PG_USER, "--"]
-    else:
-        home = Path(tempfile.mkdtemp(prefix="capvco-pg-"))
-        as_user = []
-    server = PrivatePostgres(home / "data", free_port(), home / "postgres.log", as_user)
+    server = PrivatePostgres(data or home / "data", free_port(), home / "postgres.log", as_user)
     try:
         subprocess.run(
             [*as_user, str(PG_BIN / "initdb"), "-D", str(server.data), "-U", "postgres",
@@ -85,6 +86,43 @@ def private_postgres(keep_log: Path) -> Iterator[PrivatePostgres]:
         if server.log.exists():
             shutil.copy(server.log, keep_log)
         shutil.rmtree(home, ignore_errors=True)
+
+
+@contextmanager
+def tmpfs(mount: Path, megabytes: int) -> Iterator[Path]:
+    """A tmpfs of `megabytes` MiB mounted on the empty folder `mount` (needs root), unmounted
+    at the end: a small disk of the test's own, to fill."""
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={megabytes}m", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+    )
+    if mounted.returncode != 0:
+        raise OSError(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+def disk_fill(disk: Path) -> Path:
+    """Write a file on `disk` until it has no byte left; answers the file (delete it to
+    free the space)."""
+    filler = disk / "filler"
+    chunk = b"\0" * 65536
+    with filler.open("wb", buffering=0) as out:
+        try:
+            while True:
+                out.write(chunk)
+        except OSError:
+            pass
+    with filler.open("ab", buffering=0) as out:  # the last bytes a chunk did not fit
+        try:
+            while True:
+                out.write(b"\0")
+        except OSError:
+            pass
+    return filler
 
 
 class PrivateRedis:

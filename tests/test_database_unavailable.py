@@ -75,6 +75,20 @@ def statement_timeout() -> DatabaseError:
     raise AssertionError("the statement was not cancelled")
 
 
+def raised_by_postgres(sqlstate: str) -> DatabaseError:
+    """The error a real PostgreSQL server raises with `sqlstate` (as its own would, e.g.
+    53100 when it cannot extend a file on a full disk)."""
+    assert sqlstate.isalnum()
+    try:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(
+                f"DO $$ BEGIN RAISE EXCEPTION 'raised' USING ERRCODE = '{sqlstate}'; END $$"
+            )
+    except DatabaseError as exc:
+        return exc
+    raise AssertionError(f"no error {sqlstate}")
+
+
 def raising(make: Callable[[], Exception]) -> Callable[[HttpRequest], HttpResponse]:
     @login_not_required
     def view(request: HttpRequest) -> HttpResponse:
@@ -111,6 +125,7 @@ urlpatterns = [
     path("api/v1/before-view/", raising(lambda: AssertionError("the view is never reached"))),
     path("page/duplicate/", raising(duplicate_row)),
     path("page/slow/", raising(statement_timeout)),
+    path("page/disk-full/", raising(lambda: raised_by_postgres("53100"))),
 ]
 handler500 = "capvco_web.api.server_error"
 
@@ -214,3 +229,34 @@ def test_what_counts_as_the_database_unavailable(require_postgres: None) -> None
     assert not is_database_unavailable(duplicate_row())
     assert not is_database_unavailable(statement_timeout())
     assert not is_database_unavailable(ValueError("connection refused"))
+
+
+@pytest.mark.parametrize(
+    ("sqlstate", "reason"),
+    [
+        ("53100", "its disk is full"),
+        ("53200", "the server is out of memory"),
+        ("53300", "no connection slot left"),
+        ("53400", "the server is out of resources"),  # configuration_limit_exceeded
+    ],
+)
+def test_postgres_out_of_resources_is_the_database_unavailable_saying_which(
+    require_postgres: None, sqlstate: str, reason: str
+) -> None:
+    from capvco_web.middleware import is_database_unavailable, unavailable_reason
+
+    exc = raised_by_postgres(sqlstate)
+    assert isinstance(exc, OperationalError)
+    assert is_database_unavailable(exc)
+    assert unavailable_reason(exc) == reason
+
+
+def test_a_page_meeting_postgres_disk_full_answers_503_naming_it(
+    web_client: Client, require_postgres: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    response = web_client.get("/page/disk-full/")
+    assert_page_503(response)
+    assert "The database is unavailable: its disk is full; try again shortly." in (
+        response.content.decode()
+    )
+    assert_warned_once(caplog, "GET /page/disk-full/")

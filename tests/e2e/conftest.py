@@ -8,7 +8,9 @@ suite they go to a temporary folder, so that taking them is tested too."""
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Callable, Generator, Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,7 @@ import pytest
 from playwright.sync_api import Locator
 
 from tests.conftest import require
+from tests.servers import tmpfs
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parents[2] / "var" / "test-artifacts"
@@ -91,3 +94,25 @@ def picture(tmp_path: Path) -> Callable[[str, Locator], Path]:
         return path
 
     return take
+
+
+@pytest.fixture
+def small_disk() -> Iterator[Callable[[int], Path]]:
+    """Mounts a tmpfs of the MiB asked for, for this test alone, and answers where: a small
+    disk to fill (tests.servers.disk_fill). Mounting needs root (CI's tests run as root).
+    Outside of the test's tmp_path, which is root's alone: a PostgreSQL server (run as
+    another user) keeps its data there too."""
+    require(os.geteuid() == 0, "mounting a tmpfs needs root")
+    with ExitStack() as mounted:
+
+        def mount(megabytes: int) -> Path:
+            folder = Path(tempfile.mkdtemp(prefix="capvco-disk-"))
+            folder.chmod(0o755)
+            mounted.callback(folder.rmdir)  # once unmounted (callbacks run last first)
+            try:
+                return mounted.enter_context(tmpfs(folder, megabytes))
+            except OSError as exc:
+                require(False, str(exc))
+                raise
+
+        yield mount

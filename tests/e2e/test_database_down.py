@@ -51,6 +51,18 @@ class Web:
     def get(self, path: str, **kwargs: object) -> requests.Response:
         return requests.get(f"{self.base}{path}", timeout=10, allow_redirects=False, **kwargs)  # type: ignore[arg-type]
 
+    def post(self, path: str, **kwargs: object) -> requests.Response:
+        """A POST of the operator's browser: its session, and its CSRF token."""
+        csrf = "a" * 32
+        return requests.post(
+            f"{self.base}{path}",
+            cookies={"sessionid": self.session, "csrftoken": csrf},
+            headers={"X-CSRFToken": csrf},
+            timeout=10,
+            allow_redirects=False,
+            **kwargs,  # type: ignore[arg-type]
+        )
+
     def said(self) -> str:
         return self.log.read_text(errors="replace")
 

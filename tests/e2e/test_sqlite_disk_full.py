@@ -7,57 +7,18 @@ filled to the last byte by a file of the test, and gunicorn serving the project 
 
 from __future__ import annotations
 
-import os
-import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import requests
 
-from tests.conftest import require
 from tests.e2e.test_database_down import Web, web_server
+from tests.servers import disk_fill
 
 pytestmark = pytest.mark.e2e
 
 DISK_MB = 32
-
-
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A tmpfs of DISK_MB MiB, mounted for this test alone."""
-    require(os.geteuid() == 0, "mounting a tmpfs needs root")
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={DISK_MB}m", "tmpfs", str(mount)],
-        capture_output=True,
-        text=True,
-    )
-    require(mounted.returncode == 0, f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=True)
-
-
-def fill(disk: Path) -> Path:
-    """Write a file until the disk has no byte left."""
-    filler = disk / "filler"
-    chunk = b"\0" * 65536
-    with filler.open("wb", buffering=0) as out:
-        try:
-            while True:
-                out.write(chunk)
-        except OSError:
-            pass
-    with filler.open("ab", buffering=0) as out:  # the last bytes a chunk did not fit
-        try:
-            while True:
-                out.write(b"\0")
-        except OSError:
-            pass
-    return filler
 
 
 def tokens(web: Web) -> list[str]:
@@ -66,29 +27,22 @@ def tokens(web: Web) -> list[str]:
     return sorted(t["name"] for t in answer.json()["results"])
 
 
+def token_create(web: Web, name: str) -> requests.Response:
+    """A token is made from a browser session (with its CSRF token), not by a token."""
+    return web.post("/api/v1/tokens/", json={"name": name})
+
+
 def test_a_full_disk_under_sqlite_answers_503_then_takes_the_write_once_freed(
-    tmp_path: Path, small_disk: Path
+    tmp_path: Path, small_disk: Callable[[int], Path]
 ) -> None:
-    with web_server(tmp_path, f"sqlite:///{small_disk / 'capvco.sqlite3'}") as web:
-        # A token is made from a browser session (with its CSRF token), not by a token.
-        csrf = "a" * 32
-        browser = {"sessionid": web.session, "csrftoken": csrf}
-
-        def token_create(name: str) -> requests.Response:
-            return requests.post(
-                f"{web.base}/api/v1/tokens/",
-                json={"name": name},
-                cookies=browser,
-                headers={"X-CSRFToken": csrf},
-                timeout=10,
-            )
-
+    disk = small_disk(DISK_MB)
+    with web_server(tmp_path, f"sqlite:///{disk / 'capvco.sqlite3'}") as web:
         before = tokens(web)
-        filler = fill(small_disk)
+        filler = disk_fill(disk)
 
         # Both web workers meet it.
         for n in range(4):
-            answer = token_create(f"full-{n}")
+            answer = token_create(web, f"full-{n}")
             assert answer.status_code == 503, (answer.status_code, answer.text, web.said())
             assert answer.json() == {
                 "detail": "The database is unavailable: its disk is full; try again shortly.",
@@ -103,5 +57,5 @@ def test_a_full_disk_under_sqlite_answers_503_then_takes_the_write_once_freed(
         filler.unlink()
 
         for n in range(4):
-            assert token_create(f"freed-{n}").status_code == 201
+            assert token_create(web, f"freed-{n}").status_code == 201
         assert tokens(web) == sorted([*before, *(f"freed-{n}" for n in range(4))])
