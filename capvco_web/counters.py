@@ -1,17 +1,18 @@
 """Counters that every process, web and workers, adds to and a scrape reads: a Redis hash
 in the broker's Redis (for `make run`, the private Redis of its checkout), else, beside a
 broker that is not Redis, a file under the var dir (one machine). Nothing here touches
-the database, so counting costs no query."""
+the database, so counting costs no query. Beside the counts, stamps: the last value
+written under a key (when each account's whitesky last answered: cloud.reach)."""
 
 from __future__ import annotations
 
 import fcntl
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import cache
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import redis
 from django.conf import settings
@@ -25,6 +26,8 @@ SEP = "\x1f"  # joins label values into one field of the store
 class CounterStore(Protocol):
     def add(self, name: str, labels: tuple[str, ...], amount: int = 1) -> None: ...
     def read(self, name: str) -> dict[tuple[str, ...], int]: ...
+    def stamp(self, name: str, key: str, value: str) -> None: ...
+    def stamps(self, name: str) -> dict[str, str]: ...
 
 
 class RedisCounters:
@@ -39,6 +42,13 @@ class RedisCounters:
         raw: Mapping[bytes, bytes] = self.redis.hgetall(f"{self.prefix}metrics:{name}")  # type: ignore[assignment]
         return {tuple(k.decode().split(SEP)): int(v) for k, v in raw.items()}
 
+    def stamp(self, name: str, key: str, value: str) -> None:
+        self.redis.hset(f"{self.prefix}stamps:{name}", key, value)
+
+    def stamps(self, name: str) -> dict[str, str]:
+        raw: Mapping[bytes, bytes] = self.redis.hgetall(f"{self.prefix}stamps:{name}")  # type: ignore[assignment]
+        return {k.decode(): v.decode() for k, v in raw.items()}
+
 
 class FileCounters:
     """One JSON file per counter, changed under an exclusive lock."""
@@ -50,25 +60,36 @@ class FileCounters:
         self.folder.mkdir(parents=True, exist_ok=True)
         return self.folder / f"{name}.json"
 
-    def add(self, name: str, labels: tuple[str, ...], amount: int = 1) -> None:
-        with self._path(name).open("a+") as handle:
+    def _change(self, file: str, key: str, change: Callable[[Any], Any]) -> None:
+        with self._path(file).open("a+") as handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
             handle.seek(0)
-            counts = json.loads(handle.read() or "{}")
-            key = SEP.join(labels)
-            counts[key] = counts.get(key, 0) + amount
+            values = json.loads(handle.read() or "{}")
+            values[key] = change(values.get(key))
             handle.seek(0)
             handle.truncate()
-            handle.write(json.dumps(counts))
+            handle.write(json.dumps(values))
 
-    def read(self, name: str) -> dict[tuple[str, ...], int]:
-        path = self._path(name)
+    def _read(self, file: str) -> dict[str, Any]:
+        path = self._path(file)
         if not path.exists():
             return {}
         with path.open() as handle:
             fcntl.flock(handle, fcntl.LOCK_SH)
-            counts: dict[str, int] = json.loads(handle.read() or "{}")
-        return {tuple(k.split(SEP)): v for k, v in counts.items()}
+            values: dict[str, Any] = json.loads(handle.read() or "{}")
+        return values
+
+    def add(self, name: str, labels: tuple[str, ...], amount: int = 1) -> None:
+        self._change(name, SEP.join(labels), lambda count: (count or 0) + amount)
+
+    def read(self, name: str) -> dict[tuple[str, ...], int]:
+        return {tuple(k.split(SEP)): v for k, v in self._read(name).items()}
+
+    def stamp(self, name: str, key: str, value: str) -> None:
+        self._change(f"{name}.stamps", key, lambda _: value)
+
+    def stamps(self, name: str) -> dict[str, str]:
+        return self._read(f"{name}.stamps")
 
 
 @cache
@@ -85,6 +106,15 @@ def count(name: str, *labels: str) -> None:
         counters().add(name, labels)
     except (redis.RedisError, OSError) as exc:
         logger.warning("metrics: %s not counted: %s", name, exc)
+
+
+def stamp(name: str, key: str, value: str) -> None:
+    """Write the last value of `key`. Never fails the work it records: a lost one is
+    only logged."""
+    try:
+        counters().stamp(name, key, value)
+    except (redis.RedisError, OSError) as exc:
+        logger.warning("metrics: %s %s not stamped: %s", name, key, exc)
 
 
 def whitesky_call_count(account: int, operation: str, status: str) -> None:

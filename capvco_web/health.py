@@ -4,13 +4,20 @@ hosts, versions or errors behind it.
 
 `/readyz?check=database&check=broker` runs only the checks named: a web pod's readiness
 probe asks for what serving requests needs, so that a stopped beat, which a web pod
-cannot mend, does not take every web pod out of its Service."""
+cannot mend, does not take every web pod out of its Service.
+
+Beat's tick is judged twice, so that each says its own part: `beat` by the stamp beat
+writes once the tick is in the broker, `workers` by the stamp of the worker that ran it.
+Workers busy waiting out an unreachable whitesky leave the tick waiting: `workers` fails,
+`beat` does not, and the app that knows whitesky (cloud) registers a check of its own
+that names the account and the host that do not answer (`readiness_check_register`)."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_not_required
@@ -22,7 +29,7 @@ from django.views.decorators.http import require_GET
 from kombu import Connection
 
 from capvco_web.models import Heartbeat
-from capvco_web.tasks import BEAT
+from capvco_web.tasks import BEAT, WORKERS
 
 BROKER_TIMEOUT_SECONDS = 2
 
@@ -45,24 +52,58 @@ def check_broker() -> str:
     return "ok"
 
 
+def ticks() -> tuple[datetime | None, datetime | None]:
+    """When beat last sent its tick, and when a worker last ran one."""
+    stamps = dict(
+        Heartbeat.objects.filter(name__in=[BEAT, WORKERS]).values_list("name", "ticked_at")
+    )
+    return stamps.get(BEAT), stamps.get(WORKERS)
+
+
 def check_beat() -> str:
-    beat = Heartbeat.objects.filter(name=BEAT).first()
-    if beat is None:
+    sent, _ = ticks()
+    if sent is None:
         raise RuntimeError("no beat tick recorded yet")
-    age = timezone.now() - beat.ticked_at
-    limit = 2 * settings.HEARTBEAT_INTERVAL
+    age, limit = _seconds(timezone.now() - sent), _seconds(2 * settings.HEARTBEAT_INTERVAL)
     if age > limit:
-        raise RuntimeError(
-            f"last beat tick {age.total_seconds():.0f}s ago (limit {limit.total_seconds():.0f}s)"
-        )
-    return f"ok, {age.total_seconds():.0f}s ago"
+        raise RuntimeError(f"last beat tick sent {age:.0f}s ago (limit {limit:.0f}s)")
+    return f"ok, {age:.0f}s ago"
+
+
+def check_workers() -> str:
+    """A worker ran beat's tick within the limit, or ran the last one beat sent (a beat
+    that stopped is `beat`'s to say)."""
+    sent, run = ticks()
+    if run is None:
+        raise RuntimeError("no beat tick run by a worker yet")
+    now, limit = timezone.now(), _seconds(2 * settings.HEARTBEAT_INTERVAL)
+    age = _seconds(now - run)
+    if age <= limit:
+        return f"ok, ran beat's tick {age:.0f}s ago"
+    if sent is None or _seconds(sent - run) <= limit:
+        return f"ok, ran beat's last tick {age:.0f}s ago"
+    raise RuntimeError(
+        f"beat's tick not run for {age:.0f}s (limit {limit:.0f}s) though beat sent one "
+        f"{_seconds(now - sent):.0f}s ago: every worker busy, or none running"
+    )
+
+
+def _seconds(delta: timedelta) -> float:
+    return delta.total_seconds()
 
 
 READINESS_CHECKS: dict[str, Callable[[], str]] = {
     "database": check_database,
     "broker": check_broker,
     "beat": check_beat,
+    "workers": check_workers,
 }
+
+
+def readiness_check_register(name: str, check: Callable[[], str]) -> None:
+    """An app's own check (from its AppConfig.ready()): answers its detail when fine,
+    raises saying what is wrong otherwise."""
+    READINESS_CHECKS[name] = check
 
 
 @login_not_required

@@ -10,11 +10,13 @@ class CloudConfig(AppConfig):
     verbose_name = "Cloud"
 
     def ready(self) -> None:
+        from capvco_web.health import readiness_check_register
         from capvco_web.metrics import metrics_register
         from capvco_web.ownership import account_paths_register
         from capvco_web.permissions import roles_grant
         from cloud import metrics
         from cloud.models import Account, Cloudspace, Image, Location, Membership, VirtualMachine
+        from cloud.reach import check_whitesky
 
         account_paths_register(
             {
@@ -46,3 +48,4 @@ class CloudConfig(AppConfig):
             },
         )
         metrics_register(metrics.collect)
+        readiness_check_register("whitesky", check_whitesky)

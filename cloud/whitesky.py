@@ -12,9 +12,9 @@ from functools import partial
 
 from django.conf import settings
 
-from capvco_web.counters import whitesky_call_count
 from capvco_web.integrations import whitesky as ws
 from cloud.models import Account, whitesky_allowed_hosts
+from cloud.reach import whitesky_call_seen
 
 
 def whitesky_client(account: Account, *, seconds: float | None = None) -> ws.WhiteskyClient:
@@ -51,7 +51,7 @@ def account_api_client(
         allowed_hosts=whitesky_allowed_hosts(),
         iam_url=account.iam_url or None,
         on_token_refreshed=token_store,
-        on_answer=partial(whitesky_call_count, account.pk),
+        on_answer=partial(whitesky_call_seen, account.pk),
         proxy_url=settings.WHITESKY_PROXY_URL or None,
         ca_bundle=settings.WHITESKY_CA_BUNDLE or None,
         timeout=(settings.WHITESKY_CONNECT_TIMEOUT, settings.WHITESKY_READ_TIMEOUT),

@@ -289,7 +289,7 @@ class KubePodFactory(DjangoModelFactory):
 
 
 class HeartbeatFactory(DjangoModelFactory):
-    """Beat's tick, just now."""
+    """Beat's tick, sent just now (name=WORKERS: run by a worker)."""
 
     class Meta:
         model = Heartbeat

@@ -8,10 +8,16 @@ from pytest_django.fixtures import Settings
 
 from capvco_web import health
 from capvco_web.models import Heartbeat
-from capvco_web.tasks import BEAT, heartbeat
+from capvco_web.tasks import BEAT, WORKERS, heartbeat, heartbeat_sent
 from tests.factories import HeartbeatFactory
 
 pytestmark = pytest.mark.django_db
+
+
+def ticking() -> None:
+    """Beat sent its tick, and a worker ran it."""
+    heartbeat_sent(sender=heartbeat.name)
+    heartbeat()
 
 
 def test_healthz_answers_without_login(client: Client) -> None:
@@ -21,7 +27,7 @@ def test_healthz_answers_without_login(client: Client) -> None:
 
 
 def test_readyz_is_ready_with_database_broker_and_a_fresh_beat_tick(admin_client: Client) -> None:
-    heartbeat()  # what a worker does when beat ticks
+    ticking()
     response = admin_client.get("/readyz")
     body = response.json()
     assert response.status_code == 200, body
@@ -29,13 +35,15 @@ def test_readyz_is_ready_with_database_broker_and_a_fresh_beat_tick(admin_client
         "database": "ok",
         "broker": "ok",
         "beat": "ok",
+        "workers": "ok",
+        "whitesky": "ok",
     }
 
 
 def test_readyz_is_503_naming_the_broker_when_the_broker_is_unreachable(
     admin_client: Client, settings
 ) -> None:  # type: ignore[no-untyped-def]
-    heartbeat()
+    ticking()
     settings.CELERY_BROKER_URL = "redis://127.0.0.1:1/0"  # nothing listens on port 1
     response = admin_client.get("/readyz")
     body = response.json()
@@ -57,14 +65,36 @@ def test_readyz_is_503_when_the_last_beat_tick_is_older_than_twice_its_interval(
     admin_client: Client, settings
 ) -> None:  # type: ignore[no-untyped-def]
     stale = timezone.now() - 2 * settings.HEARTBEAT_INTERVAL - timedelta(seconds=1)
-    HeartbeatFactory(ticked_at=stale)
+    HeartbeatFactory(name=BEAT, ticked_at=stale)
+    HeartbeatFactory(name=WORKERS, ticked_at=stale)  # the last tick beat sent was run
     response = admin_client.get("/readyz")
     assert response.status_code == 503
-    assert "last beat tick" in response.json()["checks"]["beat"]["detail"]
+    checks = response.json()["checks"]
+    assert checks["beat"]["status"] == "fail"
+    assert "last beat tick sent" in checks["beat"]["detail"]
+    # The workers ran all that beat sent: not theirs to fail.
+    assert checks["workers"]["status"] == "ok"
+    assert checks["workers"]["detail"].startswith("ok, ran beat's last tick 3")
+
+
+def test_readyz_names_the_workers_not_beat_when_beat_ticks_and_no_worker_runs_it(
+    admin_client: Client, settings: Settings
+) -> None:
+    HeartbeatFactory(name=BEAT)  # sent just now
+    HeartbeatFactory(name=WORKERS, ticked_at=timezone.now() - timedelta(seconds=95))
+    response = admin_client.get("/readyz")
+    assert response.status_code == 503
+    checks = response.json()["checks"]
+    assert checks["beat"]["status"] == "ok"
+    assert checks["workers"]["status"] == "fail"
+    assert checks["workers"]["detail"].startswith("RuntimeError: beat's tick not run for 9")
+    assert checks["workers"]["detail"].endswith("s ago: every worker busy, or none running"), (
+        checks["workers"]
+    )
 
 
 def test_readyz_tells_an_anonymous_probe_ready_and_nothing_more(client: Client) -> None:
-    heartbeat()
+    ticking()
     response = client.get("/readyz")
     assert response.status_code == 200
     assert response.json() == {"status": "ok"}
@@ -73,7 +103,7 @@ def test_readyz_tells_an_anonymous_probe_ready_and_nothing_more(client: Client) 
 def test_readyz_tells_an_anonymous_probe_unavailable_without_naming_hosts_or_errors(
     client: Client, settings
 ) -> None:  # type: ignore[no-untyped-def]
-    heartbeat()
+    ticking()
     settings.CELERY_BROKER_URL = "redis://127.0.0.1:1/0"
     response = client.get("/readyz")
     assert response.status_code == 503
@@ -83,7 +113,7 @@ def test_readyz_tells_an_anonymous_probe_unavailable_without_naming_hosts_or_err
 def test_readyz_details_are_for_staff_not_for_any_logged_in_user(
     logged_in_client: Client,
 ) -> None:
-    heartbeat()
+    ticking()
     assert logged_in_client.get("/readyz").json() == {"status": "ok"}
 
 
@@ -122,7 +152,8 @@ def test_readyz_refuses_an_unknown_check_naming_it_and_the_known_ones(client: Cl
     response = client.get("/readyz?check=database&check=databse")
     assert response.status_code == 400
     assert response.json() == {
-        "detail": "unknown readiness check 'databse': choose from database, broker, beat"
+        "detail": "unknown readiness check 'databse': choose from database, broker, beat, "
+        "workers, whitesky"
     }
 
 
@@ -132,7 +163,7 @@ def test_readyz_refuses_an_empty_check_name(client: Client) -> None:
 
 def test_heartbeat_task_moves_the_tick_forward() -> None:
     HeartbeatFactory(ticked_at=timezone.now() - timedelta(hours=1))
-    heartbeat()
+    ticking()
     assert timezone.now() - Heartbeat.objects.get(name=BEAT).ticked_at < timedelta(seconds=5)
 
 
@@ -143,12 +174,16 @@ def test_readyz_not_ready_is_said_once_as_a_warning_never_as_a_django_request_er
     health.last_failing.clear()
     for _ in range(3):  # probes while beat has not ticked yet, as at start-up
         assert client.get("/readyz").status_code == 503
-    HeartbeatFactory(name=BEAT)
+    ticking()
     assert client.get("/readyz").status_code == 200
 
     assert not [r for r in caplog.records if r.name == "django.request"]
     said = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == health.__name__]
     assert said == [
-        ("WARNING", "not ready: beat: RuntimeError: no beat tick recorded yet"),
-        ("INFO", "ready (beat, broker, database)"),
+        (
+            "WARNING",
+            "not ready: beat: RuntimeError: no beat tick recorded yet; "
+            "workers: RuntimeError: no beat tick run by a worker yet",
+        ),
+        ("INFO", "ready (beat, broker, database, whitesky, workers)"),
     ]

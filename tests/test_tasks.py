@@ -9,7 +9,7 @@ import pytest
 from django.db import transaction
 
 from capvco_web.models import Heartbeat
-from capvco_web.tasks import BEAT, heartbeat, send_on_commit
+from capvco_web.tasks import WORKERS, heartbeat, send_on_commit
 
 pytestmark = pytest.mark.django_db
 
@@ -20,8 +20,8 @@ def test_a_task_sent_in_a_transaction_runs_only_once_it_commits(
     with run_tasks():
         with transaction.atomic():
             send_on_commit(heartbeat)
-        assert not Heartbeat.objects.filter(name=BEAT).exists()
-    assert Heartbeat.objects.filter(name=BEAT).exists()
+        assert not Heartbeat.objects.filter(name=WORKERS).exists()
+    assert Heartbeat.objects.filter(name=WORKERS).exists()
 
 
 def test_a_task_sent_in_a_transaction_that_rolls_back_is_never_sent(
@@ -34,4 +34,4 @@ def test_a_task_sent_in_a_transaction_that_rolls_back_is_never_sent(
                 raise RuntimeError("the change failed")
         except RuntimeError:
             pass
-    assert not Heartbeat.objects.filter(name=BEAT).exists()
+    assert not Heartbeat.objects.filter(name=WORKERS).exists()

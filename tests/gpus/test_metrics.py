@@ -181,6 +181,15 @@ def test_counts_from_several_processes_add_up_in_the_file_store(tmp_path: Path) 
     assert FileCounters(tmp_path).read("calls") == {("op", "200"): 900}
 
 
+def test_the_file_store_keeps_the_last_stamp_of_a_key_beside_the_counts(tmp_path: Path) -> None:
+    store = FileCounters(tmp_path)
+    store.add("calls", ("op", "200"))
+    store.stamp("calls", "7:answered", "1.5")
+    store.stamp("calls", "7:answered", "2.5")
+    assert store.stamps("calls") == {"7:answered": "2.5"}
+    assert store.read("calls") == {("op", "200"): 1}
+
+
 @pytest.mark.usefixtures("allowed")
 def test_machines_of_every_phase_are_shown_even_when_none(db: None) -> None:
     account = str(AccountFactory().pk)
