@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from capvco_web.rows import fields_assign
+from capvco_web.rows import fields_assign, rows_key_share
 from clusters.models import Cluster, Machine
 from gpus import naming
 from kube.models import KubeNode, MachineNode
@@ -58,7 +58,12 @@ class NodeOwners:
         self.by_name = {m.vm_name: m for m in machines}
 
     @classmethod
-    def load(cls, cluster: Cluster) -> NodeOwners:
+    def load(cls, cluster: Cluster, *, hold: bool = False) -> NodeOwners:
+        """`hold`: keep the machines from being deleted until the transaction ends, for a
+        caller that writes rows naming them (observe's node links and flags): a delete in
+        flight (Machine.delete locks its row first) is waited for, and its machine then not
+        seen. Taken before any row naming a machine is written, or the delete, clearing
+        those rows, and this would each wait for the other."""
         rows = Machine.objects.filter(pool__cluster=cluster).values_list(
             "pk", "name", "pool__site__location__name", "vm_id"
         )
@@ -66,9 +71,13 @@ class NodeOwners:
             cluster,
             [
                 MachineRef(pk, naming.vm_name(cluster.name, name), location, vm_id)
-                for pk, name, location, vm_id in rows
+                for pk, name, location, vm_id in (rows_key_share(rows) if hold else rows)
             ],
         )
+
+    @property
+    def machine_ids(self) -> set[int]:
+        return {m.pk for m in self.by_name.values()}
 
     def owner(self, *, name: str, provider_id: str) -> MachineRef | None:
         vm = provider_id_parse(provider_id)
@@ -99,6 +108,7 @@ def node_owners_flag(
     listed_at: datetime,
     now: datetime,
     join_timeout: timedelta,
+    owners: NodeOwners | None = None,
 ) -> FlagCounts:
     """Link each mirrored node to its machine and raise or clear the flags.
 
@@ -107,8 +117,12 @@ def node_owners_flag(
     a node nobody owns is flagged (`unowned_since`), and a running machine whose VM
     started `join_timeout` before the listing began, with no node, is flagged
     (`MachineNode.missing`): by then its node had its time to join.
+
+    `owners`: the cluster's machines, held (`NodeOwners.load(hold=True)`) since before
+    the transaction wrote any row; only those are linked and flagged (a machine made since
+    is the next pass's). Without, they are read here, not held.
     """
-    owners = NodeOwners.load(cluster)
+    owners = owners or NodeOwners.load(cluster)
     counts = FlagCounts()
     to_update: list[KubeNode] = []
     owned: set[int] = set()
@@ -137,7 +151,7 @@ def node_owners_flag(
         "node_state__missing", "node_state__missing_reason", "deletion__machine",
     )  # fmt: skip
     machines = list(
-        Machine.objects.filter(pool__cluster=cluster)
+        Machine.objects.filter(pk__in=owners.machine_ids)
         .select_related("pool__site__location", "node_state", "deletion")
         .only(*fields)
     )

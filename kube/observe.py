@@ -36,7 +36,7 @@ from clusters.models import Cluster
 from kube.gpu_nodes import node_gpu_flags
 from kube.gpu_verify import gpu_verify_wanted, verify_jobs_list, verify_jobs_sync
 from kube.models import ClusterObservation, KubeNode, KubePod
-from kube.nodes import node_owners_flag
+from kube.nodes import NodeOwners, node_owners_flag
 from kube.selectors import cluster_observation, kube_watched
 
 if TYPE_CHECKING:
@@ -121,6 +121,9 @@ def cluster_kube_observe(*, client: KubeClient, cluster: Cluster) -> KubeObserva
             if listing.error is not None:
                 result.errors.append(f"{what}: {listing.error}")
     with transaction.atomic():
+        # The machines the nodes are linked to, held until this commits: one deleted
+        # meanwhile is waited for and then not seen, never linked once gone.
+        owners = NodeOwners.load(cluster, hold=True)
         now = timezone.now()
         if "nodes" in watched:
             pass  # the watch wrote its rows
@@ -146,6 +149,7 @@ def cluster_kube_observe(*, client: KubeClient, cluster: Cluster) -> KubeObserva
             listed_at=nodes_started,
             now=now,
             join_timeout=timedelta(seconds=settings.NODE_JOIN_TIMEOUT_SECONDS),
+            owners=owners,
         ).writes
         result.writes += node_gpu_flags(
             cluster=cluster,

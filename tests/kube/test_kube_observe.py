@@ -4,22 +4,27 @@ API server over HTTP."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 import kubernetes
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from capvco_web.audit import SystemActor
 from clusters.models import Cluster, Machine, MachinePool
 from clusters.selectors import kube_observed
+from clusters.services import machine_force_delete
 from kube.client import kube_client
 from kube.models import ClusterObservation, KubeNode, KubePod, MachineNode
+from kube.nodes import NodeOwners
 from kube.observe import KubeObservationResult, cluster_kube_observe
 from kube.tasks import observe_cluster_kube
+from tests.gpus.test_lifecycle_regressions import backend_pid, until, waits_on_a_lock
 from tests.kube_sim import KubeSimulator, SimCluster, node_object, pod_object
 
 GPU_0, GPU_1 = "capvco-prod-gpu-0", "capvco-prod-gpu-1"  # the VM names of the pool's machines
@@ -415,3 +420,72 @@ def test_a_machine_given_a_new_vm_joins_anew(
     flags = node_flags("gpu-1")
     assert (flags.vm_id, flags.joined_at, flags.missing) == (202, None, True)
     assert flags.missing_reason.startswith("Never joined:")
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("first", ["observation", "delete"])
+def test_a_machine_deleted_during_an_observation_leaves_no_node_linked_to_it(
+    kube_sim: KubeSimulator,
+    observe: Observe,
+    require_postgres: None,
+    monkeypatch: pytest.MonkeyPatch,
+    settings: Any,
+    first: str,
+) -> None:
+    """A machine deleted in another session (its teardown, a force delete) either after the
+    observation read the cluster's machines (the delete waits for the pass) or in flight
+    before it (the pass waits, and then does not see the machine): the pass commits, and
+    no node is linked to the gone machine, no flag names it. Found by the seeded fault run
+    of our own parts: the pass linked a node to a machine deleted meanwhile, and failed at
+    its commit (a foreign key to a machine no longer there)."""
+    settings.NODE_JOIN_TIMEOUT_SECONDS = 900
+    seed(kube_sim)
+    started("gpu-1", minutes_ago=60)
+    Machine.objects.update(phase=Machine.Phase.RUNNING)
+    machine = Machine.objects.get(name="gpu-1")
+    observer, person = backend_pid(), []
+    deleted, done, observed = threading.Event(), threading.Event(), threading.Event()
+
+    def delete(hold: bool) -> None:
+        try:
+            person.append(backend_pid())
+            with transaction.atomic():
+                machine_force_delete(machine=machine, actor=SystemActor.RECONCILER, reason="x")
+                deleted.set()
+                if hold:  # in flight until the observation waits for it (or is over)
+                    until(lambda: observed.is_set() or waits_on_a_lock(observer), timeout=60)
+        finally:
+            done.set()
+            connection.close()
+
+    thread = threading.Thread(target=delete, args=(first == "delete",))
+    if first == "delete":
+        thread.start()
+        assert deleted.wait(timeout=10)
+    else:
+        load = NodeOwners.load.__func__  # type: ignore[attr-defined]
+
+        def load_then_delete(cls: type[NodeOwners], cluster: Cluster, **options: Any) -> Any:
+            owners = load(cls, cluster, **options)
+            if not thread.is_alive() and not done.is_set():
+                thread.start()
+                assert until(lambda: done.is_set() or bool(person and waits_on_a_lock(person[0])))
+            return owners
+
+        monkeypatch.setattr(NodeOwners, "load", classmethod(load_then_delete))
+    began = timezone.now()
+    try:
+        result = observe()  # raises if the pass failed at its commit
+    finally:
+        observed.set()
+        thread.join(timeout=60)
+
+    assert result.complete and done.is_set()
+    assert not Machine.objects.filter(pk=machine.pk).exists()
+    observation = ClusterObservation.objects.get()
+    assert observation.started_at is not None and observation.started_at >= began
+    assert dict(KubeNode.objects.values_list("name", "machine__name")) == {
+        GPU_0: "gpu-0",
+        GPU_1: None,
+    }
+    assert list(MachineNode.objects.values_list("machine__name", flat=True)) == ["gpu-0"]
