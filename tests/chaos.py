@@ -183,10 +183,18 @@ class ChaosReport:
 class Operator:
     """Makes clusters and scales pools through the API, as a person would."""
 
-    def __init__(self, account: Account, api: Callable[[User], Any] | None = None) -> None:
+    def __init__(
+        self,
+        account: Account,
+        api: Callable[[User], Any] | None = None,
+        kubeconfigs: dict[str, str] | None = None,
+    ) -> None:
         """`api` makes the person's client (the test client by default): one with the
-        test client's post(url, data, format=...) answering .status_code and .data."""
+        test client's post(url, data, format=...) answering .status_code and .data.
+        `kubeconfigs`: by cluster name, its workload cluster's (with the GPU add-on on);
+        none by default."""
         self.account = account
+        self.kubeconfigs = kubeconfigs or {}
         user, _ = User.objects.get_or_create(username="chaos-operator")
         # Makes clusters, so the account's admin (an operator may only scale).
         Membership.objects.get_or_create(
@@ -207,8 +215,13 @@ class Operator:
         return dict(response.data)
 
     def cluster_create(self, name: str, rng: random.Random) -> str:
+        kube = (
+            {"kubeconfig": self.kubeconfigs[name], "gpu_addon": True}
+            if name in self.kubeconfigs
+            else {}
+        )
         cluster = self._send(
-            "post", "/api/v1/clusters/", {"name": name, "account": self.account.pk}
+            "post", "/api/v1/clusters/", {"name": name, "account": self.account.pk, **kube}
         )
         sites = {}
         for location in (NL, BE):
@@ -531,7 +544,14 @@ class Settling(Protocol):
     settled_after: float | None
 
 
-def _settle(report: Settling, plane: Plane, seconds: float, log: Callable[[str], None]) -> None:
+def _settle(
+    report: Settling,
+    plane: Plane,
+    seconds: float,
+    log: Callable[[str], None],
+    more: Callable[[], list[str]] = list,
+) -> None:
+    """Wait (at most `seconds`) until every invariant holds: the lifecycle's, and `more`."""
     began = time.monotonic()
     deadline = began + seconds
     gone = set(CLUSTER_NAMES) - set(
@@ -541,10 +561,10 @@ def _settle(report: Settling, plane: Plane, seconds: float, log: Callable[[str],
         log(f"to be gone: {', '.join(sorted(gone))}")
     said = began
     while True:
-        problems = lifecycle_problems(plane, gone=gone)
+        problems = lifecycle_problems(plane, gone=gone) + more()
         if not problems:
             time.sleep(CONNECT + LONG_READ + 2)  # still so once no late call can land
-            problems = lifecycle_problems(plane, gone=gone)
+            problems = lifecycle_problems(plane, gone=gone) + more()
             if not problems:
                 report.settled_after = time.monotonic() - began
                 log(f"settled: every invariant holds ({report.settled_after:.0f} s)")

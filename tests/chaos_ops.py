@@ -1,14 +1,17 @@
 """A seeded fault run of our own parts: the database, the broker, beat, the network to
-whitesky and a web process, each failed at random points of a busy GPU lifecycle, and the
-invariants of tests/chaos.py (with more of its own) after it settles.
+whitesky, a web process and a cluster's Kubernetes API server, each failed at random points
+of a busy GPU lifecycle, and the invariants of tests/chaos.py (with more of its own) after
+it settles.
 
 The run starts its own PostgreSQL (initdb on a free port), its own redis-server (the
 broker, keeping nothing on disk), the whitesky simulator behind a TCP proxy it controls,
-gunicorn serving the API (capvco_web/gunicorn_conf.py) and two real Celery workers (the
-first runs beat), with the intervals of tests/chaos.py (a second where production has 30 s:
-time runs about 30 times faster). A driver, from one seed, scales pools through the API,
-force-deletes machines and deletes clusters and makes them again; one fault at a time, in
-seeded order, comes and goes:
+the Kubernetes simulator (the simulator's VMs join its clusters as nodes; its scheduler
+runs our GPU verification Jobs and its demo pods) with each cluster's API server behind a
+TCP proxy of its own, gunicorn serving the API (capvco_web/gunicorn_conf.py) and two real
+Celery workers (the first runs beat), with the intervals of tests/chaos.py (a second where
+production has 30 s: time runs about 30 times faster). A driver, from one seed, scales
+pools through the API, force-deletes machines and deletes clusters and makes them again;
+one fault at a time, in seeded order, comes and goes:
 
 * postgres-restart: PostgreSQL stopped (-m fast), started again seconds later;
 * postgres-cut: every backend of the run's database terminated (pg_terminate_backend),
@@ -19,16 +22,25 @@ seeded order, comes and goes:
 * beat-twice: the second worker started again with a beat of its own, for a while;
 * whitesky-refused / whitesky-held: the proxy resets every connection to whitesky, or
   holds them open and silent, for seconds (the client's timeouts many times over);
-* gunicorn-kill: a gunicorn worker SIGKILLed while a request of the driver is in flight.
+* gunicorn-kill: a gunicorn worker SIGKILLed while a request of the driver is in flight;
+* kube-dropped / kube-held: one cluster's API server (seeded) cut off the same ways, its
+  listings paged so that a cut comes midway too.
+
+Besides the invariants after settling, the mirror of the clusters' nodes and pods is held
+against the clusters twice a second all along (`Clusters.check`): no node or pod the
+cluster still has may leave the mirror, and no machine may be flagged node-missing by a
+listing begun after its node was there. After settling, each cluster is observed whole,
+its mirror what it has, no node missing.
 
 A long run is a command:
 
     .venv/bin/python -m tests.chaos_ops --seed 7 --minutes 6
 
 It prints its seed first, then each fault with what the operator saw during it (/readyz,
-the dashboard's system panel, the API's answers) and how long after it /readyz and the API
-answered again; then the invariants after settling. About 70 s of faults make one round of
-every kind: `--minutes 6` injects each at least five times.
+the dashboard's system panel, the API's answers, a cut off cluster's observation) and how
+long after it /readyz and the API answered again (and the cluster was observed whole
+again); then the invariants after settling. About 85 s of faults make one round of every
+kind: `--minutes 6` injects each four times.
 """
 
 from __future__ import annotations
@@ -56,6 +68,7 @@ if __name__ == "__main__":  # our own servers first, then Django, with the test 
     django.setup()
 
 import argparse
+import copy
 import random
 import re
 import secrets
@@ -63,24 +76,33 @@ import shutil
 import signal
 import threading
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
 import requests
+import yaml
 from django.contrib.auth.models import User
-from django.db import DatabaseError, InterfaceError, connection
+from django.db import DatabaseError, InterfaceError, connection, transaction
 from django.test import Client
+from django.utils import timezone
 from kombu.exceptions import OperationalError as BrokerError
 
 from capvco_web.models import AuditEvent
 from capvco_web.tokens import api_token_create
-from clusters.models import Machine, MachinePool
+from clusters.models import Cluster, Machine, MachinePool
+from gpus import naming
+from kube.gpu_verify import VERIFIED_LABEL
+from kube.models import ClusterObservation, KubeNode, KubePod, MachineNode
+from kube.nodes import provider_id
 from tests.chaos import (
     ACTION_EVERY,
     CLUSTER_NAMES,
+    CONNECT,
+    READ,
     WHITESKY_FAILURE,
     WORKER_ENV,
     ChaosError,
@@ -100,6 +122,7 @@ from tests.e2e.processes import (
     gunicorn_workers,
 )
 from tests.gpus.conftest import Plane
+from tests.kube_sim import KubeSimulator, kube_server_allow
 from tests.servers import PrivatePostgres, PrivateRedis, TcpProxy
 from tests.whitesky_sim import WhiteskySimulator, whitesky_host_allow
 
@@ -112,14 +135,30 @@ FAULTS = (
     "whitesky-refused",
     "whitesky-held",
     "gunicorn-kill",
+    "kube-dropped",
+    "kube-held",
 )
 BEAT_STOPPED_SECONDS = 20.0  # 10 minutes of production time (intervals 30 times longer)
 DOWN_SECONDS = (2.0, 6.0)  # how long a server is down, or the network cut
 FAULT_GAP = (1.0, 3.0)  # between one fault's end and the next one's start
 WATCH_EVERY = 1.0
 RECOVERY_LIMIT = 60.0
-# The workers' and the web's heartbeat: /readyz says beat is missing within seconds.
-ENV = {**WORKER_ENV, "HEARTBEAT_INTERVAL_SECONDS": "1"}
+# The workers' and the web's heartbeat: /readyz says beat is missing within seconds. The
+# clusters' API servers with the timeouts of whitesky's; a machine's node has seconds to
+# join, so that a node missing is judged within the run.
+ENV = {
+    **WORKER_ENV,
+    "HEARTBEAT_INTERVAL_SECONDS": "1",
+    "KUBE_CONNECT_TIMEOUT_SECONDS": str(CONNECT),
+    "KUBE_READ_TIMEOUT_SECONDS": str(READ),
+    "KUBE_LIST_PAGE_SIZE": "2",  # listings of several pages, cut midway too
+    "NODE_JOIN_TIMEOUT_SECONDS": "8",
+    "GPU_ADVERTISE_TIMEOUT_SECONDS": "8",
+    # Each GPU node verified by a Job of ours (the simulator runs it), then labelled so:
+    # the simulator's demo pods ask for verified nodes, and run on them.
+    "GPU_VERIFY": "true",
+}
+KUBE_EVERY = 0.5  # how often the mirror and the flags are checked against the clusters
 # What a worker may log while our own parts fail, besides whitesky failing: the database
 # or the broker gone, and whitesky out of reach.
 OUR_PARTS_FAILURE = re.compile(
@@ -138,6 +177,8 @@ class FaultRecord:
     kind: str
     began: float
     what: str = ""
+    cluster: str = ""
+    """The cluster whose API server a kube fault cut off."""
     ended: float | None = None
     readyz: Counter[str] = field(default_factory=Counter)
     """/readyz during the fault: "200" or "503 database, broker" (its failing checks)."""
@@ -168,6 +209,7 @@ class OpsReport:
     actions: Counter[str] = field(default_factory=Counter)
     settled_after: float | None = None
     logs: Path | None = None
+    kube: str = ""
 
     def table(self) -> str:
         """Per kind of fault: how many, violations, worst recovery."""
@@ -188,6 +230,8 @@ class OpsReport:
         ]
         if self.settled_after is not None:
             lines.append(f"settled {self.settled_after:.0f} s after the last fault")
+        if self.kube:
+            lines.append(self.kube)
         if self.problems:
             lines.append(f"{len(self.problems)} problem(s) (seed {self.seed}):")
             lines += [f"  - {problem}" for problem in self.problems]
@@ -293,12 +337,201 @@ class Watch:
         failing = re.findall(r"<td>(\w+)</td>\s*<td class=\"fail\">", section)
         return f"failing: {', '.join(failing)}" if failing else "all ok"
 
+    def kube(self, api: WebApi, cluster: str) -> str:
+        """The cluster's Kubernetes observation, as the API shows it to the operator."""
+        pk = Cluster.objects.filter(name=cluster).values_list("pk", flat=True).first()
+        try:
+            shown = api.get(f"/api/v1/clusters/{pk}/").data if pk else None
+        except ChaosError:
+            shown = None
+        if not isinstance(shown, dict):
+            return f"cluster {cluster}: not shown"
+        if shown["kube_observation_complete"]:
+            return f"cluster {cluster}: observed"
+        if shown["kube_observation_started_at"] is None:
+            return f"cluster {cluster}: not observed yet"
+        return f"cluster {cluster}: observation failing ({shown['kube_observation_error'][:80]})"
+
     def answering(self, api: WebApi) -> bool:
         try:
             pools = api.get("/api/v1/pools/").status_code
         except ChaosError:
             return False
         return pools == 200 and self.readyz() == "200"
+
+
+# --- the clusters' Kubernetes, each API server behind a proxy of its own ----------------
+
+
+class Clusters:
+    """The run's workload clusters: the Kubernetes simulator, whose nodes are the VMs of the
+    whitesky simulator joined as kubeadm would, and whose scheduler places pods (its demo
+    pods, the GPU verification Jobs'), each cluster's API server reached through a TCP
+    proxy of its own; and what the control plane's mirror of them must never do while an
+    API server is cut off: lose a node or a pod the cluster still has, or say a machine's
+    node is missing when the cluster had it before the listing that judged."""
+
+    def __init__(self, kube: KubeSimulator) -> None:
+        self.kube = kube
+        self.sim = {name: kube.cluster(name) for name in CLUSTER_NAMES}
+        port = int(kube.base_url.rsplit(":", 1)[1])
+        self.proxies = {name: TcpProxy(port) for name in CLUSTER_NAMES}
+        for proxy in self.proxies.values():
+            kube_server_allow(self.origin(proxy))
+        self.seen: dict[int, set[str]] = {}
+        """Per cluster (its pk: a cluster made again is another), the uids mirrored once."""
+        self.said: set[str] = set()
+        """What was found wrong (each is told once)."""
+        self.looks = 0
+        self.most: Counter[str] = Counter()
+        """The most nodes and pods one look found mirrored."""
+
+    def kubeconfigs(self) -> dict[str, str]:
+        """Each cluster's kubeconfig, naming its proxy as the API server."""
+        found = {}
+        for name, sim in self.sim.items():
+            config = copy.deepcopy(sim.kubeconfig)
+            proxied = self.origin(self.proxies[name])
+            config["clusters"][0]["cluster"]["server"] = sim.server.replace(
+                self.kube.base_url, proxied
+            )
+            found[name] = yaml.safe_dump(config)
+        return found
+
+    @staticmethod
+    def origin(proxy: TcpProxy) -> str:
+        """The API server as the kubeconfig names it (TLS passes through the proxy)."""
+        return f"https://127.0.0.1:{proxy.port}"
+
+    def close(self) -> None:
+        for proxy in self.proxies.values():
+            proxy.close()
+
+    def objects(self, name: str) -> dict[str, tuple[str, datetime, str]]:
+        """The cluster's nodes and pods now, read from its API server (not through the
+        proxy): by uid, what it is ("node x", "pod ns/x"), when it was made and (a node)
+        its providerID."""
+        sim = self.sim[name]
+        found = {}
+        for kind, path in (("node", "/api/v1/nodes"), ("pod", "/api/v1/pods")):
+            answer = requests.get(
+                f"{sim.server}{path}",
+                headers={"Authorization": f"Bearer {sim.token}"},
+                verify=sim.ca_file,
+                timeout=10,
+            )
+            answer.raise_for_status()
+            for item in answer.json()["items"]:
+                meta = item["metadata"]
+                where = f"{meta['namespace']}/" if kind == "pod" else ""
+                made = datetime.fromisoformat(meta["creationTimestamp"].replace("Z", "+00:00"))
+                provider_id = (item.get("spec") or {}).get("providerID", "")
+                found[meta["uid"]] = (f"{kind} {where}{meta['name']}", made, provider_id)
+        return found
+
+    def check(self) -> list[str]:
+        """One look: the mirror and the flags in one snapshot of the database, then the
+        clusters as they are (read after it: an object there now was there then). Answers
+        what it found wrong that no look found before."""
+        with transaction.atomic():
+            connection.cursor().execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            observed = Cluster.objects.filter(state=Cluster.State.ACTIVE).exclude(kubeconfig="")
+            active = dict(observed.values_list("pk", "name"))
+            mirrored: dict[int, set[str]] = defaultdict(set)
+            for model in (KubeNode, KubePod):
+                for cluster_id, uid in model.objects.filter(cluster__in=active).values_list(
+                    "cluster", "uid"
+                ):
+                    mirrored[cluster_id].add(uid)
+            flagged = list(
+                MachineNode.objects.filter(
+                    missing=True, machine__pool__cluster__in=active
+                ).values_list(
+                    "machine__pool__cluster",
+                    "machine__name",
+                    "machine__pool__site__location__name",
+                    "machine__vm_id",
+                    "missing_reason",
+                )
+            )
+            judged = dict(
+                ClusterObservation.objects.filter(cluster__in=active).values_list(
+                    "cluster", "last_complete_at"
+                )
+            )
+        self.seen = {pk: uids for pk, uids in self.seen.items() if pk in active}
+        there = {pk: self.objects(name) for pk, name in active.items()}
+        found = []
+        for pk, name in active.items():
+            seen = self.seen.setdefault(pk, set())
+            for uid in sorted(seen - mirrored[pk]):
+                if uid in there[pk]:
+                    found.append(f"{name}: the mirror lost {there[pk][uid][0]}, still there")
+            seen |= mirrored[pk]
+        looked = Counter(
+            what.split()[0] for objects in there.values() for what, _, _ in objects.values()
+        )
+        self.most |= looked
+        self.looks += 1
+        nodes = {
+            (pk, what.removeprefix("node "), provider_id): made
+            for pk, objects in there.items()
+            for what, made, provider_id in objects.values()
+            if what.startswith("node ")
+        }
+        for pk, machine, location, vm_id, reason in flagged:
+            # Its node: named after its VM, and with its VM's providerID (an old VM's node,
+            # of the same name, is not its node).
+            node = (pk, naming.vm_name(active[pk], machine), provider_id(location, vm_id))
+            made = nodes.get(node)
+            listed = judged.get(pk)
+            # Its timestamp is to the second, rounded down.
+            if made is not None and listed is not None and made + timedelta(seconds=1) < listed:
+                found.append(
+                    f"{active[pk]}: machine {machine} flagged node missing ({reason}), its node "
+                    f"there since {made:%H:%M:%S}, before the listing of {listed:%H:%M:%S.%f}"
+                )
+        new = [what for what in found if what not in self.said]
+        self.said.update(new)
+        return new
+
+    def unsettled(self) -> list[str]:
+        """What is not as it must be once the clusters settled: each observed cluster's
+        last observation complete, its mirror what the cluster has, no node missing."""
+        problems = []
+        observed = Cluster.objects.filter(state=Cluster.State.ACTIVE).exclude(kubeconfig="")
+        for cluster in observed:
+            observation = ClusterObservation.objects.filter(cluster=cluster).first()
+            if observation is None or not observation.complete:
+                error = observation.error if observation else "none yet"
+                problems.append(f"cluster {cluster.name}: Kubernetes not observed ({error})")
+                continue
+            there = {what for what, _, _ in self.objects(cluster.name).values()}
+            mirrored = {f"node {n}" for n in cluster.kube_nodes.values_list("name", flat=True)}
+            mirrored |= {
+                f"pod {ns}/{n}" for ns, n in cluster.kube_pods.values_list("namespace", "name")
+            }
+            if there != mirrored:
+                problems.append(
+                    f"cluster {cluster.name}: mirrored {sorted(mirrored - there)[:4]} gone, "
+                    f"{sorted(there - mirrored)[:4]} not mirrored"
+                )
+            for name, reason in MachineNode.objects.filter(
+                machine__pool__cluster=cluster, missing=True
+            ).values_list("machine__name", "missing_reason"):
+                problems.append(f"machine {cluster.name}/{name}: node missing ({reason})")
+        return problems
+
+
+def kube_census() -> str:
+    nodes = KubeNode.objects.all()
+    gpus = nodes.filter(gpu_capacity__gt=0)
+    verified = gpus.filter(labels__contains={VERIFIED_LABEL: "true"}).count()
+    pods = Counter(KubePod.objects.values_list("phase", flat=True))
+    return (
+        f"kubernetes: {nodes.count()} nodes ({gpus.count()} with GPUs, {verified} verified), "
+        f"pods {dict(sorted(pods.items())) or 'none'}"
+    )
 
 
 # --- the faults ---------------------------------------------------------------------------
@@ -312,12 +545,14 @@ class Parts:
         postgres: PrivatePostgres,
         broker: PrivateRedis,
         proxy: TcpProxy,
+        clusters: Clusters,
         workers: Workers,
         web_master: int,
     ) -> None:
         self.postgres = postgres
         self.broker = broker
         self.proxy = proxy
+        self.clusters = clusters
         self.workers = workers
         self.web_master = web_master
 
@@ -376,6 +611,7 @@ class Storm:
         self.accepted_scales: dict[int, int] = {}
         self.accepted_deletes: set[int] = set()
         self.cuts_until = 0.0
+        self.next_kube_check = 0.0
 
     def act(self, record: FaultRecord | None) -> None:
         """One action of the driver; refused is fine, as long as it is said clearly."""
@@ -438,6 +674,9 @@ class Storm:
                     self.cuts_until = time.monotonic() + rng.uniform(0.2, 0.8)
                 next_action, next_census = self._tick(record, next_action, next_census)
             record.panel = self.watch.panel()
+            if record.cluster:
+                record.panel += f"; {self.watch.kube(self.api, record.cluster)}"
+            record.problems += misnamed(record)
             self._end(record)
             record.ended = time.monotonic()
             self._recover(record)
@@ -466,12 +705,29 @@ class Storm:
             next_action = time.monotonic() + self.rngs["act"].uniform(*every)
         if now >= next_census:
             try:
-                self.log(_census())
+                self.log(f"{_census()}; {kube_census()}")
             except DatabaseError:
                 connection.close()
             next_census = now + 10
+        if now >= self.next_kube_check:
+            self.kube_check(record)
+            self.next_kube_check = time.monotonic() + KUBE_EVERY
         time.sleep(0.05)
         return next_action, next_census
+
+    def kube_check(self, record: FaultRecord | None) -> None:
+        """The mirror against the clusters; what is wrong is the fault's (or the run's)."""
+        try:
+            found = self.parts.clusters.check()
+        except (DatabaseError, InterfaceError):
+            connection.close()  # the database's own fault: the next look
+            return
+        except requests.RequestException as exc:
+            self.log(f"the clusters could not be read: {exc}")
+            return
+        for problem in found:
+            self.log(f"kubernetes: {problem}")
+        (record.problems if record else self.report.problems).extend(found)
 
     def _begin(self, record: FaultRecord, rng: random.Random) -> float:
         """Fail the part; answers when to mend it."""
@@ -499,6 +755,11 @@ class Storm:
         elif kind in ("whitesky-refused", "whitesky-held"):
             parts.proxy.set("refuse" if kind == "whitesky-refused" else "hold")
             record.what = f"whitesky {parts.proxy.mode} for {down:.1f} s"
+        elif kind in ("kube-dropped", "kube-held"):
+            record.cluster = rng.choice(CLUSTER_NAMES)
+            mode = "refuse" if kind == "kube-dropped" else "hold"
+            parts.clusters.proxies[record.cluster].set(mode)
+            record.what = f"{record.cluster}'s API server: {mode} for {down:.1f} s"
         elif kind == "gunicorn-kill":
             # Mid-request: the kill comes within the driver's request, sent at once.
             delay = rng.uniform(0.0, 0.08)
@@ -525,19 +786,49 @@ class Storm:
             parts.workers.start(1)
         elif kind in ("whitesky-refused", "whitesky-held"):
             parts.proxy.set("pass")
+        elif record.cluster:
+            parts.clusters.proxies[record.cluster].set("pass")
 
     def _recover(self, record: FaultRecord) -> None:
+        """Until /readyz and the API answer 200 again, and a cut off cluster (still there)
+        is observed whole by a listing begun after its API server came back."""
         assert record.ended is not None
+        ended_at = timezone.now()
         deadline = record.ended + RECOVERY_LIMIT
         while time.monotonic() < deadline:
-            if self.watch.answering(self.api):
+            if self.watch.answering(self.api) and self._observed_since(record, ended_at):
                 record.recovered_after = time.monotonic() - record.ended
                 return
+            self.kube_check(record)
             time.sleep(0.2)
         record.problems.append(f"not answering {RECOVERY_LIMIT:.0f} s after {record.kind}")
 
+    @staticmethod
+    def _observed_since(record: FaultRecord, moment: datetime) -> bool:
+        if not record.cluster:
+            return True
+        cluster = Cluster.objects.filter(name=record.cluster, state=Cluster.State.ACTIVE)
+        if not cluster.exists():
+            return True  # deleted meanwhile: nothing to observe
+        return ClusterObservation.objects.filter(
+            cluster__in=cluster, complete=True, last_complete_at__gt=moment
+        ).exists()
+
 
 # --- the invariants of its own ------------------------------------------------------------
+
+
+def misnamed(record: FaultRecord) -> list[str]:
+    """What the operator was told wrongly during the fault: whitesky out of reach said as
+    beat failing (beat sends its tick all along; the workers may be busy waiting out
+    whitesky's timeouts, which `workers` says)."""
+    if not record.kind.startswith("whitesky"):
+        return []
+    said = [seen for seen in record.readyz if "beat" in seen.split(" ", 1)[-1].split(", ")]
+    if "beat" in record.panel.removeprefix("failing: ").split(", "):
+        said.append(f"panel {record.panel}")
+    return [f"whitesky out of reach shown as beat failing: {', '.join(said)}"] if said else []
+
 
 # Done once per object: a second one is a duplicate (a request carried out twice). A
 # cluster's removal of the VMs carrying its name records each on the cluster, the VM named
@@ -580,6 +871,7 @@ def audit_duplicates() -> list[str]:
 def ops_run(
     *,
     sim: WhiteskySimulator,
+    kube: KubeSimulator,
     postgres: PrivatePostgres,
     broker: PrivateRedis,
     seed: int,
@@ -602,17 +894,19 @@ def ops_run(
     proxy = TcpProxy(int(sim.base_url.rsplit(":", 1)[1]))
     whitesky_host_allow(proxy.origin)
     account = _account(sim, rngs["setup"], origin=proxy.origin)
+    kube.reset()
+    clusters = Clusters(kube)
     workers = Workers(workdir, ENV)
-    plan = fault_plan(rngs["fault"], rounds=max(1, round(minutes * 60 / 70)))
+    plan = fault_plan(rngs["fault"], rounds=max(1, round(minutes * 60 / 85)))
     log(f"faults: {', '.join(plan)}")
     try:
         with gunicorn_serve(workdir, environment_for_subprocess(**ENV)) as server:
             api = WebApi(server.base, report)
-            operator = Operator(account, api=api.as_person)
+            operator = Operator(account, api=api.as_person, kubeconfigs=clusters.kubeconfigs())
             for name in CLUSTER_NAMES:
                 log(operator.cluster_create(name, rngs["setup"]))
             watch = Watch(server.base)
-            parts = Parts(postgres, broker, proxy, workers, server.pid)
+            parts = Parts(postgres, broker, proxy, clusters, workers, server.pid)
             driver = Driver(operator, rngs["act"])
             workers.start(0)
             workers.start(1)
@@ -621,7 +915,13 @@ def ops_run(
             storm = Storm(report, parts, driver, api, watch, rngs, log)
             storm.run(plan)
             log("faults over: settling")
-            _settle(report, Plane(sim=sim, account=account), settle_seconds, log)
+            _settle(
+                report, Plane(sim=sim, account=account), settle_seconds, log, clusters.unsettled
+            )
+            storm.kube_check(None)
+            report.kube = f"kubernetes: {clusters.looks} looks at the mirror, at most " + ", ".join(
+                f"{n} {what}s" for what, n in sorted(clusters.most.items())
+            )
             report.problems += requests_problems(storm)
             report.problems += audit_duplicates()
             for record in report.faults:
@@ -629,6 +929,7 @@ def ops_run(
     finally:
         workers.stop()
         proxy.close()
+        clusters.close()
     report.problems += worker_log_problems(workdir, expected=OUR_PARTS_FAILURE)
     report.problems += web_log_problems(workdir / "gunicorn.log")
     return report
@@ -655,6 +956,11 @@ def _wait(condition: Callable[[], bool], seconds: float, what: str) -> None:
 # --- the command --------------------------------------------------------------------------
 
 
+def kube_sim_args(sim: WhiteskySimulator) -> tuple[str, ...]:
+    """The Kubernetes simulator's: the VMs of `sim` join as nodes, pods are placed."""
+    return ("--join-whitesky", sim.base_url, "--join-interval", "1", "--schedule")
+
+
 def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seed", type=int, default=None, help="default: a random one")
@@ -669,9 +975,14 @@ def main(
 ) -> OpsReport:
     seed = args.seed if args.seed is not None else secrets.randbelow(10**6)
     print(f"chaos-ops seed {seed}", flush=True)
-    with test_database(), WhiteskySimulator() as sim:
+    with (
+        test_database(),
+        WhiteskySimulator() as sim,
+        KubeSimulator(extra_args=kube_sim_args(sim)) as kube,
+    ):
         report = ops_run(
             sim=sim,
+            kube=kube,
             postgres=postgres,
             broker=broker,
             seed=seed,
