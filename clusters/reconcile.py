@@ -47,6 +47,7 @@ from capvco_web.plans import (
 from capvco_web.rows import model_update
 from capvco_web.worker_slots import account_calls_slot
 from cloud.models import Location
+from cloud.services import InUse
 from clusters.cloud_init import machine_user_data
 from clusters.models import (
     GPU_SPEC_FIELDS,
@@ -924,7 +925,11 @@ def cluster_leftovers_reclaim(ctx: PassContext, cluster: Cluster, step: ClusterR
     if blockers:
         _blockers_set(cluster, blockers)
         return False
-    cluster_rows_delete(cluster=cluster, actor=ACTOR, reason="no reservation left")
+    try:
+        cluster_rows_delete(cluster=cluster, actor=ACTOR, reason="no reservation left")
+    except InUse as exc:  # a pass over its Kubernetes holds it a moment longer
+        _blockers_set(cluster, [exc.message])
+        return False
     return True
 
 

@@ -52,3 +52,10 @@ def kube_observed(queryset: QuerySet[Cluster] | None = None) -> QuerySet[Cluster
     """Clusters whose Kubernetes is observed: active ones with a kubeconfig."""
     clusters = Cluster.objects.all() if queryset is None else queryset
     return clusters.filter(state=Cluster.State.ACTIVE).exclude(kubeconfig="")
+
+
+def kube_observe_lock(cluster_id: int) -> str:
+    """The lock (capvco_web.locks) a pass over the cluster's Kubernetes holds from the read
+    of its cluster to its last write (kube.tasks). The cluster's rows are deleted only
+    under it (services.cluster_rows_delete): no pass writes rows naming a cluster gone."""
+    return f"observe-kube:{cluster_id}"

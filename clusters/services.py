@@ -31,6 +31,7 @@ from django.utils import timezone
 
 from capvco_web.audit import SystemActor, audit_record, audit_snapshot
 from capvco_web.integrations.kube import KubeconfigInvalid, kubeconfig_load
+from capvco_web.locks import object_lock
 from capvco_web.permissions import permission_require
 from capvco_web.rows import model_update
 from capvco_web.validators import kubeconfig_checked
@@ -44,6 +45,7 @@ from clusters.models import (
     MachinePool,
     replicas_bound,
 )
+from clusters.selectors import kube_observe_lock
 from gpus import naming
 from gpus.models import VgpuReservation
 
@@ -287,7 +289,19 @@ def account_delete(*, account: Account, actor: Actor, reason: str = "") -> None:
 def cluster_rows_delete(*, cluster: Cluster, actor: Actor, reason: str) -> None:
     """The last step of a cluster's teardown: delete the cluster with its pools and sites,
     once no machine is left. Refuses a cluster whose deletion was not asked for
-    (`cluster_delete`), which would skip the reclaim of its leftovers. Audited."""
+    (`cluster_delete`), which would skip the reclaim of its leftovers, and one whose
+    Kubernetes a pass is observing (it writes rows naming the cluster: the next try
+    deletes it). Audited."""
+    with object_lock(kube_observe_lock(cluster.pk)) as free:
+        if not free:
+            raise InUse(
+                f"cluster {cluster.name}: its Kubernetes is being observed; it is deleted "
+                "once that pass ends"
+            )
+        _cluster_rows_delete(cluster=cluster, actor=actor, reason=reason)
+
+
+def _cluster_rows_delete(*, cluster: Cluster, actor: Actor, reason: str) -> None:
     with transaction.atomic():
         if not Cluster.objects.filter(pk=cluster.pk, state=Cluster.State.DELETING).exists():
             raise ValueError(

@@ -15,7 +15,7 @@ from django.utils import timezone
 from capvco_web.integrations.kube import KubeconfigInvalid
 from capvco_web.locks import object_lock
 from capvco_web.tasks import send_on_commit
-from clusters.selectors import kube_observed
+from clusters.selectors import kube_observe_lock, kube_observed
 from kube.client import kube_client
 from kube.gpu_addon import cluster_gpu_addon_observe
 from kube.gpu_use import cluster_gpu_use_observe, gpu_use_due
@@ -47,17 +47,19 @@ def observe_cluster_kube(cluster_id: int) -> None:
     GPUs do (kube.gpu_use); then carry out
     the plan of what the control plane writes there (kube.plan): the GPU labels of its
     nodes and the GPU add-on."""
-    cluster = (
-        kube_observed()
-        .select_related("kube_observation", "gpu_addon_state", "gpu_use_state")
-        .filter(pk=cluster_id)
-        .first()
-    )
-    if cluster is None:
-        return  # deleted, deleting, or its kubeconfig removed since the fan-out
-    with object_lock(f"observe-kube:{cluster_id}") as taken:
+    with object_lock(kube_observe_lock(cluster_id)) as taken:
         if not taken:
             return
+        # Read under the lock: the cluster's rows are deleted only under it, so they stay
+        # until this pass ends, however long its calls take.
+        cluster = (
+            kube_observed()
+            .select_related("kube_observation", "gpu_addon_state", "gpu_use_state")
+            .filter(pk=cluster_id)
+            .first()
+        )
+        if cluster is None:
+            return  # deleted, deleting, or its kubeconfig removed since the fan-out
         try:
             client = kube_client(cluster)
         except KubeconfigInvalid as exc:
