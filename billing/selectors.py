@@ -288,6 +288,29 @@ def step_after(step: SeriesStep, start: datetime) -> datetime:
     return start + DAY if step == "day" else next_month(start)
 
 
+def series_bounds(*, step: SeriesStep, start: datetime, end: datetime, now: datetime) -> None:
+    """What a series may span, for the API and the dashboard's windows alike: [start, end)
+    in whole steps, at most SERIES_RANGE_DAYS, and by the hour only within the hours kept
+    (COST_HOURLY_HISTORY_DAYS). Refused (ValidationError naming the parameter) otherwise."""
+    problems: dict[str, str] = {}
+    for name, moment in (("start", start), ("end", end)):
+        if moment != step_start(step, moment):
+            problems[name] = f"Give the start of {'an' if step == 'hour' else 'a'} {step} (UTC)."
+    if end <= start:
+        problems.setdefault("end", "Give an end after the start (the end is exclusive).")
+    elif end - start > timedelta(days=SERIES_RANGE_DAYS):
+        problems.setdefault("end", f"Ask for at most {SERIES_RANGE_DAYS} days at a time.")
+    kept_from = hour_of(now) - timedelta(days=settings.COST_HOURLY_HISTORY_DAYS)
+    if step == "hour" and start < kept_from:
+        problems.setdefault(
+            "start",
+            f"Hours are kept {settings.COST_HOURLY_HISTORY_DAYS} days (from "
+            f"{kept_from:%Y-%m-%dT%H:%MZ}): give a later start, or step by the day.",
+        )
+    if problems:
+        raise ValidationError(problems)
+
+
 @dataclass
 class CostSeries:
     """What each group cost per step in [start, end), and how many of the range's hours a
@@ -314,23 +337,7 @@ def cost_history(
     left out: the end of the step now running), within the history kept and the bounds
     above. Refused (ValidationError naming the parameter) otherwise. Four queries."""
     end = end if end is not None else step_after(step, step_start(step, now))
-    problems: dict[str, str] = {}
-    for name, moment in (("start", start), ("end", end)):
-        if moment != step_start(step, moment):
-            problems[name] = f"Give the start of {'an' if step == 'hour' else 'a'} {step} (UTC)."
-    if end <= start:
-        problems.setdefault("end", "Give an end after the start (the end is exclusive).")
-    elif end - start > timedelta(days=SERIES_RANGE_DAYS):
-        problems.setdefault("end", f"Ask for at most {SERIES_RANGE_DAYS} days at a time.")
-    kept_from = hour_of(now) - timedelta(days=settings.COST_HOURLY_HISTORY_DAYS)
-    if step == "hour" and start < kept_from:
-        problems.setdefault(
-            "start",
-            f"Hours are kept {settings.COST_HOURLY_HISTORY_DAYS} days (from "
-            f"{kept_from:%Y-%m-%dT%H:%MZ}): give a later start, or step day or month.",
-        )
-    if problems:
-        raise ValidationError(problems)
+    series_bounds(step=step, start=start, end=end, now=now)
     points = cost_series(group_by=group_by, locations=locations, start=start, end=end, step=step)
     if len(points) > SERIES_ROWS_MAX:
         raise ValidationError(
