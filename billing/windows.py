@@ -2,7 +2,8 @@
 `?start=2026-11-01&end=2026-12-01&step=day`): the last 24 hours, 7 or 30 days, this month,
 last month, or a start and an end; by the hour or by the day. One reading for the pages
 and their charts' CSVs, held to the bounds of the costs API's series
-(billing.selectors.series_bounds), so a window the page draws is one the API answers.
+(billing.selectors.series_bounds), so a window the page draws is one the API answers; and
+by the hour to a month, as a chart draws a bar per step.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ PRESETS: dict[str, tuple[str, timedelta | None]] = {
     "last-month": ("last month", None),
 }
 WINDOW_STEPS: tuple[SeriesStep, ...] = ("hour", "day")
+# A chart draws a bar (and its table a row) per step: by the hour, a month at most.
+HOURLY_DAYS_MAX = 31
 DEFAULT_WINDOW, DEFAULT_STEP = "month", "day"
 PARAMETERS = ("window", "start", "end", "step")
 CUSTOM = "custom"
@@ -77,9 +80,9 @@ def window_from(params: QueryDict | Mapping[str, str], *, now: datetime) -> Wind
     """The window `params` ask for (nothing: this month by the day). Refused
     (ValidationError naming each parameter at fault): an unknown window or step, a window
     given with a start or an end, a start without an end or the other way round, a time
-    that is not ISO 8601, and what the costs API refuses (series_bounds): a bound that is
-    not the start of a step, an end not after the start, more than two years, or hours
-    older than those kept."""
+    that is not ISO 8601; what the costs API refuses (series_bounds): a bound that is not
+    the start of a step, an end not after the start, more than two years, or hours older
+    than those kept; and by the hour, more than HOURLY_DAYS_MAX days."""
     given, problems = _given(params), {}
     step = given.get("step") or DEFAULT_STEP
     if step not in WINDOW_STEPS:
@@ -111,6 +114,13 @@ def window_from(params: QueryDict | Mapping[str, str], *, now: datetime) -> Wind
             raise ValidationError(problems)
         window = _preset(name, cast(SeriesStep, step), now)
     series_bounds(step=window.step, start=window.start, end=window.end, now=now)
+    if window.step == "hour" and window.end - window.start > timedelta(days=HOURLY_DAYS_MAX):
+        raise ValidationError(
+            {
+                "end": f"By the hour, a window is at most {HOURLY_DAYS_MAX} days "
+                f"({HOURLY_DAYS_MAX * 24} hours): give a shorter one, or step by the day."
+            }
+        )
     return window
 
 

@@ -108,6 +108,9 @@ def test_a_window_is_whole_steps_the_presets_ending_with_the_one_now_running(
         ("start=2024-01-01&end=2026-11-01", "end", "at most 731 days"),
         # Hours are kept 60 days: 61 days back by the hour is refused, by the day it is not.
         ("start=2026-10-01&end=2026-11-01&step=hour", "start", "Hours are kept 60 days"),
+        # A chart by the hour is at most a month of bars: 31 days, not 32.
+        ("start=2026-10-30&end=2026-12-01&step=hour", "end", "at most 31 days (744 hours)"),
+        ("start=2026-10-31&end=2026-12-01&step=hour", None, ""),
         ("window=last-month&step=hour", None, ""),
         ("start=2026-10-01&end=2026-11-01&step=day", None, ""),
     ],
