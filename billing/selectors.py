@@ -160,24 +160,40 @@ def _newest_day_end() -> datetime:
     return (newest if newest.tzinfo else newest.replace(tzinfo=UTC)) + DAY
 
 
-def _periods(step: SeriesStep, start: datetime, end: datetime) -> Iterable[tuple[str, Q, Any]]:
-    """(rollup step, the rows' filter, how rows are bucketed) to read [start, end): the
-    summed days' rows, then the hours after them. Read in one snapshot (`_in_one_snapshot`):
-    a day summed meanwhile is in neither the rows read nor where the hours begin."""
+def _periods(step: SeriesStep, start: datetime, end: datetime) -> Iterable[tuple[Q, Any]]:
+    """(the rows' filter, their step in it; how rows are bucketed) to read [start, end):
+    the summed days' rows, then the hours after them. By the month, a month the range
+    holds whole is read from its month row (which holds its days summed so far), not its
+    days. Read in one snapshot (`_in_one_snapshot`): a day summed meanwhile is in neither
+    the rows read nor where the hours begin."""
     in_range = Q(start__gte=start, start__lt=end)
     if step == "hour":
-        yield Step.HOUR, in_range, None
+        yield Q(step=Step.HOUR) & in_range, None
         return
-    bucket = TruncDay if step == "day" else TruncMonth
+    bucket = (TruncDay if step == "day" else TruncMonth)("start", tzinfo=UTC)
     summed_until = _summed_until()
-    by_month = step == "month" and start == month_of(start) and end >= summed_until
-    if by_month:
-        # A month row holds the month's days summed so far: whole months, and the days
-        # of the newest one up to the hours not summed yet.
-        yield Step.MONTH, in_range & Q(start__lt=summed_until), None
+    days = Q(step=Step.DAY) & in_range & Q(start__lt=summed_until)
+    first, whole_until = _whole_months(start, end, summed_until) if step == "month" else (end, end)
+    if whole_until > first:
+        months = Q(start__gte=first, start__lt=whole_until)
+        if start == first and whole_until == min(end, summed_until):
+            yield Q(step=Step.MONTH) & months, None  # no day besides
+        else:
+            yield (Q(step=Step.MONTH) & months) | (days & ~months), bucket
     else:
-        yield Step.DAY, in_range & Q(start__lt=summed_until), bucket("start", tzinfo=UTC)
-    yield Step.HOUR, in_range & Q(start__gte=summed_until), bucket("start", tzinfo=UTC)
+        yield days, None if step == "day" else bucket  # a day row starts its day
+    yield Q(step=Step.HOUR) & in_range & Q(start__gte=summed_until), bucket
+
+
+def _whole_months(start: datetime, end: datetime, summed: datetime) -> tuple[datetime, datetime]:
+    """[first, until): the months of [start, end) whose days summed so far (before
+    `summed`) it holds whole; first == until: none."""
+    first = start if start == month_of(start) else next_month(start)
+    until, month = first, first
+    while month < summed and min(next_month(month), summed) <= end:
+        until = min(next_month(month), summed)
+        month = next_month(month)
+    return first, until
 
 
 @_in_one_snapshot
@@ -195,10 +211,8 @@ def cost_series(
     index). Three queries (one for `hour`)."""
     kinds, keys = _GROUPS[group_by]
     points: dict[tuple[Any, ...], CostPoint] = {}
-    for rollup_step, where, bucket in _periods(step, start, end):
-        rows = CostRollup.objects.filter(
-            where, step=rollup_step, kind__in=kinds, location__in=locations
-        ).order_by()
+    for where, bucket in _periods(step, start, end):
+        rows = CostRollup.objects.filter(where, kind__in=kinds, location__in=locations).order_by()
         if clusters is not None:
             rows = rows.filter(cluster_id__in=clusters)
         period = "period" if bucket is not None else "start"
@@ -234,7 +248,8 @@ def cost_series(
                 point = points[key] = _point(group_by, moment, row)
             point.orphan_vgpu = (point.orphan_vgpu or ZERO) + vgpu
             point.orphan_vm = (point.orphan_vm or ZERO) + vm
-    ordered = sorted(points.items(), key=lambda item: tuple(str(part) for part in item[0]))
+    # By time, then by the group's keys as text (ids and names, some of them None).
+    ordered = sorted(points.items(), key=lambda item: (item[0][0], *map(str, item[0][1:])))
     return [point.finish() for _, point in ordered]  # type: ignore[misc]
 
 
@@ -246,11 +261,9 @@ def costliest_clusters(
     tie by name). Read as a month step reads (the month's rows, then the hours not summed),
     each row's total alone. Three queries."""
     totals: dict[tuple[str, int], list[Any]] = {}
-    for rollup_step, where, _ in _periods("month", start, end):
+    for where, _ in _periods("month", start, end):
         rows = (
-            CostRollup.objects.filter(
-                where, step=rollup_step, kind=Kind.POOL, location__in=locations
-            )
+            CostRollup.objects.filter(where, kind=Kind.POOL, location__in=locations)
             .order_by()
             .values_list("currency", "cluster_id")
             # A pool row has no orphans: its total is compute and vGPUs.
@@ -580,10 +593,8 @@ def capacity_series(
     names: dict[int | None, str] = {pk: name for pk, name in located.items()}
     names[None] = ""  # the locations summed
     keys = ("location_id", "gpu_type") if per_location else ("gpu_type",)
-    for rollup_step, where, bucket in _periods(step, start, end):
-        rows = CapacityRollup.objects.filter(
-            where, step=rollup_step, location_id__in=located
-        ).order_by()
+    for where, bucket in _periods(step, start, end):
+        rows = CapacityRollup.objects.filter(where, location_id__in=located).order_by()
         period = "period" if bucket is not None else "start"
         if bucket is not None:
             rows = rows.annotate(period=bucket)
@@ -597,14 +608,23 @@ def capacity_series(
     for (period, location_id, gpu_type), values in sorted(
         sums.items(), key=lambda item: (item[0][0], names[item[0][1]], item[0][2])
     ):
-        n = Decimal(max(samples.get(period, 0), 1))
+        n = max(samples.get(period, 0), 1)
         points.append(
             CapacityPoint(
                 period, location_id, names[location_id], gpu_type,
-                *((Decimal(v) / n).quantize(Decimal("0.01")) for v in values),
+                *(_mean(v, n) for v in values),
             )
         )  # fmt: skip
     return points
+
+
+def _mean(total: int, n: int) -> Decimal:
+    """total / n to the cent, rounded half to even as Decimal.quantize does (in integers:
+    a year's chart has thousands)."""
+    cents, rest = divmod(total * 100, n)
+    if 2 * rest > n or (2 * rest == n and cents % 2):
+        cents += 1
+    return Decimal(cents).scaleb(-2)
 
 
 def hours_sampled_by_step(step: SeriesStep, start: datetime, end: datetime) -> dict[datetime, int]:

@@ -158,6 +158,44 @@ def test_a_month_reads_the_same_from_its_month_rows_as_from_its_days(world: Worl
     assert [p.total for p in again] == [p.total for p in whole]
 
 
+@pytest.mark.parametrize(
+    ("start", "end", "eur"),
+    [
+        # November is its month row; October from the 26th and December's 1st, their days
+        # (the 25th is not read).
+        ("2026-10-26", "2026-12-02", ["8.80", "4.40"]),
+        # October is its month row; November to the 15th, its days (the 20th is not read).
+        ("2026-10-01", "2026-11-15", ["4.40", "4.40"]),
+    ],
+)
+def test_a_range_reads_the_months_it_holds_whole_from_their_rows_and_the_rest_by_day(
+    world: World, start: str, end: str, eur: list[str]
+) -> None:
+    # An hour sampled on the 25th of October, the 10th and 20th of November and the 1st
+    # and 2nd of December; each day summed by the next pass, each month again with it.
+    for day in ("2026-10-25", "2026-11-10", "2026-11-20", "2026-12-01", "2026-12-02"):
+        rollups_take(now=datetime.fromisoformat(f"{day}T10:05+00:00"))
+    bounds = {"start": datetime.fromisoformat(f"{start}T00:00+00:00"),
+              "end": datetime.fromisoformat(f"{end}T00:00+00:00")}  # fmt: skip
+    series = {"group_by": "cluster", "locations": Location.objects.all(), **bounds}
+
+    with CaptureQueriesContext(connection) as queries:
+        by_month = cost_series(**series, step="month")  # type: ignore[arg-type]
+        top = costliest_clusters(locations=Location.objects.all(), n=5, **bounds)
+    by_day = cost_series(**series, step="day")  # type: ignore[arg-type]
+
+    # The months held whole and the days beside them, in one query each.
+    assert sum("'month'" in q["sql"] and "'day'" in q["sql"] for q in queries.captured_queries) == 2
+    summed: dict[tuple[datetime, str], Decimal] = {}
+    for point in by_day:
+        assert point.start is not None
+        key = (point.start.replace(day=1), point.currency)
+        summed[key] = summed.get(key, D(0)) + point.total
+    assert {(p.start, p.currency): p.total for p in by_month} == summed
+    assert [p.total for p in by_month if p.currency == "EUR"] == [D(figure) for figure in eur]
+    assert top == {"CHF": [world.cluster.pk], "EUR": [world.cluster.pk]}
+
+
 MONTH = T0.replace(hour=0, minute=0)
 # Read up to the 3rd: the 1st and 2nd sampled, the 1st summed, the 2nd read from its hours.
 READ_END = MONTH + timedelta(days=2)
