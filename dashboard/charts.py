@@ -59,7 +59,7 @@ class Bar:
     y: float
     width: float
     height: float
-    css: str
+    css: str  # escaped, as the label
     label: str  # what a pointer over it says
 
 
@@ -114,10 +114,11 @@ class Chart:
     def rows_html(self) -> SafeString:
         """The table's body: drawn here, not cell by cell in the template (a page shows
         hundreds of cells)."""
-        return mark_safe(  # noqa: S308 (every cell escaped here)
+        return mark_safe(  # noqa: S308 (every label escaped here; the rest are figures)
             "".join(
                 f'<tr><th scope="row">{escape(label)}</th>'
-                + "".join(f'<td class="num">{escape(cell)}</td>' for cell in cells)
+                # The other cells are figures (_figure: digits, a sign and a point).
+                + "".join(f'<td class="num">{cell}</td>' for cell in cells)
                 + "</tr>"
                 for label, *cells in self.rows
             )
@@ -160,6 +161,15 @@ class Chart:
     def y_of(self, value: float) -> float:
         span = self.plot_bottom - self.plot_top
         return round(self.plot_bottom - span * value / self.top_value, 2)
+
+    def ys(self, values: Sequence[float]) -> list[float]:
+        """y_of each value (a long window's chart has thousands)."""
+        bottom, span, top = self.plot_bottom, self.plot_bottom - self.plot_top, self.top_value
+        return [round(bottom - span * value / top, 2) for value in values]
+
+    @cached_property
+    def xs(self) -> list[float]:
+        return [self.x_of(i) for i in range(len(self.x_labels))]
 
     @cached_property
     def y_ticks(self) -> list[Tick]:
@@ -212,7 +222,7 @@ class LineChart(Chart):
     def lines(self) -> list[Line]:
         drawn = []
         for n, series in enumerate(self.series):
-            at = [(self.x_of(i), self.y_of(float(v))) for i, v in enumerate(series.values)]
+            at = list(zip(self.xs, self.ys([float(v) for v in series.values]), strict=True))
             points = " ".join(f"{x},{y}" for x, y in at)
             area = ""
             if self.filled and at:
@@ -262,34 +272,29 @@ class StackedBarChart(Chart):
         """The bars as SVG: drawn here, not attribute by attribute in the template."""
         return mark_safe(  # noqa: S308 (every text escaped here; the rest are numbers)
             "".join(
-                f'<rect class="bar {escape(b.css)}" x="{b.x}" y="{b.y}" width="{b.width}" '
-                f'height="{b.height}"><title>{escape(b.label)}</title></rect>'
+                f'<rect class="bar {b.css}" x="{b.x}" y="{b.y}" width="{b.width}" '
+                f'height="{b.height}"><title>{b.label}</title></rect>'
                 for b in self.bars
             )
         )
 
     @cached_property
     def bars(self) -> list[Bar]:
+        """Each bar, its css and label escaped (a long window's chart has thousands)."""
         width = round(max(self.slot * 0.7, 1.0), 2)
+        lefts = [round(x - width / 2, 2) for x in self.xs]
+        labels = [escape(label) for label in self.x_labels]
+        unit = f" {escape(self.unit_short)}" if self.unit_short else ""
+        tops = [0.0] * len(self.x_labels)  # each bar's stack so far
         drawn = []
-        for i, label in enumerate(self.x_labels):
-            base = 0.0
-            for n, series in enumerate(self.series):
-                value = float(series.values[i])
-                if value <= 0:
-                    continue
-                top = base + value
-                y_top, y_base = self.y_of(top), self.y_of(base)
-                drawn.append(
-                    Bar(
-                        x=round(self.x_of(i) - width / 2, 2),
-                        y=y_top,
-                        width=width,
-                        height=round(max(y_base - y_top, 0.5), 2),
-                        css=self.css_of(n, series),
-                        label=f"{series.name}, {label}: "
-                        f"{_figure(series.values[i])} {self.unit_short}".strip(),
-                    )
-                )
-                base = top
+        for n, series in enumerate(self.series):
+            css, name = escape(self.css_of(n, series)), escape(series.name)
+            bases = tops
+            tops = [base + max(float(v), 0.0) for base, v in zip(bases, series.values, strict=True)]
+            ys_top, ys_base = self.ys(tops), self.ys(bases)
+            for i, value in enumerate(series.values):
+                if value > 0:
+                    height = round(max(ys_base[i] - ys_top[i], 0.5), 2)
+                    label = f"{name}, {labels[i]}: {_figure(value)}{unit}"
+                    drawn.append(Bar(lefts[i], ys_top[i], width, height, css, label))
         return drawn
