@@ -3,7 +3,7 @@
 last month, or a start and an end; by the hour or by the day. One reading for the pages
 and their charts' CSVs, held to the bounds of the costs API's series
 (billing.selectors.series_bounds), so a window the page draws is one the API answers; and
-by the hour to a month, as a chart draws a bar per step.
+by the hour to a week (HOURLY_DAYS_MAX), as a chart draws a bar per step.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ PRESETS: dict[str, tuple[str, timedelta | None]] = {
     "last-month": ("last month", None),
 }
 WINDOW_STEPS: tuple[SeriesStep, ...] = ("hour", "day")
-# A chart draws a bar (and its table a row) per step: by the hour, a month at most.
-HOURLY_DAYS_MAX = 31
+# A chart draws a bar (and its table a row) per step: by the hour, a week at most.
+HOURLY_DAYS_MAX = 7
 DEFAULT_WINDOW, DEFAULT_STEP = "month", "day"
 PARAMETERS = ("window", "start", "end", "step")
 CUSTOM = "custom"
@@ -63,6 +63,11 @@ class Window:
         return {"start": _text(self.start), "end": _text(self.end), "step": self.step}
 
     @property
+    def by_the_hour_too(self) -> bool:
+        """Whether the same span may be asked by the hour (HOURLY_DAYS_MAX)."""
+        return self.end - self.start <= timedelta(days=HOURLY_DAYS_MAX)
+
+    @property
     def steps(self) -> list[datetime]:
         """Each step's start."""
         found, moment = [], self.start
@@ -70,6 +75,14 @@ class Window:
             found.append(moment)
             moment = step_after(self.step, moment)
         return found
+
+
+def preset_step(name: str, step: str) -> SeriesStep:
+    """The step a preset is offered with, from a page asked by `step`: by the hour where
+    it fits (HOURLY_DAYS_MAX), else by the day."""
+    length = PRESETS[name][1]
+    fits = length is not None and length <= timedelta(days=HOURLY_DAYS_MAX)
+    return "hour" if step == "hour" and fits else "day"
 
 
 def _text(moment: datetime) -> str:

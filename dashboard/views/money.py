@@ -26,8 +26,15 @@ from billing.filtersets import LeakFilterSet
 from billing.models import BillCheck, BillItem, Leak
 from billing.rollups import month_of
 from billing.selectors import leak_totals
+from billing.windows import (
+    HOURLY_DAYS_MAX,
+    PRESETS,
+    WINDOW_STEPS,
+    Window,
+    preset_step,
+    window_from,
+)
 from billing.windows import PARAMETERS as WINDOW_PARAMETERS
-from billing.windows import PRESETS, WINDOW_STEPS, Window, window_from
 from capvco_web.api_csv import csv_cell
 from capvco_web.htmx import HtmxHttpRequest, page_or_fragment
 from capvco_web.keyset import Sort
@@ -167,8 +174,13 @@ def money_section(
     context: dict[str, Any] = {
         "money": money,
         "window_errors": errors,
-        "window_presets": PRESETS,
+        # Each preset with the step it keeps: the page's, unless it is too long by the hour.
+        "window_presets": [
+            (name, label, preset_step(name, window.step if window else ""))
+            for name, (label, _) in PRESETS.items()
+        ],
         "window_steps": WINDOW_STEPS,
+        "window_hours_max": HOURLY_DAYS_MAX,
         # What the custom window's form sends again beside it (the page's other params).
         "window_kept": [
             (name, value)

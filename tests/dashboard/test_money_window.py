@@ -69,9 +69,9 @@ def _at(text: str) -> datetime:
          "2026-11-30 11:00", "2026-12-01 11:00", 24),
         ({"window": "24h"}, "24h", "day", "2026-12-01", "2026-12-02", 1),
         ({"window": "7d"}, "7d", "day", "2026-11-25", "2026-12-02", 7),
-        ({"window": "30d", "step": "hour"}, "30d", "hour",
-         "2026-11-01 11:00", "2026-12-01 11:00", 720),
-        ({"window": "month", "step": "hour"}, "month", "hour", "2026-12-01", "2027-01-01", 744),
+        ({"window": "7d", "step": "hour"}, "7d", "hour",
+         "2026-11-24 11:00", "2026-12-01 11:00", 168),
+        ({"window": "month"}, "month", "day", "2026-12-01", "2027-01-01", 31),
         ({"window": "last-month"}, "last-month", "day", "2026-11-01", "2026-12-01", 30),
         ({"start": "2026-11-03", "end": "2026-11-10T00:00:00Z"}, CUSTOM, "day",
          "2026-11-03", "2026-11-10", 7),
@@ -107,11 +107,12 @@ def test_a_window_is_whole_steps_the_presets_ending_with_the_one_now_running(
         ("start=2026-11-02&end=2026-11-01", "end", "after the start"),
         ("start=2024-01-01&end=2026-11-01", "end", "at most 731 days"),
         # Hours are kept 60 days: 61 days back by the hour is refused, by the day it is not.
-        ("start=2026-10-01&end=2026-11-01&step=hour", "start", "Hours are kept 60 days"),
-        # A chart by the hour is at most a month of bars: 31 days, not 32.
-        ("start=2026-10-30&end=2026-12-01&step=hour", "end", "at most 31 days (744 hours)"),
-        ("start=2026-10-31&end=2026-12-01&step=hour", None, ""),
-        ("window=last-month&step=hour", None, ""),
+        ("start=2026-10-01&end=2026-10-02&step=hour", "start", "Hours are kept 60 days"),
+        # A chart by the hour is at most a week of bars: 7 days, not 8; by the day, more.
+        ("start=2026-11-23&end=2026-12-01&step=hour", "end", "at most 7 days (168 hours)"),
+        ("window=30d&step=hour", "end", "at most 7 days (168 hours)"),
+        ("start=2026-11-24&end=2026-12-01&step=hour", None, ""),
+        ("window=last-month&step=day", None, ""),
         ("start=2026-10-01&end=2026-11-01&step=day", None, ""),
     ],
 )
@@ -182,6 +183,41 @@ def test_the_charts_their_tables_and_csvs_follow_the_window(
         [f"{ten_days_back:%Y-%m-%d}", "4.40", "1.03", "5.43"],
     ]
     assert one_day["waste-eur"][1] == [f"{ten_days_back:%Y-%m-%d}", "1.03", "1.00"]
+
+
+def _links(html: str, attribute: str) -> dict[str, str]:
+    """The picker's links (data-window or data-step), by their value: their href, or "" for
+    one not offered."""
+    start = html.index('id="window-picker"')
+    picker = html[start : html.index("</nav>", start)]
+    found = re.findall(
+        rf'<(a|span) class="button[^"]*" (?:href="([^"]*)" )?{attribute}="([^"]+)"', picker
+    )
+    return {value: unescape(href) for _, href, value in found}
+
+
+def test_the_picker_offers_each_preset_by_the_hour_where_it_fits_and_else_by_the_day(
+    world: World, member: Callable[[Account], Client]
+) -> None:
+    client = member(world.account)
+    cluster = f"/clusters/{world.cluster.pk}/"
+
+    by_hour = client.get(cluster, {"window": "24h", "step": "hour", "page": "1"}).content.decode()
+    month = client.get(cluster, {"window": "month", "page": "1"}).content.decode()
+
+    presets = _links(by_hour, "data-window")
+    assert presets == {
+        "24h": "?window=24h&step=hour&page=1#money",
+        "7d": "?window=7d&step=hour&page=1#money",
+        "30d": "?window=30d&step=day&page=1#money",
+        "month": "?window=month&step=day&page=1#money",
+        "last-month": "?window=last-month&step=day&page=1#money",
+    }
+    # A month is too long by the hour: the step is not offered (the page says why).
+    assert _links(month, "data-step") == {"hour": "", "day": "?window=month&page=1&step=day#money"}
+    assert _links(by_hour, "data-step")["day"] == "?window=24h&step=day&page=1#money"
+    # The custom window's form sends the page's other parameters again beside it.
+    assert '<input type="hidden" name="page" value="1">' in month
 
 
 def test_a_page_says_a_refused_window_and_its_csv_and_the_api_refuse_it_alike(
@@ -268,7 +304,7 @@ def test_the_money_pages_make_as_many_queries_whatever_the_window(
         return {page: count_queries(client, f"{page}?{asked}", {}) for page in pages}
 
     by_day = [counts({"window": "24h"}), counts({"window": "30d"}), counts(year)]
-    by_hour = [counts({"window": "24h", "step": "hour"}), counts({"window": "30d", "step": "hour"})]
+    by_hour = [counts({"window": "24h", "step": "hour"}), counts({"window": "7d", "step": "hour"})]
 
     assert by_day[0] == by_day[1] == by_day[2], by_day
     assert by_hour[0] == by_hour[1], by_hour

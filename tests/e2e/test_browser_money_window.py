@@ -99,7 +99,7 @@ def test_a_window_picked_on_the_page_is_the_apis_and_the_csvs(
     log_in(page, live_server)
 
     page.click("#window-picker a[data-window='7d']")
-    expect(page).to_have_url(re.compile(r"/\?window=7d#money$"))
+    expect(page).to_have_url(re.compile(r"/\?window=7d&step=day#money$"))
     page.click("#window-picker a[data-step='hour']")
     expect(page).to_have_url(re.compile(r"/\?window=7d&step=hour#money$"))
     expect(page.locator("#window-shown")).to_contain_text("the last 7 days, by the hour")
@@ -172,5 +172,5 @@ def test_a_refused_window_is_said_on_the_page_and_by_the_csv(
         assert refused.status == 400 and said in refused.text(), query
     # The presets stay offered: one click away from a window that is answered.
     page.click("#window-picker a[data-window='30d']")
-    expect(page).to_have_url(re.compile(r"\?window=30d#money$"))
+    expect(page).to_have_url(re.compile(r"\?window=30d&step=day#money$"))
     expect(page.locator("#window-errors")).to_have_count(0)
