@@ -181,11 +181,18 @@ def money_section(
         ],
         "window_steps": WINDOW_STEPS,
         "window_hours_max": HOURLY_DAYS_MAX,
-        # What the custom window's form sends again beside it (the page's other params).
+        # What the custom window's form sends again beside it (the page's other params),
+        # and what the page's other forms send again (the window asked for).
         "window_kept": [
             (name, value)
             for name, values in request.GET.lists()
             if name not in WINDOW_PARAMETERS
+            for value in values
+        ],
+        "window_asked": [
+            (name, value)
+            for name, values in request.GET.lists()
+            if name in WINDOW_PARAMETERS
             for value in values
         ],
     }

@@ -2,7 +2,8 @@
 live server: a preset and a step clicked, then a start and an end chosen in the form; the
 URL keeps the window, a chart's table holds what the costs API answers for the same window
 (the link the page gives) and what the chart's CSV holds, a refresh of a cluster page's
-body keeps it, and a refused window is said on the page (400) and by the CSV (400).
+body and its other form keep it, and a refused window is said on the page (400) and by the
+CSV (400).
 
 The world is tests/billing/test_costs.py's: an hour of it costs, in nl-ams (EUR), cluster
 prod 4.40 and orphans 1.03 (the ledger's leaks of that hour)."""
@@ -150,6 +151,11 @@ def test_a_refresh_of_a_cluster_pages_body_keeps_the_window(
     assert len(_table(page, "cost-eur")) == 24
     link = page.locator("#chart-cost-eur a.chart-csv").get_attribute("href")
     assert link is not None and link.endswith("?window=24h&step=hour")
+    # Another form of the page keeps it too.
+    page.fill("#cost-by-label-key", "team")
+    page.click("#cost-by-label button[type=submit]")
+    expect(page).to_have_url(re.compile(r"\?window=24h&step=hour&label=team#cost-by-label$"))
+    assert len(_table(page, "cost-eur")) == 24
 
 
 def test_a_refused_window_is_said_on_the_page_and_by_the_csv(
