@@ -185,6 +185,23 @@ def _periods(step: SeriesStep, start: datetime, end: datetime) -> Iterable[tuple
     yield Q(step=Step.HOUR) & in_range & Q(start__gte=summed_until), bucket
 
 
+def _covering(start: datetime, end: datetime) -> Q:
+    """The fewest rows whose sum is [start, end) (whole hours), for a total over it: the
+    months it holds whole from their month rows, the other days it holds whole and that are
+    summed from their day rows, the hours beside them (a range by the hour starts within a
+    day) and after the days summed from their hours."""
+    summed_until = _summed_until()
+    first = start if start == day_of(start) else day_of(start) + DAY
+    until = max(first, min(day_of(end), summed_until))  # the days held whole and summed
+    days = Q(start__gte=first, start__lt=until)
+    rows = Q(step=Step.HOUR, start__gte=start, start__lt=end) & ~days
+    if until > first:
+        month_first, month_until = _whole_months(first, until, summed_until)
+        months = Q(start__gte=month_first, start__lt=month_until)
+        rows |= (Q(step=Step.MONTH) & months) | (Q(step=Step.DAY) & days & ~months)
+    return rows
+
+
 def _whole_months(start: datetime, end: datetime, summed: datetime) -> tuple[datetime, datetime]:
     """[first, until): the months of [start, end) whose days summed so far (before
     `summed`) it holds whole; first == until: none."""
@@ -258,20 +275,19 @@ def costliest_clusters(
     *, locations: QuerySet[Location], start: datetime, end: datetime, n: int
 ) -> dict[str, list[int]]:
     """Per currency: the `n` clusters that cost most in [start, end), costliest first (a
-    tie by name). Read as a month step reads (the month's rows, then the hours not summed),
-    each row's total alone. Three queries."""
+    tie by name): each row's total alone, of the fewest rows that make up the range
+    (_covering). Two queries."""
     totals: dict[tuple[str, int], list[Any]] = {}
-    for where, _ in _periods("month", start, end):
-        rows = (
-            CostRollup.objects.filter(where, kind=Kind.POOL, location__in=locations)
-            .order_by()
-            .values_list("currency", "cluster_id")
-            # A pool row has no orphans: its total is compute and vGPUs.
-            .annotate(cost=Sum(F("compute") + F("vgpu")), name=Max("cluster_name"))
-        )
-        for currency, cluster, total, name in rows:
-            found = totals.setdefault((currency, cluster), [ZERO, name])
-            found[0] += total
+    rows = (
+        CostRollup.objects.filter(_covering(start, end), kind=Kind.POOL, location__in=locations)
+        .order_by()
+        .values_list("currency", "cluster_id")
+        # A pool row has no orphans: its total is compute and vGPUs.
+        .annotate(cost=Sum(F("compute") + F("vgpu")), name=Max("cluster_name"))
+    )
+    for currency, cluster, total, name in rows:
+        found = totals.setdefault((currency, cluster), [ZERO, name])
+        found[0] += total
     ranked: dict[str, list[int]] = defaultdict(list)
     for (currency, cluster), _ in sorted(
         totals.items(), key=lambda item: (-item[1][0], item[1][1], item[0][1])

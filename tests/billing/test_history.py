@@ -14,12 +14,13 @@ from typing import Any
 
 import pytest
 from django.db import connection
-from django.db.models import Max
+from django.db.models import F, Max, Sum
 from django.test.utils import CaptureQueriesContext, override_settings
 
 from billing.models import CapacityRollup, CostRollup, Rollup, Step
 from billing.rollups import rollups_take
 from billing.selectors import (
+    _covering,
     capacity_series,
     cost_series,
     costliest_clusters,
@@ -194,6 +195,33 @@ def test_a_range_reads_the_months_it_holds_whole_from_their_rows_and_the_rest_by
     assert {(p.start, p.currency): p.total for p in by_month} == summed
     assert [p.total for p in by_month if p.currency == "EUR"] == [D(figure) for figure in eur]
     assert top == {"CHF": [world.cluster.pk], "EUR": [world.cluster.pk]}
+    # The rows the ranking reads make up the range once: each hour in one of them.
+    assert _covered(**bounds) == sum((p.compute + p.vgpu for p in by_day), D(0))  # type: ignore[operator]
+
+
+def test_the_costliest_clusters_of_a_range_of_hours_are_read_from_its_hours(
+    world: World,
+) -> None:
+    rollups_take(now=T0)  # 10:00 on the 1st
+    rollups_take(now=T0 + timedelta(hours=14))  # the 1st summed; 00:00 on the 2nd sampled
+    CostRollup.objects.filter(step=Step.HOUR, start=MONTH + timedelta(days=1)).delete()
+    hours = {
+        "start": T0.replace(minute=0) - timedelta(hours=1),
+        "end": MONTH + timedelta(days=1, hours=1),
+    }
+    ranked = {"locations": Location.objects.all(), "n": 5, **hours}
+
+    # The 1st from 09:00 is in no day row whole: its hours, as a chart by the hour reads.
+    assert costliest_clusters(**ranked) == {  # type: ignore[arg-type]
+        "CHF": [world.cluster.pk], "EUR": [world.cluster.pk],
+    }  # fmt: skip
+    assert _covered(**hours) == D("4.40") + D("2.16")  # its 10:00, once
+
+
+def _covered(start: datetime, end: datetime) -> Decimal:
+    """What the pools cost in the rows the ranking reads for [start, end)."""
+    rows = CostRollup.objects.filter(_covering(start, end), kind="pool")
+    return rows.aggregate(n=Sum(F("compute") + F("vgpu")))["n"]  # type: ignore[no-any-return]
 
 
 MONTH = T0.replace(hour=0, minute=0)
