@@ -689,7 +689,8 @@ def leak_costs_by_step(
     *, leaks: QuerySet[Leak], step: SeriesStep, start: datetime, end: datetime
 ) -> dict[tuple[datetime, Location], tuple[Decimal, Decimal]]:
     """Per step in [start, end) and location (with its account): what its leaks cost in it
-    (vGPUs, VMs), by Leak.cost. One query."""
+    (vGPUs, VMs), by Leak.cost (once a leak for the hours or days it leaks all through: each
+    costs the same). One query."""
     rows = (
         leaks.filter(leaked_since__lt=end)
         .exclude(ended_at__lte=start)
@@ -700,16 +701,25 @@ def leak_costs_by_step(
             "location__account_id", "location__account__name",
         )
     )  # fmt: skip
-    found: dict[tuple[datetime, Location], list[Decimal]] = defaultdict(lambda: [ZERO, ZERO])
+    found: dict[tuple[datetime, int], list[Decimal]] = defaultdict(lambda: [ZERO, ZERO])
+    located: dict[int, Location] = {}
     for leak in rows:
+        located[leak.location_id] = leak.location
+        vm = leak.kind == Leak.Kind.VM
         until = min(leak.counted_until(), end)
         moment = step_start(step, max(leak.leaked_since, start))
+        whole: Decimal | None = None  # a step it leaks all through (an hour or a day) costs
         while moment < until:
             after = step_after(step, moment)
-            figures = found[moment, leak.location]
-            figures[leak.kind == Leak.Kind.VM] += leak.cost(since=moment, until=min(after, end))
+            if step != "month" and leak.leaked_since <= moment and after <= until:
+                whole = whole if whole is not None else leak.cost(since=moment, until=after)
+                found[moment, leak.location_id][vm] += whole
+            else:
+                found[moment, leak.location_id][vm] += leak.cost(
+                    since=moment, until=min(after, end)
+                )
             moment = after
-    return {key: (vgpu, vm) for key, (vgpu, vm) in found.items()}
+    return {(moment, located[pk]): (vgpu, vm) for (moment, pk), (vgpu, vm) in found.items()}
 
 
 def leak_totals(*, leaks: QuerySet[Leak], since: datetime, until: datetime) -> list[LeakTotal]:

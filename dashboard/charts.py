@@ -105,10 +105,12 @@ class Chart:
 
     @cached_property
     def rows(self) -> list[list[str]]:
-        return [self.row(i, label) for i, label in enumerate(self.x_labels)]
+        # Column by column: a long window's chart has thousands of figures.
+        columns = [[_figure(value) for value in figures] for figures in self.figure_columns()]
+        return [[label, *cells] for label, *cells in zip(self.x_labels, *columns, strict=True)]
 
-    def row(self, index: int, label: str) -> list[str]:
-        return [label, *(_figure(s.values[index]) for s in self.series)]
+    def figure_columns(self) -> list[Sequence[Decimal]]:
+        return [s.values for s in self.series]
 
     @cached_property
     def rows_html(self) -> SafeString:
@@ -146,17 +148,26 @@ class Chart:
     def plot_bottom(self) -> int:
         return self.height - BOTTOM
 
+    @cached_property
+    def floats(self) -> list[list[float]]:
+        """Each series' values as floats, for the geometry."""
+        return [[float(v) for v in s.values] for s in self.series]
+
     def largest(self) -> float:
-        return max((float(v) for s in self.series for v in s.values), default=0.0)
+        return max((v for values in self.floats for v in values), default=0.0)
+
+    @cached_property
+    def peak(self) -> float:
+        return self.largest()
 
     @cached_property
     def step(self) -> float:
-        return nice_step(self.largest() * HEADROOM)
+        return nice_step(self.peak * HEADROOM)
 
     @cached_property
     def top_value(self) -> float:
         # A little room above the largest figure: a line along the top edge is hard to see.
-        return max(self.step * math.ceil(self.largest() * HEADROOM / self.step), self.step)
+        return max(self.step * math.ceil(self.peak * HEADROOM / self.step), self.step)
 
     def y_of(self, value: float) -> float:
         span = self.plot_bottom - self.plot_top
@@ -222,7 +233,7 @@ class LineChart(Chart):
     def lines(self) -> list[Line]:
         drawn = []
         for n, series in enumerate(self.series):
-            at = list(zip(self.xs, self.ys([float(v) for v in series.values]), strict=True))
+            at = list(zip(self.xs, self.ys(self.floats[n]), strict=True))
             points = " ".join(f"{x},{y}" for x, y in at)
             area = ""
             if self.filled and at:
@@ -251,14 +262,20 @@ class StackedBarChart(Chart):
     def columns(self) -> list[str]:
         return [*super().columns, self.totals_title]
 
-    def row(self, index: int, label: str) -> list[str]:
-        return [*super().row(index, label), _figure(self.total(index))]
+    def figure_columns(self) -> list[Sequence[Decimal]]:
+        return [*super().figure_columns(), self.totals]
+
+    @cached_property
+    def totals(self) -> list[Decimal]:
+        return [
+            sum((s.values[i] for s in self.series), Decimal(0)) for i in range(len(self.x_labels))
+        ]
 
     def total(self, index: int) -> Decimal:
-        return sum((s.values[index] for s in self.series), Decimal(0))
+        return self.totals[index]
 
     def largest(self) -> float:
-        return max((float(self.total(i)) for i in range(len(self.x_labels))), default=0.0)
+        return max((float(total) for total in self.totals), default=0.0)
 
     @cached_property
     def slot(self) -> float:
