@@ -53,16 +53,6 @@ class Line:
     dots: list[tuple[float, float, str]]  # x, y and the figure it marks
 
 
-@dataclass(frozen=True)
-class Bar:
-    x: float
-    y: float
-    width: float
-    height: float
-    css: str  # escaped, as the label
-    label: str  # what a pointer over it says
-
-
 def nice_step(largest: float, ticks: int = Y_TICKS) -> float:
     """A round step (1, 2 or 5 times a power of ten) for about `ticks` ticks up to `largest`."""
     if largest <= 0:
@@ -232,9 +222,11 @@ class LineChart(Chart):
     @cached_property
     def lines(self) -> list[Line]:
         drawn = []
+        x_texts = [f"{x}," for x in self.xs]  # each point's "x," once for every line
         for n, series in enumerate(self.series):
-            at = list(zip(self.xs, self.ys(self.floats[n]), strict=True))
-            points = " ".join(f"{x},{y}" for x, y in at)
+            ys = self.ys(self.floats[n])
+            at = list(zip(self.xs, ys, strict=True))
+            points = " ".join(map(str.__add__, x_texts, map(str, ys)))
             area = ""
             if self.filled and at:
                 area = f"{at[0][0]},{self.plot_bottom} {points} {at[-1][0]},{self.plot_bottom}"
@@ -286,18 +278,8 @@ class StackedBarChart(Chart):
 
     @cached_property
     def bars_svg(self) -> SafeString:
-        """The bars as SVG: drawn here, not attribute by attribute in the template."""
-        return mark_safe(  # noqa: S308 (every text escaped here; the rest are numbers)
-            "".join(
-                f'<rect class="bar {b.css}" x="{b.x}" y="{b.y}" width="{b.width}" '
-                f'height="{b.height}"><title>{b.label}</title></rect>'
-                for b in self.bars
-            )
-        )
-
-    @cached_property
-    def bars(self) -> list[Bar]:
-        """Each bar, its css and label escaped (a long window's chart has thousands)."""
+        """The bars as SVG, each with what a pointer over it says: drawn here in one pass,
+        not attribute by attribute in the template (a long window's chart has thousands)."""
         width = round(max(self.slot * 0.7, 1.0), 2)
         lefts = [round(x - width / 2, 2) for x in self.xs]
         labels = [escape(label) for label in self.x_labels]
@@ -307,11 +289,14 @@ class StackedBarChart(Chart):
         for n, series in enumerate(self.series):
             css, name = escape(self.css_of(n, series)), escape(series.name)
             bases = tops
-            tops = [base + max(float(v), 0.0) for base, v in zip(bases, series.values, strict=True)]
+            tops = [base + max(v, 0.0) for base, v in zip(bases, self.floats[n], strict=True)]
             ys_top, ys_base = self.ys(tops), self.ys(bases)
             for i, value in enumerate(series.values):
                 if value > 0:
                     height = round(max(ys_base[i] - ys_top[i], 0.5), 2)
-                    label = f"{name}, {labels[i]}: {_figure(value)}{unit}"
-                    drawn.append(Bar(lefts[i], ys_top[i], width, height, css, label))
-        return drawn
+                    drawn.append(
+                        f'<rect class="bar {css}" x="{lefts[i]}" y="{ys_top[i]}" '
+                        f'width="{width}" height="{height}"><title>{name}, {labels[i]}: '
+                        f"{_figure(value)}{unit}</title></rect>"
+                    )
+        return mark_safe("".join(drawn))  # noqa: S308 (every text escaped; the rest numbers)
