@@ -279,15 +279,17 @@ BENCHES: tuple[Bench, ...] = (
                     Figure(page, at("pages", page, "p95_ms"), "shown", "ms", column="p95"),
                 )
             ),
-            count(
-                "the overview's queries the same for 24 h, 30 d and a year by the day",
-                "window_queries_flat",
-                "day",
-            ),
-            count(
-                "the overview's queries the same for 24 h and 7 d by the hour",
-                "window_queries_flat",
-                "hour",
+            *(
+                Figure(
+                    f"the overview's queries the same for {windows}",
+                    at("window_queries_flat", step),
+                    "count",
+                    column="queries",
+                )
+                for windows, step in (
+                    ("24 h, 30 d and a year by the day", "day"),
+                    ("24 h and 7 d by the hour", "hour"),
+                )
             ),
         ),
     ),
