@@ -160,24 +160,57 @@ def _newest_day_end() -> datetime:
     return (newest if newest.tzinfo else newest.replace(tzinfo=UTC)) + DAY
 
 
-def _periods(step: SeriesStep, start: datetime, end: datetime) -> Iterable[tuple[str, Q, Any]]:
-    """(rollup step, the rows' filter, how rows are bucketed) to read [start, end): the
-    summed days' rows, then the hours after them. Read in one snapshot (`_in_one_snapshot`):
-    a day summed meanwhile is in neither the rows read nor where the hours begin."""
+def _periods(step: SeriesStep, start: datetime, end: datetime) -> Iterable[tuple[Q, Any]]:
+    """(the rows' filter, their step in it; how rows are bucketed) to read [start, end):
+    the summed days' rows, then the hours after them. By the month, a month the range
+    holds whole is read from its month row (which holds its days summed so far), not its
+    days. Read in one snapshot (`_in_one_snapshot`): a day summed meanwhile is in neither
+    the rows read nor where the hours begin."""
     in_range = Q(start__gte=start, start__lt=end)
     if step == "hour":
-        yield Step.HOUR, in_range, None
+        yield Q(step=Step.HOUR) & in_range, None
         return
-    bucket = TruncDay if step == "day" else TruncMonth
+    bucket = (TruncDay if step == "day" else TruncMonth)("start", tzinfo=UTC)
     summed_until = _summed_until()
-    by_month = step == "month" and start == month_of(start) and end >= summed_until
-    if by_month:
-        # A month row holds the month's days summed so far: whole months, and the days
-        # of the newest one up to the hours not summed yet.
-        yield Step.MONTH, in_range & Q(start__lt=summed_until), None
+    days = Q(step=Step.DAY) & in_range & Q(start__lt=summed_until)
+    first, whole_until = _whole_months(start, end, summed_until) if step == "month" else (end, end)
+    if whole_until > first:
+        months = Q(start__gte=first, start__lt=whole_until)
+        if start == first and whole_until == min(end, summed_until):
+            yield Q(step=Step.MONTH) & months, None  # no day besides
+        else:
+            yield (Q(step=Step.MONTH) & months) | (days & ~months), bucket
     else:
-        yield Step.DAY, in_range & Q(start__lt=summed_until), bucket("start", tzinfo=UTC)
-    yield Step.HOUR, in_range & Q(start__gte=summed_until), bucket("start", tzinfo=UTC)
+        yield days, None if step == "day" else bucket  # a day row starts its day
+    yield Q(step=Step.HOUR) & in_range & Q(start__gte=summed_until), bucket
+
+
+def _covering(start: datetime, end: datetime) -> Q:
+    """The fewest rows whose sum is [start, end) (whole hours), for a total over it: the
+    months it holds whole from their month rows, the other days it holds whole and that are
+    summed from their day rows, the hours beside them (a range by the hour starts within a
+    day) and after the days summed from their hours."""
+    summed_until = _summed_until()
+    first = start if start == day_of(start) else day_of(start) + DAY
+    until = max(first, min(day_of(end), summed_until))  # the days held whole and summed
+    days = Q(start__gte=first, start__lt=until)
+    rows = Q(step=Step.HOUR, start__gte=start, start__lt=end) & ~days
+    if until > first:
+        month_first, month_until = _whole_months(first, until, summed_until)
+        months = Q(start__gte=month_first, start__lt=month_until)
+        rows |= (Q(step=Step.MONTH) & months) | (Q(step=Step.DAY) & days & ~months)
+    return rows
+
+
+def _whole_months(start: datetime, end: datetime, summed: datetime) -> tuple[datetime, datetime]:
+    """[first, until): the months of [start, end) whose days summed so far (before
+    `summed`) it holds whole; first == until: none."""
+    first = start if start == month_of(start) else next_month(start)
+    until, month = first, first
+    while month < summed and min(next_month(month), summed) <= end:
+        until = min(next_month(month), summed)
+        month = next_month(month)
+    return first, until
 
 
 @_in_one_snapshot
@@ -195,10 +228,8 @@ def cost_series(
     index). Three queries (one for `hour`)."""
     kinds, keys = _GROUPS[group_by]
     points: dict[tuple[Any, ...], CostPoint] = {}
-    for rollup_step, where, bucket in _periods(step, start, end):
-        rows = CostRollup.objects.filter(
-            where, step=rollup_step, kind__in=kinds, location__in=locations
-        ).order_by()
+    for where, bucket in _periods(step, start, end):
+        rows = CostRollup.objects.filter(where, kind__in=kinds, location__in=locations).order_by()
         if clusters is not None:
             rows = rows.filter(cluster_id__in=clusters)
         period = "period" if bucket is not None else "start"
@@ -234,7 +265,8 @@ def cost_series(
                 point = points[key] = _point(group_by, moment, row)
             point.orphan_vgpu = (point.orphan_vgpu or ZERO) + vgpu
             point.orphan_vm = (point.orphan_vm or ZERO) + vm
-    ordered = sorted(points.items(), key=lambda item: tuple(str(part) for part in item[0]))
+    # By time, then by the group's keys as text (ids and names, some of them None).
+    ordered = sorted(points.items(), key=lambda item: (item[0][0], *map(str, item[0][1:])))
     return [point.finish() for _, point in ordered]  # type: ignore[misc]
 
 
@@ -243,22 +275,19 @@ def costliest_clusters(
     *, locations: QuerySet[Location], start: datetime, end: datetime, n: int
 ) -> dict[str, list[int]]:
     """Per currency: the `n` clusters that cost most in [start, end), costliest first (a
-    tie by name). Read as a month step reads (the month's rows, then the hours not summed),
-    each row's total alone. Three queries."""
+    tie by name): each row's total alone, of the fewest rows that make up the range
+    (_covering). Two queries."""
     totals: dict[tuple[str, int], list[Any]] = {}
-    for rollup_step, where, _ in _periods("month", start, end):
-        rows = (
-            CostRollup.objects.filter(
-                where, step=rollup_step, kind=Kind.POOL, location__in=locations
-            )
-            .order_by()
-            .values_list("currency", "cluster_id")
-            # A pool row has no orphans: its total is compute and vGPUs.
-            .annotate(cost=Sum(F("compute") + F("vgpu")), name=Max("cluster_name"))
-        )
-        for currency, cluster, total, name in rows:
-            found = totals.setdefault((currency, cluster), [ZERO, name])
-            found[0] += total
+    rows = (
+        CostRollup.objects.filter(_covering(start, end), kind=Kind.POOL, location__in=locations)
+        .order_by()
+        .values_list("currency", "cluster_id")
+        # A pool row has no orphans: its total is compute and vGPUs.
+        .annotate(cost=Sum(F("compute") + F("vgpu")), name=Max("cluster_name"))
+    )
+    for currency, cluster, total, name in rows:
+        found = totals.setdefault((currency, cluster), [ZERO, name])
+        found[0] += total
     ranked: dict[str, list[int]] = defaultdict(list)
     for (currency, cluster), _ in sorted(
         totals.items(), key=lambda item: (-item[1][0], item[1][1], item[0][1])
@@ -288,6 +317,29 @@ def step_after(step: SeriesStep, start: datetime) -> datetime:
     return start + DAY if step == "day" else next_month(start)
 
 
+def series_bounds(*, step: SeriesStep, start: datetime, end: datetime, now: datetime) -> None:
+    """What a series may span, for the API and the dashboard's windows alike: [start, end)
+    in whole steps, at most SERIES_RANGE_DAYS, and by the hour only within the hours kept
+    (COST_HOURLY_HISTORY_DAYS). Refused (ValidationError naming the parameter) otherwise."""
+    problems: dict[str, str] = {}
+    for name, moment in (("start", start), ("end", end)):
+        if moment != step_start(step, moment):
+            problems[name] = f"Give the start of {'an' if step == 'hour' else 'a'} {step} (UTC)."
+    if end <= start:
+        problems.setdefault("end", "Give an end after the start (the end is exclusive).")
+    elif end - start > timedelta(days=SERIES_RANGE_DAYS):
+        problems.setdefault("end", f"Ask for at most {SERIES_RANGE_DAYS} days at a time.")
+    kept_from = hour_of(now) - timedelta(days=settings.COST_HOURLY_HISTORY_DAYS)
+    if step == "hour" and start < kept_from:
+        problems.setdefault(
+            "start",
+            f"Hours are kept {settings.COST_HOURLY_HISTORY_DAYS} days (from "
+            f"{kept_from:%Y-%m-%dT%H:%MZ}): give a later start, or step by the day.",
+        )
+    if problems:
+        raise ValidationError(problems)
+
+
 @dataclass
 class CostSeries:
     """What each group cost per step in [start, end), and how many of the range's hours a
@@ -314,23 +366,7 @@ def cost_history(
     left out: the end of the step now running), within the history kept and the bounds
     above. Refused (ValidationError naming the parameter) otherwise. Four queries."""
     end = end if end is not None else step_after(step, step_start(step, now))
-    problems: dict[str, str] = {}
-    for name, moment in (("start", start), ("end", end)):
-        if moment != step_start(step, moment):
-            problems[name] = f"Give the start of {'an' if step == 'hour' else 'a'} {step} (UTC)."
-    if end <= start:
-        problems.setdefault("end", "Give an end after the start (the end is exclusive).")
-    elif end - start > timedelta(days=SERIES_RANGE_DAYS):
-        problems.setdefault("end", f"Ask for at most {SERIES_RANGE_DAYS} days at a time.")
-    kept_from = hour_of(now) - timedelta(days=settings.COST_HOURLY_HISTORY_DAYS)
-    if step == "hour" and start < kept_from:
-        problems.setdefault(
-            "start",
-            f"Hours are kept {settings.COST_HOURLY_HISTORY_DAYS} days (from "
-            f"{kept_from:%Y-%m-%dT%H:%MZ}): give a later start, or step day or month.",
-        )
-    if problems:
-        raise ValidationError(problems)
+    series_bounds(step=step, start=start, end=end, now=now)
     points = cost_series(group_by=group_by, locations=locations, start=start, end=end, step=step)
     if len(points) > SERIES_ROWS_MAX:
         raise ValidationError(
@@ -573,10 +609,8 @@ def capacity_series(
     names: dict[int | None, str] = {pk: name for pk, name in located.items()}
     names[None] = ""  # the locations summed
     keys = ("location_id", "gpu_type") if per_location else ("gpu_type",)
-    for rollup_step, where, bucket in _periods(step, start, end):
-        rows = CapacityRollup.objects.filter(
-            where, step=rollup_step, location_id__in=located
-        ).order_by()
+    for where, bucket in _periods(step, start, end):
+        rows = CapacityRollup.objects.filter(where, location_id__in=located).order_by()
         period = "period" if bucket is not None else "start"
         if bucket is not None:
             rows = rows.annotate(period=bucket)
@@ -590,14 +624,23 @@ def capacity_series(
     for (period, location_id, gpu_type), values in sorted(
         sums.items(), key=lambda item: (item[0][0], names[item[0][1]], item[0][2])
     ):
-        n = Decimal(max(samples.get(period, 0), 1))
+        n = max(samples.get(period, 0), 1)
         points.append(
             CapacityPoint(
                 period, location_id, names[location_id], gpu_type,
-                *((Decimal(v) / n).quantize(Decimal("0.01")) for v in values),
+                *(_mean(v, n) for v in values),
             )
         )  # fmt: skip
     return points
+
+
+def _mean(total: int, n: int) -> Decimal:
+    """total / n to the cent, rounded half to even as Decimal.quantize does (in integers:
+    a year's chart has thousands)."""
+    cents, rest = divmod(total * 100, n)
+    if 2 * rest > n or (2 * rest == n and cents % 2):
+        cents += 1
+    return Decimal(cents).scaleb(-2)
 
 
 def hours_sampled_by_step(step: SeriesStep, start: datetime, end: datetime) -> dict[datetime, int]:
@@ -646,7 +689,8 @@ def leak_costs_by_step(
     *, leaks: QuerySet[Leak], step: SeriesStep, start: datetime, end: datetime
 ) -> dict[tuple[datetime, Location], tuple[Decimal, Decimal]]:
     """Per step in [start, end) and location (with its account): what its leaks cost in it
-    (vGPUs, VMs), by Leak.cost. One query."""
+    (vGPUs, VMs), by Leak.cost (once a leak for the hours or days it leaks all through: each
+    costs the same). One query."""
     rows = (
         leaks.filter(leaked_since__lt=end)
         .exclude(ended_at__lte=start)
@@ -657,16 +701,25 @@ def leak_costs_by_step(
             "location__account_id", "location__account__name",
         )
     )  # fmt: skip
-    found: dict[tuple[datetime, Location], list[Decimal]] = defaultdict(lambda: [ZERO, ZERO])
+    found: dict[tuple[datetime, int], list[Decimal]] = defaultdict(lambda: [ZERO, ZERO])
+    located: dict[int, Location] = {}
     for leak in rows:
+        located[leak.location_id] = leak.location
+        vm = leak.kind == Leak.Kind.VM
         until = min(leak.counted_until(), end)
         moment = step_start(step, max(leak.leaked_since, start))
+        whole: Decimal | None = None  # a step it leaks all through (an hour or a day) costs
         while moment < until:
             after = step_after(step, moment)
-            figures = found[moment, leak.location]
-            figures[leak.kind == Leak.Kind.VM] += leak.cost(since=moment, until=min(after, end))
+            if step != "month" and leak.leaked_since <= moment and after <= until:
+                whole = whole if whole is not None else leak.cost(since=moment, until=after)
+                found[moment, leak.location_id][vm] += whole
+            else:
+                found[moment, leak.location_id][vm] += leak.cost(
+                    since=moment, until=min(after, end)
+                )
             moment = after
-    return {key: (vgpu, vm) for key, (vgpu, vm) in found.items()}
+    return {(moment, located[pk]): (vgpu, vm) for (moment, pk), (vgpu, vm) in found.items()}
 
 
 def leak_totals(*, leaks: QuerySet[Leak], since: datetime, until: datetime) -> list[LeakTotal]:

@@ -53,16 +53,6 @@ class Line:
     dots: list[tuple[float, float, str]]  # x, y and the figure it marks
 
 
-@dataclass(frozen=True)
-class Bar:
-    x: float
-    y: float
-    width: float
-    height: float
-    css: str
-    label: str  # what a pointer over it says
-
-
 def nice_step(largest: float, ticks: int = Y_TICKS) -> float:
     """A round step (1, 2 or 5 times a power of ten) for about `ticks` ticks up to `largest`."""
     if largest <= 0:
@@ -105,19 +95,22 @@ class Chart:
 
     @cached_property
     def rows(self) -> list[list[str]]:
-        return [self.row(i, label) for i, label in enumerate(self.x_labels)]
+        # Column by column: a long window's chart has thousands of figures.
+        columns = [[_figure(value) for value in figures] for figures in self.figure_columns()]
+        return [[label, *cells] for label, *cells in zip(self.x_labels, *columns, strict=True)]
 
-    def row(self, index: int, label: str) -> list[str]:
-        return [label, *(_figure(s.values[index]) for s in self.series)]
+    def figure_columns(self) -> list[Sequence[Decimal]]:
+        return [s.values for s in self.series]
 
     @cached_property
     def rows_html(self) -> SafeString:
         """The table's body: drawn here, not cell by cell in the template (a page shows
         hundreds of cells)."""
-        return mark_safe(  # noqa: S308 (every cell escaped here)
+        return mark_safe(  # noqa: S308 (every label escaped here; the rest are figures)
             "".join(
                 f'<tr><th scope="row">{escape(label)}</th>'
-                + "".join(f'<td class="num">{escape(cell)}</td>' for cell in cells)
+                # The other cells are figures (_figure: digits, a sign and a point).
+                + "".join(f'<td class="num">{cell}</td>' for cell in cells)
                 + "</tr>"
                 for label, *cells in self.rows
             )
@@ -145,21 +138,39 @@ class Chart:
     def plot_bottom(self) -> int:
         return self.height - BOTTOM
 
+    @cached_property
+    def floats(self) -> list[list[float]]:
+        """Each series' values as floats, for the geometry."""
+        return [[float(v) for v in s.values] for s in self.series]
+
     def largest(self) -> float:
-        return max((float(v) for s in self.series for v in s.values), default=0.0)
+        return max((v for values in self.floats for v in values), default=0.0)
+
+    @cached_property
+    def peak(self) -> float:
+        return self.largest()
 
     @cached_property
     def step(self) -> float:
-        return nice_step(self.largest() * HEADROOM)
+        return nice_step(self.peak * HEADROOM)
 
     @cached_property
     def top_value(self) -> float:
         # A little room above the largest figure: a line along the top edge is hard to see.
-        return max(self.step * math.ceil(self.largest() * HEADROOM / self.step), self.step)
+        return max(self.step * math.ceil(self.peak * HEADROOM / self.step), self.step)
 
     def y_of(self, value: float) -> float:
         span = self.plot_bottom - self.plot_top
         return round(self.plot_bottom - span * value / self.top_value, 2)
+
+    def ys(self, values: Sequence[float]) -> list[float]:
+        """y_of each value (a long window's chart has thousands)."""
+        bottom, span, top = self.plot_bottom, self.plot_bottom - self.plot_top, self.top_value
+        return [round(bottom - span * value / top, 2) for value in values]
+
+    @cached_property
+    def xs(self) -> list[float]:
+        return [self.x_of(i) for i in range(len(self.x_labels))]
 
     @cached_property
     def y_ticks(self) -> list[Tick]:
@@ -211,9 +222,11 @@ class LineChart(Chart):
     @cached_property
     def lines(self) -> list[Line]:
         drawn = []
+        x_texts = [f"{x}," for x in self.xs]  # each point's "x," once for every line
         for n, series in enumerate(self.series):
-            at = [(self.x_of(i), self.y_of(float(v))) for i, v in enumerate(series.values)]
-            points = " ".join(f"{x},{y}" for x, y in at)
+            ys = self.ys(self.floats[n])
+            at = list(zip(self.xs, ys, strict=True))
+            points = " ".join(map(str.__add__, x_texts, map(str, ys)))
             area = ""
             if self.filled and at:
                 area = f"{at[0][0]},{self.plot_bottom} {points} {at[-1][0]},{self.plot_bottom}"
@@ -241,14 +254,20 @@ class StackedBarChart(Chart):
     def columns(self) -> list[str]:
         return [*super().columns, self.totals_title]
 
-    def row(self, index: int, label: str) -> list[str]:
-        return [*super().row(index, label), _figure(self.total(index))]
+    def figure_columns(self) -> list[Sequence[Decimal]]:
+        return [*super().figure_columns(), self.totals]
+
+    @cached_property
+    def totals(self) -> list[Decimal]:
+        return [
+            sum((s.values[i] for s in self.series), Decimal(0)) for i in range(len(self.x_labels))
+        ]
 
     def total(self, index: int) -> Decimal:
-        return sum((s.values[index] for s in self.series), Decimal(0))
+        return self.totals[index]
 
     def largest(self) -> float:
-        return max((float(self.total(i)) for i in range(len(self.x_labels))), default=0.0)
+        return max((float(total) for total in self.totals), default=0.0)
 
     @cached_property
     def slot(self) -> float:
@@ -259,37 +278,25 @@ class StackedBarChart(Chart):
 
     @cached_property
     def bars_svg(self) -> SafeString:
-        """The bars as SVG: drawn here, not attribute by attribute in the template."""
-        return mark_safe(  # noqa: S308 (every text escaped here; the rest are numbers)
-            "".join(
-                f'<rect class="bar {escape(b.css)}" x="{b.x}" y="{b.y}" width="{b.width}" '
-                f'height="{b.height}"><title>{escape(b.label)}</title></rect>'
-                for b in self.bars
-            )
-        )
-
-    @cached_property
-    def bars(self) -> list[Bar]:
+        """The bars as SVG, each with what a pointer over it says: drawn here in one pass,
+        not attribute by attribute in the template (a long window's chart has thousands)."""
         width = round(max(self.slot * 0.7, 1.0), 2)
+        lefts = [round(x - width / 2, 2) for x in self.xs]
+        labels = [escape(label) for label in self.x_labels]
+        unit = f" {escape(self.unit_short)}" if self.unit_short else ""
+        tops = [0.0] * len(self.x_labels)  # each bar's stack so far
         drawn = []
-        for i, label in enumerate(self.x_labels):
-            base = 0.0
-            for n, series in enumerate(self.series):
-                value = float(series.values[i])
-                if value <= 0:
-                    continue
-                top = base + value
-                y_top, y_base = self.y_of(top), self.y_of(base)
-                drawn.append(
-                    Bar(
-                        x=round(self.x_of(i) - width / 2, 2),
-                        y=y_top,
-                        width=width,
-                        height=round(max(y_base - y_top, 0.5), 2),
-                        css=self.css_of(n, series),
-                        label=f"{series.name}, {label}: "
-                        f"{_figure(series.values[i])} {self.unit_short}".strip(),
+        for n, series in enumerate(self.series):
+            css, name = escape(self.css_of(n, series)), escape(series.name)
+            bases = tops
+            tops = [base + max(v, 0.0) for base, v in zip(bases, self.floats[n], strict=True)]
+            ys_top, ys_base = self.ys(tops), self.ys(bases)
+            for i, value in enumerate(series.values):
+                if value > 0:
+                    height = round(max(ys_base[i] - ys_top[i], 0.5), 2)
+                    drawn.append(
+                        f'<rect class="bar {css}" x="{lefts[i]}" y="{ys_top[i]}" '
+                        f'width="{width}" height="{height}"><title>{name}, {labels[i]}: '
+                        f"{_figure(value)}{unit}</title></rect>"
                     )
-                )
-                base = top
-        return drawn
+        return mark_safe("".join(drawn))  # noqa: S308 (every text escaped; the rest numbers)

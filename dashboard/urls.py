@@ -71,4 +71,9 @@ urlpatterns = [
         money.cluster_chart_csv,
         name="cluster-money-csv",
     ),
+    path(
+        "locations/<int:pk>/money/<slug:chart>.csv",
+        money.location_chart_csv,
+        name="location-money-csv",
+    ),
 ]

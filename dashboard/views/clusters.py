@@ -31,9 +31,8 @@ from dashboard.columns import COLUMNS, columns_chosen
 from dashboard.csv_export import chunks, csv_refused, csv_response
 from dashboard.filtersets import ClusterListFilterSet, filled, list_page, unknown_parameters
 from dashboard.lists import CLUSTER_COLUMNS, LISTS, PAGE, list_query
-from dashboard.money import cluster_money
 from dashboard.pages.cluster import NICS_IN, PHASE_IN, cluster_body
-from dashboard.views.money import cluster_locations
+from dashboard.views.money import cluster_locations, cluster_reader, money_section
 from dashboard.views.saved import saved_views_context
 from dashboard.views.setup import accounts_for_new_clusters
 from gpus.models import BILLED_STATES, VgpuReservation
@@ -289,18 +288,24 @@ def _counts(
 def cluster_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     cluster = cluster_for_page(request, pk)
     context = cluster_body(request.user, cluster, request.GET).context()
+    status = 200
     if not request.htmx:
         # The whole page draws its plan in place; a redraw of the body loads it apart.
         context.update(cluster_plan_section(cluster))
-        # Money moves by the hour: drawn with the page, not with each refresh of its body.
-        locations = cluster_locations(request, cluster)
-        money = cluster_money(cluster=cluster, locations=locations, now=timezone.now())
-        for chart in money.charts:
-            chart.csv_url = reverse("dashboard:cluster-money-csv", args=[cluster.pk, chart.key])
-        context["money"] = money
+        # Money moves by the hour: drawn with the page, not with each refresh of its body
+        # (whose URL keeps the window: page_url).
+        money, status = money_section(
+            request,
+            cluster_reader(request, cluster),
+            csv_url=lambda key: reverse("dashboard:cluster-money-csv", args=[cluster.pk, key]),
+            api_query={"group_by": "pool", "account": str(cluster.account_id)},
+        )
+        context.update(money)
         context.update(cluster_gpu_use_section(cluster))
+        locations = cluster_locations(request, cluster)
         context.update(cluster_cost_by_label_section(cluster, locations, request.GET))
-    status = 400 if context.get("cost_by_label_problem") else 200
+    if context.get("cost_by_label_problem"):
+        status = 400
     return page_or_fragment(
         request, "dashboard/cluster.html", context, fragments=["cluster-body"], status=status
     )

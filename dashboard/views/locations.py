@@ -1,6 +1,7 @@
 """One location: a map of each physical card (a GPU profile) with its instances, which
-vGPU sits on which machine, VM and pod; and the location's plan, the orphan sweep's
-steps it would carry out next (`clusters.releases.location_plan`, read only).
+vGPU sits on which machine, VM and pod; the location's plan, the orphan sweep's steps it
+would carry out next (`clusters.releases.location_plan`, read only); and its money over the
+window the page asks for (the overview's, of this location alone).
 
 A fixed number of queries whatever the number of cards and vGPUs (the plan's own aside:
 it reads what its steps need)."""
@@ -9,9 +10,11 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from typing import Any
 
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404
+from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
@@ -20,6 +23,7 @@ from capvco_web.permissions import visible
 from cloud.models import Location, VirtualMachine
 from clusters.models import Machine
 from clusters.releases import location_plan
+from dashboard.views.money import location_reader, money_section
 from gpus.models import GpuProfile, VgpuReservation
 from gpus.resolve import gpu_type_of
 from kube.models import KubeNode, KubePod
@@ -136,11 +140,21 @@ def location_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         )
         card = by_card.get(row.gpu_id)
         (card.instances if card else unknown_card).append(instance)
-    context = {
+    context: dict[str, Any] = {
         "location": location,
         "cards": cards,
         "unknown_card": unknown_card,
         "plan": location_plan(location, now=timezone.now()),
         "now": timezone.now(),
     }
-    return page_or_fragment(request, TEMPLATE, context, fragments=["location-body"])
+    status = 200
+    if not request.htmx:
+        # Money moves by the hour: drawn with the page, not with each refresh of its body.
+        money, status = money_section(
+            request,
+            location_reader(request, location),
+            csv_url=lambda key: reverse("dashboard:location-money-csv", args=[location.pk, key]),
+            api_query={"group_by": "cluster", "location": str(location.pk)},
+        )
+        context.update(money)
+    return page_or_fragment(request, TEMPLATE, context, fragments=["location-body"], status=status)

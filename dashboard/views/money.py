@@ -1,16 +1,20 @@
 """Money over time: the leak ledger (open and ended leaks with what each cost), the latest
-check of whitesky's bill per location with what it could not explain, and each money
-chart's numbers as CSV (the overview's and a cluster page's)."""
+check of whitesky's bill per location with what it could not explain, the money section of
+a page over the window its query asks for, and each money chart's numbers as CSV (the
+overview's, a location page's and a cluster page's) over the same window."""
 
 from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
+from urllib.parse import urlencode
 
+from django.core.exceptions import ValidationError
 from django.db.models import Count, OuterRef, QuerySet, Subquery
 from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404
@@ -22,6 +26,15 @@ from billing.filtersets import LeakFilterSet
 from billing.models import BillCheck, BillItem, Leak
 from billing.rollups import month_of
 from billing.selectors import leak_totals
+from billing.windows import (
+    HOURLY_DAYS_MAX,
+    PRESETS,
+    WINDOW_STEPS,
+    Window,
+    preset_step,
+    window_from,
+)
+from billing.windows import PARAMETERS as WINDOW_PARAMETERS
 from capvco_web.api_csv import csv_cell
 from capvco_web.htmx import HtmxHttpRequest, page_or_fragment
 from capvco_web.keyset import Sort
@@ -31,7 +44,7 @@ from clusters.models import Cluster
 from dashboard.charts import Chart
 from dashboard.filtersets import filled, filtered_page, list_page
 from dashboard.forms import LocationChoiceField
-from dashboard.money import cluster_money, overview_money
+from dashboard.money import Money, cluster_money, overview_money
 
 PAGE_SIZE = 50
 NEWEST_FIRST = Sort("leaked_since", True, "newest first")
@@ -129,7 +142,68 @@ def _sums(checks: Sequence[BillCheck]) -> list[tuple[str, Decimal]]:
     return sorted(sums.items())
 
 
-# --- each chart's numbers as CSV ----------------------------------------------------------
+# --- the window of a page's charts, and each chart's numbers as CSV ----------------------
+
+
+def _window(request: HtmxHttpRequest, now: datetime) -> tuple[Window | None, list[str]]:
+    """The window the request's query asks for, or why it is refused."""
+    try:
+        return window_from(request.GET, now=now), []
+    except ValidationError as exc:
+        problems = exc.message_dict.items()
+        return None, [f"{name}: {m}" for name, messages in problems for m in messages]
+
+
+def money_section(
+    request: HtmxHttpRequest,
+    read: Callable[[Window | None, datetime], Money],
+    *,
+    csv_url: Callable[[str], str],
+    api_query: dict[str, str],
+    now: datetime | None = None,
+) -> tuple[dict[str, Any], int]:
+    """A page's money section over the window its query asks for (`read` reads it), each
+    chart's CSV asked for the same window; and the status the page answers with: 400 when
+    the window is refused (the page says why, and draws no chart)."""
+    now = now or timezone.now()
+    window, errors = _window(request, now)
+    money = read(window, now)
+    asked = urlencode(window.query) if window else ""
+    for chart in money.charts:
+        chart.csv_url = f"{csv_url(chart.key)}?{asked}"
+    context: dict[str, Any] = {
+        "money": money,
+        "window_errors": errors,
+        # Each preset with the step it keeps: the page's, unless it is too long by the hour.
+        "window_presets": [
+            (name, label, preset_step(name, window.step if window else ""))
+            for name, (label, _) in PRESETS.items()
+        ],
+        "window_steps": WINDOW_STEPS,
+        "window_hours_max": HOURLY_DAYS_MAX,
+        # What the custom window's form sends again beside it (the page's other params),
+        # and what the page's other forms send again (the window asked for).
+        "window_kept": [
+            (name, value)
+            for name, values in request.GET.lists()
+            if name not in WINDOW_PARAMETERS
+            for value in values
+        ],
+        "window_asked": [
+            (name, value)
+            for name, values in request.GET.lists()
+            if name in WINDOW_PARAMETERS
+            for value in values
+        ],
+    }
+    if window is not None:
+        bounds = {"start": _iso(window.start), "end": _iso(window.end), "step": window.step}
+        context["window_api"] = f"{reverse('costs')}?{urlencode({**api_query, **bounds}, safe=':')}"
+    return context, 400 if errors else 200
+
+
+def _iso(moment: datetime) -> str:
+    return f"{moment:%Y-%m-%dT%H:%M:%SZ}"
 
 
 def _csv(chart: Chart, name: str) -> HttpResponse:
@@ -146,30 +220,69 @@ def _csv(chart: Chart, name: str) -> HttpResponse:
     )
 
 
-def _chart(charts: list[Chart], key: str) -> Chart:
-    found = next((chart for chart in charts if chart.key == key), None)
+def _chart_csv(
+    request: HtmxHttpRequest, read: Callable[[Window, datetime], Money], key: str, name: str
+) -> HttpResponse:
+    """A chart's numbers over the window asked for (the page's), or 400 saying why not."""
+    now = timezone.now()
+    window, errors = _window(request, now)
+    if window is None:
+        return HttpResponse(
+            "\n".join(errors) + "\n", status=400, content_type="text/plain; charset=utf-8"
+        )
+    found = next((chart for chart in read(window, now).charts if chart.key == key), None)
     if found is None:
         raise Http404(f"No chart {key!r} here.")
-    return found
+    return _csv(found, name)
 
 
 @require_GET
 def overview_chart_csv(request: HtmxHttpRequest, chart: str) -> HttpResponse:
-    money = overview_money(
-        locations=visible(request.user, Location.objects.all()),
-        leaks=visible(request.user, Leak.objects.all()),
-        now=timezone.now(),
+    return _chart_csv(request, overview_reader(request), chart, "overview")
+
+
+@require_GET
+def location_chart_csv(request: HtmxHttpRequest, pk: int, chart: str) -> HttpResponse:
+    location = get_object_or_404(visible(request.user, Location.objects.all()), pk=pk)
+    return _chart_csv(
+        request, location_reader(request, location), chart, f"location-{location.name}"
     )
-    return _csv(_chart(money.charts, chart), "overview")
 
 
 @require_GET
 def cluster_chart_csv(request: HtmxHttpRequest, pk: int, chart: str) -> HttpResponse:
     cluster = get_object_or_404(visible(request.user, Cluster.objects.all()), pk=pk)
-    money = cluster_money(
-        cluster=cluster, locations=cluster_locations(request, cluster), now=timezone.now()
+    return _chart_csv(request, cluster_reader(request, cluster), chart, f"cluster-{cluster.name}")
+
+
+def overview_reader(request: HtmxHttpRequest) -> Callable[[Window | None, datetime], Money]:
+    """The overview's money over a window, as the user may see it."""
+    return lambda window, now: overview_money(
+        locations=visible(request.user, Location.objects.all()),
+        leaks=visible(request.user, Leak.objects.all()),
+        now=now,
+        window=window,
     )
-    return _csv(_chart(money.charts, chart), f"cluster-{cluster.name}")
+
+
+def location_reader(
+    request: HtmxHttpRequest, location: Location
+) -> Callable[[Window | None, datetime], Money]:
+    """A location's money over a window: the overview's, of that location alone."""
+    return lambda window, now: overview_money(
+        locations=Location.objects.filter(pk=location.pk),
+        leaks=visible(request.user, Leak.objects.filter(location=location)),
+        now=now,
+        window=window,
+    )
+
+
+def cluster_reader(
+    request: HtmxHttpRequest, cluster: Cluster
+) -> Callable[[Window | None, datetime], Money]:
+    return lambda window, now: cluster_money(
+        cluster=cluster, locations=cluster_locations(request, cluster), now=now, window=window
+    )
 
 
 def cluster_locations(request: HtmxHttpRequest, cluster: Cluster) -> QuerySet[Location]:

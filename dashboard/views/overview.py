@@ -11,7 +11,6 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from billing.models import Leak
 from capvco_web.health import readiness
 from capvco_web.htmx import HtmxHttpRequest, page_or_fragment
 from capvco_web.permissions import allowed_somewhere, visible
@@ -19,13 +18,13 @@ from cloud.models import Location, VirtualMachine
 from cloud.selectors import observations
 from clusters.capacity import capacity_board
 from clusters.models import Cluster, Machine
-from dashboard.money import overview_money
 from dashboard.selectors import (
     foreign_vms,
     kube_flags,
     money_wasted,
     orphan_vms,
 )
+from dashboard.views.money import money_section, overview_reader
 from gpus.models import GpuProfile, VgpuReservation
 from kube.gpu_use import gpu_use_of_clusters
 from kube.models import KubeNode
@@ -54,18 +53,19 @@ def overview(request: HtmxHttpRequest) -> HttpResponse:
     if request.htmx and request.htmx.target != "overview":
         return page_or_fragment(request, TEMPLATE, _system_status(), fragments=["system-status"])
     context = overview_context(request)
+    status = 200
     if not request.htmx:
         context.update(_system_status())
         # Money moves by the hour: drawn with the page, not with each refresh of its panels.
-        money = overview_money(
-            locations=visible(request.user, Location.objects.all()),
-            leaks=visible(request.user, Leak.objects.all()),
+        money, status = money_section(
+            request,
+            overview_reader(request),
+            csv_url=lambda key: reverse("dashboard:money-csv", args=[key]),
+            api_query={"group_by": "cluster"},
             now=context["now"],  # type: ignore[arg-type]
         )
-        for chart in money.charts:
-            chart.csv_url = reverse("dashboard:money-csv", args=[chart.key])
-        context["money"] = money
-    return page_or_fragment(request, TEMPLATE, context, fragments=["overview"])
+        context.update(money)
+    return page_or_fragment(request, TEMPLATE, context, fragments=["overview"], status=status)
 
 
 def overview_context(request: HtmxHttpRequest) -> dict[str, object]:

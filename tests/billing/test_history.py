@@ -14,12 +14,13 @@ from typing import Any
 
 import pytest
 from django.db import connection
-from django.db.models import Max
+from django.db.models import F, Max, Sum
 from django.test.utils import CaptureQueriesContext, override_settings
 
 from billing.models import CapacityRollup, CostRollup, Rollup, Step
 from billing.rollups import rollups_take
 from billing.selectors import (
+    _covering,
     capacity_series,
     cost_series,
     costliest_clusters,
@@ -156,6 +157,71 @@ def test_a_month_reads_the_same_from_its_month_rows_as_from_its_days(world: Worl
     # To the end of the day summed (not the hour just sampled): the same as before.
     again = cost_series(**series, end=month + timedelta(days=3), step="month")  # type: ignore[arg-type]
     assert [p.total for p in again] == [p.total for p in whole]
+
+
+@pytest.mark.parametrize(
+    ("start", "end", "eur"),
+    [
+        # November is its month row; October from the 26th and December's 1st, their days
+        # (the 25th is not read).
+        ("2026-10-26", "2026-12-02", ["8.80", "4.40"]),
+        # October is its month row; November to the 15th, its days (the 20th is not read).
+        ("2026-10-01", "2026-11-15", ["4.40", "4.40"]),
+    ],
+)
+def test_a_range_reads_the_months_it_holds_whole_from_their_rows_and_the_rest_by_day(
+    world: World, start: str, end: str, eur: list[str]
+) -> None:
+    # An hour sampled on the 25th of October, the 10th and 20th of November and the 1st
+    # and 2nd of December; each day summed by the next pass, each month again with it.
+    for day in ("2026-10-25", "2026-11-10", "2026-11-20", "2026-12-01", "2026-12-02"):
+        rollups_take(now=datetime.fromisoformat(f"{day}T10:05+00:00"))
+    bounds = {"start": datetime.fromisoformat(f"{start}T00:00+00:00"),
+              "end": datetime.fromisoformat(f"{end}T00:00+00:00")}  # fmt: skip
+    series = {"group_by": "cluster", "locations": Location.objects.all(), **bounds}
+
+    with CaptureQueriesContext(connection) as queries:
+        by_month = cost_series(**series, step="month")  # type: ignore[arg-type]
+        top = costliest_clusters(locations=Location.objects.all(), n=5, **bounds)
+    by_day = cost_series(**series, step="day")  # type: ignore[arg-type]
+
+    # The months held whole and the days beside them, in one query each.
+    assert sum("'month'" in q["sql"] and "'day'" in q["sql"] for q in queries.captured_queries) == 2
+    summed: dict[tuple[datetime, str], Decimal] = {}
+    for point in by_day:
+        assert point.start is not None
+        key = (point.start.replace(day=1), point.currency)
+        summed[key] = summed.get(key, D(0)) + point.total
+    assert {(p.start, p.currency): p.total for p in by_month} == summed
+    assert [p.total for p in by_month if p.currency == "EUR"] == [D(figure) for figure in eur]
+    assert top == {"CHF": [world.cluster.pk], "EUR": [world.cluster.pk]}
+    # The rows the ranking reads make up the range once: each hour in one of them.
+    assert _covered(**bounds) == sum((p.compute + p.vgpu for p in by_day), D(0))  # type: ignore[operator]
+
+
+def test_the_costliest_clusters_of_a_range_of_hours_are_read_from_its_hours(
+    world: World,
+) -> None:
+    rollups_take(now=T0)  # 10:00 on the 1st
+    rollups_take(now=T0 + timedelta(hours=14))  # the 1st summed; 00:00 on the 2nd sampled
+    CostRollup.objects.filter(step=Step.HOUR, start=MONTH + timedelta(days=1)).delete()
+    hours = {
+        "start": T0.replace(minute=0) - timedelta(hours=1),
+        "end": MONTH + timedelta(days=1, hours=1),
+    }
+    ranked = {"locations": Location.objects.all(), "n": 5, **hours}
+
+    # The 1st from 09:00 is in no day row whole: its hours, as a chart by the hour reads.
+    assert costliest_clusters(**ranked) == {  # type: ignore[arg-type]
+        "CHF": [world.cluster.pk], "EUR": [world.cluster.pk],
+    }  # fmt: skip
+    assert _covered(**hours) == D("4.40") + D("2.16")  # its 10:00, once
+
+
+def _covered(start: datetime, end: datetime) -> Decimal:
+    """What the pools cost in the rows the ranking reads for [start, end)."""
+    rows = CostRollup.objects.filter(_covering(start, end), kind="pool")
+    return rows.aggregate(n=Sum(F("compute") + F("vgpu")))["n"]  # type: ignore[no-any-return]
 
 
 MONTH = T0.replace(hour=0, minute=0)

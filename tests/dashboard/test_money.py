@@ -24,10 +24,11 @@ from rest_framework.test import APIClient
 
 from billing.models import BillCheck, BillItem, CapacityRollup, CostRollup, Leak, Rollup, Step
 from billing.rollups import DAY, hour_of, month_of, rollups_take
+from billing.windows import Window, window_from
 from cloud.models import Account, Location
 from clusters.models import Machine
 from dashboard.charts import Chart, LineChart, StackedBarChart
-from dashboard.money import cluster_money, overview_money
+from dashboard.money import Money, cluster_money, overview_money
 from gpus.models import VgpuReservation
 from tests.billing.support import world_leaks
 from tests.billing.test_costs import World, gpus_make, machine_make, world_make
@@ -74,6 +75,21 @@ def _sampled_two_hours(world: World) -> None:
     rollups_take(now=T0)
 
 
+def _month(now: datetime) -> Window:
+    """This month by the day: the window a page asks for by default."""
+    return window_from({}, now=now)
+
+
+def _overview(now: datetime, **window: str) -> Money:
+    """The overview's money over the window asked for (nothing: this month by the day)."""
+    return overview_money(
+        locations=Location.objects.all(),
+        leaks=Leak.objects.all(),
+        now=now,
+        window=window_from(window, now=now),
+    )
+
+
 def _chart(charts: list[Chart], key: str) -> Chart:
     return next(chart for chart in charts if chart.key == key)
 
@@ -90,7 +106,7 @@ def test_the_overview_adds_up_the_month_by_cluster_with_orphans_and_the_forecast
     # The ledger's leaks, the two hours up to now: what orphans cost is its figure.
     world_leaks(world, T0 - timedelta(hours=2), T0)
 
-    money = overview_money(locations=Location.objects.all(), leaks=Leak.objects.all(), now=NOW)
+    money = _overview(NOW)
 
     months = {f.point.currency: f for f in money.months}
     # Two hours of prod 4.40 and orphans 1.03 in EUR; of prod 2.16 in CHF.
@@ -131,7 +147,7 @@ def test_the_five_costliest_clusters_are_stacked_and_the_others_as_one_layer(
     rollups_take(now=T0)
     world_leaks(world, T0 - timedelta(hours=1), T0)
 
-    money = overview_money(locations=Location.objects.all(), leaks=Leak.objects.all(), now=NOW)
+    money = _overview(NOW)
 
     eur = _chart(money.charts, "cost-eur")
     assert eur.columns == [
@@ -151,7 +167,7 @@ def test_the_overview_charts_leak_and_idle_cost_per_day_and_capacity_per_type(
           ended_at=T0 - timedelta(hours=6, minutes=5), end=Leak.End.RELEASED)  # fmt: skip
     _leak(world.account, world.ams, "b", leaked_since=T0 - timedelta(hours=2, minutes=5))
 
-    money = overview_money(locations=Location.objects.all(), leaks=Leak.objects.all(), now=NOW)
+    money = _overview(NOW)
 
     leaks = D(4) + D(2) + D(10) / D(60)
     assert [(t.currency, t.cost, t.open, t.ended) for t in money.leaks] == [
@@ -163,55 +179,52 @@ def test_the_overview_charts_leak_and_idle_cost_per_day_and_capacity_per_type(
     assert waste.rows == [[DEC_1, f"{leaks:.2f}", "2.00"]]
     assert _chart(money.charts, "waste-chf").rows == [[DEC_1, "0.00", "4.00"]]
     a100 = _chart(money.charts, "capacity-nvidia-a100")
-    # Free: 4 in the first hour, 4 + 2 in the second (one day sampled: by the hour).
-    assert a100.columns == ["hour", "free", "reserved", "attached", "allocatable", "requested"]
-    assert [row[:2] for row in a100.rows] == [
-        [f"{DEC_1} 09:00", "4.00"],
-        [f"{DEC_1} 10:00", "6.00"],
-    ]
+    # Free: 4 in the first hour, 4 + 2 in the second: 5 the day's mean.
+    assert a100.columns == ["day", "free", "reserved", "attached", "allocatable", "requested"]
+    assert [row[:2] for row in a100.rows] == [[DEC_1, "5.00"]]
 
 
-def test_capacity_sampled_on_a_day_or_two_is_charted_by_the_hour_as_lines(world: World) -> None:
+def test_capacity_is_charted_by_the_windows_step_each_hour_sampled_joined_as_lines(
+    world: World,
+) -> None:
     GpuProfileFactory(location=world.ams, profile_id="p1", vendor="NVIDIA", model="A100",
                       available_instances=4)  # fmt: skip
-    rollups_take(now=T0)
-
-    one_day = overview_money(locations=Location.objects.all(), leaks=Leak.objects.all(), now=NOW)
-
-    a100 = _chart(one_day.charts, "capacity-nvidia-a100")
-    assert isinstance(a100, LineChart)
-    assert a100.x_labels == [f"{DEC_1} 10:00"]  # the one hour sampled, not a day's mean
-    assert a100.unit == "GPUs (the hour's mean)"
-
-    # The day before: its last hour (4 free), and a card of 2 more this morning.
+    # The day before: its last hour (4 free); then this morning, and a card of 2 more.
     rollups_take(now=T0 - timedelta(hours=11))
+    rollups_take(now=T0)
     GpuProfileFactory(location=world.ams, profile_id="p2", vendor="NVIDIA", model="A100",
                       available_instances=2)  # fmt: skip
     rollups_take(now=T0 + timedelta(hours=1))
-    two_days = overview_money(
-        locations=Location.objects.all(), leaks=Leak.objects.all(), now=NOW + timedelta(hours=1)
-    )
+    later = NOW + timedelta(hours=1)
 
-    a100 = _chart(two_days.charts, "capacity-nvidia-a100")
-    # Each hour sampled, joined as a line: no ramp between a day's mean and the next.
-    assert [row[:2] for row in a100.rows] == [
+    by_hour = _chart(_overview(later, window="7d", step="hour").charts, "capacity-nvidia-a100")
+    by_day = _chart(_overview(later, window="7d").charts, "capacity-nvidia-a100")
+
+    assert isinstance(by_hour, LineChart)
+    assert by_hour.unit == "GPUs (the hour's mean)"
+    # Each hour sampled, joined as a line; hours no pass sampled are left out.
+    assert [row[:2] for row in by_hour.rows] == [
         ["2026-11-30 23:00", "4.00"], [f"{DEC_1} 10:00", "4.00"], [f"{DEC_1} 11:00", "6.00"],
     ]  # fmt: skip
-    free = next(line for line in a100.lines if line.name == "free")
+    free = next(line for line in by_hour.lines if line.name == "free")
     assert len(free.points.split()) == 3
+    assert by_day.unit == "GPUs (the day's mean)"
+    assert [row[:2] for row in by_day.rows] == [["2026-11-30", "4.00"], [DEC_1, "5.00"]]
 
 
-def test_capacity_sampled_on_three_days_or_more_is_charted_by_the_day(world: World) -> None:
+def test_capacity_over_the_last_days_is_charted_by_the_day(world: World) -> None:
     GpuProfileFactory(location=world.ams, profile_id="p1", vendor="NVIDIA", model="A100",
                       available_instances=4)  # fmt: skip
     for days_back in (2, 1, 0):
         rollups_take(now=T0 - days_back * DAY)
 
-    money = overview_money(locations=Location.objects.all(), leaks=Leak.objects.all(), now=NOW)
+    money = _overview(NOW, window="30d")
 
     a100 = _chart(money.charts, "capacity-nvidia-a100")
     assert a100.x_labels == ["2026-11-29", "2026-11-30", DEC_1]
     assert a100.unit == "GPUs (the day's mean)"
+    # This month's, by default: its days only.
+    assert _chart(_overview(NOW).charts, "capacity-nvidia-a100").x_labels == [DEC_1]
 
 
 def test_a_cluster_page_stacks_its_pools_and_forecasts_its_own_month(world: World) -> None:
@@ -220,7 +233,9 @@ def test_a_cluster_page_stacks_its_pools_and_forecasts_its_own_month(world: Worl
     world.cpu.replicas, world.cpu.vcpus, world.cpu.memory_mib = 3, 2, 4096
     world.cpu.save(update_fields=["replicas", "vcpus", "memory_mib"])
 
-    money = cluster_money(cluster=world.cluster, locations=Location.objects.all(), now=NOW)
+    money = cluster_money(
+        cluster=world.cluster, locations=Location.objects.all(), now=NOW, window=_month(NOW)
+    )
 
     months = {f.point.currency: f for f in money.months}
     assert (months["EUR"].point.total, months["EUR"].rate_planned) == (D("8.80"), D("4.44"))

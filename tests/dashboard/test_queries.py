@@ -34,11 +34,11 @@ pytestmark = pytest.mark.django_db
 State = VgpuReservation.State
 MOST = 20
 # The money section (month to date, forecast, charts: dashboard.money) comes with the whole
-# overview and cluster page, not with their refreshes; its queries do not grow with the
-# history either (tests/dashboard/test_money.py); what orphans cost is read from the leak
-# ledger, once per series.
+# overview, location and cluster page, not with their refreshes; its queries do not grow
+# with the history or the window either (tests/dashboard/test_money.py); what orphans cost
+# is read from the leak ledger, once per series.
 MONEY = 32
-WITH_MONEY = {"overview", "cluster", "cluster nodes last page"}
+WITH_MONEY = {"overview", "location", "stale location", "cluster", "cluster nodes last page"}
 
 
 def populate(world: World, n: int, start: int = 0) -> None:
