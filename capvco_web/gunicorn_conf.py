@@ -7,6 +7,17 @@ import sys
 from typing import Any
 
 
+def post_worker_init(worker: Any) -> None:
+    """What a web worker loaded to start (modules, Django's apps and settings, the URL
+    conf) is kept for its life: moved out of the cyclic collector's reach, as the Celery
+    worker does (capvco_web.celery), so that a collection during a request scans only what
+    requests made; a page of a long window makes many objects, and without this a
+    collection of the whole heap landed in its time."""
+    from capvco_web.celery import startup_objects_freeze
+
+    startup_objects_freeze()
+
+
 def worker_exit(server: Any, worker: Any) -> None:
     """A web worker that has answered its last request and closed its sockets ends at once,
     with the exit status it was ending with.

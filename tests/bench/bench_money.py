@@ -54,6 +54,7 @@ from django.utils import timezone  # noqa: E402
 from billing.leaks import leaks_record  # noqa: E402
 from billing.models import CapacityRollup, CostRollup, Rollup, Step  # noqa: E402
 from billing.rollups import DAY, HOUR, month_of, month_sum, rollups_take  # noqa: E402
+from capvco_web.celery import startup_objects_freeze  # noqa: E402
 from cloud.models import Account, Location, Membership, VirtualMachine  # noqa: E402
 from clusters.models import Cluster, ClusterSite, Machine, MachinePool  # noqa: E402
 from gpus.models import GpuProfile, ListedVgpu, VgpuReservation  # noqa: E402
@@ -241,6 +242,8 @@ def run(clusters: int, day: int, runs: int) -> dict[str, Any]:
         "cluster, a year by the day": f"/clusters/{cluster.pk}/?{year}",
         "overview cost CSV, a year by the day": f"/money/cost-eur.csv?{year}",
     }
+    client.get("/")  # the apps, templates and URL conf loaded, as a web worker has them
+    startup_objects_freeze()  # as the web worker does after its start (gunicorn_conf)
     results = {name: measure(client, path, runs) for name, path in pages.items()}
     print(f"{'page':<38} {'p50 ms':>8} {'p95 ms':>8} {'queries':>8}")
     for name, r in results.items():
