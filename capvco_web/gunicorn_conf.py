@@ -1,4 +1,4 @@
-"""gunicorn settings of `make run` (bin/run: `-c python:capvco_web.gunicorn_conf`)."""
+"""gunicorn settings of `make run` and the image (`-c python:capvco_web.gunicorn_conf`)."""
 
 from __future__ import annotations
 
