@@ -11,6 +11,7 @@ table is the record.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -22,6 +23,19 @@ from django.utils.safestring import SafeString, mark_safe
 WIDTH, HEIGHT = 640, 240
 LEFT, RIGHT, TOP, BOTTOM = 64, 28, 16, 30  # room for the axes' labels
 X_LABELS_SHOWN = 7
+# An axis label's character, of 11px text (capvco.css), in the SVG's units; and the room
+# kept between two labels.
+TICK_CHAR_WIDTH = 6.5
+TICK_GAP = 10
+HOUR_LABEL = re.compile(r"\d{4}-(\d{2}-\d{2} \d{2}:\d{2})")
+
+
+def _tick_text(label: str) -> str:
+    """An hour's label on the axis: without its year (the table keeps the whole label)."""
+    hour = HOUR_LABEL.fullmatch(label)
+    return hour.group(1) if hour else label
+
+
 Y_TICKS = 4
 DOTTED_POINTS = 10  # lines of at most this many points mark each with a dot
 HEADROOM = 1.05
@@ -182,14 +196,22 @@ class Chart:
 
     @cached_property
     def x_ticks(self) -> list[Tick]:
-        every = max(1, math.ceil(len(self.x_labels) / X_LABELS_SHOWN))
-        last = len(self.x_labels) - 1
-        # The last label too, unless it would run into the one before it.
-        return [
-            Tick(self.x_of(i), label, self.anchor(i, last))
-            for i, label in enumerate(self.x_labels)
-            if i % every == 0 or (i == last and i % every >= every / 2)
-        ]
+        texts = [_tick_text(label) for label in self.x_labels]
+        # About as many as fit side by side, X_LABELS_SHOWN at most; the last label too.
+        widest = max((len(text) for text in texts), default=0) * TICK_CHAR_WIDTH + TICK_GAP
+        fit = max(2, int((self.plot_right - self.plot_left) // widest))
+        every = max(1, math.ceil(len(texts) / min(X_LABELS_SHOWN, fit)))
+        last = len(texts) - 1
+        ticks: list[Tick] = []
+        taken_to = -math.inf  # where the last label kept ends
+        for i in (i for i in range(len(texts)) if i % every == 0 or i == last):
+            at, anchor, width = self.x_of(i), self.anchor(i, last), len(texts[i]) * TICK_CHAR_WIDTH
+            left = at if anchor == "start" else at - width if anchor == "end" else at - width / 2
+            # A label that would run into the one before, or out of the picture: left out.
+            if left >= taken_to + TICK_GAP and left + width <= self.width:
+                ticks.append(Tick(at, texts[i], anchor))
+                taken_to = left + width
+        return ticks
 
     def anchor(self, index: int, last: int) -> str:
         return "middle"

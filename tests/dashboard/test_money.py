@@ -579,3 +579,22 @@ def test_a_charts_caption_names_its_unit_once(
             assert all(a != b for a, b in pairwise(words)), caption
             for unit in ("EUR", "CHF", "GPUs", "per day"):
                 assert caption.count(unit) <= 1, (key, caption)
+
+
+def test_an_hourly_weeks_axis_labels_do_not_run_into_each_other() -> None:
+    from dashboard.charts import TICK_CHAR_WIDTH, Series
+
+    hours = [f"2026-12-{1 + h // 24:02d} {h % 24:02d}:00" for h in range(168)]
+    chart = StackedBarChart(
+        key="k", title="t", unit="EUR per hour", x_title="hour", x_labels=hours,
+        series=[Series("prod", [Decimal(1)] * 168)], unit_short="EUR",
+    )  # fmt: skip
+
+    ticks = chart.x_ticks
+    assert ticks[0].label == "12-01 00:00"  # the hour without its year; the table keeps it
+    assert chart.rows[0][0] == "2026-12-01 00:00"
+    # Centred labels: two neighbours are at least a label's width apart.
+    room = len("12-01 00:00") * TICK_CHAR_WIDTH
+    assert all(b.at - a.at >= room for a, b in pairwise(ticks))
+    assert len(ticks) >= 4
+    assert ticks[-1].at + room / 2 <= chart.width  # the last one within the picture

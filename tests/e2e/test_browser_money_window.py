@@ -26,7 +26,7 @@ from billing.rollups import DAY, HOUR, day_of, hour_of, rollups_take
 from tests.billing.support import world_leaks
 from tests.billing.test_costs import World, world_make
 from tests.e2e.test_dashboard_browser import PASSWORD, log_in
-from tests.e2e.test_money_browser import SCREENSHOTS, _table
+from tests.e2e.test_money_browser import _table
 
 pytestmark = pytest.mark.usefixtures("django_allow_async_unsafe", "screenshot_on_failure")
 D = Decimal
@@ -93,10 +93,9 @@ def _agrees(page: Page, live_server: Any) -> list[dict[str, str]]:
 
 
 def test_a_window_picked_on_the_page_is_the_apis_and_the_csvs(
-    page: Page, live_server: Any, sampled: tuple[World, list[datetime]]
+    page: Page, live_server: Any, sampled: tuple[World, list[datetime]], picture: Any
 ) -> None:
     world, (ten_days_back, two_days_back, last) = sampled
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     log_in(page, live_server)
 
     page.click("#window-picker a[data-window='7d']")
@@ -104,6 +103,7 @@ def test_a_window_picked_on_the_page_is_the_apis_and_the_csvs(
     page.click("#window-picker a[data-step='hour']")
     expect(page).to_have_url(re.compile(r"/\?window=7d&step=hour#money$"))
     expect(page.locator("#window-shown")).to_contain_text("the last 7 days, by the hour")
+    picture("money-window", page.locator("#money"))
     rows = _agrees(page, live_server)
     assert len(rows) == 7 * 24
     by_hour = {row["hour"]: row for row in rows}
@@ -112,7 +112,6 @@ def test_a_window_picked_on_the_page_is_the_apis_and_the_csvs(
         by_hour[f"{last:%Y-%m-%d %H:00}"]["orphans"],
     ) == ("4.40", "1.03")
     assert by_hour[f"{two_days_back:%Y-%m-%d %H:00}"]["prod"] == "4.40"
-    page.locator("#window-picker").screenshot(path=str(SCREENSHOTS / "window-picker.png"))
 
     # A location's page, the same window: its own money, as the API has it for the location.
     page.goto(f"{live_server.url}/locations/{world.ams.pk}/?window=7d&step=hour")
