@@ -30,6 +30,10 @@ ALLOWED = {
     "capvco_web.metrics.metrics_register": (
         "collectors only read and return samples for /metrics; they decide nothing"
     ),
+    "capvco_web.health.readiness_check_register": (
+        "a check only reads (cloud's: when each account's whitesky last answered, from the "
+        "counters store) and says ok or what is wrong for /readyz; it decides nothing"
+    ),
     "capvco_web.ownership.account_paths_register": (
         "data, not code: each model's path to its account, which scoping reads"
     ),
