@@ -166,16 +166,19 @@ last_failing: dict[frozenset[str], frozenset[str]] = {}
 
 
 def readiness_log(results: dict[str, CheckResult]) -> None:
+    """Say once what newly fails (with all that fails), and when all is ready again; a
+    recovery under way (fewer checks failing, none new: beat ticking before a worker ran
+    its tick, as at every start) is not said again."""
     asked = frozenset(results)
     failing = frozenset(name for name, r in results.items() if not r.ok)
     before = last_failing.get(asked, frozenset())
     last_failing[asked] = failing
     if failing == before:
         return
-    if failing:
+    if failing - before:
         logger.warning(
             "not ready: %s",
             "; ".join(f"{name}: {results[name].detail}" for name in sorted(failing)),
         )
-    else:
+    elif not failing:
         logger.info("ready (%s)", ", ".join(sorted(asked)))

@@ -187,3 +187,27 @@ def test_readyz_not_ready_is_said_once_as_a_warning_never_as_a_django_request_er
         ),
         ("INFO", "ready (beat, broker, database, whitesky, workers)"),
     ]
+
+
+def test_a_recovery_under_way_is_not_said_again_but_a_new_failure_is(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO)
+    health.last_failing.clear()
+
+    def probe(*failing: str) -> None:
+        health.readiness_log(
+            {name: health.CheckResult(name not in failing, "down") for name in ("a", "b", "c")}
+        )
+
+    probe("a", "b")  # as at start: beat and workers
+    probe("b")  # beat ticks, no worker ran its tick yet: recovering
+    probe("b", "c")  # something new breaks
+    probe()
+
+    said = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == health.__name__]
+    assert said == [
+        ("WARNING", "not ready: a: down; b: down"),
+        ("WARNING", "not ready: b: down; c: down"),
+        ("INFO", "ready (a, b, c)"),
+    ]
