@@ -38,6 +38,7 @@ from urllib.parse import quote
 import kubernetes.watch
 import urllib3.connection
 import urllib3.exceptions
+import urllib3.util
 import urllib3.util.connection
 from kubernetes.client import ApiClient, BatchV1Api, Configuration, CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
@@ -660,11 +661,15 @@ def _as_list(value: Any) -> list[Any]:
 
 def _api_client(kubeconfig: Kubeconfig, allowed_servers: AllowedServers) -> ApiClient:
     # A configuration of its own: the loader would otherwise fill (and the process keep)
-    # the default one. No urllib3 retries: a timeout costs one read timeout, not four.
+    # the default one. Only a read on a dropped connection is retried (_DroppedRetry).
     # No proxy: setting it (to none) stops the configuration reading HTTPS_PROXY and the
     # like from the environment.
     configuration = Configuration()
-    configuration.retries = False
+    configuration.retries = _DroppedRetry(
+        total=1, connect=0, read=1, redirect=0, status=0, other=0, backoff_factor=0,
+        allowed_methods=frozenset({"GET", "HEAD"}), raise_on_redirect=False,
+        respect_retry_after_header=False,
+    )  # fmt: skip
     configuration.proxy = None
     configuration.no_proxy = None
     try:
@@ -686,6 +691,20 @@ def _api_client(kubeconfig: Kubeconfig, allowed_servers: AllowedServers) -> ApiC
     )
     given.clear()
     return client
+
+
+class _DroppedRetry(urllib3.util.Retry):
+    """A read whose connection broke before any answer, once, on a new connection: a
+    pooled connection dropped while idle (a load balancer's or a NAT's idle timeout, the
+    server restarted) is found out only by sending on it. Nothing else is retried: not a
+    write (it may have landed), not a timeout (it costs one read timeout, not two), not a
+    new connection that fails; a redirect is answered, never followed."""
+
+    def _is_read_error(self, err: Exception) -> bool:
+        cause = err.args[1] if isinstance(err, urllib3.exceptions.ProtocolError) else None
+        # RemoteDisconnected is a ConnectionResetError; an answer that is not HTTP, or one
+        # cut short, is not "no answer".
+        return isinstance(cause, (ConnectionResetError, BrokenPipeError, ConnectionAbortedError))
 
 
 class _AddressNotAllowed(urllib3.exceptions.NewConnectionError):
@@ -796,6 +815,10 @@ _CALL_FAILURES = (ApiException, urllib3.exceptions.HTTPError, OSError)
 
 def _call_error(operation: str, exc: BaseException) -> KubeError:
     """The KubeError of a call that failed with `exc` (one of _CALL_FAILURES)."""
+    if isinstance(exc, urllib3.exceptions.MaxRetryError) and exc.reason is not None:
+        exc = exc.reason  # what failed, retried or not (_DroppedRetry)
+        if isinstance(exc, urllib3.exceptions.SSLError):  # as the official client says it
+            exc = ApiException(status=0, reason=f"{type(exc).__name__}\n{exc}")
     if isinstance(exc, ApiException):
         return _api_error(operation, exc)
     if isinstance(exc, _AddressNotAllowed):
