@@ -5,6 +5,7 @@ Bodies and pages: capvco_web.api_input; the schema: capvco_web.api_schema."""
 from __future__ import annotations
 
 import copy
+import logging
 import re
 import sys
 from collections.abc import Mapping
@@ -36,6 +37,8 @@ from rest_framework.views import exception_handler as drf_exception_handler
 from capvco_web.auth import is_api_path
 from capvco_web.middleware import database_unavailable, is_database_unavailable
 from capvco_web.validators import is_date_text
+
+logger = logging.getLogger(__name__)
 
 
 class ErrorSerializer(serializers.Serializer):  # type: ignore[type-arg]
@@ -295,7 +298,24 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
             response.status_code = status.HTTP_409_CONFLICT
         if isinstance(exc, UnknownParameters):
             response.data.update(unknown_parameters=exc.unknown, allowed=exc.allowed)
+        if response.status_code == status.HTTP_503_SERVICE_UNAVAILABLE:
+            _try_again_later_log(context, response)
     return response
+
+
+def _try_again_later_log(context: dict[str, Any], response: Response) -> None:
+    """A 503 of ours says what is unavailable and when to ask again (a VM's queue busy,
+    whitesky or a cluster's Kubernetes out of reach): a warning, never Django's "ERROR
+    django.request", which is for what failed in our code."""
+    request = context.get("request")
+    logger.warning(
+        "%s %s: 503 %s: %s",
+        getattr(request, "method", "-"),
+        getattr(request, "path", "-"),
+        response.data.get("code", ""),
+        response.data.get("detail", ""),
+    )
+    response._has_been_logged = True  # type: ignore[attr-defined]
 
 
 # Serializers: what they take is what the schema says, nothing coerced or ignored.

@@ -4,6 +4,9 @@ cluster's token, another node, or an unknown pod get."""
 
 from __future__ import annotations
 
+import logging
+
+import pytest
 from django.test import Client
 
 from capvco_web.audit import SystemActor
@@ -271,3 +274,22 @@ def test_an_add_reads_a_mirrored_pod_from_the_mirror_a_new_one_by_get_over_one_c
         polled = client.get(f"{URL}{world.uid('known')}/{KEY}")
     assert polled.status_code == 202
     assert len(poll) == 3, [q["sql"][:80] for q in poll.captured_queries]  # NIC, place, time
+
+
+def test_a_refusal_to_try_again_later_is_a_warning_not_a_server_error(
+    world: World, client: Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The cluster's Kubernetes cannot be asked about a pod not mirrored yet: a 503 the plugin
+    # waits out (Retry-After), which says why; not an error of ours in the log.
+    agent(client, world.agent_token)
+    world.pod("new")
+    world.kube.fault(operation="*", status=503)
+
+    with caplog.at_level(logging.INFO):
+        answer = client.post(URL, add_body(world, "new"), content_type="application/json")
+
+    assert answer.status_code == 503 and answer.json()["code"] == "kubernetes_unavailable"
+    assert int(answer["Retry-After"]) >= 1
+    said = [(r.levelname, r.name, r.getMessage()) for r in caplog.records]
+    assert not [s for s in said if s[0] in ("ERROR", "CRITICAL")], said
+    assert [s for s in said if s[0] == "WARNING" and "kubernetes_unavailable" in s[2]], said
