@@ -188,13 +188,16 @@ class Operator:
         account: Account,
         api: Callable[[User], Any] | None = None,
         kubeconfigs: dict[str, str] | None = None,
+        autoscaled: Iterable[str] = (),
     ) -> None:
         """`api` makes the person's client (the test client by default): one with the
-        test client's post(url, data, format=...) answering .status_code and .data.
-        `kubeconfigs`: by cluster name, its workload cluster's (with the GPU add-on on);
-        none by default."""
+        test client's post(url, data, format=...) and patch answering .status_code and
+        .data. `kubeconfigs`: by cluster name, its workload cluster's (with the GPU add-on
+        on); none by default. `autoscaled`: the clusters whose A100 pool the autoscaler
+        sizes (between 0 and MAX_REPLICAS machines, from their pending pods)."""
         self.account = account
         self.kubeconfigs = kubeconfigs or {}
+        self.autoscaled = set(autoscaled)
         user, _ = User.objects.get_or_create(username="chaos-operator")
         # Makes clusters, so the account's admin (an operator may only scale).
         Membership.objects.get_or_create(
@@ -208,7 +211,7 @@ class Operator:
 
     def _send(self, method: str, url: str, data: dict[str, Any]) -> dict[str, Any]:
         response = getattr(self.api, method)(url, data, format="json")
-        if response.status_code not in (200, 201):
+        if response.status_code not in (200, 201, 202):
             raise ChaosError(
                 f"{method.upper()} {url} {data}: {response.status_code} {response.data}"
             )
@@ -240,23 +243,35 @@ class Operator:
         made = []
         for pool, location, gpu in pools:
             replicas = rng.randint(0, MAX_REPLICAS)
-            self._send(
-                "post",
-                "/api/v1/pools/",
-                {
-                    "cluster": cluster["id"],
-                    "site": sites[location],
-                    "name": pool,
-                    "replicas": replicas,
-                    "gpu": gpu,
-                },
-            )
-            made.append(f"{pool} x{replicas} ({gpu.get('type', 'no GPU')} {gpu['count']})")
+            body = {
+                "cluster": cluster["id"],
+                "site": sites[location],
+                "name": pool,
+                "replicas": replicas,
+                "gpu": gpu,
+            }
+            if pool == "a100" and name in self.autoscaled:
+                replicas = 0
+                body |= {"replicas": 0, "autoscale": {"enabled": True, "max": MAX_REPLICAS}}
+            self._send("post", "/api/v1/pools/", body)
+            sized = "autoscaled" if "autoscale" in body else f"x{replicas}"
+            made.append(f"{pool} {sized} ({gpu.get('type', 'no GPU')} {gpu['count']})")
         return f"cluster {name}: {', '.join(made)}"
 
     def pool_scale(self, pool: MachinePool, replicas: int) -> None:
         self._send(
             "post", f"/api/v1/pools/{pool.pk}/scale/", {"replicas": replicas, "reason": "chaos"}
+        )
+
+    def pool_bounds(self, pool: MachinePool, low: int, high: int) -> None:
+        """An autoscaled pool's bounds changed: what a person edits of such a pool."""
+        autoscale = {"enabled": True, "min": low, "max": high}
+        self._send("patch", f"/api/v1/pools/{pool.pk}/", {"autoscale": autoscale})
+
+    def release(self, reservation: VgpuReservation) -> None:
+        """A person's release of a vGPU no machine holds."""
+        self._send(
+            "post", f"/api/v1/reservations/{reservation.pk}/release/", {"reason": "chaos: a leak"}
         )
 
 
@@ -355,9 +370,16 @@ def listing_fail(sim: WhiteskySimulator, rng: random.Random) -> str:
 class Driver:
     """The random actions of a person, from the seed."""
 
-    def __init__(self, operator: Operator, rng: random.Random) -> None:
+    def __init__(
+        self, operator: Operator, rng: random.Random, strays: WhiteskySimulator | None = None
+    ) -> None:
+        """`strays`: the simulator in which someone reserves a vGPU by hand now and then
+        (a leak of no machine, in the A100 pools' location), which the person then
+        releases through the API once it is shown; none by default."""
         self.operator = operator
         self.rng = rng
+        self.strays = strays
+        self.made_strays = 0
         self.second_thought: int | None = None
         """A pool just scaled that will be scaled again at once (while its machines are
         being made: the edit races the workers)."""
@@ -389,14 +411,33 @@ class Driver:
         kinds = {"scale": 6 if active else 0, "cluster_delete": 1 if len(active) > 1 else 0}
         kinds["force_delete"] = 1 if machines else 0
         kinds["recreate"] = 3 if gone else 0
+        shown = self.strays_shown()
+        if self.strays is not None:
+            kinds["stray"] = 1 if not shown and self.rng.random() < 0.3 else 0
+            kinds["release"] = 2 if shown else 0
         if not any(kinds.values()):
             return "wait", "nothing to do: every cluster is being deleted"
         kind = rng.choices(list(kinds), weights=list(kinds.values()))[0]
         if kind == "scale":
             pool = rng.choice(list(rng.choice(active).pools.order_by("name")))
+            if pool.autoscale_enabled:
+                low = rng.randint(0, 1)
+                high = rng.randint(max(low, 1), MAX_REPLICAS)
+                self.operator.pool_bounds(pool, low, high)
+                return "bounds", f"bounds {pool.cluster.name}/{pool.name} {low} {high}"
             if rng.random() < 0.3:
                 self.second_thought = pool.pk
             return kind, self._scale(pool)
+        if kind == "stray":
+            assert self.strays is not None
+            name = f"hand-{self.made_strays}"
+            self.made_strays += 1
+            made = self.strays.seed(CLOUDSPACES[NL], vgpus=1, prefix=name)["vgpu_ids"]
+            return kind, f"stray vGPU {name}-vgpu-0 ({made[0]}) reserved by hand"
+        if kind == "release":
+            reservation = rng.choice(shown)
+            self.operator.release(reservation)
+            return kind, f"release {reservation.name} ({reservation.vgpu_id})"
         if kind == "cluster_delete":
             cluster = rng.choice(active)
             cluster_delete(cluster=cluster, actor=ACTOR, reason="chaos: delete the cluster")
@@ -412,6 +453,18 @@ class Driver:
             return kind, what
         name = rng.choice(gone)
         return kind, f"make again {self.operator.cluster_create(name, rng)}"
+
+    @staticmethod
+    def strays_shown() -> list[VgpuReservation]:
+        """The vGPUs reserved by hand that the API shows and no one asked to release."""
+        return list(
+            VgpuReservation.objects.filter(
+                name__startswith="hand-",
+                state__in=[VgpuReservation.State.RESERVED, VgpuReservation.State.ATTACHED],
+                release_requested_at__isnull=True,
+                vgpu_id__isnull=False,
+            ).order_by("pk")
+        )
 
     def _scale(self, pool: MachinePool, again: str = "") -> str:
         replicas = self.rng.choice([n for n in range(MAX_REPLICAS + 1) if n != pool.replicas])
@@ -628,11 +681,12 @@ def lifecycle_problems(plane: Plane, *, gone: Iterable[str]) -> list[str]:
                 f"{who} has {len(attached)} vGPUs attached ({', '.join(attached) or 'none'}), "
                 f"its pool asks for {m.pool.gpu_count}"
             )
-    for pool in MachinePool.objects.select_related("cluster").order_by("pk"):
+    for pool in MachinePool.objects.select_related("cluster", "target").order_by("pk"):
         count = pool.machines.count()
-        if count != pool.replicas:
+        if count != pool.effective_replicas:
             problems.append(
-                f"pool {pool.cluster.name}/{pool.name} has {count} machines, not {pool.replicas}"
+                f"pool {pool.cluster.name}/{pool.name} has {count} machines, "
+                f"not {pool.effective_replicas}"
             )
 
     # Deleted clusters: gone, and nothing named for them left.

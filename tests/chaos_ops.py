@@ -10,8 +10,12 @@ runs our GPU verification Jobs and its demo pods) with each cluster's API server
 TCP proxy of its own, gunicorn serving the API (capvco_web/gunicorn_conf.py) and two real
 Celery workers (the first runs beat), with the intervals of tests/chaos.py (a second where
 production has 30 s: time runs about 30 times faster). A driver, from one seed, scales
-pools through the API, force-deletes machines and deletes clusters and makes them again;
-one fault at a time, in seeded order, comes and goes:
+pools through the API, changes the bounds of the A100 pools (which the autoscaler sizes
+from the pods pending on them), force-deletes machines, deletes clusters and makes them
+again, and now and then reserves a vGPU by hand (a leak of no machine) that a person then
+releases through the API; meanwhile the clusters' CNI plugins ADD, poll and DEL pods'
+SR-IOV NICs through the agent API, and pods die without a DEL (tests/chaos_nics.py). One
+fault at a time, in seeded order, comes and goes:
 
 * postgres-restart: PostgreSQL stopped (-m fast), started again seconds later;
 * postgres-cut: every backend of the run's database terminated (pg_terminate_backend),
@@ -26,11 +30,13 @@ one fault at a time, in seeded order, comes and goes:
 * kube-dropped / kube-held: one cluster's API server (seeded) cut off the same ways, its
   listings paged so that a cut comes midway too.
 
-Besides the invariants after settling, the mirror of the clusters' nodes and pods is held
-against the clusters twice a second all along (`Clusters.check`): no node or pod the
-cluster still has may leave the mirror, and no machine may be flagged node-missing by a
-listing begun after its node was there. After settling, each cluster is observed whole,
-its mirror what it has, no node missing.
+Besides the invariants after settling (tests/chaos.py's, an autoscaled pool with the
+machines its autoscaler decided, every scale, bounds edit, force delete and release
+accepted carried out, and the NICs' of tests/chaos_nics.py), the mirror of the clusters'
+nodes and pods is held against the clusters twice a second all along (`Clusters.check`):
+no node or pod the cluster still has may leave the mirror, and no machine may be flagged
+node-missing by a listing begun after its node was there. After settling, each cluster is
+observed whole, its mirror what it has, no node missing.
 
 A long run is a command:
 
@@ -115,6 +121,7 @@ from tests.chaos import (
     test_database,
     worker_log_problems,
 )
+from tests.chaos_nics import NIC_EVERY, Nics, Objects
 from tests.e2e.processes import (
     broker_flush,
     environment_for_subprocess,
@@ -157,7 +164,19 @@ ENV = {
     # Each GPU node verified by a Job of ours (the simulator runs it), then labelled so:
     # the simulator's demo pods ask for verified nodes, and run on them.
     "GPU_VERIFY": "true",
+    # The A100 pools follow their pending pods (the simulator's demo pods), and a machine
+    # no pod uses goes after 20 s (10 minutes of production time).
+    "AUTOSCALE_INTERVAL_SECONDS": "1",
+    "AUTOSCALE_IDLE_MINUTES": str(20 / 60),
+    "AUTOSCALE_DOWN_DELAY_AFTER_UP_MINUTES": str(20 / 60),
+    # A NIC whose pod died without DEL goes within seconds; a queued one is resumed so.
+    "SRIOV_RECLAIM_INTERVAL_SECONDS": "1",
+    "SRIOV_RECLAIM_GRACE_SECONDS": "10",
+    "SRIOV_QUEUE_RESUME_INTERVAL_SECONDS": "1",
 }
+AUTOSCALED = CLUSTER_NAMES
+# What the CNI plugins did (tests/chaos_nics.py), by the first word of what it says.
+NIC_ACTS = {"ADD": "NIC ADD", "poll": "NIC poll", "DEL": "NIC DEL", "pod": "pod gone without DEL"}
 KUBE_EVERY = 0.5  # how often the mirror and the flags are checked against the clusters
 # What a worker may log while our own parts fail, besides whitesky failing: the database
 # or the broker gone, and whitesky out of reach.
@@ -168,8 +187,15 @@ OUR_PARTS_FAILURE = re.compile(
     r"Couldn't apply scheduled task [\w-]+: Error \d+ connecting|"
     r"Connection to broker lost|Error on stopping Pidbox|Couldn't ack '[\w-]+', reason:network"
 )
-# A refusal that says what is wrong: the database's 503 (capvco_web.middleware).
-REFUSAL_CODES = ("database_unavailable",)
+# A refusal that says what is wrong: the database's 503 (capvco_web.middleware), and the
+# node agent's (the VM's NIC queue busy, whitesky or the cluster's Kubernetes out of
+# reach: asked again later).
+REFUSAL_CODES = (
+    "database_unavailable",
+    "vm_busy",
+    "whitesky_unavailable",
+    "kubernetes_unavailable",
+)
 
 
 @dataclass
@@ -269,6 +295,9 @@ class WebApi:
     def post(self, url: str, data: dict[str, Any], format: str = "json") -> Answer:
         return self._send("POST", url, data)
 
+    def patch(self, url: str, data: dict[str, Any], format: str = "json") -> Answer:
+        return self._send("PATCH", url, data)
+
     def get(self, url: str) -> Answer:
         return self._send("GET", url, None)
 
@@ -278,6 +307,11 @@ class WebApi:
         except requests.RequestException as exc:
             self.seen["no answer"] += 1
             raise ChaosError(f"{method} {url}: no answer ({type(exc).__name__})") from exc
+        return Answer(response.status_code, self.judge(method, url, response))
+
+    def judge(self, method: str, url: str, response: requests.Response) -> Any:
+        """Counts the answer; a 5xx that does not say what is wrong, or a traceback, is a
+        problem. Answers the body, parsed."""
         body = response.text
         try:
             parsed = response.json()
@@ -294,7 +328,14 @@ class WebApi:
             self.seen[f"{response.status_code // 100}xx"] += 1
         if "Traceback" in body:
             self.report.problems.append(f"{method} {url}: a traceback to a person: {body[:300]}")
-        return Answer(response.status_code, parsed)
+        return parsed
+
+    def person(self, method: str, url: str, data: dict[str, Any] | None) -> Answer:
+        """A person's call that must be accepted: ChaosError when it is not."""
+        answer = self._send(method.upper(), url, data)
+        if answer.status_code >= 300:
+            raise ChaosError(f"{method.upper()} {url}: {answer.status_code} {answer.data}")
+        return answer
 
 
 class Watch:
@@ -596,6 +637,7 @@ class Storm:
         report: OpsReport,
         parts: Parts,
         driver: Driver,
+        nics: Nics,
         api: WebApi,
         watch: Watch,
         rngs: dict[str, random.Random],
@@ -604,12 +646,17 @@ class Storm:
         self.report = report
         self.parts = parts
         self.driver = driver
+        self.nics = nics
+        self.next_nic = 0.0
         self.api = api
         self.watch = watch
         self.rngs = rngs
         self.log = log
         self.accepted_scales: dict[int, int] = {}
+        self.accepted_bounds: dict[int, tuple[int, int]] = {}
         self.accepted_deletes: set[int] = set()
+        self.accepted_releases: set[str] = set()
+        """The vGPU ids of the releases accepted."""
         self.cuts_until = 0.0
         self.next_kube_check = 0.0
 
@@ -640,6 +687,12 @@ class Storm:
             )
             row = MachinePool.objects.get(cluster__name=cluster, name=pool)
             self.accepted_scales[row.pk] = int(replicas)
+        elif kind == "bounds":
+            cluster, pool, low, high = what.removeprefix("bounds ").replace("/", " ").split()
+            row = MachinePool.objects.get(cluster__name=cluster, name=pool)
+            self.accepted_bounds[row.pk] = (int(low), int(high))
+        elif kind == "release":
+            self.accepted_releases.add(what.rsplit("(", 1)[1].rstrip(")"))
         elif kind == "force_delete":
             name = what.split()[1]
             cluster, machine = name.split("/")
@@ -682,6 +735,26 @@ class Storm:
             self._recover(record)
             self.log(record.line())
 
+    def strays_release(self, sim: WhiteskySimulator) -> None:
+        """The person asks for the release of every vGPU reserved by hand still there,
+        once the API shows it (they are billed: settling needs them gone)."""
+        deadline = time.monotonic() + RECOVERY_LIMIT
+        while time.monotonic() < deadline:
+            left = [
+                v["vgpu_id"]
+                for v in sim.state()["vgpus"]
+                if v["vgpu_name"].startswith("hand-") and v["status"] != "DESTROYED"
+            ]
+            if not set(left) - self.accepted_releases:
+                return
+            for reservation in self.driver.strays_shown():
+                with suppress(ChaosError):
+                    self.driver.operator.release(reservation)
+                    self.accepted_releases.add(str(reservation.vgpu_id))
+                    self.log(f"release {reservation.name} ({reservation.vgpu_id})")
+            time.sleep(1)
+        self.report.problems.append(f"vGPUs reserved by hand not shown to release: {left}")
+
     def _read(self, record: FaultRecord) -> None:
         """A person reading the pools through the API, whatever the driver does."""
         before = Counter(self.api.seen)
@@ -705,15 +778,46 @@ class Storm:
             next_action = time.monotonic() + self.rngs["act"].uniform(*every)
         if now >= next_census:
             try:
-                self.log(f"{_census()}; {kube_census()}")
+                self.log(f"{_census()}; {kube_census()}; {self.nics.census()}")
             except DatabaseError:
                 connection.close()
             next_census = now + 10
         if now >= self.next_kube_check:
             self.kube_check(record)
             self.next_kube_check = time.monotonic() + KUBE_EVERY
+        if now >= self.next_nic:
+            self.nic_act()
+            self.next_nic = time.monotonic() + self.rngs["nics"].uniform(*NIC_EVERY)
         time.sleep(0.05)
         return next_action, next_census
+
+    def active(self) -> tuple[dict[str, int], Objects]:
+        """The active clusters' pks by name, and their objects as their API servers have
+        them now (read after the rows)."""
+        active = dict(
+            Cluster.objects.filter(state=Cluster.State.ACTIVE)
+            .exclude(kubeconfig="")
+            .values_list("name", "pk")
+        )
+        return active, {name: self.parts.clusters.objects(name) for name in active}
+
+    def nic_act(self) -> None:
+        """One step of the clusters' CNI plugins; refused is fine, said clearly."""
+        try:
+            active, objects = self.active()
+            what = self.nics.act(self.rngs["nics"], objects, active)
+            self.log(what)
+            if kind := NIC_ACTS.get(what.split()[0]):
+                self.report.actions[kind] += 1
+        except (ChaosError, DatabaseError, InterfaceError, requests.RequestException) as exc:
+            connection.close()
+            self.log(f"NIC refused: {str(exc).splitlines()[0][:160]}")
+
+    def nics_unsettled(self) -> list[str]:
+        """The NICs' invariants, the plugins still polling their queued ADDs."""
+        self.nics.settle_tick()
+        _, objects = self.active()
+        return self.nics.problems(objects)
 
     def kube_check(self, record: FaultRecord | None) -> None:
         """The mirror against the clusters; what is wrong is the fault's (or the run's)."""
@@ -837,7 +941,7 @@ def misnamed(record: FaultRecord) -> list[str]:
 ONCE = ("machine.delete", "machine.force_delete", "cluster.delete", "vm.delete", "vgpu.release")
 
 
-def requests_problems(storm: Storm) -> list[str]:
+def requests_problems(storm: Storm, sim: WhiteskySimulator) -> list[str]:
     """Every request accepted before a fault is carried out after it."""
     problems = []
     for pk, replicas in sorted(storm.accepted_scales.items()):
@@ -847,6 +951,17 @@ def requests_problems(storm: Storm) -> list[str]:
                 f"pool {pool.cluster.name}/{pool.name} has replicas {pool.replicas}: "
                 f"the last scale accepted asked for {replicas}"
             )
+    for pk, bounds in sorted(storm.accepted_bounds.items()):
+        pool = MachinePool.objects.filter(pk=pk).select_related("cluster").first()
+        if pool is not None and (pool.autoscale_min, pool.autoscale_max) != bounds:
+            problems.append(
+                f"pool {pool.cluster.name}/{pool.name} autoscales within "
+                f"{pool.autoscale_min}..{pool.autoscale_max}: the last edit accepted asked "
+                f"for {bounds[0]}..{bounds[1]}"
+            )
+    live = {v["vgpu_id"]: v for v in sim.state()["vgpus"] if v["status"] != "DESTROYED"}
+    for vgpu_id in sorted(storm.accepted_releases & set(live)):
+        problems.append(f"release of {live[vgpu_id]['vgpu_name']} accepted, still reserved")
     if left := Machine.objects.filter(pk__in=storm.accepted_deletes):
         problems.append(
             "force deletes accepted, machines still there: "
@@ -883,7 +998,7 @@ def ops_run(
     """One run; the database must be empty and the simulator fresh, and Django's database
     and broker those given."""
     report = OpsReport(seed=seed, minutes=minutes, logs=workdir)
-    rngs = {name: random.Random(f"{seed}:{name}") for name in ("setup", "act", "fault")}
+    rngs = {name: random.Random(f"{seed}:{name}") for name in ("setup", "act", "fault", "nics")}
     start = time.monotonic()
 
     def log(message: str) -> None:
@@ -902,27 +1017,38 @@ def ops_run(
     try:
         with gunicorn_serve(workdir, environment_for_subprocess(**ENV)) as server:
             api = WebApi(server.base, report)
-            operator = Operator(account, api=api.as_person, kubeconfigs=clusters.kubeconfigs())
+            operator = Operator(
+                account,
+                api=api.as_person,
+                kubeconfigs=clusters.kubeconfigs(),
+                autoscaled=AUTOSCALED,
+            )
             for name in CLUSTER_NAMES:
                 log(operator.cluster_create(name, rngs["setup"]))
             watch = Watch(server.base)
             parts = Parts(postgres, broker, proxy, clusters, workers, server.pid)
-            driver = Driver(operator, rngs["act"])
+            driver = Driver(operator, rngs["act"], strays=sim)
             workers.start(0)
             workers.start(1)
             _wait(lambda: watch.answering(api), RECOVERY_LIMIT, "ready before the faults")
             log("ready: /readyz answers 200")
-            storm = Storm(report, parts, driver, api, watch, rngs, log)
+            nics = Nics(server.base, sim, kube, clusters.sim, api.person, api.judge)
+            storm = Storm(report, parts, driver, nics, api, watch, rngs, log)
             storm.run(plan)
-            log("faults over: settling")
+            log("faults over: the vGPUs reserved by hand released, settling")
+            storm.strays_release(sim)
             _settle(
-                report, Plane(sim=sim, account=account), settle_seconds, log, clusters.unsettled
+                report,
+                Plane(sim=sim, account=account),
+                settle_seconds,
+                log,
+                lambda: clusters.unsettled() + storm.nics_unsettled(),
             )
             storm.kube_check(None)
             report.kube = f"kubernetes: {clusters.looks} looks at the mirror, at most " + ", ".join(
                 f"{n} {what}s" for what, n in sorted(clusters.most.items())
             )
-            report.problems += requests_problems(storm)
+            report.problems += requests_problems(storm, sim)
             report.problems += audit_duplicates()
             for record in report.faults:
                 report.problems += [f"{record.kind}: {p}" for p in record.problems]

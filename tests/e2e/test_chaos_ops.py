@@ -2,7 +2,9 @@
 its connections cut, the broker restarted empty, beat stopped and run twice, whitesky
 unreachable (refused and held), a gunicorn worker killed mid-request and a cluster's
 Kubernetes API server cut off (its connections dropped, or held open and silent), one
-round of each under a busy GPU lifecycle; then every invariant holds.
+round of each under a busy GPU lifecycle (autoscaled pools, releases of vGPUs reserved by
+hand, pods' SR-IOV NICs added and deleted through the agent API); then every invariant
+holds.
 
 The run is the command itself, in a process of its own: it starts its own PostgreSQL and
 Redis before Django reads its settings. The seed is random unless CHAOS_SEED is set; it is
