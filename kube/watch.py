@@ -6,7 +6,8 @@ with the beat pass's own rules (kube.observe: `nodes_sync`, `pods_sync`), then
 watches from the listing's resourceVersion with bookmarks: one request of
 WATCH_TIMEOUT_SECONDS after another, each from the resourceVersion the last event or
 bookmark carried (kept here: bookmarks move it). Every event writes its one row
-(kube.events).
+(kube.events). Each write holds the cluster's row (FOR KEY SHARE): a cluster being deleted
+is waited for, and one deleted ends its threads with nothing written.
 
 Gone is decided only from a complete, current view. A DELETED event deletes its row: that
 is valid because the chain of watch requests is unbroken since a complete listing (each
@@ -40,7 +41,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from datetime import datetime
 from typing import Any
 
@@ -51,6 +52,7 @@ from django.utils import timezone
 from capvco_web.backoff import backoff_seconds
 from capvco_web.integrations import kube
 from capvco_web.integrations.kube.client import KubeClient, WatchStream
+from capvco_web.rows import rows_key_share
 from clusters.models import Cluster
 from clusters.selectors import kube_observed
 from kube.client import kube_client
@@ -154,7 +156,9 @@ class KubeWatcher(threading.Thread):
             assert listing.error is not None
             raise listing.error
         sync = nodes_sync if nodes else pods_sync
-        with transaction.atomic():
+        with self._held() as there:
+            if not there:
+                return listing.resource_version
             sync(cluster=cluster, listing=listing, listed_at=listed_at, now=timezone.now())
         self._stamp(listed_at, force=True)
         self._listed_clock = time.monotonic()
@@ -176,7 +180,10 @@ class KubeWatcher(threading.Thread):
                 return version  # stopped before stop() could see the stream to cut
             for event in stream:
                 seen = timezone.now()
-                self._apply(cluster, event, seen)
+                with self._held() as there:
+                    if not there:
+                        return version
+                    self._apply(cluster, event, seen)
                 version = event.resource_version
                 events += 1
                 self._stamp(seen)
@@ -195,12 +202,27 @@ class KubeWatcher(threading.Thread):
             return node_event_apply(cluster=cluster, event=event, now=now)
         return pod_event_apply(cluster=cluster, event=event, now=now)
 
+    @contextlib.contextmanager
+    def _held(self) -> Iterator[bool]:
+        """A transaction in which the cluster cannot be deleted (its row held FOR KEY
+        SHARE), so that what the thread writes names a cluster that is there: a deletion
+        under way is waited for. Yields whether the cluster is there; once it is gone the
+        thread ends, having written nothing (the process drops it at its next poll)."""
+        with transaction.atomic():
+            held = rows_key_share(Cluster.objects.filter(pk=self.cluster_id).values_list("pk"))
+            if not held:
+                self.stopping.set()
+            yield bool(held)
+
     # --- stamps and errors -------------------------------------------------------------
 
     def _stamp(self, at: datetime, *, force: bool = False) -> None:
         if not force and time.monotonic() - self._stamped_clock < KubeWatch.STAMP_EVERY_SECONDS:
             return
-        kube_watch_stamp(cluster_id=self.cluster_id, kind=self.kind, at=at)
+        with self._held() as there:
+            if not there:
+                return
+            kube_watch_stamp(cluster_id=self.cluster_id, kind=self.kind, at=at)
         self._stamped, self._stamped_clock = at, time.monotonic()
 
     def _unstamp(self) -> None:

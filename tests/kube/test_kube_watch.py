@@ -11,6 +11,7 @@ import logging
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
@@ -20,9 +21,10 @@ from typing import Any
 import kubernetes
 import pytest
 import yaml
+from django.db import connection, transaction
 from django.utils import timezone
 
-from clusters.models import Cluster, MachinePool
+from clusters.models import Cluster, ClusterSite, Machine, MachinePool
 from kube import watch as kube_watch
 from kube.client import kube_client
 from kube.models import KubeNode, KubePod, KubeWatch
@@ -312,3 +314,50 @@ def test_the_process_stops_on_sigterm_and_clears_its_stamps(
             process.wait()
     assert stamp("nodes") is None and stamp("pods") is None
     assert "kube watch: stopped" in (tmp_path / "kube-watch.log").read_text()
+
+
+def test_a_cluster_deleted_while_its_watch_writes_ends_the_watch_quietly(
+    kube_sim: KubeSimulator,
+    watching: Any,
+    pool: MachinePool,
+    caplog: pytest.LogCaptureFixture,
+    require_postgres: None,
+) -> None:
+    """The cluster's rows are deleted (not committed yet) as an event comes: the watch's
+    write waits for the deletion, then finds the cluster gone and ends, writing nothing
+    and saying nothing is wrong. (Before, it wrote rows naming a cluster being deleted, met
+    the foreign key at its commit and logged that as a failure of the watch.)"""
+    watcher = watching("pods")
+    cluster_id = pool.cluster_id
+    deleted, commit = threading.Event(), threading.Event()
+    failed: list[BaseException] = []
+
+    def delete() -> None:  # a transaction of its own, as cluster_rows_delete's
+        try:
+            with transaction.atomic():
+                Machine.objects.filter(pool__cluster_id=cluster_id).delete()  # torn down
+                MachinePool.objects.filter(cluster_id=cluster_id).delete()
+                ClusterSite.objects.filter(cluster_id=cluster_id).delete()
+                Cluster.objects.filter(pk=cluster_id).delete()
+                deleted.set()
+                commit.wait(10)
+        except BaseException as exc:
+            failed.append(exc)
+        finally:
+            connection.close()
+
+    deleter = threading.Thread(target=delete)
+    with caplog.at_level(logging.INFO, logger="kube.watch"):
+        deleter.start()
+        assert deleted.wait(10), failed
+        kube_sim.put("prod", pod_object("late", node=GPU_0))
+        time.sleep(1.0)  # the event has come: its write waits on the deletion
+        commit.set()
+        deleter.join(10)
+        watcher.join(10)
+
+    assert not watcher.is_alive()  # ended by itself: its cluster is gone
+    assert not KubePod.objects.filter(cluster_id=cluster_id).exists()
+    assert not KubeWatch.objects.filter(cluster_id=cluster_id).exists()
+    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert said == [], said
