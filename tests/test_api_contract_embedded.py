@@ -45,6 +45,18 @@ def test_ids_past_64_bits_match_nothing_on_the_embedded_default(tmp_path: Path) 
     assert " passed" in ran.stdout and "deselected" in ran.stdout
 
 
+def test_the_node_agents_add_and_del_answer_on_the_embedded_default(tmp_path: Path) -> None:
+    # A queued ADD answers its place and wait from the VM's recent attaches: a query SQLite
+    # cannot run as PostgreSQL does (no LIMIT inside a UNION's parts).
+    ran = _on_sqlite(
+        tmp_path, "-m", "pytest", "-n", "0", "-q", "tests/sriov/test_agent_api.py",
+        "-k", "answers_what_the_plugin_configures or del_detaches",
+    )  # fmt: skip
+
+    assert ran.returncode == 0, ran.stdout[-6000:] + ran.stderr[-2000:]
+    assert "2 passed" in ran.stdout
+
+
 def test_the_api_keeps_its_contract_on_the_embedded_default(tmp_path: Path) -> None:
     ran = _on_sqlite(
         tmp_path, "-m", "tests.api_fuzz", f"--examples={EXAMPLES}", "--", "--phases=fuzzing"

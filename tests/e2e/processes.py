@@ -38,12 +38,15 @@ def group_stop(process: subprocess.Popen[Any], *, seconds: float) -> None:
 def environment_for_subprocess(**overrides: str) -> dict[str, str]:
     """The test settings, pointed at the test database this process uses."""
     db = connection.settings_dict
+    database_url = (
+        f"sqlite:///{db['NAME']}"  # the embedded default's file (tests.chaos_ops --embedded)
+        if connection.vendor == "sqlite"
+        else f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+    )
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "tests.settings",
-        "DATABASE_URL": (
-            f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
-        ),
+        "DATABASE_URL": database_url,
         "PYTHONPATH": str(ROOT),
     }
     env.update(overrides)
