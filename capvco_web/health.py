@@ -10,7 +10,11 @@ Beat's tick is judged twice, so that each says its own part: `beat` by the stamp
 writes once the tick is in the broker, `workers` by the stamp of the worker that ran it.
 Workers busy waiting out an unreachable whitesky leave the tick waiting: `workers` fails,
 `beat` does not, and the app that knows whitesky (cloud) registers a check of its own
-that names the account and the host that do not answer (`readiness_check_register`)."""
+that names the account and the host that do not answer (`readiness_check_register`).
+
+A database that answers but refuses writes (its disk full) fails `database` by what the
+writers found (capvco_web.write_refusals); `beat` and `workers`, whose stamps are
+writes, are not judged meanwhile."""
 
 from __future__ import annotations
 
@@ -30,6 +34,7 @@ from kombu import Connection
 
 from capvco_web.models import Heartbeat
 from capvco_web.tasks import BEAT, WORKERS
+from capvco_web.write_refusals import writes_refused
 
 BROKER_TIMEOUT_SECONDS = 2
 
@@ -39,6 +44,8 @@ logger = logging.getLogger(__name__)
 def check_database() -> str:
     with connection.cursor() as cursor:
         cursor.execute("SELECT 1")
+    if refused := writes_refused():  # answering, but out of resources (its disk full)
+        raise RuntimeError(refused)
     return "ok"
 
 
@@ -61,6 +68,8 @@ def ticks() -> tuple[datetime | None, datetime | None]:
 
 
 def check_beat() -> str:
+    if refused := writes_refused():
+        return f"not judged: its tick cannot be stamped ({refused})"
     sent, _ = ticks()
     if sent is None:
         raise RuntimeError("no beat tick recorded yet")
@@ -73,6 +82,8 @@ def check_beat() -> str:
 def check_workers() -> str:
     """A worker ran beat's tick within the limit, or ran the last one beat sent (a beat
     that stopped is `beat`'s to say)."""
+    if refused := writes_refused():
+        return f"not judged: beat's tick cannot be stamped ({refused})"
     sent, run = ticks()
     if run is None:
         raise RuntimeError("no beat tick run by a worker yet")

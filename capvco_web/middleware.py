@@ -24,6 +24,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonRespons
 from django.template.loader import render_to_string
 
 from capvco_web.auth import is_api_path
+from capvco_web.write_refusals import write_refused
 
 RETRY_AFTER_SECONDS = 5
 CODE = "database_unavailable"
@@ -100,6 +101,7 @@ def unavailable_reason(exc: BaseException) -> str:
 def database_unavailable(request: HttpRequest, exc: BaseException) -> HttpResponse:
     """The 503 for `request`, whose handling met `exc` (see is_database_unavailable)."""
     detail = f"The database is unavailable: {unavailable_reason(exc)}; try again shortly."
+    write_refused(unavailable_reason(exc))  # readiness's `database` says so meanwhile
     if not getattr(request, "_database_unavailable_logged", False):
         request._database_unavailable_logged = True  # type: ignore[attr-defined]
         logger.warning(

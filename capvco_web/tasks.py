@@ -14,9 +14,11 @@ from kombu.exceptions import OperationalError
 
 from capvco_web.backoff import backoff_seconds
 from capvco_web.integrations.whitesky import WhiteskyError
+from capvco_web.middleware import unavailable_reason
 from capvco_web.models import Heartbeat
 from capvco_web.queued import queued_clear, queued_mark
 from capvco_web.retention import history_prune as retention_prune
+from capvco_web.write_refusals import write_done, write_refused
 
 # Beat's tick (the heartbeat task), stamped twice in Heartbeat: by beat once its message
 # is in the broker (beat and the broker work), and by the worker that ran it (a worker
@@ -34,6 +36,7 @@ def heartbeat() -> None:
 
 def tick_stamp(name: str) -> None:
     Heartbeat.objects.update_or_create(name=name, defaults={"ticked_at": timezone.now()})
+    write_done()
 
 
 @after_task_publish.connect
@@ -46,6 +49,7 @@ def heartbeat_sent(sender: str | None = None, **kwargs: Any) -> None:
         tick_stamp(BEAT)
     except DatabaseError as exc:
         log.warning("beat's tick not stamped: %s: %s", type(exc).__name__, exc)
+        write_refused(unavailable_reason(exc))
         connection.close()  # the next tick connects again
 
 

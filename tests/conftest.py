@@ -12,6 +12,7 @@ from django.db import connection
 from rest_framework.test import APIClient
 
 from capvco_web import celery_app
+from capvco_web.write_refusals import write_done
 
 pytest_plugins = ["tests.kinds", "tests.whitesky_sim", "tests.http_stub", "tests.kube_sim"]
 
@@ -30,6 +31,13 @@ def require(condition: bool, reason: str) -> None:
 @pytest.fixture(autouse=True)
 def _throttle_counts_start_empty() -> None:
     cache.clear()
+
+
+@pytest.fixture(autouse=True)
+def _database_takes_writes() -> None:
+    """A write refused by an earlier test's full disk is not this test's (the counters'
+    store outlives a test: capvco_web.write_refusals)."""
+    write_done()
 
 
 @pytest.fixture

@@ -260,3 +260,31 @@ def test_a_page_meeting_postgres_disk_full_answers_503_naming_it(
         response.content.decode()
     )
     assert_warned_once(caplog, "GET /page/disk-full/")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_disk_full_fails_readiness_as_the_database_until_a_heartbeat_is_written(
+    web_client: Client, require_postgres: None
+) -> None:
+    """`SELECT 1` passes on a server whose disk is full: readiness says `database` from
+    the write refused (its beat and workers, whose stamps are writes, are not judged
+    meanwhile), until a heartbeat is written again."""
+    from capvco_web.health import readiness
+    from capvco_web.tasks import WORKERS, heartbeat, heartbeat_sent, tick_stamp
+
+    heartbeat_sent(sender=heartbeat.name)
+    heartbeat()
+    assert all(check.ok for check in readiness(["database", "beat", "workers"]).values())
+
+    web_client.get("/page/disk-full/")  # a write meets the full disk
+
+    checks = readiness(["database", "beat", "workers"])
+    assert not checks["database"].ok
+    assert "writes refused" in checks["database"].detail
+    assert checks["database"].detail.endswith("its disk is full")
+    assert checks["beat"].ok and checks["beat"].detail.startswith("not judged")
+    assert checks["workers"].ok and checks["workers"].detail.startswith("not judged")
+
+    tick_stamp(WORKERS)  # space again: a worker's heartbeat written
+
+    assert readiness(["database"])["database"].ok
