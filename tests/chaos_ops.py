@@ -59,14 +59,22 @@ from pathlib import Path
 
 if __name__ == "__main__":  # our own servers first, then Django, with the test settings
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from tests.servers import private_postgres, private_redis
+    from tests.servers import private_postgres, private_redis, tmpfs
 
     PARTS = ExitStack()
     WORKDIR = Path(tempfile.mkdtemp(prefix="capvco-chaos-ops-"))
-    POSTGRES = PARTS.enter_context(private_postgres(WORKDIR / "postgres.log"))
+    POSTGRES = DISK = None
+    if "--embedded" in sys.argv:  # SQLite on a small disk of its own (mounting needs root)
+        DISK = Path(tempfile.mkdtemp(prefix="capvco-disk-"))
+        PARTS.callback(DISK.rmdir)  # once unmounted (callbacks run last first)
+        PARTS.enter_context(tmpfs(DISK, 64))
+        DATABASE_URL = f"sqlite:///{DISK / 'capvco.sqlite3'}"
+    else:
+        POSTGRES = PARTS.enter_context(private_postgres(WORKDIR / "postgres.log"))
+        DATABASE_URL = POSTGRES.url
     BROKER = PARTS.enter_context(private_redis(WORKDIR / "redis.log"))
     os.environ.update(
-        DATABASE_URL=POSTGRES.url, REDIS_URL=BROKER.url, CELERY_BROKER_URL=f"{BROKER.url}/0"
+        DATABASE_URL=DATABASE_URL, REDIS_URL=BROKER.url, CELERY_BROKER_URL=f"{BROKER.url}/0"
     )
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
     import django
@@ -83,7 +91,8 @@ import signal
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -92,6 +101,7 @@ import psycopg
 import requests
 import yaml
 from django.contrib.auth.models import User
+from django.core.management import call_command
 from django.db import DatabaseError, InterfaceError, connection, transaction
 from django.test import Client
 from django.utils import timezone
@@ -130,7 +140,7 @@ from tests.e2e.processes import (
 )
 from tests.gpus.conftest import Plane
 from tests.kube_sim import KubeSimulator, kube_server_allow
-from tests.servers import PrivatePostgres, PrivateRedis, TcpProxy
+from tests.servers import PrivatePostgres, PrivateRedis, TcpProxy, disk_fill
 from tests.whitesky_sim import WhiteskySimulator, whitesky_host_allow
 
 FAULTS = (
@@ -145,6 +155,8 @@ FAULTS = (
     "kube-dropped",
     "kube-held",
 )
+# The embedded default's (`--embedded`): SQLite's disk full instead of PostgreSQL's faults.
+EMBEDDED_FAULTS = ("sqlite-full", *(kind for kind in FAULTS if not kind.startswith("postgres")))
 BEAT_STOPPED_SECONDS = 20.0  # 10 minutes of production time (intervals 30 times longer)
 DOWN_SECONDS = (2.0, 6.0)  # how long a server is down, or the network cut
 FAULT_GAP = (1.0, 3.0)  # between one fault's end and the next one's start
@@ -230,6 +242,7 @@ class FaultRecord:
 class OpsReport:
     seed: int
     minutes: float
+    kinds: tuple[str, ...] = FAULTS
     faults: list[FaultRecord] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     actions: Counter[str] = field(default_factory=Counter)
@@ -240,7 +253,7 @@ class OpsReport:
     def table(self) -> str:
         """Per kind of fault: how many, violations, worst recovery."""
         lines = [f"{'fault':17} {'n':>3} {'violations':>10} {'answering again (max)':>22}"]
-        for kind in FAULTS:
+        for kind in self.kinds:
             records = [r for r in self.faults if r.kind == kind]
             backs = [r.recovered_after for r in records if r.recovered_after is not None]
             worst = f"{max(backs):.1f} s" if len(backs) == len(records) and backs else "never"
@@ -475,7 +488,8 @@ class Clusters:
         clusters as they are (read after it: an object there now was there then). Answers
         what it found wrong that no look found before."""
         with transaction.atomic():
-            connection.cursor().execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            if connection.vendor == "postgresql":  # SQLite's transaction is one snapshot
+                connection.cursor().execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
             observed = Cluster.objects.filter(state=Cluster.State.ACTIVE).exclude(kubeconfig="")
             active = dict(observed.values_list("pk", "name"))
             mirrored: dict[int, set[str]] = defaultdict(set)
@@ -583,7 +597,8 @@ class Parts:
 
     def __init__(
         self,
-        postgres: PrivatePostgres,
+        postgres: PrivatePostgres | None,
+        disk: Path | None,
         broker: PrivateRedis,
         proxy: TcpProxy,
         clusters: Clusters,
@@ -591,6 +606,9 @@ class Parts:
         web_master: int,
     ) -> None:
         self.postgres = postgres
+        self.disk = disk
+        """SQLite's disk (the embedded default), filled by sqlite-full."""
+        self.filler: Path | None = None
         self.broker = broker
         self.proxy = proxy
         self.clusters = clusters
@@ -600,6 +618,7 @@ class Parts:
     def cut_connections(self) -> tuple[int, int]:
         """Terminate every backend of the run's database but this one's; answers how many,
         and how many of them were mid-transaction."""
+        assert self.postgres is not None
         with psycopg.connect(
             f"postgresql://postgres@127.0.0.1:{self.postgres.port}/postgres", autocommit=True
         ) as admin:
@@ -621,11 +640,11 @@ class Parts:
         return f"SIGKILL gunicorn worker {pid}"
 
 
-def fault_plan(rng: random.Random, rounds: int) -> list[str]:
+def fault_plan(rng: random.Random, rounds: int, kinds: tuple[str, ...] = FAULTS) -> list[str]:
     """`rounds` rounds of every kind of fault, each round in its own seeded order."""
     plan: list[str] = []
     for _ in range(rounds):
-        plan += rng.sample(FAULTS, k=len(FAULTS))
+        plan += rng.sample(kinds, k=len(kinds))
     return plan
 
 
@@ -837,7 +856,12 @@ class Storm:
         """Fail the part; answers when to mend it."""
         parts, kind, now = self.parts, record.kind, time.monotonic()
         down = rng.uniform(*DOWN_SECONDS)
-        if kind == "postgres-restart":
+        if kind == "sqlite-full":
+            assert parts.disk is not None
+            parts.filler = disk_fill(parts.disk)
+            record.what = f"SQLite's disk full for {down:.1f} s"
+        elif kind == "postgres-restart":
+            assert parts.postgres is not None
             parts.postgres.stop("fast")
             record.what = f"PostgreSQL stopped for {down:.1f} s"
         elif kind == "postgres-cut":
@@ -878,7 +902,11 @@ class Storm:
 
     def _end(self, record: FaultRecord) -> None:
         parts, kind = self.parts, record.kind
-        if kind == "postgres-restart":
+        if kind == "sqlite-full":
+            assert parts.filler is not None
+            parts.filler.unlink()
+        elif kind == "postgres-restart":
+            assert parts.postgres is not None
             parts.postgres.start()
         elif kind == "broker-restart":
             parts.broker.start()
@@ -925,7 +953,15 @@ class Storm:
 def misnamed(record: FaultRecord) -> list[str]:
     """What the operator was told wrongly during the fault: whitesky out of reach said as
     beat failing (beat sends its tick all along; the workers may be busy waiting out
-    whitesky's timeouts, which `workers` says)."""
+    whitesky's timeouts, which `workers` says); SQLite's disk full said as anything but the
+    database (its beat and workers run on: only their stamps cannot be written)."""
+    if record.kind == "sqlite-full":
+        failing = [set(seen.split(" ", 1)[-1].split(", ")) for seen in record.readyz]
+        others = sorted({name for names in failing for name in names} - {"database", "200"})
+        wrong = [f"the disk full shown as {', '.join(others)} failing"] if others else []
+        if not any("database" in names for names in failing):
+            wrong.append(f"the disk full never shown as the database: {dict(record.readyz)}")
+        return wrong
     if not record.kind.startswith("whitesky"):
         return []
     said = [seen for seen in record.readyz if "beat" in seen.split(" ", 1)[-1].split(", ")]
@@ -987,7 +1023,8 @@ def ops_run(
     *,
     sim: WhiteskySimulator,
     kube: KubeSimulator,
-    postgres: PrivatePostgres,
+    postgres: PrivatePostgres | None,
+    disk: Path | None,
     broker: PrivateRedis,
     seed: int,
     minutes: float,
@@ -996,8 +1033,10 @@ def ops_run(
     say: Callable[[str], None] = print,
 ) -> OpsReport:
     """One run; the database must be empty and the simulator fresh, and Django's database
-    and broker those given."""
-    report = OpsReport(seed=seed, minutes=minutes, logs=workdir)
+    and broker those given: PostgreSQL's `postgres`, or SQLite's on `disk` (the embedded
+    default's faults)."""
+    kinds = FAULTS if postgres is not None else EMBEDDED_FAULTS
+    report = OpsReport(seed=seed, minutes=minutes, kinds=kinds, logs=workdir)
     rngs = {name: random.Random(f"{seed}:{name}") for name in ("setup", "act", "fault", "nics")}
     start = time.monotonic()
 
@@ -1012,7 +1051,7 @@ def ops_run(
     kube.reset()
     clusters = Clusters(kube)
     workers = Workers(workdir, ENV)
-    plan = fault_plan(rngs["fault"], rounds=max(1, round(minutes * 60 / 85)))
+    plan = fault_plan(rngs["fault"], rounds=max(1, round(minutes * 60 / 85)), kinds=kinds)
     log(f"faults: {', '.join(plan)}")
     try:
         with gunicorn_serve(workdir, environment_for_subprocess(**ENV)) as server:
@@ -1026,7 +1065,7 @@ def ops_run(
             for name in CLUSTER_NAMES:
                 log(operator.cluster_create(name, rngs["setup"]))
             watch = Watch(server.base)
-            parts = Parts(postgres, broker, proxy, clusters, workers, server.pid)
+            parts = Parts(postgres, disk, broker, proxy, clusters, workers, server.pid)
             driver = Driver(operator, rngs["act"], strays=sim)
             workers.start(0)
             workers.start(1)
@@ -1093,16 +1132,33 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--minutes", type=float, default=6, help="of faults, before settling")
     parser.add_argument("--settle", type=float, default=120, help="seconds to settle, at most")
     parser.add_argument("--keep", action="store_true", help="keep the logs on success")
+    parser.add_argument(
+        "--embedded",
+        action="store_true",
+        help="the embedded default: SQLite on a small disk of its own (mounting it needs "
+        "root), its disk filled instead of PostgreSQL's faults",
+    )
     return parser.parse_args()
 
 
+@contextmanager
+def embedded_database() -> Iterator[None]:
+    """The embedded default's database, made as `make run` makes it (its file is new)."""
+    call_command("migrate", verbosity=0)
+    yield
+
+
 def main(
-    args: argparse.Namespace, postgres: PrivatePostgres, broker: PrivateRedis, workdir: Path
+    args: argparse.Namespace,
+    postgres: PrivatePostgres | None,
+    disk: Path | None,
+    broker: PrivateRedis,
+    workdir: Path,
 ) -> OpsReport:
     seed = args.seed if args.seed is not None else secrets.randbelow(10**6)
     print(f"chaos-ops seed {seed}", flush=True)
     with (
-        test_database(),
+        test_database() if postgres is not None else embedded_database(),
         WhiteskySimulator() as sim,
         KubeSimulator(extra_args=kube_sim_args(sim)) as kube,
     ):
@@ -1110,6 +1166,7 @@ def main(
             sim=sim,
             kube=kube,
             postgres=postgres,
+            disk=disk,
             broker=broker,
             seed=seed,
             minutes=args.minutes,
@@ -1123,7 +1180,7 @@ def main(
 if __name__ == "__main__":
     ARGS = arguments()
     with PARTS:  # stopped before the logs are judged kept: they copy theirs there
-        REPORT = main(ARGS, POSTGRES, BROKER, WORKDIR)
+        REPORT = main(ARGS, POSTGRES, DISK, BROKER, WORKDIR)
     if not REPORT.problems and not ARGS.keep:
         shutil.rmtree(WORKDIR, ignore_errors=True)
         REPORT.logs = None
