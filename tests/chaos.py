@@ -153,6 +153,7 @@ class ChaosReport:
     kills: int = 0
     calls: Counter[str] = field(default_factory=Counter)
     settled_after: float | None = None
+    held_after: float | None = None
     logs: Path | None = None
 
     def summary(self) -> str:
@@ -167,7 +168,10 @@ class ChaosReport:
             ),
         ]
         if self.settled_after is not None:
-            lines.append(f"settled {self.settled_after:.0f} s after the faults stopped")
+            lines.append(
+                f"settled {self.settled_after:.0f} s after the faults stopped (every invariant "
+                f"held after {self.held_after:.1f} s, then still so once no late call could land)"
+            )
         if self.problems:
             lines.append(f"{len(self.problems)} problem(s) after settling (seed {self.seed}):")
             lines += [f"  - {problem}" for problem in self.problems]
@@ -595,6 +599,7 @@ def _census() -> str:
 class Settling(Protocol):
     problems: list[str]
     settled_after: float | None
+    held_after: float | None
 
 
 def _settle(
@@ -616,6 +621,7 @@ def _settle(
     while True:
         problems = lifecycle_problems(plane, gone=gone) + more()
         if not problems:
+            report.held_after = time.monotonic() - began
             time.sleep(CONNECT + LONG_READ + 2)  # still so once no late call can land
             problems = lifecycle_problems(plane, gone=gone) + more()
             if not problems:

@@ -247,6 +247,7 @@ class OpsReport:
     problems: list[str] = field(default_factory=list)
     actions: Counter[str] = field(default_factory=Counter)
     settled_after: float | None = None
+    held_after: float | None = None
     logs: Path | None = None
     kube: str = ""
 
@@ -268,7 +269,10 @@ class OpsReport:
             self.table(),
         ]
         if self.settled_after is not None:
-            lines.append(f"settled {self.settled_after:.0f} s after the last fault")
+            lines.append(
+                f"settled {self.settled_after:.0f} s after the last fault (every invariant "
+                f"held after {self.held_after:.1f} s, then still so once no late call could land)"
+            )
         if self.kube:
             lines.append(self.kube)
         if self.problems:
