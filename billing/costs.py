@@ -32,6 +32,7 @@ Two currencies are never added: every figure is per currency, and a location has
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -296,20 +297,37 @@ def _shares(
     )
 
 
-def gpu_node_costs(locations: QuerySet[Location]) -> list[GpuNodeCost]:
+def gpu_node_costs(locations: QuerySet[Location], *, pod_labels: bool = False) -> list[GpuNodeCost]:
     """Every node of a machine in `locations` whose VM has vGPUs attached: its GPU cost
     per hour, split into the namespaces that request it and the idle rest. Four queries.
+    With `pod_labels`, split per namespace and whole set of pod labels (`pod_requester`).
 
     A machine listed under two node names (a node renamed between listings) counts once,
     under its first node; the pods of both share its GPUs."""
-    return _gpu_node_costs(_locations(locations))
+    return _gpu_node_costs(_locations(locations), pod_labels=pod_labels)
+
+
+def pod_requester(namespace: str, labels: dict[str, str]) -> str:
+    """A requester of `gpu_node_costs(pod_labels=True)`: the pods of one namespace that
+    carry exactly `labels`, as one text (the same set whatever the order it was listed in)."""
+    return json.dumps([namespace, labels], sort_keys=True, separators=(",", ":"))
+
+
+def pod_requester_parts(requester: str) -> tuple[str, dict[str, str]]:
+    namespace, labels = json.loads(requester)
+    return namespace, labels
 
 
 def _gpu_node_costs(
-    by_id: dict[int, Location], *, of_cluster: int | None = None, label: str | None = None
+    by_id: dict[int, Location],
+    *,
+    of_cluster: int | None = None,
+    label: str | None = None,
+    pod_labels: bool = False,
 ) -> list[GpuNodeCost]:
     """As gpu_node_costs; of one cluster's machines when `of_cluster` is given, and shared
-    per value of the pod label `label` (a valid key) instead of per namespace when given."""
+    per value of the pod label `label` (a valid key) instead of per namespace when given,
+    or per namespace and whole label set with `pod_labels`."""
     reservations = VgpuReservation.objects.filter(
         machine__pool__site__location_id__in=by_id, state=VgpuReservation.State.ATTACHED
     )
@@ -342,22 +360,31 @@ def _gpu_node_costs(
     requester: Expression | F = (
         F("namespace") if label is None else KeyTextTransform(label, "labels")
     )
-    rows = (
-        KubePod.objects.filter(
-            cluster_id__in={cluster for cluster, _ in wanted},
-            phase__in=ACTIVE_POD_PHASES,
-            gpu_requests__gt=0,
+    placed = KubePod.objects.filter(
+        cluster_id__in={cluster for cluster, _ in wanted},
+        phase__in=ACTIVE_POD_PHASES,
+        gpu_requests__gt=0,
+    ).exclude(node_name="")
+    rows: Iterable[tuple[int, str, str | None, int]]
+    if pod_labels:
+        rows = (
+            (cluster_id, node_name, pod_requester(namespace, labels), n)
+            for cluster_id, node_name, namespace, labels, n in placed.order_by()
+            .values("cluster_id", "node_name", "namespace", "labels")
+            .annotate(n=Sum("gpu_requests"))
+            .values_list("cluster_id", "node_name", "namespace", "labels", "n")
         )
-        .exclude(node_name="")
-        .annotate(requester=requester)
-        .order_by()
-        .values("cluster_id", "node_name", "requester")
-        .annotate(n=Sum("gpu_requests"))
-        .values_list("cluster_id", "node_name", "requester", "n")
-    )
+    else:
+        rows = (
+            placed.annotate(requester=requester)
+            .order_by()
+            .values("cluster_id", "node_name", "requester")
+            .annotate(n=Sum("gpu_requests"))
+            .values_list("cluster_id", "node_name", "requester", "n")
+        )
     for pod_cluster_id, node_name, by, n in rows:
         if (pod_cluster_id, node_name) in wanted:
-            pods[pod_cluster_id, node_name][by] = n
+            pods[pod_cluster_id, node_name][by] = pods[pod_cluster_id, node_name].get(by, 0) + n
     found = []
     seen: set[int] = set()
     for pk, name, cluster_id, machine_id, pool_id, location_id in nodes:
