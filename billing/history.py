@@ -50,6 +50,7 @@ def _daily(before: datetime) -> list[QuerySet]:  # type: ignore[type-arg]
         LabelCostRollup.objects.filter(step=Step.DAY, start__lt=before),
         CapacityRollup.objects.filter(step=Step.DAY, start__lt=before),
         CostRollup.objects.filter(step=Step.MONTH, start__lt=months),
+        LabelCostRollup.objects.filter(step=Step.MONTH, start__lt=months),
         CapacityRollup.objects.filter(step=Step.MONTH, start__lt=months),
         Rollup.objects.filter(step=Step.DAY, start__lt=before),
         Leak.objects.filter(ended_at__lt=before),

@@ -108,7 +108,8 @@ class LabelCostRollup(models.Model):
     """The pods of one cluster that carry one set of labels (exactly these, whatever their
     namespace): the GPUs they requested on its GPU nodes in one location and their share of
     those nodes' attached vGPUs, over a step (an hour: the sample taken in it, beside the
-    namespace rows of the same sample; a day: its hours summed). Pods are summed by label
+    namespace rows of the same sample; a day: its hours summed; a month: its days summed,
+    as CostRollup's). Pods are summed by label
     set, so any label key can be asked later (billing.selectors.cost_by_label_over); the
     idle GPUs are the namespace rows' (CostRollup, namespace null)."""
 

@@ -12,9 +12,9 @@ never made up.
 
 Each day before today whose hours were sampled is summed into day rows, once (its own
 marker), and its month's rows are summed again from the month's day rows in the same
-transaction: a month to date reads a row per group and month, not one per day (label sets
-have no month rows: a window reads their days). Hourly rows are kept
-`COST_HOURLY_HISTORY_DAYS`, day and month rows `COST_HISTORY_DAYS` (billing.history).
+transaction: a month to date reads a row per group and month, not one per day. Hourly rows
+are kept `COST_HOURLY_HISTORY_DAYS`, day and month rows `COST_HISTORY_DAYS`
+(billing.history).
 """
 
 from __future__ import annotations
@@ -283,6 +283,7 @@ def month_sum(month: datetime) -> None:
     summed (a capacity row's samples: the hours its day markers say were summed)."""
     days = {"step": Step.DAY, "start__gte": month, "start__lt": next_month(month)}
     CostRollup.objects.filter(step=Step.MONTH, start=month).delete()
+    LabelCostRollup.objects.filter(step=Step.MONTH, start=month).delete()
     CapacityRollup.objects.filter(step=Step.MONTH, start=month).delete()
     CostRollup.objects.bulk_create(
         [
@@ -291,6 +292,16 @@ def month_sum(month: datetime) -> None:
             .order_by()
             .values(*COST_KEYS)
             .annotate(samples=Sum("samples"), **{name: Sum(name) for name in COST_SUMS})
+        ],
+        batch_size=2000,
+    )
+    LabelCostRollup.objects.bulk_create(
+        [
+            LabelCostRollup(step=Step.MONTH, start=month, **row)
+            for row in LabelCostRollup.objects.filter(**days)
+            .order_by()
+            .values(*LABEL_KEYS)
+            .annotate(**{name: Sum(name) for name in LABEL_SUMS})
         ],
         batch_size=2000,
     )

@@ -207,20 +207,21 @@ def _periods(step: SeriesStep, start: datetime, end: datetime) -> Iterable[tuple
     yield Q(step=Step.HOUR) & in_range & Q(start__gte=summed_until), bucket
 
 
-def _covering(start: datetime, end: datetime, *, month_rows: bool = True) -> Q:
+def _covering(start: datetime, end: datetime) -> Q:
     """The fewest rows whose sum is [start, end) (whole hours), for a total over it: the
     months it holds whole from their month rows, the other days it holds whole and that are
     summed from their day rows, the hours beside them (a range by the hour starts within a
-    day) and after the days summed from their hours. Without `month_rows` (of a table that
-    has none), those months' days too."""
+    day) and after the days summed from their hours."""
     summed_until = _summed_until()
     first = start if start == day_of(start) else day_of(start) + DAY
     until = max(first, min(day_of(end), summed_until))  # the days held whole and summed
     days = Q(start__gte=first, start__lt=until)
-    rows = Q(step=Step.HOUR, start__gte=start, start__lt=end) & ~days
-    if until > first and not month_rows:
-        rows |= Q(step=Step.DAY) & days
-    elif until > first:
+    # The hours before those days and after them, as two ranges an index reads (the hours
+    # of summed days are kept a while: read and left out, they cost a scan of them all).
+    rows = Q(step=Step.HOUR, start__gte=start, start__lt=min(first, end)) | Q(
+        step=Step.HOUR, start__gte=until, start__lt=end
+    )
+    if until > first:
         month_first, month_until = _whole_months(first, until, summed_until)
         months = Q(start__gte=month_first, start__lt=month_until)
         rows |= (Q(step=Step.MONTH) & months) | (Q(step=Step.DAY) & days & ~months)
@@ -375,14 +376,15 @@ def cost_by_label_over(
     GPUs (the namespace rows' idle), then what the cluster cost besides (its machines'
     vCPUs and memory, billed vGPUs on no GPU node, and the shares of hours sampled before
     label sets were kept): the rows add up to its cost over the window as cost_series says
-    it. Of its history in `locations`. Five queries, however many pods and hours.
+    it. Of its history in `locations`, the fewest rows that make up the window (_covering).
+    Five queries, however many pods and hours.
 
     Raises LabelKeyInvalid, naming the problem, when `key` is not a label key."""
     if problem := label_key_problem(key):
         raise LabelKeyInvalid(problem)
     ours = {"cluster_id": cluster, "location__in": locations}
     shares = (
-        LabelCostRollup.objects.filter(_covering(start, end, month_rows=False), **ours)
+        LabelCostRollup.objects.filter(_covering(start, end), **ours)
         .annotate(value=KeyTextTransform(key, "labels"))
         .order_by()
         .values_list("currency", "value")

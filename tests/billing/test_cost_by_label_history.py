@@ -127,10 +127,14 @@ def test_a_windows_rows_add_up_to_the_clusters_cost_and_split_as_its_namespaces(
     assert by_gpus == _namespace_split(world, start, end) == {"CHF": D("10"), "EUR": D("25")}
     idle = next(row for row in rows if row.idle)
     assert (idle.gpu_hours, idle.cost) == (5, D("5"))
-    # The 1st reads the same from its day rows as from its hours (a window by the hour).
+    # The 1st reads the same from its day rows as from its hours (a window by the hour),
+    # and December from its month's rows as from its days and hours.
     assert _over("team", world, start, start + timedelta(days=1)) == _over(
         "team", world, H0, H0 + 3 * HOUR
     )
+    december = _over("team", world, start, start + timedelta(days=31))
+    assert december == _over("team", world, start, end)
+    assert LabelCostRollup.objects.filter(step=Step.MONTH).exists()
 
 
 def _queries(read: Callable[[], object]) -> int:
@@ -181,6 +185,10 @@ def test_label_sets_are_kept_as_long_as_the_cost_rows_beside_them(world: World) 
         return [model.objects.filter(step=step, start__lt=H0 + HOUR).exists() for model in kinds]
 
     history_prune(now=T0 + timedelta(days=61))
-    assert (kept(Step.HOUR), kept(Step.DAY)) == ([False, False], [True, True])
+    assert (kept(Step.HOUR), kept(Step.DAY), kept(Step.MONTH)) == (
+        [False, False], [True, True], [True, True],
+    )  # fmt: skip
     history_prune(now=T0 + timedelta(days=401))
-    assert kept(Step.DAY) == [False, False]
+    assert (kept(Step.DAY), kept(Step.MONTH)) == ([False, False], [True, True])
+    history_prune(now=T0 + timedelta(days=432))  # the month's last day is gone too
+    assert kept(Step.MONTH) == [False, False]
