@@ -356,10 +356,7 @@ def _gpu_node_costs(
         names_of[machine_id].add((cluster_id, name))
     wanted = {key for keys in names_of.values() for key in keys}
     pods: dict[tuple[int, str], dict[str | None, int]] = defaultdict(dict)
-    # A label's value is text, or null where the pod has no such label.
-    requester: Expression | F = (
-        F("namespace") if label is None else KeyTextTransform(label, "labels")
-    )
+    requester: Expression | F = F("namespace") if label is None else label_value(label)
     placed = KubePod.objects.filter(
         cluster_id__in={cluster for cluster, _ in wanted},
         phase__in=ACTIVE_POD_PHASES,
@@ -619,6 +616,12 @@ def _sorted(rows: Iterable[CostRow]) -> list[CostRow]:
 NO_LABEL = "(no label)"
 EMPTY_VALUE = "(empty value)"  # the label is there, its value "" (as Kubernetes allows)
 IDLE = "(idle)"
+
+
+def label_value(key: str) -> KeyTextTransform:
+    """A row's value of the label `key` in its `labels`, as text: null where it has no such
+    label (a pod's, or a label set's)."""
+    return KeyTextTransform(key, "labels")
 
 
 class LabelKeyInvalid(ValueError):

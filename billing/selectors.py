@@ -28,7 +28,6 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 from django.db.models import F, Max, OuterRef, Prefetch, Q, QuerySet, Subquery, Sum
-from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Coalesce, TruncDay, TruncMonth
 from psycopg import IsolationLevel
 
@@ -40,6 +39,7 @@ from billing.costs import (
     CostRow,
     GroupBy,
     LabelKeyInvalid,
+    label_value,
     orphan_costs,
     pool_machine_hourly,
 )
@@ -385,7 +385,7 @@ def cost_by_label_over(
     ours = {"cluster_id": cluster, "location__in": locations}
     shares = (
         LabelCostRollup.objects.filter(_covering(start, end), **ours)
-        .annotate(value=KeyTextTransform(key, "labels"))
+        .annotate(value=label_value(key))
         .order_by()
         .values_list("currency", "value")
         .annotate(gpus=Sum("gpus"), vgpu=Sum("vgpu"))
