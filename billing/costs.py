@@ -381,6 +381,7 @@ def _gpu_node_costs(
         )
     for pod_cluster_id, node_name, by, n in rows:
         if (pod_cluster_id, node_name) in wanted:
+            # Added up: SQLite keeps labels as text, one set in two orders is two groups.
             pods[pod_cluster_id, node_name][by] = pods[pod_cluster_id, node_name].get(by, 0) + n
     found = []
     seen: set[int] = set()

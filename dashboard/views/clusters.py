@@ -339,10 +339,9 @@ def cluster_cost_by_label_section(
     try:
         section["cost_by_label"] = cost_by_label(key, cluster=cluster, locations=locations)
         if window is not None:
-            bounds = {"start": window.start, "end": window.end}
             section["cost_by_label_window"] = window
             section["cost_by_label_over"] = cost_by_label_over(
-                key, cluster=cluster.pk, locations=locations, **bounds
+                key, cluster=cluster.pk, locations=locations, start=window.start, end=window.end
             )
             # The API's window: the page's bounds, whole steps of its step.
             asked = {"key": key, "start": f"{window.start:%Y-%m-%dT%H:%M:%SZ}",
