@@ -13,6 +13,7 @@ class BillingConfig(AppConfig):
             CapacityRollup,
             CostRollup,
             IdleSpell,
+            LabelCostRollup,
             Leak,
         )
         from capvco_web.metrics import metrics_register
@@ -23,6 +24,7 @@ class BillingConfig(AppConfig):
         account_paths_register(
             {
                 CostRollup: "account",
+                LabelCostRollup: "account",
                 CapacityRollup: "location__account",
                 Leak: "account",
                 IdleSpell: "account",

@@ -32,6 +32,7 @@ Two currencies are never added: every figure is per currency, and a location has
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -296,20 +297,37 @@ def _shares(
     )
 
 
-def gpu_node_costs(locations: QuerySet[Location]) -> list[GpuNodeCost]:
+def gpu_node_costs(locations: QuerySet[Location], *, pod_labels: bool = False) -> list[GpuNodeCost]:
     """Every node of a machine in `locations` whose VM has vGPUs attached: its GPU cost
     per hour, split into the namespaces that request it and the idle rest. Four queries.
+    With `pod_labels`, split per namespace and whole set of pod labels (`pod_requester`).
 
     A machine listed under two node names (a node renamed between listings) counts once,
     under its first node; the pods of both share its GPUs."""
-    return _gpu_node_costs(_locations(locations))
+    return _gpu_node_costs(_locations(locations), pod_labels=pod_labels)
+
+
+def pod_requester(namespace: str, labels: dict[str, str]) -> str:
+    """A requester of `gpu_node_costs(pod_labels=True)`: the pods of one namespace that
+    carry exactly `labels`, as one text (the same set whatever the order it was listed in)."""
+    return json.dumps([namespace, labels], sort_keys=True, separators=(",", ":"))
+
+
+def pod_requester_parts(requester: str) -> tuple[str, dict[str, str]]:
+    namespace, labels = json.loads(requester)
+    return namespace, labels
 
 
 def _gpu_node_costs(
-    by_id: dict[int, Location], *, of_cluster: int | None = None, label: str | None = None
+    by_id: dict[int, Location],
+    *,
+    of_cluster: int | None = None,
+    label: str | None = None,
+    pod_labels: bool = False,
 ) -> list[GpuNodeCost]:
     """As gpu_node_costs; of one cluster's machines when `of_cluster` is given, and shared
-    per value of the pod label `label` (a valid key) instead of per namespace when given."""
+    per value of the pod label `label` (a valid key) instead of per namespace when given,
+    or per namespace and whole label set with `pod_labels`."""
     reservations = VgpuReservation.objects.filter(
         machine__pool__site__location_id__in=by_id, state=VgpuReservation.State.ATTACHED
     )
@@ -338,26 +356,33 @@ def _gpu_node_costs(
         names_of[machine_id].add((cluster_id, name))
     wanted = {key for keys in names_of.values() for key in keys}
     pods: dict[tuple[int, str], dict[str | None, int]] = defaultdict(dict)
-    # A label's value is text, or null where the pod has no such label.
-    requester: Expression | F = (
-        F("namespace") if label is None else KeyTextTransform(label, "labels")
-    )
-    rows = (
-        KubePod.objects.filter(
-            cluster_id__in={cluster for cluster, _ in wanted},
-            phase__in=ACTIVE_POD_PHASES,
-            gpu_requests__gt=0,
+    requester: Expression | F = F("namespace") if label is None else label_value(label)
+    placed = KubePod.objects.filter(
+        cluster_id__in={cluster for cluster, _ in wanted},
+        phase__in=ACTIVE_POD_PHASES,
+        gpu_requests__gt=0,
+    ).exclude(node_name="")
+    rows: Iterable[tuple[int, str, str | None, int]]
+    if pod_labels:
+        rows = (
+            (cluster_id, node_name, pod_requester(namespace, labels), n)
+            for cluster_id, node_name, namespace, labels, n in placed.order_by()
+            .values("cluster_id", "node_name", "namespace", "labels")
+            .annotate(n=Sum("gpu_requests"))
+            .values_list("cluster_id", "node_name", "namespace", "labels", "n")
         )
-        .exclude(node_name="")
-        .annotate(requester=requester)
-        .order_by()
-        .values("cluster_id", "node_name", "requester")
-        .annotate(n=Sum("gpu_requests"))
-        .values_list("cluster_id", "node_name", "requester", "n")
-    )
+    else:
+        rows = (
+            placed.annotate(requester=requester)
+            .order_by()
+            .values("cluster_id", "node_name", "requester")
+            .annotate(n=Sum("gpu_requests"))
+            .values_list("cluster_id", "node_name", "requester", "n")
+        )
     for pod_cluster_id, node_name, by, n in rows:
         if (pod_cluster_id, node_name) in wanted:
-            pods[pod_cluster_id, node_name][by] = n
+            # Added up: SQLite keeps labels as text, one set in two orders is two groups.
+            pods[pod_cluster_id, node_name][by] = pods[pod_cluster_id, node_name].get(by, 0) + n
     found = []
     seen: set[int] = set()
     for pk, name, cluster_id, machine_id, pool_id, location_id in nodes:
@@ -592,6 +617,12 @@ def _sorted(rows: Iterable[CostRow]) -> list[CostRow]:
 NO_LABEL = "(no label)"
 EMPTY_VALUE = "(empty value)"  # the label is there, its value "" (as Kubernetes allows)
 IDLE = "(idle)"
+
+
+def label_value(key: str) -> KeyTextTransform:
+    """A row's value of the label `key` in its `labels`, as text: null where it has no such
+    label (a pod's, or a label set's)."""
+    return KeyTextTransform(key, "labels")
 
 
 class LabelKeyInvalid(ValueError):

@@ -1,7 +1,8 @@
 """How long the money history is kept (capvco_web.retention prunes it once a day):
 
-* hourly rollups, and the hourly checks of the bill, `COST_HOURLY_HISTORY_DAYS` (60):
-  only hours of days already summed into day rows are deleted;
+* hourly rollups (label sets' too), and the hourly checks of the bill,
+  `COST_HOURLY_HISTORY_DAYS` (60): only hours of days already summed into day rows are
+  deleted;
 * day rollups, ended leaks and ended idle spells, `COST_HISTORY_DAYS` (400), so a year
   compares with the year before; a month's rows once its last day is gone.
 """
@@ -17,6 +18,7 @@ from billing.models import (
     CapacityRollup,
     CostRollup,
     IdleSpell,
+    LabelCostRollup,
     Leak,
     Rollup,
     Step,
@@ -34,6 +36,7 @@ def _hourly(before: datetime) -> list[QuerySet]:  # type: ignore[type-arg]
     cut = min(before, newest.start + timedelta(days=1))
     return [
         CostRollup.objects.filter(step=Step.HOUR, start__lt=cut),
+        LabelCostRollup.objects.filter(step=Step.HOUR, start__lt=cut),
         CapacityRollup.objects.filter(step=Step.HOUR, start__lt=cut),
         Rollup.objects.filter(step=Step.HOUR, start__lt=cut),
         checks,
@@ -44,8 +47,10 @@ def _daily(before: datetime) -> list[QuerySet]:  # type: ignore[type-arg]
     months = month_of(before)  # months that ended before the month of `before`
     return [
         CostRollup.objects.filter(step=Step.DAY, start__lt=before),
+        LabelCostRollup.objects.filter(step=Step.DAY, start__lt=before),
         CapacityRollup.objects.filter(step=Step.DAY, start__lt=before),
         CostRollup.objects.filter(step=Step.MONTH, start__lt=months),
+        LabelCostRollup.objects.filter(step=Step.MONTH, start__lt=months),
         CapacityRollup.objects.filter(step=Step.MONTH, start__lt=months),
         Rollup.objects.filter(step=Step.DAY, start__lt=before),
         Leak.objects.filter(ended_at__lt=before),

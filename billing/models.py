@@ -104,6 +104,41 @@ class CostRollup(models.Model):
         return self.compute + self.vgpu
 
 
+class LabelCostRollup(models.Model):
+    """The pods of one cluster that carry one set of labels (exactly these, whatever their
+    namespace): the GPUs they requested on its GPU nodes in one location and their share of
+    those nodes' attached vGPUs, over a step (an hour: the sample taken in it, beside the
+    namespace rows of the same sample; a day: its hours summed; a month: its days summed,
+    as CostRollup's). Pods are summed by label
+    set, so any label key can be asked later (billing.selectors.cost_by_label_over); the
+    idle GPUs are the namespace rows' (CostRollup, namespace null)."""
+
+    step = models.CharField(max_length=8, choices=Step)
+    start = models.DateTimeField()
+    account = models.ForeignKey(
+        "cloud.Account", on_delete=models.CASCADE, related_name="label_cost_rollups"
+    )
+    location = models.ForeignKey(
+        "cloud.Location", on_delete=models.CASCADE, related_name="label_cost_rollups"
+    )
+    currency = models.CharField(max_length=8, blank=True)
+    cluster_id = models.BigIntegerField()
+    labels = models.JSONField(
+        default=dict, blank=True, help_text="The pods' labels, keys sorted ({}: none)"
+    )
+    gpus = models.PositiveIntegerField(default=0, help_text="GPU-hours its pods requested")
+    vgpu = amount("Its pods' share of the nodes' attached vGPUs")
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["step", "start"], name="label_cost_rollup_when"),
+            models.Index(fields=["cluster_id", "step", "start"], name="label_cost_rollup_cluster"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster_id} {self.labels} {self.step} {self.start}"
+
+
 class CapacityRollup(models.Model):
     """GPUs of one type in one location over a step: each figure summed over the step's
     hourly samples (divide by `samples` for the mean)."""

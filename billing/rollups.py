@@ -2,7 +2,9 @@
 
 Once an hour, the first pass that finds the hour not taken samples the current rates
 (`billing.costs`: per pool, per namespace's share, and per location, its pools summed; what
-orphans cost is the leak ledger's, billing.leaks) and the capacity board
+orphans cost is the leak ledger's, billing.leaks), the same shares per set of pod labels
+(LabelCostRollup, from the one read of the pods the namespace rows come from) and the
+capacity board
 (`clusters.capacity`) of every location and writes them as that hour's rows, with the hour's
 `Rollup` marker, in one transaction: a pass that finds the marker writes nothing. An hour in
 which no pass ran (every worker down) has no rows: it is a gap, counted as such (`samples`),
@@ -17,16 +19,18 @@ are kept `COST_HOURLY_HISTORY_DAYS`, day and month rows `COST_HISTORY_DAYS`
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
+from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.db.models import Count, Max, QuerySet, Sum
 
-from billing.costs import ZERO, costs_by, gpu_node_costs
-from billing.models import CapacityRollup, CostRollup, Rollup, Step
+from billing.costs import ZERO, costs_by, gpu_node_costs, pod_requester_parts
+from billing.models import CapacityRollup, CostRollup, LabelCostRollup, Rollup, Step
 from cloud.models import Location
 from clusters.capacity import capacity_board
 from gpus.models import GpuProfile, VgpuReservation
@@ -41,6 +45,8 @@ COST_KEYS = (
     "kind", "account_id", "location_id", "currency",
     "cluster_id", "cluster_name", "pool_id", "pool_name", "namespace",
 )  # fmt: skip
+LABEL_SUMS = ("gpus", "vgpu")
+LABEL_KEYS = ("account_id", "location_id", "currency", "cluster_id", "labels")
 CAPACITY_SUMS = ("free", "reserved", "attached", "allocatable", "requested")
 CAPACITY_KEYS = ("location_id", "gpu_type")
 
@@ -86,20 +92,23 @@ def _hour_take(hour: datetime, now: datetime) -> tuple[int, int] | None:
     if Rollup.objects.filter(step=Step.HOUR, start=hour).exists():
         return None
     locations = Location.objects.all()
-    costs = _cost_rows(hour, locations)
+    costs, labels = _cost_rows(hour, locations)
     capacity = _capacity_rows(hour, locations)
     try:
         with transaction.atomic():
             # The marker first: a pass racing this one fails here and writes nothing.
             Rollup.objects.create(step=Step.HOUR, start=hour, taken_at=now)
             CostRollup.objects.bulk_create(costs, batch_size=2000)
+            LabelCostRollup.objects.bulk_create(labels, batch_size=2000)
             CapacityRollup.objects.bulk_create(capacity, batch_size=2000)
     except IntegrityError:
         return None
     return len(costs), len(capacity)
 
 
-def _cost_rows(hour: datetime, locations: QuerySet[Location]) -> list[CostRollup]:
+def _cost_rows(
+    hour: datetime, locations: QuerySet[Location]
+) -> tuple[list[CostRollup], list[LabelCostRollup]]:
     at = {"step": Step.HOUR, "start": hour}
     rows = []
     for row in costs_by("pool", locations):
@@ -126,10 +135,17 @@ def _cost_rows(hour: datetime, locations: QuerySet[Location]) -> list[CostRollup
     shares: dict[tuple[int, int, int, str, str | None], list[Decimal]] = defaultdict(
         lambda: [ZERO, ZERO, ZERO]
     )
-    for node in gpu_node_costs(locations):
+    # Per label set: its share and the GPUs it requests, from the same read of the pods.
+    by_labels: dict[tuple[int, int, int, str, str], list[Any]] = defaultdict(lambda: [ZERO, 0])
+    for node in gpu_node_costs(locations, pod_labels=True):
         base = (node.account_id, node.location_id, node.cluster_id, node.currency)
         for requester, cost in node.shares.items():
-            shares[(*base, requester)][0] += cost
+            assert requester is not None
+            of_namespace, labels = pod_requester_parts(requester)
+            shares[(*base, of_namespace)][0] += cost
+            held = by_labels[(*base, json.dumps(labels, sort_keys=True))]
+            held[0] += cost
+            held[1] += node.requests[requester]
         if node.idle_gpus:
             rest = shares[(*base, None)]
             rest[0] += node.idle
@@ -171,7 +187,22 @@ def _cost_rows(hour: datetime, locations: QuerySet[Location]) -> list[CostRollup
         for name in ("machines", "compute", "vgpu", "idle", "idle_gpus"):
             setattr(total, name, getattr(total, name) + getattr(pool, name))
     rows.extend(totals.values())
-    return rows
+    labelled = [
+        LabelCostRollup(
+            **at,
+            account_id=account_id,
+            location_id=location_id,
+            cluster_id=cluster_id,
+            currency=currency,
+            labels=json.loads(labels),  # keys sorted: a day sums a set as one
+            vgpu=vgpu,
+            gpus=gpus,
+        )
+        for (account_id, location_id, cluster_id, currency, labels), (vgpu, gpus) in sorted(
+            by_labels.items()
+        )
+    ]
+    return rows, labelled
 
 
 def _capacity_rows(hour: datetime, locations: QuerySet[Location]) -> list[CapacityRollup]:
@@ -218,6 +249,13 @@ def _day_take(day: datetime, now: datetime) -> datetime:
         .values(*COST_KEYS)
         .annotate(samples=Count("pk"), **{name: Sum(name) for name in COST_SUMS})
     ]
+    labels = [
+        LabelCostRollup(step=Step.DAY, start=day, **row)
+        for row in LabelCostRollup.objects.filter(**hours)
+        .order_by()
+        .values(*LABEL_KEYS)
+        .annotate(**{name: Sum(name) for name in LABEL_SUMS})
+    ]
     capacity = [
         CapacityRollup(step=Step.DAY, start=day, **row)
         for row in CapacityRollup.objects.filter(**hours)
@@ -232,6 +270,7 @@ def _day_take(day: datetime, now: datetime) -> datetime:
         with transaction.atomic():
             Rollup.objects.create(step=Step.DAY, start=day, taken_at=now, samples=samples)
             CostRollup.objects.bulk_create(costs, batch_size=2000)
+            LabelCostRollup.objects.bulk_create(labels, batch_size=2000)
             CapacityRollup.objects.bulk_create(capacity, batch_size=2000)
             month_sum(month_of(day))
     except IntegrityError:
@@ -244,6 +283,7 @@ def month_sum(month: datetime) -> None:
     summed (a capacity row's samples: the hours its day markers say were summed)."""
     days = {"step": Step.DAY, "start__gte": month, "start__lt": next_month(month)}
     CostRollup.objects.filter(step=Step.MONTH, start=month).delete()
+    LabelCostRollup.objects.filter(step=Step.MONTH, start=month).delete()
     CapacityRollup.objects.filter(step=Step.MONTH, start=month).delete()
     CostRollup.objects.bulk_create(
         [
@@ -252,6 +292,16 @@ def month_sum(month: datetime) -> None:
             .order_by()
             .values(*COST_KEYS)
             .annotate(samples=Sum("samples"), **{name: Sum(name) for name in COST_SUMS})
+        ],
+        batch_size=2000,
+    )
+    LabelCostRollup.objects.bulk_create(
+        [
+            LabelCostRollup(step=Step.MONTH, start=month, **row)
+            for row in LabelCostRollup.objects.filter(**days)
+            .order_by()
+            .values(*LABEL_KEYS)
+            .annotate(**{name: Sum(name) for name in LABEL_SUMS})
         ],
         batch_size=2000,
     )

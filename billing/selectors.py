@@ -31,11 +31,33 @@ from django.db.models import F, Max, OuterRef, Prefetch, Q, QuerySet, Subquery, 
 from django.db.models.functions import Coalesce, TruncDay, TruncMonth
 from psycopg import IsolationLevel
 
-from billing.costs import ZERO, CostRow, GroupBy, orphan_costs, pool_machine_hourly
-from billing.models import BillCheck, BillItem, CapacityRollup, CostRollup, Leak, Rollup, Step
+from billing.costs import (
+    EMPTY_VALUE,
+    IDLE,
+    NO_LABEL,
+    ZERO,
+    CostRow,
+    GroupBy,
+    LabelKeyInvalid,
+    label_value,
+    orphan_costs,
+    pool_machine_hourly,
+)
+from billing.models import (
+    BillCheck,
+    BillItem,
+    CapacityRollup,
+    CostRollup,
+    LabelCostRollup,
+    Leak,
+    Rollup,
+    Step,
+)
 from billing.rollups import DAY, HOUR, day_of, hour_of, month_of, next_month
+from capvco_web.integrations.kube import label_key_problem
 from cloud.models import Location
 from clusters.models import MachinePool
+from gpus.models import HOURLY_PLACES
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -194,7 +216,11 @@ def _covering(start: datetime, end: datetime) -> Q:
     first = start if start == day_of(start) else day_of(start) + DAY
     until = max(first, min(day_of(end), summed_until))  # the days held whole and summed
     days = Q(start__gte=first, start__lt=until)
-    rows = Q(step=Step.HOUR, start__gte=start, start__lt=end) & ~days
+    # The hours before those days and after them, as two ranges an index reads (the hours
+    # of summed days are kept a while: read and left out, they cost a scan of them all).
+    rows = Q(step=Step.HOUR, start__gte=start, start__lt=min(first, end)) | Q(
+        step=Step.HOUR, start__gte=until, start__lt=end
+    )
     if until > first:
         month_first, month_until = _whole_months(first, until, summed_until)
         months = Q(start__gte=month_first, start__lt=month_until)
@@ -295,6 +321,113 @@ def costliest_clusters(
         if len(ranked[currency]) < n:
             ranked[currency].append(cluster)
     return ranked
+
+
+# The row of what a cluster cost that no pod's label can claim.
+NOT_ATTRIBUTED = "(not attributed)"
+
+
+@dataclass
+class LabelCostTotal:
+    """One value of a pod label in one currency over a window: the GPU-hours its pods
+    requested on the cluster's GPU nodes and their share of what those nodes' attached
+    vGPUs cost; or the pods without the label; or the idle GPUs; or what the cluster cost
+    besides (`not_attributed`)."""
+
+    currency: str
+    value: str | None  # None: the pods without the label, the idle GPUs, or the rest
+    idle: bool = False
+    not_attributed: bool = False
+    gpu_hours: int | None = 0  # None on the rest, which is not GPUs alone
+    cost: Decimal = ZERO
+
+    @property
+    def name(self) -> str:
+        if self.idle:
+            return IDLE
+        if self.not_attributed:
+            return NOT_ATTRIBUTED
+        if self.value is None:
+            return NO_LABEL
+        return self.value or EMPTY_VALUE
+
+
+@dataclass
+class LabelCostHistory:
+    """What a cluster cost over [start, end) by the value of one pod label, and how many of
+    the window's hours a rollup pass sampled."""
+
+    key: str
+    start: datetime
+    end: datetime
+    hours: int
+    hours_sampled: int
+    rows: list[LabelCostTotal]
+
+
+@_in_one_snapshot
+def cost_by_label_over(
+    key: str, *, cluster: int, locations: QuerySet[Location], start: datetime, end: datetime
+) -> LabelCostHistory:
+    """What the cluster cost over [start, end) (whole hours), by the value of the pod label
+    `key`: per currency, each value's pods' share of its GPU nodes' attached vGPUs summed
+    over the hours sampled (billing.costs' rule, as per namespace, from the label sets each
+    hourly sample keeps: LabelCostRollup), then the pods without the label, then the idle
+    GPUs (the namespace rows' idle), then what the cluster cost besides (its machines'
+    vCPUs and memory, billed vGPUs on no GPU node, and the shares of hours sampled before
+    label sets were kept): the rows add up to its cost over the window as cost_series says
+    it. Of its history in `locations`, the fewest rows that make up the window (_covering).
+    Five queries, however many pods and hours.
+
+    Raises LabelKeyInvalid, naming the problem, when `key` is not a label key."""
+    if problem := label_key_problem(key):
+        raise LabelKeyInvalid(problem)
+    ours = {"cluster_id": cluster, "location__in": locations}
+    shares = (
+        LabelCostRollup.objects.filter(_covering(start, end), **ours)
+        .annotate(value=label_value(key))
+        .order_by()
+        .values_list("currency", "value")
+        .annotate(gpus=Sum("gpus"), vgpu=Sum("vgpu"))
+    )
+    costs = (
+        CostRollup.objects.filter(_covering(start, end), **ours)
+        .filter(Q(kind=Kind.POOL) | Q(kind=Kind.NAMESPACE, namespace__isnull=True))
+        .order_by()
+        .values_list("currency", "kind")
+        .annotate(cost=Sum(F("compute") + F("vgpu")), idle_gpus=Sum("idle_gpus"))
+    )
+    rows: dict[tuple[str, int, str], LabelCostTotal] = {}
+    rest: dict[str, Decimal] = defaultdict(lambda: ZERO)  # the pools' cost, less the above
+    for currency, value, gpus, vgpu in shares:
+        # Values by name, then the pods without the label.
+        rows[currency, 0 if value is not None else 1, value or ""] = LabelCostTotal(
+            currency, value, gpu_hours=gpus, cost=vgpu
+        )
+        rest[currency] -= vgpu
+    for currency, kind, total, idle_gpus in costs:
+        if kind == Kind.NAMESPACE:
+            rows[currency, 2, ""] = LabelCostTotal(
+                currency, None, idle=True, gpu_hours=idle_gpus, cost=total
+            )
+            rest[currency] -= total
+        else:
+            rest[currency] += total
+    for currency, cost in rest.items():
+        if cost.quantize(HOURLY_PLACES):  # less than rounds to 0.0001 is rounding
+            rows[currency, 3, ""] = LabelCostTotal(
+                currency, None, not_attributed=True, gpu_hours=None, cost=cost
+            )
+    for row in rows.values():
+        row.cost = row.cost.quantize(HOURLY_PLACES)
+    return LabelCostHistory(
+        key=key,
+        start=start,
+        end=end,
+        hours=int((end - start) / HOUR),
+        hours_sampled=hours_sampled(start, end),
+        rows=[rows[k] for k in sorted(rows)],
+    )
 
 
 # What one request for a series may span: two years, whatever the step, and at most this

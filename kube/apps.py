@@ -12,9 +12,15 @@ class KubeConfig(AppConfig):
         from capvco_web.retention import History, history_register
         from kube import metrics
         from kube.gpu_verify import verifications_history_prune, verifications_superseded
-        from kube.models import KubeNode, KubePod
+        from kube.models import GpuUseLocation, KubeNode, KubePod
 
-        account_paths_register({KubeNode: "cluster__account", KubePod: "cluster__account"})
+        account_paths_register(
+            {
+                KubeNode: "cluster__account",
+                KubePod: "cluster__account",
+                GpuUseLocation: "state__cluster__account",
+            }
+        )
         roles_grant(
             view={"kube.view_kubenode", "kube.view_kubepod"}, operate={"kube.verify_kubenode"}
         )

@@ -21,7 +21,10 @@ ever decided from these figures: they are shown.
 `gpu_use` computes every figure shown (the cluster page, the API, the CSV): per GPU its
 last reading, mean use while held and whether it is "requested but unused"; the
 efficiency (used GPU-time over held GPU-time, each sample standing for an equal slice of
-time) per cluster, namespace and pool.
+time) per cluster, namespace, pool and location. Each read keeps the cluster's figures
+(`gpu_use_summary`: GpuUseState, the overview's and /metrics') and the same of its GPUs in
+each location (GpuUseLocation), which a location's page and API add up
+(`location_gpu_use`): a GPU is in the location of its node's machine.
 """
 
 from __future__ import annotations
@@ -41,9 +44,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from capvco_web.integrations import kube
 from capvco_web.rows import model_update
+from cloud.models import Location
 from clusters.models import Cluster, Machine
 from gpus.models import VgpuReservation
-from kube.models import GpuUseSample, GpuUseState, KubeNode
+from kube.models import GpuUseLocation, GpuUseSample, GpuUseState, KubeNode
 
 if TYPE_CHECKING:
     from capvco_web.integrations.kube.client import KubeClient
@@ -155,7 +159,9 @@ def cluster_gpu_use_observe(*, client: KubeClient, cluster: Cluster, now: dateti
         cluster.gpu_use_state, _ = GpuUseState.objects.update_or_create(
             cluster=cluster, defaults=fields
         )
-        model_update(cluster.gpu_use_state, gpu_use_summary(gpu_use(cluster, now=now)))
+        use = gpu_use(cluster, now=now)
+        model_update(cluster.gpu_use_state, gpu_use_summary(use))
+        _locations_keep(cluster, use)
     for problem in problems:
         logger.warning("GPU use of %s: %s", cluster.name, problem)
     return len(samples)
@@ -192,6 +198,22 @@ def _exporter_read(
     return readings, problems
 
 
+def _locations_keep(cluster: Cluster, use: GpuUse) -> None:
+    """The cluster's figures per location, as `use` gives them; a location none of its
+    GPUs is in any more has none."""
+    state = cluster.gpu_use_state
+    kept = {row.location_id: row for row in GpuUseLocation.objects.filter(state=state)}
+    found = {location: gpu_use_summary(use, location=location) for location in use.locations_seen}
+    for location, row in kept.items():
+        if location not in found:
+            row.delete()
+    for location, figures in found.items():
+        if location in kept:
+            model_update(kept[location], figures)
+        else:
+            GpuUseLocation.objects.create(state=state, location_id=location, **figures)
+
+
 # ---- the figures shown ---------------------------------------------------------------
 
 
@@ -206,6 +228,7 @@ class GpuUseRow(GpuReading):
     pool: str = ""
     machine: str = ""
     reservation: str = ""  # our vGPU reservation for this GPU of the node's machine
+    location_id: int | None = None  # of the node's machine; None: no machine of ours
 
     @property
     def status(self) -> str:
@@ -245,10 +268,17 @@ class GpuUse:
     cluster: Efficiency
     namespaces: list[Efficiency]
     pools: list[Efficiency]
+    # Per location of the nodes' machines (by id): its GPUs' efficiency.
+    locations: dict[int, Efficiency] = field(default_factory=dict)
 
     @property
     def has_data(self) -> bool:
         return bool(self.gpus)
+
+    @property
+    def locations_seen(self) -> set[int]:
+        """The locations its GPUs are in (of the nodes' machines)."""
+        return {row.location_id for row in self.gpus if row.location_id is not None}
 
     @property
     def unused_count(self) -> int:
@@ -259,14 +289,22 @@ class GpuUse:
         return sum(1 for row in self.gpus if not row.pod)
 
 
-def gpu_use_summary(use: GpuUse) -> dict[str, Any]:
-    """The cluster's figures of `use` as its GpuUseState keeps them."""
-    unused, idle = use.unused_count, use.idle_count
+def gpu_use_summary(use: GpuUse, *, location: int | None = None) -> dict[str, Any]:
+    """The cluster's figures of `use` as its GpuUseState keeps them; with `location`, those
+    of its GPUs in that location, with the efficiency's terms (as GpuUseLocation keeps
+    them, to add clusters up)."""
+    gpus = use.gpus if location is None else [g for g in use.gpus if g.location_id == location]
+    unused = sum(1 for row in gpus if row.unused)
+    idle = sum(1 for row in gpus if not row.pod)
+    figures = {"gpus_in_use": len(gpus) - unused - idle, "gpus_unused": unused, "gpus_idle": idle}
+    if location is None:
+        return {"efficiency_percent": use.cluster.percent, **figures}
+    efficiency = use.locations.get(location) or Efficiency("")
     return {
-        "efficiency_percent": use.cluster.percent,
-        "gpus_in_use": len(use.gpus) - unused - idle,
-        "gpus_unused": unused,
-        "gpus_idle": idle,
+        "efficiency_percent": efficiency.percent,
+        "held_samples": efficiency.held_samples,
+        "used_percent_sum": efficiency.used_percent_sum,
+        **figures,
     }
 
 
@@ -277,6 +315,50 @@ def gpu_use_of_clusters(clusters: QuerySet[Cluster]) -> QuerySet[GpuUseState]:
         GpuUseState.objects.filter(cluster__in=clusters)
         .select_related("cluster")
         .order_by("-gpus_unused", F("efficiency_percent").asc(nulls_last=True), "cluster__name")
+    )
+
+
+@dataclass
+class LocationGpuUse:
+    """What a location's page and API show of its GPU use: its clusters' figures of the
+    GPUs of their nodes whose machines are in it, each as kept at its last read, and
+    summed."""
+
+    location: Location
+    clusters: list[GpuUseLocation]  # those with GPUs requested but unused first
+    efficiency: Efficiency
+    in_use: int
+    unused: int
+    idle: int
+
+    @property
+    def has_data(self) -> bool:
+        return bool(self.in_use + self.unused + self.idle)
+
+
+def location_gpu_use(location: Location, *, clusters: QuerySet[Cluster]) -> LocationGpuUse:
+    """The GPU use in `location` of `clusters`: each one's figures there as its last read
+    kept them (gpu_use_summary of its GPUs there), those with the most GPUs requested but
+    unused first, then the least efficient; and their sums, the efficiency from its terms
+    (used GPU-time over held GPU-time of every cluster's GPUs there). One query."""
+    rows = list(
+        GpuUseLocation.objects.filter(location=location, state__cluster__in=clusters)
+        .select_related("state__cluster")
+        .order_by(
+            "-gpus_unused", F("efficiency_percent").asc(nulls_last=True), "state__cluster__name"
+        )
+    )
+    total = Efficiency(location.name)
+    for row in rows:
+        total.held_samples += row.held_samples
+        total.used_percent_sum += row.used_percent_sum
+    return LocationGpuUse(
+        location=location,
+        clusters=rows,
+        efficiency=total,
+        in_use=sum(row.gpus_in_use for row in rows),
+        unused=sum(row.gpus_unused for row in rows),
+        idle=sum(row.gpus_idle for row in rows),
     )
 
 
@@ -325,7 +407,7 @@ def gpu_use(cluster: Cluster, *, now: datetime) -> GpuUse:
         node.name: node
         for node in KubeNode.objects.filter(
             cluster=cluster, name__in={key[0] for key in spans}
-        ).select_related("machine__pool")
+        ).select_related("machine__pool__site")
     }
     reservations = _reservations(node.machine_id for node in nodes.values())
 
@@ -333,19 +415,27 @@ def gpu_use(cluster: Cluster, *, now: datetime) -> GpuUse:
         node = nodes.get(node_name)
         return node.machine if node is not None else None
 
+    def location_of(node_name: str) -> int | None:
+        machine = machine_of(node_name)
+        return machine.pool.site.location_id if machine is not None else None
+
     total = Efficiency(cluster.name)
     namespaces: dict[str, Efficiency] = {}
     pools: dict[str, Efficiency] = {}
+    locations: dict[int, Efficiency] = {}
     per_gpu: dict[tuple[str, int], Efficiency] = {}
     for node_name, gpu, namespace, reads, used in terms:
         machine = machine_of(node_name)
         pool = machine.pool.name if machine is not None else ""
-        for bucket in (
+        buckets = [
             total,
             namespaces.setdefault(namespace, Efficiency(namespace)),
             pools.setdefault(pool, Efficiency(pool or "(no pool of ours)")),
             per_gpu.setdefault((node_name, gpu), Efficiency("")),
-        ):
+        ]
+        if (location := location_of(node_name)) is not None:
+            buckets.append(locations.setdefault(location, Efficiency(str(location))))
+        for bucket in buckets:
             bucket.held_samples += reads
             bucket.used_percent_sum += used
             bucket.gpus.add((node_name, gpu))
@@ -371,6 +461,7 @@ def gpu_use(cluster: Cluster, *, now: datetime) -> GpuUse:
                 pool=machine.pool.name if machine is not None else "",
                 machine=machine.name if machine is not None else "",
                 reservation=reservations.get((machine.pk, key[1]), "") if machine else "",
+                location_id=location_of(key[0]),
             )
         )
     return GpuUse(
@@ -381,6 +472,7 @@ def gpu_use(cluster: Cluster, *, now: datetime) -> GpuUse:
         cluster=total,
         namespaces=sorted(namespaces.values(), key=lambda e: e.name),
         pools=sorted(pools.values(), key=lambda e: e.name),
+        locations=locations,
     )
 
 

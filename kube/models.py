@@ -430,6 +430,48 @@ class GpuUseState(models.Model):
         return str(self.cluster)
 
 
+class GpuUseLocation(models.Model):
+    """A cluster's GPU use in one location, kept at its last read with its GpuUseState
+    (kube.gpu_use, its only writer): the figures of the GPUs of its nodes whose machines
+    are there, with the efficiency's terms, so that a location's page adds its clusters
+    up. A GPU of a node that is no machine of ours is in no location."""
+
+    state = models.ForeignKey(
+        GpuUseState, on_delete=models.CASCADE, related_name="locations", help_text="Its cluster's"
+    )
+    location = models.ForeignKey(
+        "cloud.Location", on_delete=models.CASCADE, related_name="gpu_use_of_clusters"
+    )
+    efficiency_percent = models.DecimalField(
+        max_digits=4,
+        decimal_places=1,
+        null=True,
+        blank=True,
+        help_text="Used GPU-time over GPU-time held by pods in the window; empty: none held.",
+    )
+    held_samples = models.PositiveIntegerField(
+        default=0, help_text="Reads of its GPUs in the window while a pod held them."
+    )
+    used_percent_sum = models.PositiveBigIntegerField(
+        default=0, help_text="Their utilisation summed, in %: the efficiency's numerator."
+    )
+    gpus_in_use = models.PositiveIntegerField(default=0)
+    gpus_unused = models.PositiveIntegerField(
+        default=0, help_text="Requested but unused: held below the threshold for hours."
+    )
+    gpus_idle = models.PositiveIntegerField(default=0, help_text="No pod holds it.")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["state", "location"], name="gpu_use_location_per_cluster"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.state} in {self.location_id}"
+
+
 class GpuUseSample(models.Model):
     """One GPU's use at one read of its node's dcgm-exporter, and the pod the exporter says
     holds it. Kept for GPU_USE_WINDOW_HOURS (kube.gpu_use prunes older ones as it reads)."""

@@ -101,9 +101,11 @@ def _made_up_cursor(case: Any, response: Any) -> bool:
 
 # The bounds of a period asked for, which refer to each other, to the step and to the
 # clock: a start that is no step's start, an end not after the start, a range too long or
-# past the hours kept (billing.selectors.cost_history; the leak summary's since and until).
+# past the hours kept (billing.selectors.cost_history, and the cost by label's window,
+# read alike; the leak summary's since and until).
 PERIOD_BOUNDS = {
     "GET /api/v1/costs/": {"start", "end", "step"},
+    "GET /api/v1/clusters/{id}/cost-by-label/": {"start", "end", "step"},
     "GET /api/v1/leaks/summary/": {"since", "until"},
 }
 

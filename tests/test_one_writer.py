@@ -240,16 +240,19 @@ WRITERS = {
 }
 # Tables this life does not write (set up by the test, or written by a life of their own:
 # SR-IOV's NICs, tokens and networks, the watch process, API tokens, a leak billed over
-# hours, idle GPU spells, the GPU add-on applied, GPU use (kube/gpu_use.py alone), GPU
-# verification: its writers are asserted in tests/kube/test_gpu_verify.py; the pool
-# autoscaler's: in
+# hours, idle GPU spells, GPU pods' label sets (billing/rollups.py alone; this life's
+# hour samples no pod on an attached vGPU), the GPU add-on applied, GPU use
+# (kube/gpu_use.py alone), GPU verification: its writers are asserted in
+# tests/kube/test_gpu_verify.py; the pool autoscaler's: in
 # tests/autoscale/test_autoscale.py). A new table lands here or in WRITERS.
 NOT_WRITTEN_BY_THIS_LIFE = {
     "autoscale_gpushortfall", "clusters_machinedrain", "clusters_pooltarget",
-    "billing_billitem", "billing_idlespell", "billing_leak", "capvco_web_apitoken",
+    "billing_billitem", "billing_idlespell", "billing_labelcostrollup", "billing_leak",
+    "capvco_web_apitoken",
     "capvco_web_heartbeat", "cloud_account", "cloud_cloudspace", "cloud_image",
     "cloud_membership", "clusters_kubewatch", "kube_gpuaddonstate", "kube_gpuverification",
-    "kube_gpuverifyjob", "kube_gpuverifyrequest", "kube_gpuusesample", "kube_gpuusestate",
+    "kube_gpuverifyjob", "kube_gpuverifyrequest", "kube_gpuuselocation", "kube_gpuusesample",
+    "kube_gpuusestate",
     "notify_webhooktest",
     "sriov_agenttoken",
     "sriov_externalnetwork", "sriov_gonepod", "sriov_leakednic", "sriov_podnic",

@@ -100,6 +100,50 @@ class CostByLabelSerializer(serializers.Serializer[object]):
     results = LabelCostRowSerializer(many=True)
 
 
+class LabelCostTotalSerializer(serializers.Serializer[object]):
+    """One value of the label in one currency over the window (two are never added): its
+    pods' share of the cluster's GPU nodes' attached vGPUs, summed over the hours sampled;
+    or the pods without the label; or the idle GPUs; or what the cluster cost besides."""
+
+    currency = serializers.CharField()
+    value = serializers.CharField(
+        allow_null=True,
+        help_text="The label's value; null on the rows of the pods without the label, of the "
+        "idle GPUs and of the rest",
+    )
+    name = serializers.CharField(
+        help_text="As the page shows it: the value, (empty value), (no label), (idle) or "
+        "(not attributed)"
+    )
+    idle = serializers.BooleanField(
+        help_text="The row of the GPUs no pending or running pod requested"
+    )
+    not_attributed = serializers.BooleanField(
+        help_text="The row of what the cluster cost besides its GPU nodes' attached vGPUs "
+        "(its machines' vCPUs and memory, billed vGPUs on no GPU node) and of the shares of "
+        "hours sampled before label sets were kept: the rows add up to the cluster's cost"
+    )
+    gpu_hours = serializers.IntegerField(
+        allow_null=True,
+        help_text="GPUs its pending and running pods requested, summed over the hours "
+        "sampled; on the idle row, attached GPUs no pod requested; null on the rest",
+    )
+    cost = _money("What it cost over the window")
+
+
+class CostByLabelHistorySerializer(serializers.Serializer[object]):
+    """What a cluster cost over [start, end), by the value of one pod label."""
+
+    key = serializers.CharField(help_text="The label key asked for")
+    start = serializers.DateTimeField(help_text="The window's start (UTC)")
+    end = serializers.DateTimeField(help_text="The window's end (UTC, exclusive)")
+    hours = serializers.IntegerField(help_text="Hours in the window")
+    hours_sampled = serializers.IntegerField(
+        help_text="Of those, the hours a rollup pass sampled (an hour not sampled adds nothing)"
+    )
+    results = LabelCostTotalSerializer(many=True, source="rows")
+
+
 class CostPointSerializer(CostGroupSerializer):
     """What one group cost over one step, in one currency: the hourly rates sampled in the
     step's hours, summed (an amount, not a rate). An hour no rollup pass sampled adds

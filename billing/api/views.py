@@ -19,6 +19,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from billing.api.serializers import (
+    CostByLabelHistorySerializer,
     CostByLabelSerializer,
     CostRowSerializer,
     CostSeriesSerializer,
@@ -33,9 +34,13 @@ from billing.models import IdleSpell, Leak
 from billing.rollups import month_of
 from billing.selectors import (
     SERIES_STEPS,
+    cost_by_label_over,
     cost_history,
     leak_totals,
     month_figures,
+    series_bounds,
+    step_after,
+    step_start,
 )
 from capvco_web.api import DateTimeText, ErrorSerializer, KnownParametersMixin
 from capvco_web.api_csv import FORMAT_PARAMETER, CsvMixin
@@ -92,15 +97,62 @@ _GROUP_BY_PARAMETER = OpenApiParameter(
 class CostsSchema(ApiSchema):
     """The costs answer a list of rates now, or a series (an object) when asked for one."""
 
+    over_time: type[serializers.Serializer[object]] = CostSeriesSerializer
+
     def get_operation(self, *args: Any, **kwargs: Any) -> dict[str, Any] | None:
         operation = super().get_operation(*args, **kwargs)
         if operation is None:
             return None
         json = "application/json"
         answer = operation["responses"]["200"]["content"][json]
-        series = self.resolve_serializer(CostSeriesSerializer(), "response").ref
+        series = self.resolve_serializer(self.over_time(), "response").ref
         answer["schema"] = {"oneOf": [answer["schema"], series]}
         return operation
+
+
+class CostByLabelSchema(CostsSchema):
+    """Cost by label answers the rates now, or a window's totals when asked for one."""
+
+    over_time = CostByLabelHistorySerializer
+
+
+_START_PARAMETER = OpenApiParameter(
+    "start",
+    OpenApiTypes.DATETIME,
+    description="Asks for the series: the first step's start (ISO 8601, UTC; "
+    "the start of an hour, a day or a month as `step` says)",
+)
+_END_PARAMETER = OpenApiParameter(
+    "end",
+    OpenApiTypes.DATETIME,
+    description="The series' end, exclusive (ISO 8601, UTC; a step's start). "
+    "Left out: the end of the step now running. Only with `start`",
+)
+_STEP_PARAMETER = OpenApiParameter(
+    "step",
+    str,
+    enum=list(SERIES_STEPS),
+    # No `default` in the schema: a client sends a parameter's default as given,
+    # and `step` without `start` is refused.
+    description="The series' step: an hour, a UTC day or a UTC calendar month "
+    "(left out: `day`). Only with `start`",
+)
+
+
+def _window(request: Request) -> dict[str, Any] | None:
+    """[start, end) and the step a request asks for over time (None: asks for now); the
+    step is what its bounds are whole steps of. Refused (400 naming the parameter) as the
+    costs' series are: `end` or `step` without `start`, and what series_bounds refuses."""
+    if not any(name in request.query_params for name in HISTORY_PARAMETERS):
+        return None
+    if "start" not in request.query_params:
+        raise serializers.ValidationError({"start": ["Give the series' start with end and step."]})
+    query = _query(request, _SeriesQuery)
+    now = timezone.now()
+    step = query["step"]
+    end = query.get("end") or step_after(step, step_start(step, now))
+    series_bounds(step=step, start=query["start"], end=end, now=now)
+    return {"start": query["start"], "end": end}
 
 
 class CostsView(CsvMixin, KnownParametersMixin, generics.GenericAPIView[Location]):
@@ -132,27 +184,9 @@ class CostsView(CsvMixin, KnownParametersMixin, generics.GenericAPIView[Location
         parameters=[
             FORMAT_PARAMETER,
             _GROUP_BY_PARAMETER,
-            OpenApiParameter(
-                "start",
-                OpenApiTypes.DATETIME,
-                description="Asks for the series: the first step's start (ISO 8601, UTC; "
-                "the start of an hour, a day or a month as `step` says)",
-            ),
-            OpenApiParameter(
-                "end",
-                OpenApiTypes.DATETIME,
-                description="The series' end, exclusive (ISO 8601, UTC; a step's start). "
-                "Left out: the end of the step now running. Only with `start`",
-            ),
-            OpenApiParameter(
-                "step",
-                str,
-                enum=list(SERIES_STEPS),
-                # No `default` in the schema: a client sends a parameter's default as given,
-                # and `step` without `start` is refused.
-                description="The series' step: an hour, a UTC day or a UTC calendar month "
-                "(left out: `day`). Only with `start`",
-            ),
+            _START_PARAMETER,
+            _END_PARAMETER,
+            _STEP_PARAMETER,
         ],
         responses={
             # Or a series: CostsSchema says both.
@@ -318,12 +352,21 @@ class ClusterCostByLabelView(CsvMixin, KnownParametersMixin, generics.GenericAPI
     by the GPUs they request; the pods without the label get a row of their own (`value`
     null, `name` "(no label)"); the GPUs no pod requests are idle, on a row of their own
     (`idle` true), never spread over the pods. A row per value and currency (as CSV, those
-    rows). The labels are the pods' as the Kubernetes mirror last saw them."""
+    rows). The labels are the pods' as the Kubernetes mirror last saw them.
+
+    With `start` (and `end`, `step`, as `/costs/` takes them): what the cluster cost over
+    [start, end), by value: each value's shares summed over the hours sampled (the labels
+    each hour's sample saw; any key, asked later), the pods without the label and the idle
+    GPUs as above, and what the cluster cost besides on a row of its own (`not_attributed`:
+    its machines' vCPUs and memory, billed vGPUs on no GPU node), so that the rows add up
+    to what the cluster cost over the window (an object, its rows in `results`).
+    """
 
     queryset = Cluster.objects.all()
     pagination_class = None
-    query_parameters = ("key",)
+    query_parameters = ("key", *HISTORY_PARAMETERS)
     csv_name = "cost-by-label"
+    schema = CostByLabelSchema()
 
     @extend_schema(
         parameters=[
@@ -336,8 +379,12 @@ class ClusterCostByLabelView(CsvMixin, KnownParametersMixin, generics.GenericAPI
                 "DNS subdomain prefix and `/`, then a name of 1 to 63 letters, digits, `-`, "
                 "`_` and `.`; anything else is refused (400) naming the problem",
             ),
+            _START_PARAMETER,
+            _END_PARAMETER,
+            _STEP_PARAMETER,
         ],
         responses={
+            # Or a window's totals: CostByLabelSchema says both.
             (200, "application/json"): CostByLabelSerializer,
             (200, "text/csv"): OpenApiTypes.STR,
             404: OpenApiResponse(ErrorSerializer, description="No such cluster the user sees"),
@@ -347,7 +394,11 @@ class ClusterCostByLabelView(CsvMixin, KnownParametersMixin, generics.GenericAPI
         cluster = get_object_or_404(visible(request.user, self.get_queryset()), pk=pk)
         key = query_parameter_once(request, "key") or ""
         locations = visible(request.user, Location.objects.filter(account_id=cluster.account_id))
+        window = _window(request)
         try:
+            if window is not None:
+                totals = cost_by_label_over(key, cluster=cluster.pk, locations=locations, **window)
+                return Response(CostByLabelHistorySerializer(totals).data)
             rows = cost_by_label(key, cluster=cluster, locations=locations)
         except LabelKeyInvalid as exc:
             raise serializers.ValidationError({"key": [str(exc)]}) from exc

@@ -9,6 +9,7 @@ from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlencode
 
 from django.conf import settings
 from django.core.paginator import Paginator
@@ -21,6 +22,8 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from billing.costs import LabelKeyInvalid, cost_by_label
+from billing.selectors import cost_by_label_over
+from billing.windows import Window
 from capvco_web.htmx import HtmxHttpRequest, page_or_fragment
 from capvco_web.permissions import User, visible
 from cloud.models import Location
@@ -303,7 +306,11 @@ def cluster_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         context.update(money)
         context.update(cluster_gpu_use_section(cluster))
         locations = cluster_locations(request, cluster)
-        context.update(cluster_cost_by_label_section(cluster, locations, request.GET))
+        context.update(
+            cluster_cost_by_label_section(
+                cluster, locations, request.GET, window=money["money"].window
+            )
+        )
     if context.get("cost_by_label_problem"):
         status = 400
     return page_or_fragment(
@@ -312,20 +319,36 @@ def cluster_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 
 
 def cluster_cost_by_label_section(
-    cluster: Cluster, locations: QuerySet[Location], params: QueryDict
+    cluster: Cluster,
+    locations: QuerySet[Location],
+    params: QueryDict,
+    *,
+    window: Window | None,
 ) -> dict[str, Any]:
-    """Its GPU nodes' cost per hour by the pod label `?label=` names (billing.costs), or
-    what is wrong with the key; nothing asked: the form alone."""
+    """What the cluster cost over the page's window by the pod label `?label=` names
+    (billing.selectors; none: the window was refused, the money section says why), and
+    its GPU nodes' cost per hour now (billing.costs); or what is wrong with the key;
+    nothing asked: the form alone."""
     key = params.get("label", "")
     section: dict[str, Any] = {
         "label_key": key,
         "cost_by_label_api": reverse("cluster-cost-by-label", args=[cluster.pk]),
     }
-    if key:
-        try:
-            section["cost_by_label"] = cost_by_label(key, cluster=cluster, locations=locations)
-        except LabelKeyInvalid as exc:
-            section["cost_by_label_problem"] = str(exc)
+    if not key:
+        return section
+    try:
+        section["cost_by_label"] = cost_by_label(key, cluster=cluster, locations=locations)
+        if window is not None:
+            section["cost_by_label_window"] = window
+            section["cost_by_label_over"] = cost_by_label_over(
+                key, cluster=cluster.pk, locations=locations, start=window.start, end=window.end
+            )
+            # The API's window: the page's bounds, whole steps of its step.
+            asked = {"key": key, "start": f"{window.start:%Y-%m-%dT%H:%M:%SZ}",
+                     "end": f"{window.end:%Y-%m-%dT%H:%M:%SZ}", "step": window.step}  # fmt: skip
+            section["cost_by_label_over_query"] = urlencode(asked, safe=":")
+    except LabelKeyInvalid as exc:
+        section["cost_by_label_problem"] = str(exc)
     return section
 
 

@@ -1,7 +1,8 @@
 """One location: a map of each physical card (a GPU profile) with its instances, which
 vGPU sits on which machine, VM and pod; the location's plan, the orphan sweep's steps it
-would carry out next (`clusters.releases.location_plan`, read only); and its money over the
-window the page asks for (the overview's, of this location alone).
+would carry out next (`clusters.releases.location_plan`, read only); what its GPUs do (the
+GPU nodes whose machines are here, `kube.gpu_use.location_gpu_use`); and its money over
+the window the page asks for (the overview's, of this location alone).
 
 A fixed number of queries whatever the number of cards and vGPUs (the plan's own aside:
 it reads what its steps need)."""
@@ -12,6 +13,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.conf import settings
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404
 from django.urls import reverse
@@ -21,11 +23,12 @@ from django.views.decorators.http import require_GET
 from capvco_web.htmx import HtmxHttpRequest, page_or_fragment
 from capvco_web.permissions import visible
 from cloud.models import Location, VirtualMachine
-from clusters.models import Machine
+from clusters.models import Cluster, Machine
 from clusters.releases import location_plan
 from dashboard.views.money import location_reader, money_section
 from gpus.models import GpuProfile, VgpuReservation
 from gpus.resolve import gpu_type_of
+from kube.gpu_use import location_gpu_use
 from kube.models import KubeNode, KubePod
 from kube.selectors import ACTIVE_POD_PHASES
 
@@ -157,4 +160,16 @@ def location_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
             api_query={"group_by": "cluster", "location": str(location.pk)},
         )
         context.update(money)
+        # What its GPUs do moves with each read of the exporters: drawn with the page too.
+        context.update(location_gpu_use_section(request, location))
     return page_or_fragment(request, TEMPLATE, context, fragments=["location-body"], status=status)
+
+
+def location_gpu_use_section(request: HtmxHttpRequest, location: Location) -> dict[str, Any]:
+    """Its GPU use, of the clusters the user sees (kube.gpu_use)."""
+    clusters = visible(request.user, Cluster.objects.all())
+    return {
+        "location_gpu_use": location_gpu_use(location, clusters=clusters),
+        "location_gpu_use_api": reverse("location-gpu-use", args=[location.pk]),
+        "gpu_use_window": f"{settings.GPU_USE_WINDOW_HOURS:g}",
+    }

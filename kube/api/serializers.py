@@ -139,3 +139,43 @@ class GpuUseSerializer(serializers.Serializer[Any]):
     namespaces = GpuEfficiencySerializer(many=True)
     pools = GpuEfficiencySerializer(many=True)
     results = GpuUseRowSerializer(source="gpus", many=True)
+
+
+class LocationGpuUseClusterSerializer(serializers.Serializer[Any]):
+    """One cluster's GPUs in the location (of its nodes whose machines are there), as its
+    last read of the exporter kept them."""
+
+    cluster = serializers.IntegerField(source="state.cluster_id")
+    cluster_name = serializers.CharField(source="state.cluster.name")
+    efficiency_percent = serializers.DecimalField(
+        max_digits=4, decimal_places=1, allow_null=True,
+        help_text="Used GPU-time over GPU-time held by pods in the window; null: none held",
+    )  # fmt: skip
+    in_use = serializers.IntegerField(source="gpus_in_use")
+    requested_but_unused = serializers.IntegerField(source="gpus_unused")
+    idle = serializers.IntegerField(source="gpus_idle")
+    looked_at = serializers.DateTimeField(
+        source="state.looked_at", help_text="When its exporter was last read"
+    )
+    error = serializers.CharField(
+        source="state.error",
+        help_text="What its last read missed: unknown, not unused",
+    )
+
+
+class LocationGpuUseSerializer(serializers.Serializer[Any]):
+    """A location's GPU use (kube.gpu_use.location_gpu_use): the GPUs of the nodes whose
+    machines are in it, per cluster as each one's last read kept them (`results`) and
+    summed; `has_data` false: no GPU use data, not 0 %."""
+
+    location = serializers.IntegerField(source="location.pk")
+    location_name = serializers.CharField(source="location.name")
+    has_data = serializers.BooleanField()
+    efficiency_percent = serializers.DecimalField(
+        source="efficiency.percent", max_digits=4, decimal_places=1, allow_null=True,
+        help_text="Used GPU-time over GPU-time held by pods, of every cluster's GPUs here",
+    )  # fmt: skip
+    in_use = serializers.IntegerField()
+    requested_but_unused = serializers.IntegerField(source="unused")
+    idle = serializers.IntegerField()
+    results = LocationGpuUseClusterSerializer(source="clusters", many=True)

@@ -11,4 +11,7 @@ routes = [
 ]
 urlpatterns = [
     path("clusters/<int:pk>/gpu-use/", views.ClusterGpuUseView.as_view(), name="cluster-gpu-use"),
+    path(
+        "locations/<int:pk>/gpu-use/", views.LocationGpuUseView.as_view(), name="location-gpu-use"
+    ),
 ]

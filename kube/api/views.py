@@ -17,6 +17,7 @@ from capvco_web.api import ErrorSerializer, KnownParametersMixin, ReasonSerializ
 from capvco_web.api_csv import FORMAT_PARAMETER, CsvMixin
 from capvco_web.api_input import CursorPagination
 from capvco_web.permissions import AccountScopedViewSetMixin, visible
+from cloud.models import Location
 from clusters.api import views as clusters_views
 from clusters.models import Cluster
 from clusters.plan import cluster_plan
@@ -25,9 +26,10 @@ from kube.api.serializers import (
     GpuUseSerializer,
     KubeNodeSerializer,
     KubePodSerializer,
+    LocationGpuUseSerializer,
 )
 from kube.filtersets import KubeNodeFilterSet, KubePodFilterSet
-from kube.gpu_use import gpu_use
+from kube.gpu_use import gpu_use, location_gpu_use
 from kube.gpu_verify_requests import VerifyRefused, gpu_verify_request
 from kube.models import KubeNode, KubePod
 from kube.plan import kube_plan
@@ -130,3 +132,31 @@ class ClusterGpuUseView(CsvMixin, KnownParametersMixin, generics.GenericAPIView[
     def get(self, request: Request, pk: int) -> Response:
         cluster = get_object_or_404(visible(request.user, self.get_queryset()), pk=pk)
         return Response(GpuUseSerializer(gpu_use(cluster, now=timezone.now())).data)
+
+
+class LocationGpuUseView(CsvMixin, KnownParametersMixin, generics.GenericAPIView[Location]):
+    """What the GPUs in a location do, as NVIDIA's dcgm-exporter of each cluster shows it,
+    over the last GPU_USE_WINDOW_HOURS: a GPU is in the location of its node's machine (a
+    cluster spans locations, a machine does not). Per cluster (`results`; as CSV, those
+    rows) its GPUs there as its last read kept them, and summed: GPUs in use, requested
+    but unused and idle, and the efficiency (used GPU-time over GPU-time held by pods).
+    `has_data` false: no GPU use data, which is not 0 %."""
+
+    queryset = Location.objects.all()
+    pagination_class = None
+    csv_name = "location-gpu-use"
+
+    @extend_schema(
+        parameters=[FORMAT_PARAMETER],
+        responses={
+            (200, "application/json"): LocationGpuUseSerializer,
+            (200, "text/csv"): OpenApiTypes.STR,
+            404: OpenApiResponse(ErrorSerializer, description="No such location the user sees"),
+        },
+    )
+    def get(self, request: Request, pk: int) -> Response:
+        location = get_object_or_404(visible(request.user, self.get_queryset()), pk=pk)
+        clusters = visible(request.user, Cluster.objects.all())
+        return Response(
+            LocationGpuUseSerializer(location_gpu_use(location, clusters=clusters)).data
+        )

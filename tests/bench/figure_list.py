@@ -476,6 +476,36 @@ BENCHES: tuple[Bench, ...] = (
         ),
     ),
     Bench(
+        "bench_cost_by_label",
+        about=(
+            "a cluster of 300 label sets and one of 10, each with a year of money history "
+            "(hours for the last 60 days); 20 runs"
+        ),
+        figures=(
+            count("rows of label sets in the history", "rows"),
+            *(
+                figure
+                for window in (
+                    "24 h by the hour",
+                    "7 d by the hour",
+                    "30 d by the day",
+                    "a year by the day",
+                    "the API's answer, a year by the day",
+                )
+                for figure in (
+                    Figure(window, at("windows", window, "queries"), "count", column="queries"),
+                    Figure(window, at("windows", window, "p95_ms"), "shown", "ms", column="p95"),
+                )
+            ),
+            Figure(
+                "the queries the same for every window and for 10 label sets",
+                at("queries_flat"),
+                "count",
+                column="queries",
+            ),
+        ),
+    ),
+    Bench(
         "bench_gpu_use",
         about="a cluster of 64 GPUs with a day of dcgm-exporter samples (18,432); 20 runs",
         figures=(

@@ -20,7 +20,7 @@ from openapi_spec_validator import validate
 from rest_framework.test import APIClient
 
 from billing.models import CostRollup, Leak, Rollup, Step
-from billing.rollups import hour_of, month_of, rollups_take
+from billing.rollups import day_of, hour_of, month_of, rollups_take
 from billing.selectors import SERIES_ROWS_MAX
 from capvco_web.integrations.kube import LABEL_KEY_PATTERN
 from clusters.models import MachinePool
@@ -710,6 +710,82 @@ def test_cost_by_label_of_a_cluster_the_user_does_not_see_is_404(world: World) -
     assert {row["name"] for row in mine.json()["results"]} == {"(no label)", "(idle)"}
 
 
+@pytest.mark.usefixtures("hours_kept_long")
+def test_cost_by_label_over_a_window_answers_the_functions_rows_as_json_and_csv(
+    api: APIClient, world: World
+) -> None:
+    labelled(world)
+    rollups_take(now=T0)
+    rollups_take(now=T0 + timedelta(hours=1))
+    url = f"/api/v1/clusters/{world.cluster.pk}/cost-by-label/"
+    window = {"key": "team", "start": DAY_START, "end": NEXT_DAY}
+
+    answer = api.get(url, window).json()
+    download = api.get(url, {**window, "format": "csv"})
+
+    assert _figures(answer, "key", "start", "end", "hours", "hours_sampled") == (
+        "team", DAY_START, NEXT_DAY, 24, 2,
+    )  # fmt: skip
+    assert [_figures(r, "currency", "name", "idle", "not_attributed", "gpu_hours", "cost")
+            for r in answer["results"]] == [
+        ("CHF", "ml", False, False, 2, "4.0000"),
+        ("CHF", "(not attributed)", False, True, None, "0.3200"),
+        ("EUR", "ml", False, False, 2, "2.0000"),
+        ("EUR", "vision", False, False, 4, "4.0000"),
+        ("EUR", "(no label)", False, False, 2, "2.0000"),
+        ("EUR", "(idle)", True, False, 2, "2.0000"),
+        ("EUR", "(not attributed)", False, True, None, "3.0400"),
+    ]  # fmt: skip
+    # Per currency the rows add up to what the cluster cost over the window.
+    series = api.get(
+        "/api/v1/costs/",
+        {"group_by": "cluster", "start": DAY_START, "end": NEXT_DAY, "account": world.account.pk},
+    ).json()["results"]
+    for currency in ("CHF", "EUR"):
+        assert sum(D(r["cost"]) for r in answer["results"] if r["currency"] == currency) == sum(
+            D(p["total"]) for p in series
+            if p["currency"] == currency and p["cluster"] == world.cluster.pk
+        )  # fmt: skip
+    rows = list(csv.DictReader(io.StringIO(download.content.decode())))
+    assert rows == [
+        {name: "" if value is None else str(value).lower() if isinstance(value, bool)
+         else str(value) for name, value in row.items()}
+        for row in answer["results"]
+    ]  # fmt: skip
+    # `end` left out: the end of the step now running, as the costs' series.
+    assert api.get(url, {"key": "team", "start": DAY_START}).json()["end"] == _iso(
+        day_of(timezone.now()) + timedelta(days=1)
+    )
+
+
+def _iso(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@pytest.mark.usefixtures("hours_kept_long")
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [
+        ({"key": "team", "end": NEXT_DAY}, "start"),
+        ({"key": "team", "step": "hour"}, "start"),
+        ({"key": "team", "start": "2026-12-01T10:30:00Z", "step": "hour"}, "start"),
+        ({"key": "team", "start": "2026-12-01T10:00:00Z"}, "start"),  # by the day: midnight
+        ({"key": "team", "start": NEXT_DAY, "end": DAY_START}, "end"),
+        ({"key": "team", "start": DAY_START, "step": "week"}, "step"),
+        ({"key": "team", "start": "yesterday"}, "start"),
+        ({"key": "Team!", "start": DAY_START, "end": NEXT_DAY}, "key"),
+    ],
+)
+def test_cost_by_label_refuses_a_bad_window_naming_the_parameter(
+    api: APIClient, world: World, query: dict[str, str], field: str
+) -> None:
+    url = f"/api/v1/clusters/{world.cluster.pk}/cost-by-label/"
+
+    for answer in (api.get(url, query), api.get(url, {**query, "format": "csv"})):
+        assert (answer.status_code, answer["Content-Type"]) == (400, "application/json")
+        assert list(answer.json()["fields"]) == [field]
+
+
 # The schema.
 
 
@@ -730,7 +806,8 @@ def test_the_schema_documents_every_parameter_and_both_formats(api: APIClient) -
     assert set(answers["400"]["content"]) == {"application/json"}
     assert {"since", "until"} <= set(parameters("/api/v1/leaks/summary/"))
     by_label = parameters("/api/v1/clusters/{id}/cost-by-label/")
-    assert set(by_label) == {"id", "key", "format"} and by_label["key"]["required"]
+    assert set(by_label) == {"id", "key", "start", "end", "step", "format"}
+    assert by_label["key"]["required"]
     assert by_label["key"]["schema"]["pattern"] == LABEL_KEY_PATTERN
     assert {"open", "kind", "account", "location", "cursor", "format"} <= set(
         parameters("/api/v1/leaks/")

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
-from clusters.models import Cluster, MachinePool
+from cloud.models import Location
+from clusters.models import Cluster, ClusterSite, Machine, MachinePool
 from gpus.models import VgpuReservation
 from kube.client import kube_client
 from kube.gpu_use import (
@@ -22,8 +23,10 @@ from kube.gpu_use import (
     exporter_readings,
     gpu_use,
     gpu_use_due,
+    gpu_use_summary,
+    location_gpu_use,
 )
-from kube.models import GpuUseSample, GpuUseState
+from kube.models import GpuUseLocation, GpuUseSample, GpuUseState
 from kube.observe import cluster_kube_observe
 from kube.tasks import observe_cluster_kube
 from tests.factories import VgpuReservationFactory
@@ -37,6 +40,7 @@ from tests.kube_sim import (
 )
 
 GPU_0, GPU_1, CPU_0 = "capvco-prod-gpu-0", "capvco-prod-gpu-1", "capvco-prod-cpu-0"
+REMOTE = "capvco-prod-remote-0"  # in another location (`spanning`)
 UUID = "GPU-a54cc8e3-5c0b-336d-1a96-de062f90b427"  # the recorded H200's
 STEP = timedelta(minutes=15)  # between two reads: the recording's 20 lines span 4 h 45 min
 
@@ -91,6 +95,43 @@ def recorded(kube_sim: KubeSimulator, pool: MachinePool) -> Cluster:
     with kube_client(cluster) as client:
         cluster_kube_observe(client=client, cluster=cluster)
     return cluster
+
+
+@pytest.fixture
+def spanning(recorded: Cluster, kube_sim: KubeSimulator) -> Cluster:
+    """`recorded`, and in a second location, de-1: pool remote's machine remote-0 runs node
+    remote-0, whose GPU 0 pod serve/infer-0 holds at 40 % and whose GPU 1 is idle."""
+    de = Location.objects.create(account=recorded.account, name="de-1")
+    site = ClusterSite.objects.create(
+        cluster=recorded, location=de, cloudspace_id="cs-2", image_id=1
+    )
+    pool = MachinePool.objects.create(
+        cluster=recorded, site=site, name="remote", replicas=1, gpu_type="T4", gpu_count=2
+    )
+    Machine.objects.create(
+        pool=pool, name="remote-0", index=0, vm_id=200, phase=Machine.Phase.RUNNING
+    )
+    kube_sim.put(
+        "prod",
+        node_object(REMOTE, provider_id="vco://de-1/200", gpus=2),
+        pod_object("infer-0", namespace="serve", node=REMOTE, gpus=1),
+        *dcgm_exporter_objects(REMOTE)[2:],  # its exporter pod (the Service is there)
+    )
+    held = {"gpu": 0, "uuid": UUID, "model": "NVIDIA H200", "pod": "train-0", "namespace": "ml"}
+    kube_sim.dcgm(
+        "prod",
+        {
+            GPU_0: [{**held, "samples": recorded_utilisation()}],
+            REMOTE: [
+                {"gpu": 0, "uuid": "GPU-r0", "pod": "infer-0", "namespace": "serve",
+                 "samples": [{"util": 40, "fb_used": 1000}]},
+                {"gpu": 1, "uuid": "GPU-r1", "samples": [{"util": 0, "fb_used": 0}]},
+            ],
+        },
+    )  # fmt: skip
+    with kube_client(recorded) as client:
+        cluster_kube_observe(client=client, cluster=recorded)
+    return recorded
 
 
 def rolling_update_pod() -> dict[str, object]:
@@ -205,3 +246,53 @@ def test_the_fake_exporter_refuses_a_gpu_it_cannot_read(kube_sim: KubeSimulator)
     kube_sim.cluster("prod")
     with pytest.raises(RuntimeError, match=r"400 .*node n1: a GPU that cannot be read"):
         kube_sim.dcgm("prod", {"n1": [{"uuid": "GPU-1"}]})  # no index
+
+
+def test_a_location_shows_the_gpus_of_its_nodes_machines_adding_up_to_the_cluster(
+    spanning: Cluster, kube_sim: KubeSimulator
+) -> None:
+    now = timezone.now()
+    for n in range(3):  # the recording's 3 %, 0 %, 0 % on gpu-0; 40 % on remote-0's GPU 0
+        read(spanning, now - (2 - n) * STEP)
+    nl, de = Location.objects.get(name="nl-1"), Location.objects.get(name="de-1")
+    clusters = Cluster.objects.all()
+
+    def figures(location: Location) -> tuple[object, ...]:
+        found = location_gpu_use(location, clusters=clusters)
+        return (found.in_use, found.unused, found.idle, found.efficiency.percent)
+
+    assert figures(nl) == (1, 0, 0, Decimal("1.0"))
+    assert figures(de) == (1, 0, 1, Decimal("40.0"))
+    # The overview's figures of the cluster are the locations' added up: 2 in use, 1 idle,
+    # (3 + 0 + 0 + 3 * 40) / 6 reads held.
+    state = GpuUseState.objects.get(cluster=spanning)
+    assert (state.gpus_in_use, state.gpus_unused, state.gpus_idle) == (2, 0, 1)
+    assert state.efficiency_percent == Decimal("20.5")
+    # One function: each location's figures are gpu_use_summary of the GPUs there.
+    use = gpu_use(spanning, now=now)
+    (kept,) = location_gpu_use(de, clusters=clusters).clusters
+    assert gpu_use_summary(use, location=de.pk) == {
+        "efficiency_percent": kept.efficiency_percent, "held_samples": kept.held_samples,
+        "used_percent_sum": kept.used_percent_sum, "gpus_in_use": kept.gpus_in_use,
+        "gpus_unused": kept.gpus_unused, "gpus_idle": kept.gpus_idle,
+    }  # fmt: skip
+    assert (kept.held_samples, kept.used_percent_sum) == (3, 120)
+    # Clusters the user does not see are not counted.
+    nothing = location_gpu_use(nl, clusters=clusters.none())
+    assert (nothing.has_data, nothing.clusters, nothing.efficiency.percent) == (False, [], None)
+
+
+def test_gpus_of_a_node_that_is_no_machine_of_ours_are_in_no_location(
+    spanning: Cluster, kube_sim: KubeSimulator
+) -> None:
+    now = timezone.now()
+    read(spanning, now - STEP)
+    assert set(GpuUseLocation.objects.values_list("location__name", flat=True)) == {
+        "nl-1", "de-1",
+    }  # fmt: skip
+    Machine.objects.filter(name="remote-0").delete()  # its node owned by no machine now
+    read(spanning, now)
+
+    assert set(GpuUseLocation.objects.values_list("location__name", flat=True)) == {"nl-1"}
+    state = GpuUseState.objects.get(cluster=spanning)
+    assert state.gpus_in_use + state.gpus_idle == 3  # still the cluster's
