@@ -251,24 +251,13 @@ class Nics:
         return Answer(response.status_code, parsed)
 
     def kube_uid(self, cluster: str, name: str) -> str:
-        sim = self.servers[cluster]
-        found = requests.get(
-            f"{sim.server}/api/v1/namespaces/{NAMESPACE}/pods/{name}",
-            headers={"Authorization": f"Bearer {sim.token}"},
-            verify=sim.ca_file,
-            timeout=10,
-        )
+        found = self.servers[cluster].call("GET", f"/api/v1/namespaces/{NAMESPACE}/pods/{name}")
         found.raise_for_status()
         return str(found.json()["metadata"]["uid"])
 
     def kube_delete(self, pod: NetPod) -> None:
-        sim = self.servers[pod.cluster]
-        gone = requests.delete(
-            f"{sim.server}/api/v1/namespaces/{NAMESPACE}/pods/{pod.name}",
-            headers={"Authorization": f"Bearer {sim.token}"},
-            verify=sim.ca_file,
-            timeout=10,
-        )
+        path = f"/api/v1/namespaces/{NAMESPACE}/pods/{pod.name}"
+        gone = self.servers[pod.cluster].call("DELETE", path)
         if gone.status_code not in (200, 404):
             gone.raise_for_status()
 

@@ -469,15 +469,9 @@ class Clusters:
         """The cluster's nodes and pods now, read from its API server (not through the
         proxy): by uid, what it is ("node x", "pod ns/x"), when it was made and (a node)
         its providerID."""
-        sim = self.sim[name]
         found = {}
         for kind, path in (("node", "/api/v1/nodes"), ("pod", "/api/v1/pods")):
-            answer = requests.get(
-                f"{sim.server}{path}",
-                headers={"Authorization": f"Bearer {sim.token}"},
-                verify=sim.ca_file,
-                timeout=10,
-            )
+            answer = self.sim[name].call("GET", path)
             answer.raise_for_status()
             for item in answer.json()["items"]:
                 meta = item["metadata"]

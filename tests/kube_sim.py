@@ -54,6 +54,17 @@ class SimCluster:
 
         return str(yaml.safe_dump(self.kubeconfig))
 
+    def call(self, method: str, path: str) -> requests.Response:
+        """`method` `path` on the cluster's API server as its admin, with a plain HTTP
+        client (not ours): the answer as it came."""
+        return requests.request(
+            method,
+            f"{self.server}{path}",
+            headers={"Authorization": f"Bearer {self.token}"},
+            verify=self.ca_file,
+            timeout=10,
+        )
+
     def allowed_servers(self) -> Any:
         """An allow-list of this simulator's origin alone, for a KubeClient made by hand."""
         from urllib.parse import urlsplit

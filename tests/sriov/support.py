@@ -90,14 +90,7 @@ class World:
         return got
 
     def kube_pod(self, name: str, namespace: str = "default") -> dict[str, Any]:
-        import requests
-
-        found = requests.get(
-            f"{self.kube_server}/api/v1/namespaces/{namespace}/pods/{name}",
-            headers={"Authorization": f"Bearer {self.kube_token}"},
-            timeout=5,
-            verify=self.kube_cluster.ca_file,
-        )
+        found = self.kube_cluster.call("GET", f"/api/v1/namespaces/{namespace}/pods/{name}")
         found.raise_for_status()
         return dict(found.json())
 
