@@ -423,7 +423,11 @@ class Driver:
             return "wait", "nothing to do: every cluster is being deleted"
         kind = rng.choices(list(kinds), weights=list(kinds.values()))[0]
         if kind == "scale":
-            pool = rng.choice(list(rng.choice(active).pools.order_by("name")))
+            cluster = rng.choice(active)
+            pools = list(cluster.pools.order_by("name"))
+            if not pools:  # made again, its pools refused (a fault): as the person left it
+                return "wait", f"cluster {cluster.name} has no pool to scale"
+            pool = rng.choice(pools)
             if pool.autoscale_enabled:
                 low = rng.randint(0, 1)
                 high = rng.randint(max(low, 1), MAX_REPLICAS)
