@@ -622,8 +622,12 @@ def _settle(
     if gone:
         log(f"to be gone: {', '.join(sorted(gone))}")
     said = began
+    first = True
     while True:
         problems = lifecycle_problems(plane, gone=gone) + more()
+        if first and problems:  # what the faults' end left to do: the settling's make-up
+            log(f"{len(problems)} problem(s) when the faults ended: " + "; ".join(problems[:6]))
+        first = False
         if not problems:
             report.held_after = time.monotonic() - began
             time.sleep(CONNECT + LONG_READ + 2)  # still so once no late call can land
