@@ -291,9 +291,11 @@ def test_the_money_pages_make_as_many_queries_whatever_the_window(
     world: World, member: Callable[[Account], Client]
 ) -> None:
     now = timezone.now()
-    _sampled(world, sorted({month_of(now), hour_of(now) - HOUR}))  # _history copies the first
+    # Sampled at today's first hour too, which sums yesterday: at any time of day, every
+    # window holds summed days (before 01:00 UTC the last hour's sample did not).
+    _sampled(world, sorted({month_of(now), day_of(now), hour_of(now) - HOUR}))
     client = member(world.account)
-    _history(now, range(1, 366))
+    _history(now, range(1, 366))  # copies the month's first hour
     year = {"start": f"{day_of(now) - 365 * DAY:%Y-%m-%d}", "end": f"{day_of(now) + DAY:%Y-%m-%d}"}
     cluster, location = f"/clusters/{world.cluster.pk}/", f"/locations/{world.ams.pk}/"
     pages = ["/", location, cluster, "/money/cost-eur.csv", f"{cluster}money/cost-eur.csv",
