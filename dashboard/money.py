@@ -46,12 +46,13 @@ TOP_POOLS = 8  # likewise on a cluster page
 HOUR = Decimal(3600)
 
 
+# As strftime's %Y-%m-%d, faster: a page's charts label some thousands of steps.
 def _label(day: datetime) -> str:
-    return day.strftime("%Y-%m-%d")
+    return day.date().isoformat()
 
 
 def _hour_label(hour: datetime) -> str:
-    return hour.strftime("%Y-%m-%d %H:00")
+    return f"{hour.date().isoformat()} {hour.hour:02}:00"
 
 
 def _labels(step: SeriesStep, starts: list[datetime]) -> list[str]:
