@@ -108,14 +108,20 @@ class Chart:
         return [self.x_title, *(s.name for s in self.series)]
 
     @cached_property
+    def figures(self) -> list[list[str]]:
+        """Each series' values as _figure writes them, for the table and the picture's
+        labels alike (inline, column by column: a long window's chart has thousands)."""
+        return [[f"{value:.2f}" for value in s.values] for s in self.series]
+
+    @cached_property
     def rows(self) -> list[list[str]]:
-        # Column by column, each figure as _figure writes it (inline: a long window's
-        # chart has thousands).
-        columns = [[f"{value:.2f}" for value in figures] for figures in self.figure_columns()]
+        more = [[f"{value:.2f}" for value in column] for column in self.more_columns()]
+        columns = [*self.figures, *more]
         return [[label, *cells] for label, *cells in zip(self.x_labels, *columns, strict=True)]
 
-    def figure_columns(self) -> list[Sequence[Decimal]]:
-        return [s.values for s in self.series]
+    def more_columns(self) -> list[Sequence[Decimal]]:
+        """The table's columns after the series'."""
+        return []
 
     @cached_property
     def rows_html(self) -> SafeString:
@@ -287,8 +293,8 @@ class StackedBarChart(Chart):
     def columns(self) -> list[str]:
         return [*super().columns, self.totals_title]
 
-    def figure_columns(self) -> list[Sequence[Decimal]]:
-        return [*super().figure_columns(), self.totals]
+    def more_columns(self) -> list[Sequence[Decimal]]:
+        return [self.totals]
 
     @cached_property
     def totals(self) -> list[Decimal]:
@@ -321,22 +327,25 @@ class StackedBarChart(Chart):
         """The bars as SVG, each with what a pointer over it says: drawn here in one pass,
         not attribute by attribute in the template (a long window's chart has thousands)."""
         width = round(max(self.slot * 0.7, 1.0), 2)
-        lefts = [round(x - width / 2, 2) for x in self.xs]
-        labels = [escape(label) for label in self.x_labels]
+        # What every layer's bar at a step shares, written once.
+        lefts = [f'" x="{round(x - width / 2, 2)}" y="' for x in self.xs]
+        labels = [f", {escape(label)}: " for label in self.x_labels]
+        size = f'" width="{width}" height="'
         unit = f" {escape(self.unit_short)}" if self.unit_short else ""
         tops = [0.0] * len(self.x_labels)  # each bar's stack so far
+        ys_base = self.ys(tops)
         drawn = []
         for n, series in enumerate(self.series):
             css, name = escape(self.css_of(n, series)), escape(series.name)
-            bases = tops
-            tops = [base + max(v, 0.0) for base, v in zip(bases, self.floats[n], strict=True)]
-            ys_top, ys_base = self.ys(tops), self.ys(bases)
-            for i, value in enumerate(series.values):
+            values, figures = self.floats[n], self.figures[n]
+            tops = [base + max(v, 0.0) for base, v in zip(tops, values, strict=True)]
+            ys_top = self.ys(tops)
+            for i, value in enumerate(values):
                 if value > 0:
                     height = round(max(ys_base[i] - ys_top[i], 0.5), 2)
                     drawn.append(
-                        f'<rect class="bar {css}" x="{lefts[i]}" y="{ys_top[i]}" '
-                        f'width="{width}" height="{height}"><title>{name}, {labels[i]}: '
-                        f"{_figure(value)}{unit}</title></rect>"
+                        f'<rect class="bar {css}{lefts[i]}{ys_top[i]}{size}{height}">'
+                        f"<title>{name}{labels[i]}{figures[i]}{unit}</title></rect>"
                     )
+            ys_base = ys_top  # the next layer stands on this one
         return mark_safe("".join(drawn))  # noqa: S308 (every text escaped; the rest numbers)
