@@ -21,13 +21,25 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from functools import wraps
+from functools import lru_cache, wraps
 from typing import Any, Literal, ParamSpec, TypeVar
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
-from django.db.models import F, Max, OuterRef, Prefetch, Q, QuerySet, Subquery, Sum
+from django.db.models import (
+    BigIntegerField,
+    Expression,
+    F,
+    Func,
+    Max,
+    OuterRef,
+    Prefetch,
+    Q,
+    QuerySet,
+    Subquery,
+    Sum,
+)
 from django.db.models.functions import Coalesce, TruncDay, TruncMonth
 from psycopg import IsolationLevel
 
@@ -239,6 +251,31 @@ def _whole_months(start: datetime, end: datetime, summed: datetime) -> tuple[dat
     return first, until
 
 
+class Epoch(Func):
+    """A moment as whole seconds since 1970 (UTC), read as an integer: Django reads a
+    timestamp with a loader written in Python, some microseconds each, and a year of a
+    page's series is thousands of rows."""
+
+    output_field = BigIntegerField()
+    template = "CAST(EXTRACT(EPOCH FROM %(expressions)s) AS BIGINT)"
+
+    def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        # strftime's %s, its % doubled for the query's own formatting and for the driver.
+        template = "CAST(strftime('%%%%s', %(expressions)s) AS INTEGER)"
+        return self.as_sql(compiler, connection, template=template, **extra)
+
+
+def _period(bucket: Expression | None) -> Epoch:
+    """Where a row's step starts: its bucket's start (None: the row's own), in seconds."""
+    return Epoch(bucket if bucket is not None else F("start"))
+
+
+@lru_cache(maxsize=4096)
+def _utc(seconds: int) -> datetime:
+    """The moment `seconds` after 1970 (UTC); the same few hundred, again and again."""
+    return datetime.fromtimestamp(seconds, UTC)
+
+
 @_in_one_snapshot
 def cost_series(
     *,
@@ -253,25 +290,30 @@ def cost_series(
     only the rows of `clusters` when given (a cluster's page reads its own through an
     index). Three queries (one for `hour`)."""
     kinds, keys = _GROUPS[group_by]
-    points: dict[tuple[Any, ...], CostPoint] = {}
+    # By (start, the group's keys): a year by the day is thousands of rows, each read as a
+    # tuple and made a point once.
+    points: dict[tuple[datetime, tuple[Any, ...]], CostPoint] = {}
     for where, bucket in _periods(step, start, end):
         rows = CostRollup.objects.filter(where, kind__in=kinds, location__in=locations).order_by()
         if clusters is not None:
             rows = rows.filter(cluster_id__in=clusters)
-        period = "period" if bucket is not None else "start"
-        if bucket is not None:
-            rows = rows.annotate(period=bucket)
-        for row in rows.values(period, *keys).annotate(**{n: Sum(n) for n in SUMS}):
-            key = (row[period], *(row[k] for k in keys))
+        sums = (
+            rows.annotate(at=_period(bucket))
+            .values_list("at", *keys)
+            .annotate(**{n: Sum(n) for n in SUMS})
+        )
+        for at, *group, machines, compute, vgpu, idle, idle_gpus in sums:
+            moment = _utc(at)
+            key = (moment, tuple(group))
             point = points.get(key)
             if point is None:
-                point = points[key] = _point(group_by, row[period], row)
-            point.machines += row["machines"]
-            point.vgpu += row["vgpu"]
-            point.idle += row["idle"]
-            point.idle_gpus += row["idle_gpus"]
+                point = points[key] = _point(group_by, moment, dict(zip(keys, group, strict=True)))
+            point.machines += machines
+            point.vgpu += vgpu
+            point.idle += idle
+            point.idle_gpus += idle_gpus
             if point.compute is not None:
-                point.compute += row["compute"]
+                point.compute += compute
     if group_by in ("account", "location"):
         # Orphans are the ledger's leaks, counted as the ledger counts them, not sampled.
         leaks = Leak.objects.filter(location__in=locations)
@@ -285,14 +327,16 @@ def cost_series(
                 "location__name": location.name,
                 "currency": location.currency,
             }
-            key = (moment, *(row[k] for k in keys))
+            key = (moment, tuple(row[k] for k in keys))
             point = points.get(key)
             if point is None:
                 point = points[key] = _point(group_by, moment, row)
             point.orphan_vgpu = (point.orphan_vgpu or ZERO) + vgpu
             point.orphan_vm = (point.orphan_vm or ZERO) + vm
-    # By time, then by the group's keys as text (ids and names, some of them None).
-    ordered = sorted(points.items(), key=lambda item: (item[0][0], *map(str, item[0][1:])))
+    # By time, then by the group's keys as text (ids and names, some of them None): each
+    # group's text made once.
+    texts = {group: tuple(map(str, group)) for group in {group for _, group in points}}
+    ordered = sorted(points.items(), key=lambda item: (item[0][0], texts[item[0][1]]))
     return [point.finish() for _, point in ordered]  # type: ignore[misc]
 
 
@@ -737,20 +781,24 @@ def capacity_series(
 ) -> list[CapacityPoint]:
     """Per step, location (or the locations summed) and GPU type: the mean of each figure
     over the step's samples."""
-    sums: dict[tuple[Any, ...], list[int]] = defaultdict(lambda: [0] * len(CAPACITY_FIGURES))
+    sums: dict[tuple[datetime, int | None, str], list[int]] = {}
     located = dict(locations.values_list("pk", "name"))
     names: dict[int | None, str] = {pk: name for pk, name in located.items()}
     names[None] = ""  # the locations summed
     keys = ("location_id", "gpu_type") if per_location else ("gpu_type",)
+    figures = {n: Sum(n) for n in CAPACITY_FIGURES}
     for where, bucket in _periods(step, start, end):
         rows = CapacityRollup.objects.filter(where, location_id__in=located).order_by()
-        period = "period" if bucket is not None else "start"
-        if bucket is not None:
-            rows = rows.annotate(period=bucket)
-        for row in rows.values(period, *keys).annotate(**{n: Sum(n) for n in CAPACITY_FIGURES}):
-            total = sums[row[period], row.get("location_id"), row["gpu_type"]]
-            for i, name in enumerate(CAPACITY_FIGURES):
-                total[i] += row[name]
+        for at, *group in (
+            rows.annotate(at=_period(bucket)).values_list("at", *keys).annotate(**figures)
+        ):
+            values = group[len(keys) :]
+            key = (_utc(at), group[0] if per_location else None, group[len(keys) - 1])
+            total = sums.get(key)
+            if total is None:
+                sums[key] = values
+            else:
+                sums[key] = [a + b for a, b in zip(total, values, strict=True)]
     # The mean over the hours sampled in each bucket, whatever type was seen in them.
     samples = hours_sampled_by_step(step, start, end)
     points = []
@@ -767,9 +815,10 @@ def capacity_series(
     return points
 
 
+@lru_cache(maxsize=4096)
 def _mean(total: int, n: int) -> Decimal:
-    """total / n to the cent, rounded half to even as Decimal.quantize does (in integers:
-    a year's chart has thousands)."""
+    """total / n to the cent, rounded half to even as Decimal.quantize does (in integers,
+    and each pair once: a year's charts have thousands, of a few figures)."""
     cents, rest = divmod(total * 100, n)
     if 2 * rest > n or (2 * rest == n and cents % 2):
         cents += 1
@@ -782,7 +831,8 @@ def hours_sampled_by_step(step: SeriesStep, start: datetime, end: datetime) -> d
     markers after them. Two queries (one by hour: hours are asked for while kept)."""
     hours = Rollup.objects.filter(step=Step.HOUR).order_by()
     if step == "hour":
-        return dict(hours.filter(start__gte=start, start__lt=end).values_list("start", "samples"))
+        sampled = hours.filter(start__gte=start, start__lt=end)
+        return {_utc(at): n for at, n in sampled.values_list(Epoch("start"), "samples")}
     summed_until = min(max(_summed_until(), start), end)
     days = Rollup.objects.filter(step=Step.DAY).order_by()
     bucket = (TruncDay if step == "day" else TruncMonth)("start", tzinfo=UTC)
@@ -791,13 +841,13 @@ def hours_sampled_by_step(step: SeriesStep, start: datetime, end: datetime) -> d
         days.filter(start__gte=start, start__lt=summed_until),
         hours.filter(start__gte=summed_until, start__lt=end),
     ):
-        for period, n in (
-            markers.annotate(period=bucket)
-            .values("period")
+        for at, n in (
+            markers.annotate(at=_period(bucket))
+            .values("at")
             .annotate(n=Sum("samples"))
-            .values_list("period", "n")
+            .values_list("at", "n")
         ):
-            counts[period] += n
+            counts[_utc(at)] += n
     return counts
 
 

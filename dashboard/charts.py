@@ -108,23 +108,31 @@ class Chart:
         return [self.x_title, *(s.name for s in self.series)]
 
     @cached_property
+    def figures(self) -> list[list[str]]:
+        """Each series' values as _figure writes them, for the table and the picture's
+        labels alike (inline, column by column: a long window's chart has thousands)."""
+        return [[f"{value:.2f}" for value in s.values] for s in self.series]
+
+    @cached_property
     def rows(self) -> list[list[str]]:
-        # Column by column: a long window's chart has thousands of figures.
-        columns = [[_figure(value) for value in figures] for figures in self.figure_columns()]
+        more = [[f"{value:.2f}" for value in column] for column in self.more_columns()]
+        columns = [*self.figures, *more]
         return [[label, *cells] for label, *cells in zip(self.x_labels, *columns, strict=True)]
 
-    def figure_columns(self) -> list[Sequence[Decimal]]:
-        return [s.values for s in self.series]
+    def more_columns(self) -> list[Sequence[Decimal]]:
+        """The table's columns after the series'."""
+        return []
 
     @cached_property
     def rows_html(self) -> SafeString:
         """The table's body: drawn here, not cell by cell in the template (a page shows
         hundreds of cells)."""
+        # The other cells are figures (_figure: digits, a sign and a point).
+        between = '</td><td class="num">'
         return mark_safe(  # noqa: S308 (every label escaped here; the rest are figures)
             "".join(
                 f'<tr><th scope="row">{escape(label)}</th>'
-                # The other cells are figures (_figure: digits, a sign and a point).
-                + "".join(f'<td class="num">{cell}</td>' for cell in cells)
+                + (f'<td class="num">{between.join(cells)}</td>' if cells else "")
                 + "</tr>"
                 for label, *cells in self.rows
             )
@@ -242,23 +250,32 @@ class LineChart(Chart):
         return round(self.plot_left + span * index / (len(self.x_labels) - 1), 2)
 
     @cached_property
+    def xs(self) -> list[float]:
+        # x_of each index, in one comprehension (a long window's line has hundreds).
+        left, span, last = self.plot_left, self.plot_right - self.plot_left, len(self.x_labels) - 1
+        if last < 1:
+            return [self.x_of(i) for i in range(last + 1)]
+        return [round(left + span * i / last, 2) for i in range(last + 1)]
+
+    @cached_property
     def lines(self) -> list[Line]:
         drawn = []
-        x_texts = [f"{x}," for x in self.xs]  # each point's "x," once for every line
+        xs = self.xs
+        x_texts = [f"{x}," for x in xs]  # each point's "x," once for every line
         for n, series in enumerate(self.series):
             ys = self.ys(self.floats[n])
-            at = list(zip(self.xs, ys, strict=True))
             points = " ".join(map(str.__add__, x_texts, map(str, ys)))
             area = ""
-            if self.filled and at:
-                area = f"{at[0][0]},{self.plot_bottom} {points} {at[-1][0]},{self.plot_bottom}"
+            if self.filled and xs:
+                area = f"{xs[0]},{self.plot_bottom} {points} {xs[-1]},{self.plot_bottom}"
             # A dot per point shows a line of one or a few points; along a longer line
             # they would only weigh on the page (the table has every figure).
-            dots = [
-                (x, y, f"{series.name}, {self.x_labels[i]}: {_figure(series.values[i])}")
-                for i, (x, y) in enumerate(at)
-                if len(at) <= DOTTED_POINTS
-            ]
+            dots = []
+            if len(xs) <= DOTTED_POINTS:
+                dots = [
+                    (x, y, f"{series.name}, {self.x_labels[i]}: {_figure(series.values[i])}")
+                    for i, (x, y) in enumerate(zip(xs, ys, strict=True))
+                ]
             drawn.append(Line(series.name, self.css_of(n, series), points, area, dots))
         return drawn
 
@@ -276,14 +293,16 @@ class StackedBarChart(Chart):
     def columns(self) -> list[str]:
         return [*super().columns, self.totals_title]
 
-    def figure_columns(self) -> list[Sequence[Decimal]]:
-        return [*super().figure_columns(), self.totals]
+    def more_columns(self) -> list[Sequence[Decimal]]:
+        return [self.totals]
 
     @cached_property
     def totals(self) -> list[Decimal]:
-        return [
-            sum((s.values[i] for s in self.series), Decimal(0)) for i in range(len(self.x_labels))
-        ]
+        if not self.series:
+            return [Decimal(0)] * len(self.x_labels)
+        # Step by step, the series in their order.
+        columns = zip(*(s.values for s in self.series), strict=True)
+        return [sum(column, Decimal(0)) for column in columns]
 
     def total(self, index: int) -> Decimal:
         return self.totals[index]
@@ -299,26 +318,34 @@ class StackedBarChart(Chart):
         return round(self.plot_left + self.slot * (index + 0.5), 2)
 
     @cached_property
+    def xs(self) -> list[float]:
+        left, slot = self.plot_left, self.slot
+        return [round(left + slot * (i + 0.5), 2) for i in range(len(self.x_labels))]
+
+    @cached_property
     def bars_svg(self) -> SafeString:
         """The bars as SVG, each with what a pointer over it says: drawn here in one pass,
         not attribute by attribute in the template (a long window's chart has thousands)."""
         width = round(max(self.slot * 0.7, 1.0), 2)
-        lefts = [round(x - width / 2, 2) for x in self.xs]
-        labels = [escape(label) for label in self.x_labels]
+        # What every layer's bar at a step shares, written once.
+        lefts = [f'" x="{round(x - width / 2, 2)}" y="' for x in self.xs]
+        labels = [f", {escape(label)}: " for label in self.x_labels]
+        size = f'" width="{width}" height="'
         unit = f" {escape(self.unit_short)}" if self.unit_short else ""
         tops = [0.0] * len(self.x_labels)  # each bar's stack so far
+        ys_base = self.ys(tops)
         drawn = []
         for n, series in enumerate(self.series):
             css, name = escape(self.css_of(n, series)), escape(series.name)
-            bases = tops
-            tops = [base + max(v, 0.0) for base, v in zip(bases, self.floats[n], strict=True)]
-            ys_top, ys_base = self.ys(tops), self.ys(bases)
-            for i, value in enumerate(series.values):
+            values, figures = self.floats[n], self.figures[n]
+            tops = [base + max(v, 0.0) for base, v in zip(tops, values, strict=True)]
+            ys_top = self.ys(tops)
+            for i, value in enumerate(values):
                 if value > 0:
                     height = round(max(ys_base[i] - ys_top[i], 0.5), 2)
                     drawn.append(
-                        f'<rect class="bar {css}" x="{lefts[i]}" y="{ys_top[i]}" '
-                        f'width="{width}" height="{height}"><title>{name}, {labels[i]}: '
-                        f"{_figure(value)}{unit}</title></rect>"
+                        f'<rect class="bar {css}{lefts[i]}{ys_top[i]}{size}{height}">'
+                        f"<title>{name}{labels[i]}{figures[i]}{unit}</title></rect>"
                     )
+            ys_base = ys_top  # the next layer stands on this one
         return mark_safe("".join(drawn))  # noqa: S308 (every text escaped; the rest numbers)
