@@ -16,7 +16,7 @@ def _location_index_dropped(table: str, name: str) -> migrations.RunSQL:
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('billing', '0009_cost_rollup_orphans_from_the_ledger'),
+        ('billing', '0010_label_cost_rollups'),
         ('cloud', '0005_account_kube_insecure_tls_allowed'),
     ]
 
