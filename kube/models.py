@@ -395,7 +395,28 @@ class GpuVerifyJob(models.Model):
         return f"{self.cluster.name}/{self.name}"
 
 
-class GpuUseState(models.Model):
+class GpuUseFigures(models.Model):
+    """The figures of GPU use kept at a read (kube.gpu_use.gpu_use_summary's): a cluster's,
+    or its GPUs' in one location."""
+
+    efficiency_percent = models.DecimalField(
+        max_digits=4,
+        decimal_places=1,
+        null=True,
+        blank=True,
+        help_text="Used GPU-time over GPU-time held by pods in the window; empty: none held.",
+    )
+    gpus_in_use = models.PositiveIntegerField(default=0)
+    gpus_unused = models.PositiveIntegerField(
+        default=0, help_text="Requested but unused: held below the threshold for hours."
+    )
+    gpus_idle = models.PositiveIntegerField(default=0, help_text="No pod holds it.")
+
+    class Meta:
+        abstract = True
+
+
+class GpuUseState(GpuUseFigures):
     """How a cluster's GPU use was last read from NVIDIA's dcgm-exporter (kube.gpu_use, its
     only writer). No row: never looked for, the cluster has no GPU node."""
 
@@ -411,26 +432,14 @@ class GpuUseState(models.Model):
     error = models.TextField(
         blank=True, help_text="Why the last read missed some or all GPUs: their use is unknown."
     )
-    # The cluster's figures as kube.gpu_use.gpu_use gave them right after the last read, for
-    # the pages and /metrics that show every cluster at once.
-    efficiency_percent = models.DecimalField(
-        max_digits=4,
-        decimal_places=1,
-        null=True,
-        blank=True,
-        help_text="Used GPU-time over GPU-time held by pods in the window; empty: none held.",
-    )
-    gpus_in_use = models.PositiveIntegerField(default=0)
-    gpus_unused = models.PositiveIntegerField(
-        default=0, help_text="Requested but unused: held below the threshold for hours."
-    )
-    gpus_idle = models.PositiveIntegerField(default=0, help_text="No pod holds it.")
+    # Its figures (GpuUseFigures) are the cluster's as kube.gpu_use.gpu_use gave them right
+    # after the last read, for the pages and /metrics that show every cluster at once.
 
     def __str__(self) -> str:
         return str(self.cluster)
 
 
-class GpuUseLocation(models.Model):
+class GpuUseLocation(GpuUseFigures):
     """A cluster's GPU use in one location, kept at its last read with its GpuUseState
     (kube.gpu_use, its only writer): the figures of the GPUs of its nodes whose machines
     are there, with the efficiency's terms, so that a location's page adds its clusters
@@ -442,24 +451,12 @@ class GpuUseLocation(models.Model):
     location = models.ForeignKey(
         "cloud.Location", on_delete=models.CASCADE, related_name="gpu_use_of_clusters"
     )
-    efficiency_percent = models.DecimalField(
-        max_digits=4,
-        decimal_places=1,
-        null=True,
-        blank=True,
-        help_text="Used GPU-time over GPU-time held by pods in the window; empty: none held.",
-    )
     held_samples = models.PositiveIntegerField(
         default=0, help_text="Reads of its GPUs in the window while a pod held them."
     )
     used_percent_sum = models.PositiveBigIntegerField(
         default=0, help_text="Their utilisation summed, in %: the efficiency's numerator."
     )
-    gpus_in_use = models.PositiveIntegerField(default=0)
-    gpus_unused = models.PositiveIntegerField(
-        default=0, help_text="Requested but unused: held below the threshold for hours."
-    )
-    gpus_idle = models.PositiveIntegerField(default=0, help_text="No pod holds it.")
 
     class Meta:
         constraints = [
