@@ -612,13 +612,16 @@ def _settle(
     seconds: float,
     log: Callable[[str], None],
     more: Callable[[], list[str]] = list,
+    since: float | None = None,
+    held: float | None = None,
 ) -> None:
-    """Wait (at most `seconds`) until every invariant holds: the lifecycle's, and `more`."""
-    began = time.monotonic()
-    deadline = began + seconds
-    gone = set(CLUSTER_NAMES) - set(
-        Cluster.objects.filter(state=Cluster.State.ACTIVE).values_list("name", flat=True)
-    )
+    """Wait (at most `seconds`) until every invariant holds: the lifecycle's, and `more`.
+    The times are counted from `since` (a monotonic moment: the last fault's end), now by
+    default; `held`: seconds after `since` from which they were seen to hold all along, if
+    they still do."""
+    began = time.monotonic() if since is None else since
+    deadline = time.monotonic() + seconds
+    gone = clusters_gone()
     if gone:
         log(f"to be gone: {', '.join(sorted(gone))}")
     said = began
@@ -627,15 +630,15 @@ def _settle(
         problems = lifecycle_problems(plane, gone=gone) + more()
         if first and problems:  # what the faults' end left to do: the settling's make-up
             log(f"{len(problems)} problem(s) when the faults ended: " + "; ".join(problems[:6]))
-        first = False
         if not problems:
-            report.held_after = time.monotonic() - began
+            report.held_after = held if first and held is not None else time.monotonic() - began
             time.sleep(CONNECT + LONG_READ + 2)  # still so once no late call can land
             problems = lifecycle_problems(plane, gone=gone) + more()
             if not problems:
                 report.settled_after = time.monotonic() - began
                 log(f"settled: every invariant holds ({report.settled_after:.0f} s)")
                 return
+        first = False
         now = time.monotonic()
         if now >= deadline:
             report.problems += problems
@@ -644,10 +647,17 @@ def _settle(
         if now - said >= 15:
             said = now
             log(f"settling: {len(problems)} problem(s) left, e.g. {problems[0]}")
-        time.sleep(2)
+        time.sleep(0.5)  # a fine measure of the time to settle
 
 
 # --- the invariants -----------------------------------------------------------------------
+
+
+def clusters_gone() -> set[str]:
+    """The run's clusters not active: deleted, or being deleted (to be gone)."""
+    return set(CLUSTER_NAMES) - set(
+        Cluster.objects.filter(state=Cluster.State.ACTIVE).values_list("name", flat=True)
+    )
 
 
 def lifecycle_problems(plane: Plane, *, gone: Iterable[str]) -> list[str]:

@@ -45,7 +45,10 @@ A long run is a command:
 It prints its seed first, then each fault with what the operator saw during it (/readyz,
 the dashboard's system panel, the API's answers, a cut off cluster's observation) and how
 long after it /readyz and the API answered again (and the cluster was observed whole
-again); then the invariants after settling. About 85 s of faults make one round of every
+again), and how long until every vGPU and VM whitesky billed at its end was tracked (recorded
+or listed). Before the last fault the driver and the CNI plugins stop and the run settles,
+so that the time to settle after the last fault, counted from its end, is the fault's own;
+then the invariants after settling. About 85 s of faults make one round of every
 kind: `--minutes 6` injects each four times.
 """
 
@@ -103,14 +106,17 @@ import yaml
 from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.db import DatabaseError, InterfaceError, connection, transaction
+from django.db.models import Q
 from django.test import Client
 from django.utils import timezone
 from kombu.exceptions import OperationalError as BrokerError
 
 from capvco_web.models import AuditEvent
 from capvco_web.tokens import api_token_create
+from cloud.models import VirtualMachine
 from clusters.models import Cluster, Machine, MachinePool
 from gpus import naming
+from gpus.models import ListedVgpu, VgpuReservation
 from kube.gpu_verify import VERIFIED_LABEL
 from kube.models import ClusterObservation, KubeNode, KubePod, MachineNode
 from kube.nodes import provider_id
@@ -128,6 +134,8 @@ from tests.chaos import (
     _account,
     _census,
     _settle,
+    clusters_gone,
+    lifecycle_problems,
     test_database,
     worker_log_problems,
 )
@@ -161,6 +169,7 @@ BEAT_STOPPED_SECONDS = 20.0  # 10 minutes of production time (intervals 30 times
 DOWN_SECONDS = (2.0, 6.0)  # how long a server is down, or the network cut
 FAULT_GAP = (1.0, 3.0)  # between one fault's end and the next one's start
 WATCH_EVERY = 1.0
+SYNC_INTERVAL = float(WORKER_ENV["OBSERVE_INTERVAL_SECONDS"])  # production's 30 s
 RECOVERY_LIMIT = 60.0
 # The workers' and the web's heartbeat: /readyz says beat is missing within seconds. The
 # clusters' API servers with the timeouts of whitesky's; a machine's node has seconds to
@@ -225,17 +234,40 @@ class FaultRecord:
     """The driver's calls during the fault: "2xx", "503 database_unavailable", "refused"."""
     recovered_after: float | None = None
     """Seconds after the fault ended until /readyz and the API answered 200 again."""
+    tracked_after: float | None = None
+    """Seconds after the fault ended until every vGPU and VM whitesky billed then (and
+    still bills) was recorded by us or listed, shown with its cost (`untracked`)."""
+    held_after: float | None = None
+    """The last fault's (on a settled run): seconds after it ended from which every
+    invariant held, as far as it was looked at while recovering."""
     problems: list[str] = field(default_factory=list)
 
     def line(self) -> str:
         took = f"{self.ended - self.began:4.1f} s" if self.ended is not None else "   -  "
         back = f"{self.recovered_after:.1f} s" if self.recovered_after is not None else "never"
+        tracked = f"{self.tracked_after:.1f} s" if self.tracked_after is not None else "never"
         seen = ", ".join(f"{k} x{n}" for k, n in sorted(self.readyz.items())) or "-"
         api = ", ".join(f"{k} x{n}" for k, n in sorted(self.api.items())) or "-"
         return (
             f"{self.kind:17} {took} ({self.what})  readyz [{seen}]  panel [{self.panel or '-'}]  "
-            f"API [{api}]  answering again {back} after"
+            f"API [{api}]  answering again {back} after, all billed tracked {tracked} after"
         )
+
+
+def worst(figures: list[float | None]) -> float | None:
+    """The largest, or None when one is missing (never) or there is none."""
+    if not figures or None in figures:
+        return None
+    return max(f for f in figures if f is not None)
+
+
+@dataclass
+class Quiet:
+    """The settling before the last fault (tests.chaos.Settling)."""
+
+    problems: list[str] = field(default_factory=list)
+    settled_after: float | None = None
+    held_after: float | None = None
 
 
 @dataclass
@@ -247,19 +279,33 @@ class OpsReport:
     problems: list[str] = field(default_factory=list)
     actions: Counter[str] = field(default_factory=Counter)
     settled_after: float | None = None
+    """After the last fault's end (which came on a run settled first: `quiet_after`)."""
     held_after: float | None = None
+    quiet_after: float | None = None
+    """Seconds from the driver's stop, before the last fault, until every invariant held:
+    the lifecycle carrying out the requests it had accepted."""
     logs: Path | None = None
     kube: str = ""
 
     def table(self) -> str:
-        """Per kind of fault: how many, violations, worst recovery."""
-        lines = [f"{'fault':17} {'n':>3} {'violations':>10} {'answering again (max)':>22}"]
+        """Per kind of fault: how many, violations, worst recovery, and worst time until
+        all that whitesky bills was tracked again (in seconds and in sync intervals)."""
+        lines = [
+            f"{'fault':17} {'n':>3} {'violations':>10} {'answering again (max)':>22} "
+            f"{'all billed tracked (max)':>26}"
+        ]
         for kind in self.kinds:
             records = [r for r in self.faults if r.kind == kind]
-            backs = [r.recovered_after for r in records if r.recovered_after is not None]
-            worst = f"{max(backs):.1f} s" if len(backs) == len(records) and backs else "never"
+            back = worst([r.recovered_after for r in records])
+            tracked = worst([r.tracked_after for r in records])
+            shown = "never" if tracked is None else f"{tracked:.1f} s"
+            if tracked is not None:
+                shown += f" ({tracked / SYNC_INTERVAL:.1f} iv)"
             violations = sum(len(r.problems) for r in records)
-            lines.append(f"{kind:17} {len(records):3} {violations:10} {worst:>22}")
+            lines.append(
+                f"{kind:17} {len(records):3} {violations:10} "
+                f"{'never' if back is None else f'{back:.1f} s':>22} {shown:>26}"
+            )
         return "\n".join(lines)
 
     def summary(self) -> str:
@@ -268,10 +314,17 @@ class OpsReport:
             + ", ".join(f"{n} {what}" for what, n in sorted(self.actions.items())),
             self.table(),
         ]
-        if self.settled_after is not None:
+        if self.quiet_after is not None:
             lines.append(
-                f"settled {self.settled_after:.0f} s after the last fault (every invariant "
-                f"held after {self.held_after:.1f} s, then still so once no late call could land)"
+                f"the driver stopped before the last fault: every invariant held "
+                f"{self.quiet_after:.1f} s later (its requests carried out)"
+            )
+        if self.settled_after is not None and self.held_after is not None:
+            lines.append(
+                f"settled after the last fault ({self.faults[-1].kind}): every invariant held "
+                f"{self.held_after:.1f} s "
+                f"({self.held_after / SYNC_INTERVAL:.1f} sync intervals) after its end, still "
+                f"so {self.settled_after:.1f} s after it, once no late call could land"
             )
         if self.kube:
             lines.append(self.kube)
@@ -653,6 +706,7 @@ class Storm:
         self,
         report: OpsReport,
         parts: Parts,
+        sim: WhiteskySimulator,
         driver: Driver,
         nics: Nics,
         api: WebApi,
@@ -661,6 +715,7 @@ class Storm:
         log: Callable[[str], None],
     ) -> None:
         self.report = report
+        self.sim = sim
         self.parts = parts
         self.driver = driver
         self.nics = nics
@@ -676,6 +731,10 @@ class Storm:
         """The vGPU ids of the releases accepted."""
         self.cuts_until = 0.0
         self.next_kube_check = 0.0
+        self.quiet = False
+        """The driver and the CNI plugins stopped: only the fault and the checks go on."""
+        self.invariants: Callable[[], list[str]] | None = None
+        """Every invariant's problems; looked at while the last fault recovers."""
 
     def act(self, record: FaultRecord | None) -> None:
         """One action of the driver; refused is fine, as long as it is said clearly."""
@@ -719,12 +778,19 @@ class Storm:
                 )
             )
 
-    def run(self, plan: list[str]) -> None:
+    def run(self, plan: list[str], settle: Callable[[], None]) -> None:
+        """The faults of `plan`, the driver busy all along but for the last one: before
+        it the driver stops and the run settles (`settle`), so that what the last fault
+        leaves to settle is its own."""
         rng = self.rngs["fault"]
         now = time.monotonic()
         next_action = now + self.rngs["act"].uniform(*ACTION_EVERY)
         next_census = now + 10
-        for kind in plan:
+        for n, kind in enumerate(plan):
+            if n == len(plan) - 1:
+                self.quiet = True
+                self.log("the driver stops before the last fault: settling")
+                settle()
             gap_end = time.monotonic() + rng.uniform(*FAULT_GAP)
             while time.monotonic() < gap_end:
                 next_action, next_census = self._tick(None, next_action, next_census)
@@ -788,7 +854,7 @@ class Storm:
             (record.problems if record else self.report.problems).append(problem)
             self.parts.workers.running.pop(index)
             self.parts.workers.start(index)
-        if now >= next_action:
+        if now >= next_action and not self.quiet:
             self.act(record)
             soon = self.driver.second_thought is not None or self.driver.then_delete is not None
             every = (0.2, 1.0) if soon else ACTION_EVERY
@@ -802,7 +868,7 @@ class Storm:
         if now >= self.next_kube_check:
             self.kube_check(record)
             self.next_kube_check = time.monotonic() + KUBE_EVERY
-        if now >= self.next_nic:
+        if now >= self.next_nic and not self.quiet:
             self.nic_act()
             self.next_nic = time.monotonic() + self.rngs["nics"].uniform(*NIC_EVERY)
         time.sleep(0.05)
@@ -892,7 +958,7 @@ class Storm:
             killed: list[str] = []
             timer = threading.Timer(delay, lambda: killed.append(parts.gunicorn_kill(rng)))
             timer.start()
-            self.act(record)
+            self._read(record) if self.quiet else self.act(record)
             timer.join()
             record.what = f"{killed[0]} {delay * 1000:.0f} ms into a request"
             down = 0.5
@@ -921,17 +987,49 @@ class Storm:
 
     def _recover(self, record: FaultRecord) -> None:
         """Until /readyz and the API answer 200 again, and a cut off cluster (still there)
-        is observed whole by a listing begun after its API server came back."""
+        is observed whole by a listing begun after its API server came back; and until
+        every vGPU and VM whitesky bills at the fault's end is tracked (`untracked`)."""
         assert record.ended is not None
         ended_at = timezone.now()
+        billed = self.sim.state()  # whitesky's whole listing, taken after the fault ended
         deadline = record.ended + RECOVERY_LIMIT
+        lost: list[str] = []
         while time.monotonic() < deadline:
-            if self.watch.answering(self.api) and self._observed_since(record, ended_at):
+            if record.tracked_after is None and not (lost := untracked(self.sim, billed)):
+                record.tracked_after = time.monotonic() - record.ended
+            if (
+                record.recovered_after is None
+                and self.watch.answering(self.api)
+                and self._observed_since(record, ended_at)
+            ):
                 record.recovered_after = time.monotonic() - record.ended
+            if self.invariants is not None:
+                if self._invariants_now():
+                    record.held_after = None  # not yet, or no longer
+                elif record.held_after is None:
+                    record.held_after = time.monotonic() - record.ended
+            if (
+                record.recovered_after is not None
+                and record.tracked_after is not None
+                and (self.invariants is None or record.held_after is not None)
+            ):
                 return
             self.kube_check(record)
             time.sleep(0.2)
-        record.problems.append(f"not answering {RECOVERY_LIMIT:.0f} s after {record.kind}")
+        if record.recovered_after is None:
+            record.problems.append(f"not answering {RECOVERY_LIMIT:.0f} s after {record.kind}")
+        if record.tracked_after is None:
+            record.problems.append(
+                f"billed, not tracked {RECOVERY_LIMIT:.0f} s after {record.kind}: {lost}"
+            )
+
+    def _invariants_now(self) -> list[str]:
+        assert self.invariants is not None
+        try:
+            return self.invariants()
+        except (DatabaseError, InterfaceError):
+            connection.close()
+            return ["the database cannot be read"]
 
     @staticmethod
     def _observed_since(record: FaultRecord, moment: datetime) -> bool:
@@ -946,6 +1044,47 @@ class Storm:
 
 
 # --- the invariants of its own ------------------------------------------------------------
+
+
+def untracked(sim: WhiteskySimulator, billed: dict[str, Any]) -> list[str]:
+    """The vGPUs and the VMs named by us in whitesky's listing `billed` (taken after a
+    fault ended) that whitesky still bills and we neither recorded (a reservation or
+    machine of ours, by id, or a reservation by the name it was recorded under before its
+    call) nor listed (shown with its cost, owned or a leak): money lost track of. While
+    the database cannot be read, that is what it answers: nothing is known tracked then."""
+    now = sim.state()
+    vgpus_now = {v["vgpu_id"] for v in now["vgpus"] if v["status"] != "DESTROYED"}
+    vms_now = {vm["vm_id"] for vm in now["vms"] if vm["status"] != "DESTROYED"}
+    vgpus = {
+        v["vgpu_id"]: v["vgpu_name"]
+        for v in billed["vgpus"]
+        if v["status"] != "DESTROYED" and v["vgpu_id"] in vgpus_now
+    }
+    vms = {
+        vm["vm_id"]: vm["name"]
+        for vm in billed["vms"]
+        if vm["status"] != "DESTROYED"
+        and vm["vm_id"] in vms_now
+        and vm["name"].startswith(naming.PREFIX)
+    }
+    try:
+        recorded = VgpuReservation.objects.filter(
+            Q(vgpu_id__in=vgpus) | Q(name__in=vgpus.values())
+        ).values_list("vgpu_id", "name")
+        known = {vgpu_id for vgpu_id, _ in recorded} | {
+            vgpu_id for vgpu_id, name in vgpus.items() if name in {n for _, n in recorded}
+        }
+        known |= set(ListedVgpu.objects.filter(vgpu_id__in=vgpus).values_list("vgpu_id", flat=True))
+        known_vms = set(Machine.objects.filter(vm_id__in=vms).values_list("vm_id", flat=True))
+        known_vms |= set(
+            VirtualMachine.objects.filter(vm_id__in=vms).values_list("vm_id", flat=True)
+        )
+    except (DatabaseError, InterfaceError):
+        connection.close()
+        return ["the database cannot be read"]
+    return [
+        f"vGPU {name} ({vgpu_id})" for vgpu_id, name in vgpus.items() if vgpu_id not in known
+    ] + [f"VM {name} ({vm_id})" for vm_id, name in vms.items() if vm_id not in known_vms]
 
 
 def misnamed(record: FaultRecord) -> list[str]:
@@ -1070,17 +1209,29 @@ def ops_run(
             _wait(lambda: watch.answering(api), RECOVERY_LIMIT, "ready before the faults")
             log("ready: /readyz answers 200")
             nics = Nics(server.base, sim, kube, clusters.sim, api.person, api.judge)
-            storm = Storm(report, parts, driver, nics, api, watch, rngs, log)
-            storm.run(plan)
-            log("faults over: the vGPUs reserved by hand released, settling")
-            storm.strays_release(sim)
+            storm = Storm(report, parts, sim, driver, nics, api, watch, rngs, log)
+            plane = Plane(sim=sim, account=account)
+
+            def unsettled() -> list[str]:
+                return clusters.unsettled() + storm.nics_unsettled()
+
+            def settle_before_last() -> None:
+                """The driver's requests carried out, the vGPUs reserved by hand released."""
+                quiet = Quiet()
+                storm.strays_release(sim)
+                _settle(quiet, plane, settle_seconds, log, unsettled)
+                report.quiet_after = quiet.held_after
+                report.problems += [f"before the last fault: {p}" for p in quiet.problems]
+                gone = clusters_gone()
+                storm.invariants = lambda: lifecycle_problems(plane, gone=gone) + unsettled()
+
+            storm.run(plan, settle_before_last)
+            log("faults over: settling")
+            last = report.faults[-1]
             _settle(
-                report,
-                Plane(sim=sim, account=account),
-                settle_seconds,
-                log,
-                lambda: clusters.unsettled() + storm.nics_unsettled(),
-            )
+                report, plane, settle_seconds, log, unsettled, since=last.ended,
+                held=last.held_after,
+            )  # fmt: skip
             storm.kube_check(None)
             report.kube = f"kubernetes: {clusters.looks} looks at the mirror, at most " + ", ".join(
                 f"{n} {what}s" for what, n in sorted(clusters.most.items())
