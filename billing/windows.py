@@ -125,7 +125,7 @@ def window_from(params: QueryDict | Mapping[str, str], *, now: datetime) -> Wind
             problems["window"] = f"Give one of {', '.join(PRESETS)} (not {name!r})."
         if problems:
             raise ValidationError(problems)
-        window = _preset(name, cast(SeriesStep, step), now)
+        window = preset(name, cast(SeriesStep, step), now)
     series_bounds(step=window.step, start=window.start, end=window.end, now=now)
     if window.step == "hour" and window.end - window.start > timedelta(days=HOURLY_DAYS_MAX):
         raise ValidationError(
@@ -161,9 +161,10 @@ def _moment(text: str) -> datetime | None:
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
 
 
-def _preset(name: str, step: SeriesStep, now: datetime) -> Window:
+def preset(name: str, step: SeriesStep, now: datetime) -> Window:
     """A preset in whole steps: the last 24 hours, 7 or 30 days are as many hours or days,
-    the one now running the last (24 hours by the day: today); a month, its days or hours."""
+    the one now running the last (24 hours by the day: today); a month, its days or hours
+    (or the month itself, for the costs API's `step=month`)."""
     length = PRESETS[name][1]
     if length is not None:
         end = step_after(step, step_start(step, now))

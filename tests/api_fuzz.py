@@ -101,11 +101,12 @@ def _made_up_cursor(case: Any, response: Any) -> bool:
 
 # The bounds of a period asked for, which refer to each other, to the step and to the
 # clock: a start that is no step's start, an end not after the start, a range too long or
-# past the hours kept (billing.selectors.cost_history, and the cost by label's window,
+# past the hours kept, a window named beside a start or an end, or by the month where it
+# is not whole months (billing.selectors.cost_history, and the cost by label's window,
 # read alike; the leak summary's since and until).
 PERIOD_BOUNDS = {
-    "GET /api/v1/costs/": {"start", "end", "step"},
-    "GET /api/v1/clusters/{id}/cost-by-label/": {"start", "end", "step"},
+    "GET /api/v1/costs/": {"window", "start", "end", "step"},
+    "GET /api/v1/clusters/{id}/cost-by-label/": {"window", "start", "end", "step"},
     "GET /api/v1/leaks/summary/": {"since", "until"},
 }
 

@@ -42,6 +42,7 @@ from billing.selectors import (
     step_after,
     step_start,
 )
+from billing.windows import PRESETS, preset
 from capvco_web.api import DateTimeText, ErrorSerializer, KnownParametersMixin
 from capvco_web.api_csv import FORMAT_PARAMETER, CsvMixin
 from capvco_web.api_input import CursorPagination, query_parameter_once
@@ -51,7 +52,7 @@ from capvco_web.permissions import AccountScopedViewSetMixin, visible
 from cloud.models import Location
 from clusters.models import Cluster
 
-HISTORY_PARAMETERS = ("start", "end", "step")
+HISTORY_PARAMETERS = ("window", "start", "end", "step")
 Row = TypeVar("Row")
 
 
@@ -65,10 +66,13 @@ def _group_by(request: Request, choices: tuple[str, ...]) -> str:
     return group_by[0]
 
 
-class _SeriesQuery(serializers.Serializer[object]):
+class _StepQuery(serializers.Serializer[object]):
+    step = serializers.ChoiceField(choices=SERIES_STEPS, default="day")
+
+
+class _SeriesQuery(_StepQuery):
     start = DateTimeText()
     end = DateTimeText(required=False)
-    step = serializers.ChoiceField(choices=SERIES_STEPS, default="day")
 
 
 class _PeriodQuery(serializers.Serializer[object]):
@@ -139,20 +143,52 @@ _STEP_PARAMETER = OpenApiParameter(
 )
 
 
+_WINDOW_PARAMETER = OpenApiParameter(
+    "window",
+    str,
+    enum=list(PRESETS),
+    description="Asks for the series over a window the pages offer, in whole steps up to "
+    "the one now running (as the dashboard's picker: `7d` by the hour is the last 168 "
+    "hours, this one included; `month` is this calendar month, UTC). Instead of `start` "
+    "and `end`; with `step`",
+)
+
+
 def _window(request: Request) -> dict[str, Any] | None:
-    """[start, end) and the step a request asks for over time (None: asks for now); the
-    step is what its bounds are whole steps of. Refused (400 naming the parameter) as the
-    costs' series are: `end` or `step` without `start`, and what series_bounds refuses."""
+    """[start, end) and the step a request asks for over time (None: asks for now), from
+    `start` (and `end`) or a `window` the pages offer (billing.windows.PRESETS). Refused
+    (400 naming the parameter): a window with a start or an end, a window not offered,
+    `end` or `step` without `start` or a window, and what series_bounds refuses."""
     if not any(name in request.query_params for name in HISTORY_PARAMETERS):
         return None
-    if "start" not in request.query_params:
-        raise serializers.ValidationError({"start": ["Give the series' start with end and step."]})
-    query = _query(request, _SeriesQuery)
     now = timezone.now()
-    step = query["step"]
-    end = query.get("end") or step_after(step, step_start(step, now))
-    series_bounds(step=step, start=query["start"], end=end, now=now)
-    return {"start": query["start"], "end": end}
+    name = query_parameter_once(request, "window")
+    if name is not None:
+        if "start" in request.query_params or "end" in request.query_params:
+            raise serializers.ValidationError(
+                {"window": ["Give a window or a start and an end, not both."]}
+            )
+        if name not in PRESETS:
+            raise serializers.ValidationError(
+                {"window": [f"Give one of {', '.join(PRESETS)} (not {name!r})."]}
+            )
+        step = _query(request, _StepQuery)["step"]
+        if step == "month" and PRESETS[name][1] is not None:
+            raise serializers.ValidationError(
+                {"step": [f"The window {name} is not whole months: give hour or day."]}
+            )
+        window = preset(name, step, now)
+        start, end = window.start, window.end
+    elif "start" not in request.query_params:
+        raise serializers.ValidationError(
+            {"start": ["Give the series' start with end and step, or a window."]}
+        )
+    else:
+        query = _query(request, _SeriesQuery)
+        step, start = query["step"], query["start"]
+        end = query.get("end") or step_after(step, step_start(step, now))
+    series_bounds(step=step, start=start, end=end, now=now)
+    return {"start": start, "end": end, "step": step}
 
 
 class CostsView(CsvMixin, KnownParametersMixin, generics.GenericAPIView[Location]):
@@ -184,6 +220,7 @@ class CostsView(CsvMixin, KnownParametersMixin, generics.GenericAPIView[Location
         parameters=[
             FORMAT_PARAMETER,
             _GROUP_BY_PARAMETER,
+            _WINDOW_PARAMETER,
             _START_PARAMETER,
             _END_PARAMETER,
             _STEP_PARAMETER,
@@ -197,14 +234,10 @@ class CostsView(CsvMixin, KnownParametersMixin, generics.GenericAPIView[Location
     def get(self, request: Request) -> Response:
         group_by = cast(Any, _group_by(request, GROUP_BY))
         locations = self.filter_queryset(visible(request.user, self.get_queryset()))
-        if not any(name in request.query_params for name in HISTORY_PARAMETERS):
+        window = _window(request)
+        if window is None:
             return Response(CostRowSerializer(costs_by(group_by, locations), many=True).data)
-        if "start" not in request.query_params:
-            raise serializers.ValidationError(
-                {"start": ["Give the series' start with end and step."]}
-            )
-        query = _query(request, _SeriesQuery)
-        series = cost_history(group_by=group_by, locations=locations, now=timezone.now(), **query)
+        series = cost_history(group_by=group_by, locations=locations, now=timezone.now(), **window)
         return Response(CostSeriesSerializer(series).data)
 
 
@@ -379,6 +412,7 @@ class ClusterCostByLabelView(CsvMixin, KnownParametersMixin, generics.GenericAPI
                 "DNS subdomain prefix and `/`, then a name of 1 to 63 letters, digits, `-`, "
                 "`_` and `.`; anything else is refused (400) naming the problem",
             ),
+            _WINDOW_PARAMETER,
             _START_PARAMETER,
             _END_PARAMETER,
             _STEP_PARAMETER,
@@ -397,7 +431,13 @@ class ClusterCostByLabelView(CsvMixin, KnownParametersMixin, generics.GenericAPI
         window = _window(request)
         try:
             if window is not None:
-                totals = cost_by_label_over(key, cluster=cluster.pk, locations=locations, **window)
+                totals = cost_by_label_over(
+                    key,
+                    cluster=cluster.pk,
+                    locations=locations,
+                    start=window["start"],
+                    end=window["end"],
+                )
                 return Response(CostByLabelHistorySerializer(totals).data)
             rows = cost_by_label(key, cluster=cluster, locations=locations)
         except LabelKeyInvalid as exc:

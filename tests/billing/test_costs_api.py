@@ -21,7 +21,8 @@ from rest_framework.test import APIClient
 
 from billing.models import CostRollup, Leak, Rollup, Step
 from billing.rollups import day_of, hour_of, month_of, rollups_take
-from billing.selectors import SERIES_ROWS_MAX
+from billing.selectors import SERIES_ROWS_MAX, SeriesStep
+from billing.windows import PRESETS, preset
 from capvco_web.integrations.kube import LABEL_KEY_PATTERN
 from clusters.models import MachinePool
 from gpus.models import VgpuReservation
@@ -327,6 +328,51 @@ def test_a_series_out_of_bounds_is_refused_naming_the_parameter(
 
     assert response.status_code == 400, response.content
     assert list(response.json()["fields"]) == [field], response.json()
+
+
+@pytest.mark.usefixtures("hours_kept_long")
+@pytest.mark.parametrize(("window", "step"), [("7d", "hour"), ("30d", "day"), ("month", "month")])
+def test_a_window_the_pages_offer_is_answered_as_its_start_and_end(
+    api: APIClient, world: World, window: str, step: SeriesStep, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _three_hours(world)  # on 2026-12-01, inside each of these windows asked on the 6th
+    now = T0 + timedelta(days=5)
+    monkeypatch.setattr(timezone, "now", lambda: now)
+    picked = preset(window, step, now)
+
+    by_name = api.get("/api/v1/costs/", {"group_by": "cluster", "window": window, "step": step})
+    by_bounds = api.get(
+        "/api/v1/costs/",
+        {"group_by": "cluster", "start": _iso(picked.start), "end": _iso(picked.end),
+         "step": step},
+    )  # fmt: skip
+
+    assert by_name.status_code == 200, by_name.content
+    assert by_name.json() == by_bounds.json()
+    assert _figures(by_name.json(), "start", "end") == (_iso(picked.start), _iso(picked.end))
+    assert by_name.json()["results"], "the three hours are in the window"
+
+
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [
+        ({"window": "7d", "start": DAY_START}, "window"),
+        ({"window": "7d", "end": NEXT_DAY}, "window"),
+        ({"window": "week"}, "window"),
+        ({"window": "7d", "step": "month"}, "step"),
+        ({"window": "7d", "step": "week"}, "step"),
+    ],
+)
+def test_a_window_not_offered_or_given_with_bounds_is_refused_naming_the_parameter(
+    api: APIClient, world: World, query: dict[str, str], field: str
+) -> None:
+    for url in ("/api/v1/costs/", f"/api/v1/clusters/{world.cluster.pk}/cost-by-label/"):
+        response = api.get(url, {"key": "team", **query} if "label" in url else query)
+
+        assert response.status_code == 400, response.content
+        assert list(response.json()["fields"]) == [field], response.json()
+    twice = api.get("/api/v1/costs/?window=7d&window=30d")
+    assert (twice.status_code, list(twice.json()["fields"])) == (400, ["window"])
 
 
 def test_a_bound_given_twice_is_refused(api: APIClient, world: World) -> None:
@@ -756,6 +802,14 @@ def test_cost_by_label_over_a_window_answers_the_functions_rows_as_json_and_csv(
     assert api.get(url, {"key": "team", "start": DAY_START}).json()["end"] == _iso(
         day_of(timezone.now()) + timedelta(days=1)
     )
+    # A window the pages offer: its start and end.
+    picked = preset("30d", "day", timezone.now())
+    assert (
+        api.get(url, {"key": "team", "window": "30d"}).json()
+        == api.get(
+            url, {"key": "team", "start": _iso(picked.start), "end": _iso(picked.end)}
+        ).json()
+    )
 
 
 def _iso(moment: datetime) -> str:
@@ -797,7 +851,10 @@ def test_the_schema_documents_every_parameter_and_both_formats(api: APIClient) -
         return {p["name"]: p for p in schema["paths"][path]["get"]["parameters"]}
 
     costs = parameters("/api/v1/costs/")
-    assert {"group_by", "start", "end", "step", "format", "account", "location"} <= set(costs)
+    assert {"group_by", "window", "start", "end", "step", "format", "account", "location"} <= set(
+        costs
+    )
+    assert sorted(costs["window"]["schema"]["enum"]) == sorted(PRESETS)
     assert costs["step"]["schema"]["enum"] == ["day", "hour", "month"]
     assert costs["start"]["schema"]["format"] == "date-time"
     assert all(costs[name].get("description") for name in ("start", "end", "step", "format"))
@@ -806,7 +863,7 @@ def test_the_schema_documents_every_parameter_and_both_formats(api: APIClient) -
     assert set(answers["400"]["content"]) == {"application/json"}
     assert {"since", "until"} <= set(parameters("/api/v1/leaks/summary/"))
     by_label = parameters("/api/v1/clusters/{id}/cost-by-label/")
-    assert set(by_label) == {"id", "key", "start", "end", "step", "format"}
+    assert set(by_label) == {"id", "key", "window", "start", "end", "step", "format"}
     assert by_label["key"]["required"]
     assert by_label["key"]["schema"]["pattern"] == LABEL_KEY_PATTERN
     assert {"open", "kind", "account", "location", "cursor", "format"} <= set(
