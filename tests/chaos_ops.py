@@ -994,6 +994,7 @@ class Storm:
         billed = self.sim.state()  # whitesky's whole listing, taken after the fault ended
         deadline = record.ended + RECOVERY_LIMIT
         lost: list[str] = []
+        said: list[str] = []
         while time.monotonic() < deadline:
             if record.tracked_after is None and not (lost := untracked(self.sim, billed)):
                 record.tracked_after = time.monotonic() - record.ended
@@ -1004,8 +1005,14 @@ class Storm:
             ):
                 record.recovered_after = time.monotonic() - record.ended
             if self.invariants is not None:
-                if self._invariants_now():
+                if problems := self._invariants_now():
                     record.held_after = None  # not yet, or no longer
+                    if problems != said:  # the make-up of the time to settle
+                        self.log(
+                            f"{time.monotonic() - record.ended:.1f} s after the last fault, "
+                            f"{len(problems)} problem(s): " + "; ".join(problems[:4])
+                        )
+                        said = problems
                 elif record.held_after is None:
                     record.held_after = time.monotonic() - record.ended
             if (
