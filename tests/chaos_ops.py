@@ -320,11 +320,13 @@ class OpsReport:
                 f"{self.quiet_after:.1f} s later (its requests carried out)"
             )
         if self.settled_after is not None and self.held_after is not None:
+            last = self.faults[-1]
+            first = last.held_after if last.held_after is not None else self.held_after
             lines.append(
-                f"settled after the last fault ({self.faults[-1].kind}): every invariant held "
-                f"{self.held_after:.1f} s "
-                f"({self.held_after / SYNC_INTERVAL:.1f} sync intervals) after its end, still "
-                f"so {self.settled_after:.1f} s after it, once no late call could land"
+                f"settled after the last fault ({last.kind}): every invariant first held "
+                f"{first:.1f} s ({first / SYNC_INTERVAL:.1f} sync intervals) after its end; "
+                f"all along from {self.held_after:.1f} s, still so {self.settled_after:.1f} s "
+                "after it, once no late call could land"
             )
         if self.kube:
             lines.append(self.kube)
