@@ -998,8 +998,16 @@ class Storm:
         lost: list[str] = []
         said: list[str] = []
         while time.monotonic() < deadline:
-            if record.tracked_after is None and not (lost := untracked(self.sim, billed)):
-                record.tracked_after = time.monotonic() - record.ended
+            if record.tracked_after is None:
+                if now_lost := untracked(self.sim, billed):
+                    lost = now_lost
+                else:
+                    record.tracked_after = time.monotonic() - record.ended
+                    if lost:  # what it waited for
+                        self.log(
+                            f"all billed tracked {record.tracked_after:.1f} s after the fault; "
+                            f"before, not: {'; '.join(lost[:4])}"
+                        )
             if (
                 record.recovered_after is None
                 and self.watch.answering(self.api)
