@@ -25,8 +25,8 @@ from functools import lru_cache, wraps
 from typing import Any, Literal, ParamSpec, TypeVar
 
 from django.conf import settings
-from django.core.exceptions import ValidationError
-from django.db import connection, transaction
+from django.core.exceptions import EmptyResultSet, ValidationError
+from django.db import connection, connections, transaction
 from django.db.models import (
     BigIntegerField,
     Expression,
@@ -270,6 +270,23 @@ def _period(bucket: Expression | None) -> Epoch:
     return Epoch(bucket if bucket is not None else F("start"))
 
 
+def _tuples(rows: QuerySet[Any]) -> Iterable[tuple[Any, ...]]:
+    """A values_list query's rows. On PostgreSQL as the driver reads them (integers, text,
+    numerics as Decimal: what Django's converters would make of them), without a pass
+    through the converters per value: a year of a page's series is thousands of rows."""
+    db = connections[rows.db]
+    if db.vendor != "postgresql":
+        return rows
+    try:
+        sql, params = rows.query.get_compiler(using=rows.db).as_sql()
+    except EmptyResultSet:  # a filter nothing matches (no cluster asked for): no query
+        return []
+    with db.cursor() as cursor:
+        cursor.execute(sql, params)
+        found: list[tuple[Any, ...]] = cursor.fetchall()
+    return found
+
+
 @lru_cache(maxsize=4096)
 def _utc(seconds: int) -> datetime:
     """The moment `seconds` after 1970 (UTC); the same few hundred, again and again."""
@@ -293,6 +310,7 @@ def cost_series(
     # By (start, the group's keys): a year by the day is thousands of rows, each read as a
     # tuple and made a point once.
     points: dict[tuple[datetime, tuple[Any, ...]], CostPoint] = {}
+    new_point = _point_maker(group_by, keys)
     for where, bucket in _periods(step, start, end):
         rows = CostRollup.objects.filter(where, kind__in=kinds, location__in=locations).order_by()
         if clusters is not None:
@@ -302,12 +320,13 @@ def cost_series(
             .values_list("at", *keys)
             .annotate(**{n: Sum(n) for n in SUMS})
         )
-        for at, *group, machines, compute, vgpu, idle, idle_gpus in sums:
+        for at, *group, machines, compute, vgpu, idle, idle_gpus in _tuples(sums):
             moment = _utc(at)
             key = (moment, tuple(group))
             point = points.get(key)
-            if point is None:
-                point = points[key] = _point(group_by, moment, dict(zip(keys, group, strict=True)))
+            if point is None:  # a step's group comes once but where a month adds days
+                points[key] = new_point(moment, group, machines, compute, vgpu, idle, idle_gpus)
+                continue
             point.machines += machines
             point.vgpu += vgpu
             point.idle += idle
@@ -355,7 +374,7 @@ def costliest_clusters(
         # A pool row has no orphans: its total is compute and vGPUs.
         .annotate(cost=Sum(F("compute") + F("vgpu")), name=Max("cluster_name"))
     )
-    for currency, cluster, total, name in rows:
+    for currency, cluster, total, name in _tuples(rows):
         found = totals.setdefault((currency, cluster), [ZERO, name])
         found[0] += total
     ranked: dict[str, list[int]] = defaultdict(list)
@@ -558,6 +577,54 @@ def cost_history(
         point.hours = int((step_after(step, point.start) - point.start) / HOUR)
         point.hours_sampled = sampled.get(point.start, 0)
     return CostSeries(step, start, end, sum(sampled.values()), points)
+
+
+def _point_maker(
+    group_by: GroupBy, keys: tuple[str, ...]
+) -> Callable[[datetime, list[Any], int, Decimal, Decimal, Decimal, int], CostPoint]:
+    """What makes a point of a row of cost_series' sums: its group's keys (`keys`, in their
+    order) and its sums. As _point, without a mapping per row."""
+    at = {name: keys.index(name) for name in keys}
+    currency, account, account_name = at["currency"], at["account_id"], at["account__name"]
+    optional = [
+        (field, at[name])
+        for field, name in (
+            ("location", "location_id"), ("location_name", "location__name"),
+            ("cluster", "cluster_id"), ("cluster_name", "cluster_name"), ("pool", "pool_id"),
+            ("pool_name", "pool_name"), ("namespace", "namespace"),
+        )
+        if name in at
+    ]  # fmt: skip
+    orphans = ZERO if group_by in ("account", "location") else None
+    namespace = group_by == "namespace"
+
+    def make(
+        start: datetime,
+        group: list[Any],
+        machines: int,
+        compute: Decimal,
+        vgpu: Decimal,
+        idle: Decimal,
+        idle_gpus: int,
+    ) -> CostPoint:
+        point = CostPoint(
+            group[currency],
+            group[account],
+            group[account_name],
+            start=start,
+            compute=None if namespace else ZERO + compute,
+            vgpu=ZERO + vgpu,
+            idle=ZERO + idle,
+            idle_gpus=idle_gpus,
+            machines=machines,
+            orphan_vgpu=orphans,
+            orphan_vm=orphans,
+        )
+        for field_name, index in optional:
+            setattr(point, field_name, group[index])
+        return point
+
+    return make
 
 
 def _point(group_by: GroupBy, start: datetime, row: dict[str, Any]) -> CostPoint:
@@ -789,7 +856,7 @@ def capacity_series(
     figures = {n: Sum(n) for n in CAPACITY_FIGURES}
     for where, bucket in _periods(step, start, end):
         rows = CapacityRollup.objects.filter(where, location_id__in=located).order_by()
-        for at, *group in (
+        for at, *group in _tuples(
             rows.annotate(at=_period(bucket)).values_list("at", *keys).annotate(**figures)
         ):
             values = group[len(keys) :]
