@@ -940,20 +940,25 @@ def leak_costs_by_step(
 ) -> dict[tuple[datetime, Location], tuple[Decimal, Decimal]]:
     """Per step in [start, end) and location (with its account): what its leaks cost in it
     (vGPUs, VMs), by Leak.cost (once a leak for the hours or days it leaks all through: each
-    costs the same). One query."""
-    rows = (
-        leaks.filter(leaked_since__lt=end)
-        .exclude(ended_at__lte=start)
-        .select_related(None)
+    costs the same). One query, once a snapshot: a page asks for its month and its window
+    (the ledger keeps ended leaks COST_HISTORY_DAYS, a window spans at most two years)."""
+    read = (
+        leaks.select_related(None)
         .select_related("location__account")
         .only(
             *LEAK_COST_FIELDS, "kind", "location__name", "location__currency",
             "location__account_id", "location__account__name",
         )
     )  # fmt: skip
+    try:
+        asked = f"leaks:{read.query}"  # the query's text: its leaks read once a snapshot
+    except EmptyResultSet:  # of no location
+        return {}
     found: dict[tuple[datetime, int], list[Decimal]] = defaultdict(lambda: [ZERO, ZERO])
     located: dict[int, Location] = {}
-    for leak in rows:
+    for leak in _read_once(asked, lambda: list(read)):
+        if leak.leaked_since >= end or (leak.ended_at is not None and leak.ended_at <= start):
+            continue
         located[leak.location_id] = leak.location
         vm = leak.kind == Leak.Kind.VM
         until = min(leak.counted_until(), end)
