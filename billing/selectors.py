@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from functools import lru_cache, wraps
-from typing import Any, Literal, ParamSpec, TypeVar
+from typing import Any, Literal, NamedTuple, ParamSpec, TypeVar
 
 from django.conf import settings
 from django.core.exceptions import EmptyResultSet, ValidationError
@@ -821,8 +821,10 @@ def _planned_deltas(
     return deltas
 
 
-@dataclass(frozen=True)
-class CapacityPoint:
+class CapacityPoint(NamedTuple):
+    """A tuple (a year of a page's charts makes thousands), its figures last, in the order
+    of CAPACITY_FIGURES."""
+
     start: datetime
     location: int | None  # None: the locations summed
     location_name: str
@@ -848,7 +850,7 @@ def capacity_series(
 ) -> list[CapacityPoint]:
     """Per step, location (or the locations summed) and GPU type: the mean of each figure
     over the step's samples."""
-    sums: dict[tuple[datetime, int | None, str], list[int]] = {}
+    sums: dict[tuple[int, int | None, str], list[int]] = {}
     located = dict(locations.values_list("pk", "name"))
     names: dict[int | None, str] = {pk: name for pk, name in located.items()}
     names[None] = ""  # the locations summed
@@ -859,24 +861,26 @@ def capacity_series(
         for at, *group in _tuples(
             rows.annotate(at=_period(bucket)).values_list("at", *keys).annotate(**figures)
         ):
+            key = (at, group[0] if per_location else None, group[len(keys) - 1])
             values = group[len(keys) :]
-            key = (_utc(at), group[0] if per_location else None, group[len(keys) - 1])
             total = sums.get(key)
-            if total is None:
-                sums[key] = values
-            else:
-                sums[key] = [a + b for a, b in zip(total, values, strict=True)]
+            sums[key] = (
+                values if total is None else [a + b for a, b in zip(total, values, strict=True)]
+            )
     # The mean over the hours sampled in each bucket, whatever type was seen in them.
     samples = hours_sampled_by_step(step, start, end)
     points = []
-    for (period, location_id, gpu_type), values in sorted(
+    for (at, location_id, gpu_type), values in sorted(
         sums.items(), key=lambda item: (item[0][0], names[item[0][1]], item[0][2])
     ):
+        period = _utc(at)
         n = max(samples.get(period, 0), 1)
+        free, reserved, attached, allocatable, requested = values
         points.append(
             CapacityPoint(
-                period, location_id, names[location_id], gpu_type,
-                *(_mean(v, n) for v in values),
+                period, location_id, names[location_id], gpu_type, _mean(free, n),
+                _mean(reserved, n), _mean(attached, n), _mean(allocatable, n),
+                _mean(requested, n),
             )
         )  # fmt: skip
     return points

@@ -23,6 +23,7 @@ from billing.models import Leak
 from billing.rollups import month_of
 from billing.selectors import (
     CAPACITY_FIGURES,
+    CapacityPoint,
     CostPoint,
     LeakTotal,
     MonthFigures,
@@ -189,14 +190,18 @@ def _capacity_charts(locations: QuerySet[Location], window: Window, now: datetim
         per_location=False,
     )
     step = window.step
-    # In one pass: the points come by time, so each type's periods come in order (periods
-    # no pass sampled are left out).
-    periods: dict[str, list[datetime]] = defaultdict(list)
-    figures: dict[str, list[list[Decimal]]] = defaultdict(lambda: [[] for _ in CAPACITY_FIGURES])
+    # The points come by time, so each type's periods come in order (periods no pass
+    # sampled are left out).
+    by_type: dict[str, list[CapacityPoint]] = defaultdict(list)
     for point in points:
-        periods[point.gpu_type].append(point.start)
-        for values, name in zip(figures[point.gpu_type], CAPACITY_FIGURES, strict=True):
-            values.append(getattr(point, name))
+        by_type[point.gpu_type].append(point)
+    periods = {gpu_type: [point.start for point in shown] for gpu_type, shown in by_type.items()}
+    # A point ends with its figures, in their order: each figure's column at once.
+    first = len(CapacityPoint._fields) - len(CAPACITY_FIGURES)
+    figures = {
+        gpu_type: [list(column) for column in zip(*(point[first:] for point in shown), strict=True)]
+        for gpu_type, shown in by_type.items()
+    }
     charts: list[Chart] = []
     keys: set[str] = set()
     for gpu_type, shown in sorted(periods.items()):
