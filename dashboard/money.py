@@ -44,6 +44,7 @@ from dashboard.charts import Chart, LineChart, Series, StackedBarChart
 
 TOP_CLUSTERS = 5  # stacked one by one; the rest of a currency's clusters as one layer
 TOP_POOLS = 8  # likewise on a cluster page
+CAPACITY = "capacity-"  # what the key of a capacity chart begins with
 HOUR = Decimal(3600)
 
 
@@ -205,7 +206,7 @@ def _capacity_charts(locations: QuerySet[Location], window: Window, now: datetim
     charts: list[Chart] = []
     keys: set[str] = set()
     for gpu_type, shown in sorted(periods.items()):
-        key = f"capacity-{_slug(gpu_type)}"
+        key = f"{CAPACITY}{_slug(gpu_type)}"
         if key in keys:  # two types that differ only in what a key cannot hold
             key = f"{key}-{len(charts)}"
         keys.add(key)
@@ -234,21 +235,28 @@ def overview_money(
     leaks: QuerySet[Leak],
     now: datetime,
     window: Window | None,
+    chart: str | None = None,
 ) -> Money:
     """The overview's money (and a location's page's, of its own location): month to date
     and forecast per account and currency, this month's leaks, and over the window: cost
     per step stacked by cluster with the forecast, leak and idle cost per step, one chart
-    per currency, and GPU capacity per type."""
+    per currency, and GPU capacity per type. `chart`: the key of the one chart asked for
+    (its CSV): what the others alone need is not read."""
+    capacity = chart is None or chart.startswith(CAPACITY)  # the capacity charts asked for
+    costs = chart is None or not capacity  # the cost, leak and idle charts
     with one_snapshot():
         start = month_of(now)
-        months = month_figures(group_by="account", locations=locations, now=now)
+        # The month's figures: its table, and the planned rate the cost charts forecast at.
+        months = month_figures(group_by="account", locations=locations, now=now) if costs else []
         return Money(
             month_start=start,
             months=months,
-            leaks=leak_totals(leaks=leaks, since=start, until=now),
+            leaks=leak_totals(leaks=leaks, since=start, until=now) if chart is None else [],
             window=window,
-            cost_charts=_overview_charts(locations, months, now, window) if window else [],
-            capacity_charts=_capacity_charts(locations, window, now) if window else [],
+            cost_charts=_overview_charts(locations, months, now, window)
+            if window and costs
+            else [],
+            capacity_charts=_capacity_charts(locations, window, now) if window and capacity else [],
         )
 
 
