@@ -29,6 +29,7 @@ from django.core.exceptions import EmptyResultSet, ValidationError
 from django.db import connection, connections, transaction
 from django.db.models import (
     BigIntegerField,
+    Case,
     Expression,
     F,
     Func,
@@ -39,6 +40,7 @@ from django.db.models import (
     QuerySet,
     Subquery,
     Sum,
+    When,
 )
 from django.db.models.functions import Coalesce, TruncDay, TruncMonth
 from psycopg import IsolationLevel
@@ -194,29 +196,27 @@ def _newest_day_end() -> datetime:
     return (newest if newest.tzinfo else newest.replace(tzinfo=UTC)) + DAY
 
 
-def _periods(step: SeriesStep, start: datetime, end: datetime) -> Iterable[tuple[Q, Any]]:
-    """(the rows' filter, their step in it; how rows are bucketed) to read [start, end):
-    the summed days' rows, then the hours after them. By the month, a month the range
-    holds whole is read from its month row (which holds its days summed so far), not its
-    days. Read in one snapshot (`_in_one_snapshot`): a day summed meanwhile is in neither
-    the rows read nor where the hours begin."""
+def _series_rows(step: SeriesStep, start: datetime, end: datetime) -> tuple[Q, Expression]:
+    """The rows to read for [start, end) by `step`, as one filter, and where each row's
+    step starts, in seconds (`Epoch`): the summed days' rows, then the hours after them,
+    in one query. By the month, a month the range holds whole is read from its month row
+    (which holds its days summed so far), not its days; by the day, a day row starts its
+    day and only the hours are truncated. Read in one snapshot (`_in_one_snapshot`): a day
+    summed meanwhile is in neither the rows read nor where the hours begin."""
     in_range = Q(start__gte=start, start__lt=end)
     if step == "hour":
-        yield Q(step=Step.HOUR) & in_range, None
-        return
-    bucket = (TruncDay if step == "day" else TruncMonth)("start", tzinfo=UTC)
+        return Q(step=Step.HOUR) & in_range, Epoch(F("start"))
     summed_until = _summed_until()
+    hours = Q(step=Step.HOUR) & in_range & Q(start__gte=summed_until)
     days = Q(step=Step.DAY) & in_range & Q(start__lt=summed_until)
-    first, whole_until = _whole_months(start, end, summed_until) if step == "month" else (end, end)
+    if step == "day":
+        day = Epoch(TruncDay("start", tzinfo=UTC))
+        return days | hours, Case(When(step=Step.HOUR, then=day), default=Epoch(F("start")))
+    first, whole_until = _whole_months(start, end, summed_until)
     if whole_until > first:
         months = Q(start__gte=first, start__lt=whole_until)
-        if start == first and whole_until == min(end, summed_until):
-            yield Q(step=Step.MONTH) & months, None  # no day besides
-        else:
-            yield (Q(step=Step.MONTH) & months) | (days & ~months), bucket
-    else:
-        yield days, None if step == "day" else bucket  # a day row starts its day
-    yield Q(step=Step.HOUR) & in_range & Q(start__gte=summed_until), bucket
+        days = (Q(step=Step.MONTH) & months) | (days & ~months)
+    return days | hours, Epoch(TruncMonth("start", tzinfo=UTC))
 
 
 def _covering(start: datetime, end: datetime) -> Q:
@@ -265,11 +265,6 @@ class Epoch(Func):
         return self.as_sql(compiler, connection, template=template, **extra)
 
 
-def _period(bucket: Expression | None) -> Epoch:
-    """Where a row's step starts: its bucket's start (None: the row's own), in seconds."""
-    return Epoch(bucket if bucket is not None else F("start"))
-
-
 def _tuples(rows: QuerySet[Any]) -> Iterable[tuple[Any, ...]]:
     """A values_list query's rows. On PostgreSQL as the driver reads them (integers, text,
     numerics as Decimal: what Django's converters would make of them), without a pass
@@ -305,34 +300,24 @@ def cost_series(
 ) -> list[CostPoint]:
     """Per step in [start, end) and group: what it cost, ordered by time then group;
     only the rows of `clusters` when given (a cluster's page reads its own through an
-    index). Three queries (one for `hour`)."""
+    index). Two queries (one for `hour`; the leaks' once a snapshot)."""
     kinds, keys = _GROUPS[group_by]
     # By (start in seconds, the group's keys): a year by the day is thousands of rows, each
     # read as a tuple and made a point once, and sorted by an integer, not an aware
     # datetime (compared through their offsets).
     points: dict[tuple[int, tuple[Any, ...]], CostPoint] = {}
     new_point = _point_maker(group_by, keys)
-    for where, bucket in _periods(step, start, end):
-        rows = CostRollup.objects.filter(where, kind__in=kinds, location__in=locations).order_by()
-        if clusters is not None:
-            rows = rows.filter(cluster_id__in=clusters)
-        sums = (
-            rows.annotate(at=_period(bucket))
-            .values_list("at", *keys)
-            .annotate(**{n: Sum(n) for n in SUMS})
+    where, step_start = _series_rows(step, start, end)
+    rows = CostRollup.objects.filter(where, kind__in=kinds, location__in=locations).order_by()
+    if clusters is not None:
+        rows = rows.filter(cluster_id__in=clusters)
+    sums = (
+        rows.annotate(at=step_start).values_list("at", *keys).annotate(**{n: Sum(n) for n in SUMS})
+    )
+    for at, *group, machines, compute, vgpu, idle, idle_gpus in _tuples(sums):
+        points[at, tuple(group)] = new_point(
+            _utc(at), group, machines, compute, vgpu, idle, idle_gpus
         )
-        for at, *group, machines, compute, vgpu, idle, idle_gpus in _tuples(sums):
-            key = (at, tuple(group))
-            point = points.get(key)
-            if point is None:  # a step's group comes once but where a month adds days
-                points[key] = new_point(_utc(at), group, machines, compute, vgpu, idle, idle_gpus)
-                continue
-            point.machines += machines
-            point.vgpu += vgpu
-            point.idle += idle
-            point.idle_gpus += idle_gpus
-            if point.compute is not None:
-                point.compute += compute
     if group_by in ("account", "location"):
         # Orphans are the ledger's leaks, counted as the ledger counts them, not sampled.
         leaks = Leak.objects.filter(location__in=locations)
@@ -858,17 +843,12 @@ def capacity_series(
     names[None] = ""  # the locations summed
     keys = ("location_id", "gpu_type") if per_location else ("gpu_type",)
     figures = {n: Sum(n) for n in CAPACITY_FIGURES}
-    for where, bucket in _periods(step, start, end):
-        rows = CapacityRollup.objects.filter(where, location_id__in=located).order_by()
-        for at, *group in _tuples(
-            rows.annotate(at=_period(bucket)).values_list("at", *keys).annotate(**figures)
-        ):
-            key = (at, group[0] if per_location else None, group[len(keys) - 1])
-            values = group[len(keys) :]
-            total = sums.get(key)
-            sums[key] = (
-                values if total is None else [a + b for a, b in zip(total, values, strict=True)]
-            )
+    where, step_start = _series_rows(step, start, end)
+    rows = CapacityRollup.objects.filter(where, location_id__in=located).order_by()
+    for at, *group in _tuples(
+        rows.annotate(at=step_start).values_list("at", *keys).annotate(**figures)
+    ):
+        sums[at, group[0] if per_location else None, group[len(keys) - 1]] = group[len(keys) :]
     # The mean over the hours sampled in each bucket, whatever type was seen in them.
     samples = hours_sampled_by_step(step, start, end)
     points = []
@@ -919,7 +899,7 @@ def hours_sampled_by_step(step: SeriesStep, start: datetime, end: datetime) -> d
         hours.filter(start__gte=summed_until, start__lt=end),
     ):
         for at, n in (
-            markers.annotate(at=_period(bucket))
+            markers.annotate(at=Epoch(bucket))
             .values("at")
             .annotate(n=Sum("samples"))
             .values_list("at", "n")
