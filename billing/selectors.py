@@ -22,13 +22,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from functools import lru_cache, wraps
-from typing import Any, Literal, ParamSpec, TypeVar
+from typing import Any, Literal, NamedTuple, ParamSpec, TypeVar
 
 from django.conf import settings
-from django.core.exceptions import ValidationError
-from django.db import connection, transaction
+from django.core.exceptions import EmptyResultSet, ValidationError
+from django.db import connection, connections, transaction
 from django.db.models import (
     BigIntegerField,
+    Case,
     Expression,
     F,
     Func,
@@ -39,6 +40,7 @@ from django.db.models import (
     QuerySet,
     Subquery,
     Sum,
+    When,
 )
 from django.db.models.functions import Coalesce, TruncDay, TruncMonth
 from psycopg import IsolationLevel
@@ -194,29 +196,27 @@ def _newest_day_end() -> datetime:
     return (newest if newest.tzinfo else newest.replace(tzinfo=UTC)) + DAY
 
 
-def _periods(step: SeriesStep, start: datetime, end: datetime) -> Iterable[tuple[Q, Any]]:
-    """(the rows' filter, their step in it; how rows are bucketed) to read [start, end):
-    the summed days' rows, then the hours after them. By the month, a month the range
-    holds whole is read from its month row (which holds its days summed so far), not its
-    days. Read in one snapshot (`_in_one_snapshot`): a day summed meanwhile is in neither
-    the rows read nor where the hours begin."""
+def _series_rows(step: SeriesStep, start: datetime, end: datetime) -> tuple[Q, Expression]:
+    """The rows to read for [start, end) by `step`, as one filter, and where each row's
+    step starts, in seconds (`Epoch`): the summed days' rows, then the hours after them,
+    in one query. By the month, a month the range holds whole is read from its month row
+    (which holds its days summed so far), not its days; by the day, a day row starts its
+    day and only the hours are truncated. Read in one snapshot (`_in_one_snapshot`): a day
+    summed meanwhile is in neither the rows read nor where the hours begin."""
     in_range = Q(start__gte=start, start__lt=end)
     if step == "hour":
-        yield Q(step=Step.HOUR) & in_range, None
-        return
-    bucket = (TruncDay if step == "day" else TruncMonth)("start", tzinfo=UTC)
+        return Q(step=Step.HOUR) & in_range, Epoch(F("start"))
     summed_until = _summed_until()
+    hours = Q(step=Step.HOUR) & in_range & Q(start__gte=summed_until)
     days = Q(step=Step.DAY) & in_range & Q(start__lt=summed_until)
-    first, whole_until = _whole_months(start, end, summed_until) if step == "month" else (end, end)
+    if step == "day":
+        day = Epoch(TruncDay("start", tzinfo=UTC))
+        return days | hours, Case(When(step=Step.HOUR, then=day), default=Epoch(F("start")))
+    first, whole_until = _whole_months(start, end, summed_until)
     if whole_until > first:
         months = Q(start__gte=first, start__lt=whole_until)
-        if start == first and whole_until == min(end, summed_until):
-            yield Q(step=Step.MONTH) & months, None  # no day besides
-        else:
-            yield (Q(step=Step.MONTH) & months) | (days & ~months), bucket
-    else:
-        yield days, None if step == "day" else bucket  # a day row starts its day
-    yield Q(step=Step.HOUR) & in_range & Q(start__gte=summed_until), bucket
+        days = (Q(step=Step.MONTH) & months) | (days & ~months)
+    return days | hours, Epoch(TruncMonth("start", tzinfo=UTC))
 
 
 def _covering(start: datetime, end: datetime) -> Q:
@@ -265,9 +265,21 @@ class Epoch(Func):
         return self.as_sql(compiler, connection, template=template, **extra)
 
 
-def _period(bucket: Expression | None) -> Epoch:
-    """Where a row's step starts: its bucket's start (None: the row's own), in seconds."""
-    return Epoch(bucket if bucket is not None else F("start"))
+def _tuples(rows: QuerySet[Any]) -> Iterable[tuple[Any, ...]]:
+    """A values_list query's rows. On PostgreSQL as the driver reads them (integers, text,
+    numerics as Decimal: what Django's converters would make of them), without a pass
+    through the converters per value: a year of a page's series is thousands of rows."""
+    db = connections[rows.db]
+    if db.vendor != "postgresql":
+        return rows
+    try:
+        sql, params = rows.query.get_compiler(using=rows.db).as_sql()
+    except EmptyResultSet:  # a filter nothing matches (no cluster asked for): no query
+        return []
+    with db.cursor() as cursor:
+        cursor.execute(sql, params)
+        found: list[tuple[Any, ...]] = cursor.fetchall()
+    return found
 
 
 @lru_cache(maxsize=4096)
@@ -288,32 +300,24 @@ def cost_series(
 ) -> list[CostPoint]:
     """Per step in [start, end) and group: what it cost, ordered by time then group;
     only the rows of `clusters` when given (a cluster's page reads its own through an
-    index). Three queries (one for `hour`)."""
+    index). Two queries (one for `hour`; the leaks' once a snapshot)."""
     kinds, keys = _GROUPS[group_by]
-    # By (start, the group's keys): a year by the day is thousands of rows, each read as a
-    # tuple and made a point once.
-    points: dict[tuple[datetime, tuple[Any, ...]], CostPoint] = {}
-    for where, bucket in _periods(step, start, end):
-        rows = CostRollup.objects.filter(where, kind__in=kinds, location__in=locations).order_by()
-        if clusters is not None:
-            rows = rows.filter(cluster_id__in=clusters)
-        sums = (
-            rows.annotate(at=_period(bucket))
-            .values_list("at", *keys)
-            .annotate(**{n: Sum(n) for n in SUMS})
+    # By (start in seconds, the group's keys): a year by the day is thousands of rows, each
+    # read as a tuple and made a point once, and sorted by an integer, not an aware
+    # datetime (compared through their offsets).
+    points: dict[tuple[int, tuple[Any, ...]], CostPoint] = {}
+    new_point = _point_maker(group_by, keys)
+    where, step_start = _series_rows(step, start, end)
+    rows = CostRollup.objects.filter(where, kind__in=kinds, location__in=locations).order_by()
+    if clusters is not None:
+        rows = rows.filter(cluster_id__in=clusters)
+    sums = (
+        rows.annotate(at=step_start).values_list("at", *keys).annotate(**{n: Sum(n) for n in SUMS})
+    )
+    for at, *group, machines, compute, vgpu, idle, idle_gpus in _tuples(sums):
+        points[at, tuple(group)] = new_point(
+            _utc(at), group, machines, compute, vgpu, idle, idle_gpus
         )
-        for at, *group, machines, compute, vgpu, idle, idle_gpus in sums:
-            moment = _utc(at)
-            key = (moment, tuple(group))
-            point = points.get(key)
-            if point is None:
-                point = points[key] = _point(group_by, moment, dict(zip(keys, group, strict=True)))
-            point.machines += machines
-            point.vgpu += vgpu
-            point.idle += idle
-            point.idle_gpus += idle_gpus
-            if point.compute is not None:
-                point.compute += compute
     if group_by in ("account", "location"):
         # Orphans are the ledger's leaks, counted as the ledger counts them, not sampled.
         leaks = Leak.objects.filter(location__in=locations)
@@ -327,16 +331,18 @@ def cost_series(
                 "location__name": location.name,
                 "currency": location.currency,
             }
-            key = (moment, tuple(row[k] for k in keys))
+            key = (int(moment.timestamp()), tuple(row[k] for k in keys))
             point = points.get(key)
             if point is None:
                 point = points[key] = _point(group_by, moment, row)
             point.orphan_vgpu = (point.orphan_vgpu or ZERO) + vgpu
             point.orphan_vm = (point.orphan_vm or ZERO) + vm
-    # By time, then by the group's keys as text (ids and names, some of them None): each
-    # group's text made once.
-    texts = {group: tuple(map(str, group)) for group in {group for _, group in points}}
-    ordered = sorted(points.items(), key=lambda item: (item[0][0], texts[item[0][1]]))
+    # By time, then by the group's keys as text (ids and names, some of them None): the
+    # groups ranked once, each point sorted by one integer (thousands of tuples compared
+    # item by item cost milliseconds).
+    groups = sorted({group for _, group in points}, key=lambda group: tuple(map(str, group)))
+    rank = {group: n for n, group in enumerate(groups)}
+    ordered = sorted(points.items(), key=lambda item: item[0][0] * len(rank) + rank[item[0][1]])
     return [point.finish() for _, point in ordered]  # type: ignore[misc]
 
 
@@ -355,7 +361,7 @@ def costliest_clusters(
         # A pool row has no orphans: its total is compute and vGPUs.
         .annotate(cost=Sum(F("compute") + F("vgpu")), name=Max("cluster_name"))
     )
-    for currency, cluster, total, name in rows:
+    for currency, cluster, total, name in _tuples(rows):
         found = totals.setdefault((currency, cluster), [ZERO, name])
         found[0] += total
     ranked: dict[str, list[int]] = defaultdict(list)
@@ -560,6 +566,54 @@ def cost_history(
     return CostSeries(step, start, end, sum(sampled.values()), points)
 
 
+def _point_maker(
+    group_by: GroupBy, keys: tuple[str, ...]
+) -> Callable[[datetime, list[Any], int, Decimal, Decimal, Decimal, int], CostPoint]:
+    """What makes a point of a row of cost_series' sums: its group's keys (`keys`, in their
+    order) and its sums. As _point, without a mapping per row."""
+    at = {name: keys.index(name) for name in keys}
+    currency, account, account_name = at["currency"], at["account_id"], at["account__name"]
+    optional = [
+        (field, at[name])
+        for field, name in (
+            ("location", "location_id"), ("location_name", "location__name"),
+            ("cluster", "cluster_id"), ("cluster_name", "cluster_name"), ("pool", "pool_id"),
+            ("pool_name", "pool_name"), ("namespace", "namespace"),
+        )
+        if name in at
+    ]  # fmt: skip
+    orphans = ZERO if group_by in ("account", "location") else None
+    namespace = group_by == "namespace"
+
+    def make(
+        start: datetime,
+        group: list[Any],
+        machines: int,
+        compute: Decimal,
+        vgpu: Decimal,
+        idle: Decimal,
+        idle_gpus: int,
+    ) -> CostPoint:
+        point = CostPoint(
+            group[currency],
+            group[account],
+            group[account_name],
+            start=start,
+            compute=None if namespace else ZERO + compute,
+            vgpu=ZERO + vgpu,
+            idle=ZERO + idle,
+            idle_gpus=idle_gpus,
+            machines=machines,
+            orphan_vgpu=orphans,
+            orphan_vm=orphans,
+        )
+        for field_name, index in optional:
+            setattr(point, field_name, group[index])
+        return point
+
+    return make
+
+
 def _point(group_by: GroupBy, start: datetime, row: dict[str, Any]) -> CostPoint:
     orphans = ZERO if group_by in ("account", "location") else None
     return CostPoint(
@@ -754,8 +808,10 @@ def _planned_deltas(
     return deltas
 
 
-@dataclass(frozen=True)
-class CapacityPoint:
+class CapacityPoint(NamedTuple):
+    """A tuple (a year of a page's charts makes thousands), its figures last, in the order
+    of CAPACITY_FIGURES."""
+
     start: datetime
     location: int | None  # None: the locations summed
     location_name: str
@@ -781,35 +837,36 @@ def capacity_series(
 ) -> list[CapacityPoint]:
     """Per step, location (or the locations summed) and GPU type: the mean of each figure
     over the step's samples."""
-    sums: dict[tuple[datetime, int | None, str], list[int]] = {}
+    sums: dict[tuple[int, int | None, str], list[int]] = {}
     located = dict(locations.values_list("pk", "name"))
     names: dict[int | None, str] = {pk: name for pk, name in located.items()}
     names[None] = ""  # the locations summed
     keys = ("location_id", "gpu_type") if per_location else ("gpu_type",)
     figures = {n: Sum(n) for n in CAPACITY_FIGURES}
-    for where, bucket in _periods(step, start, end):
-        rows = CapacityRollup.objects.filter(where, location_id__in=located).order_by()
-        for at, *group in (
-            rows.annotate(at=_period(bucket)).values_list("at", *keys).annotate(**figures)
-        ):
-            values = group[len(keys) :]
-            key = (_utc(at), group[0] if per_location else None, group[len(keys) - 1])
-            total = sums.get(key)
-            if total is None:
-                sums[key] = values
-            else:
-                sums[key] = [a + b for a, b in zip(total, values, strict=True)]
+    where, step_start = _series_rows(step, start, end)
+    rows = CapacityRollup.objects.filter(where, location_id__in=located).order_by()
+    for at, *group in _tuples(
+        rows.annotate(at=step_start).values_list("at", *keys).annotate(**figures)
+    ):
+        sums[at, group[0] if per_location else None, group[len(keys) - 1]] = group[len(keys) :]
     # The mean over the hours sampled in each bucket, whatever type was seen in them.
     samples = hours_sampled_by_step(step, start, end)
     points = []
-    for (period, location_id, gpu_type), values in sorted(
-        sums.items(), key=lambda item: (item[0][0], names[item[0][1]], item[0][2])
+    # By time, then location and type: each (location, type) ranked once, each point
+    # sorted by one integer (as cost_series).
+    kinds = sorted({key[1:] for key in sums}, key=lambda kind: (names[kind[0]], kind[1]))
+    rank = {kind: n for n, kind in enumerate(kinds)}
+    for (at, location_id, gpu_type), values in sorted(
+        sums.items(), key=lambda item: item[0][0] * len(rank) + rank[item[0][1:]]
     ):
+        period = _utc(at)
         n = max(samples.get(period, 0), 1)
+        free, reserved, attached, allocatable, requested = values
         points.append(
             CapacityPoint(
-                period, location_id, names[location_id], gpu_type,
-                *(_mean(v, n) for v in values),
+                period, location_id, names[location_id], gpu_type, _mean(free, n),
+                _mean(reserved, n), _mean(attached, n), _mean(allocatable, n),
+                _mean(requested, n),
             )
         )  # fmt: skip
     return points
@@ -842,7 +899,7 @@ def hours_sampled_by_step(step: SeriesStep, start: datetime, end: datetime) -> d
         hours.filter(start__gte=summed_until, start__lt=end),
     ):
         for at, n in (
-            markers.annotate(at=_period(bucket))
+            markers.annotate(at=Epoch(bucket))
             .values("at")
             .annotate(n=Sum("samples"))
             .values_list("at", "n")
@@ -873,20 +930,25 @@ def leak_costs_by_step(
 ) -> dict[tuple[datetime, Location], tuple[Decimal, Decimal]]:
     """Per step in [start, end) and location (with its account): what its leaks cost in it
     (vGPUs, VMs), by Leak.cost (once a leak for the hours or days it leaks all through: each
-    costs the same). One query."""
-    rows = (
-        leaks.filter(leaked_since__lt=end)
-        .exclude(ended_at__lte=start)
-        .select_related(None)
+    costs the same). One query, once a snapshot: a page asks for its month and its window
+    (the ledger keeps ended leaks COST_HISTORY_DAYS, a window spans at most two years)."""
+    read = (
+        leaks.select_related(None)
         .select_related("location__account")
         .only(
             *LEAK_COST_FIELDS, "kind", "location__name", "location__currency",
             "location__account_id", "location__account__name",
         )
     )  # fmt: skip
+    try:
+        asked = f"leaks:{read.query}"  # the query's text: its leaks read once a snapshot
+    except EmptyResultSet:  # of no location
+        return {}
     found: dict[tuple[datetime, int], list[Decimal]] = defaultdict(lambda: [ZERO, ZERO])
     located: dict[int, Location] = {}
-    for leak in rows:
+    for leak in _read_once(asked, lambda: list(read)):
+        if leak.leaked_since >= end or (leak.ended_at is not None and leak.ended_at <= start):
+            continue
         located[leak.location_id] = leak.location
         vm = leak.kind == Leak.Kind.VM
         until = min(leak.counted_until(), end)

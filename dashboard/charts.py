@@ -114,9 +114,14 @@ class Chart:
         return [[f"{value:.2f}" for value in s.values] for s in self.series]
 
     @cached_property
-    def rows(self) -> list[list[str]]:
+    def table_columns(self) -> list[list[str]]:
+        """The table's figures, column by column (the x labels aside)."""
         more = [[f"{value:.2f}" for value in column] for column in self.more_columns()]
-        columns = [*self.figures, *more]
+        return [*self.figures, *more]
+
+    @cached_property
+    def rows(self) -> list[list[str]]:
+        columns = self.table_columns
         return [[label, *cells] for label, *cells in zip(self.x_labels, *columns, strict=True)]
 
     def more_columns(self) -> list[Sequence[Decimal]]:
@@ -127,14 +132,19 @@ class Chart:
     def rows_html(self) -> SafeString:
         """The table's body: drawn here, not cell by cell in the template (a page shows
         hundreds of cells)."""
-        # The other cells are figures (_figure: digits, a sign and a point).
+        # The other cells are figures (_figure: digits, a sign and a point), each row's
+        # joined at once.
         between = '</td><td class="num">'
+        columns = self.table_columns
+        cells = (
+            [f'<td class="num">{between.join(row)}</td>' for row in zip(*columns, strict=True)]
+            if columns
+            else [""] * len(self.x_labels)
+        )
         return mark_safe(  # noqa: S308 (every label escaped here; the rest are figures)
             "".join(
-                f'<tr><th scope="row">{escape(label)}</th>'
-                + (f'<td class="num">{between.join(cells)}</td>' if cells else "")
-                + "</tr>"
-                for label, *cells in self.rows
+                f'<tr><th scope="row">{escape(label)}</th>{row}</tr>'
+                for label, row in zip(self.x_labels, cells, strict=True)
             )
         )
 

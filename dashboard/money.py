@@ -23,6 +23,7 @@ from billing.models import Leak
 from billing.rollups import month_of
 from billing.selectors import (
     CAPACITY_FIGURES,
+    CapacityPoint,
     CostPoint,
     LeakTotal,
     MonthFigures,
@@ -43,6 +44,7 @@ from dashboard.charts import Chart, LineChart, Series, StackedBarChart
 
 TOP_CLUSTERS = 5  # stacked one by one; the rest of a currency's clusters as one layer
 TOP_POOLS = 8  # likewise on a cluster page
+CAPACITY = "capacity-"  # what the key of a capacity chart begins with
 HOUR = Decimal(3600)
 
 
@@ -189,18 +191,22 @@ def _capacity_charts(locations: QuerySet[Location], window: Window, now: datetim
         per_location=False,
     )
     step = window.step
-    # In one pass: the points come by time, so each type's periods come in order (periods
-    # no pass sampled are left out).
-    periods: dict[str, list[datetime]] = defaultdict(list)
-    figures: dict[str, list[list[Decimal]]] = defaultdict(lambda: [[] for _ in CAPACITY_FIGURES])
+    # The points come by time, so each type's periods come in order (periods no pass
+    # sampled are left out).
+    by_type: dict[str, list[CapacityPoint]] = defaultdict(list)
     for point in points:
-        periods[point.gpu_type].append(point.start)
-        for values, name in zip(figures[point.gpu_type], CAPACITY_FIGURES, strict=True):
-            values.append(getattr(point, name))
+        by_type[point.gpu_type].append(point)
+    periods = {gpu_type: [point.start for point in shown] for gpu_type, shown in by_type.items()}
+    # A point ends with its figures, in their order: each figure's column at once.
+    first = len(CapacityPoint._fields) - len(CAPACITY_FIGURES)
+    figures = {
+        gpu_type: [list(column) for column in zip(*(point[first:] for point in shown), strict=True)]
+        for gpu_type, shown in by_type.items()
+    }
     charts: list[Chart] = []
     keys: set[str] = set()
     for gpu_type, shown in sorted(periods.items()):
-        key = f"capacity-{_slug(gpu_type)}"
+        key = f"{CAPACITY}{_slug(gpu_type)}"
         if key in keys:  # two types that differ only in what a key cannot hold
             key = f"{key}-{len(charts)}"
         keys.add(key)
@@ -229,21 +235,28 @@ def overview_money(
     leaks: QuerySet[Leak],
     now: datetime,
     window: Window | None,
+    chart: str | None = None,
 ) -> Money:
     """The overview's money (and a location's page's, of its own location): month to date
     and forecast per account and currency, this month's leaks, and over the window: cost
     per step stacked by cluster with the forecast, leak and idle cost per step, one chart
-    per currency, and GPU capacity per type."""
+    per currency, and GPU capacity per type. `chart`: the key of the one chart asked for
+    (its CSV): what the others alone need is not read."""
+    capacity = chart is None or chart.startswith(CAPACITY)  # the capacity charts asked for
+    costs = chart is None or not capacity  # the cost, leak and idle charts
     with one_snapshot():
         start = month_of(now)
-        months = month_figures(group_by="account", locations=locations, now=now)
+        # The month's figures: its table, and the planned rate the cost charts forecast at.
+        months = month_figures(group_by="account", locations=locations, now=now) if costs else []
         return Money(
             month_start=start,
             months=months,
-            leaks=leak_totals(leaks=leaks, since=start, until=now),
+            leaks=leak_totals(leaks=leaks, since=start, until=now) if chart is None else [],
             window=window,
-            cost_charts=_overview_charts(locations, months, now, window) if window else [],
-            capacity_charts=_capacity_charts(locations, window, now) if window else [],
+            cost_charts=_overview_charts(locations, months, now, window)
+            if window and costs
+            else [],
+            capacity_charts=_capacity_charts(locations, window, now) if window and capacity else [],
         )
 
 

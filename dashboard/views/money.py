@@ -154,9 +154,14 @@ def _window(request: HtmxHttpRequest, now: datetime) -> tuple[Window | None, lis
         return None, [f"{name}: {m}" for name, messages in problems for m in messages]
 
 
+# What reads a page's money over a window (None: the window asked for was refused) as of
+# a moment; given a chart's key, what that chart needs alone (its CSV).
+MoneyReader = Callable[[Window | None, datetime, str | None], Money]
+
+
 def money_section(
     request: HtmxHttpRequest,
-    read: Callable[[Window | None, datetime], Money],
+    read: MoneyReader,
     *,
     csv_url: Callable[[str], str],
     api_query: dict[str, str],
@@ -167,7 +172,7 @@ def money_section(
     the window is refused (the page says why, and draws no chart)."""
     now = now or timezone.now()
     window, errors = _window(request, now)
-    money = read(window, now)
+    money = read(window, now, None)
     asked = urlencode(window.query) if window else ""
     for chart in money.charts:
         chart.csv_url = f"{csv_url(chart.key)}?{asked}"
@@ -220,9 +225,7 @@ def _csv(chart: Chart, name: str) -> HttpResponse:
     )
 
 
-def _chart_csv(
-    request: HtmxHttpRequest, read: Callable[[Window, datetime], Money], key: str, name: str
-) -> HttpResponse:
+def _chart_csv(request: HtmxHttpRequest, read: MoneyReader, key: str, name: str) -> HttpResponse:
     """A chart's numbers over the window asked for (the page's), or 400 saying why not."""
     now = timezone.now()
     window, errors = _window(request, now)
@@ -230,7 +233,7 @@ def _chart_csv(
         return HttpResponse(
             "\n".join(errors) + "\n", status=400, content_type="text/plain; charset=utf-8"
         )
-    found = next((chart for chart in read(window, now).charts if chart.key == key), None)
+    found = next((chart for chart in read(window, now, key).charts if chart.key == key), None)
     if found is None:
         raise Http404(f"No chart {key!r} here.")
     return _csv(found, name)
@@ -255,32 +258,31 @@ def cluster_chart_csv(request: HtmxHttpRequest, pk: int, chart: str) -> HttpResp
     return _chart_csv(request, cluster_reader(request, cluster), chart, f"cluster-{cluster.name}")
 
 
-def overview_reader(request: HtmxHttpRequest) -> Callable[[Window | None, datetime], Money]:
+def overview_reader(request: HtmxHttpRequest) -> MoneyReader:
     """The overview's money over a window, as the user may see it."""
-    return lambda window, now: overview_money(
+    return lambda window, now, chart: overview_money(
         locations=visible(request.user, Location.objects.all()),
         leaks=visible(request.user, Leak.objects.all()),
         now=now,
         window=window,
+        chart=chart,
     )
 
 
-def location_reader(
-    request: HtmxHttpRequest, location: Location
-) -> Callable[[Window | None, datetime], Money]:
+def location_reader(request: HtmxHttpRequest, location: Location) -> MoneyReader:
     """A location's money over a window: the overview's, of that location alone."""
-    return lambda window, now: overview_money(
+    return lambda window, now, chart: overview_money(
         locations=Location.objects.filter(pk=location.pk),
         leaks=visible(request.user, Leak.objects.filter(location=location)),
         now=now,
         window=window,
+        chart=chart,
     )
 
 
-def cluster_reader(
-    request: HtmxHttpRequest, cluster: Cluster
-) -> Callable[[Window | None, datetime], Money]:
-    return lambda window, now: cluster_money(
+def cluster_reader(request: HtmxHttpRequest, cluster: Cluster) -> MoneyReader:
+    # A cluster's charts are read from one series: a chart's CSV reads them all.
+    return lambda window, now, _chart: cluster_money(
         cluster=cluster, locations=cluster_locations(request, cluster), now=now, window=window
     )
 
