@@ -237,9 +237,12 @@ class FaultRecord:
     tracked_after: float | None = None
     """Seconds after the fault ended until every vGPU and VM whitesky billed then (and
     still bills) was recorded by us or listed, shown with its cost (`untracked`)."""
+    first_held_after: float | None = None
+    """The last fault's (on a settled run): seconds after it ended until every invariant
+    first held (the lifecycle may go on and break one again: autoscaling, a NIC reclaimed)."""
     held_after: float | None = None
-    """The last fault's (on a settled run): seconds after it ended from which every
-    invariant held, as far as it was looked at while recovering."""
+    """The last fault's: seconds after it ended from which every invariant held, as far as
+    it was looked at while recovering."""
     problems: list[str] = field(default_factory=list)
 
     def line(self) -> str:
@@ -321,7 +324,8 @@ class OpsReport:
             )
         if self.settled_after is not None and self.held_after is not None:
             last = self.faults[-1]
-            first = last.held_after if last.held_after is not None else self.held_after
+            first = last.first_held_after
+            first = first if first is not None else self.held_after
             lines.append(
                 f"settled after the last fault ({last.kind}): every invariant first held "
                 f"{first:.1f} s ({first / SYNC_INTERVAL:.1f} sync intervals) after its end; "
@@ -1025,6 +1029,8 @@ class Storm:
                         said = problems
                 elif record.held_after is None:
                     record.held_after = time.monotonic() - record.ended
+                    if record.first_held_after is None:
+                        record.first_held_after = record.held_after
             if (
                 record.recovered_after is not None
                 and record.tracked_after is not None
