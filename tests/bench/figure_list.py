@@ -268,7 +268,7 @@ BENCHES: tuple[Bench, ...] = (
         "bench_money",
         about=(
             "1,000 clusters with a year's history, asked on the 28th, as the pages open and "
-            "over windows picked; 20 requests a page"
+            "over windows picked; 40 requests a page"
         ),
         figures=(
             *(
