@@ -1072,8 +1072,8 @@ class Storm:
 def untracked(sim: WhiteskySimulator, billed: dict[str, Any]) -> list[str]:
     """The vGPUs and the VMs named by us in whitesky's listing `billed` (taken after a
     fault ended) that whitesky still bills and we neither recorded (a reservation or
-    machine of ours, by id, or a reservation by the name it was recorded under before its
-    call) nor listed (shown with its cost, owned or a leak): money lost track of. While
+    machine of ours, by id, or by the name it was recorded under before its call) nor
+    listed (shown with its cost, owned or a leak): money lost track of. While
     the database cannot be read, that is what it answers: nothing is known tracked then."""
     now = sim.state()
     vgpus_now = {v["vgpu_id"] for v in now["vgpus"] if v["status"] != "DESTROYED"}
@@ -1099,6 +1099,12 @@ def untracked(sim: WhiteskySimulator, billed: dict[str, Any]) -> list[str]:
         }
         known |= set(ListedVgpu.objects.filter(vgpu_id__in=vgpus).values_list("vgpu_id", flat=True))
         known_vms = set(Machine.objects.filter(vm_id__in=vms).values_list("vm_id", flat=True))
+        # A machine's row is there before its VM's create is sent: the VM of its name.
+        named = {
+            naming.vm_name(cluster, machine)
+            for cluster, machine in Machine.objects.values_list("pool__cluster__name", "name")
+        }
+        known_vms |= {vm_id for vm_id, name in vms.items() if name in named}
         known_vms |= set(
             VirtualMachine.objects.filter(vm_id__in=vms).values_list("vm_id", flat=True)
         )

@@ -5,6 +5,7 @@ what was gone since is not counted."""
 from __future__ import annotations
 
 from cloud.whitesky import whitesky_client
+from clusters.models import Machine
 from gpus import naming
 from tests.chaos_ops import untracked
 from tests.gpus.conftest import CLOUDSPACES, NL, Plane
@@ -40,3 +41,16 @@ def test_what_whitesky_no_longer_bills_is_not_counted(plane: Plane) -> None:
         client.release_vgpu(location=NL, vgpu_id=gone)
 
     assert untracked(plane.sim, billed) == [f"vGPU hand-vgpu-1 ({kept})"]
+
+
+def test_a_vm_of_a_machine_whose_create_answer_was_lost_is_tracked_by_its_name(
+    plane: Plane,
+) -> None:
+    cluster = plane.cluster("demo")
+    pool = plane.pool(cluster, "gpu")
+    machine = Machine.objects.create(pool=pool, index=0, name="gpu-0")  # no VM id yet
+    made = plane.sim.seed(CLOUDSPACES[NL], vm_names=[machine.vm_name, "capvco-demo-other-0"])
+    other = made["vm_ids"][1]
+
+    # Recorded before its create was sent: the machine's row names it, not yet its id.
+    assert untracked(plane.sim, plane.sim.state()) == [f"VM capvco-demo-other-0 ({other})"]
