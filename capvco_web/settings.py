@@ -185,6 +185,8 @@ SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=not DEBUG)
 if env.bool("TRUST_X_FORWARDED_PROTO", default=False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 SESSION_COOKIE_HTTPONLY = True
+# Database sessions whose update a database out of reach does not turn into a 400.
+SESSION_ENGINE = "capvco_web.sessions"
 X_FRAME_OPTIONS = "DENY"
 # A browser session ends after this long without activity (capvco_web.auth slides it).
 SESSION_COOKIE_AGE = env.int("SESSION_IDLE_TIMEOUT_SECONDS", default=8 * 3600)

@@ -59,3 +59,28 @@ def test_a_full_disk_under_sqlite_answers_503_then_takes_the_write_once_freed(
         for n in range(4):
             assert token_create(web, f"freed-{n}").status_code == 201
         assert tokens(web) == sorted([*before, *(f"freed-{n}" for n in range(4))])
+
+
+def test_a_page_read_while_the_disk_is_full_answers_without_sliding_the_idle_timeout(
+    tmp_path: Path, small_disk: Callable[[int], Path]
+) -> None:
+    """A page read is no write, but a logged-in request moves its session's idle timeout
+    forward (capvco_web.auth), a write the full disk refuses: the page still answers (not
+    Django's 400 "the session was deleted", with a traceback), the write is said once at
+    WARNING and stamped, and the next request once space is freed slides it."""
+    disk = small_disk(DISK_MB)
+    with web_server(tmp_path, f"sqlite:///{disk / 'capvco.sqlite3'}") as web:
+        page = {"cookies": {"sessionid": web.session}}
+        filler = disk_fill(disk)
+
+        answer = web.get("/", **page)  # the session's first request: its slide is due
+
+        assert answer.status_code == 200, (answer.status_code, answer.text[:500], web.said())
+        log = web.said()
+        assert "Traceback" not in log and "ERROR" not in log, log
+        assert "session not saved: the database is unavailable (its disk is full)" in log
+
+        filler.unlink()
+
+        assert web.get("/", **page).status_code == 200
+        assert "Traceback" not in web.said()
