@@ -103,7 +103,7 @@ def window_from(params: QueryDict | Mapping[str, str], *, now: datetime) -> Wind
     name = given.get("window")
     if given.get("start") or given.get("end"):
         if name:
-            problems["window"] = "Give a window or a start and an end, not both."
+            problems["window"] = str(window_problem(name, bounds_given=True))
         moments = {}
         for bound in ("start", "end"):
             text = given.get(bound)
@@ -121,8 +121,8 @@ def window_from(params: QueryDict | Mapping[str, str], *, now: datetime) -> Wind
         window = Window(CUSTOM, cast(SeriesStep, step), moments["start"], moments["end"])
     else:
         name = name or DEFAULT_WINDOW
-        if name not in PRESETS:
-            problems["window"] = f"Give one of {', '.join(PRESETS)} (not {name!r})."
+        if problem := window_problem(name, bounds_given=False):
+            problems["window"] = problem
         if problems:
             raise ValidationError(problems)
         window = preset(name, cast(SeriesStep, step), now)
@@ -135,6 +135,16 @@ def window_from(params: QueryDict | Mapping[str, str], *, now: datetime) -> Wind
             }
         )
     return window
+
+
+def window_problem(name: str, *, bounds_given: bool) -> str | None:
+    """What is wrong with asking for the window `name` (None: nothing), said alike on the
+    pages and in the costs API: a start or an end given beside it, or no preset of ours."""
+    if bounds_given:
+        return "Give a window or a start and an end, not both."
+    if name not in PRESETS:
+        return f"Give one of {', '.join(PRESETS)} (not {name!r})."
+    return None
 
 
 def _given(params: QueryDict | Mapping[str, str]) -> dict[str, str]:

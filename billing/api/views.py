@@ -42,7 +42,7 @@ from billing.selectors import (
     step_after,
     step_start,
 )
-from billing.windows import PRESETS, preset
+from billing.windows import PRESETS, preset, window_problem
 from capvco_web.api import DateTimeText, ErrorSerializer, KnownParametersMixin
 from capvco_web.api_csv import FORMAT_PARAMETER, CsvMixin
 from capvco_web.api_input import CursorPagination, query_parameter_once
@@ -164,14 +164,9 @@ def _window(request: Request) -> dict[str, Any] | None:
     now = timezone.now()
     name = query_parameter_once(request, "window")
     if name is not None:
-        if "start" in request.query_params or "end" in request.query_params:
-            raise serializers.ValidationError(
-                {"window": ["Give a window or a start and an end, not both."]}
-            )
-        if name not in PRESETS:
-            raise serializers.ValidationError(
-                {"window": [f"Give one of {', '.join(PRESETS)} (not {name!r})."]}
-            )
+        given = "start" in request.query_params or "end" in request.query_params
+        if problem := window_problem(name, bounds_given=given):
+            raise serializers.ValidationError({"window": [problem]})
         step = _query(request, _StepQuery)["step"]
         if step == "month" and PRESETS[name][1] is not None:
             raise serializers.ValidationError(
