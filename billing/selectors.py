@@ -178,6 +178,17 @@ def _transaction() -> Iterator[None]:
             driver.isolation_level, driver.read_only = before
 
 
+def _located(locations: QuerySet[Location]) -> dict[int, str]:
+    """The locations' ids and names, read once a snapshot: each query of a page's money
+    narrows its rows by these ids as literals (the locations' own filter as a subquery is
+    a join of every row read, some milliseconds over a year's tens of thousands)."""
+    try:
+        asked = f"located:{locations.query}"
+    except EmptyResultSet:  # of no location
+        return {}
+    return _read_once(asked, lambda: dict(locations.order_by().values_list("pk", "name")))
+
+
 def _summed_until() -> datetime:
     """The end of the newest day summed (asked several times a page: once a snapshot)."""
     return _read_once("summed_until", _newest_day_end)
@@ -308,19 +319,19 @@ def cost_series(
     points: dict[tuple[int, tuple[Any, ...]], CostPoint] = {}
     new_point = _point_maker(group_by, keys)
     where, step_start = _series_rows(step, start, end)
-    rows = CostRollup.objects.filter(where, kind__in=kinds, location__in=locations).order_by()
+    located = _located(locations)
+    rows = CostRollup.objects.filter(where, kind__in=kinds, location_id__in=located).order_by()
     if clusters is not None:
         rows = rows.filter(cluster_id__in=clusters)
     sums = (
         rows.annotate(at=step_start).values_list("at", *keys).annotate(**{n: Sum(n) for n in SUMS})
     )
-    for at, *group, machines, compute, vgpu, idle, idle_gpus in _tuples(sums):
-        points[at, tuple(group)] = new_point(
-            _utc(at), group, machines, compute, vgpu, idle, idle_gpus
-        )
+    for at, *keyed, machines, compute, vgpu, idle, idle_gpus in _tuples(sums):
+        group = tuple(keyed)
+        points[at, group] = new_point(_utc(at), group, machines, compute, vgpu, idle, idle_gpus)
     if group_by in ("account", "location"):
         # Orphans are the ledger's leaks, counted as the ledger counts them, not sampled.
-        leaks = Leak.objects.filter(location__in=locations)
+        leaks = Leak.objects.filter(location_id__in=located)
         for (moment, location), (vgpu, vm) in leak_costs_by_step(
             leaks=leaks, step=step, start=start, end=end
         ).items():
@@ -351,23 +362,19 @@ def costliest_clusters(
     *, locations: QuerySet[Location], start: datetime, end: datetime, n: int
 ) -> dict[str, list[int]]:
     """Per currency: the `n` clusters that cost most in [start, end), costliest first (a
-    tie by name): each row's total alone, of the fewest rows that make up the range
-    (_covering). Two queries."""
-    totals: dict[tuple[str, int], list[Any]] = {}
+    tie by id: the older first): each row's total alone, of the fewest rows that make up
+    the range (_covering). Two queries."""
     rows = (
-        CostRollup.objects.filter(_covering(start, end), kind=Kind.POOL, location__in=locations)
+        CostRollup.objects.filter(
+            _covering(start, end), kind=Kind.POOL, location_id__in=_located(locations)
+        )
         .order_by()
         .values_list("currency", "cluster_id")
         # A pool row has no orphans: its total is compute and vGPUs.
-        .annotate(cost=Sum(F("compute") + F("vgpu")), name=Max("cluster_name"))
+        .annotate(cost=Sum(F("compute") + F("vgpu")))
     )
-    for currency, cluster, total, name in _tuples(rows):
-        found = totals.setdefault((currency, cluster), [ZERO, name])
-        found[0] += total
     ranked: dict[str, list[int]] = defaultdict(list)
-    for (currency, cluster), _ in sorted(
-        totals.items(), key=lambda item: (-item[1][0], item[1][1], item[0][1])
-    ):
+    for currency, cluster, _ in sorted(_tuples(rows), key=lambda row: (-row[2], row[1])):
         if len(ranked[currency]) < n:
             ranked[currency].append(cluster)
     return ranked
@@ -566,50 +573,48 @@ def cost_history(
     return CostSeries(step, start, end, sum(sampled.values()), points)
 
 
+# CostRow's first fields: a group's keys, in their order.
+_KEY_FIELDS = (
+    "currency", "account_id", "account__name", "location_id", "location__name", "cluster_id",
+    "cluster_name", "pool_id", "pool_name", "namespace",
+)  # fmt: skip
+
+
 def _point_maker(
     group_by: GroupBy, keys: tuple[str, ...]
-) -> Callable[[datetime, list[Any], int, Decimal, Decimal, Decimal, int], CostPoint]:
+) -> Callable[[datetime, tuple[Any, ...], int, Decimal, Decimal, Decimal, int], CostPoint]:
     """What makes a point of a row of cost_series' sums: its group's keys (`keys`, in their
-    order) and its sums. As _point, without a mapping per row."""
-    at = {name: keys.index(name) for name in keys}
-    currency, account, account_name = at["currency"], at["account_id"], at["account__name"]
-    optional = [
-        (field, at[name])
-        for field, name in (
-            ("location", "location_id"), ("location_name", "location__name"),
-            ("cluster", "cluster_id"), ("cluster_name", "cluster_name"), ("pool", "pool_id"),
-            ("pool_name", "pool_name"), ("namespace", "namespace"),
-        )
-        if name in at
-    ]  # fmt: skip
+    order) and its sums. As _point, without a mapping per row: a group's keys are laid out
+    as CostRow's first fields once (a year by the day is hundreds of steps per group)."""
+    at = [keys.index(name) if name in keys else None for name in _KEY_FIELDS]
     orphans = ZERO if group_by in ("account", "location") else None
     namespace = group_by == "namespace"
+    laid_out: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 
     def make(
         start: datetime,
-        group: list[Any],
+        group: tuple[Any, ...],
         machines: int,
         compute: Decimal,
         vgpu: Decimal,
         idle: Decimal,
         idle_gpus: int,
     ) -> CostPoint:
-        point = CostPoint(
-            group[currency],
-            group[account],
-            group[account_name],
-            start=start,
-            compute=None if namespace else ZERO + compute,
-            vgpu=ZERO + vgpu,
-            idle=ZERO + idle,
-            idle_gpus=idle_gpus,
-            machines=machines,
-            orphan_vgpu=orphans,
-            orphan_vm=orphans,
+        fields = laid_out.get(group)
+        if fields is None:
+            fields = laid_out[group] = tuple(None if i is None else group[i] for i in at)
+        return CostPoint(  # type: ignore[call-arg]  # the keys laid out: ten fields
+            *fields,
+            None if namespace else ZERO + compute,  # compute
+            ZERO + vgpu,
+            idle_gpus,
+            ZERO + idle,
+            orphans,  # orphan_vgpu
+            orphans,  # orphan_vm
+            machines,
+            ZERO,  # total: finish() sums it
+            start,
         )
-        for field_name, index in optional:
-            setattr(point, field_name, group[index])
-        return point
 
     return make
 
@@ -751,7 +756,7 @@ def _sampled_rates(
     kinds, keys = _GROUPS[group_by]
     rows: dict[tuple[Any, ...], CostPoint] = {}
     sample = CostRollup.objects.filter(
-        step=Step.HOUR, start=hour, kind__in=kinds, location__in=locations
+        step=Step.HOUR, start=hour, kind__in=kinds, location_id__in=_located(locations)
     ).order_by()
     if clusters is not None:
         sample = sample.filter(cluster_id__in=clusters)
@@ -838,7 +843,7 @@ def capacity_series(
     """Per step, location (or the locations summed) and GPU type: the mean of each figure
     over the step's samples."""
     sums: dict[tuple[int, int | None, str], list[int]] = {}
-    located = dict(locations.values_list("pk", "name"))
+    located = _located(locations)
     names: dict[int | None, str] = {pk: name for pk, name in located.items()}
     names[None] = ""  # the locations summed
     keys = ("location_id", "gpu_type") if per_location else ("gpu_type",)
