@@ -30,6 +30,7 @@ from django.db import connection, connections, transaction
 from django.db.models import (
     BigIntegerField,
     Case,
+    Exists,
     Expression,
     F,
     Func,
@@ -791,18 +792,21 @@ def _planned_deltas(
     """Per (account or cluster, currency): what the pools' machines missing from `hour`'s
     sample would add per hour at list price (negative for surplus ones): the sampled rate
     with each pool at its replicas. Only pools whose sampled machines are not their
-    replicas are read, each sample row through its cluster's index."""
+    replicas are read."""
     deltas: dict[tuple[Any, ...], Decimal] = defaultdict(lambda: ZERO)
-    sampled = CostRollup.objects.filter(
+    sample = CostRollup.objects.filter(
         step=Step.HOUR,
         start=hour,
         kind=Kind.POOL,
         cluster_id=OuterRef("cluster_id"),
         pool_id=OuterRef("pk"),
-    ).values("machines")[:1]
+    )
+    # As anti-joins of the hour's pool rows (a subquery per pool is an index probe each):
+    # a pool sampled with its replicas, or with none and none sampled, is as planned.
     differing = (
-        pools.annotate(machine_count=Coalesce(Subquery(sampled), 0))
-        .exclude(replicas=F("machine_count"))
+        pools.exclude(Exists(sample.filter(machines=OuterRef("replicas"))))
+        .exclude(Q(replicas=0) & ~Exists(sample))
+        .annotate(machine_count=Coalesce(Subquery(sample.values("machines")[:1]), 0))
         .select_related("site__location", "cluster")
     )
     for pool in differing:

@@ -15,7 +15,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
-from functools import cached_property
+from functools import cached_property, lru_cache
 from html import escape
 
 from django.utils.safestring import SafeString, mark_safe
@@ -80,8 +80,21 @@ def _number(value: float) -> str:
     return f"{value:,.0f}" if value >= 10 or value == int(value) else f"{value:,.2f}".rstrip("0")
 
 
+CENT = Decimal("0.01")
+
+
 def _figure(value: Decimal) -> str:
     return f"{value:.2f}"
+
+
+def _figures(values: Sequence[Decimal]) -> list[str]:
+    """Each value as _figure writes it (to the cent, half to even), as the text of the
+    value quantized: the same, in half the time (a long window's chart has thousands)."""
+    return [str(value.quantize(CENT)) for value in values]
+
+
+# A label as HTML text, once: the charts of a page share their steps' labels.
+_escaped = lru_cache(maxsize=4096)(escape)
 
 
 @dataclass
@@ -111,12 +124,12 @@ class Chart:
     def figures(self) -> list[list[str]]:
         """Each series' values as _figure writes them, for the table and the picture's
         labels alike (inline, column by column: a long window's chart has thousands)."""
-        return [[f"{value:.2f}" for value in s.values] for s in self.series]
+        return [_figures(s.values) for s in self.series]
 
     @cached_property
     def table_columns(self) -> list[list[str]]:
         """The table's figures, column by column (the x labels aside)."""
-        more = [[f"{value:.2f}" for value in column] for column in self.more_columns()]
+        more = [_figures(column) for column in self.more_columns()]
         return [*self.figures, *more]
 
     @cached_property
@@ -143,7 +156,7 @@ class Chart:
         )
         return mark_safe(  # noqa: S308 (every label escaped here; the rest are figures)
             "".join(
-                f'<tr><th scope="row">{escape(label)}</th>{row}</tr>'
+                f'<tr><th scope="row">{_escaped(label)}</th>{row}</tr>'
                 for label, row in zip(self.x_labels, cells, strict=True)
             )
         )

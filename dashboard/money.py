@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
+from functools import lru_cache
 
 from django.db.models import QuerySet
 
@@ -48,11 +49,14 @@ CAPACITY = "capacity-"  # what the key of a capacity chart begins with
 HOUR = Decimal(3600)
 
 
-# As strftime's %Y-%m-%d, faster: a page's charts label some thousands of steps.
+# As strftime's %Y-%m-%d, faster, and each step once: a page's charts label some thousands
+# of steps, the same few hundred.
+@lru_cache(maxsize=4096)
 def _label(day: datetime) -> str:
     return day.date().isoformat()
 
 
+@lru_cache(maxsize=4096)
 def _hour_label(hour: datetime) -> str:
     return f"{hour.date().isoformat()} {hour.hour:02}:00"
 

@@ -44,13 +44,17 @@ HOLDING = (
 
 @dataclass
 class InstanceRow:
-    """One vGPU on a card, and where it sits."""
+    """One vGPU on a card, and where it sits: what its row shows, read once here (a
+    location's page has a row per vGPU it holds, hundreds)."""
 
     reservation: VgpuReservation
     vm: VirtualMachine | None
     machine: Machine | None
     node: str
     pods: list[KubePod]
+    machine_url: str = ""  # its machine on its cluster's page
+    machine_label: str = ""  # cluster/machine
+    orphaned: bool = False
 
 
 @dataclass
@@ -69,10 +73,9 @@ class CardRow:
         then held by no machine of ours), and free; each with its share of the card."""
         held: Counter[tuple[int, str]] = Counter()
         for instance in self.instances:
-            reservation = instance.reservation
             if instance.machine is not None:
                 held[(0, f"cluster {instance.machine.pool.cluster.name}")] += 1
-            elif reservation.orphaned_since is not None:
+            elif instance.orphaned:
                 held[(1, "orphaned")] += 1
             else:
                 held[(2, "no machine")] += 1
@@ -132,6 +135,7 @@ def location_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         ).order_by("namespace", "name", "pk"):
             pods[pod.cluster_id, pod.node_name].append(pod)
     unknown_card: list[InstanceRow] = []
+    cluster_urls: dict[int, str] = {}
     for row in held:
         node = nodes.get(row.machine_id) if row.machine_id is not None else None
         instance = InstanceRow(
@@ -140,7 +144,15 @@ def location_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
             machine=row.machine,
             node=node[1] if node else "",
             pods=pods.get(node, []) if node else [],
+            orphaned=row.orphaned_since is not None,
         )
+        if (machine := row.machine) is not None:
+            cluster = machine.pool.cluster
+            url = cluster_urls.get(cluster.pk)
+            if url is None:
+                url = cluster_urls[cluster.pk] = reverse("dashboard:cluster", args=[cluster.pk])
+            instance.machine_url = f"{url}#machine-{machine.pk}"
+            instance.machine_label = f"{cluster.name}/{machine.name}"
         card = by_card.get(row.gpu_id)
         (card.instances if card else unknown_card).append(instance)
     context: dict[str, Any] = {
