@@ -46,6 +46,7 @@ from dashboard.charts import Chart, LineChart, Series, StackedBarChart
 TOP_CLUSTERS = 5  # stacked one by one; the rest of a currency's clusters as one layer
 TOP_POOLS = 8  # likewise on a cluster page
 CAPACITY = "capacity-"  # what the key of a capacity chart begins with
+COST = "cost-"  # and of a cost by cluster (or by pool)
 HOUR = Decimal(3600)
 
 
@@ -248,6 +249,7 @@ def overview_money(
     (its CSV): what the others alone need is not read."""
     capacity = chart is None or chart.startswith(CAPACITY)  # the capacity charts asked for
     costs = chart is None or not capacity  # the cost, leak and idle charts
+    stacked = chart is None or chart.startswith(COST)  # the cost by cluster asked for
     with one_snapshot():
         start = month_of(now)
         # The month's figures: its table, and the planned rate the cost charts forecast at.
@@ -257,7 +259,7 @@ def overview_money(
             months=months,
             leaks=leak_totals(leaks=leaks, since=start, until=now) if chart is None else [],
             window=window,
-            cost_charts=_overview_charts(locations, months, now, window)
+            cost_charts=_overview_charts(locations, months, now, window, stacked=stacked)
             if window and costs
             else [],
             capacity_charts=_capacity_charts(locations, window, now) if window and capacity else [],
@@ -265,17 +267,30 @@ def overview_money(
 
 
 def _overview_charts(
-    locations: QuerySet[Location], months: list[MonthFigures], now: datetime, window: Window
+    locations: QuerySet[Location],
+    months: list[MonthFigures],
+    now: datetime,
+    window: Window,
+    *,
+    stacked: bool,
 ) -> list[Chart]:
+    """Per currency, the cost by cluster (not `stacked`: left out, a leak and idle chart's
+    CSV), and the leak and idle cost."""
     # Nothing is known after now: what is read ends there (a leak still open, too).
     step, start, end = window.step, window.start, min(window.end, now)
     # The window's costliest clusters per currency are read step by step; the others are
     # what the accounts' pools cost beside them (one series per account, not per cluster).
-    top = costliest_clusters(locations=locations, start=start, end=end, n=TOP_CLUSTERS)
-    shown = [cluster for ids in top.values() for cluster in ids]
-    by_cluster = cost_series(
-        group_by="cluster", locations=locations, start=start, end=end, step=step, clusters=shown
-    )
+    # Left out, no currency is lost: a pool's is its location's, whose rows are sampled
+    # with its pools'.
+    top: dict[str, list[int]] = {}
+    by_cluster: list[CostPoint] = []
+    if stacked:
+        top = costliest_clusters(locations=locations, start=start, end=end, n=TOP_CLUSTERS)
+        shown = [cluster for ids in top.values() for cluster in ids]
+        by_cluster = cost_series(
+            group_by="cluster", locations=locations, start=start, end=end, step=step,
+            clusters=shown,
+        )  # fmt: skip
     names = _cluster_names(by_cluster)
     by_account = cost_series(
         group_by="account", locations=locations, start=start, end=end, step=step
@@ -302,21 +317,24 @@ def _overview_charts(
     charts: list[Chart] = []
     for currency in sorted(set(planned) | set(top) | set(orphans)):
         # Each currency's cost beside its leak and idle cost.
-        charts.append(
-            _cost_stack(
-                key=f"cost-{_slug(currency)}",
-                title="Cost by cluster",
-                currency=currency,
-                window=window,
-                layers=[(names[cluster], layers[currency][cluster]) for cluster in top[currency]],
-                extra=[
-                    ("other clusters", "others", others[currency]),
-                    ("orphans", "orphans", orphans[currency]),
-                ],
-                rate_per_hour=planned[currency],
-                since=since,
+        if stacked:
+            charts.append(
+                _cost_stack(
+                    key=f"{COST}{_slug(currency)}",
+                    title="Cost by cluster",
+                    currency=currency,
+                    window=window,
+                    layers=[
+                        (names[cluster], layers[currency][cluster]) for cluster in top[currency]
+                    ],
+                    extra=[
+                        ("other clusters", "others", others[currency]),
+                        ("orphans", "orphans", orphans[currency]),
+                    ],
+                    rate_per_hour=planned[currency],
+                    since=since,
+                )
             )
-        )
         charts.append(
             _waste_chart(
                 f"waste-{_slug(currency)}",
@@ -403,7 +421,7 @@ def _cluster_charts(
         shown, rest = _top(pools.get(currency, {}), TOP_POOLS)
         charts.append(
             _cost_stack(
-                key=f"cost-{_slug(currency)}",
+                key=f"{COST}{_slug(currency)}",
                 title="Cost by pool",
                 currency=currency,
                 window=window,

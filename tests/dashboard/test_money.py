@@ -18,7 +18,9 @@ from html.parser import HTMLParser
 from itertools import pairwise
 
 import pytest
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -330,6 +332,21 @@ def test_each_charts_csv_holds_the_numbers_of_its_table(
     overview = chart_tables(client.get("/").content.decode())
     day_one = next(row for row in overview["cost-eur"][1:] if row[0] == f"{first:%Y-%m-%d}")
     assert day_one[1:3] == ["4.40", "1.03"]  # prod, orphans: one hour
+
+    # A leak and idle chart's CSV reads what it shows alone: not the clusters' ranking
+    # (each pool row's compute and vGPUs summed) nor their series.
+    read = {key: _queries(client, f"/money/{key}.csv") for key in ("cost-eur", "waste-eur")}
+    ranking = '"billing_costrollup"."compute" + "billing_costrollup"."vgpu"'
+    series = 'AND "billing_costrollup"."cluster_id" IN ('
+    for clusters in (ranking, series):
+        assert any(clusters in sql for sql in read["cost-eur"])
+        assert not any(clusters in sql for sql in read["waste-eur"])
+
+
+def _queries(client: Client, url: str) -> list[str]:
+    with CaptureQueriesContext(connection) as queries:
+        assert client.get(url).status_code == 200
+    return [query["sql"] for query in queries.captured_queries]
 
 
 def test_a_user_sees_only_their_accounts_money(
