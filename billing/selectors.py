@@ -585,8 +585,8 @@ def _point_maker(
     group_by: GroupBy, keys: tuple[str, ...]
 ) -> Callable[[datetime, tuple[Any, ...], int, Decimal, Decimal, Decimal, int], CostPoint]:
     """What makes a point of a row of cost_series' sums: its group's keys (`keys`, in their
-    order) and its sums. As _point, without a mapping per row: a group's keys are laid out
-    as CostRow's first fields once (a year by the day is hundreds of steps per group)."""
+    order) and its sums. A group's keys are laid out as CostRow's first fields once (a year
+    by the day is hundreds of steps per group)."""
     at = [keys.index(name) if name in keys else None for name in _KEY_FIELDS]
     orphans = ZERO if group_by in ("account", "location") else None
     namespace = group_by == "namespace"
@@ -621,23 +621,8 @@ def _point_maker(
 
 
 def _point(group_by: GroupBy, start: datetime, row: dict[str, Any]) -> CostPoint:
-    orphans = ZERO if group_by in ("account", "location") else None
-    return CostPoint(
-        start=start,
-        currency=row["currency"],
-        account=row["account_id"],
-        account_name=row["account__name"],
-        location=row.get("location_id"),
-        location_name=row.get("location__name"),
-        cluster=row.get("cluster_id"),
-        cluster_name=row.get("cluster_name"),
-        pool=row.get("pool_id"),
-        pool_name=row.get("pool_name"),
-        namespace=row.get("namespace"),
-        compute=None if group_by == "namespace" else ZERO,
-        orphan_vgpu=orphans,
-        orphan_vm=orphans,
-    )
+    """A point of the group that `row` names (by _GROUPS' names), of no cost yet."""
+    return _point_maker(group_by, tuple(row))(start, tuple(row.values()), 0, ZERO, ZERO, ZERO, 0)
 
 
 def _zero(group_by: GroupBy, start: datetime, row: CostRow) -> CostPoint:
