@@ -13,7 +13,8 @@ an app each), and a small one of 10, each with a year of money history as the ho
 pass leaves it: a day row per set and day for the 365 days before today (and their months'
 rows), and an hour row per set and hour for the last COST_HOURLY_HISTORY_DAYS (60) days
 and today; the cluster's pool and idle rows beside them. Rows are copied in SQL from one
-sample, so the benchmark does not take 10,000 samples. Prints a table, then one JSON line.
+sample, so the benchmark does not take 10,000 samples. Asked at noon on 28 November 2026
+(NOW), whenever it runs. Prints a table, then one JSON line.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,10 @@ from clusters.models import Cluster  # noqa: E402
 from tests.bench.support import postgresql_missing, throwaway_database  # noqa: E402
 
 TEAMS = 20
+# The moment asked at (django.utils.timezone.now is set to it): the rows of the history,
+# a figure, are the same at every run (by the clock, today's hours and the year's months
+# would differ from run to run).
+NOW = datetime(2026, 11, 28, 12, 0, tzinfo=UTC)
 DAYS = 365
 HOURLY_DAYS = 60
 SMALL = 10  # the small cluster's label sets
@@ -166,7 +171,8 @@ def main() -> int:
     if postgresql_missing():
         return 2
     with throwaway_database():
-        now = timezone.now()
+        now = NOW
+        timezone.now = lambda: now  # type: ignore[assignment]
         started = time.perf_counter()
         big, small = seed(args.label_sets, now)
         rows = LabelCostRollup.objects.count()

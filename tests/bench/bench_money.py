@@ -49,7 +49,6 @@ django.setup()
 from django.contrib.auth.models import Group, User  # noqa: E402
 from django.db import DatabaseError, connection  # noqa: E402
 from django.test import Client  # noqa: E402
-from django.test.utils import CaptureQueriesContext  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
 from billing.leaks import leaks_record  # noqa: E402
@@ -59,6 +58,7 @@ from capvco_web.celery import startup_objects_freeze  # noqa: E402
 from cloud.models import Account, Location, Membership, VirtualMachine  # noqa: E402
 from clusters.models import Cluster, ClusterSite, Machine, MachinePool  # noqa: E402
 from gpus.models import GpuProfile, ListedVgpu, VgpuReservation  # noqa: E402
+from tests.bench.support import page_queries  # noqa: E402
 
 LOCATIONS = 10
 TYPES = 5
@@ -212,13 +212,12 @@ def measure(client: Client, path: str, runs: int) -> dict[str, float]:
         response = client.get(path)
         times.append((time.perf_counter() - start) * 1000)
         assert response.status_code == 200, (path, response.status_code)
-    with CaptureQueriesContext(connection) as queries:
-        client.get(path)
+    queries = page_queries(client, path)
     times.sort()
     return {
         "p50_ms": round(statistics.median(times), 1),
         "p95_ms": round(times[max(0, int(len(times) * 0.95) - 1)], 1),
-        "queries": len(queries),
+        "queries": queries,
     }
 
 

@@ -14,8 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from django.db import connection
-from django.test.utils import setup_test_environment, teardown_test_environment
+from django.test import Client
+from django.test.utils import (
+    CaptureQueriesContext,
+    setup_test_environment,
+    teardown_test_environment,
+)
 
+from capvco_web.auth import SESSION_ACTIVITY_KEY
 from tests.e2e.processes import ROOT, environment_for_subprocess, group_stop
 
 SQL_WRITES = ("INSERT", "UPDATE", "DELETE")
@@ -40,6 +46,19 @@ def throwaway_database() -> Iterator[None]:
     finally:
         connection.creation.destroy_test_db(old_name, verbosity=0)
         teardown_test_environment()
+
+
+def page_queries(client: Client, path: str, **headers: str) -> int:
+    """The queries of one request of `path` by the client's user, without the session's
+    own: a logged-in request slides the session's idle timeout once a minute
+    (capvco_web.auth), on whichever request the minute ends, so a count that held it
+    would differ from run to run. The slide is stamped just before."""
+    session = client.session
+    session[SESSION_ACTIVITY_KEY] = int(time.time())
+    session.save()
+    with CaptureQueriesContext(connection) as queries:
+        client.get(path, **headers)  # type: ignore[arg-type]
+    return len(queries)
 
 
 def is_sql_write(sql: str) -> bool:
