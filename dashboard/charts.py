@@ -20,6 +20,8 @@ from html import escape
 
 from django.utils.safestring import SafeString, mark_safe
 
+from gpus.models import CENT
+
 WIDTH, HEIGHT = 640, 240
 LEFT, RIGHT, TOP, BOTTOM = 64, 28, 16, 30  # room for the axes' labels
 X_LABELS_SHOWN = 7
@@ -80,17 +82,10 @@ def _number(value: float) -> str:
     return f"{value:,.0f}" if value >= 10 or value == int(value) else f"{value:,.2f}".rstrip("0")
 
 
-CENT = Decimal("0.01")
-
-
 def _figure(value: Decimal) -> str:
-    return f"{value:.2f}"
-
-
-def _figures(values: Sequence[Decimal]) -> list[str]:
-    """Each value as _figure writes it (to the cent, half to even), as the text of the
-    value quantized: the same, in half the time (a long window's chart has thousands)."""
-    return [str(value.quantize(CENT)) for value in values]
+    """To the cent, half to even: the value quantized, as text (what f"{value:.2f}" writes,
+    in half the time: a long window's chart has thousands)."""
+    return str(value.quantize(CENT))
 
 
 # A label as HTML text, once: the charts of a page share their steps' labels.
@@ -124,12 +119,12 @@ class Chart:
     def figures(self) -> list[list[str]]:
         """Each series' values as _figure writes them, for the table and the picture's
         labels alike (inline, column by column: a long window's chart has thousands)."""
-        return [_figures(s.values) for s in self.series]
+        return [[_figure(value) for value in s.values] for s in self.series]
 
     @cached_property
     def table_columns(self) -> list[list[str]]:
         """The table's figures, column by column (the x labels aside)."""
-        more = [_figures(column) for column in self.more_columns()]
+        more = [[_figure(value) for value in column] for column in self.more_columns()]
         return [*self.figures, *more]
 
     @cached_property
@@ -352,7 +347,7 @@ class StackedBarChart(Chart):
         width = round(max(self.slot * 0.7, 1.0), 2)
         # What every layer's bar at a step shares, written once.
         lefts = [f'" x="{round(x - width / 2, 2)}" y="' for x in self.xs]
-        labels = [f", {escape(label)}: " for label in self.x_labels]
+        labels = [f", {_escaped(label)}: " for label in self.x_labels]
         size = f'" width="{width}" height="'
         unit = f" {escape(self.unit_short)}" if self.unit_short else ""
         tops = [0.0] * len(self.x_labels)  # each bar's stack so far
