@@ -102,8 +102,8 @@ def window_from(params: QueryDict | Mapping[str, str], *, now: datetime) -> Wind
         problems["step"] = f"Give hour or day (not {step!r})."
     name = given.get("window")
     if given.get("start") or given.get("end"):
-        if name:
-            problems["window"] = str(window_problem(name, bounds_given=True))
+        if name and (problem := window_problem(name, bounds_given=True)):
+            problems["window"] = problem
         moments = {}
         for bound in ("start", "end"):
             text = given.get(bound)
