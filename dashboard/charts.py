@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from functools import cached_property, lru_cache
@@ -86,6 +86,13 @@ def _figure(value: Decimal) -> str:
     """To the cent, half to even: the value quantized, as text (what f"{value:.2f}" writes,
     in half the time: a long window's chart has thousands)."""
     return str(value.quantize(CENT))
+
+
+def _coordinates(values: Iterable[float]) -> list[str]:
+    """Coordinates to two places, as str(round(value, 2)) writes each (the same digits,
+    correctly rounded, one trailing zero dropped) in a third of the time: a long window's
+    chart has thousands. For values within the picture (no exponent)."""
+    return [text[:-1] if text[-1] == "0" else text for text in map("%.2f".__mod__, values)]
 
 
 # A label as HTML text, once: the charts of a page share their steps' labels.
@@ -280,9 +287,11 @@ class LineChart(Chart):
         drawn = []
         xs = self.xs
         x_texts = [f"{x}," for x in xs]  # each point's "x," once for every line
+        bottom, span, top = self.plot_bottom, self.plot_bottom - self.plot_top, self.top_value
         for n, series in enumerate(self.series):
-            ys = self.ys(self.floats[n])
-            points = " ".join(map(str.__add__, x_texts, map(str, ys)))
+            # Each y as `ys` has it, written at once (only a few points need it as a number).
+            y_texts = _coordinates(bottom - span * value / top for value in self.floats[n])
+            points = " ".join(map(str.__add__, x_texts, y_texts))
             area = ""
             if self.filled and xs:
                 area = f"{xs[0]},{self.plot_bottom} {points} {xs[-1]},{self.plot_bottom}"
@@ -290,6 +299,7 @@ class LineChart(Chart):
             # they would only weigh on the page (the table has every figure).
             dots = []
             if len(xs) <= DOTTED_POINTS:
+                ys = self.ys(self.floats[n])
                 dots = [
                     (x, y, f"{series.name}, {self.x_labels[i]}: {_figure(series.values[i])}")
                     for i, (x, y) in enumerate(zip(xs, ys, strict=True))

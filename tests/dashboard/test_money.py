@@ -615,3 +615,24 @@ def test_an_hourly_weeks_axis_labels_do_not_run_into_each_other() -> None:
     assert all(b.at - a.at >= room for a, b in pairwise(ticks))
     assert len(ticks) >= 4
     assert ticks[-1].at + room / 2 <= chart.width  # the last one within the picture
+
+
+def test_a_lines_points_are_written_as_its_coordinates_rounded_to_two_places() -> None:
+    from random import Random
+
+    from dashboard.charts import Series, _coordinates
+
+    # Halves that are not halves in binary, a negative zero, whole numbers, the edges.
+    edges = [0.0, -0.0, -0.001, 0.001, 0.005, 0.015, 0.125, 2.675, 1.0, 10.1, 209.995, 640.0]
+    rng = Random(7)
+    draws = [rng.uniform(0, 640) for _ in range(2000)]
+    assert _coordinates(edges + draws) == [str(round(v, 2)) for v in edges + draws]
+
+    values = [Decimal("0"), Decimal("1.5"), Decimal("2.675"), Decimal("7")] * 5
+    chart = LineChart(
+        key="k", title="t", unit="GPUs", x_title="day", x_labels=[f"d{i}" for i in range(20)],
+        series=[Series("free", values)],
+    )  # fmt: skip
+    ys = chart.ys(chart.floats[0])
+    expected = " ".join(f"{x},{y}" for x, y in zip(chart.xs, ys, strict=True))
+    assert chart.lines[0].points == expected
