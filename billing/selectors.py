@@ -332,9 +332,8 @@ def cost_series(
         points[at, group] = new_point(_utc(at), group, machines, compute, vgpu, idle, idle_gpus)
     if group_by in ("account", "location"):
         # Orphans are the ledger's leaks, counted as the ledger counts them, not sampled.
-        leaks = Leak.objects.filter(location_id__in=located)
         for (moment, location), (vgpu, vm) in leak_costs_by_step(
-            leaks=leaks, step=step, start=start, end=end
+            location_ids=located, step=step, start=start, end=end
         ).items():
             row = {
                 "account_id": location.account_id,
@@ -920,24 +919,24 @@ class LeakTotal:
 
 
 def leak_costs_by_step(
-    *, leaks: QuerySet[Leak], step: SeriesStep, start: datetime, end: datetime
+    *, location_ids: Collection[int], step: SeriesStep, start: datetime, end: datetime
 ) -> dict[tuple[datetime, Location], tuple[Decimal, Decimal]]:
-    """Per step in [start, end) and location (with its account): what its leaks cost in it
-    (vGPUs, VMs), by Leak.cost (once a leak for the hours or days it leaks all through: each
-    costs the same). One query, once a snapshot: a page asks for its month and its window
-    (the ledger keeps ended leaks COST_HISTORY_DAYS, a window spans at most two years)."""
+    """Per step in [start, end) and location (with its account): what the leaks of the
+    locations cost in it (vGPUs, VMs), by Leak.cost (once a leak for the hours or days it
+    leaks all through: each costs the same). One query, once a snapshot: a page asks for its
+    month and its window (the ledger keeps ended leaks COST_HISTORY_DAYS, a window spans at
+    most two years)."""
+    if not location_ids:
+        return {}
     read = (
-        leaks.select_related(None)
+        Leak.objects.filter(location_id__in=location_ids)
         .select_related("location__account")
         .only(
             *LEAK_COST_FIELDS, "kind", "location__name", "location__currency",
             "location__account_id", "location__account__name",
         )
     )  # fmt: skip
-    try:
-        asked = f"leaks:{read.query}"  # the query's text: its leaks read once a snapshot
-    except EmptyResultSet:  # of no location
-        return {}
+    asked = f"leaks:{sorted(location_ids)}"  # the same locations' leaks read once a snapshot
     found: dict[tuple[datetime, int], list[Decimal]] = defaultdict(lambda: [ZERO, ZERO])
     located: dict[int, Location] = {}
     for leak in _read_once(asked, lambda: list(read)):
