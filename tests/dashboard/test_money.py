@@ -32,9 +32,9 @@ from clusters.models import Machine
 from dashboard.charts import Chart, LineChart, StackedBarChart
 from dashboard.money import Money, cluster_money, overview_money
 from gpus.models import VgpuReservation
+from tests.bench.support import page_queries
 from tests.billing.support import world_leaks
 from tests.billing.test_costs import World, gpus_make, machine_make, world_make
-from tests.dashboard.test_queries import count_queries
 from tests.factories import (
     AccountFactory,
     GpuProfileFactory,
@@ -444,7 +444,7 @@ def _history(now: datetime, days: range) -> None:
 def _counts(client: Client, world: World) -> dict[str, int]:
     pages = ["/", f"/clusters/{world.cluster.pk}/", "/money/cost-eur.csv",
              f"/clusters/{world.cluster.pk}/money/cost-eur.csv", "/leaks/", "/bills/"]  # fmt: skip
-    return {page: count_queries(client, page, {}) for page in pages}
+    return {page: page_queries(client, page) for page in pages}
 
 
 def test_the_money_pages_make_as_many_queries_with_a_year_of_history(
@@ -501,7 +501,7 @@ def test_the_month_is_the_hourly_samples_in_as_many_queries_with_more_machines(
     pages = {"/": "account", cluster: "cluster"}
 
     def shown() -> tuple[dict[str, int], dict[str, dict[tuple[str, str], list[str]]]]:
-        counts = {page: count_queries(client, page, {}) for page in pages}
+        counts = {page: page_queries(client, page) for page in pages}
         tables = {page: _month_table(client.get(page).content.decode()) for page in pages}
         for page, group_by in pages.items():  # the page says what the API answers
             assert tables[page] == _month_answered(api, group_by), page

@@ -27,10 +27,10 @@ from rest_framework.test import APIClient
 from billing.rollups import DAY, HOUR, day_of, hour_of, month_of, rollups_take
 from billing.windows import CUSTOM, window_from
 from cloud.models import Account
+from tests.bench.support import page_queries
 from tests.billing.support import world_leaks
 from tests.billing.test_costs import World, world_make
 from tests.dashboard.test_money import _history, chart_tables
-from tests.dashboard.test_queries import count_queries
 from tests.factories import AccountFactory, MembershipFactory
 
 pytestmark = pytest.mark.django_db
@@ -303,7 +303,7 @@ def test_the_money_pages_make_as_many_queries_whatever_the_window(
 
     def counts(query: dict[str, str]) -> dict[str, int]:
         asked = "&".join(f"{k}={v}" for k, v in query.items())
-        return {page: count_queries(client, f"{page}?{asked}", {}) for page in pages}
+        return {page: page_queries(client, f"{page}?{asked}") for page in pages}
 
     by_day = [counts({"window": "24h"}), counts({"window": "30d"}), counts(year)]
     by_hour = [counts({"window": "24h", "step": "hour"}), counts({"window": "7d", "step": "hour"})]

@@ -8,18 +8,14 @@ and so is the same plan as the API's dry run (`GET /api/v1/clusters/{id}/plan/`)
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
-from django.db import connection
 from django.test import Client
-from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from billing.models import IdleSpell
-from capvco_web.auth import SESSION_ACTIVITY_KEY
 from capvco_web.models import AuditEvent
 from cloud.models import Account
 from gpus.models import ListedVgpu, VgpuReservation
@@ -27,6 +23,7 @@ from kube.models import KubeNode, KubePod, MachineNode
 from kube.plan import NODE_LABELS
 from sriov.models import GonePod, LeakedNic, PodNic, SriovConfig
 from sriov.reclaim_plan import LEAKED_NIC_DETACH, POD_NIC_DETACH
+from tests.bench.support import page_queries
 from tests.dashboard.conftest import Kube, World
 from tests.factories import JWT, ExternalNetworkFactory
 
@@ -300,21 +297,6 @@ def requests(world: World) -> dict[str, tuple[str, dict[str, str]]]:
     }
 
 
-def count_queries(client: Client, path: str, headers: dict[str, str]) -> int:
-    # The page's own queries, not the session's expiry sliding forward (a write at most
-    # once a minute, capvco_web.auth): on a slow machine a minute of setup passes between
-    # two counts, and the second would carry that write.
-    session = client.session
-    session[SESSION_ACTIVITY_KEY] = int(time.time())
-    session.save()
-    with CaptureQueriesContext(connection) as queries:
-        response = client.get(path, **headers)  # type: ignore[arg-type]
-        assert response.status_code == 200, (path, response.content[:500])
-        if response.streaming:
-            b"".join(response.streaming_content)  # type: ignore[attr-defined]
-    return len(queries)
-
-
 @pytest.fixture(params=["superuser", "admin of the account"])
 def client_of(
     request: pytest.FixtureRequest, admin_client: Client, member: Callable[[str], Client]
@@ -330,7 +312,7 @@ def counted(client_of: Client, world: World) -> Callable[[], dict[str, int]]:
 
     def count() -> dict[str, int]:
         return {
-            name: count_queries(client, path, headers)
+            name: page_queries(client, path, **headers)
             for name, (path, headers) in requests(world).items()
         }
 
@@ -386,7 +368,7 @@ def test_the_cluster_page_with_every_planner_at_work_does_as_many_queries_at_any
         response = client_of.get(page)
         kinds = {step.kind for step in response.context["plan"].planned}
         assert {NODE_LABELS, POD_NIC_DETACH, LEAKED_NIC_DETACH} <= kinds, kinds
-        counts.append(count_queries(client_of, page, {}))
+        counts.append(page_queries(client_of, page))
     small, large = counts
     assert small <= MOST + MONEY and large == small, counts
 
@@ -401,6 +383,6 @@ def test_the_api_plan_with_every_planner_at_work_does_as_many_queries_at_any_siz
         planners_at_work(world)
         kinds = {step["action"] for step in client_of.get(plan).json()}
         assert {NODE_LABELS, POD_NIC_DETACH, LEAKED_NIC_DETACH} <= kinds, kinds
-        counts.append(count_queries(client_of, plan, {}))
+        counts.append(page_queries(client_of, plan))
     small, large = counts
     assert small <= MOST and large == small, counts
