@@ -15,7 +15,7 @@ from rest_framework.test import APIClient
 from capvco_web import celery_app
 from capvco_web.counters import counters, stamp
 from capvco_web.write_refusals import write_done
-from cloud.reach import REACH
+from cloud.reach import REACH, unreachable
 
 pytest_plugins = ["tests.kinds", "tests.whitesky_sim", "tests.http_stub", "tests.kube_sim"]
 
@@ -48,11 +48,9 @@ def _whitesky_answers() -> None:
     """An account out of reach in an earlier test is not this test's (the counters' store
     outlives a test: cloud.reach): each account whose calls failed has answered since.
     Left, the readiness check would name it, and look it up, on this test's pages."""
-    now = f"{time.time():.3f}"
-    for key in counters().stamps(REACH):
-        account, _, kind = key.partition(":")
-        if kind == "failed":
-            stamp(REACH, f"{account}:answered", now)
+    now = time.time()
+    for account in unreachable(counters().stamps(REACH), now=now, grace=0):
+        stamp(REACH, f"{account.account_id}:answered", f"{now:.3f}")
 
 
 @pytest.fixture
